@@ -1,0 +1,169 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors, for errors.Is. The typed errors below match them.
+var (
+	// ErrFenced: the group coordinator or the transaction coordinator
+	// rejected this owner (stale generation or member epoch, unknown
+	// member, fenced producer). Nothing of the transaction is visible.
+	ErrFenced = errors.New("store: fenced")
+	// ErrMissingIdentity: the driving consumer has no valid group identity
+	// yet (empty member id or a generation below 1). Nothing was committed.
+	ErrMissingIdentity = errors.New("store: missing group identity")
+	// ErrRecoveryStalled: a recovery read made no progress for the stall
+	// timeout.
+	ErrRecoveryStalled = errors.New("store: recovery stalled")
+	// ErrCorruptRecord: a record in the snapshot partition cannot be
+	// decoded as a snapfence snapshot.
+	ErrCorruptRecord = errors.New("store: corrupt snapshot record")
+	// ErrValueTooLarge: a snapshot is larger than the configured limit.
+	ErrValueTooLarge = errors.New("store: snapshot too large")
+	// ErrReservedKey: the key is reserved for snapfence's own records.
+	ErrReservedKey = errors.New("store: reserved key")
+	// ErrClosed: the partition or backend is closed.
+	ErrClosed = errors.New("store: closed")
+)
+
+// FencedError reports a rejected transaction. Reason is the coordinator's
+// answer (for example kerr.IllegalGeneration); errors.Is matches both
+// ErrFenced and Reason.
+type FencedError struct {
+	Input    TopicPartition
+	Identity GroupIdentity
+	Reason   error
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("store: %s fenced: commit as %s rejected: %v", e.Input, e.Identity, e.Reason)
+}
+
+// Unwrap returns ErrFenced and the reason.
+func (e *FencedError) Unwrap() []error { return []error{ErrFenced, e.Reason} }
+
+// MissingIdentityError reports a commit refused because the driving
+// consumer has not joined its group yet.
+type MissingIdentityError struct {
+	Input    TopicPartition
+	Identity GroupIdentity
+}
+
+func (e *MissingIdentityError) Error() string {
+	return fmt.Sprintf("store: %s: refusing to commit without a valid group identity (%s); "+
+		"has the consumer joined its group?", e.Input, e.Identity)
+}
+
+// Unwrap returns ErrMissingIdentity.
+func (e *MissingIdentityError) Unwrap() error { return ErrMissingIdentity }
+
+// StallCause is the diagnosed reason a recovery read stopped advancing.
+type StallCause int8
+
+const (
+	// StallUndetermined: the log end could not be re-read.
+	StallUndetermined StallCause = iota
+	// StallTruncation: the log end is below the captured target; records
+	// the read was promised are gone. An operator must decide between an
+	// offset reset and a restore.
+	StallTruncation
+	// StallOpenTransaction: the log end is at or above the target; an open
+	// (possibly hanging) transaction pins the last stable offset.
+	StallOpenTransaction
+)
+
+func (c StallCause) String() string {
+	switch c {
+	case StallTruncation:
+		return "truncation"
+	case StallOpenTransaction:
+		return "open transaction"
+	}
+	return "undetermined"
+}
+
+// RecoveryStalledError reports a recovery read that made no progress for
+// the stall timeout.
+type RecoveryStalledError struct {
+	// Snapshots is the snapshot partition being read.
+	Snapshots TopicPartition
+	// Position is the next offset the read was waiting for.
+	Position int64
+	// Target is the high watermark captured before the read.
+	Target int64
+	// LogEnd is the log end re-read at the deadline, or -1 if the re-read
+	// failed.
+	LogEnd int64
+	// Cause is the diagnosis drawn from LogEnd.
+	Cause StallCause
+	// Stalled is how long the read made no progress.
+	Stalled time.Duration
+	// ReadErr is why the log end could not be re-read, for
+	// StallUndetermined.
+	ReadErr error
+}
+
+func (e *RecoveryStalledError) Error() string {
+	s := fmt.Sprintf("store: recovery of %s stalled for %s at offset %d of target %d: ",
+		e.Snapshots, e.Stalled, e.Position, e.Target)
+	switch e.Cause {
+	case StallTruncation:
+		s += fmt.Sprintf("log end %d is below the target: the log was truncated and records are lost; "+
+			"an operator must reset offsets or restore", e.LogEnd)
+	case StallOpenTransaction:
+		s += fmt.Sprintf("log end %d is at or above the target: an open or hanging transaction pins the "+
+			"last stable offset (see kafka-transactions.sh find-hanging)", e.LogEnd)
+	default:
+		s += fmt.Sprintf("cause undetermined: re-reading the log end failed: %v", e.ReadErr)
+	}
+	return s
+}
+
+// Unwrap returns ErrRecoveryStalled and the re-read error, if any.
+func (e *RecoveryStalledError) Unwrap() []error {
+	if e.ReadErr != nil {
+		return []error{ErrRecoveryStalled, e.ReadErr}
+	}
+	return []error{ErrRecoveryStalled}
+}
+
+// CorruptRecordError names a snapshot record that cannot be decoded.
+type CorruptRecordError struct {
+	Snapshots TopicPartition
+	Offset    int64
+	Reason    string
+}
+
+func (e *CorruptRecordError) Error() string {
+	return fmt.Sprintf("store: corrupt snapshot record at %s offset %d: %s", e.Snapshots, e.Offset, e.Reason)
+}
+
+// Unwrap returns ErrCorruptRecord.
+func (e *CorruptRecordError) Unwrap() error { return ErrCorruptRecord }
+
+// ValueTooLargeError names a snapshot over the size limit.
+type ValueTooLargeError struct {
+	Input TopicPartition
+	Key   []byte
+	Size  int
+	Limit int
+}
+
+func (e *ValueTooLargeError) Error() string {
+	return fmt.Sprintf("store: %s key %q: snapshot of %d bytes exceeds the limit of %d bytes",
+		e.Input, printableKey(e.Key), e.Size, e.Limit)
+}
+
+// Unwrap returns ErrValueTooLarge.
+func (e *ValueTooLargeError) Unwrap() error { return ErrValueTooLarge }
+
+func printableKey(k []byte) string {
+	const max = 64
+	if len(k) > max {
+		return string(k[:max]) + "..."
+	}
+	return string(k)
+}

@@ -1,0 +1,158 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+)
+
+// FormatVersion is the snapshot record format this code writes. Readers
+// accept exactly the versions they know and fail clearly on others.
+const FormatVersion = 1
+
+// Header names of a snapshot record. The key and value of the Kafka record
+// are the snapshot's key and state, so tools that know nothing of snapfence
+// still see them; the format lives in headers.
+const (
+	HeaderVersion = "snapfence.v" // decimal format version
+	HeaderOffset  = "snapfence.o" // 8-byte big-endian input offset
+	HeaderKind    = "snapfence.k" // one byte: RecordKind
+)
+
+// OffsetMarkerKey is the key of the offset marker record a backend may write
+// to make an offset-only transaction real. Writes of this key are refused
+// with ErrReservedKey; all marker records share it, so compaction keeps one.
+var OffsetMarkerKey = []byte("\x00snapfence.offset-marker")
+
+// RecordKind tells what a snapshot-partition record is.
+type RecordKind byte
+
+const (
+	KindSnapshot     RecordKind = 's'
+	KindTombstone    RecordKind = 'd'
+	KindOffsetMarker RecordKind = 'm'
+)
+
+// Header is one record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// WireRecord is a snapshot-partition record as the broker stores it.
+type WireRecord struct {
+	Key     []byte
+	Value   []byte
+	Headers []Header
+}
+
+var versionBytes = []byte(strconv.Itoa(FormatVersion))
+
+// EncodeSnapshot frames s as a record. A tombstone has a nil value, so
+// compaction removes the key after delete.retention.ms; its offset header
+// stays until then.
+func EncodeSnapshot(s Snapshot) WireRecord {
+	kind := KindSnapshot
+	value := s.Value
+	if s.Tombstone {
+		kind, value = KindTombstone, nil
+	} else if value == nil {
+		value = []byte{}
+	}
+	return WireRecord{Key: s.Key, Value: value, Headers: headers(kind, s.Offset)}
+}
+
+// EncodeOffsetMarker frames the marker record of an offset-only
+// transaction. Its value says what was committed, for humans.
+func EncodeOffsetMarker(offset int64, id GroupIdentity) WireRecord {
+	v := fmt.Sprintf("offset=%d member=%s generation=%d", offset, id.MemberID, id.Generation)
+	return WireRecord{Key: OffsetMarkerKey, Value: []byte(v), Headers: headers(KindOffsetMarker, offset)}
+}
+
+func headers(kind RecordKind, offset int64) []Header {
+	var o [8]byte
+	binary.BigEndian.PutUint64(o[:], uint64(offset))
+	return []Header{
+		{Key: HeaderVersion, Value: versionBytes},
+		{Key: HeaderKind, Value: []byte{byte(kind)}},
+		{Key: HeaderOffset, Value: o[:]},
+	}
+}
+
+// DecodeRecord decodes a record read at offset of the snapshot partition
+// tp. An offset marker decodes with KindOffsetMarker and is not a snapshot:
+// recovery skips it. Anything that is not a well-formed snapfence record of
+// a known version is a *CorruptRecordError naming tp and offset.
+func DecodeRecord(tp TopicPartition, offset int64, r WireRecord) (Snapshot, RecordKind, error) {
+	corrupt := func(format string, args ...any) (Snapshot, RecordKind, error) {
+		return Snapshot{}, 0, &CorruptRecordError{Snapshots: tp, Offset: offset, Reason: fmt.Sprintf(format, args...)}
+	}
+	var version, kind, off []byte
+	var haveVersion, haveKind, haveOff bool
+	for _, h := range r.Headers {
+		switch h.Key {
+		case HeaderVersion:
+			version, haveVersion = h.Value, true
+		case HeaderKind:
+			kind, haveKind = h.Value, true
+		case HeaderOffset:
+			off, haveOff = h.Value, true
+		}
+	}
+	if !haveVersion {
+		return corrupt("no %s header: not written by snapfence (a foreign producer on the snapshot topic?)", HeaderVersion)
+	}
+	if !bytes.Equal(version, versionBytes) {
+		return corrupt("format version %q is not supported (this build reads version %d)", version, FormatVersion)
+	}
+	if !haveKind || len(kind) != 1 {
+		return corrupt("missing or malformed %s header", HeaderKind)
+	}
+	if !haveOff || len(off) != 8 {
+		return corrupt("missing or malformed %s header", HeaderOffset)
+	}
+	s := Snapshot{Key: r.Key, Offset: int64(binary.BigEndian.Uint64(off))}
+	if s.Offset < 0 {
+		return corrupt("negative input offset %d", s.Offset)
+	}
+	switch k := RecordKind(kind[0]); k {
+	case KindSnapshot:
+		if r.Value == nil {
+			return corrupt("snapshot record with a null value")
+		}
+		s.Value = r.Value
+		return s, k, nil
+	case KindTombstone:
+		if r.Value != nil {
+			return corrupt("tombstone record with a value")
+		}
+		s.Tombstone = true
+		return s, k, nil
+	case KindOffsetMarker:
+		if !bytes.Equal(r.Key, OffsetMarkerKey) {
+			return corrupt("offset marker with key %q", r.Key)
+		}
+		return s, k, nil
+	default:
+		return corrupt("unknown record kind %q", kind)
+	}
+}
+
+// CheckWrite validates a snapshot before it is queued: the reserved key and
+// the size limit. A zero limit means DefaultMaxValueBytes.
+func CheckWrite(input TopicPartition, s Snapshot, limit int) error {
+	if bytes.Equal(s.Key, OffsetMarkerKey) {
+		return fmt.Errorf("%w: %s key %q is snapfence's offset marker", ErrReservedKey, input, s.Key)
+	}
+	if limit <= 0 {
+		limit = DefaultMaxValueBytes
+	}
+	if n := len(s.Key) + len(s.Value); n > limit {
+		return &ValueTooLargeError{Input: input, Key: s.Key, Size: n, Limit: limit}
+	}
+	if s.Offset < 0 {
+		return fmt.Errorf("store: %s key %q: negative input offset %d", input, printableKey(s.Key), s.Offset)
+	}
+	return nil
+}

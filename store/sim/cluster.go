@@ -1,0 +1,376 @@
+// Package sim is a deterministic, in-memory model of the Apache Kafka 4.x
+// behaviour snapfence depends on, and a store.Backend over it.
+//
+// The model has partition logs with transactional batches, COMMIT and ABORT
+// control markers, the high watermark and the last stable offset;
+// transactional ids with producer ids and epochs; a transaction coordinator
+// that aborts on takeover and on timeout; and a group coordinator with the
+// classic (eager and cooperative) and consumer (KIP-848) protocols that
+// validates transactional offset commits as Kafka does.
+//
+// Time is virtual: it moves only when Advance is called. Nothing in the
+// package reads the machine's clock or starts a goroutine, so the same seed
+// and the same operations give a byte-identical History.
+//
+// Where kfake and Kafka differ, the sim follows Kafka. Where the sim
+// simplifies, the doc comment of the operation says so.
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// Config configures a Cluster. Zero values take the defaults given.
+type Config struct {
+	// Seed seeds every choice the cluster makes (member ids).
+	Seed uint64
+	// SessionTimeout evicts a member that has not heartbeated; default 45s.
+	SessionTimeout time.Duration
+	// RebalanceTimeout bounds a classic round; default 1 min.
+	RebalanceTimeout time.Duration
+	// AbortScanInterval is the coordinator's scan for timed-out
+	// transactions (transaction.abort.timed.out.transaction.cleanup.interval.ms);
+	// default 10s.
+	AbortScanInterval time.Duration
+	// KIP1251 accepts a consumer-protocol commit with a lagging member
+	// epoch for partitions the member still owns, as brokers 4.3.0+ do.
+	// Default on; set DisableKIP1251 to model older brokers.
+	DisableKIP1251 bool
+}
+
+// Cluster is a simulated Kafka cluster. Its methods are safe for concurrent
+// use; blocking reads wait for a change or for virtual time to pass.
+type Cluster struct {
+	mu      sync.Mutex
+	cfg     Config
+	clk     clock
+	rng     *rand.Rand
+	logs    map[string][]*partitionLog
+	configs map[string]TopicConfig
+	txns    map[string]*txnState
+	groups  map[string]*group
+	nextPID int64
+	changed chan struct{}
+	history []Event
+	faults  faults
+}
+
+type faults struct {
+	failLogEnd      error
+	fetchLatency    time.Duration
+	fetchMaxRecords int
+}
+
+// Event is one entry of the cluster's history.
+type Event struct {
+	At     time.Duration `json:"at"`
+	Kind   string        `json:"kind"`
+	Detail string        `json:"detail"`
+}
+
+// TopicConfig is a topic's configuration.
+type TopicConfig struct {
+	Partitions int
+	Compacted  bool
+}
+
+// New returns an empty cluster at virtual time Epoch.
+func New(cfg Config) *Cluster {
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = 45 * time.Second
+	}
+	if cfg.RebalanceTimeout <= 0 {
+		cfg.RebalanceTimeout = time.Minute
+	}
+	if cfg.AbortScanInterval <= 0 {
+		cfg.AbortScanInterval = 10 * time.Second
+	}
+	return &Cluster{
+		cfg:     cfg,
+		clk:     clock{now: Epoch},
+		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5f3759df)),
+		logs:    map[string][]*partitionLog{},
+		configs: map[string]TopicConfig{},
+		txns:    map[string]*txnState{},
+		groups:  map[string]*group{},
+		changed: make(chan struct{}),
+	}
+}
+
+// Now is the cluster's virtual time.
+func (c *Cluster) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clk.now
+}
+
+// Advance moves virtual time forward by d. On the way it stops at every
+// pending timer and every abort scan, in order, and applies what time does:
+// sessions expire, rebalance rounds time out, transactions time out.
+func (c *Cluster) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	end := c.clk.now.Add(d)
+	for {
+		next := end
+		if t, ok := c.clk.nextTimer(); ok && t.Before(next) {
+			next = t
+		}
+		scan := c.clk.now.Truncate(c.cfg.AbortScanInterval).Add(c.cfg.AbortScanInterval)
+		if scan.Before(next) {
+			next = scan
+		}
+		if next.After(c.clk.now) {
+			c.clk.set(next)
+		} else {
+			c.clk.set(c.clk.now) // fire timers due now
+		}
+		c.expireTxnsOnScanLocked()
+		c.housekeepGroupsLocked()
+		c.changedLocked()
+		if !c.clk.now.Before(end) {
+			return
+		}
+	}
+}
+
+// expireTxnsOnScanLocked aborts timed-out transactions only at abort-scan
+// instants, as the coordinator's periodic scan does.
+func (c *Cluster) expireTxnsOnScanLocked() {
+	if c.clk.now.Sub(Epoch)%c.cfg.AbortScanInterval == 0 {
+		c.expireTxnsLocked()
+	}
+}
+
+func (c *Cluster) housekeepGroupsLocked() {
+	for _, name := range sortedKeys(c.groups) {
+		g := c.groups[name]
+		for _, id := range sortedKeys(g.members) {
+			if c.clk.now.Sub(g.members[id].lastHeartbeat) >= c.cfg.SessionTimeout {
+				delete(g.members, id)
+				c.record("member_removed", "group=%s member=%s reason=session_timeout", name, id)
+				c.triggerLocked(g)
+			}
+		}
+		c.completeLocked(g)
+	}
+}
+
+// CreateTopic creates a topic; creating an existing topic is an error.
+func (c *Cluster) CreateTopic(name string, cfg TopicConfig) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.logs[name]; ok {
+		return fmt.Errorf("sim: topic %q already exists", name)
+	}
+	if cfg.Partitions < 1 {
+		return fmt.Errorf("sim: topic %q needs at least one partition", name)
+	}
+	parts := make([]*partitionLog, cfg.Partitions)
+	for i := range parts {
+		parts[i] = newPartitionLog()
+	}
+	c.logs[name] = parts
+	c.configs[name] = cfg
+	c.record("create_topic", "topic=%s partitions=%d compacted=%t", name, cfg.Partitions, cfg.Compacted)
+	return nil
+}
+
+// Topic reports a topic's configuration.
+func (c *Cluster) Topic(name string) (TopicConfig, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cfg, ok := c.configs[name]
+	return cfg, ok
+}
+
+// ErrUnknownTopicOrPartition is returned for a partition that does not
+// exist.
+var ErrUnknownTopicOrPartition = fmt.Errorf("sim: unknown topic or partition")
+
+func (c *Cluster) partitionLocked(tp store.TopicPartition) (*partitionLog, error) {
+	parts := c.logs[tp.Topic]
+	if tp.Partition < 0 || int(tp.Partition) >= len(parts) {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownTopicOrPartition, tp)
+	}
+	return parts[tp.Partition], nil
+}
+
+// Produce appends records with an idempotent, non-transactional producer.
+func (c *Cluster) Produce(tp store.TopicPartition, recs ...store.WireRecord) ([]int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, err := c.partitionLocked(tp)
+	if err != nil {
+		return nil, err
+	}
+	offs := make([]int64, len(recs))
+	for i, r := range recs {
+		offs[i] = l.append(Entry{Record: cloneRecord(r)})
+		c.record("produce", "tp=%s offset=%d key=%q", tp, offs[i], r.Key)
+	}
+	c.changedLocked()
+	return offs, nil
+}
+
+// Offsets reports a partition's log start, last stable offset and high
+// watermark.
+func (c *Cluster) Offsets(tp store.TopicPartition) (start, lastStable, highWatermark int64, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, err := c.partitionLocked(tp)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return l.start, l.lastStable(), l.end, nil
+}
+
+// Read returns every record visible to a reader of the given isolation,
+// from the log start to its bound (the LSO for read_committed, the high
+// watermark otherwise). It does not wait.
+func (c *Cluster) Read(tp store.TopicPartition, readCommitted bool) ([]Entry, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, err := c.partitionLocked(tp)
+	if err != nil {
+		return nil, err
+	}
+	recs, _ := l.read(0, len(l.entries), readCommitted)
+	return recs, nil
+}
+
+// Entries returns the raw log of tp, control markers and aborted data
+// included.
+func (c *Cluster) Entries(tp store.TopicPartition) ([]Entry, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, err := c.partitionLocked(tp)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(l.entries), nil
+}
+
+// Truncate cuts tp's log back to end, as an unclean leader election that
+// lost acknowledged records would.
+func (c *Cluster) Truncate(tp store.TopicPartition, end int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, err := c.partitionLocked(tp)
+	if err != nil {
+		return err
+	}
+	l.truncate(end)
+	c.record("truncate", "tp=%s end=%d", tp, l.end)
+	c.changedLocked()
+	return nil
+}
+
+// Compact runs the log cleaner on tp. It never cleans at or past the first
+// unstable offset.
+func (c *Cluster) Compact(tp store.TopicPartition) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, err := c.partitionLocked(tp)
+	if err != nil {
+		return err
+	}
+	n := l.compact()
+	c.record("compact", "tp=%s removed=%d", tp, n)
+	c.changedLocked()
+	return nil
+}
+
+// FailLogEndReads makes every high-watermark read fail with err (nil
+// heals), so that a stalled recovery's diagnosis is undetermined.
+func (c *Cluster) FailLogEndReads(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.faults.failLogEnd = err
+}
+
+// SlowFetches makes every fetch that returns records take latency of
+// virtual time and return at most maxRecords (0: unlimited).
+func (c *Cluster) SlowFetches(latency time.Duration, maxRecords int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.faults.fetchLatency, c.faults.fetchMaxRecords = latency, maxRecords
+}
+
+// History is every event so far.
+func (c *Cluster) History() []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.history)
+}
+
+// HistoryJSON is the history as JSON lines.
+func (c *Cluster) HistoryJSON() []byte {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	for _, e := range c.History() {
+		_ = enc.Encode(e)
+	}
+	return []byte(b.String())
+}
+
+func (c *Cluster) record(kind, format string, args ...any) {
+	c.history = append(c.history, Event{At: c.clk.now.Sub(Epoch), Kind: kind, Detail: fmt.Sprintf(format, args...)})
+}
+
+// changedLocked wakes every reader waiting for the cluster to change.
+func (c *Cluster) changedLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func fmtIdentity(id store.GroupIdentity) string {
+	return fmt.Sprintf("group=%s member=%s generation=%d", id.Group, id.MemberID, id.Generation)
+}
+
+func fmtOffsets(offs map[store.TopicPartition]int64) string {
+	tps := make([]store.TopicPartition, 0, len(offs))
+	for tp := range offs {
+		tps = append(tps, tp)
+	}
+	slices.SortFunc(tps, compareTP)
+	parts := make([]string, len(tps))
+	for i, tp := range tps {
+		parts[i] = fmt.Sprintf("%s:%d", tp, offs[tp])
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func fmtTPs(tps []store.TopicPartition) string {
+	parts := make([]string, len(tps))
+	for i, tp := range tps {
+		parts[i] = tp.String()
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func fmtTarget(t map[string][]store.TopicPartition) string {
+	parts := make([]string, 0, len(t))
+	for _, id := range sortedKeys(t) {
+		parts = append(parts, id+"="+fmtTPs(t[id]))
+	}
+	return "{" + strings.Join(parts, " ") + "}"
+}

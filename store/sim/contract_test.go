@@ -1,0 +1,174 @@
+package sim_test
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/storetest"
+)
+
+func TestContract(t *testing.T) {
+	storetest.Run(t, harness{})
+}
+
+// harness runs each case on a fresh simulated cluster inside a synctest
+// bubble, so Settle can wait for every goroutine to block.
+type harness struct{}
+
+func (harness) Run(t *testing.T, body func(t *testing.T, w storetest.World)) {
+	synctest.Test(t, func(t *testing.T) {
+		c := sim.New(sim.Config{Seed: 1})
+		if err := c.CreateTopic("orders", sim.TopicConfig{Partitions: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CreateTopic("orders-snapshots", sim.TopicConfig{Partitions: 2, Compacted: true}); err != nil {
+			t.Fatal(err)
+		}
+		body(t, &world{c: c})
+	})
+}
+
+type world struct {
+	c       *sim.Cluster
+	members []*sim.Member
+}
+
+const group = "flow"
+
+func (w *world) InputTopic() string { return "orders" }
+
+func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend {
+	t.Helper()
+	b, err := w.c.NewBackend(sim.BackendConfig{
+		Mode: cfg.Mode, TransactionalIDPrefix: "sf-test",
+		MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
+		RecoveryStallTimeout:    cfg.RecoveryStallTimeout,
+		Observer:                cfg.Observer,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// settleGroup polls every member until no poll changes anything.
+func (w *world) settleGroup() {
+	for range 10 {
+		before := len(w.c.History())
+		for _, m := range w.members {
+			m.Poll(sim.Callbacks{})
+		}
+		if len(w.c.History()) == before {
+			return
+		}
+	}
+}
+
+func (w *world) Join(t *testing.T) storetest.Member {
+	m := w.c.NewMember(group, sim.ClassicEager, "orders")
+	w.members = append(w.members, m)
+	w.settleGroup()
+	if id := m.Identity(); !id.Valid() {
+		t.Fatalf("member did not join: %v", id)
+	}
+	return m
+}
+
+func (w *world) Rebalance(t *testing.T) {
+	before := w.c.GroupGeneration(group)
+	w.c.Rebalance(group)
+	w.settleGroup()
+	if after := w.c.GroupGeneration(group); after != before+1 {
+		t.Fatalf("rebalance moved the generation from %d to %d", before, after)
+	}
+}
+
+func (w *world) CommittedOffset(t *testing.T, in store.TopicPartition) (int64, bool) {
+	return w.c.CommittedOffset(group, in)
+}
+
+func snapTP(in store.TopicPartition) store.TopicPartition {
+	return store.TopicPartition{Topic: sim.DefaultSnapshotTopic(in.Topic), Partition: in.Partition}
+}
+
+func (w *world) ReadSnapshots(t *testing.T, in store.TopicPartition) []store.Snapshot {
+	t.Helper()
+	entries, err := w.c.Read(snapTP(in), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []store.Snapshot
+	for _, e := range entries {
+		s, kind, err := store.DecodeRecord(snapTP(in), e.Offset, e.Record)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind != store.KindOffsetMarker {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (w *world) StableOffsets(t *testing.T, in store.TopicPartition) (int64, int64) {
+	_, lso, hw, err := w.c.Offsets(snapTP(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lso, hw
+}
+
+func (w *world) CrashedOwnerTransaction(t *testing.T, in store.TopicPartition, recs ...store.WireRecord) {
+	p := w.c.InitProducerID("sf-test-"+in.Topic+"-"+itoa(in.Partition), 0)
+	if _, err := p.Produce(snapTP(in), recs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w *world) ForeignTransaction(t *testing.T, in store.TopicPartition, hang bool, recs ...store.WireRecord) func(bool) {
+	const id = "foreign-producer"
+	p := w.c.InitProducerID(id, 0)
+	if _, err := p.Produce(snapTP(in), recs...); err != nil {
+		t.Fatal(err)
+	}
+	if hang {
+		w.c.Hang(id)
+	}
+	return func(commit bool) {
+		if err := p.EndTxn(commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (w *world) ProduceForeign(t *testing.T, in store.TopicPartition, recs ...store.WireRecord) {
+	if _, err := w.c.Produce(snapTP(in), recs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w *world) Truncate(t *testing.T, in store.TopicPartition, end int64) {
+	if err := w.c.Truncate(snapTP(in), end); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w *world) FailLogEndReads(t *testing.T, err error) { w.c.FailLogEndReads(err) }
+
+func (w *world) SlowFetches(t *testing.T, latency time.Duration) { w.c.SlowFetches(latency, 1) }
+
+func (w *world) Advance(d time.Duration) {
+	synctest.Wait()
+	w.c.Advance(d)
+	synctest.Wait()
+}
+
+func (w *world) Settle() { synctest.Wait() }
+
+func (w *world) Now() time.Time { return w.c.Now() }
+
+func itoa(p int32) string { return string(rune('0' + p)) }

@@ -1,0 +1,169 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"time"
+)
+
+// TopicPartition names one partition of a topic.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+func (tp TopicPartition) String() string { return fmt.Sprintf("%s/%d", tp.Topic, tp.Partition) }
+
+// Mode selects how a backend binds snapshot writes to offset commits.
+type Mode int8
+
+const (
+	// Transactional writes every snapshot in a Kafka transaction together
+	// with a commit of the input offset made with the driving consumer's group
+	// identity, so a stale owner's writes abort. This is the mode to run.
+	Transactional Mode = iota + 1
+	// Plain writes snapshots with a shared non-transactional producer and
+	// commits offsets through the consumer group, with no binding between
+	// the two. It is the baseline for benchmarks and reproduces the
+	// corruption that Transactional prevents (kafka-flow#732).
+	Plain
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Transactional:
+		return "transactional"
+	case Plain:
+		return "plain"
+	}
+	return fmt.Sprintf("Mode(%d)", int8(m))
+}
+
+// ParseMode parses "transactional" or "plain".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "transactional":
+		return Transactional, nil
+	case "plain":
+		return Plain, nil
+	}
+	return 0, fmt.Errorf("store: unknown mode %q (want transactional or plain)", s)
+}
+
+// Defaults shared by every backend. They follow the design spec.
+const (
+	// DefaultMaxWritesPerTransaction caps the writes one transaction carries.
+	DefaultMaxWritesPerTransaction = 256
+	// DefaultRecoveryStallTimeout is how long a recovery read may make no
+	// progress before it fails. It sits above the ~70 s an open transaction
+	// takes to resolve at Kafka's defaults and below max.poll.interval.ms.
+	DefaultRecoveryStallTimeout = 3 * time.Minute
+	// DefaultTransactionTimeout is the producer's transaction.timeout.ms.
+	DefaultTransactionTimeout = time.Minute
+	// DefaultMaxValueBytes bounds a snapshot's key plus value, below Kafka's
+	// default max.message.bytes (1 MiB) with room for headers and batch
+	// overhead.
+	DefaultMaxValueBytes = 1000 * 1000
+)
+
+// Snapshot is the stored state of one key.
+type Snapshot struct {
+	Key []byte
+	// Value is the encoded state; nil for a tombstone.
+	Value []byte
+	// Offset is the input offset of the last event folded into this state.
+	// Tombstones keep it so that replays after a delete are still filtered.
+	Offset int64
+	// Tombstone marks a delete of the key.
+	Tombstone bool
+}
+
+// Backend hands out partitions of a snapshot store.
+type Backend interface {
+	// Acquire takes ownership of the snapshot store of one input partition.
+	// In Transactional mode it performs the takeover before it returns: the
+	// previous owner's producer is fenced and its unfinished transaction is
+	// aborted (I7). The engine calls it from the partitions-assigned callback.
+	Acquire(ctx context.Context, a Acquisition) (Partition, error)
+	// Mode reports the backend's mode.
+	Mode() Mode
+	// Close releases every partition and the backend's clients.
+	Close() error
+}
+
+// Acquisition describes a partition being taken over.
+type Acquisition struct {
+	// Input is the input topic-partition whose snapshots are acquired.
+	Input TopicPartition
+	// AssignedOffset is the offset the consumer will resume the input from
+	// (the group's committed offset, or the reset offset). It seeds the
+	// staged committable offset (I3).
+	AssignedOffset int64
+	// Identity reads the driving consumer's current group identity. It is
+	// called for every transaction and must never return a copy captured
+	// at assignment.
+	Identity IdentityReader
+}
+
+// Partition is one acquired input partition's snapshot store. Its methods are
+// safe for concurrent use; Write calls of distinct keys are group-committed.
+type Partition interface {
+	// Input is the input topic-partition this store serves.
+	Input() TopicPartition
+	// Recover streams every snapshot of the partition as of the moment
+	// recovery starts, in log order: a later snapshot of a key supersedes
+	// an earlier one, and tombstones are yielded too. The iteration stops
+	// after the first error. See RecoveryStalledError and
+	// CorruptRecordError.
+	Recover(ctx context.Context) iter.Seq2[Snapshot, error]
+	// Write stores one key's snapshot (or tombstone) and returns once it is
+	// durable, or with the error that stopped it.
+	Write(ctx context.Context, s Snapshot) error
+	// SetCommittable stages the committable offset: every input event below
+	// it is covered by a durable snapshot of its key. Staging does not
+	// commit; the staged value is carried by the next Commit. Values below
+	// the current staged offset are ignored.
+	SetCommittable(offset int64)
+	// Commit makes the staged offset the committed one. It rides with
+	// queued writes or, when none are queued, commits the offset alone.
+	// It returns once the offset is committed.
+	Commit(ctx context.Context) error
+	// CommittedOffset is the offset most recently committed through this
+	// partition, or the assigned offset if none was.
+	CommittedOffset() int64
+	// Close releases the partition without committing anything. Queued
+	// writes fail with ErrClosed.
+	Close() error
+}
+
+// TransactionEvent describes one finished transaction of a partition (in
+// Plain mode: one flush of writes, or one offset commit).
+type TransactionEvent struct {
+	Input TopicPartition
+	// Writes are the snapshots the transaction carried, in order.
+	Writes []Snapshot
+	// Offset is the input offset the transaction committed (Transactional)
+	// or the offset commit carried (Plain, when OffsetAdvanced).
+	Offset int64
+	// OffsetAdvanced reports whether the transaction carried a Commit.
+	OffsetAdvanced bool
+	// Identity is the group identity read for this transaction.
+	Identity GroupIdentity
+	// Err is nil when the transaction committed.
+	Err error
+	// Duration is the time the transaction took on the backend's clock.
+	Duration time.Duration
+}
+
+// Observer receives an event for every finished transaction. Calls are
+// serial per partition and must not block; nil means no observer.
+type Observer interface {
+	OnTransaction(TransactionEvent)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(TransactionEvent)
+
+// OnTransaction calls f.
+func (f ObserverFunc) OnTransaction(e TransactionEvent) { f(e) }

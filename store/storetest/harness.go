@@ -1,0 +1,87 @@
+// Package storetest is the contract suite every store.Backend must pass.
+// A backend provides a Harness; Run drives it through the same cases, each
+// a short script of steps with the outcome the design requires.
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// Harness builds worlds for the suite.
+type Harness interface {
+	// Run calls body with a fresh world: a cluster with an input topic of
+	// at least two partitions, its snapshot topic, and an empty consumer
+	// group. A harness whose time is virtual runs body in a synctest
+	// bubble.
+	Run(t *testing.T, body func(t *testing.T, w World))
+}
+
+// BackendConfig is what the suite varies between backends of a world.
+type BackendConfig struct {
+	Mode store.Mode
+	// MaxWritesPerTransaction; 0 means the default.
+	MaxWritesPerTransaction int
+	// RecoveryStallTimeout; 0 means the default.
+	RecoveryStallTimeout time.Duration
+	Observer             store.Observer
+}
+
+// World is one cluster as the suite sees it. Backends of one world share
+// the cluster and the transactional.id prefix, so a second backend's
+// Acquire is a takeover of the first's partition.
+type World interface {
+	// InputTopic is the input topic's name.
+	InputTopic() string
+	// Backend returns a new backend on the world's cluster, closed when the
+	// test ends.
+	Backend(t *testing.T, cfg BackendConfig) store.Backend
+	// Join adds a member to the group, subscribed to the input topic, and
+	// returns once every member knows the resulting generation.
+	Join(t *testing.T) Member
+	// Rebalance moves the group to a new generation, keeping every member,
+	// and returns once every member knows it.
+	Rebalance(t *testing.T)
+	// CommittedOffset reads the group's committed offset of an input
+	// partition.
+	CommittedOffset(t *testing.T, input store.TopicPartition) (int64, bool)
+	// ReadSnapshots reads the snapshot partition of input with a
+	// read_committed reader of its own, up to the last stable offset, and
+	// decodes every record (offset markers skipped).
+	ReadSnapshots(t *testing.T, input store.TopicPartition) []store.Snapshot
+	// StableOffsets reads the snapshot partition's last stable offset and
+	// high watermark.
+	StableOffsets(t *testing.T, input store.TopicPartition) (lastStable, highWatermark int64)
+	// CrashedOwnerTransaction leaves an open transaction on input's
+	// snapshot partition under the partition's own transactional.id, as an
+	// owner that crashed mid-transaction would.
+	CrashedOwnerTransaction(t *testing.T, input store.TopicPartition, recs ...store.WireRecord)
+	// ForeignTransaction opens a transaction of another transactional.id on
+	// input's snapshot partition. With hang it never resolves by itself
+	// while the test runs. end commits or aborts it.
+	ForeignTransaction(t *testing.T, input store.TopicPartition, hang bool, recs ...store.WireRecord) (end func(commit bool))
+	// ProduceForeign appends records to input's snapshot partition with a
+	// plain producer.
+	ProduceForeign(t *testing.T, input store.TopicPartition, recs ...store.WireRecord)
+	// Truncate cuts input's snapshot partition back to end.
+	Truncate(t *testing.T, input store.TopicPartition, end int64)
+	// FailLogEndReads makes high-watermark reads fail with err (nil heals).
+	FailLogEndReads(t *testing.T, err error)
+	// SlowFetches makes each fetch return at most one record after latency.
+	SlowFetches(t *testing.T, latency time.Duration)
+	// Advance moves time forward by d once every goroutine of the test is
+	// blocked.
+	Advance(d time.Duration)
+	// Settle returns once every goroutine of the test is blocked.
+	Settle()
+	// Now is the world's time.
+	Now() time.Time
+}
+
+// Member is a member of the world's consumer group.
+type Member interface {
+	// Identity is the identity the member's client reports now.
+	Identity() store.GroupIdentity
+}

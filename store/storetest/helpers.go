@@ -1,0 +1,196 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"sync"
+	"testing"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// identity is a published group identity, as the engine publishes it after
+// every poll. A held identity blocks the transaction that reads it: the way
+// the suite keeps a transaction in flight while others queue.
+type identity struct {
+	mu      sync.Mutex
+	id      store.GroupIdentity
+	hold    chan struct{} // non-nil: readers block until it is closed
+	entered chan struct{} // signalled when a reader blocks on hold
+	reads   int
+}
+
+func newIdentity(id store.GroupIdentity) *identity { return &identity{id: id} }
+
+func (i *identity) CurrentIdentity() store.GroupIdentity {
+	i.mu.Lock()
+	i.reads++
+	hold, entered := i.hold, i.entered
+	i.mu.Unlock()
+	if hold != nil {
+		entered <- struct{}{}
+		<-hold
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.id
+}
+
+func (i *identity) publish(id store.GroupIdentity) {
+	i.mu.Lock()
+	i.id = id
+	i.mu.Unlock()
+}
+
+// holdNext makes the next transaction block when it reads the identity;
+// the returned channel receives once it does, and release lets it go.
+func (i *identity) holdNext() (entered <-chan struct{}, release func()) {
+	hold := make(chan struct{})
+	ent := make(chan struct{}, 1)
+	i.mu.Lock()
+	i.hold, i.entered = hold, ent
+	i.mu.Unlock()
+	var once sync.Once
+	return ent, func() {
+		once.Do(func() {
+			i.mu.Lock()
+			i.hold, i.entered = nil, nil
+			i.mu.Unlock()
+			close(hold)
+		})
+	}
+}
+
+// recorder records the transactions a backend reports.
+type recorder struct {
+	mu  sync.Mutex
+	txs []store.TransactionEvent
+}
+
+func (r *recorder) OnTransaction(e store.TransactionEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.txs = append(r.txs, e)
+}
+
+func (r *recorder) events() []store.TransactionEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]store.TransactionEvent(nil), r.txs...)
+}
+
+func (r *recorder) committed() []store.TransactionEvent {
+	var out []store.TransactionEvent
+	for _, e := range r.events() {
+		if e.Err == nil {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// owner is one acquired partition with its published identity and its
+// backend's transaction recorder.
+type owner struct {
+	store.Partition
+	id  *identity
+	rec *recorder
+}
+
+func acquire(t *testing.T, w World, cfg BackendConfig, input store.TopicPartition, assigned int64, id store.GroupIdentity) *owner {
+	t.Helper()
+	rec := &recorder{}
+	if cfg.Observer == nil {
+		cfg.Observer = rec
+	}
+	b := w.Backend(t, cfg)
+	ident := newIdentity(id)
+	p, err := b.Acquire(context.Background(), store.Acquisition{Input: input, AssignedOffset: assigned, Identity: ident})
+	if err != nil {
+		t.Fatalf("acquire %s: %v", input, err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return &owner{Partition: p, id: ident, rec: rec}
+}
+
+func snap(key string, value string, offset int64) store.Snapshot {
+	return store.Snapshot{Key: []byte(key), Value: []byte(value), Offset: offset}
+}
+
+// writeAsync starts a write and returns where its result arrives.
+func writeAsync(p store.Partition, s store.Snapshot) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- p.Write(context.Background(), s) }()
+	return ch
+}
+
+func commitAsync(p store.Partition) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- p.Commit(context.Background()) }()
+	return ch
+}
+
+type recovered struct {
+	snaps []store.Snapshot
+	err   error
+}
+
+func collect(seq iter.Seq2[store.Snapshot, error]) recovered {
+	var r recovered
+	for s, err := range seq {
+		if err != nil {
+			r.err = err
+			break
+		}
+		r.snaps = append(r.snaps, s)
+	}
+	return r
+}
+
+func recoverAsync(p store.Partition) <-chan recovered {
+	ch := make(chan recovered, 1)
+	go func() { ch <- collect(p.Recover(context.Background())) }()
+	return ch
+}
+
+// latest folds a log-ordered snapshot stream into each key's latest state.
+func latest(snaps []store.Snapshot) map[string]store.Snapshot {
+	out := map[string]store.Snapshot{}
+	for _, s := range snaps {
+		out[string(s.Key)] = s
+	}
+	return out
+}
+
+func mustNil(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func ready[T any](ch <-chan T) (T, bool) {
+	select {
+	case v := <-ch:
+		return v, true
+	default:
+		var zero T
+		return zero, false
+	}
+}
+
+func describe(snaps []store.Snapshot) string {
+	s := "["
+	for i, x := range snaps {
+		if i > 0 {
+			s += " "
+		}
+		if x.Tombstone {
+			s += fmt.Sprintf("%s=<deleted>@%d", x.Key, x.Offset)
+		} else {
+			s += fmt.Sprintf("%s=%s@%d", x.Key, x.Value, x.Offset)
+		}
+	}
+	return s + "]"
+}

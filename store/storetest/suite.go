@@ -1,0 +1,721 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// Run runs the whole contract suite against h.
+func Run(t *testing.T, h Harness) {
+	cases := []struct {
+		name string
+		body func(t *testing.T, w World)
+	}{
+		{"EveryWriteCommitsOnce/cap=1", everyWriteCommitsOnce(1)},
+		{"EveryWriteCommitsOnce/cap=256", everyWriteCommitsOnce(256)},
+		{"BatchesNeverExceedTheCap", batchesNeverExceedTheCap},
+		{"OffsetOnlyCommit", offsetOnlyCommit},
+		{"OffsetCommitsRideWithoutUsingTheCap", offsetCommitsRide},
+		{"FirstWriteCommitsTheSeededOffset", firstWriteCommitsSeededOffset},
+		{"CommittedOffsetNeverLeadsItsWrites", committedOffsetNeverLeads},
+		{"MissingIdentityFailsLoudly", missingIdentityFailsLoudly},
+		{"IdentityIsReadLivePerTransaction", identityReadLive},
+		{"CommitFailureReachesEveryWaiter", commitFailureReachesEveryWaiter},
+		{"RecoveryDrainsToTheHighWatermark", recoveryDrainsToHighWatermark},
+		{"StalledRecovery/OpenTransaction", stalledOpenTransaction},
+		{"StalledRecovery/Truncation", stalledTruncation},
+		{"StalledRecovery/Undetermined", stalledUndetermined},
+		{"SlowProgressingRecoveryOutlivesTheDeadline", slowProgressingRecovery},
+		{"StaleOwner/WriteFencedNewerSurvives", staleOwnerFenced},
+		{"StaleOwner/GenerationAloneFences", generationAloneFences},
+		{"StaleOwner/FirstWriteGatedBySeededOffset", staleFirstWriteGated},
+		{"StaleOwner/OffsetOnlyCommitRejected", staleOffsetOnlyRejected},
+		{"TakeoverAbortsCrashedOwnerTransaction", takeoverAborts},
+		{"ConcurrentDistinctKeysAllDurable", concurrentDistinctKeys},
+		{"Issue732/Plain/StaleFlushCorrupts", issue732(store.Plain)},
+		{"Issue732/Transactional/NewerSnapshotSurvives", issue732(store.Transactional)},
+		{"TombstoneKeepsItsOffset", tombstoneKeepsOffset},
+		{"CorruptRecordNamesPartitionAndOffset", corruptRecord},
+		{"OversizeSnapshotNamesKey", oversizeSnapshot},
+		{"ReservedKeyRefused", reservedKey},
+		{"ClosedPartitionRefusesWrites", closedPartition},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { h.Run(t, c.body) })
+	}
+}
+
+func input(w World, p int32) store.TopicPartition {
+	return store.TopicPartition{Topic: w.InputTopic(), Partition: p}
+}
+
+var transactional = BackendConfig{Mode: store.Transactional}
+
+// 1. Every queued write commits exactly once with its offset; no
+// transaction exceeds the cap.
+func everyWriteCommitsOnce(limit int) func(t *testing.T, w World) {
+	return func(t *testing.T, w World) {
+		m := w.Join(t)
+		in := input(w, 0)
+		o := acquire(t, w, BackendConfig{Mode: store.Transactional, MaxWritesPerTransaction: limit}, in, 0, m.Identity())
+		const n = 300
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() { errs[i] = o.Write(context.Background(), snap(fmt.Sprintf("k%03d", i), "v", int64(i))) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			mustNil(t, fmt.Sprintf("write k%03d", i), err)
+		}
+		got := w.ReadSnapshots(t, in)
+		if len(got) != n {
+			t.Fatalf("read back %d snapshots, want %d exactly once each", len(got), n)
+		}
+		seen := map[string]bool{}
+		for _, s := range got {
+			var i int64
+			if _, err := fmt.Sscanf(string(s.Key), "k%03d", &i); err != nil || s.Offset != i || seen[string(s.Key)] {
+				t.Fatalf("snapshot %s@%d: wrong offset or duplicate", s.Key, s.Offset)
+			}
+			seen[string(s.Key)] = true
+		}
+		total := 0
+		for _, e := range o.rec.committed() {
+			if len(e.Writes) > limit {
+				t.Fatalf("a transaction carried %d writes, cap %d", len(e.Writes), limit)
+			}
+			total += len(e.Writes)
+		}
+		if total != n {
+			t.Fatalf("transactions carried %d writes, want %d", total, n)
+		}
+	}
+}
+
+// 1. With a transaction in flight, queued writes form batches of at most
+// the cap, in queue order.
+func batchesNeverExceedTheCap(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, BackendConfig{Mode: store.Transactional, MaxWritesPerTransaction: 3}, in, 0, m.Identity())
+	entered, release := o.id.holdNext()
+	first := writeAsync(o, snap("k0", "v", 0))
+	<-entered // k0's transaction is in flight, holding the partition
+	var rest []<-chan error
+	for i := 1; i <= 7; i++ {
+		rest = append(rest, writeAsync(o, snap(fmt.Sprintf("k%d", i), "v", int64(i))))
+		w.Settle() // queued in this order
+	}
+	release()
+	mustNil(t, "k0", <-first)
+	for i, ch := range rest {
+		mustNil(t, fmt.Sprintf("k%d", i+1), <-ch)
+	}
+	var sizes []int
+	for _, e := range o.rec.committed() {
+		sizes = append(sizes, len(e.Writes))
+	}
+	if fmt.Sprint(sizes) != "[1 3 3 1]" {
+		t.Fatalf("writes per transaction = %v, want [1 3 3 1]: the queued 7 drained in batches of the cap 3", sizes)
+	}
+}
+
+// 2. An offset-only commit is a transaction with no writes that really
+// commits; recovery does not see anything of it.
+func offsetOnlyCommit(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	o.SetCommittable(10)
+	mustNil(t, "commit", o.Commit(context.Background()))
+	if off, ok := w.CommittedOffset(t, in); !ok || off != 10 {
+		t.Fatalf("group committed offset = %d (%t), want 10", off, ok)
+	}
+	if got := o.CommittedOffset(); got != 10 {
+		t.Fatalf("CommittedOffset() = %d, want 10", got)
+	}
+	txs := o.rec.committed()
+	if len(txs) != 1 || len(txs[0].Writes) != 0 || !txs[0].OffsetAdvanced || txs[0].Offset != 10 {
+		t.Fatalf("transactions = %+v, want one offset-only transaction committing 10", txs)
+	}
+	if got := w.ReadSnapshots(t, in); len(got) != 0 {
+		t.Fatalf("snapshots after an offset-only commit = %s, want none", describe(got))
+	}
+	r := collect(o.Recover(context.Background()))
+	mustNil(t, "recover", r.err)
+	if len(r.snaps) != 0 {
+		t.Fatalf("recovered %s after an offset-only commit, want nothing", describe(r.snaps))
+	}
+}
+
+// 2. Commits queued among writes ride in their transactions without
+// using the cap.
+func offsetCommitsRide(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, BackendConfig{Mode: store.Transactional, MaxWritesPerTransaction: 2}, in, 0, m.Identity())
+	entered, release := o.id.holdNext()
+	first := writeAsync(o, snap("k0", "v", 0))
+	<-entered
+	w1 := writeAsync(o, snap("k1", "v", 1))
+	w.Settle()
+	w2 := writeAsync(o, snap("k2", "v", 2))
+	w.Settle()
+	o.SetCommittable(3)
+	c := commitAsync(o)
+	w.Settle()
+	w3 := writeAsync(o, snap("k3", "v", 3))
+	w.Settle()
+	release()
+	for i, ch := range []<-chan error{first, w1, w2, c, w3} {
+		mustNil(t, fmt.Sprintf("step %d", i), <-ch)
+	}
+	var shape []string
+	for _, e := range o.rec.committed() {
+		shape = append(shape, fmt.Sprintf("%dw@%d/%t", len(e.Writes), e.Offset, e.OffsetAdvanced))
+	}
+	want := "[1w@0/false 2w@3/true 1w@3/false]"
+	if fmt.Sprint(shape) != want {
+		t.Fatalf("transactions = %v, want %s: the commit rides with k1,k2 at cap 2", shape, want)
+	}
+	if off, _ := w.CommittedOffset(t, in); off != 3 {
+		t.Fatalf("committed offset = %d, want 3", off)
+	}
+}
+
+// 3. The first write carries the seeded assigned offset; a write never
+// advances it.
+func firstWriteCommitsSeededOffset(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 42, m.Identity())
+	o.SetCommittable(100) // staged, not committed
+	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 99)))
+	if off, ok := w.CommittedOffset(t, in); !ok || off != 42 {
+		t.Fatalf("committed offset after the first write = %d (%t), want the seeded 42", off, ok)
+	}
+	mustNil(t, "commit", o.Commit(context.Background()))
+	if off, _ := w.CommittedOffset(t, in); off != 100 {
+		t.Fatalf("committed offset after Commit = %d, want 100", off)
+	}
+}
+
+// 3. A commit queued after writes is committed with them or after them,
+// never before.
+func committedOffsetNeverLeads(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, BackendConfig{Mode: store.Transactional, MaxWritesPerTransaction: 1}, in, 0, m.Identity())
+	entered, release := o.id.holdNext()
+	first := writeAsync(o, snap("a", "v", 0))
+	<-entered
+	var ws []<-chan error
+	for i := 1; i <= 3; i++ {
+		ws = append(ws, writeAsync(o, snap(fmt.Sprintf("k%d", i), "v", int64(i))))
+		w.Settle()
+	}
+	o.SetCommittable(4)
+	c := commitAsync(o)
+	w.Settle()
+	release()
+	mustNil(t, "first", <-first)
+	for _, ch := range ws {
+		mustNil(t, "write", <-ch)
+	}
+	mustNil(t, "commit", <-c)
+	advancedAt := -1
+	lastWrite := -1
+	for i, e := range o.rec.committed() {
+		if e.OffsetAdvanced && e.Offset == 4 && advancedAt < 0 {
+			advancedAt = i
+		}
+		for _, s := range e.Writes {
+			if s.Offset < 4 {
+				lastWrite = i
+			}
+		}
+	}
+	if advancedAt < lastWrite {
+		t.Fatalf("offset 4 committed in transaction %d, before the write it covers in transaction %d", advancedAt, lastWrite)
+	}
+}
+
+// 4. A missing group identity is refused; nothing is committed or written.
+func missingIdentityFailsLoudly(t *testing.T, w World) {
+	in := input(w, 0)
+	m := w.Join(t)
+	joined := m.Identity()
+	for _, id := range []store.GroupIdentity{
+		{Group: joined.Group, MemberID: "", Generation: -1},
+		{Group: joined.Group, MemberID: "", Generation: joined.Generation},
+		{Group: joined.Group, MemberID: joined.MemberID, Generation: 0},
+		{Group: joined.Group, MemberID: joined.MemberID, Generation: -1},
+	} {
+		o := acquire(t, w, transactional, in, 5, id)
+		err := o.Write(context.Background(), snap("k", "v", 1))
+		var mi *store.MissingIdentityError
+		if !errors.Is(err, store.ErrMissingIdentity) || !errors.As(err, &mi) || mi.Input != in {
+			t.Fatalf("write with %v: err = %v, want a MissingIdentityError naming %s", id, err, in)
+		}
+		o.SetCommittable(7)
+		if err := o.Commit(context.Background()); !errors.Is(err, store.ErrMissingIdentity) {
+			t.Fatalf("commit with %v: err = %v, want ErrMissingIdentity", id, err)
+		}
+		plain := acquire(t, w, BackendConfig{Mode: store.Plain}, in, 5, id)
+		plain.SetCommittable(7)
+		if err := plain.Commit(context.Background()); !errors.Is(err, store.ErrMissingIdentity) {
+			t.Fatalf("plain commit with %v: err = %v, want ErrMissingIdentity", id, err)
+		}
+	}
+	if off, ok := w.CommittedOffset(t, in); ok {
+		t.Fatalf("an offset %d was committed without a valid identity", off)
+	}
+	if got := w.ReadSnapshots(t, in); len(got) != 0 {
+		t.Fatalf("snapshots written without a valid identity: %s", describe(got))
+	}
+}
+
+// 5. The identity is read for every transaction, never cached.
+func identityReadLive(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	mustNil(t, "first write", o.Write(context.Background(), snap("k", "v1", 1)))
+	w.Rebalance(t)
+	o.id.publish(m.Identity()) // as the engine does after the poll
+	mustNil(t, "second write", o.Write(context.Background(), snap("k", "v2", 2)))
+	txs := o.rec.committed()
+	if len(txs) != 2 || txs[0].Identity.Generation != 1 || txs[1].Identity.Generation != 2 {
+		t.Fatalf("generations of the transactions = %+v, want 1 then 2", txs)
+	}
+}
+
+// 6. A failed commit aborts the transaction and reaches every waiter.
+func commitFailureReachesEveryWaiter(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	entered, release := o.id.holdNext()
+	first := writeAsync(o, snap("k0", "v", 0))
+	<-entered
+	a := writeAsync(o, snap("k1", "v", 1))
+	w.Settle()
+	b := writeAsync(o, snap("k2", "v", 2))
+	w.Settle()
+	w.Rebalance(t) // the published identity is now a generation behind
+	release()
+	for i, ch := range []<-chan error{first, a, b} {
+		if err := <-ch; !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("waiter %d: err = %v, want ErrFenced", i, err)
+		}
+	}
+	if got := w.ReadSnapshots(t, in); len(got) != 0 {
+		t.Fatalf("aborted writes are visible: %s", describe(got))
+	}
+	if lso, hw := w.StableOffsets(t, in); lso != hw {
+		t.Fatalf("a transaction is left open: last stable %d, high watermark %d", lso, hw)
+	}
+}
+
+// 7. Recovery reads to the high watermark captured at its start: a
+// committed snapshot above a foreign open transaction is returned once
+// that transaction resolves.
+func recoveryDrainsToHighWatermark(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
+	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot(snap("foreign", "x", 2)))
+	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
+	lso, hw := w.StableOffsets(t, in)
+	if lso >= hw {
+		t.Fatalf("the foreign transaction does not pin the LSO (lso %d, hw %d)", lso, hw)
+	}
+	res := recoverAsync(o)
+	w.Settle()
+	if r, done := ready(res); done {
+		t.Fatalf("recovery finished behind an open transaction with %s (err %v): it read to the LSO, not the high watermark", describe(r.snaps), r.err)
+	}
+	end(false)
+	r := <-res
+	mustNil(t, "recover", r.err)
+	got := latest(r.snaps)
+	if len(got) != 2 || string(got["a"].Value) != "1" || string(got["b"].Value) != "2" {
+		t.Fatalf("recovered %s, want a=1 and b=2", describe(r.snaps))
+	}
+}
+
+func stallConfig() BackendConfig {
+	return BackendConfig{Mode: store.Transactional, RecoveryStallTimeout: 3 * time.Minute}
+}
+
+// 8. A read pinned by a transaction that never resolves fails at the
+// deadline with the open-transaction diagnosis.
+func stalledOpenTransaction(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, stallConfig(), in, 0, m.Identity())
+	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
+	w.ForeignTransaction(t, in, true, store.EncodeSnapshot(snap("foreign", "x", 2)))
+	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
+	pin, hw := w.StableOffsets(t, in)
+	res := recoverAsync(o)
+	w.Settle()
+	w.Advance(3*time.Minute - time.Second)
+	if r, done := ready(res); done {
+		t.Fatalf("recovery ended before the deadline: %v", r.err)
+	}
+	w.Advance(2 * time.Second)
+	r := <-res
+	var se *store.RecoveryStalledError
+	if !errors.As(r.err, &se) || !errors.Is(r.err, store.ErrRecoveryStalled) {
+		t.Fatalf("err = %v, want a RecoveryStalledError", r.err)
+	}
+	if se.Cause != store.StallOpenTransaction || se.Position != pin || se.Target != hw || se.LogEnd < hw {
+		t.Fatalf("stall = %+v, want open transaction at position %d, target %d", se, pin, hw)
+	}
+	if se.Stalled < 3*time.Minute {
+		t.Fatalf("stalled for %s, below the 3m deadline", se.Stalled)
+	}
+}
+
+// 8. A log end regressed below the captured target is diagnosed as
+// truncation.
+func stalledTruncation(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, stallConfig(), in, 0, m.Identity())
+	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
+	w.ForeignTransaction(t, in, true, store.EncodeSnapshot(snap("foreign", "x", 2)))
+	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
+	pin, hw := w.StableOffsets(t, in)
+	res := recoverAsync(o)
+	w.Settle()
+	w.Truncate(t, in, pin) // the pinned tail is lost
+	w.Advance(3*time.Minute + time.Second)
+	r := <-res
+	var se *store.RecoveryStalledError
+	if !errors.As(r.err, &se) {
+		t.Fatalf("err = %v, want a RecoveryStalledError", r.err)
+	}
+	if se.Cause != store.StallTruncation || se.Target != hw || se.LogEnd != pin {
+		t.Fatalf("stall = %+v, want truncation: log end %d below target %d", se, pin, hw)
+	}
+}
+
+// 8. When the diagnosis cannot re-read the log end, the cause is
+// undetermined and the read error is kept.
+func stalledUndetermined(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, stallConfig(), in, 0, m.Identity())
+	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
+	w.ForeignTransaction(t, in, true, store.EncodeSnapshot(snap("foreign", "x", 2)))
+	res := recoverAsync(o)
+	w.Settle()
+	broken := errors.New("list offsets: broker unreachable")
+	w.FailLogEndReads(t, broken)
+	w.Advance(3*time.Minute + time.Second)
+	r := <-res
+	var se *store.RecoveryStalledError
+	if !errors.As(r.err, &se) || se.Cause != store.StallUndetermined || !errors.Is(r.err, broken) || se.LogEnd != -1 {
+		t.Fatalf("err = %v, want an undetermined stall wrapping the re-read failure", r.err)
+	}
+}
+
+// 8. A read that keeps advancing outlives the deadline, however long it
+// takes in total.
+func slowProgressingRecovery(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, stallConfig(), in, 0, m.Identity())
+	for i := range 10 {
+		mustNil(t, "write", o.Write(context.Background(), snap(fmt.Sprintf("k%d", i), "v", int64(i))))
+	}
+	w.SlowFetches(t, time.Minute) // one record a minute
+	start := w.Now()
+	res := recoverAsync(o)
+	var r recovered
+	for {
+		w.Settle()
+		var done bool
+		if r, done = ready(res); done {
+			break
+		}
+		w.Advance(30 * time.Second)
+	}
+	mustNil(t, "slow recovery", r.err)
+	if len(r.snaps) != 10 {
+		t.Fatalf("recovered %d snapshots, want 10", len(r.snaps))
+	}
+	if took := w.Now().Sub(start); took <= 3*time.Minute {
+		t.Fatalf("the slow read took %s; the test needs it to outlast the 3m deadline", took)
+	}
+}
+
+// staleSetup: member A owns input 0 and its published identity freezes
+// (a GC pause); the group moves on. It returns the stale owner.
+func staleSetup(t *testing.T, w World, cfg BackendConfig, assigned int64) (stale *owner, a Member) {
+	a = w.Join(t)
+	stale = acquire(t, w, cfg, input(w, 0), assigned, a.Identity())
+	return stale, a
+}
+
+// 9. A stale owner's write is fenced and the new owner's snapshot
+// survives.
+func staleOwnerFenced(t *testing.T, w World) {
+	in := input(w, 0)
+	stale, _ := staleSetup(t, w, transactional, 0)
+	mustNil(t, "stale owner's first write", stale.Write(context.Background(), snap("k", "old", 1)))
+	b := w.Join(t) // rebalance: the partition moves to b
+	fresh := acquire(t, w, transactional, in, 0, b.Identity())
+	r := collect(fresh.Recover(context.Background()))
+	mustNil(t, "recover", r.err)
+	mustNil(t, "new owner's write", fresh.Write(context.Background(), snap("k", "new", 5)))
+	err := stale.Write(context.Background(), snap("k", "stale", 3))
+	var fe *store.FencedError
+	if !errors.Is(err, store.ErrFenced) || !errors.As(err, &fe) || fe.Input != in {
+		t.Fatalf("stale write: err = %v, want a FencedError naming %s", err, in)
+	}
+	got := latest(w.ReadSnapshots(t, in))
+	if string(got["k"].Value) != "new" {
+		t.Fatalf("k = %q after the stale write, want the new owner's %q", got["k"].Value, "new")
+	}
+}
+
+// 9. With the producer not yet fenced (no takeover), the generation alone
+// rejects the stale owner: ILLEGAL_GENERATION.
+func generationAloneFences(t *testing.T, w World) {
+	in := input(w, 0)
+	stale, a := staleSetup(t, w, transactional, 0)
+	w.Rebalance(t)
+	err := stale.Write(context.Background(), snap("k", "stale", 3))
+	if !errors.Is(err, store.ErrFenced) || !errors.Is(err, kerr.IllegalGeneration) {
+		t.Fatalf("err = %v, want ErrFenced for ILLEGAL_GENERATION", err)
+	}
+	if got := w.ReadSnapshots(t, in); len(got) != 0 {
+		t.Fatalf("the fenced write is visible: %s", describe(got))
+	}
+	// The same partition with its identity refreshed commits again: the
+	// fence was the generation, not the producer.
+	stale.id.publish(a.Identity())
+	mustNil(t, "write with the refreshed identity", stale.Write(context.Background(), snap("k", "fresh", 4)))
+}
+
+// 9. A stale owner's very first write, before any Commit, is gated by the
+// seeded offset.
+func staleFirstWriteGated(t *testing.T, w World) {
+	in := input(w, 0)
+	stale, _ := staleSetup(t, w, transactional, 7)
+	w.Rebalance(t)
+	if err := stale.Write(context.Background(), snap("k", "stale", 9)); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("first write: err = %v, want ErrFenced", err)
+	}
+	if off, ok := w.CommittedOffset(t, in); ok {
+		t.Fatalf("offset %d committed by a stale first write", off)
+	}
+	if got := w.ReadSnapshots(t, in); len(got) != 0 {
+		t.Fatalf("the stale first write is visible: %s", describe(got))
+	}
+}
+
+// 9. A stale offset-only commit is rejected and leaves nothing behind.
+func staleOffsetOnlyRejected(t *testing.T, w World) {
+	in := input(w, 0)
+	stale, _ := staleSetup(t, w, transactional, 0)
+	w.Rebalance(t)
+	stale.SetCommittable(9)
+	if err := stale.Commit(context.Background()); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("stale commit: err = %v, want ErrFenced", err)
+	}
+	if off, ok := w.CommittedOffset(t, in); ok {
+		t.Fatalf("stale commit landed: offset %d", off)
+	}
+	if got := stale.CommittedOffset(); got != 0 {
+		t.Fatalf("CommittedOffset() = %d after a rejected commit, want 0", got)
+	}
+	if lso, hw := w.StableOffsets(t, in); lso != hw {
+		t.Fatalf("the rejected commit left a transaction open: lso %d hw %d", lso, hw)
+	}
+	if got := w.ReadSnapshots(t, in); len(got) != 0 {
+		t.Fatalf("the rejected commit wrote %s", describe(got))
+	}
+}
+
+// 10. Acquisition aborts the crashed owner's unfinished transaction, so
+// recovery does not wait for its timeout.
+func takeoverAborts(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	first := acquire(t, w, transactional, in, 0, m.Identity())
+	mustNil(t, "write", first.Write(context.Background(), snap("k", "committed", 1)))
+	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot(snap("k", "unfinished", 2)))
+	if lso, hw := w.StableOffsets(t, in); lso >= hw {
+		t.Fatalf("the crashed owner's transaction is not open (lso %d, hw %d)", lso, hw)
+	}
+	next := acquire(t, w, transactional, in, 0, m.Identity())
+	if lso, hw := w.StableOffsets(t, in); lso != hw {
+		t.Fatalf("after acquisition lso %d != hw %d: the takeover did not abort", lso, hw)
+	}
+	start := w.Now()
+	r := collect(next.Recover(context.Background()))
+	mustNil(t, "recover", r.err)
+	if got := latest(r.snaps); string(got["k"].Value) != "committed" {
+		t.Fatalf("recovered %s, want k=committed", describe(r.snaps))
+	}
+	if waited := w.Now().Sub(start); waited > 0 {
+		t.Fatalf("recovery waited %s after the takeover", waited)
+	}
+}
+
+// 11. Concurrent writes of distinct keys are all durable and read back.
+func concurrentDistinctKeys(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 1)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			errs <- o.Write(context.Background(), snap(fmt.Sprintf("key-%d", i), fmt.Sprintf("value-%d", i), int64(i)))
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		mustNil(t, "write", err)
+	}
+	r := collect(o.Recover(context.Background()))
+	mustNil(t, "recover", r.err)
+	got := latest(r.snaps)
+	for i := range n {
+		if s := got[fmt.Sprintf("key-%d", i)]; string(s.Value) != fmt.Sprintf("value-%d", i) || s.Offset != int64(i) {
+			t.Fatalf("key-%d recovered as %q@%d", i, s.Value, s.Offset)
+		}
+	}
+}
+
+// 12. kafka-flow#732: the old owner flushes on revoke after the new owner
+// flushed. Plain: the stale value wins (the corruption); Transactional: the
+// new owner's value survives.
+func issue732(mode store.Mode) func(t *testing.T, w World) {
+	return func(t *testing.T, w World) {
+		cfg := BackendConfig{Mode: mode}
+		in := input(w, 0)
+		a := w.Join(t)
+		old := acquire(t, w, cfg, in, 0, a.Identity())
+		mustNil(t, "old owner folds events 0..9", old.Write(context.Background(), snap("k", "sum(0..9)", 9)))
+		old.SetCommittable(10)
+		mustNil(t, "old owner commits 10", old.Commit(context.Background()))
+
+		// a pauses; b joins and takes the partition.
+		b := w.Join(t)
+		fresh := acquire(t, w, cfg, in, 10, b.Identity())
+		r := collect(fresh.Recover(context.Background()))
+		mustNil(t, "new owner recovers", r.err)
+		mustNil(t, "new owner folds events 10..19", fresh.Write(context.Background(), snap("k", "sum(0..19)", 19)))
+		fresh.SetCommittable(20)
+		mustNil(t, "new owner commits 20", fresh.Commit(context.Background()))
+
+		// a wakes and flushes what it had folded during its pause.
+		staleErr := old.Write(context.Background(), snap("k", "sum(0..14)", 14))
+
+		next := acquire(t, w, cfg, in, 20, b.Identity())
+		r = collect(next.Recover(context.Background()))
+		mustNil(t, "next recovery", r.err)
+		got := latest(r.snaps)["k"]
+		committed, _ := w.CommittedOffset(t, in)
+		switch mode {
+		case store.Plain:
+			if staleErr != nil {
+				t.Fatalf("plain stale write failed (%v); the baseline has no fence", staleErr)
+			}
+			if string(got.Value) != "sum(0..14)" || committed != 20 {
+				t.Fatalf("plain: recovered %q with committed offset %d; want the corruption: stale sum(0..14) resumed at 20",
+					got.Value, committed)
+			}
+		case store.Transactional:
+			if !errors.Is(staleErr, store.ErrFenced) {
+				t.Fatalf("transactional stale write: err = %v, want ErrFenced", staleErr)
+			}
+			if string(got.Value) != "sum(0..19)" || committed != 20 {
+				t.Fatalf("transactional: recovered %q with committed %d, want sum(0..19) at 20", got.Value, committed)
+			}
+		}
+	}
+}
+
+// A tombstone is recovered with its offset.
+func tombstoneKeepsOffset(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 3)))
+	mustNil(t, "delete", o.Write(context.Background(), store.Snapshot{Key: []byte("k"), Offset: 8, Tombstone: true}))
+	r := collect(o.Recover(context.Background()))
+	mustNil(t, "recover", r.err)
+	if got := latest(r.snaps)["k"]; !got.Tombstone || got.Offset != 8 || got.Value != nil {
+		t.Fatalf("k recovered as %s, want a tombstone at offset 8", describe([]store.Snapshot{got}))
+	}
+}
+
+// A record snapfence did not write fails recovery with its partition and
+// offset.
+func corruptRecord(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 3)))
+	_, before := w.StableOffsets(t, in)
+	w.ProduceForeign(t, in, store.WireRecord{Key: []byte("intruder"), Value: []byte("{}")})
+	r := collect(o.Recover(context.Background()))
+	var ce *store.CorruptRecordError
+	if !errors.As(r.err, &ce) || !errors.Is(r.err, store.ErrCorruptRecord) {
+		t.Fatalf("err = %v, want a CorruptRecordError", r.err)
+	}
+	if ce.Offset != before || ce.Snapshots.Partition != in.Partition {
+		t.Fatalf("corrupt record named at %s offset %d, want partition %d offset %d", ce.Snapshots, ce.Offset, in.Partition, before)
+	}
+}
+
+// An oversize snapshot is refused with its key, size and the limit.
+func oversizeSnapshot(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	big := make([]byte, store.DefaultMaxValueBytes+1)
+	err := o.Write(context.Background(), store.Snapshot{Key: []byte("huge"), Value: big, Offset: 1})
+	var te *store.ValueTooLargeError
+	if !errors.As(err, &te) || string(te.Key) != "huge" || te.Limit != store.DefaultMaxValueBytes || te.Size <= te.Limit {
+		t.Fatalf("err = %v, want a ValueTooLargeError naming key huge", err)
+	}
+	mustNil(t, "a normal write after", o.Write(context.Background(), snap("k", "v", 2)))
+}
+
+func reservedKey(t *testing.T, w World) {
+	m := w.Join(t)
+	o := acquire(t, w, transactional, input(w, 0), 0, m.Identity())
+	err := o.Write(context.Background(), store.Snapshot{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 1})
+	if !errors.Is(err, store.ErrReservedKey) {
+		t.Fatalf("err = %v, want ErrReservedKey", err)
+	}
+}
+
+func closedPartition(t *testing.T, w World) {
+	m := w.Join(t)
+	o := acquire(t, w, transactional, input(w, 0), 0, m.Identity())
+	mustNil(t, "close", o.Close())
+	if err := o.Write(context.Background(), snap("k", "v", 1)); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("write after close: err = %v, want ErrClosed", err)
+	}
+}
