@@ -617,6 +617,7 @@ func issue732(mode store.Mode) func(t *testing.T, w World) {
 		mustNil(t, "old owner folds events 0..9", old.Write(context.Background(), snap("k", "sum(0..9)", 9)))
 		old.SetCommittable(10)
 		mustNil(t, "old owner commits 10", old.Commit(context.Background()))
+		t.Logf("%s: member A owns %s, folds events 0..9 into k, writes it and commits offset 10", mode, in)
 
 		// a pauses; b joins and takes the partition.
 		b := w.Join(t)
@@ -626,15 +627,18 @@ func issue732(mode store.Mode) func(t *testing.T, w World) {
 		mustNil(t, "new owner folds events 10..19", fresh.Write(context.Background(), snap("k", "sum(0..19)", 19)))
 		fresh.SetCommittable(20)
 		mustNil(t, "new owner commits 20", fresh.Commit(context.Background()))
+		t.Logf("%s: A pauses; B joins, takes %s, recovers, folds 10..19, writes k=sum(0..19) and commits 20", mode, in)
 
 		// a wakes and flushes what it had folded during its pause.
 		staleErr := old.Write(context.Background(), snap("k", "sum(0..14)", 14))
+		t.Logf("%s: A wakes and flushes k=sum(0..14) on revoke: err=%v", mode, staleErr)
 
 		next := acquire(t, w, cfg, in, 20, b.Identity())
 		r = collect(next.Recover(context.Background()))
 		mustNil(t, "next recovery", r.err)
 		got := latest(r.snaps)["k"]
 		committed, _ := w.CommittedOffset(t, in)
+		t.Logf("%s: the next owner recovers k=%s and resumes at committed offset %d", mode, got.Value, committed)
 		switch mode {
 		case store.Plain:
 			if staleErr != nil {

@@ -1,0 +1,262 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// fakeTxns records batches and can hold a transaction in flight.
+type fakeTxns struct {
+	mu      sync.Mutex
+	batches []Batch
+	hold    chan struct{}
+	entered chan struct{}
+	fail    error
+}
+
+func (f *fakeTxns) exec(ctx context.Context, b Batch) (store.GroupIdentity, error) {
+	f.mu.Lock()
+	hold, entered := f.hold, f.entered
+	f.hold = nil
+	f.batches = append(f.batches, b)
+	f.mu.Unlock()
+	if hold != nil {
+		entered <- struct{}{}
+		<-hold
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return store.GroupIdentity{Group: "g", MemberID: "m", Generation: 1}, f.fail
+}
+
+func (f *fakeTxns) holdNext() (<-chan struct{}, func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	hold := make(chan struct{})
+	f.hold, f.entered = hold, make(chan struct{}, 1)
+	return f.entered, func() { close(hold) }
+}
+
+func (f *fakeTxns) shape() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, b := range f.batches {
+		s := ""
+		for _, w := range b.Writes {
+			s += string(w.Key)
+		}
+		if b.Advances {
+			s += fmt.Sprintf("+commit@%d", b.Offset)
+		} else {
+			s += fmt.Sprintf("@%d", b.Offset)
+		}
+		out = append(out, s)
+	}
+	return fmt.Sprint(out)
+}
+
+var tp = store.TopicPartition{Topic: "in", Partition: 0}
+
+func write(c *Committer, key string, off int64) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- c.Write(context.Background(), store.Snapshot{Key: []byte(key), Value: []byte("v"), Offset: off}) }()
+	return ch
+}
+
+func commit(c *Committer) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- c.Commit(context.Background()) }()
+	return ch
+}
+
+func TestLoneWriteCommitsAtOnceWithSeededOffset(t *testing.T) {
+	f := &fakeTxns{}
+	c := New(context.Background(), Config{Input: tp, AssignedOffset: 17}, f.exec)
+	if err := c.Write(context.Background(), store.Snapshot{Key: []byte("a"), Value: []byte("v"), Offset: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.shape(); got != "[a@17]" {
+		t.Fatalf("batches = %s, want [a@17]", got)
+	}
+}
+
+// The script: a is in flight; b c d, a commit of 5, then e queue; cap 2.
+// Batches: [a] [b c] [d +commit@5 e]: the commit queued after the cap was
+// reached waits for the next batch, and rides in it without using the cap.
+func TestQueuedWritesDrainInCappedFIFOBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTxns{}
+		c := New(context.Background(), Config{Input: tp, MaxWrites: 2}, f.exec)
+		entered, release := f.holdNext()
+		results := []<-chan error{write(c, "a", 0)}
+		<-entered
+		for i, k := range []string{"b", "c", "d"} {
+			results = append(results, write(c, k, int64(i+1)))
+			synctest.Wait()
+		}
+		c.SetCommittable(5)
+		results = append(results, commit(c))
+		synctest.Wait()
+		results = append(results, write(c, "e", 4))
+		synctest.Wait()
+		release()
+		for _, r := range results {
+			if err := <-r; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, want := f.shape(), "[a@0 bc@0 de+commit@5]"; got != want {
+			t.Fatalf("batches = %s, want %s", got, want)
+		}
+		if c.Committed() != 5 {
+			t.Fatalf("committed = %d, want 5", c.Committed())
+		}
+	})
+}
+
+func TestFailureReachesEveryWaiterOfTheBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTxns{}
+		c := New(context.Background(), Config{Input: tp}, f.exec)
+		entered, release := f.holdNext()
+		first := write(c, "a", 0)
+		<-entered
+		b, d := write(c, "b", 1), write(c, "d", 2)
+		c.SetCommittable(3)
+		cm := commit(c)
+		synctest.Wait()
+		boom := errors.New("boom")
+		f.mu.Lock()
+		f.fail = boom
+		f.mu.Unlock()
+		release()
+		for _, r := range []<-chan error{first, b, d, cm} {
+			if err := <-r; !errors.Is(err, boom) {
+				t.Fatalf("err = %v, want boom", err)
+			}
+		}
+		if c.Committed() != 0 {
+			t.Fatalf("a failed commit advanced the committed offset to %d", c.Committed())
+		}
+	})
+}
+
+func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTxns{}
+		c := New(context.Background(), Config{Input: tp}, f.exec)
+		entered, release := f.holdNext()
+		first := write(c, "a", 0)
+		<-entered
+		ctx, cancel := context.WithCancel(context.Background())
+		gone := make(chan error, 1)
+		go func() { gone <- c.Write(ctx, store.Snapshot{Key: []byte("x"), Value: []byte("v")}) }()
+		synctest.Wait()
+		later := write(c, "b", 1)
+		synctest.Wait()
+		cancel()
+		if err := <-gone; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled write: %v", err)
+		}
+		release()
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-later; err != nil {
+			t.Fatal(err)
+		}
+		if got := f.shape(); got != "[a@0 b@0]" {
+			t.Fatalf("batches = %s: the cancelled write must not be committed", got)
+		}
+	})
+}
+
+func TestCancelledHeadPassesTheTransactionOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTxns{}
+		c := New(context.Background(), Config{Input: tp}, f.exec)
+		// Hand the transaction to a waiter and cancel it before it runs:
+		// the next one must still be served.
+		entered, release := f.holdNext()
+		first := write(c, "a", 0)
+		<-entered
+		ctx, cancel := context.WithCancel(context.Background())
+		head := make(chan error, 1)
+		go func() { head <- c.Write(ctx, store.Snapshot{Key: []byte("x"), Value: []byte("v")}) }()
+		synctest.Wait()
+		next := write(c, "b", 1)
+		synctest.Wait()
+		cancel()
+		<-head
+		release()
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-next; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestCloseFailsQueuedAndWaitsForInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTxns{}
+		c := New(context.Background(), Config{Input: tp}, f.exec)
+		entered, release := f.holdNext()
+		first := write(c, "a", 0)
+		<-entered
+		queued := write(c, "b", 1)
+		synctest.Wait()
+		closed := make(chan struct{})
+		go func() { c.Close(); close(closed) }()
+		if err := <-queued; !errors.Is(err, store.ErrClosed) {
+			t.Fatalf("queued write after Close: %v, want ErrClosed", err)
+		}
+		synctest.Wait()
+		select {
+		case <-closed:
+			t.Fatal("Close returned with a transaction in flight")
+		default:
+		}
+		release()
+		<-closed
+		if err := <-first; err != nil {
+			t.Fatalf("in-flight write: %v", err)
+		}
+		if err := c.Write(context.Background(), store.Snapshot{Key: []byte("c")}); !errors.Is(err, store.ErrClosed) {
+			t.Fatalf("write after Close: %v", err)
+		}
+	})
+}
+
+func TestStagedOffsetNeverMovesBack(t *testing.T) {
+	f := &fakeTxns{}
+	c := New(context.Background(), Config{Input: tp, AssignedOffset: 10}, f.exec)
+	c.SetCommittable(5)
+	if err := c.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.shape(); got != "[+commit@10]" {
+		t.Fatalf("batches = %s, want the seeded 10 kept", got)
+	}
+}
+
+func TestWriteChecksBeforeQueueing(t *testing.T) {
+	f := &fakeTxns{}
+	c := New(context.Background(), Config{Input: tp, MaxValueBytes: 8}, f.exec)
+	err := c.Write(context.Background(), store.Snapshot{Key: []byte("key"), Value: []byte("123456"), Offset: 1})
+	var tl *store.ValueTooLargeError
+	if !errors.As(err, &tl) || tl.Size != 9 || tl.Limit != 8 || string(tl.Key) != "key" {
+		t.Fatalf("err = %v, want ValueTooLargeError{key, 9, 8}", err)
+	}
+	if f.shape() != "[]" {
+		t.Fatal("an oversize write reached a transaction")
+	}
+}

@@ -1,0 +1,105 @@
+package readloop
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// script is a Source that answers from a fixed list of polls.
+type script struct {
+	hw, lso int64
+	polls   []poll
+	now     time.Time
+}
+
+type poll struct {
+	recs []Fetched
+	next int64
+	took time.Duration
+}
+
+func (s *script) HighWatermark(context.Context) (int64, error) { return s.hw, nil }
+func (s *script) LastStable(context.Context) (int64, error)    { return s.lso, nil }
+func (s *script) Poll(_ context.Context, wait time.Duration) ([]Fetched, int64, error) {
+	p := s.polls[0]
+	if len(s.polls) > 1 {
+		s.polls = s.polls[1:]
+	}
+	s.now = s.now.Add(min(p.took, wait))
+	return p.recs, p.next, nil
+}
+
+func at(off int64, key string) Fetched {
+	return Fetched{Offset: off, Record: store.EncodeSnapshot(store.Snapshot{Key: []byte(key), Value: []byte("v"), Offset: off})}
+}
+
+func run(t *testing.T, s *script, stall time.Duration) (keys []string, logs string, err error) {
+	var buf bytes.Buffer
+	cfg := Config{
+		Snapshots: store.TopicPartition{Topic: "snaps", Partition: 0}, StallTimeout: stall, PollWait: time.Second,
+		Now: func() time.Time { return s.now }, Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+	}
+	for snap, err := range Read(context.Background(), cfg, s) {
+		if err != nil {
+			return keys, buf.String(), err
+		}
+		keys = append(keys, string(snap.Key))
+	}
+	return keys, buf.String(), nil
+}
+
+// A partition whose last entries are control markers never yields a record
+// at target-1: the read ends on the position, not on a record.
+func TestReadEndsOnThePositionOverTrailingMarkers(t *testing.T) {
+	s := &script{hw: 4, lso: 4, polls: []poll{{recs: []Fetched{at(0, "a"), at(2, "b")}, next: 4}}}
+	keys, _, err := run(t, s, time.Minute)
+	if err != nil || strings.Join(keys, ",") != "a,b" {
+		t.Fatalf("keys %v err %v", keys, err)
+	}
+}
+
+func TestRecordsAtOrAboveTheTargetAreNotYielded(t *testing.T) {
+	s := &script{hw: 2, lso: 2, polls: []poll{{recs: []Fetched{at(0, "a"), at(1, "b"), at(2, "late")}, next: 3}}}
+	keys, _, err := run(t, s, time.Minute)
+	if err != nil || strings.Join(keys, ",") != "a,b" {
+		t.Fatalf("keys %v err %v: a record written after the read started was yielded", keys, err)
+	}
+}
+
+func TestWarnsWhenTheTargetIsAboveTheLastStableOffset(t *testing.T) {
+	s := &script{hw: 3, lso: 1, polls: []poll{{recs: []Fetched{at(0, "a")}, next: 1}, {next: 3, took: 10 * time.Second}}}
+	_, logs, err := run(t, s, time.Minute)
+	if err != nil || !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "last_stable=1") || !strings.Contains(logs, "target=3") {
+		t.Fatalf("err %v, logs %q: want a warning naming target and last stable offset", err, logs)
+	}
+}
+
+func TestEveryAdvanceResetsTheDeadline(t *testing.T) {
+	var polls []poll
+	for i := range 10 {
+		polls = append(polls, poll{next: int64(i + 1), took: 50 * time.Second})
+	}
+	s := &script{hw: 10, lso: 10, polls: polls}
+	_, _, err := run(t, s, time.Minute)
+	if err != nil {
+		t.Fatalf("a read advancing every 50s failed under a 1m deadline: %v", err)
+	}
+}
+
+func TestNoDeadlineWhenStallTimeoutIsZero(t *testing.T) {
+	polls := []poll{}
+	for range 100 {
+		polls = append(polls, poll{next: -1, took: time.Hour})
+	}
+	polls = append(polls, poll{next: 1})
+	s := &script{hw: 1, lso: 1, polls: polls}
+	if _, _, err := run(t, s, 0); err != nil {
+		t.Fatalf("plain read failed: %v", err)
+	}
+}

@@ -1,0 +1,136 @@
+package store_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+var tp = store.TopicPartition{Topic: "orders-snapshots", Partition: 3}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	for _, s := range []store.Snapshot{
+		{Key: []byte("k"), Value: []byte("state"), Offset: 41},
+		{Key: []byte("k"), Value: []byte{}, Offset: 0},
+		{Key: []byte("k"), Offset: 77, Tombstone: true},
+	} {
+		got, kind, err := store.DecodeRecord(tp, 5, store.EncodeSnapshot(s))
+		if err != nil {
+			t.Fatalf("%+v: %v", s, err)
+		}
+		if kind == store.KindOffsetMarker || !bytes.Equal(got.Key, s.Key) || !bytes.Equal(got.Value, s.Value) ||
+			got.Offset != s.Offset || got.Tombstone != s.Tombstone || (s.Tombstone && got.Value != nil) {
+			t.Fatalf("round trip of %+v gave %+v (%c)", s, got, kind)
+		}
+	}
+}
+
+func TestOffsetMarkerDecodesAsMarker(t *testing.T) {
+	r := store.EncodeOffsetMarker(12, store.GroupIdentity{MemberID: "m", Generation: 3})
+	_, kind, err := store.DecodeRecord(tp, 9, r)
+	if err != nil || kind != store.KindOffsetMarker {
+		t.Fatalf("kind %c err %v, want an offset marker", kind, err)
+	}
+}
+
+func TestBadRecordsNamePartitionAndOffset(t *testing.T) {
+	good := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1})
+	with := func(name string, value []byte) store.WireRecord {
+		r := store.WireRecord{Key: good.Key, Value: good.Value}
+		for _, h := range good.Headers {
+			if h.Key == name {
+				if value == nil {
+					continue
+				}
+				h.Value = value
+			}
+			r.Headers = append(r.Headers, h)
+		}
+		return r
+	}
+	cases := map[string]struct {
+		rec  store.WireRecord
+		want string
+	}{
+		"foreign":            {store.WireRecord{Key: []byte("k"), Value: []byte("{}")}, "not written by snapfence"},
+		"future version":     {with(store.HeaderVersion, []byte("2")), `format version "2" is not supported`},
+		"no kind":            {with(store.HeaderKind, nil), "malformed snapfence.k"},
+		"short offset":       {with(store.HeaderOffset, []byte{1, 2}), "malformed snapfence.o"},
+		"negative offset":    {with(store.HeaderOffset, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}), "negative input offset"},
+		"unknown kind":       {with(store.HeaderKind, []byte("z")), "unknown record kind"},
+		"null snapshot":      {store.WireRecord{Key: good.Key, Headers: good.Headers}, "null value"},
+		"tombstone w/ value": {with(store.HeaderKind, []byte("d")), "tombstone record with a value"},
+	}
+	for name, c := range cases {
+		_, _, err := store.DecodeRecord(tp, 1234, c.rec)
+		var ce *store.CorruptRecordError
+		if !errors.As(err, &ce) || !errors.Is(err, store.ErrCorruptRecord) {
+			t.Fatalf("%s: err = %v, want a CorruptRecordError", name, err)
+		}
+		if ce.Snapshots != tp || ce.Offset != 1234 || !strings.Contains(err.Error(), c.want) ||
+			!strings.Contains(err.Error(), "orders-snapshots/3 offset 1234") {
+			t.Fatalf("%s: %q does not name the partition, the offset and %q", name, err, c.want)
+		}
+	}
+}
+
+func FuzzDecodeRecord(f *testing.F) {
+	good := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1})
+	f.Add([]byte("k"), []byte("v"), good.Headers[0].Value, good.Headers[1].Value, good.Headers[2].Value)
+	f.Fuzz(func(t *testing.T, key, value, version, kind, offset []byte) {
+		r := store.WireRecord{Key: key, Value: value, Headers: []store.Header{
+			{Key: store.HeaderVersion, Value: version}, {Key: store.HeaderKind, Value: kind}, {Key: store.HeaderOffset, Value: offset},
+		}}
+		s, k, err := store.DecodeRecord(tp, 7, r)
+		if err != nil {
+			if !errors.Is(err, store.ErrCorruptRecord) {
+				t.Fatalf("error %v is not ErrCorruptRecord", err)
+			}
+			return
+		}
+		if k != store.KindOffsetMarker {
+			again, _, err := store.DecodeRecord(tp, 7, store.EncodeSnapshot(s))
+			if err != nil || !bytes.Equal(again.Value, s.Value) || again.Offset != s.Offset {
+				t.Fatalf("re-encoding %+v does not round-trip: %v", s, err)
+			}
+		}
+	})
+}
+
+func TestIdentityValid(t *testing.T) {
+	for id, want := range map[store.GroupIdentity]bool{
+		{Group: "g", MemberID: "m", Generation: 1}:  true,
+		{Group: "g", MemberID: "m", Generation: 0}:  false,
+		{Group: "g", MemberID: "m", Generation: -1}: false,
+		{Group: "g", MemberID: "", Generation: 4}:   false,
+		{Group: "", MemberID: "m", Generation: 4}:   false,
+	} {
+		if id.Valid() != want {
+			t.Errorf("%v.Valid() = %t, want %t", id, !want, want)
+		}
+	}
+}
+
+func TestFencedErrorMatchesSentinelAndReason(t *testing.T) {
+	reason := errors.New("ILLEGAL_GENERATION")
+	err := error(&store.FencedError{Input: tp, Reason: reason})
+	if !errors.Is(err, store.ErrFenced) || !errors.Is(err, reason) {
+		t.Fatalf("%v does not match ErrFenced and its reason", err)
+	}
+}
+
+func TestStallErrorsSayWhatToDo(t *testing.T) {
+	for cause, want := range map[store.StallCause]string{
+		store.StallTruncation:      "log end 5 is below the target",
+		store.StallOpenTransaction: "open or hanging transaction",
+		store.StallUndetermined:    "cause undetermined",
+	} {
+		err := &store.RecoveryStalledError{Snapshots: tp, Position: 3, Target: 9, LogEnd: 5, Cause: cause, ReadErr: errors.New("x")}
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "at offset 3 of target 9") {
+			t.Errorf("%s: %q lacks %q", cause, err, want)
+		}
+	}
+}
