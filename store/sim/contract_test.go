@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -157,7 +158,12 @@ func (w *world) Truncate(t *testing.T, in store.TopicPartition, end int64) {
 	}
 }
 
-func (w *world) FailLogEndReads(t *testing.T, err error) { w.c.FailLogEndReads(err) }
+var errLogEndUnreachable = errors.New("list offsets: broker unreachable")
+
+func (w *world) FailLogEndReads(t *testing.T) error {
+	w.c.FailLogEndReads(errLogEndUnreachable)
+	return errLogEndUnreachable
+}
 
 func (w *world) SlowFetches(t *testing.T, latency time.Duration) { w.c.SlowFetches(latency, 1) }
 

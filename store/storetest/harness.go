@@ -67,8 +67,9 @@ type World interface {
 	ProduceForeign(t *testing.T, input store.TopicPartition, recs ...store.WireRecord)
 	// Truncate cuts input's snapshot partition back to end.
 	Truncate(t *testing.T, input store.TopicPartition, end int64)
-	// FailLogEndReads makes high-watermark reads fail with err (nil heals).
-	FailLogEndReads(t *testing.T, err error)
+	// FailLogEndReads makes every later high-watermark read fail, and
+	// returns the error those reads fail with (matched with errors.Is).
+	FailLogEndReads(t *testing.T) error
 	// SlowFetches makes each fetch return at most one record after latency.
 	SlowFetches(t *testing.T, latency time.Duration)
 	// Advance moves time forward by d once every goroutine of the test is

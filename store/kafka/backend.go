@@ -1,0 +1,269 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/groupcommit"
+)
+
+// Errors of the start-up checks; they wrap what was found.
+var (
+	// ErrTopicMissing: the input or snapshot topic does not exist.
+	ErrTopicMissing = errors.New("kafka: topic missing")
+	// ErrTopicConfig: the snapshot topic is configured wrongly.
+	ErrTopicConfig = errors.New("kafka: wrong topic configuration")
+)
+
+// Backend is a store.Backend on a Kafka cluster.
+type Backend struct {
+	cfg   Config
+	admin *kgo.Client
+	adm   *kadm.Client
+	// tv2: the cluster runs transactions under KIP-890 part 2, so a
+	// TxnOffsetCommit (v5+) adds the offsets partition itself and no
+	// AddOffsetsToTxn is sent.
+	tv2 bool
+
+	life   context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	plain  *kgo.Client // the shared producer of Plain mode
+	parts  map[*partition]struct{}
+	held   map[store.TopicPartition]*partition // Transactional: one producer per input partition
+	closed bool
+}
+
+var _ store.Backend = (*Backend)(nil)
+
+// New connects to the cluster and returns a backend. It checks the
+// configuration, not the topics: those are checked at each Acquire.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	cfg.setDefaults()
+	switch cfg.Mode {
+	case store.Transactional:
+		if cfg.TransactionalIDPrefix == "" {
+			return nil, errors.New("kafka: TransactionalIDPrefix is required in transactional mode (it is cluster-scoped, like a group id)")
+		}
+	case store.Plain:
+	default:
+		return nil, fmt.Errorf("kafka: invalid mode %v", cfg.Mode)
+	}
+	if len(cfg.SeedBrokers) == 0 {
+		return nil, errors.New("kafka: SeedBrokers is required")
+	}
+	admin, err := kgo.NewClient(cfg.clientOpts()...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: admin client: %w", err)
+	}
+	b := &Backend{cfg: cfg, admin: admin, adm: kadm.NewClient(admin),
+		parts: map[*partition]struct{}{}, held: map[store.TopicPartition]*partition{}}
+	if cfg.Mode == store.Transactional {
+		if b.tv2, err = transactionVersion2(ctx, admin); err != nil {
+			admin.Close()
+			return nil, err
+		}
+	} else {
+		opts := append(cfg.clientOpts(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if b.plain, err = kgo.NewClient(opts...); err != nil {
+			admin.Close()
+			return nil, fmt.Errorf("kafka: plain producer: %w", err)
+		}
+	}
+	b.life, b.cancel = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// transactionVersion2 reports whether the cluster finalized
+// transaction.version 2 (KIP-890 part 2) and serves TxnOffsetCommit v5+.
+func transactionVersion2(ctx context.Context, cl *kgo.Client) (bool, error) {
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if err != nil {
+		return false, fmt.Errorf("kafka: api versions: %w", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return false, fmt.Errorf("kafka: api versions: %w", err)
+	}
+	txnOffsetCommitV5 := false
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == int16(kmsg.TxnOffsetCommit) && k.MaxVersion >= 5 {
+			txnOffsetCommitV5 = true
+		}
+	}
+	for _, f := range resp.FinalizedFeatures {
+		if f.Name == "transaction.version" && f.MaxVersionLevel >= 2 {
+			return txnOffsetCommitV5, nil
+		}
+	}
+	return false, nil
+}
+
+// Mode reports the backend's mode.
+func (b *Backend) Mode() store.Mode { return b.cfg.Mode }
+
+// TransactionalID is the transactional.id of an input partition's
+// producer: stable, with nothing per assignment in it, so every owner of the
+// partition shares it and a new owner's initialisation aborts what the
+// previous one left open.
+func (b *Backend) TransactionalID(input store.TopicPartition) string {
+	return fmt.Sprintf("%s-%s-%d", b.cfg.TransactionalIDPrefix, input.Topic, input.Partition)
+}
+
+// SnapshotPartition is the snapshot partition of an input partition.
+func (b *Backend) SnapshotPartition(input store.TopicPartition) store.TopicPartition {
+	return store.TopicPartition{Topic: b.cfg.SnapshotTopic(input.Topic), Partition: input.Partition}
+}
+
+// Acquire implements store.Backend: it checks the topics, and in
+// Transactional mode initialises the partition's producer before it returns,
+// which fences the previous owner and aborts its unfinished transaction.
+func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Partition, error) {
+	if a.Identity == nil {
+		return nil, fmt.Errorf("kafka: acquire %s: an identity reader is required", a.Input)
+	}
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, store.ErrClosed
+	}
+	snap := b.SnapshotPartition(a.Input)
+	inputID, err := b.checkTopics(ctx, a.Input, snap)
+	if err != nil {
+		return nil, err
+	}
+	p := &partition{b: b, input: a.Input, inputID: inputID, snap: snap, identity: a.Identity}
+	if b.cfg.Mode == store.Transactional {
+		if err := p.initProducer(ctx); err != nil {
+			return nil, err
+		}
+	}
+	p.gc = groupcommit.New(b.life, groupcommit.Config{
+		Input: a.Input, AssignedOffset: a.AssignedOffset,
+		MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
+		Now: b.cfg.Now, Observer: b.cfg.Observer,
+	}, p.exec)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		p.closeProducer()
+		return nil, store.ErrClosed
+	}
+	if prev := b.held[a.Input]; prev != nil {
+		// This process re-acquired the partition: the old handle's
+		// producer is fenced by the new one's init; release it.
+		prev.release()
+	}
+	if b.cfg.Mode == store.Transactional {
+		b.held[a.Input] = p
+	}
+	b.parts[p] = struct{}{}
+	b.cfg.Logger.Info("acquired snapshot partition", "input", a.Input.String(), "snapshots", snap.String(),
+		"assigned_offset", a.AssignedOffset, "mode", b.cfg.Mode.String())
+	return p, nil
+}
+
+// checkTopics checks that the input topic exists and that its snapshot
+// topic exists (or creates it), is compacted and has at least as many
+// partitions. It returns the input topic's id, for TxnOffsetCommit v6.
+func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartition) ([16]byte, error) {
+	var noID [16]byte
+	details, err := b.adm.ListTopics(ctx, input.Topic, snap.Topic)
+	if err != nil {
+		return noID, fmt.Errorf("kafka: describing topics %q and %q: %w", input.Topic, snap.Topic, err)
+	}
+	in, ok := details[input.Topic]
+	if !ok || errors.Is(in.Err, kerr.UnknownTopicOrPartition) {
+		return noID, fmt.Errorf("%w: input topic %q does not exist", ErrTopicMissing, input.Topic)
+	}
+	if in.Err != nil {
+		return noID, fmt.Errorf("kafka: input topic %q: %w", input.Topic, in.Err)
+	}
+	if _, ok := in.Partitions[input.Partition]; !ok {
+		return noID, fmt.Errorf("%w: input partition %s does not exist (the topic has %d)", ErrTopicMissing, input, len(in.Partitions))
+	}
+	sd, ok := details[snap.Topic]
+	if !ok || errors.Is(sd.Err, kerr.UnknownTopicOrPartition) {
+		if !b.cfg.CreateTopics {
+			return noID, fmt.Errorf("%w: snapshot topic %q of input topic %q does not exist; create it with cleanup.policy=compact and at least %d partitions, or set CreateTopics",
+				ErrTopicMissing, snap.Topic, input.Topic, len(in.Partitions))
+		}
+		compact := "compact"
+		resp, err := b.adm.CreateTopic(ctx, int32(len(in.Partitions)), -1, map[string]*string{"cleanup.policy": &compact}, snap.Topic)
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
+			return noID, fmt.Errorf("kafka: creating snapshot topic %q: %w", snap.Topic, err)
+		}
+		b.cfg.Logger.Info("created snapshot topic", "topic", snap.Topic, "partitions", len(in.Partitions))
+		return in.ID, nil
+	}
+	if sd.Err != nil {
+		return noID, fmt.Errorf("kafka: snapshot topic %q: %w", snap.Topic, sd.Err)
+	}
+	if len(sd.Partitions) < len(in.Partitions) {
+		return noID, fmt.Errorf("%w: snapshot topic %q has %d partitions, fewer than the %d of input topic %q: partition N must hold input partition N's keys",
+			ErrTopicConfig, snap.Topic, len(sd.Partitions), len(in.Partitions), input.Topic)
+	}
+	configs, err := b.adm.DescribeTopicConfigs(ctx, snap.Topic)
+	if err != nil {
+		return noID, fmt.Errorf("kafka: describing the configuration of snapshot topic %q: %w", snap.Topic, err)
+	}
+	rc, err := configs.On(snap.Topic, nil)
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		return noID, fmt.Errorf("kafka: describing the configuration of snapshot topic %q: %w", snap.Topic, err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "cleanup.policy" {
+			policy := ""
+			if c.Value != nil {
+				policy = *c.Value
+			}
+			if !slices.Contains(strings.Split(policy, ","), "compact") {
+				return noID, fmt.Errorf("%w: snapshot topic %q has cleanup.policy=%q; it must be compacted (cleanup.policy=compact), or old snapshots are deleted by retention",
+					ErrTopicConfig, snap.Topic, policy)
+			}
+		}
+	}
+	return in.ID, nil
+}
+
+// Close releases every partition and client.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	parts := b.parts
+	b.parts = map[*partition]struct{}{}
+	b.held = map[store.TopicPartition]*partition{}
+	b.mu.Unlock()
+	for p := range parts {
+		p.release()
+	}
+	b.cancel()
+	if b.plain != nil {
+		b.plain.Close()
+	}
+	b.admin.Close()
+	return nil
+}
+
+func (b *Backend) forget(p *partition) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.parts, p)
+	if b.held[p.input] == p {
+		delete(b.held, p.input)
+	}
+}

@@ -1,0 +1,288 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/groupcommit"
+)
+
+// partition is one acquired input partition.
+type partition struct {
+	b        *Backend
+	input    store.TopicPartition
+	inputID  [16]byte
+	snap     store.TopicPartition
+	identity store.IdentityReader
+	gc       *groupcommit.Committer
+
+	mu   sync.Mutex
+	prod *kgo.Client // Transactional: this partition's producer
+	// fatal is a producer error the client cannot recover from (fenced,
+	// invalid epoch or state, a timeout abort). The partition stays
+	// fenced; a new Acquire replaces the client under the same
+	// transactional.id. Re-initialising here instead would bump the epoch
+	// and could fence the partition's rightful new owner.
+	fatal error
+}
+
+func (p *partition) Input() store.TopicPartition                       { return p.input }
+func (p *partition) Write(ctx context.Context, s store.Snapshot) error { return p.gc.Write(ctx, s) }
+func (p *partition) SetCommittable(offset int64)                       { p.gc.SetCommittable(offset) }
+func (p *partition) Commit(ctx context.Context) error                  { return p.gc.Commit(ctx) }
+func (p *partition) CommittedOffset() int64                            { return p.gc.Committed() }
+
+// Close releases the partition without committing.
+func (p *partition) Close() error {
+	p.b.forget(p)
+	p.release()
+	return nil
+}
+
+func (p *partition) release() {
+	p.gc.Close()
+	p.closeProducer()
+}
+
+func (p *partition) closeProducer() {
+	p.mu.Lock()
+	prod := p.prod
+	p.prod = nil
+	p.mu.Unlock()
+	if prod != nil {
+		prod.Close()
+	}
+}
+
+// initProducer creates the partition's transactional producer and
+// initialises its producer id: the takeover. franz-go retries
+// CONCURRENT_TRANSACTIONS while the broker aborts the previous owner's
+// transaction, so this returns once that abort is done.
+func (p *partition) initProducer(ctx context.Context) error {
+	cfg := &p.b.cfg
+	txnID := p.b.TransactionalID(p.input)
+	opts := append(cfg.clientOpts(),
+		kgo.TransactionalID(txnID),
+		kgo.TransactionTimeout(cfg.TransactionTimeout),
+		// Record.Partition is honoured only with the manual partitioner:
+		// snapshot partition N must get input partition N's keys.
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.DefaultProduceTopic(p.snap.Topic),
+		// Transactions force acks=all and idempotence; say so.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	)
+	prod, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka: %s: producer %q: %w", p.input, txnID, err)
+	}
+	if _, _, err := prod.ProducerID(ctx); err != nil {
+		prod.Close()
+		return fmt.Errorf("kafka: %s: initialising transactional.id %q (the takeover): %w", p.input, txnID, err)
+	}
+	p.mu.Lock()
+	p.prod = prod
+	p.mu.Unlock()
+	return nil
+}
+
+// exec runs one transaction of the group commit.
+func (p *partition) exec(ctx context.Context, batch groupcommit.Batch) (store.GroupIdentity, error) {
+	id := p.identity.CurrentIdentity() // read live, for this transaction (I1)
+	if p.b.cfg.Mode == store.Plain {
+		return id, p.execPlain(ctx, batch, id)
+	}
+	if !id.Valid() {
+		// Kafka does not validate a TxnOffsetCommit that carries no
+		// member id and generation -1: it would land unfenced (I4).
+		return id, &store.MissingIdentityError{Input: p.input, Identity: id}
+	}
+	p.mu.Lock()
+	prod, fatal := p.prod, p.fatal
+	p.mu.Unlock()
+	if fatal != nil {
+		return id, &store.FencedError{Input: p.input, Identity: id, Reason: fatal}
+	}
+	if prod == nil {
+		return id, store.ErrClosed
+	}
+	err := p.transact(ctx, prod, batch, id)
+	if err == nil {
+		return id, nil
+	}
+	if isFatal(err) {
+		p.mu.Lock()
+		p.fatal = err
+		p.mu.Unlock()
+		p.b.cfg.Logger.Warn("snapshot producer fenced; the partition must be re-acquired",
+			"input", p.input.String(), "transactional_id", p.b.TransactionalID(p.input), "err", err)
+	}
+	var fe *store.FencedError
+	if errors.As(err, &fe) || isFatal(err) {
+		if fe == nil {
+			fe = &store.FencedError{Input: p.input, Identity: id, Reason: err}
+		}
+		return id, fe
+	}
+	return id, fmt.Errorf("kafka: %s: transaction failed: %w", p.input, err)
+}
+
+// transact is one transaction: the records (a marker if there are none),
+// the fenced offset commit, then the commit. Any failure aborts.
+func (p *partition) transact(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity) error {
+	if err := prod.BeginTransaction(); err != nil {
+		return err
+	}
+	err := p.produceAndCommitOffset(ctx, prod, batch, id)
+	if err != nil {
+		if aerr := prod.EndTransaction(ctx, kgo.TryAbort); aerr != nil {
+			return errors.Join(err, fmt.Errorf("aborting: %w", aerr))
+		}
+		return err
+	}
+	return prod.EndTransaction(ctx, kgo.TryCommit)
+}
+
+func (p *partition) produceAndCommitOffset(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity) error {
+	recs := make([]*kgo.Record, 0, max(len(batch.Writes), 1))
+	for _, w := range batch.Writes {
+		recs = append(recs, p.record(store.EncodeSnapshot(w)))
+	}
+	if len(recs) == 0 {
+		// franz-go sends no EndTxn for a transaction in which it produced
+		// nothing, although our raw TxnOffsetCommit opened it on the
+		// broker; a raw EndTxn of our own would bump the epoch behind the
+		// client's back. A marker record keeps the client in step.
+		recs = append(recs, p.record(store.EncodeOffsetMarker(batch.Offset, id)))
+	}
+	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return err
+	}
+	// KIP-890: every EndTxn bumps the epoch, so read it for every
+	// transaction.
+	pid, epoch, err := prod.ProducerID(ctx)
+	if err != nil {
+		return err
+	}
+	txnID := p.b.TransactionalID(p.input)
+	if !p.b.tv2 {
+		add := kmsg.NewPtrAddOffsetsToTxnRequest()
+		add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = txnID, pid, epoch, id.Group
+		resp, err := add.RequestWith(ctx, prod)
+		if err != nil {
+			return err
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return err
+		}
+	}
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = txnID, id.Group, pid, epoch
+	req.MemberID, req.Generation = id.MemberID, id.Generation
+	if id.InstanceID != "" {
+		req.InstanceID = kmsg.StringPtr(id.InstanceID)
+	}
+	t := kmsg.NewTxnOffsetCommitRequestTopic()
+	// v6 (KIP-1319) addresses the topic by id; without it the broker
+	// answers UNKNOWN_TOPIC_ID. Older versions use the name.
+	t.Topic, t.TopicID = p.input.Topic, p.inputID
+	pp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+	pp.Partition, pp.Offset, pp.LeaderEpoch = p.input.Partition, batch.Offset, -1
+	t.Partitions = append(t.Partitions, pp)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, prod)
+	if err != nil {
+		return err
+	}
+	// The fence: per-partition error codes arrive with a nil Go error.
+	// Committing after ignoring one publishes the stale snapshot.
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				return &store.FencedError{Input: p.input, Identity: id, Reason: err}
+			}
+		}
+	}
+	if len(resp.Topics) == 0 {
+		return fmt.Errorf("TxnOffsetCommit answered for no partition")
+	}
+	return nil
+}
+
+func (p *partition) record(r store.WireRecord) *kgo.Record {
+	kr := &kgo.Record{Topic: p.snap.Topic, Partition: p.snap.Partition, Key: r.Key, Value: r.Value}
+	for _, h := range r.Headers {
+		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	return kr
+}
+
+// isFatal reports producer errors after which franz-go's client cannot
+// continue: it must be replaced by a new client with the same
+// transactional.id.
+func isFatal(err error) bool {
+	for _, fatal := range []error{
+		kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.InvalidTxnState,
+		kerr.InvalidProducerIDMapping, kerr.TransactionalIDAuthorizationFailed,
+	} {
+		if errors.Is(err, fatal) {
+			return true
+		}
+	}
+	return false
+}
+
+// execPlain is the baseline: the shared producer writes, and the offset is
+// a plain group commit, with no binding between the two.
+func (p *partition) execPlain(ctx context.Context, batch groupcommit.Batch, id store.GroupIdentity) error {
+	if batch.Advances && !id.Valid() {
+		return &store.MissingIdentityError{Input: p.input, Identity: id}
+	}
+	if len(batch.Writes) > 0 {
+		recs := make([]*kgo.Record, len(batch.Writes))
+		for i, w := range batch.Writes {
+			recs[i] = p.record(store.EncodeSnapshot(w))
+		}
+		if err := p.b.plain.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return fmt.Errorf("kafka: %s: write: %w", p.input, err)
+		}
+	}
+	if !batch.Advances {
+		return nil
+	}
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.MemberID, req.Generation = id.Group, id.MemberID, id.Generation
+	if id.InstanceID != "" {
+		req.InstanceID = kmsg.StringPtr(id.InstanceID)
+	}
+	t := kmsg.NewOffsetCommitRequestTopic()
+	t.Topic, t.TopicID = p.input.Topic, p.inputID
+	pp := kmsg.NewOffsetCommitRequestTopicPartition()
+	pp.Partition, pp.Offset, pp.LeaderEpoch = p.input.Partition, batch.Offset, -1
+	t.Partitions = append(t.Partitions, pp)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, p.b.admin)
+	if err != nil {
+		return fmt.Errorf("kafka: %s: offset commit: %w", p.input, err)
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				return &store.FencedError{Input: p.input, Identity: id, Reason: err}
+			}
+		}
+	}
+	return nil
+}
+
+// Recover implements store.Partition.
+func (p *partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {
+	return p.b.recoverPartition(ctx, p.snap)
+}
