@@ -35,10 +35,19 @@ var (
 type FencedError struct {
 	Input    TopicPartition
 	Identity GroupIdentity
-	Reason   error
+	// TransactionalID is the producer's transactional.id when the
+	// producer itself was fenced: another process initialised the same
+	// id (a new owner of the partition, or another flow with the same
+	// prefix).
+	TransactionalID string
+	Reason          error
 }
 
 func (e *FencedError) Error() string {
+	if e.TransactionalID != "" {
+		return fmt.Sprintf("store: %s fenced: producer %q was fenced by a newer one with the same transactional.id "+
+			"(a new owner of the partition, or another flow using the same prefix): %v", e.Input, e.TransactionalID, e.Reason)
+	}
 	return fmt.Sprintf("store: %s fenced: commit as %s rejected: %v", e.Input, e.Identity, e.Reason)
 }
 

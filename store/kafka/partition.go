@@ -108,7 +108,7 @@ func (p *partition) exec(ctx context.Context, batch groupcommit.Batch) (store.Gr
 	prod, fatal := p.prod, p.fatal
 	p.mu.Unlock()
 	if fatal != nil {
-		return id, &store.FencedError{Input: p.input, Identity: id, Reason: fatal}
+		return id, p.fenced(id, fatal)
 	}
 	if prod == nil {
 		return id, store.ErrClosed
@@ -125,13 +125,21 @@ func (p *partition) exec(ctx context.Context, batch groupcommit.Batch) (store.Gr
 			"input", p.input.String(), "transactional_id", p.b.TransactionalID(p.input), "err", err)
 	}
 	var fe *store.FencedError
-	if errors.As(err, &fe) || isFatal(err) {
-		if fe == nil {
-			fe = &store.FencedError{Input: p.input, Identity: id, Reason: err}
-		}
+	if errors.As(err, &fe) {
 		return id, fe
 	}
+	if isFatal(err) {
+		return id, p.fenced(id, err)
+	}
 	return id, fmt.Errorf("kafka: %s: transaction failed: %w", p.input, err)
+}
+
+func (p *partition) fenced(id store.GroupIdentity, reason error) *store.FencedError {
+	fe := &store.FencedError{Input: p.input, Identity: id, Reason: reason}
+	if errors.Is(reason, kerr.ProducerFenced) || errors.Is(reason, kerr.InvalidProducerEpoch) {
+		fe.TransactionalID = p.b.TransactionalID(p.input)
+	}
+	return fe
 }
 
 // transact is one transaction: the records (a marker if there are none),

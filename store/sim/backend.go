@@ -226,7 +226,7 @@ func (p *partition) exec(ctx context.Context, batch groupcommit.Batch) (store.Gr
 	dead := p.fenced
 	p.mu.Unlock()
 	if dead != nil {
-		return id, &store.FencedError{Input: p.input, Identity: id, Reason: dead}
+		return id, &store.FencedError{Input: p.input, Identity: id, TransactionalID: p.prod.TransactionalID(), Reason: dead}
 	}
 	recs := make([]store.WireRecord, 0, max(len(batch.Writes), 1))
 	for _, w := range batch.Writes {
@@ -257,7 +257,7 @@ func (p *partition) fail(id store.GroupIdentity, err error) error {
 		p.mu.Lock()
 		p.fenced = err
 		p.mu.Unlock()
-		return &store.FencedError{Input: p.input, Identity: id, Reason: err}
+		return &store.FencedError{Input: p.input, Identity: id, TransactionalID: p.prod.TransactionalID(), Reason: err}
 	}
 	return fmt.Errorf("sim: %s: transaction failed: %w", p.input, err)
 }

@@ -1,0 +1,162 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
+)
+
+func newBackend(t *testing.T, w *fakeWorld, cfg kafka.Config) (*kafka.Backend, error) {
+	t.Helper()
+	cfg.SeedBrokers = w.c.ListenAddrs()
+	cfg.ClientOpts = append(cfg.ClientOpts, kgo.Dialer(w.net.DialContext))
+	b, err := kafka.New(context.Background(), cfg)
+	if err == nil {
+		t.Cleanup(func() { _ = b.Close() })
+	}
+	return b, err
+}
+
+// A member of group, joined, and its live identity.
+func joinGroup(t *testing.T, w *fakeWorld, group string) store.IdentityReader {
+	t.Helper()
+	cl := w.client(t, kgo.ConsumerGroup(group), kgo.ConsumeTopics(inputTopic), kgo.Balancers(kgo.RangeBalancer()))
+	for range 600 {
+		if _, gen := cl.GroupMetadata(); gen > 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return store.IdentityFunc(func() store.GroupIdentity {
+		m, gen := cl.GroupMetadata()
+		return store.GroupIdentity{Group: group, MemberID: m, Generation: gen}
+	})
+}
+
+// Two flows that share a transactional.id prefix and an input topic fence
+// each other's producers: the first one's next write fails loudly, naming
+// the transactional.id, and nothing of it lands.
+func TestPrefixCollisionIsLoud(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
+		cfg := kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: "shared"}
+		flowA, err := newBackend(t, w, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flowB, err := newBackend(t, w, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := flowA.Acquire(context.Background(), store.Acquisition{Input: in, Identity: joinGroup(t, w, "flow-a")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Write(context.Background(), store.Snapshot{Key: []byte("k"), Value: []byte("a1"), Offset: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := flowB.Acquire(context.Background(), store.Acquisition{Input: in, Identity: joinGroup(t, w, "flow-b")}); err != nil {
+			t.Fatal(err)
+		}
+		err = a.Write(context.Background(), store.Snapshot{Key: []byte("k"), Value: []byte("a2"), Offset: 2})
+		var fe *store.FencedError
+		if !errors.As(err, &fe) || !errors.Is(err, kerr.ProducerFenced) && !errors.Is(err, kerr.InvalidProducerEpoch) {
+			t.Fatalf("err = %v, want a FencedError for a fenced producer", err)
+		}
+		if fe.TransactionalID != "shared-orders-0" || !strings.Contains(err.Error(), `"shared-orders-0"`) || !strings.Contains(err.Error(), "same prefix") {
+			t.Fatalf("%q does not name the transactional.id and the prefix collision", err)
+		}
+		// Fenced is final for this handle: no silent re-initialisation
+		// that would fence the other flow back.
+		if err := a.Write(context.Background(), store.Snapshot{Key: []byte("k"), Value: []byte("a3"), Offset: 3}); !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("second write after the fence: %v", err)
+		}
+		if got := w.ReadSnapshots(t, in); len(got) != 1 || string(got[0].Value) != "a1" {
+			t.Fatalf("snapshots = %v, want only a1", got)
+		}
+	})
+}
+
+func TestTopicChecksNameWhatIsWrong(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		ctx := context.Background()
+		del := "delete"
+		if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, "plainly"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.adm.CreateTopic(ctx, 2, 1, map[string]*string{"cleanup.policy": &del}, "plainly-snapshots"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.adm.CreateTopic(ctx, 3, 1, nil, "wide"); err != nil {
+			t.Fatal(err)
+		}
+		compact := "compact"
+		if _, err := w.adm.CreateTopic(ctx, 2, 1, map[string]*string{"cleanup.policy": &compact}, "wide-snapshots"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, "fresh"); err != nil {
+			t.Fatal(err)
+		}
+		id := joinGroup(t, w, group)
+		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			input    string
+			sentinel error
+			says     string
+		}{
+			{"missing", kafka.ErrTopicMissing, `input topic "missing" does not exist`},
+			{"fresh", kafka.ErrTopicMissing, `snapshot topic "fresh-snapshots" of input topic "fresh" does not exist`},
+			{"plainly", kafka.ErrTopicConfig, `"plainly-snapshots" has cleanup.policy="delete"`},
+			{"wide", kafka.ErrTopicConfig, `"wide-snapshots" has 2 partitions, fewer than the 3`},
+		} {
+			_, err := b.Acquire(ctx, store.Acquisition{Input: store.TopicPartition{Topic: c.input}, Identity: id})
+			if !errors.Is(err, c.sentinel) || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("%s: err = %v, want %v saying %s", c.input, err, c.sentinel, c.says)
+			}
+		}
+		create, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix, CreateTopics: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := create.Acquire(ctx, store.Acquisition{Input: store.TopicPartition{Topic: "fresh", Partition: 1}, Identity: id})
+		if err != nil {
+			t.Fatalf("CreateTopics: %v", err)
+		}
+		if err := p.Write(ctx, store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 0}); err != nil {
+			t.Fatal(err)
+		}
+		td, err := w.adm.ListTopics(ctx, "fresh-snapshots")
+		if err != nil || len(td["fresh-snapshots"].Partitions) != 2 {
+			t.Fatalf("created snapshot topic: %v %v", td, err)
+		}
+	})
+}
+
+func TestConfigurationErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		if _, err := newBackend(t, w, kafka.Config{Mode: store.Transactional}); err == nil || !strings.Contains(err.Error(), "TransactionalIDPrefix is required") {
+			t.Errorf("no prefix: %v", err)
+		}
+		if _, err := kafka.New(context.Background(), kafka.Config{Mode: store.Plain}); err == nil || !strings.Contains(err.Error(), "SeedBrokers") {
+			t.Errorf("no brokers: %v", err)
+		}
+		if _, err := newBackend(t, w, kafka.Config{}); err == nil || !strings.Contains(err.Error(), "invalid mode") {
+			t.Errorf("no mode: %v", err)
+		}
+	})
+}
