@@ -156,8 +156,9 @@ type TransactionEvent struct {
 	Duration time.Duration
 }
 
-// Observer receives an event for every finished transaction. Calls are
-// serial per partition and must not block; nil means no observer.
+// Observer receives an event for every finished transaction. Calls must
+// not block. In Transactional mode they are serial per partition; in Plain
+// mode, where writes do not queue, they may be concurrent.
 type Observer interface {
 	OnTransaction(TransactionEvent)
 }

@@ -149,11 +149,15 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 			return nil, err
 		}
 	}
-	p.gc = groupcommit.New(b.life, groupcommit.Config{
-		Input: a.Input, AssignedOffset: a.AssignedOffset,
-		MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
-		Now: b.cfg.Now, Observer: b.cfg.Observer,
-	}, p.exec)
+	if b.cfg.Mode == store.Transactional {
+		p.w = groupcommit.New(b.life, groupcommit.Config{
+			Input: a.Input, AssignedOffset: a.AssignedOffset,
+			MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
+			Now: b.cfg.Now, Observer: b.cfg.Observer,
+		}, p.exec)
+	} else {
+		p.w = newPlainPath(p, a.AssignedOffset)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

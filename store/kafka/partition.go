@@ -22,7 +22,9 @@ type partition struct {
 	inputID  [16]byte
 	snap     store.TopicPartition
 	identity store.IdentityReader
-	gc       *groupcommit.Committer
+	// w is the write path: the group commit in Transactional mode, the
+	// shared producer in Plain mode.
+	w writePath
 
 	mu   sync.Mutex
 	prod *kgo.Client // Transactional: this partition's producer
@@ -34,11 +36,21 @@ type partition struct {
 	fatal error
 }
 
-func (p *partition) Input() store.TopicPartition                       { return p.input }
-func (p *partition) Write(ctx context.Context, s store.Snapshot) error { return p.gc.Write(ctx, s) }
-func (p *partition) SetCommittable(offset int64)                       { p.gc.SetCommittable(offset) }
-func (p *partition) Commit(ctx context.Context) error                  { return p.gc.Commit(ctx) }
-func (p *partition) CommittedOffset() int64                            { return p.gc.Committed() }
+func (p *partition) Input() store.TopicPartition { return p.input }
+
+// writePath is what a partition writes and commits through.
+type writePath interface {
+	Write(ctx context.Context, s store.Snapshot) error
+	SetCommittable(offset int64)
+	Commit(ctx context.Context) error
+	Committed() int64
+	Close()
+}
+
+func (p *partition) Write(ctx context.Context, s store.Snapshot) error { return p.w.Write(ctx, s) }
+func (p *partition) SetCommittable(offset int64)                       { p.w.SetCommittable(offset) }
+func (p *partition) Commit(ctx context.Context) error                  { return p.w.Commit(ctx) }
+func (p *partition) CommittedOffset() int64                            { return p.w.Committed() }
 
 // Close releases the partition without committing.
 func (p *partition) Close() error {
@@ -48,7 +60,7 @@ func (p *partition) Close() error {
 }
 
 func (p *partition) release() {
-	p.gc.Close()
+	p.w.Close()
 	p.closeProducer()
 }
 
@@ -96,9 +108,6 @@ func (p *partition) initProducer(ctx context.Context) error {
 // exec runs one transaction of the group commit.
 func (p *partition) exec(ctx context.Context, batch groupcommit.Batch) (store.GroupIdentity, error) {
 	id := p.identity.CurrentIdentity() // read live, for this transaction (I1)
-	if p.b.cfg.Mode == store.Plain {
-		return id, p.execPlain(ctx, batch, id)
-	}
 	if !id.Valid() {
 		// Kafka does not validate a TxnOffsetCommit that carries no
 		// member id and generation -1: it would land unfenced (I4).
@@ -245,49 +254,6 @@ func isFatal(err error) bool {
 		}
 	}
 	return false
-}
-
-// execPlain is the baseline: the shared producer writes, and the offset is
-// a plain group commit, with no binding between the two.
-func (p *partition) execPlain(ctx context.Context, batch groupcommit.Batch, id store.GroupIdentity) error {
-	if batch.Advances && !id.Valid() {
-		return &store.MissingIdentityError{Input: p.input, Identity: id}
-	}
-	if len(batch.Writes) > 0 {
-		recs := make([]*kgo.Record, len(batch.Writes))
-		for i, w := range batch.Writes {
-			recs[i] = p.record(store.EncodeSnapshot(w))
-		}
-		if err := p.b.plain.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			return fmt.Errorf("kafka: %s: write: %w", p.input, err)
-		}
-	}
-	if !batch.Advances {
-		return nil
-	}
-	req := kmsg.NewPtrOffsetCommitRequest()
-	req.Group, req.MemberID, req.Generation = id.Group, id.MemberID, id.Generation
-	if id.InstanceID != "" {
-		req.InstanceID = kmsg.StringPtr(id.InstanceID)
-	}
-	t := kmsg.NewOffsetCommitRequestTopic()
-	t.Topic, t.TopicID = p.input.Topic, p.inputID
-	pp := kmsg.NewOffsetCommitRequestTopicPartition()
-	pp.Partition, pp.Offset, pp.LeaderEpoch = p.input.Partition, batch.Offset, -1
-	t.Partitions = append(t.Partitions, pp)
-	req.Topics = append(req.Topics, t)
-	resp, err := req.RequestWith(ctx, p.b.admin)
-	if err != nil {
-		return fmt.Errorf("kafka: %s: offset commit: %w", p.input, err)
-	}
-	for _, rt := range resp.Topics {
-		for _, rp := range rt.Partitions {
-			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-				return &store.FencedError{Input: p.input, Identity: id, Reason: err}
-			}
-		}
-	}
-	return nil
 }
 
 // Recover implements store.Partition.
