@@ -1,0 +1,276 @@
+// Command benchtable reads the output of `go test -bench` for store/kafka
+// on stdin and prints the spec's experiments as one table: each variant
+// beside its baseline from the same run, with the ratio to it and the
+// spec's own number. `make bench` runs it; docs/benchmarks.md shows a run.
+//
+// The input may hold several samples of a benchmark (several runs
+// concatenated, as `make bench` does, or -count above 1). The table shows
+// the median of each metric, and the ratio is the median of the per-sample
+// ratios: the i-th sample of a row over the i-th sample of its baseline,
+// measured in the same run. It exits non-zero if the input reports a
+// failure or holds no benchmark results; targets that are missed are
+// reported, not treated as failures.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// ratioKind says how a row compares with its baseline.
+type ratioKind int
+
+const (
+	timeRatio       ratioKind = iota // ns/op of the row / ns/op of the baseline
+	throughputRatio                  // MB/s of the row / MB/s of the baseline
+)
+
+type row struct {
+	bench string // benchmark name without the GOMAXPROCS suffix
+	label string
+	base  string // the baseline's bench; "" for a baseline
+	kind  ratioKind
+	// spec is the spec's result for the row and specBase its baseline's
+	// (ms), 0 where the spec has none.
+	spec, specBase float64
+	specTxns       string
+}
+
+type section struct {
+	title string
+	rows  []row
+}
+
+// Experiment A and B rows under a benchmark name prefix.
+func experimentA(prefix string) []row {
+	base := prefix + "A/plain-sequential"
+	return []row{
+		{bench: base, label: "plain producer, one at a time (baseline)", spec: 197, specBase: 197, specTxns: "—"},
+		{bench: prefix + "A/txn-sequential", label: "transactional, one at a time", base: base, spec: 879, specBase: 197, specTxns: "500"},
+		{bench: prefix + "A/txn-concurrent", label: "transactional, all at once", base: base, spec: 13, specBase: 197, specTxns: "a few"},
+	}
+}
+
+func experimentB(prefix string) []row {
+	base := prefix + "B/plain"
+	return []row{
+		{bench: base, label: "plain producer (baseline)", spec: 282, specBase: 282, specTxns: "—"},
+		{bench: prefix + "B/cap=1", label: "transactional, cap 1", base: base, spec: 4002, specBase: 282, specTxns: "2000"},
+		{bench: prefix + "B/cap=16", label: "transactional, cap 16", base: base, spec: 513, specBase: 282, specTxns: "125"},
+		{bench: prefix + "B/cap=256", label: "transactional, cap 256 (default)", base: base, spec: 300, specBase: 282, specTxns: "≈8"},
+		{bench: prefix + "B/cap=2000", label: "transactional, cap 2000 (uncapped)", base: base, spec: 279, specBase: 282, specTxns: "1"},
+	}
+}
+
+const (
+	titleA = "500 keys, ~50-byte snapshots, one partition, cap 256; ratio = time / plain one at a time"
+	titleB = "2000 keys, 10 KiB snapshots, issued concurrently; ratio = time / plain"
+	linger = "Diagnosis with franz-go ProducerLinger(0) through Config.ClientOpts (not the spec's configuration), "
+)
+
+var sections = []section{
+	{title: "Experiment A: " + titleA, rows: experimentA("BenchmarkExperiment")},
+	{title: "Experiment B: " + titleB, rows: experimentB("BenchmarkExperiment")},
+	{
+		title: "Recovery: B's partition (2000 x 10 KiB, cap 256) read to the high watermark; ratio = MB/s / bare MB/s",
+		rows: []row{
+			{bench: "BenchmarkRecovery/bare", label: "bare franz-go read_committed consumer (baseline)", kind: throughputRatio},
+			{bench: "BenchmarkRecovery/snapfence", label: "Partition.Recover (transactional, read_committed)", base: "BenchmarkRecovery/bare", kind: throughputRatio},
+		},
+	},
+	{title: linger + "A: " + titleA, rows: experimentA("BenchmarkLinger0/")},
+	{title: linger + "B: " + titleB, rows: experimentB("BenchmarkLinger0/")},
+}
+
+// targets are the issue's: B at the default cap within 1.05x of plain
+// (time), recovery at least 0.9x the bare read's throughput.
+var targets = []struct {
+	bench, text string
+	ok          func(ratio float64) bool
+}{
+	{"BenchmarkExperimentB/cap=256", "B at cap 256 within 1.05x of plain (time ratio <= 1.05)", func(r float64) bool { return r <= 1.05 }},
+	{"BenchmarkRecovery/snapfence", "recovery at least 0.9x the bare consume's throughput (ratio >= 0.90)", func(r float64) bool { return r >= 0.9 }},
+}
+
+// samples holds, per benchmark, every sample of every unit.
+type samples map[string]map[string][]float64
+
+func (s samples) median(bench, unit string) (float64, bool) {
+	return median(s[bench][unit])
+}
+
+func median(v []float64) (float64, bool) {
+	if len(v) == 0 {
+		return 0, false
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2], true
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2, true
+}
+
+var procSuffix = regexp.MustCompile(`-\d+$`)
+
+// parse reads benchmark result lines; it returns the samples, the header
+// lines (goos, cpu, ...) and whether a failure was reported.
+func parse(r io.Reader) (samples, []string, bool, error) {
+	out := samples{}
+	var header []string
+	failed := false
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0:
+		case strings.HasPrefix(f[0], "goos:") || strings.HasPrefix(f[0], "goarch:") || strings.HasPrefix(f[0], "cpu:") || strings.HasPrefix(f[0], "pkg:"):
+			if !slices.Contains(header, line) {
+				header = append(header, line)
+			}
+		case f[0] == "FAIL" || f[0] == "--- FAIL:" || strings.HasPrefix(f[0], "panic:"):
+			failed = true
+		case strings.HasPrefix(f[0], "Benchmark") && len(f) >= 4 && len(f)%2 == 0:
+			if _, err := strconv.Atoi(f[1]); err != nil {
+				continue // a log line that starts with a benchmark's name
+			}
+			name := procSuffix.ReplaceAllString(f[0], "")
+			if out[name] == nil {
+				out[name] = map[string][]float64{}
+			}
+			for i := 2; i+1 < len(f); i += 2 {
+				v, err := strconv.ParseFloat(f[i], 64)
+				if err != nil {
+					return nil, nil, false, fmt.Errorf("%q: bad value %q", line, f[i])
+				}
+				out[name][f[i+1]] = append(out[name][f[i+1]], v)
+			}
+		}
+	}
+	return out, header, failed, sc.Err()
+}
+
+func ratio(s samples, r row) (float64, bool) {
+	if r.base == "" {
+		return 0, false
+	}
+	unit := "ns/op"
+	if r.kind == throughputRatio {
+		unit = "MB/s"
+	}
+	rows, bases := s[r.bench][unit], s[r.base][unit]
+	var ratios []float64
+	for i := range min(len(rows), len(bases)) {
+		if bases[i] != 0 {
+			ratios = append(ratios, rows[i]/bases[i])
+		}
+	}
+	return median(ratios)
+}
+
+func format(v float64, ok bool, f string) string {
+	if !ok {
+		return "—"
+	}
+	return fmt.Sprintf(f, v)
+}
+
+// formatRatio keeps two significant digits below 0.1.
+func formatRatio(v float64, ok bool) string {
+	if ok && v < 0.1 {
+		return format(v, ok, "%.2gx")
+	}
+	return format(v, ok, "%.2fx")
+}
+
+func render(w io.Writer, s samples, header []string) {
+	for _, h := range header {
+		fmt.Fprintln(w, h)
+	}
+	runs := 0
+	for _, units := range s {
+		runs = max(runs, len(units["ns/op"]))
+	}
+	fmt.Fprintf(w, "samples per benchmark: %d (medians; ratio = median of the per-sample ratios)\n", runs)
+	for _, sec := range sections {
+		fmt.Fprintf(w, "\n%s\n", sec.title)
+		// Right-aligned numbers; the labels, padded to one width, read
+		// left-aligned.
+		width := len("variant")
+		for _, r := range sec.rows {
+			width = max(width, len(r.label))
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "%-*s\t ms/op\t txns/op\t writes/s\t MB/s\t ratio\t spec ms\t spec txns\t spec ratio\t\n", width, "variant")
+		for _, r := range sec.rows {
+			if _, ok := s[r.bench]; !ok {
+				fmt.Fprintf(tw, "%-*s\t missing\t\t\t\t\t\t\t\t\n", width, r.label)
+				continue
+			}
+			ns, nsOK := s.median(r.bench, "ns/op")
+			txns, txnsOK := s.median(r.bench, "txns/op")
+			wps, wpsOK := s.median(r.bench, "writes/s")
+			mbs, mbsOK := s.median(r.bench, "MB/s")
+			rat, ratOK := ratio(s, r)
+			ratS := formatRatio(rat, ratOK)
+			if r.base == "" {
+				ratS = "1.00x"
+			}
+			spec, specTxns, specRatio := "", "", ""
+			if r.spec > 0 {
+				spec = fmt.Sprintf("%.0f", r.spec)
+				specTxns = r.specTxns
+				specRatio = formatRatio(r.spec/r.specBase, true)
+			}
+			fmt.Fprintf(tw, "%-*s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t\n", width, r.label,
+				format(ns/1e6, nsOK, "%.1f"), format(txns, txnsOK, "%.0f"), format(wps, wpsOK, "%.0f"),
+				format(mbs, mbsOK, "%.0f"), ratS, spec, specTxns, specRatio)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w, "\nTargets")
+	for _, t := range targets {
+		for _, sec := range sections {
+			for _, r := range sec.rows {
+				if r.bench != t.bench {
+					continue
+				}
+				rat, ok := ratio(s, r)
+				verdict := "not measured"
+				if ok {
+					verdict = "NOT MET"
+					if t.ok(rat) {
+						verdict = "met"
+					}
+				}
+				fmt.Fprintf(w, "  %s: %s (%s)\n", t.text, formatRatio(rat, ok), verdict)
+			}
+		}
+	}
+}
+
+func main() {
+	s, header, failed, err := parse(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+	if len(s) == 0 {
+		fmt.Fprintln(os.Stderr, "benchtable: no benchmark results on stdin")
+		os.Exit(1)
+	}
+	render(os.Stdout, s, header)
+	if failed {
+		fmt.Fprintln(os.Stderr, "benchtable: the benchmark run reported a failure")
+		os.Exit(1)
+	}
+}
