@@ -4,8 +4,12 @@
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        ?= ./...
+# bench: BENCHROUNDS runs of every benchmark at 3 iterations each; the
+# table shows medians over the runs.
+BENCHROUNDS ?= 5
+BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench
 
 all: lint test
 
@@ -37,3 +41,13 @@ demo:
 ## fuzz: a short fuzzing run of the snapshot record decoder.
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecodeRecord -fuzztime 30s ./store
+
+## bench: the spec's Experiments A and B and the recovery read, on kfake over
+## loopback TCP, then one table with the ratios (docs/benchmarks.md).
+bench:
+	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
+	for i in $$(seq $(BENCHROUNDS)); do \
+		echo "# run $$i of $(BENCHROUNDS)"; \
+		$(GO) test $(BENCHFLAGS) ./store/kafka 2>&1 | tee -a "$$out"; \
+	done && \
+	echo && $(GO) run ./internal/benchtable < "$$out"
