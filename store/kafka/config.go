@@ -110,9 +110,18 @@ func (cfg *Config) setDefaults() {
 	}
 }
 
-// clientOpts are the options every client starts from.
+// clientOpts are the options every client starts from: connection
+// settings, snapfence's defaults, then the user's ClientOpts, which may
+// override the defaults.
 func (cfg *Config) clientOpts() []kgo.Opt {
-	opts := []kgo.Opt{kgo.SeedBrokers(cfg.SeedBrokers...)}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.SeedBrokers...),
+		// Every write waits for its record to land, and the group commit
+		// (or, in Plain mode, the records that pile up while a request is
+		// in flight) already batches; a linger is pure latency. franz-go's
+		// default is 10 ms.
+		kgo.ProducerLinger(0),
+	}
 	if cfg.TLS != nil {
 		opts = append(opts, kgo.DialTLSConfig(cfg.TLS))
 	}
