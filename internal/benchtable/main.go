@@ -72,7 +72,6 @@ func experimentB(prefix string) []row {
 const (
 	titleA = "500 keys, ~50-byte snapshots, one partition, cap 256; ratio = time / plain one at a time"
 	titleB = "2000 keys, 10 KiB snapshots, issued concurrently; ratio = time / plain"
-	linger = "Diagnosis with franz-go ProducerLinger(0) through Config.ClientOpts (not the spec's configuration), "
 )
 
 var sections = []section{
@@ -85,8 +84,6 @@ var sections = []section{
 			{bench: "BenchmarkRecovery/snapfence", label: "Partition.Recover (transactional, read_committed)", base: "BenchmarkRecovery/bare", kind: throughputRatio},
 		},
 	},
-	{title: linger + "A: " + titleA, rows: experimentA("BenchmarkLinger0/")},
-	{title: linger + "B: " + titleB, rows: experimentB("BenchmarkLinger0/")},
 }
 
 // targets are the issue's: B at the default cap within 1.05x of plain

@@ -250,21 +250,6 @@ func BenchmarkExperimentA(b *testing.B) { experimentA(b) }
 // transactional at caps 1, 16, 256 (the default) and 2000 (uncapped).
 func BenchmarkExperimentB(b *testing.B) { experimentB(b) }
 
-// BenchmarkLinger0 is a diagnosis, not one of the spec's configurations:
-// Experiments A and B again with franz-go's ProducerLinger(0) (the default
-// is 10ms) given to the backend's clients through Config.ClientOpts. The
-// backend waits for every write, so a record that lingers is pure latency:
-// Plain mode waits for each write's promise, so one-at-a-time writes each
-// linger; a transactional ProduceSync larger than two record batches
-// (1 MB each) sends them at once, after which the last one lingers; and
-// the first record of a new producer, produced before its topic's metadata
-// is known, lingers whatever the call.
-func BenchmarkLinger0(b *testing.B) {
-	linger0 := kgo.ProducerLinger(0)
-	b.Run("A", func(b *testing.B) { experimentA(b, linger0) })
-	b.Run("B", func(b *testing.B) { experimentB(b, linger0) })
-}
-
 func experimentA(b *testing.B, clientOpts ...kgo.Opt) {
 	snaps := snapshots(500, 50)
 	b.Run("plain-sequential", func(b *testing.B) {
