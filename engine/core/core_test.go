@@ -1,0 +1,279 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// The core's tests are scripts: each line is a step, and "->" gives what
+// the step must answer. The fold sums integers per key; "+N" adds N, "del"
+// deletes, "boom" panics. Every fold emits "key:sum" as an output.
+//
+//	assign N           a new core resuming at input offset N
+//	recover K=V@O      a recovered snapshot (K=~@O for a tombstone)
+//	fold K@O OP        feed a record; answers the outputs, or "skip"
+//	flush              the snapshots to write
+//	done K ok|fail     a write's outcome
+//	committable        the committable offset
+//	state K            the key's state
+//	tick               add 100 to every live key
+//	drop               drop the partition's cache
+func runScript(t *testing.T, script string) {
+	t.Helper()
+	var c *Core
+	kv := NewMemKV()
+	in := store.TopicPartition{Topic: "in", Partition: 3}
+	fold := func(key, state []byte, exists bool, rec Record) (Change, error) {
+		op := string(rec.Value)
+		if op == "boom" {
+			panic("boom")
+		}
+		if op == "del" {
+			return Change{Delete: true, Outputs: []Output{{Key: key, Value: []byte("deleted")}}}, nil
+		}
+		sum := 0
+		if exists {
+			sum, _ = strconv.Atoi(string(state))
+		}
+		n, err := strconv.Atoi(op)
+		if err != nil {
+			return Change{}, fmt.Errorf("bad op %q", op)
+		}
+		sum += n
+		v := strconv.Itoa(sum)
+		return Change{State: []byte(v), Outputs: []Output{{Key: key, Value: []byte(v)}}}, nil
+	}
+	tick := func(key, state []byte, now int64) (Change, error) {
+		sum, _ := strconv.Atoi(string(state))
+		return Change{State: []byte(strconv.Itoa(sum + 100))}, nil
+	}
+	for i, line := range strings.Split(strings.TrimSpace(script), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		step, want, _ := strings.Cut(line, "->")
+		step, want = strings.TrimSpace(step), strings.TrimSpace(want)
+		f := strings.Fields(step)
+		var got string
+		switch f[0] {
+		case "assign":
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			var err error
+			c, err = New(Config{Input: in, Fold: fold, Tick: tick, Assigned: n}, kv)
+			got = errString(err)
+		case "recover":
+			kvs, off, _ := strings.Cut(f[1], "@")
+			k, v, _ := strings.Cut(kvs, "=")
+			o, _ := strconv.ParseInt(off, 10, 64)
+			s := store.Snapshot{Key: []byte(k), Value: []byte(v), Offset: o, Tombstone: v == "~"}
+			if s.Tombstone {
+				s.Value = nil
+			}
+			got = errString(c.Recovered(s))
+		case "fold":
+			k, off, _ := strings.Cut(f[1], "@")
+			o, _ := strconv.ParseInt(off, 10, 64)
+			outs, err := c.Fold(Record{Offset: o, Key: []byte(k), Value: []byte(f[2])})
+			switch {
+			case err != nil:
+				got = err.Error()
+			case outs == nil:
+				got = "skip"
+			default:
+				got = outputs(outs)
+			}
+		case "flush":
+			snaps, err := c.Flush()
+			got = errString(err)
+			if err == nil {
+				var parts []string
+				for _, s := range snaps {
+					if s.Tombstone {
+						parts = append(parts, fmt.Sprintf("%s=~@%d", s.Key, s.Offset))
+					} else {
+						parts = append(parts, fmt.Sprintf("%s=%s@%d", s.Key, s.Value, s.Offset))
+					}
+				}
+				got = "[" + strings.Join(parts, " ") + "]"
+			}
+		case "done":
+			var werr error
+			if f[2] == "fail" {
+				werr = errors.New("fenced")
+			}
+			got = errString(c.WriteDone([]byte(f[1]), werr))
+		case "committable":
+			got = strconv.FormatInt(c.Committable(), 10)
+		case "state":
+			v, ok, err := c.State([]byte(f[1]))
+			got = fmt.Sprintf("%s %t %s", v, ok, errString(err))
+			got = strings.TrimSpace(got)
+		case "tick":
+			_, err := c.Tick(0)
+			got = errString(err)
+		case "drop":
+			got = errString(c.Drop())
+		case "keys":
+			got = strconv.Itoa(c.Keys())
+		default:
+			t.Fatalf("line %d: unknown step %q", i+1, f[0])
+		}
+		if want != "" && got != want {
+			t.Fatalf("line %d: %s\n got: %s\nwant: %s", i+1, step, got, want)
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
+
+func outputs(outs []Output) string {
+	var parts []string
+	for _, o := range outs {
+		parts = append(parts, fmt.Sprintf("%s:%s", o.Key, o.Value))
+	}
+	return strings.Join(parts, " ")
+}
+
+func TestFoldFlushCommit(t *testing.T) {
+	runScript(t, `
+		assign 10
+		committable      -> 10
+		fold a@10 1      -> a:1
+		fold b@11 5      -> b:5
+		fold a@12 2      -> a:3
+		# a holds 10, b holds 11: nothing is durable yet
+		committable      -> 10
+		flush            -> [a=3@12 b=5@11]
+		done b ok
+		committable      -> 10
+		done a ok
+		committable      -> 13
+		flush            -> []
+	`)
+}
+
+func TestReplayAfterRecoveryIsSkipped(t *testing.T) {
+	runScript(t, `
+		assign 5
+		recover a=7@8
+		recover b=~@9
+		# the consumer resumes at the committed 5: a's 5..8 and b's 9 are in
+		# the snapshots already
+		fold a@6 100     -> skip
+		fold a@8 100     -> skip
+		fold b@9 1       -> skip
+		fold a@10 1      -> a:8
+		fold b@11 2      -> b:2
+		state a          -> 8 true ok
+	`)
+}
+
+func TestAKeyChangedDuringItsWriteStaysDirty(t *testing.T) {
+	runScript(t, `
+		assign 0
+		fold a@0 1       -> a:1
+		flush            -> [a=1@0]
+		fold a@1 1       -> a:2
+		# taken but not yet durable: a second flush does not take it again
+		flush            -> []
+		done a ok
+		# the write covered offset 0 only; a still holds 1
+		committable      -> 1
+		flush            -> [a=2@1]
+		done a ok
+		committable      -> 2
+	`)
+}
+
+func TestFailedWriteKeepsTheKeyDirty(t *testing.T) {
+	runScript(t, `
+		assign 0
+		fold a@0 1       -> a:1
+		flush            -> [a=1@0]
+		done a fail
+		committable      -> 0
+		flush            -> [a=1@0]
+		done a ok
+		committable      -> 1
+	`)
+}
+
+func TestDeleteKeepsItsOffset(t *testing.T) {
+	runScript(t, `
+		assign 0
+		fold a@0 4       -> a:4
+		fold a@1 del     -> a:deleted
+		state a          -> false ok
+		flush            -> [a=~@1]
+		done a ok
+		fold a@1 9       -> skip
+		fold a@2 3       -> a:3
+	`)
+}
+
+func TestFoldPanicNamesTheRecordAndCommitsNothingPastIt(t *testing.T) {
+	runScript(t, `
+		assign 0
+		fold a@0 1       -> a:1
+		fold k@1 boom    -> engine: fold of in/3 offset 1 key "k" failed: panic: boom
+		# the partition is stopped at the bad record
+		fold a@2 1       -> engine: fold of in/3 offset 1 key "k" failed: panic: boom
+		committable      -> 0
+	`)
+}
+
+func TestTickChangesAreFlushed(t *testing.T) {
+	runScript(t, `
+		assign 0
+		fold a@0 1       -> a:1
+		flush            -> [a=1@0]
+		done a ok
+		tick
+		state a          -> 101 true ok
+		flush            -> [a=101@0]
+		done a ok
+		committable      -> 1
+	`)
+}
+
+func TestDropLeavesNothingBehind(t *testing.T) {
+	runScript(t, `
+		assign 0
+		fold a@0 1       -> a:1
+		fold b@1 1       -> b:1
+		keys             -> 2
+		drop
+		keys             -> 0
+		flush            -> []
+		committable      -> 2
+	`)
+}
+
+// Two partitions share one KV without seeing each other's keys.
+func TestPartitionsAreKeptApart(t *testing.T) {
+	kv := NewMemKV()
+	sum := func(key, state []byte, exists bool, rec Record) (Change, error) {
+		return Change{State: rec.Value}, nil
+	}
+	a, _ := New(Config{Input: store.TopicPartition{Topic: "t", Partition: 1}, Fold: sum}, kv)
+	b, _ := New(Config{Input: store.TopicPartition{Topic: "t", Partition: 10}, Fold: sum}, kv)
+	a.Fold(Record{Offset: 0, Key: []byte("k"), Value: []byte("a")})
+	b.Fold(Record{Offset: 0, Key: []byte("k"), Value: []byte("b")})
+	if err := a.Drop(); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, _ := b.State([]byte("k")); !ok || string(v) != "b" {
+		t.Fatalf("b's k = %q %t after a's drop", v, ok)
+	}
+}
