@@ -104,6 +104,25 @@ type Acquisition struct {
 	// called for every transaction and must never return a copy captured
 	// at assignment.
 	Identity IdentityReader
+	// ResolveAssignedOffset, if set, is called after the takeover and
+	// before Acquire returns; its result replaces AssignedOffset. The
+	// engine reads the group's committed offset there (with RequireStable,
+	// which no longer waits once the previous owner's transaction is
+	// aborted), so the seed is never older than a commit that landed.
+	ResolveAssignedOffset func(ctx context.Context) (int64, error)
+}
+
+// Resolve returns the assigned offset, resolving it after the takeover if
+// ResolveAssignedOffset is set. Backends call it in Acquire.
+func (a Acquisition) Resolve(ctx context.Context) (int64, error) {
+	if a.ResolveAssignedOffset == nil {
+		return a.AssignedOffset, nil
+	}
+	off, err := a.ResolveAssignedOffset(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("store: %s: resolving the assigned offset: %w", a.Input, err)
+	}
+	return off, nil
 }
 
 // Partition is one acquired input partition's snapshot store. Its methods are

@@ -149,14 +149,19 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 			return nil, err
 		}
 	}
+	assigned, err := a.Resolve(ctx)
+	if err != nil {
+		p.closeProducer()
+		return nil, err
+	}
 	if b.cfg.Mode == store.Transactional {
 		p.w = groupcommit.New(b.life, groupcommit.Config{
-			Input: a.Input, AssignedOffset: a.AssignedOffset,
+			Input: a.Input, AssignedOffset: assigned,
 			MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
 			Now: b.cfg.Now, Observer: b.cfg.Observer,
 		}, p.exec)
 	} else {
-		p.w = newPlainPath(p, a.AssignedOffset)
+		p.w = newPlainPath(p, assigned)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

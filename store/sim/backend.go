@@ -129,8 +129,12 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 		// its unfinished transaction before anything reads (I7).
 		p.prod = b.c.InitProducerID(b.TransactionalID(a.Input), b.cfg.TransactionTimeout)
 	}
+	assigned, err := a.Resolve(ctx)
+	if err != nil {
+		return nil, err
+	}
 	p.gc = groupcommit.New(b.life, groupcommit.Config{
-		Input: a.Input, AssignedOffset: a.AssignedOffset,
+		Input: a.Input, AssignedOffset: assigned,
 		MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
 		Now: b.c.Now, Observer: b.cfg.Observer,
 	}, p.exec)

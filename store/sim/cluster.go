@@ -248,6 +248,19 @@ func (c *Cluster) Read(tp store.TopicPartition, readCommitted bool) ([]Entry, er
 	return recs, nil
 }
 
+// Fetch returns up to max records visible from offset from and the
+// position after them, as one fetch of a consumer would. It does not wait.
+func (c *Cluster) Fetch(tp store.TopicPartition, from int64, max int, readCommitted bool) ([]Entry, int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, err := c.partitionLocked(tp)
+	if err != nil {
+		return nil, from, err
+	}
+	ents, next := l.read(from, max, readCommitted)
+	return ents, next, nil
+}
+
 // Entries returns the raw log of tp, control markers and aborted data
 // included.
 func (c *Cluster) Entries(tp store.TopicPartition) ([]Entry, error) {

@@ -39,6 +39,7 @@ func Run(t *testing.T, h Harness) {
 		{"StaleOwner/FirstWriteGatedBySeededOffset", staleFirstWriteGated},
 		{"StaleOwner/OffsetOnlyCommitRejected", staleOffsetOnlyRejected},
 		{"TakeoverAbortsCrashedOwnerTransaction", takeoverAborts},
+		{"AssignedOffsetResolvedAfterTheTakeover", assignedOffsetResolvedAfterTakeover},
 		{"ConcurrentDistinctKeysAllDurable", concurrentDistinctKeys},
 		{"Issue732/Plain/StaleFlushCorrupts", issue732(store.Plain)},
 		{"Issue732/Transactional/NewerSnapshotSurvives", issue732(store.Transactional)},
@@ -576,6 +577,40 @@ func takeoverAborts(t *testing.T, w World) {
 	// that long.
 	if waited := w.Now().Sub(start); waited >= time.Second {
 		t.Fatalf("recovery waited %s after the takeover", waited)
+	}
+}
+
+// 10. An assigned offset resolved at acquisition is read after the
+// takeover, and seeds the first write.
+func assignedOffsetResolvedAfterTakeover(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot(snap("k", "unfinished", 2)))
+	b := w.Backend(t, transactional)
+	var lso, hw int64
+	p, err := b.Acquire(context.Background(), store.Acquisition{
+		Input: in, AssignedOffset: 1, Identity: newIdentity(m.Identity()),
+		ResolveAssignedOffset: func(context.Context) (int64, error) {
+			lso, hw = w.StableOffsets(t, in)
+			return 33, nil
+		},
+	})
+	mustNil(t, "acquire", err)
+	t.Cleanup(func() { _ = p.Close() })
+	if lso != hw {
+		t.Fatalf("resolved before the takeover: lso %d, hw %d", lso, hw)
+	}
+	mustNil(t, "write", p.Write(context.Background(), snap("k", "v", 40)))
+	if off, _ := w.CommittedOffset(t, in); off != 33 {
+		t.Fatalf("first write committed %d, want the resolved 33", off)
+	}
+	boom := errors.New("offsets unavailable")
+	_, err = b.Acquire(context.Background(), store.Acquisition{
+		Input: in, Identity: newIdentity(m.Identity()),
+		ResolveAssignedOffset: func(context.Context) (int64, error) { return 0, boom },
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("a failing resolver: err = %v", err)
 	}
 }
 
