@@ -1,0 +1,433 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/snapfence/snapfence/engine/core"
+	"github.com/snapfence/snapfence/store"
+)
+
+// SourceRecord is one polled input record.
+type SourceRecord struct {
+	Partition store.TopicPartition
+	Record    core.Record
+}
+
+// Source is the group consumer a Runner drives: franz-go against Kafka
+// (NewKafkaSource), or a member of a simulated cluster (NewSimSource).
+type Source interface {
+	// Poll polls once and returns the records fetched. Rebalance
+	// callbacks reach the Handler the source was made with: inside Poll
+	// (the sim) or between a PollDone and the next Poll (franz-go).
+	Poll(ctx context.Context) ([]SourceRecord, error)
+	// PollDone ends the processing of a poll; rebalances may run now.
+	PollDone()
+	// Identity is the group identity the client reports now.
+	Identity() store.GroupIdentity
+	// CommittedOffset reads the group's committed offset of tp, or the
+	// offset the input would reset to if none is committed.
+	CommittedOffset(ctx context.Context, tp store.TopicPartition) (int64, error)
+	// Seek makes the next fetch of tp start at offset.
+	Seek(tp store.TopicPartition, offset int64)
+	// Pause stops fetching tp until it is assigned again.
+	Pause(tp store.TopicPartition)
+	// Now is the source's clock (virtual for the sim).
+	Now() time.Time
+	// Close leaves the group (running the revoke callbacks).
+	Close(ctx context.Context) error
+}
+
+// Handler receives a source's rebalance callbacks. Each returns only when
+// the engine is done with the partitions: a revoked partition's flow is gone
+// when Revoked returns.
+type Handler interface {
+	Assigned(ctx context.Context, tps []store.TopicPartition)
+	Revoked(ctx context.Context, tps []store.TopicPartition)
+	Lost(ctx context.Context, tps []store.TopicPartition)
+}
+
+// Runner runs an engine over one source: one group member. Step it, or
+// let Engine.Run loop it.
+type Runner[S any] struct {
+	e   *Engine[S]
+	src Source
+	// published is the identity read after the last poll, once valid: the
+	// store reads it for every transaction.
+	published atomic.Pointer[store.GroupIdentity]
+
+	mu       sync.Mutex
+	flows    map[store.TopicPartition]*flow
+	assigned map[store.TopicPartition]bool
+	restart  map[store.TopicPartition]bool
+	errs     []error
+
+	lastPersist, lastCommit, lastTick time.Time
+}
+
+type flow struct {
+	tp   store.TopicPartition
+	part store.Partition
+	core *core.Core
+}
+
+// NewRunner returns a runner over the source that newSource makes with the
+// runner as its handler.
+func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[S], error) {
+	r := &Runner[S]{e: e, flows: map[store.TopicPartition]*flow{},
+		assigned: map[store.TopicPartition]bool{}, restart: map[store.TopicPartition]bool{}}
+	src, err := newSource(r)
+	if err != nil {
+		return nil, err
+	}
+	r.src = src
+	now := src.Now()
+	r.lastPersist, r.lastCommit, r.lastTick = now, now, now
+	return r, nil
+}
+
+// CurrentIdentity implements store.IdentityReader: the identity published
+// after the last poll.
+func (r *Runner[S]) CurrentIdentity() store.GroupIdentity {
+	if id := r.published.Load(); id != nil {
+		return *id
+	}
+	return store.GroupIdentity{Generation: -1}
+}
+
+// publish records the client's identity after a poll. An identity that is
+// not valid yet is never published.
+func (r *Runner[S]) publish() {
+	if id := r.src.Identity(); id.Valid() {
+		r.published.Store(&id)
+	}
+}
+
+// Errors returns the errors that stopped flows so far.
+func (r *Runner[S]) Errors() []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]error(nil), r.errs...)
+}
+
+// Step polls once, folds what came, emits the outputs, and runs the
+// flushes, commits and ticks that are due.
+func (r *Runner[S]) Step(ctx context.Context) error {
+	recs, err := r.src.Poll(ctx)
+	r.publish()
+	defer r.src.PollDone()
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for tp := range r.restart {
+		delete(r.restart, tp)
+		if r.assigned[tp] {
+			r.startFlow(ctx, tp)
+		}
+	}
+	var outs []Output
+	folded := map[string]int{}
+	for _, sr := range recs {
+		f := r.flows[sr.Partition]
+		if f == nil {
+			continue
+		}
+		o, err := f.core.Fold(sr.Record)
+		if err != nil {
+			r.stopFlow(f, err)
+			continue
+		}
+		folded[sr.Partition.Topic]++
+		outs = append(outs, o...)
+	}
+	for t, n := range folded {
+		r.e.cfg.Metrics.addFolded(t, n)
+	}
+	if len(outs) > 0 && r.e.cfg.Emit != nil {
+		if err := r.e.cfg.Emit(ctx, outs); err != nil {
+			return fmt.Errorf("engine: emitting outputs: %w", err)
+		}
+	}
+	now := r.src.Now()
+	if r.e.cfg.Tick != nil && r.e.cfg.TickInterval > 0 && now.Sub(r.lastTick) >= r.e.cfg.TickInterval {
+		r.lastTick = now
+		r.tickAll(ctx, now)
+	}
+	if now.Sub(r.lastPersist) >= r.e.cfg.PersistInterval {
+		r.lastPersist = now
+		r.forEachFlow(func(f *flow) error { return r.flush(ctx, f) })
+	}
+	if now.Sub(r.lastCommit) >= r.e.cfg.CommitInterval {
+		r.lastCommit = now
+		r.forEachFlow(func(f *flow) error {
+			if err := r.flush(ctx, f); err != nil {
+				return err
+			}
+			return r.commit(ctx, f)
+		})
+	}
+	return nil
+}
+
+func (r *Runner[S]) tickAll(ctx context.Context, now time.Time) {
+	var outs []Output
+	for _, f := range r.flows {
+		o, err := f.core.Tick(now.UnixMilli())
+		if err != nil {
+			r.stopFlow(f, err)
+			continue
+		}
+		outs = append(outs, o...)
+	}
+	if len(outs) > 0 && r.e.cfg.Emit != nil {
+		if err := r.e.cfg.Emit(ctx, outs); err != nil {
+			r.errs = append(r.errs, fmt.Errorf("engine: emitting tick outputs: %w", err))
+		}
+	}
+}
+
+// forEachFlow runs fn on every flow; a fence stops the flow loudly and
+// schedules its restart from the committed state.
+func (r *Runner[S]) forEachFlow(fn func(*flow) error) {
+	for _, f := range r.flows {
+		if err := fn(f); err != nil {
+			r.stopFlow(f, err)
+			if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrMissingIdentity) {
+				r.restart[f.tp] = true
+			}
+		}
+	}
+}
+
+// flush writes every dirty key of f concurrently (the store group-commits
+// them) and waits for all.
+func (r *Runner[S]) flush(ctx context.Context, f *flow) error {
+	snaps, err := f.core.Flush()
+	if err != nil || len(snaps) == 0 {
+		return err
+	}
+	start := time.Now()
+	errs := make([]error, len(snaps))
+	var wg sync.WaitGroup
+	for i, s := range snaps {
+		wg.Go(func() { errs[i] = f.part.Write(ctx, s) })
+	}
+	wg.Wait()
+	var first error
+	for i, s := range snaps {
+		if err := f.core.WriteDone(s.Key, errs[i]); err != nil && first == nil {
+			first = err
+		}
+		if errs[i] != nil && first == nil {
+			first = errs[i]
+		}
+	}
+	r.e.cfg.Metrics.flushed(len(snaps), time.Since(start))
+	return first
+}
+
+func (r *Runner[S]) commit(ctx context.Context, f *flow) error {
+	c := f.core.Committable()
+	f.part.SetCommittable(c)
+	if err := f.part.Commit(ctx); err != nil {
+		return err
+	}
+	r.e.cfg.Metrics.lag(f.tp, 0)
+	return nil
+}
+
+// startFlow acquires tp's store (the takeover), recovers its snapshots
+// into the cache and positions the input at the committed offset. Called
+// with r.mu held.
+func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition) {
+	log := r.e.log.With("input", tp.String())
+	start := time.Now()
+	part, err := r.e.cfg.Store.Acquire(ctx, store.Acquisition{
+		Input: tp, Identity: r,
+		ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
+	})
+	if err != nil {
+		r.fail(tp, fmt.Errorf("engine: acquiring %s: %w", tp, err))
+		return
+	}
+	assigned := part.CommittedOffset()
+	c, err := core.New(core.Config{Input: tp, Fold: r.e.foldBytes(tp), Tick: r.e.tickBytes(), Assigned: assigned}, r.e.kv)
+	if err != nil {
+		_ = part.Close()
+		r.fail(tp, err)
+		return
+	}
+	n := 0
+	for s, err := range part.Recover(ctx) {
+		if err == nil && !s.Tombstone {
+			if _, derr := r.e.cfg.Codec.Decode(s.Value); derr != nil {
+				err = &RecoveredStateError{Input: tp, Key: s.Key, Offset: s.Offset, Err: derr}
+			}
+		}
+		if err == nil {
+			err = c.Recovered(s)
+		}
+		if err != nil {
+			_ = c.Drop()
+			_ = part.Close()
+			r.fail(tp, fmt.Errorf("engine: recovering %s: %w", tp, err))
+			return
+		}
+		n++
+	}
+	r.flows[tp] = &flow{tp: tp, part: part, core: c}
+	r.src.Seek(tp, assigned)
+	r.e.cfg.Metrics.recovered(n, time.Since(start))
+	log.Info("partition recovered", "snapshots", n, "keys", c.Keys(), "assigned_offset", assigned,
+		"generation", r.CurrentIdentity().Generation)
+}
+
+func (r *Runner[S]) fail(tp store.TopicPartition, err error) {
+	r.errs = append(r.errs, err)
+	r.src.Pause(tp)
+	r.e.log.Error("partition stopped", "input", tp.String(), "err", err)
+}
+
+// stopFlow tears a flow down after an error, leaving nothing in the cache.
+func (r *Runner[S]) stopFlow(f *flow, err error) {
+	if errors.Is(err, store.ErrFenced) {
+		r.e.cfg.Metrics.fenced()
+	}
+	r.teardown(f)
+	r.fail(f.tp, err)
+}
+
+func (r *Runner[S]) teardown(f *flow) {
+	if err := f.core.Drop(); err != nil {
+		r.e.log.Error("dropping the cache", "input", f.tp.String(), "err", err)
+	}
+	_ = f.part.Close()
+	delete(r.flows, f.tp)
+}
+
+// Assigned implements Handler.
+func (r *Runner[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tp := range tps {
+		r.assigned[tp] = true
+		if r.flows[tp] == nil {
+			r.startFlow(ctx, tp)
+		}
+	}
+}
+
+// Revoked implements Handler: flush and commit (unless NoFlushOnRevoke),
+// then tear the flow down before returning. A fence here is logged and
+// swallowed: the new owner replays.
+func (r *Runner[S]) Revoked(ctx context.Context, tps []store.TopicPartition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tp := range tps {
+		delete(r.assigned, tp)
+		delete(r.restart, tp)
+		f := r.flows[tp]
+		if f == nil {
+			continue
+		}
+		if !r.e.cfg.NoFlushOnRevoke {
+			err := r.flush(ctx, f)
+			if err == nil {
+				err = r.commit(ctx, f)
+			}
+			if err != nil {
+				if errors.Is(err, store.ErrFenced) {
+					r.e.cfg.Metrics.fenced()
+				}
+				r.e.log.Warn("revoke-time flush failed; the new owner replays", "input", tp.String(), "err", err)
+			}
+		}
+		r.teardown(f)
+	}
+}
+
+// Lost implements Handler: the partitions may already have new owners, so
+// nothing is flushed.
+func (r *Runner[S]) Lost(ctx context.Context, tps []store.TopicPartition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tp := range tps {
+		delete(r.assigned, tp)
+		delete(r.restart, tp)
+		if f := r.flows[tp]; f != nil {
+			r.teardown(f)
+		}
+	}
+}
+
+// Flows lists the partitions with a running flow.
+func (r *Runner[S]) Flows() []store.TopicPartition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]store.TopicPartition, 0, len(r.flows))
+	for tp := range r.flows {
+		out = append(out, tp)
+	}
+	return out
+}
+
+// State reads a key's current state in a partition's flow.
+func (r *Runner[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var zero S
+	f := r.flows[tp]
+	if f == nil {
+		return zero, false, fmt.Errorf("engine: no flow for %s", tp)
+	}
+	b, ok, err := f.core.State(key)
+	if err != nil || !ok {
+		return zero, false, err
+	}
+	s, err := r.e.cfg.Codec.Decode(b)
+	return s, err == nil, err
+}
+
+// FlushAll flushes and commits every flow now.
+func (r *Runner[S]) FlushAll(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.forEachFlow(func(f *flow) error {
+		if err := r.flush(ctx, f); err != nil {
+			return err
+		}
+		return r.commit(ctx, f)
+	})
+}
+
+// Close leaves the group; the revoke callbacks flush and tear down.
+func (r *Runner[S]) Close(ctx context.Context) error {
+	err := r.src.Close(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.flows {
+		r.teardown(f)
+	}
+	return err
+}
+
+// Crash stops the runner as a killed process would: no flush, no revoke,
+// no leave. The group evicts the member when its session expires. (For a
+// simulated member the member stalls for good.)
+func (r *Runner[S]) Crash() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.flows {
+		_ = f.core.Drop()
+		delete(r.flows, f.tp)
+	}
+	if c, ok := r.src.(interface{ Crash() }); ok {
+		c.Crash()
+	}
+}
