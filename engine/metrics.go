@@ -108,4 +108,3 @@ func (m *Metrics) lag(tp store.TopicPartition, lag int64) {
 		m.offsetLag.WithLabelValues(tp.Topic, strconv.Itoa(int(tp.Partition))).Set(float64(lag))
 	}
 }
-

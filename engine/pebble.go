@@ -37,7 +37,7 @@ func (k *PebbleKV) check() error {
 // OpenPebble opens (and empties) the cache in dir, or in memory if dir is
 // empty.
 func OpenPebble(dir string) (*PebbleKV, error) {
-	opts := &pebble.Options{DisableWAL: true}
+	opts := &pebble.Options{DisableWAL: true, Logger: quietLogger{}}
 	if dir == "" {
 		opts.FS = vfs.NewMem()
 		dir = "cache"
@@ -131,4 +131,14 @@ func prefixEnd(prefix []byte) []byte {
 		}
 	}
 	return nil
+}
+
+// quietLogger drops Pebble's informational logs; errors reach the flow as
+// errors from the KV.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("engine: pebble: "+format, args...))
 }

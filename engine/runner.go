@@ -21,10 +21,11 @@ type SourceRecord struct {
 // Source is the group consumer a Runner drives: franz-go against Kafka
 // (NewKafkaSource), or a member of a simulated cluster (NewSimSource).
 type Source interface {
-	// Poll polls once and returns the records fetched. Rebalance
+	// Poll polls once, waiting at most wait for records, and returns the
+	// records fetched. Rebalance
 	// callbacks reach the Handler the source was made with: inside Poll
 	// (the sim) or between a PollDone and the next Poll (franz-go).
-	Poll(ctx context.Context) ([]SourceRecord, error)
+	Poll(ctx context.Context, wait time.Duration) ([]SourceRecord, error)
 	// PollDone ends the processing of a poll; rebalances may run now.
 	PollDone()
 	// Identity is the group identity the client reports now.
@@ -34,8 +35,9 @@ type Source interface {
 	CommittedOffset(ctx context.Context, tp store.TopicPartition) (int64, error)
 	// Seek makes the next fetch of tp start at offset.
 	Seek(tp store.TopicPartition, offset int64)
-	// Pause stops fetching tp until it is assigned again.
+	// Pause stops fetching tp; Resume starts again.
 	Pause(tp store.TopicPartition)
+	Resume(tp store.TopicPartition)
 	// Now is the source's clock (virtual for the sim).
 	Now() time.Time
 	// Close leaves the group (running the revoke callbacks).
@@ -117,7 +119,7 @@ func (r *Runner[S]) Errors() []error {
 // Step polls once, folds what came, emits the outputs, and runs the
 // flushes, commits and ticks that are due.
 func (r *Runner[S]) Step(ctx context.Context) error {
-	recs, err := r.src.Poll(ctx)
+	recs, err := r.src.Poll(ctx, max(r.nextDue().Sub(r.src.Now()), time.Millisecond))
 	r.publish()
 	defer r.src.PollDone()
 	if err != nil {
@@ -128,7 +130,7 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	for tp := range r.restart {
 		delete(r.restart, tp)
 		if r.assigned[tp] {
-			r.startFlow(ctx, tp)
+			r.startFlow(ctx, tp, true)
 		}
 	}
 	var outs []Output
@@ -242,10 +244,26 @@ func (r *Runner[S]) commit(ctx context.Context, f *flow) error {
 	return nil
 }
 
+// nextDue is when the next flush, commit or tick is due: a poll waits no
+// longer than that.
+func (r *Runner[S]) nextDue() time.Time {
+	due := r.lastPersist.Add(r.e.cfg.PersistInterval)
+	if c := r.lastCommit.Add(r.e.cfg.CommitInterval); c.Before(due) {
+		due = c
+	}
+	if r.e.cfg.Tick != nil && r.e.cfg.TickInterval > 0 {
+		if t := r.lastTick.Add(r.e.cfg.TickInterval); t.Before(due) {
+			due = t
+		}
+	}
+	return due
+}
+
 // startFlow acquires tp's store (the takeover), recovers its snapshots
-// into the cache and positions the input at the committed offset. Called
-// with r.mu held.
-func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition) {
+// into the cache and, when restarting a flow (seek), positions the input at
+// the committed offset; on assignment the consumer starts there itself.
+// Called with r.mu held.
+func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition, seek bool) {
 	log := r.e.log.With("input", tp.String())
 	start := time.Now()
 	part, err := r.e.cfg.Store.Acquire(ctx, store.Acquisition{
@@ -282,7 +300,10 @@ func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition) {
 		n++
 	}
 	r.flows[tp] = &flow{tp: tp, part: part, core: c}
-	r.src.Seek(tp, assigned)
+	if seek {
+		r.src.Seek(tp, assigned)
+	}
+	r.src.Resume(tp)
 	r.e.cfg.Metrics.recovered(n, time.Since(start))
 	log.Info("partition recovered", "snapshots", n, "keys", c.Keys(), "assigned_offset", assigned,
 		"generation", r.CurrentIdentity().Generation)
@@ -318,7 +339,7 @@ func (r *Runner[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
 	for _, tp := range tps {
 		r.assigned[tp] = true
 		if r.flows[tp] == nil {
-			r.startFlow(ctx, tp)
+			r.startFlow(ctx, tp, false)
 		}
 	}
 }

@@ -67,8 +67,9 @@ func (s *SimSource) forget(tps []store.TopicPartition) {
 }
 
 // Poll implements Source: one poll of the member (a stalled member does
-// nothing), then a read_committed fetch of every owned partition.
-func (s *SimSource) Poll(ctx context.Context) ([]SourceRecord, error) {
+// nothing), then a read_committed fetch of every owned partition. It never
+// waits: virtual time moves only when the caller advances it.
+func (s *SimSource) Poll(ctx context.Context, _ time.Duration) ([]SourceRecord, error) {
 	s.ctx = ctx
 	s.m.Poll(s.callback)
 	var out []SourceRecord
@@ -105,6 +106,9 @@ func (s *SimSource) CommittedOffset(_ context.Context, tp store.TopicPartition) 
 
 // Seek implements Source.
 func (s *SimSource) Seek(tp store.TopicPartition, offset int64) { s.pos[tp] = offset }
+
+// Resume implements Source.
+func (s *SimSource) Resume(tp store.TopicPartition) { delete(s.paused, tp) }
 
 // Pause implements Source.
 func (s *SimSource) Pause(tp store.TopicPartition) { s.paused[tp] = true }

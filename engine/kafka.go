@@ -1,0 +1,174 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snapfence/snapfence/engine/core"
+	"github.com/snapfence/snapfence/store"
+)
+
+// KafkaConfig configures the franz-go consumer of Run and NewKafkaSource.
+type KafkaConfig struct {
+	// SeedBrokers, Group and Topics are required.
+	SeedBrokers []string
+	Group       string
+	Topics      []string
+	// MaxPollRecords bounds one poll; default 10000.
+	MaxPollRecords int
+	// ClientOpts are appended to the consumer's options: TLS, SASL, a
+	// balancer (default franz-go's cooperative-sticky; kgo.RangeBalancer()
+	// for classic eager), or kgo.ServerSideBalancer... for the consumer
+	// protocol (KIP-848).
+	ClientOpts []kgo.Opt
+}
+
+// kafkaSource is a franz-go group consumer as a Source. Offsets are never
+// committed through it: the store commits them inside its transactions.
+type kafkaSource struct {
+	cfg   KafkaConfig
+	cl    *kgo.Client
+	adm   *kadm.Client
+	group string
+}
+
+// NewKafkaSource returns a factory for Engine.NewRunner.
+func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
+	return func(h Handler) (Source, error) {
+		if len(cfg.SeedBrokers) == 0 || cfg.Group == "" || len(cfg.Topics) == 0 {
+			return nil, errors.New("engine: SeedBrokers, Group and Topics are required")
+		}
+		if cfg.MaxPollRecords <= 0 {
+			cfg.MaxPollRecords = 10000
+		}
+		opts := []kgo.Opt{
+			kgo.SeedBrokers(cfg.SeedBrokers...),
+			kgo.ConsumerGroup(cfg.Group),
+			kgo.ConsumeTopics(cfg.Topics...),
+			// The store commits offsets, inside its transactions.
+			kgo.DisableAutoCommit(),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			// Rebalances run between polls, never in the middle of
+			// folding a poll's records.
+			kgo.BlockRebalanceOnPoll(),
+			kgo.OnPartitionsAssigned(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
+				h.Assigned(ctx, tps(m))
+			}),
+			kgo.OnPartitionsRevoked(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
+				h.Revoked(ctx, tps(m))
+			}),
+			kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
+				h.Lost(ctx, tps(m))
+			}),
+		}
+		cl, err := kgo.NewClient(append(opts, cfg.ClientOpts...)...)
+		if err != nil {
+			return nil, fmt.Errorf("engine: consumer: %w", err)
+		}
+		return &kafkaSource{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), group: cfg.Group}, nil
+	}
+}
+
+func tps(m map[string][]int32) []store.TopicPartition {
+	var out []store.TopicPartition
+	for t, ps := range m {
+		for _, p := range ps {
+			out = append(out, store.TopicPartition{Topic: t, Partition: p})
+		}
+	}
+	return out
+}
+
+func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]SourceRecord, error) {
+	pctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	fs := s.cl.PollRecords(pctx, s.cfg.MaxPollRecords)
+	if fs.IsClientClosed() {
+		return nil, kgo.ErrClientClosed
+	}
+	var err error
+	fs.EachError(func(t string, p int32, e error) {
+		if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) && err == nil {
+			err = fmt.Errorf("engine: fetching %s/%d: %w", t, p, e)
+		}
+	})
+	out := make([]SourceRecord, 0, fs.NumRecords())
+	fs.EachRecord(func(r *kgo.Record) {
+		rec := core.Record{Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}
+		for _, h := range r.Headers {
+			rec.Headers = append(rec.Headers, store.Header{Key: h.Key, Value: h.Value})
+		}
+		out = append(out, SourceRecord{Partition: store.TopicPartition{Topic: r.Topic, Partition: r.Partition}, Record: rec})
+	})
+	return out, err
+}
+
+func (s *kafkaSource) PollDone() { s.cl.AllowRebalance() }
+
+func (s *kafkaSource) Identity() store.GroupIdentity {
+	member, gen := s.cl.GroupMetadata()
+	return store.GroupIdentity{Group: s.group, MemberID: member, Generation: gen}
+}
+
+// CommittedOffset reads the group's committed offset; with none, the
+// partition's start (the consumer's reset offset is the start too).
+func (s *kafkaSource) CommittedOffset(ctx context.Context, tp store.TopicPartition) (int64, error) {
+	offs, err := s.adm.FetchOffsets(ctx, s.group)
+	if err != nil {
+		return 0, err
+	}
+	if o, ok := offs.Lookup(tp.Topic, tp.Partition); ok && o.Err == nil && o.At >= 0 {
+		return o.At, nil
+	}
+	starts, err := s.adm.ListStartOffsets(ctx, tp.Topic)
+	if err != nil {
+		return 0, err
+	}
+	o, ok := starts.Lookup(tp.Topic, tp.Partition)
+	if !ok || o.Err != nil {
+		return 0, fmt.Errorf("engine: start offset of %s: %v", tp, o.Err)
+	}
+	return o.Offset, nil
+}
+
+func (s *kafkaSource) Seek(tp store.TopicPartition, offset int64) {
+	s.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{tp.Topic: {tp.Partition: {Epoch: -1, Offset: offset}}})
+}
+
+func (s *kafkaSource) Resume(tp store.TopicPartition) {
+	s.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+}
+
+func (s *kafkaSource) Pause(tp store.TopicPartition) {
+	s.cl.PauseFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+}
+
+func (s *kafkaSource) Now() time.Time { return time.Now() }
+
+// Close leaves the group: the revoke callback flushes and tears down.
+func (s *kafkaSource) Close(ctx context.Context) error {
+	s.cl.AllowRebalance()
+	s.cl.Close()
+	return nil
+}
+
+// Run runs the engine against Kafka until ctx ends, then leaves the group
+// cleanly (the revoke callback flushes and commits).
+func (e *Engine[S]) Run(ctx context.Context, cfg KafkaConfig) error {
+	r, err := e.NewRunner(NewKafkaSource(cfg))
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		if err := r.Step(ctx); err != nil && ctx.Err() == nil {
+			_ = r.Close(context.WithoutCancel(ctx))
+			return err
+		}
+	}
+	return r.Close(context.WithoutCancel(ctx))
+}
