@@ -45,7 +45,7 @@ func (b *Backend) recoverPartition(ctx context.Context, snap store.TopicPartitio
 		if readCommitted {
 			cfg.StallTimeout = b.cfg.RecoveryStallTimeout
 		}
-		src := &source{admin: b.admin, reader: cl, tp: snap, pos: -1}
+		src := &source{admin: b.admin, reader: cl, tp: snap}
 		for s, err := range readloop.Read(ctx, cfg, src) {
 			if !yield(s, err) {
 				return
@@ -67,23 +67,33 @@ func (s *source) HighWatermark(ctx context.Context) (int64, error) {
 	return listEnd(ctx, s.admin, s.tp, 0)
 }
 
+// LogStart lists the log start offset.
+func (s *source) LogStart(ctx context.Context) (int64, error) {
+	return listOffset(ctx, s.admin, s.tp, 0, -2)
+}
+
 // LastStable lists the end as a read_committed reader sees it.
 func (s *source) LastStable(ctx context.Context) (int64, error) {
 	return listEnd(ctx, s.admin, s.tp, 1)
 }
 
 func listEnd(ctx context.Context, cl *kgo.Client, tp store.TopicPartition, isolation int8) (int64, error) {
+	return listOffset(ctx, cl, tp, isolation, -1)
+}
+
+// listOffset lists the latest (-1) or earliest (-2) offset of tp.
+func listOffset(ctx context.Context, cl *kgo.Client, tp store.TopicPartition, isolation int8, timestamp int64) (int64, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.IsolationLevel = isolation
 	t := kmsg.NewListOffsetsRequestTopic()
 	t.Topic = tp.Topic
 	p := kmsg.NewListOffsetsRequestTopicPartition()
-	p.Partition, p.Timestamp = tp.Partition, -1 // latest
+	p.Partition, p.Timestamp = tp.Partition, timestamp
 	t.Partitions = append(t.Partitions, p)
 	req.Topics = append(req.Topics, t)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return 0, fmt.Errorf("kafka: listing the end offset of %s: %w", tp, err)
+		return 0, fmt.Errorf("kafka: listing offset %d of %s: %w", timestamp, tp, err)
 	}
 	for _, rt := range resp.Topics {
 		for _, rp := range rt.Partitions {

@@ -296,7 +296,7 @@ func (p *partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error
 	if readCommitted {
 		cfg.StallTimeout = p.b.cfg.RecoveryStallTimeout
 	}
-	return readloop.Read(ctx, cfg, &source{c: p.b.c, tp: p.snap, readCommitted: readCommitted, pos: -1})
+	return readloop.Read(ctx, cfg, &source{c: p.b.c, tp: p.snap, readCommitted: readCommitted})
 }
 
 // source reads a snapshot partition of the simulated cluster.
@@ -318,6 +318,11 @@ func (s *source) HighWatermark(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	return l.end, nil
+}
+
+func (s *source) LogStart(ctx context.Context) (int64, error) {
+	start, _, _, err := s.c.Offsets(s.tp)
+	return start, err
 }
 
 func (s *source) LastStable(ctx context.Context) (int64, error) {

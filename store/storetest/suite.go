@@ -30,6 +30,7 @@ func Run(t *testing.T, h Harness) {
 		{"IdentityIsReadLivePerTransaction", identityReadLive},
 		{"CommitFailureReachesEveryWaiter", commitFailureReachesEveryWaiter},
 		{"RecoveryDrainsToTheHighWatermark", recoveryDrainsToHighWatermark},
+		{"RecoveryOfAnEmptyPartitionEndsAtOnce", recoveryOfEmptyPartition},
 		{"StalledRecovery/OpenTransaction", stalledOpenTransaction},
 		{"StalledRecovery/Truncation", stalledTruncation},
 		{"StalledRecovery/Undetermined", stalledUndetermined},
@@ -352,6 +353,18 @@ func recoveryDrainsToHighWatermark(t *testing.T, w World) {
 	got := latest(r.snaps)
 	if len(got) != 2 || string(got["a"].Value) != "1" || string(got["b"].Value) != "2" {
 		t.Fatalf("recovered %s, want a=1 and b=2", describe(r.snaps))
+	}
+}
+
+// 7. A partition with nothing in it recovers nothing, at once.
+func recoveryOfEmptyPartition(t *testing.T, w World) {
+	m := w.Join(t)
+	o := acquire(t, w, stallConfig(), input(w, 1), 0, m.Identity())
+	start := w.Now()
+	r := collect(o.Recover(context.Background()))
+	mustNil(t, "recover", r.err)
+	if len(r.snaps) != 0 || w.Now().Sub(start) >= time.Second {
+		t.Fatalf("recovered %s after %s from an empty partition", describe(r.snaps), w.Now().Sub(start))
 	}
 }
 

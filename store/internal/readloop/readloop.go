@@ -27,6 +27,9 @@ type Source interface {
 	// LastStable reads the last stable offset, only to warn when the read
 	// will wait.
 	LastStable(ctx context.Context) (int64, error)
+	// LogStart reads the log start offset: a read whose target is at or
+	// below it has nothing to read.
+	LogStart(ctx context.Context) (int64, error)
 	// Poll returns the next visible records and the read position after
 	// them. The position also moves over control markers and aborted data,
 	// which are never returned. Poll waits at most wait for either.
@@ -62,7 +65,11 @@ func Read(ctx context.Context, cfg Config, src Source) iter.Seq2[store.Snapshot,
 			log.WarnContext(ctx, "recovery target is above the last stable offset; the read waits for open transactions to resolve",
 				"snapshots", cfg.Snapshots.String(), "target", target, "last_stable", lso)
 		}
-		var pos int64 = -1
+		pos, err := src.LogStart(ctx)
+		if err != nil {
+			yield(store.Snapshot{}, err)
+			return
+		}
 		lastProgress := cfg.Now()
 		for pos < target {
 			wait := cfg.PollWait

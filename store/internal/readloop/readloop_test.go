@@ -14,6 +14,7 @@ import (
 // script is a Source that answers from a fixed list of polls.
 type script struct {
 	hw, lso int64
+	start   int64
 	polls   []poll
 	now     time.Time
 }
@@ -26,6 +27,7 @@ type poll struct {
 
 func (s *script) HighWatermark(context.Context) (int64, error) { return s.hw, nil }
 func (s *script) LastStable(context.Context) (int64, error)    { return s.lso, nil }
+func (s *script) LogStart(context.Context) (int64, error)      { return s.start, nil }
 func (s *script) Poll(_ context.Context, wait time.Duration) ([]Fetched, int64, error) {
 	p := s.polls[0]
 	if len(s.polls) > 1 {
@@ -95,11 +97,22 @@ func TestEveryAdvanceResetsTheDeadline(t *testing.T) {
 func TestNoDeadlineWhenStallTimeoutIsZero(t *testing.T) {
 	polls := []poll{}
 	for range 100 {
-		polls = append(polls, poll{next: -1, took: time.Hour})
+		polls = append(polls, poll{next: 0, took: time.Hour})
 	}
 	polls = append(polls, poll{next: 1})
 	s := &script{hw: 1, lso: 1, polls: polls}
 	if _, _, err := run(t, s, 0); err != nil {
 		t.Fatalf("plain read failed: %v", err)
+	}
+}
+
+// An empty partition, or one whose records are all below its log start,
+// has nothing to read: the read ends at once.
+func TestNothingToReadEndsAtOnce(t *testing.T) {
+	for _, c := range []struct{ start, hw int64 }{{0, 0}, {7, 7}} {
+		s := &script{hw: c.hw, lso: c.hw, start: c.start, polls: []poll{{next: c.start, took: time.Hour}}}
+		if keys, _, err := run(t, s, time.Minute); err != nil || len(keys) != 0 || !s.now.IsZero() {
+			t.Fatalf("start %d hw %d: keys %v err %v", c.start, c.hw, keys, err)
+		}
 	}
 }

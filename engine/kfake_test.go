@@ -1,0 +1,180 @@
+package engine_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
+)
+
+// fakeWorld is a kfake cluster on a virtual network, for tests inside a
+// synctest bubble.
+type fakeWorld struct {
+	t    *testing.T
+	net  *kfake.VirtualNetwork
+	c    *kfake.Cluster
+	prod *kgo.Client
+	adm  *kadm.Client
+	want ledger
+}
+
+func newFakeWorld(t *testing.T) *fakeWorld {
+	w := &fakeWorld{t: t, net: new(kfake.VirtualNetwork), want: ledger{}}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.ListenFn(w.net.Listen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	w.c = c
+	w.prod = w.client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	w.adm = kadm.NewClient(w.prod)
+	ctx := context.Background()
+	if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, "accounts"); err != nil {
+		t.Fatal(err)
+	}
+	compact := "compact"
+	if _, err := w.adm.CreateTopic(ctx, 2, 1, map[string]*string{"cleanup.policy": &compact}, "accounts-snapshots"); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func (w *fakeWorld) opts() []kgo.Opt {
+	return []kgo.Opt{kgo.SeedBrokers(w.c.ListenAddrs()...), kgo.Dialer(w.net.DialContext)}
+}
+
+func (w *fakeWorld) client(opts ...kgo.Opt) *kgo.Client {
+	cl, err := kgo.NewClient(append(w.opts(), opts...)...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(cl.Close)
+	return cl
+}
+
+func (w *fakeWorld) produce(events ...string) {
+	for _, ev := range events {
+		k, v, _ := strings.Cut(ev, "=")
+		r := &kgo.Record{Topic: "accounts", Partition: int32(len(k) % 2), Key: []byte(k), Value: []byte(v)}
+		if err := w.prod.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			w.t.Fatal(err)
+		}
+		w.want.apply(k, v)
+	}
+}
+
+func (w *fakeWorld) engine() *engine.Engine[int] {
+	b, err := kafka.New(context.Background(), kafka.Config{
+		Mode: store.Transactional, SeedBrokers: w.c.ListenAddrs(), TransactionalIDPrefix: "bank",
+		ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)},
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = b.Close() })
+	e, err := engine.New(engine.Config[int]{
+		Fold: balance, Codec: intCodec{}, Store: b, Dir: w.t.TempDir(),
+		PersistInterval: time.Second, CommitInterval: 2 * time.Second,
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+func (w *fakeWorld) runner(e *engine.Engine[int]) *engine.Runner[int] {
+	r, err := e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
+		SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
+		ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext), kgo.Balancers(kgo.RangeBalancer())},
+	}))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return r
+}
+
+func (w *fakeWorld) caughtUp() bool {
+	ctx := context.Background()
+	ends, err := w.adm.ListEndOffsets(ctx, "accounts")
+	if err != nil {
+		return false
+	}
+	committed, err := w.adm.FetchOffsets(ctx, "bank")
+	if err != nil {
+		return false
+	}
+	ok := true
+	ends.Each(func(o kadm.ListedOffset) {
+		c, found := committed.Lookup(o.Topic, o.Partition)
+		ok = ok && found && c.At == o.Offset
+	})
+	return ok
+}
+
+func (w *fakeWorld) drain(r *engine.Runner[int]) {
+	w.t.Helper()
+	for range 200 {
+		if err := r.Step(context.Background()); err != nil {
+			w.t.Fatal(err)
+		}
+		if w.caughtUp() {
+			return
+		}
+	}
+	w.t.Fatalf("the runner did not commit to the end of the input; errors: %v", r.Errors())
+}
+
+func (w *fakeWorld) check(r *engine.Runner[int]) {
+	w.t.Helper()
+	for _, key := range []string{"alice", "bob", "carol", "dave", "erin"} {
+		tp := store.TopicPartition{Topic: "accounts", Partition: int32(len(key) % 2)}
+		got, ok, err := r.State(tp, []byte(key))
+		if err != nil {
+			w.t.Fatalf("%s: %v", key, err)
+		}
+		want, wantOK := w.want[key]
+		if ok != wantOK || got != want {
+			w.t.Fatalf("%s = %d (%t), want %d (%t)", key, got, ok, want, wantOK)
+		}
+	}
+}
+
+// The kafka-flow restart test on kfake with store/kafka: four restarts,
+// state recovered, processing continues, a delete sticks.
+func TestRestartsRecoverStateOnKfake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		w.produce("alice=+10", "bob=+5", "carol=+7", "dave=+1")
+		for run := range 5 {
+			r := w.runner(w.engine())
+			w.drain(r)
+			w.check(r)
+			switch run {
+			case 0:
+				w.produce("alice=+1", "bob=-2", "erin=+3")
+			case 1:
+				w.produce("carol=close", "alice=+100")
+			case 2:
+				w.produce("carol=+9", "dave=-1")
+			case 3:
+				w.produce("erin=close", "bob=+1")
+			}
+			if err := r.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if errs := r.Errors(); len(errs) > 0 {
+				t.Fatalf("run %d: %v", run, errs)
+			}
+		}
+	})
+}
