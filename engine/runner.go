@@ -452,3 +452,6 @@ func (r *Runner[S]) Crash() {
 		c.Crash()
 	}
 }
+
+// Source is the runner's source.
+func (r *Runner[S]) Source() Source { return r.src }

@@ -277,3 +277,42 @@ func TestPartitionsAreKeptApart(t *testing.T) {
 		t.Fatalf("b's k = %q %t after a's drop", v, ok)
 	}
 }
+
+// failingKV fails every write after the first n, as a full disk would.
+type failingKV struct {
+	*MemKV
+	n int
+}
+
+func (f *failingKV) Set(k, v []byte) error {
+	if f.n--; f.n < 0 {
+		return errors.New("no space left on device")
+	}
+	return f.MemKV.Set(k, v)
+}
+
+// A cache failure stops the partition with the cache's error: never a
+// silently wrong state, and nothing committable past it.
+func TestCacheFailureStopsThePartition(t *testing.T) {
+	kv := &failingKV{MemKV: NewMemKV(), n: 3}
+	sum := func(key, state []byte, exists bool, rec Record) (Change, error) {
+		return Change{State: rec.Value}, nil
+	}
+	c, err := New(Config{Input: store.TopicPartition{Topic: "t"}, Fold: sum}, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Fold(Record{Offset: 0, Key: []byte("a"), Value: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Fold(Record{Offset: 1, Key: []byte("b"), Value: []byte("2")})
+	if err == nil || !strings.Contains(err.Error(), "no space left") {
+		t.Fatalf("fold with a failing cache: %v", err)
+	}
+	if _, err := c.Flush(); err == nil || c.Stopped() == nil {
+		t.Fatal("the core kept going after a cache failure")
+	}
+	if got := c.Committable(); got != 0 {
+		t.Fatalf("committable %d after a cache failure, want 0", got)
+	}
+}

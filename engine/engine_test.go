@@ -1,0 +1,192 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
+)
+
+func (w *simWorld) runnerWith(e *engine.Engine[int], protocol sim.Protocol, wrap func(engine.Handler) engine.Handler) *engine.Runner[int] {
+	w.t.Helper()
+	r, err := e.NewRunner(func(h engine.Handler) (engine.Source, error) {
+		if wrap != nil {
+			h = wrap(h)
+		}
+		return engine.NewSimSource(w.c, "bank", protocol, 0, "accounts")(h)
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return r
+}
+
+// A rebalance that bumps the generation and leaves this member's
+// partitions where they are fires no callback under two protocols; the
+// post-poll read keeps the identity current, so the next flush commits.
+func TestGenerationBumpKeepingPartitionsDoesNotFence(t *testing.T) {
+	for _, protocol := range []sim.Protocol{sim.ClassicEager, sim.ClassicCooperative, sim.Consumer} {
+		t.Run(protocol.String(), func(t *testing.T) {
+			w := newSimWorld(t)
+			w.produce("alice=+1", "bob=+2")
+			r := w.runnerWith(w.engine(), protocol, nil)
+			w.drain(r)
+			before := r.CurrentIdentity().Generation
+			w.c.Rebalance("bank")
+			w.produce("alice=+3", "bob=+4")
+			w.drain(r)
+			if after := r.CurrentIdentity().Generation; after <= before {
+				t.Fatalf("generation %d -> %d: the rebalance did not bump it", before, after)
+			}
+			if errs := r.Errors(); len(errs) > 0 {
+				t.Fatalf("a flush after the bump failed: %v", errs)
+			}
+			w.check(r)
+		})
+	}
+}
+
+// Before the first join nothing is published, and the store refuses to
+// commit with what it reads.
+func TestWriteBeforeTheFirstJoinFailsLoudly(t *testing.T) {
+	w := newSimWorld(t)
+	r := w.runner(w.engine())
+	p, err := w.store.Acquire(context.Background(), store.Acquisition{
+		Input: store.TopicPartition{Topic: "accounts", Partition: 0}, Identity: r,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	err = p.Write(context.Background(), store.Snapshot{Key: []byte("k"), Value: []byte("1"), Offset: 0})
+	if !errors.Is(err, store.ErrMissingIdentity) {
+		t.Fatalf("write before the first join: %v, want ErrMissingIdentity", err)
+	}
+}
+
+// revokeWatch checks, as each revoke callback returns, that the runner has
+// no flow left for the revoked partitions.
+type revokeWatch struct {
+	engine.Handler
+	t       *testing.T
+	revoked []store.TopicPartition
+}
+
+func (h *revokeWatch) Revoked(ctx context.Context, tps []store.TopicPartition) {
+	h.Handler.Revoked(ctx, tps)
+	r := h.Handler.(*engine.Runner[int])
+	for _, tp := range tps {
+		if slices.Contains(r.Flows(), tp) {
+			h.t.Errorf("the revoke of %s returned with its flow still running", tp)
+		}
+		if _, _, err := r.State(tp, []byte("alice")); err == nil {
+			h.t.Errorf("the revoke of %s returned with its state still readable", tp)
+		}
+	}
+	h.revoked = append(h.revoked, tps...)
+}
+
+// The revoke callback flushes, commits and tears the flow down before it
+// returns (classic eager: the flush commits).
+func TestRevokeTearsTheFlowDownBeforeReturning(t *testing.T) {
+	w := newSimWorld(t)
+	w.produce("alice=+1", "bob=+2")
+	var watch *revokeWatch
+	a := w.runnerWith(w.engine(), sim.ClassicEager, func(h engine.Handler) engine.Handler {
+		watch = &revokeWatch{Handler: h, t: t}
+		return watch
+	})
+	w.drain(a)
+	w.produce("alice=+10", "bob=+20")
+	if err := a.Step(context.Background()); err != nil { // folded, not flushed
+		t.Fatal(err)
+	}
+	b := w.runner(w.engine())
+	w.drain(a, b)
+	if len(watch.revoked) == 0 {
+		t.Fatal("a was never revoked")
+	}
+	w.check(a, b)
+	if errs := a.Errors(); len(errs) > 0 {
+		t.Fatalf("a: %v", errs)
+	}
+}
+
+// A recovered state that does not decode stops the partition with an
+// error naming the key and its offset; nothing is committed.
+func TestUndecodableRecoveredStateNamesIt(t *testing.T) {
+	w := newSimWorld(t)
+	tp := store.TopicPartition{Topic: "accounts", Partition: 1}
+	id := func() store.GroupIdentity { return store.GroupIdentity{} }
+	p, err := w.store.Acquire(context.Background(), store.Acquisition{Input: tp, Identity: store.IdentityFunc(id)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	// A foreign writer of the right format but the wrong state encoding.
+	w.c.Produce(store.TopicPartition{Topic: "accounts-snapshots", Partition: 1},
+		store.EncodeSnapshot(store.Snapshot{Key: []byte("bob"), Value: []byte("not-a-number"), Offset: 41}))
+	w.produce("bob=+1")
+	r := w.runner(w.engine())
+	for range 3 {
+		r.Step(context.Background())
+		w.c.Advance(time.Second)
+	}
+	errs := r.Errors()
+	var re *engine.RecoveredStateError
+	if len(errs) == 0 || !errors.As(errs[0], &re) || string(re.Key) != "bob" || re.Offset != 41 ||
+		!strings.Contains(errs[0].Error(), `key "bob" (input offset 41) does not decode`) {
+		t.Fatalf("errors = %v, want a RecoveredStateError for bob at 41", errs)
+	}
+	if off, ok := w.c.CommittedOffset("bank", tp); ok {
+		t.Fatalf("committed %d past an unreadable state", off)
+	}
+}
+
+// A member that pauses past its session loses its partitions; its next
+// periodic flush is fenced, which stops the flow loudly. Nothing of it
+// lands, and the new owner's state is exact.
+func TestFenceOnThePeriodicPathStopsTheFlow(t *testing.T) {
+	w := newSimWorld(t)
+	w.produce("alice=+1", "bob=+2")
+	a := w.runner(w.engine())
+	w.drain(a)
+	w.produce("alice=+5")
+	if err := a.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	src := sourceOf(t, a)
+	src.Member().Stall()
+	w.c.Advance(time.Minute) // a is evicted
+	b := w.runner(w.engine())
+	w.produce("bob=+7")
+	w.drain(b)
+	src.Member().Resume()
+	// a's first step after the pause: its flush is fenced before it learns
+	// of the eviction.
+	a.FlushAll(context.Background())
+	errs := a.Errors()
+	if len(errs) == 0 || !errors.Is(errs[0], store.ErrFenced) {
+		t.Fatalf("a's errors after the pause: %v, want a fence", errs)
+	}
+	if len(a.Flows()) != 0 {
+		t.Fatalf("a's fenced flows still run: %v", a.Flows())
+	}
+	w.drain(b)
+	w.check(b)
+}
+
+func sourceOf(t *testing.T, r *engine.Runner[int]) *engine.SimSource {
+	t.Helper()
+	s, ok := r.Source().(*engine.SimSource)
+	if !ok {
+		t.Fatalf("source %T", r.Source())
+	}
+	return s
+}
