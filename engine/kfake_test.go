@@ -92,10 +92,18 @@ func (w *fakeWorld) engine() *engine.Engine[int] {
 	return e
 }
 
-func (w *fakeWorld) runner(e *engine.Engine[int]) *engine.Runner[int] {
+// protocols are the consumer protocols the engine runs under, as franz-go
+// options.
+var protocols = map[string]kgo.Opt{
+	"classic-eager":       kgo.Balancers(kgo.RangeBalancer()),
+	"classic-cooperative": kgo.Balancers(kgo.CooperativeStickyBalancer()),
+	"consumer":            kgo.ServerSideBalancer(),
+}
+
+func (w *fakeWorld) runner(e *engine.Engine[int], protocol kgo.Opt) *engine.Runner[int] {
 	r, err := e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
 		SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
-		ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext), kgo.Balancers(kgo.RangeBalancer())},
+		ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext), protocol},
 	}))
 	if err != nil {
 		w.t.Fatal(err)
@@ -149,32 +157,37 @@ func (w *fakeWorld) check(r *engine.Runner[int]) {
 	}
 }
 
-// The kafka-flow restart test on kfake with store/kafka: four restarts,
-// state recovered, processing continues, a delete sticks.
+// The kafka-flow restart test on kfake with store/kafka, under each
+// consumer protocol: four restarts, state recovered, processing continues,
+// a delete sticks.
 func TestRestartsRecoverStateOnKfake(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		w := newFakeWorld(t)
-		w.produce("alice=+10", "bob=+5", "carol=+7", "dave=+1")
-		for run := range 5 {
-			r := w.runner(w.engine())
-			w.drain(r)
-			w.check(r)
-			switch run {
-			case 0:
-				w.produce("alice=+1", "bob=-2", "erin=+3")
-			case 1:
-				w.produce("carol=close", "alice=+100")
-			case 2:
-				w.produce("carol=+9", "dave=-1")
-			case 3:
-				w.produce("erin=close", "bob=+1")
-			}
-			if err := r.Close(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if errs := r.Errors(); len(errs) > 0 {
-				t.Fatalf("run %d: %v", run, errs)
-			}
-		}
-	})
+	for name, protocol := range protocols {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newFakeWorld(t)
+				w.produce("alice=+10", "bob=+5", "carol=+7", "dave=+1")
+				for run := range 5 {
+					r := w.runner(w.engine(), protocol)
+					w.drain(r)
+					w.check(r)
+					switch run {
+					case 0:
+						w.produce("alice=+1", "bob=-2", "erin=+3")
+					case 1:
+						w.produce("carol=close", "alice=+100")
+					case 2:
+						w.produce("carol=+9", "dave=-1")
+					case 3:
+						w.produce("erin=close", "bob=+1")
+					}
+					if err := r.Close(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					if errs := r.Errors(); len(errs) > 0 {
+						t.Fatalf("run %d: %v", run, errs)
+					}
+				}
+			})
+		})
+	}
 }
