@@ -306,7 +306,7 @@ func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition, seek
 	r.src.Resume(tp)
 	r.e.cfg.Metrics.recovered(n, time.Since(start))
 	log.Info("partition recovered", "snapshots", n, "keys", c.Keys(), "assigned_offset", assigned,
-		"generation", r.CurrentIdentity().Generation)
+		"generation", r.src.Identity().Generation)
 }
 
 func (r *Runner[S]) fail(tp store.TopicPartition, err error) {
