@@ -5,9 +5,12 @@ GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        ?= ./...
 # bench: BENCHROUNDS runs of every benchmark at 3 iterations each; the
-# table shows medians over the runs.
+# table shows medians over the runs. The engine's memory benchmark (1M keys,
+# ~40s) runs once.
 BENCHROUNDS ?= 5
 BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
+ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
+ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
 .PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench
 
@@ -43,11 +46,16 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecodeRecord -fuzztime 30s ./store
 
 ## bench: the spec's Experiments A and B and the recovery read, on kfake over
-## loopback TCP, then one table with the ratios (docs/benchmarks.md).
+## loopback TCP; the engine's throughput against a bare consume loop and its
+## cache's memory against a map; then one table with the ratios
+## (docs/benchmarks.md).
 bench:
 	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
 	for i in $$(seq $(BENCHROUNDS)); do \
 		echo "# run $$i of $(BENCHROUNDS)"; \
 		$(GO) test $(BENCHFLAGS) ./store/kafka 2>&1 | tee -a "$$out"; \
+		$(GO) test $(ENGINEBENCHFLAGS) ./engine 2>&1 | tee -a "$$out"; \
 	done && \
+	echo "# engine memory, once" && \
+	$(GO) test $(ENGINEMEMFLAGS) ./engine 2>&1 | tee -a "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"

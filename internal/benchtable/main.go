@@ -3,6 +3,12 @@
 // beside its baseline from the same run, with the ratio to it and the
 // spec's own number. `make bench` runs it; docs/benchmarks.md shows a run.
 //
+// The engine's benchmarks (package engine), when the input has them, get
+// sections of their own after those: the engine's events/s over a bare
+// franz-go consume loop's, and the peak memory of its Pebble cache over a
+// Go map's. An input without them prints exactly what it did before they
+// existed.
+//
 // The input may hold several samples of a benchmark (several runs
 // concatenated, as `make bench` does, or -count above 1). The table shows
 // the median of each metric, and the ratio is the median of the per-sample
@@ -37,6 +43,9 @@ type row struct {
 	label string
 	base  string // the baseline's bench; "" for a baseline
 	kind  ratioKind
+	// unit, if set, is the metric the ratio compares, row over baseline,
+	// instead of the one kind names.
+	unit string
 	// spec is the spec's result for the row and specBase its baseline's
 	// (ms), 0 where the spec has none.
 	spec, specBase float64
@@ -46,6 +55,22 @@ type row struct {
 type section struct {
 	title string
 	rows  []row
+	// cols, if set, are the section's columns instead of the experiments'
+	// (ms/op, txns/op, writes/s, MB/s, ratio and the spec's numbers).
+	cols []column
+	// optional sections (the engine's) are left out, with their targets,
+	// when the input has none of their benchmarks.
+	optional bool
+}
+
+// column is a column of an engine section: a metric's median, or (ratio)
+// the median of the per-sample ratios of a metric, row over baseline.
+type column struct {
+	head   string
+	unit   string
+	scale  float64 // the median is multiplied by it; 0 is 1
+	format string
+	ratio  bool
 }
 
 // Experiment A and B rows under a benchmark name prefix.
@@ -74,6 +99,44 @@ const (
 	titleB = "2000 keys, 10 KiB snapshots, issued concurrently; ratio = time / plain"
 )
 
+// Engine sections: events/s through the engine against a bare franz-go
+// consume loop, and the peak memory of 1M keys in the Pebble cache against
+// a Go map. The throughput benchmark runs as often as the store's; the
+// memory one once.
+var (
+	engineThroughput = section{
+		title: "Engine throughput: 200k events over 1000 keys, 3 partitions, consumed with a fresh group; ratio = events/s / bare events/s",
+		rows: []row{
+			{bench: "BenchmarkEngineThroughput/bare", label: "bare franz-go group consumer, fold into a map (baseline)", unit: "events/s"},
+			{bench: "BenchmarkEngineThroughput/engine", label: "engine: Run, store/kafka transactional, Pebble on disk, 1s flush/commit", base: "BenchmarkEngineThroughput/bare", unit: "events/s"},
+		},
+		cols: []column{
+			{head: "ms/op", unit: "ns/op", scale: 1e-6, format: "%.0f"},
+			{head: "events/s", unit: "events/s", format: "%.0f"},
+			{head: "committed events/s", unit: "committed-events/s", format: "%.0f"},
+			{head: "txns/op", unit: "txns/op", format: "%.0f"},
+			{head: "ratio", unit: "events/s", ratio: true},
+		},
+		optional: true,
+	}
+	engineMemory = section{
+		title: "Engine memory: 1M keys of 100-byte states; peaks above the level before the load; ratio = Pebble / map",
+		rows: []row{
+			{bench: "BenchmarkEngineMemory/map", label: "Go map[string][]byte (baseline)", unit: "rss-peak-MB"},
+			{bench: "BenchmarkEngineMemory/pebble", label: "engine's Pebble cache, written through core.Core", base: "BenchmarkEngineMemory/map", unit: "rss-peak-MB"},
+		},
+		cols: []column{
+			{head: "s/op", unit: "ns/op", scale: 1e-9, format: "%.1f"},
+			{head: "heap peak MB", unit: "heap-peak-MB", format: "%.0f"},
+			{head: "RSS peak MB", unit: "rss-peak-MB", format: "%.0f"},
+			{head: "disk MB", unit: "disk-MB", format: "%.0f"},
+			{head: "heap ratio", unit: "heap-peak-MB", ratio: true},
+			{head: "RSS ratio", unit: "rss-peak-MB", ratio: true},
+		},
+		optional: true,
+	}
+)
+
 var sections = []section{
 	{title: "Experiment A: " + titleA, rows: experimentA("BenchmarkExperiment")},
 	{title: "Experiment B: " + titleB, rows: experimentB("BenchmarkExperiment")},
@@ -84,16 +147,20 @@ var sections = []section{
 			{bench: "BenchmarkRecovery/snapfence", label: "Partition.Recover (transactional, read_committed)", base: "BenchmarkRecovery/bare", kind: throughputRatio},
 		},
 	},
+	engineThroughput,
+	engineMemory,
 }
 
-// targets are the issue's: B at the default cap within 1.05x of plain
-// (time), recovery at least 0.9x the bare read's throughput.
+// targets are the issues': B at the default cap within 1.05x of plain
+// (time), recovery at least 0.9x the bare read's throughput, the engine at
+// least 0.8x the bare consume loop's events/s.
 var targets = []struct {
 	bench, text string
 	ok          func(ratio float64) bool
 }{
 	{"BenchmarkExperimentB/cap=256", "B at cap 256 within 1.05x of plain (time ratio <= 1.05)", func(r float64) bool { return r <= 1.05 }},
 	{"BenchmarkRecovery/snapfence", "recovery at least 0.9x the bare consume's throughput (ratio >= 0.90)", func(r float64) bool { return r >= 0.9 }},
+	{"BenchmarkEngineThroughput/engine", "engine at least 0.8x the bare consume loop's events/s (ratio >= 0.80)", func(r float64) bool { return r >= 0.8 }},
 }
 
 // samples holds, per benchmark, every sample of every unit.
@@ -157,12 +224,21 @@ func parse(r io.Reader) (samples, []string, bool, error) {
 }
 
 func ratio(s samples, r row) (float64, bool) {
-	if r.base == "" {
-		return 0, false
-	}
 	unit := "ns/op"
 	if r.kind == throughputRatio {
 		unit = "MB/s"
+	}
+	if r.unit != "" {
+		unit = r.unit
+	}
+	return ratioOf(s, r, unit)
+}
+
+// ratioOf is the median of the per-sample ratios of unit, row over
+// baseline.
+func ratioOf(s samples, r row, unit string) (float64, bool) {
+	if r.base == "" {
+		return 0, false
 	}
 	rows, bases := s[r.bench][unit], s[r.base][unit]
 	var ratios []float64
@@ -199,6 +275,13 @@ func render(w io.Writer, s samples, header []string) {
 	}
 	fmt.Fprintf(w, "samples per benchmark: %d (medians; ratio = median of the per-sample ratios)\n", runs)
 	for _, sec := range sections {
+		if !sec.present(s) {
+			continue
+		}
+		if sec.cols != nil {
+			renderColumns(w, s, sec)
+			continue
+		}
 		fmt.Fprintf(w, "\n%s\n", sec.title)
 		// Right-aligned numbers; the labels, padded to one width, read
 		// left-aligned.
@@ -237,6 +320,9 @@ func render(w io.Writer, s samples, header []string) {
 	fmt.Fprintln(w, "\nTargets")
 	for _, t := range targets {
 		for _, sec := range sections {
+			if !sec.present(s) {
+				continue
+			}
 			for _, r := range sec.rows {
 				if r.bench != t.bench {
 					continue
@@ -253,6 +339,67 @@ func render(w io.Writer, s samples, header []string) {
 			}
 		}
 	}
+}
+
+// present reports whether the section is printed: always, unless it is
+// optional and the input has none of its benchmarks.
+func (sec section) present(s samples) bool {
+	if !sec.optional {
+		return true
+	}
+	for _, r := range sec.rows {
+		if _, ok := s[r.bench]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// renderColumns prints a section with columns of its own, in the style of
+// the others: the label left-aligned, numbers right-aligned, the sample
+// count in the title (the memory benchmark runs once).
+func renderColumns(w io.Writer, s samples, sec section) {
+	n := 0
+	for _, r := range sec.rows {
+		n = max(n, len(s[r.bench]["ns/op"]))
+	}
+	fmt.Fprintf(w, "\n%s (samples: %d)\n", sec.title, n)
+	width := len("variant")
+	for _, r := range sec.rows {
+		width = max(width, len(r.label))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\t", width, "variant")
+	for _, c := range sec.cols {
+		fmt.Fprintf(tw, " %s\t", c.head)
+	}
+	fmt.Fprintln(tw)
+	for _, r := range sec.rows {
+		fmt.Fprintf(tw, "%-*s\t", width, r.label)
+		if _, ok := s[r.bench]; !ok {
+			fmt.Fprintf(tw, " missing\t%s\n", strings.Repeat("\t", len(sec.cols)-1))
+			continue
+		}
+		for _, c := range sec.cols {
+			var cell string
+			switch {
+			case c.ratio && r.base == "":
+				cell = "1.00x"
+			case c.ratio:
+				cell = formatRatio(ratioOf(s, r, c.unit))
+			default:
+				v, ok := s.median(r.bench, c.unit)
+				scale := c.scale
+				if scale == 0 {
+					scale = 1
+				}
+				cell = format(v*scale, ok, c.format)
+			}
+			fmt.Fprintf(tw, " %s\t", cell)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
 }
 
 func main() {
