@@ -42,16 +42,18 @@ import (
 )
 
 const (
-	benchEvents     = 200_000
+	benchEvents     = 600_000
 	benchEventKeys  = 1000
 	benchPartitions = 3
 	benchDeadline   = 2 * time.Minute // bounds every wait; never reached in a healthy run
 )
 
 // BenchmarkEngineThroughput: one op consumes the whole pre-produced input
-// (200k records of ~10 bytes over 1000 keys, three partitions) with a fresh
+// (600k records of ~10 bytes over 1000 keys, three partitions) with a fresh
 // consumer group, from creating the consumer until the last record is
 // folded. Each sub-benchmark has a fresh input topic on the same cluster.
+// The input is large enough that the engine's op spans two persist and
+// commit intervals or more, so periodic flushes and commits are inside it.
 //
 //   - bare: a kgo group consumer (auto-commit off, read_committed, polls of
 //     up to 10000 records, as the engine's) folding into a map; nothing is
@@ -61,7 +63,9 @@ const (
 //     commits that fall due while it consumes are timed. The op ends when
 //     the fold has seen the last record; the benchmark then waits (untimed)
 //     until the transactions have committed every input offset, and
-//     reports that time too as committed-events/s.
+//     reports that time too, as committed-events/s (it includes the wait
+//     for the next commit tick). txn-ms/op is the sum of the durations of
+//     the store's transactions in an op, flushes' and commits' alike.
 func BenchmarkEngineThroughput(b *testing.B) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -87,17 +91,19 @@ func BenchmarkEngineThroughput(b *testing.B) {
 	b.Run("engine", func(b *testing.B) {
 		seq++
 		input := benchInput(b, admin, fmt.Sprintf("bench-in-%d", seq))
-		var committedFor time.Duration
+		var committedFor, txnTime time.Duration
 		var txns int64
 		for b.Loop() {
 			seq++
-			d, n := benchEngine(b, admin, addrs, input, seq)
+			d, w := benchEngine(b, admin, addrs, input, seq)
 			committedFor += d
-			txns += n
+			txns += w.txns.Load()
+			txnTime += time.Duration(w.txnTime.Load())
 		}
 		b.ReportMetric(float64(benchEvents*b.N)/b.Elapsed().Seconds(), "events/s")
 		b.ReportMetric(float64(benchEvents*b.N)/committedFor.Seconds(), "committed-events/s")
 		b.ReportMetric(float64(txns)/float64(b.N), "txns/op")
+		b.ReportMetric(txnTime.Seconds()*1e3/float64(b.N), "txn-ms/op")
 	})
 }
 
@@ -173,8 +179,8 @@ func benchBare(b *testing.B, addrs []string, input, group string) {
 // benchEngine runs a fresh engine (fresh group, snapshot topic and
 // transactional ids) over the input. It is timed from Run to the fold of
 // the last record; it returns the time until every input offset was
-// committed and the number of transactions.
-func benchEngine(b *testing.B, admin *kgo.Client, addrs []string, input string, seq int) (time.Duration, int64) {
+// committed and the store's transactions.
+func benchEngine(b *testing.B, admin *kgo.Client, addrs []string, input string, seq int) (time.Duration, *benchCommitWatch) {
 	b.StopTimer()
 	ctx, cancel := context.WithTimeout(context.Background(), benchDeadline)
 	defer cancel()
@@ -255,7 +261,7 @@ func benchEngine(b *testing.B, admin *kgo.Client, addrs []string, input string, 
 		b.Fatalf("folded %d records, want %d", n, benchEvents)
 	}
 	b.StartTimer()
-	return committedAfter, watch.txns.Load()
+	return committedAfter, watch
 }
 
 // benchLog collects log lines from the engine's goroutines.
@@ -282,14 +288,16 @@ type benchDecimal struct{}
 func (benchDecimal) Encode(n int) ([]byte, error) { return strconv.AppendInt(nil, int64(n), 10), nil }
 func (benchDecimal) Decode(b []byte) (int, error) { return strconv.Atoi(string(b)) }
 
-// benchCommitWatch is the store's Observer: it counts transactions and
-// closes done once every input partition committed its end offset.
+// benchCommitWatch is the store's Observer: it counts transactions, sums
+// their durations, and closes done once every input partition committed its
+// end offset.
 type benchCommitWatch struct {
-	txns   atomic.Int64
-	mu     sync.Mutex
-	target map[int32]int64
-	at     map[int32]int64
-	done   chan struct{}
+	txns    atomic.Int64
+	txnTime atomic.Int64 // nanoseconds
+	mu      sync.Mutex
+	target  map[int32]int64
+	at      map[int32]int64
+	done    chan struct{}
 }
 
 func newBenchCommitWatch(ends kadm.ListedOffsets) *benchCommitWatch {
@@ -300,6 +308,7 @@ func newBenchCommitWatch(ends kadm.ListedOffsets) *benchCommitWatch {
 
 func (w *benchCommitWatch) OnTransaction(e store.TransactionEvent) {
 	w.txns.Add(1)
+	w.txnTime.Add(int64(e.Duration))
 	if e.Err != nil {
 		return
 	}
