@@ -413,15 +413,15 @@ func benchPebbleLoad(b *testing.B, dir string, value func(int) []byte) (benchPea
 	}
 	defer kv.Close()
 	tp := store.TopicPartition{Topic: "accounts", Partition: 0}
-	c, err := core.New(core.Config{Input: tp, Fold: func(_, _ []byte, _ bool, rec core.Record) (core.Change, error) {
-		return core.Change{State: rec.Value}, nil // the record carries the key's 100-byte state
+	c, err := core.New(core.Config[[]byte]{Input: tp, Codec: core.BytesCodec{}, Fold: func(_, _ []byte, _ bool, rec core.Record) (core.Change[[]byte], error) {
+		return core.Change[[]byte]{State: rec.Value}, nil // the record carries the key's 100-byte state
 	}}, kv)
 	if err != nil {
 		b.Fatal(err)
 	}
 	// flush does what the runner does after every store write succeeded.
 	flush := func() {
-		snaps, err := c.Flush()
+		snaps, err := c.Flush(0)
 		if err != nil {
 			b.Fatal(err)
 		}

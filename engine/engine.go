@@ -70,17 +70,9 @@ type Record struct {
 // Output is a record the fold asks to emit.
 type Output = core.Output
 
-// Result is what a fold or tick made of a key's state.
-type Result[S any] struct {
-	// State is the new state, unless Delete or Keep.
-	State S
-	// Delete removes the key's state.
-	Delete bool
-	// Keep leaves the state unchanged (no write).
-	Keep bool
-	// Outputs are emitted at least once.
-	Outputs []Output
-}
+// Result is what a fold or tick made of a key's state: a new State, a
+// Delete, or Keep (unchanged), and Outputs, emitted at least once.
+type Result[S any] = core.Change[S]
 
 // FoldFunc folds one record into a key's state; exists is false for a new
 // or deleted key.
@@ -89,11 +81,10 @@ type FoldFunc[S any] func(key []byte, state S, exists bool, rec Record) (Result[
 // TickFunc is called for every live key every TickInterval.
 type TickFunc[S any] func(key []byte, state S, now time.Time) (Result[S], error)
 
-// Codec encodes a state for the snapshot store and the local cache.
-type Codec[S any] interface {
-	Encode(S) ([]byte, error)
-	Decode([]byte) (S, error)
-}
+// Codec encodes a state for the snapshot store and the local cache. The
+// engine decodes a key's state when it is first touched and encodes it only
+// for a snapshot write or when memory runs over HotKeys.
+type Codec[S any] = core.Codec[S]
 
 // Defaults of Config.
 const (
@@ -115,6 +106,13 @@ type Config[S any] struct {
 	// Dir is the Pebble directory of the local cache; empty keeps the
 	// cache in memory. Its content is rebuilt by recovery on every start.
 	Dir string
+	// HotKeys bounds the decoded states kept in memory per partition; the
+	// rest live in Pebble. Default core.DefaultHotKeys.
+	HotKeys int
+	// FlushBatch bounds the snapshots one flush writes at once; default
+	// 1024. Writes of a batch run concurrently, so the store's group commit
+	// packs them into few transactions.
+	FlushBatch int
 	// PersistInterval is how often dirty keys are flushed; default 1 min.
 	PersistInterval time.Duration
 	// CommitInterval is how often the committable offset is committed;
@@ -152,6 +150,9 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.FlushBatch <= 0 {
+		cfg.FlushBatch = 1024
+	}
 	kv, err := OpenPebble(cfg.Dir)
 	if err != nil {
 		return nil, err
@@ -162,53 +163,24 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 // Close closes the local cache.
 func (e *Engine[S]) Close() error { return e.kv.Close() }
 
-// foldBytes adapts the typed fold to the core's encoded states.
-func (e *Engine[S]) foldBytes(tp store.TopicPartition) core.FoldFunc {
-	return func(key, state []byte, exists bool, rec core.Record) (core.Change, error) {
-		var s S
-		if exists {
-			var err error
-			if s, err = e.cfg.Codec.Decode(state); err != nil {
-				return core.Change{}, fmt.Errorf("decoding the state: %w", err)
-			}
-		}
+// coreFold adapts the user's fold to the core's records.
+func (e *Engine[S]) coreFold(tp store.TopicPartition) core.FoldFunc[S] {
+	return func(key []byte, state S, exists bool, rec core.Record) (core.Change[S], error) {
 		r := Record{Topic: tp.Topic, Partition: tp.Partition, Offset: rec.Offset, Key: rec.Key, Value: rec.Value,
 			Timestamp: time.UnixMilli(rec.Timestamp), Headers: rec.Headers}
-		res, err := e.cfg.Fold(key, s, exists, r)
-		if err != nil {
-			return core.Change{}, err
-		}
-		return e.change(res)
+		res, err := e.cfg.Fold(key, state, exists, r)
+		return core.Change[S](res), err
 	}
 }
 
-func (e *Engine[S]) tickBytes() core.TickFunc {
+func (e *Engine[S]) coreTick() core.TickFunc[S] {
 	if e.cfg.Tick == nil {
 		return nil
 	}
-	return func(key, state []byte, now int64) (core.Change, error) {
-		s, err := e.cfg.Codec.Decode(state)
-		if err != nil {
-			return core.Change{}, fmt.Errorf("decoding the state: %w", err)
-		}
-		res, err := e.cfg.Tick(key, s, time.UnixMilli(now))
-		if err != nil {
-			return core.Change{}, err
-		}
-		return e.change(res)
+	return func(key []byte, state S, now int64) (core.Change[S], error) {
+		res, err := e.cfg.Tick(key, state, time.UnixMilli(now))
+		return core.Change[S](res), err
 	}
-}
-
-func (e *Engine[S]) change(res Result[S]) (core.Change, error) {
-	ch := core.Change{Delete: res.Delete, Keep: res.Keep, Outputs: res.Outputs}
-	if !res.Delete && !res.Keep {
-		b, err := e.cfg.Codec.Encode(res.State)
-		if err != nil {
-			return core.Change{}, fmt.Errorf("encoding the state: %w", err)
-		}
-		ch.State = b
-	}
-	return ch, nil
 }
 
 // RecoveredStateError names a recovered snapshot whose state does not

@@ -190,3 +190,82 @@ func sourceOf(t *testing.T, r *engine.Runner[int]) *engine.SimSource {
 	}
 	return s
 }
+
+// A failed Emit loses the outputs of the records it carried; those folds
+// must not be committed: the flows restart from the committed state and
+// the records are folded, and emitted, again.
+func TestFailedEmitCommitsNothingItsOutputsCovered(t *testing.T) {
+	w := newSimWorld(t)
+	var emitted []string
+	fail := true
+	newEngine := func() *engine.Engine[int] {
+		e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store,
+			PersistInterval: time.Second, CommitInterval: time.Second,
+			Emit: func(ctx context.Context, outs []engine.Output) error {
+				if fail {
+					return errors.New("output topic unavailable")
+				}
+				for _, o := range outs {
+					emitted = append(emitted, string(o.Key)+"="+string(o.Value))
+				}
+				return nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		return e
+	}
+	ctx := context.Background()
+	r1 := w.runner(newEngine())
+	if err := r1.Step(ctx); err != nil { // join and assignment
+		t.Fatal(err)
+	}
+	w.produce("alice=+10")
+	if err := r1.Step(ctx); err == nil || !strings.Contains(err.Error(), "output topic unavailable") {
+		t.Fatalf("step with a failing Emit: %v", err)
+	}
+	if err := r1.Close(ctx); err != nil { // what Run does on a Step error
+		t.Fatal(err)
+	}
+	tp := store.TopicPartition{Topic: "accounts", Partition: 1}
+	if off, ok := w.c.CommittedOffset("bank", tp); ok && off > 0 {
+		t.Fatalf("offset %d committed over outputs that were never emitted", off)
+	}
+	fail = false
+	r2 := w.runner(newEngine())
+	w.drain(r2)
+	if !slices.Contains(emitted, "alice=10") {
+		t.Fatalf("outputs emitted after the restart: %v, want alice=10", emitted)
+	}
+	w.check(r2)
+}
+
+// A shutdown requested while a flush is due does not stop the flows: the
+// leave that follows flushes and commits everything.
+func TestCancelDuringADueFlushStillCommitsOnLeave(t *testing.T) {
+	w := newSimWorld(t)
+	r := w.runner(w.engine())
+	if err := r.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.produce("alice=+10", "bob=+1")
+	if err := r.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.c.Advance(2 * time.Second) // a flush and a commit are due
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Step(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("step with a cancelled context: %v", err)
+	}
+	if err := r.Close(context.WithoutCancel(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	if errs := r.Errors(); len(errs) > 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+	if !w.caughtUp() {
+		t.Fatal("the leave did not commit to the end of the input")
+	}
+}

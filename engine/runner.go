@@ -62,8 +62,12 @@ type Runner[S any] struct {
 	// store reads it for every transaction.
 	published atomic.Pointer[store.GroupIdentity]
 
+	// ready is closed once src is set: a franz-go client joins its group,
+	// and may call the handler, before its constructor returns.
+	ready chan struct{}
+
 	mu       sync.Mutex
-	flows    map[store.TopicPartition]*flow
+	flows    map[store.TopicPartition]*flow[S]
 	assigned map[store.TopicPartition]bool
 	restart  map[store.TopicPartition]bool
 	errs     []error
@@ -71,22 +75,23 @@ type Runner[S any] struct {
 	lastPersist, lastCommit, lastTick time.Time
 }
 
-type flow struct {
+type flow[S any] struct {
 	tp   store.TopicPartition
 	part store.Partition
-	core *core.Core
+	core *core.Core[S]
 }
 
 // NewRunner returns a runner over the source that newSource makes with the
 // runner as its handler.
 func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[S], error) {
-	r := &Runner[S]{e: e, flows: map[store.TopicPartition]*flow{},
-		assigned: map[store.TopicPartition]bool{}, restart: map[store.TopicPartition]bool{}}
+	r := &Runner[S]{e: e, flows: map[store.TopicPartition]*flow[S]{},
+		assigned: map[store.TopicPartition]bool{}, restart: map[store.TopicPartition]bool{}, ready: make(chan struct{})}
 	src, err := newSource(r)
 	if err != nil {
 		return nil, err
 	}
 	r.src = src
+	close(r.ready)
 	now := src.Now()
 	r.lastPersist, r.lastCommit, r.lastTick = now, now, now
 	return r, nil
@@ -125,11 +130,14 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		return err // the polled records are not folded, so nothing commits them
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for tp := range r.restart {
+	for tp, again := range r.restart {
 		delete(r.restart, tp)
-		if r.assigned[tp] {
+		if again && r.assigned[tp] {
 			r.startFlow(ctx, tp, true)
 		}
 	}
@@ -153,8 +161,21 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	}
 	if len(outs) > 0 && r.e.cfg.Emit != nil {
 		if err := r.e.cfg.Emit(ctx, outs); err != nil {
-			return fmt.Errorf("engine: emitting outputs: %w", err)
+			// The outputs are lost with the folds that made them: stop
+			// those flows, so nothing commits past them, and restart
+			// them from the committed state, which replays the records.
+			err = fmt.Errorf("engine: emitting outputs: %w", err)
+			for _, sr := range recs {
+				if f := r.flows[sr.Partition]; f != nil {
+					r.stopFlow(f, err)
+					r.restart[sr.Partition] = true
+				}
+			}
+			return err
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err // no flush with a dead context; the revoke flushes
 	}
 	now := r.src.Now()
 	if r.e.cfg.Tick != nil && r.e.cfg.TickInterval > 0 && now.Sub(r.lastTick) >= r.e.cfg.TickInterval {
@@ -163,11 +184,11 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	}
 	if now.Sub(r.lastPersist) >= r.e.cfg.PersistInterval {
 		r.lastPersist = now
-		r.forEachFlow(func(f *flow) error { return r.flush(ctx, f) })
+		r.forEachFlow(func(f *flow[S]) error { return r.flush(ctx, f) })
 	}
 	if now.Sub(r.lastCommit) >= r.e.cfg.CommitInterval {
 		r.lastCommit = now
-		r.forEachFlow(func(f *flow) error {
+		r.forEachFlow(func(f *flow[S]) error {
 			if err := r.flush(ctx, f); err != nil {
 				return err
 			}
@@ -196,45 +217,61 @@ func (r *Runner[S]) tickAll(ctx context.Context, now time.Time) {
 
 // forEachFlow runs fn on every flow; a fence stops the flow loudly and
 // schedules its restart from the committed state.
-func (r *Runner[S]) forEachFlow(fn func(*flow) error) {
+func (r *Runner[S]) forEachFlow(fn func(*flow[S]) error) {
 	for _, f := range r.flows {
-		if err := fn(f); err != nil {
+		err := fn(f)
+		switch {
+		case err == nil:
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+			// Interrupted, not failed: the keys stay dirty for the next
+			// flush (the revoke's, on shutdown).
+		default:
 			r.stopFlow(f, err)
-			if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrMissingIdentity) {
+			if retriable(err) {
 				r.restart[f.tp] = true
 			}
 		}
 	}
 }
 
-// flush writes every dirty key of f concurrently (the store group-commits
-// them) and waits for all.
-func (r *Runner[S]) flush(ctx context.Context, f *flow) error {
-	snaps, err := f.core.Flush()
-	if err != nil || len(snaps) == 0 {
-		return err
-	}
+// flush writes every dirty key of f, a batch at a time; the writes of a
+// batch run concurrently (the store group-commits them) and are awaited.
+func (r *Runner[S]) flush(ctx context.Context, f *flow[S]) error {
 	start := time.Now()
-	errs := make([]error, len(snaps))
-	var wg sync.WaitGroup
-	for i, s := range snaps {
-		wg.Go(func() { errs[i] = f.part.Write(ctx, s) })
-	}
-	wg.Wait()
-	var first error
-	for i, s := range snaps {
-		if err := f.core.WriteDone(s.Key, errs[i]); err != nil && first == nil {
-			first = err
+	total := 0
+	defer func() {
+		if total > 0 {
+			r.e.cfg.Metrics.flushed(total, time.Since(start))
 		}
-		if errs[i] != nil && first == nil {
-			first = errs[i]
+	}()
+	for {
+		snaps, err := f.core.Flush(r.e.cfg.FlushBatch)
+		if err != nil || len(snaps) == 0 {
+			return err
+		}
+		total += len(snaps)
+		errs := make([]error, len(snaps))
+		var wg sync.WaitGroup
+		for i, s := range snaps {
+			wg.Go(func() { errs[i] = f.part.Write(ctx, s) })
+		}
+		wg.Wait()
+		var first error
+		for i, s := range snaps {
+			if err := f.core.WriteDone(s.Key, errs[i]); err != nil && first == nil {
+				first = err
+			}
+			if errs[i] != nil && first == nil {
+				first = errs[i]
+			}
+		}
+		if first != nil {
+			return first
 		}
 	}
-	r.e.cfg.Metrics.flushed(len(snaps), time.Since(start))
-	return first
 }
 
-func (r *Runner[S]) commit(ctx context.Context, f *flow) error {
+func (r *Runner[S]) commit(ctx context.Context, f *flow[S]) error {
 	c := f.core.Committable()
 	f.part.SetCommittable(c)
 	if err := f.part.Commit(ctx); err != nil {
@@ -272,10 +309,12 @@ func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition, seek
 	})
 	if err != nil {
 		r.fail(tp, fmt.Errorf("engine: acquiring %s: %w", tp, err))
+		r.restart[tp] = retriable(err)
 		return
 	}
 	assigned := part.CommittedOffset()
-	c, err := core.New(core.Config{Input: tp, Fold: r.e.foldBytes(tp), Tick: r.e.tickBytes(), Assigned: assigned}, r.e.kv)
+	c, err := core.New(core.Config[S]{Input: tp, Fold: r.e.coreFold(tp), Tick: r.e.coreTick(), Codec: r.e.cfg.Codec,
+		Assigned: assigned, HotKeys: r.e.cfg.HotKeys}, r.e.kv)
 	if err != nil {
 		_ = part.Close()
 		r.fail(tp, err)
@@ -295,11 +334,12 @@ func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition, seek
 			_ = c.Drop()
 			_ = part.Close()
 			r.fail(tp, fmt.Errorf("engine: recovering %s: %w", tp, err))
+			r.restart[tp] = retriable(err)
 			return
 		}
 		n++
 	}
-	r.flows[tp] = &flow{tp: tp, part: part, core: c}
+	r.flows[tp] = &flow[S]{tp: tp, part: part, core: c}
 	if seek {
 		r.src.Seek(tp, assigned)
 	}
@@ -309,6 +349,17 @@ func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition, seek
 		"generation", r.src.Identity().Generation)
 }
 
+// retriable reports whether a flow stopped by err may be started again
+// from the committed state. A record or state that cannot be read, or a
+// fold that fails on a record, fails again on replay: those partitions stay
+// stopped until an operator acts.
+func retriable(err error) bool {
+	var fe *core.FoldError
+	var se *core.StateError
+	var re *RecoveredStateError
+	return !errors.Is(err, store.ErrCorruptRecord) && !errors.As(err, &fe) && !errors.As(err, &se) && !errors.As(err, &re)
+}
+
 func (r *Runner[S]) fail(tp store.TopicPartition, err error) {
 	r.errs = append(r.errs, err)
 	r.src.Pause(tp)
@@ -316,7 +367,7 @@ func (r *Runner[S]) fail(tp store.TopicPartition, err error) {
 }
 
 // stopFlow tears a flow down after an error, leaving nothing in the cache.
-func (r *Runner[S]) stopFlow(f *flow, err error) {
+func (r *Runner[S]) stopFlow(f *flow[S], err error) {
 	if errors.Is(err, store.ErrFenced) {
 		r.e.cfg.Metrics.fenced()
 	}
@@ -324,7 +375,7 @@ func (r *Runner[S]) stopFlow(f *flow, err error) {
 	r.fail(f.tp, err)
 }
 
-func (r *Runner[S]) teardown(f *flow) {
+func (r *Runner[S]) teardown(f *flow[S]) {
 	if err := f.core.Drop(); err != nil {
 		r.e.log.Error("dropping the cache", "input", f.tp.String(), "err", err)
 	}
@@ -334,6 +385,7 @@ func (r *Runner[S]) teardown(f *flow) {
 
 // Assigned implements Handler.
 func (r *Runner[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
+	<-r.ready
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, tp := range tps {
@@ -348,6 +400,7 @@ func (r *Runner[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
 // then tear the flow down before returning. A fence here is logged and
 // swallowed: the new owner replays.
 func (r *Runner[S]) Revoked(ctx context.Context, tps []store.TopicPartition) {
+	<-r.ready
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, tp := range tps {
@@ -376,6 +429,7 @@ func (r *Runner[S]) Revoked(ctx context.Context, tps []store.TopicPartition) {
 // Lost implements Handler: the partitions may already have new owners, so
 // nothing is flushed.
 func (r *Runner[S]) Lost(ctx context.Context, tps []store.TopicPartition) {
+	<-r.ready
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, tp := range tps {
@@ -407,19 +461,14 @@ func (r *Runner[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) 
 	if f == nil {
 		return zero, false, fmt.Errorf("engine: no flow for %s", tp)
 	}
-	b, ok, err := f.core.State(key)
-	if err != nil || !ok {
-		return zero, false, err
-	}
-	s, err := r.e.cfg.Codec.Decode(b)
-	return s, err == nil, err
+	return f.core.State(key)
 }
 
 // FlushAll flushes and commits every flow now.
 func (r *Runner[S]) FlushAll(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.forEachFlow(func(f *flow) error {
+	r.forEachFlow(func(f *flow[S]) error {
 		if err := r.flush(ctx, f); err != nil {
 			return err
 		}

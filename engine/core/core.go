@@ -5,16 +5,17 @@
 // for (snapshot writes, the committable offset, output records). The same
 // core runs under the simulated cluster, kfake and real Kafka.
 //
-// State lives in a KV the caller provides (Pebble in production, memory in
-// tests), so a partition's state may exceed memory.
+// State lives in memory while it is used and in a KV the caller provides
+// (Pebble in production, memory in tests) otherwise, so a partition's state
+// may exceed memory.
 package core
 
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"iter"
+	"slices"
 
 	"github.com/snapfence/snapfence/store"
 )
@@ -38,9 +39,9 @@ type Output struct {
 }
 
 // Change is what a fold or tick made of a key's state.
-type Change struct {
-	// State is the new encoded state; ignored when Delete or Keep.
-	State []byte
+type Change[S any] struct {
+	// State is the new state; ignored when Delete or Keep.
+	State S
 	// Delete removes the key's state (a tombstone keeps its offset).
 	Delete bool
 	// Keep leaves the state as it was (only outputs, if any).
@@ -48,16 +49,28 @@ type Change struct {
 	Outputs []Output
 }
 
-// FoldFunc folds one record into a key's encoded state (exists is false for
-// a new or deleted key).
-type FoldFunc func(key, state []byte, exists bool, rec Record) (Change, error)
+// FoldFunc folds one record into a key's state (exists is false for a new
+// or deleted key).
+type FoldFunc[S any] func(key []byte, state S, exists bool, rec Record) (Change[S], error)
 
 // TickFunc is called for every live key on a tick, with the time in Unix
 // milliseconds.
-type TickFunc func(key, state []byte, nowMillis int64) (Change, error)
+type TickFunc[S any] func(key []byte, state S, nowMillis int64) (Change[S], error)
 
-// KV is the local cache the core keeps state in. Values returned by Get
-// and Scan are valid until the next call that changes the KV.
+// Codec encodes states for snapshots and for the KV.
+type Codec[S any] interface {
+	Encode(S) ([]byte, error)
+	Decode([]byte) (S, error)
+}
+
+// BytesCodec is the identity codec of []byte states.
+type BytesCodec struct{}
+
+func (BytesCodec) Encode(b []byte) ([]byte, error) { return b, nil }
+func (BytesCodec) Decode(b []byte) ([]byte, error) { return b, nil }
+
+// KV is the local cache the core keeps cold state in. Values returned by
+// Get and Scan are valid until the next call that changes the KV.
 type KV interface {
 	Get(key []byte) (value []byte, ok bool, err error)
 	Set(key, value []byte) error
@@ -89,37 +102,78 @@ func (e *FoldError) Error() string {
 
 func (e *FoldError) Unwrap() error { return e.Err }
 
+// StateError names a cached or recovered state that does not decode.
+type StateError struct {
+	Input  store.TopicPartition
+	Key    []byte
+	Offset int64
+	Err    error
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("engine: %s: the state of key %q (input offset %d) does not decode: %v", e.Input, e.Key, e.Offset, e.Err)
+}
+
+func (e *StateError) Unwrap() error { return e.Err }
+
+// DefaultHotKeys is how many keys' decoded states a core keeps in memory.
+const DefaultHotKeys = 1 << 16
+
 // Config configures a Core.
-type Config struct {
+type Config[S any] struct {
 	Input store.TopicPartition
-	Fold  FoldFunc
-	Tick  TickFunc
+	Fold  FoldFunc[S]
+	Tick  TickFunc[S]
+	Codec Codec[S]
 	// Assigned is the offset the input resumes from.
 	Assigned int64
+	// HotKeys bounds the decoded states kept in memory; the rest live
+	// encoded in the KV. Default DefaultHotKeys.
+	HotKeys int
 }
 
 // Core is one input partition's state machine.
-type Core struct {
-	cfg Config
+//
+// A key's state is decoded once, when first touched, and kept in memory
+// (hot) while it is used; it is encoded only for a snapshot write, and
+// written to the KV when its snapshot is durable or when memory runs over
+// HotKeys. So a fold costs a map lookup, not a KV read and write.
+type Core[S any] struct {
+	cfg Config[S]
 	kv  KV
-	// Key prefixes in the KV; they keep partitions apart.
-	statePrefix, dirtyPrefix, heldPrefix []byte
+	// statePrefix keeps this partition's entries apart in a shared KV.
+	statePrefix []byte
+	hot         map[string]*slot[S]
+	// dirty: keys whose change is not in a durable snapshot, each with the
+	// first input offset it holds.
+	dirty map[string]int64
+	// inflight: keys taken for a write, with what that write carries.
+	inflight map[string]written
 	// consumed is the offset after the last record fed.
 	consumed int64
-	// inflight: keys taken for a write, with the last folded offset that
-	// write carries.
-	inflight map[string]int64
 	stopped  error
 }
 
+type slot[S any] struct {
+	live   bool
+	offset int64 // input offset of the last event folded into the state
+	state  S
+}
+
+type written struct {
+	offset int64
+	entry  []byte // the KV entry to keep once the write is durable
+}
+
 // New returns a core for one partition, with an empty state for it in kv.
-func New(cfg Config, kv KV) (*Core, error) {
-	p := partitionPrefix(cfg.Input)
-	c := &Core{
-		cfg: cfg, kv: kv, consumed: cfg.Assigned, inflight: map[string]int64{},
-		statePrefix: append([]byte{'s'}, p...),
-		dirtyPrefix: append([]byte{'d'}, p...),
-		heldPrefix:  append([]byte{'h'}, p...),
+func New[S any](cfg Config[S], kv KV) (*Core[S], error) {
+	if cfg.HotKeys <= 0 {
+		cfg.HotKeys = DefaultHotKeys
+	}
+	c := &Core[S]{
+		cfg: cfg, kv: kv, consumed: cfg.Assigned,
+		statePrefix: append([]byte{'s'}, partitionPrefix(cfg.Input)...),
+		hot:         map[string]*slot[S]{}, dirty: map[string]int64{}, inflight: map[string]written{},
 	}
 	if err := c.Drop(); err != nil {
 		return nil, err
@@ -140,81 +194,96 @@ const (
 	entryHeader = 9
 )
 
-type entry struct {
-	live   bool
-	offset int64
-	state  []byte
-}
-
-func decodeEntry(v []byte) (entry, error) {
-	if len(v) < entryHeader {
-		return entry{}, errors.New("engine: corrupt cache entry")
-	}
-	return entry{live: v[0]&flagLive != 0, offset: int64(binary.BigEndian.Uint64(v[1:9])), state: v[9:]}, nil
-}
-
-func encodeEntry(e entry) []byte {
-	b := make([]byte, entryHeader, entryHeader+len(e.state))
-	if e.live {
+func encodeEntry(live bool, offset int64, state []byte) []byte {
+	b := make([]byte, entryHeader, entryHeader+len(state))
+	if live {
 		b[0] = flagLive
 	}
-	binary.BigEndian.PutUint64(b[1:9], uint64(e.offset))
-	return append(b, e.state...)
+	binary.BigEndian.PutUint64(b[1:9], uint64(offset))
+	return append(b, state...)
 }
 
-func (c *Core) key(prefix, k []byte) []byte {
-	return append(append(make([]byte, 0, len(prefix)+len(k)), prefix...), k...)
+func (c *Core[S]) stateKey(k []byte) []byte {
+	return append(append(make([]byte, 0, len(c.statePrefix)+len(k)), c.statePrefix...), k...)
 }
 
-func (c *Core) heldKey(offset int64, k []byte) []byte {
-	b := binary.BigEndian.AppendUint64(append([]byte{}, c.heldPrefix...), uint64(offset))
-	return append(b, k...)
+// decodeEntry decodes a KV entry of key k.
+func (c *Core[S]) decodeEntry(k, v []byte) (*slot[S], error) {
+	if len(v) < entryHeader {
+		return nil, fmt.Errorf("engine: corrupt cache entry of key %q", k)
+	}
+	sl := &slot[S]{live: v[0]&flagLive != 0, offset: int64(binary.BigEndian.Uint64(v[1:9]))}
+	if sl.live {
+		s, err := c.cfg.Codec.Decode(bytes.Clone(v[entryHeader:]))
+		if err != nil {
+			return nil, &StateError{Input: c.cfg.Input, Key: bytes.Clone(k), Offset: sl.offset, Err: err}
+		}
+		sl.state = s
+	}
+	return sl, nil
+}
+
+// load returns the key's slot, reading it from the KV if it is not hot; nil
+// if the key has no state at all.
+func (c *Core[S]) load(k []byte) (*slot[S], error) {
+	if sl, ok := c.hot[string(k)]; ok {
+		return sl, nil
+	}
+	v, ok, err := c.kv.Get(c.stateKey(k))
+	if err != nil || !ok {
+		return nil, err
+	}
+	sl, err := c.decodeEntry(k, v)
+	if err != nil {
+		return nil, err
+	}
+	c.hot[string(k)] = sl
+	return sl, nil
 }
 
 // Recovered loads one recovered snapshot. Snapshots arrive in log order; a
-// later one of a key replaces an earlier one.
-func (c *Core) Recovered(s store.Snapshot) error {
-	e := entry{live: !s.Tombstone, offset: s.Offset, state: s.Value}
-	return c.kv.Set(c.key(c.statePrefix, s.Key), encodeEntry(e))
+// later one of a key replaces an earlier one. It goes to the KV as it came,
+// encoded: a key is decoded when first touched.
+func (c *Core[S]) Recovered(s store.Snapshot) error {
+	delete(c.hot, string(s.Key))
+	return c.kv.Set(c.stateKey(s.Key), encodeEntry(!s.Tombstone, s.Offset, s.Value))
 }
 
 // Fold feeds one input record. A record at or below the key's last folded
 // offset was already folded (a replay after recovery) and is skipped: the
 // exactly-once state effect. It returns the outputs to emit.
-func (c *Core) Fold(rec Record) ([]Output, error) {
+func (c *Core[S]) Fold(rec Record) ([]Output, error) {
 	if c.stopped != nil {
 		return nil, c.stopped
 	}
 	if rec.Offset < c.cfg.Assigned {
 		return nil, nil // before the resume point
 	}
-	sk := c.key(c.statePrefix, rec.Key)
-	v, ok, err := c.kv.Get(sk)
+	sl, err := c.load(rec.Key)
 	if err != nil {
 		return nil, c.stop(err)
 	}
-	var e entry
-	if ok {
-		if e, err = decodeEntry(v); err != nil {
-			return nil, c.stop(err)
-		}
-		if rec.Offset <= e.offset {
-			c.consumed = max(c.consumed, rec.Offset+1)
-			return nil, nil
-		}
+	if sl != nil && rec.Offset <= sl.offset {
+		c.consumed = max(c.consumed, rec.Offset+1)
+		return nil, nil
 	}
-	ch, err := c.callFold(rec, e.state, ok && e.live)
+	var state S
+	exists := false
+	if sl != nil {
+		state, exists = sl.state, sl.live
+	}
+	ch, err := c.callFold(rec, state, exists)
 	if err != nil {
 		return nil, c.stop(err)
 	}
-	if err := c.apply(rec.Key, sk, e, ok, ch, rec.Offset); err != nil {
+	if err := c.apply(rec.Key, sl, ch, rec.Offset); err != nil {
 		return nil, c.stop(err)
 	}
 	c.consumed = max(c.consumed, rec.Offset+1)
 	return ch.Outputs, nil
 }
 
-func (c *Core) callFold(rec Record, state []byte, exists bool) (ch Change, err error) {
+func (c *Core[S]) callFold(rec Record, state S, exists bool) (ch Change[S], err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &FoldError{Input: c.cfg.Input, Offset: rec.Offset, Key: rec.Key, Panic: p}
@@ -227,60 +296,104 @@ func (c *Core) callFold(rec Record, state []byte, exists bool) (ch Change, err e
 	return ch, err
 }
 
-// apply stores a change of key k, folded at offset, and marks the key
-// dirty, holding the first offset not yet in a durable snapshot.
-func (c *Core) apply(k, sk []byte, prev entry, existed bool, ch Change, offset int64) error {
+// apply records a change of key k folded at offset (-1 for a tick) and
+// marks the key dirty, holding the first offset not yet in a durable
+// snapshot.
+func (c *Core[S]) apply(k []byte, sl *slot[S], ch Change[S], offset int64) error {
 	if ch.Keep {
 		return nil
 	}
-	e := entry{live: !ch.Delete, offset: max(offset, prev.offset), state: ch.State}
-	if ch.Delete {
-		e.state = nil
+	if sl == nil {
+		sl = &slot[S]{offset: -1}
+		c.hot[string(k)] = sl
 	}
-	if err := c.kv.Set(sk, encodeEntry(e)); err != nil {
-		return err
+	sl.live = !ch.Delete
+	sl.offset = max(offset, sl.offset)
+	var zero S
+	sl.state = zero
+	if !ch.Delete {
+		sl.state = ch.State
 	}
-	dk := c.key(c.dirtyPrefix, k)
-	if _, dirty, err := c.kv.Get(dk); err != nil || dirty {
-		return err
+	if _, dirty := c.dirty[string(k)]; !dirty {
+		held := offset
+		if offset < 0 { // a tick: nothing to replay; hold what is consumed
+			held = c.consumed
+		}
+		c.dirty[string(k)] = held
 	}
-	held := offset
-	if offset < 0 { // a tick: nothing to replay, hold what is consumed
-		held = c.consumed
+	return c.evict()
+}
+
+// evict keeps the hot set within HotKeys: clean keys are dropped (their
+// durable state is in the KV), dirty ones are written to the KV first.
+func (c *Core[S]) evict() error {
+	over := len(c.hot) - c.cfg.HotKeys
+	if over <= 0 {
+		return nil
 	}
-	if err := c.kv.Set(dk, binary.BigEndian.AppendUint64(nil, uint64(held))); err != nil {
-		return err
+	over += c.cfg.HotKeys / 8 // make room for a while
+	for k, sl := range c.hot {
+		if over <= 0 {
+			break
+		}
+		if _, busy := c.inflight[k]; busy {
+			continue
+		}
+		if _, dirty := c.dirty[k]; dirty {
+			enc, err := c.encode([]byte(k), sl)
+			if err != nil {
+				return err
+			}
+			if err := c.kv.Set(c.stateKey([]byte(k)), enc); err != nil {
+				return err
+			}
+		}
+		delete(c.hot, k)
+		over--
 	}
-	return c.kv.Set(c.heldKey(held, k), nil)
+	return nil
+}
+
+func (c *Core[S]) encode(k []byte, sl *slot[S]) ([]byte, error) {
+	if !sl.live {
+		return encodeEntry(false, sl.offset, nil), nil
+	}
+	b, err := c.cfg.Codec.Encode(sl.state)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %s: encoding the state of key %q: %w", c.cfg.Input, k, err)
+	}
+	return encodeEntry(true, sl.offset, b), nil
 }
 
 // Tick runs the tick function over every live key.
-func (c *Core) Tick(nowMillis int64) ([]Output, error) {
+func (c *Core[S]) Tick(nowMillis int64) ([]Output, error) {
 	if c.stopped != nil || c.cfg.Tick == nil {
 		return nil, c.stopped
 	}
-	type pending struct {
-		key []byte
-		e   entry
+	var cold [][]byte
+	for k := range c.kv.Scan(c.statePrefix) {
+		if _, hot := c.hot[string(k[len(c.statePrefix):])]; !hot {
+			cold = append(cold, bytes.Clone(k[len(c.statePrefix):]))
+		}
 	}
-	var live []pending
-	for k, v := range c.kv.Scan(c.statePrefix) {
-		e, err := decodeEntry(v)
-		if err != nil {
-			return nil, c.stop(err)
-		}
-		if e.live {
-			e.state = bytes.Clone(e.state)
-			live = append(live, pending{bytes.Clone(k[len(c.statePrefix):]), e})
-		}
+	keys := cold
+	for k := range c.hot {
+		keys = append(keys, []byte(k))
 	}
 	var outs []Output
-	for _, p := range live {
-		ch, err := c.callTick(p.key, p.e.state, nowMillis)
+	for _, k := range keys {
+		sl, err := c.load(k)
 		if err != nil {
 			return nil, c.stop(err)
 		}
-		if err := c.apply(p.key, c.key(c.statePrefix, p.key), p.e, true, ch, -1); err != nil {
+		if sl == nil || !sl.live {
+			continue
+		}
+		ch, err := c.callTick(k, sl.state, nowMillis)
+		if err != nil {
+			return nil, c.stop(err)
+		}
+		if err := c.apply(k, sl, ch, -1); err != nil {
 			return nil, c.stop(err)
 		}
 		outs = append(outs, ch.Outputs...)
@@ -288,7 +401,7 @@ func (c *Core) Tick(nowMillis int64) ([]Output, error) {
 	return outs, nil
 }
 
-func (c *Core) callTick(key, state []byte, now int64) (ch Change, err error) {
+func (c *Core[S]) callTick(key []byte, state S, now int64) (ch Change[S], err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &FoldError{Input: c.cfg.Input, Offset: -1, Key: key, Panic: p}
@@ -301,41 +414,52 @@ func (c *Core) callTick(key, state []byte, now int64) (ch Change, err error) {
 	return ch, err
 }
 
-// Flush takes every dirty key not already being written and returns the
-// snapshots to write. Each must be reported back with WriteDone.
-func (c *Core) Flush() ([]store.Snapshot, error) {
+// Flush takes up to max dirty keys (0: all) not already being written and
+// returns their snapshots. Each must be reported back with WriteDone.
+func (c *Core[S]) Flush(limit int) ([]store.Snapshot, error) {
 	if c.stopped != nil {
 		return nil, c.stopped
 	}
-	var out []store.Snapshot
-	for dk := range c.kv.Scan(c.dirtyPrefix) {
-		k := bytes.Clone(dk[len(c.dirtyPrefix):])
-		if _, busy := c.inflight[string(k)]; busy {
+	var keys []string
+	for k := range c.dirty {
+		if _, busy := c.inflight[k]; busy {
 			continue
 		}
-		v, ok, err := c.kv.Get(c.key(c.statePrefix, k))
-		if err != nil || !ok {
-			return nil, c.stop(errors.Join(err, fmt.Errorf("engine: dirty key %q has no state", k)))
+		if limit > 0 && len(keys) == limit {
+			break
 		}
-		e, err := decodeEntry(v)
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // deterministic order
+	out := make([]store.Snapshot, 0, len(keys))
+	for _, k := range keys {
+		sl, err := c.load([]byte(k))
+		if err == nil && sl == nil {
+			err = fmt.Errorf("engine: dirty key %q has no state", k)
+		}
 		if err != nil {
 			return nil, c.stop(err)
 		}
-		s := store.Snapshot{Key: k, Offset: e.offset, Tombstone: !e.live}
-		if e.live {
-			s.Value = bytes.Clone(e.state)
+		enc, err := c.encode([]byte(k), sl)
+		if err != nil {
+			return nil, c.stop(err)
 		}
-		c.inflight[string(k)] = e.offset
+		s := store.Snapshot{Key: []byte(k), Offset: sl.offset, Tombstone: !sl.live}
+		if sl.live {
+			s.Value = enc[entryHeader:]
+		}
+		c.inflight[k] = written{offset: sl.offset, entry: enc}
 		out = append(out, s)
 	}
 	return out, nil
 }
 
 // WriteDone reports the outcome of a snapshot write Flush asked for. On
-// success the key is clean unless it changed meanwhile, in which case it
-// stays dirty, holding the first offset after what was written.
-func (c *Core) WriteDone(key []byte, err error) error {
-	written, ok := c.inflight[string(key)]
+// success the key is clean, and its state goes to the KV, unless it
+// changed meanwhile: then it stays dirty, holding the first offset after
+// what was written.
+func (c *Core[S]) WriteDone(key []byte, err error) error {
+	w, ok := c.inflight[string(key)]
 	if !ok {
 		return fmt.Errorf("engine: write of %q reported but not taken", key)
 	}
@@ -343,93 +467,75 @@ func (c *Core) WriteDone(key []byte, err error) error {
 	if err != nil {
 		return nil // still dirty: a later flush writes it again
 	}
-	v, ok, gerr := c.kv.Get(c.key(c.statePrefix, key))
-	if gerr != nil {
-		return c.stop(gerr)
+	sl, lerr := c.load(key)
+	if lerr == nil && sl == nil {
+		lerr = fmt.Errorf("engine: written key %q has no state", key)
 	}
-	e, derr := decodeEntry(v)
-	if !ok || derr != nil {
-		return c.stop(errors.Join(derr, fmt.Errorf("engine: written key %q has no state", key)))
+	if lerr != nil {
+		return c.stop(lerr)
 	}
-	dk := c.key(c.dirtyPrefix, key)
-	hv, dirty, gerr := c.kv.Get(dk)
-	if gerr != nil || !dirty {
-		return c.stop(gerr)
+	if sl.offset == w.offset {
+		delete(c.dirty, string(key))
+		return c.stop(c.kv.Set(c.stateKey(key), w.entry))
 	}
-	held := int64(binary.BigEndian.Uint64(hv))
-	if err := c.kv.Delete(c.heldKey(held, key)); err != nil {
-		return c.stop(err)
-	}
-	if e.offset == written {
-		return c.stop(c.kv.Delete(dk))
-	}
-	next := written + 1
-	if err := c.kv.Set(dk, binary.BigEndian.AppendUint64(nil, uint64(next))); err != nil {
-		return c.stop(err)
-	}
-	return c.stop(c.kv.Set(c.heldKey(next, key), nil))
+	c.dirty[string(key)] = w.offset + 1
+	return nil
 }
 
 // Committable is the offset that may be committed: the smallest offset
 // held by a key whose change is not yet durable, or the offset after the
 // last record fed when nothing is held. It never passes a change that is
 // not in a durable snapshot.
-func (c *Core) Committable() int64 {
-	for hk := range c.kv.Scan(c.heldPrefix) {
-		return min(int64(binary.BigEndian.Uint64(hk[len(c.heldPrefix):])), c.consumed)
+func (c *Core[S]) Committable() int64 {
+	m := c.consumed
+	for _, held := range c.dirty {
+		m = min(m, held)
 	}
-	return c.consumed
+	return m
 }
 
 // Dirty reports whether any change is not yet durable.
-func (c *Core) Dirty() bool {
-	for range c.kv.Scan(c.dirtyPrefix) {
-		return true
-	}
-	return false
-}
+func (c *Core[S]) Dirty() bool { return len(c.dirty) > 0 }
 
-// State returns a key's encoded state.
-func (c *Core) State(key []byte) (state []byte, exists bool, err error) {
-	v, ok, err := c.kv.Get(c.key(c.statePrefix, key))
-	if err != nil || !ok {
-		return nil, false, err
+// State returns a key's state.
+func (c *Core[S]) State(key []byte) (state S, exists bool, err error) {
+	sl, err := c.load(key)
+	if err != nil || sl == nil || !sl.live {
+		return state, false, err
 	}
-	e, err := decodeEntry(v)
-	if err != nil || !e.live {
-		return nil, false, err
-	}
-	return bytes.Clone(e.state), true, nil
+	return sl.state, true, nil
 }
 
 // Keys counts the keys with live state.
-func (c *Core) Keys() int {
+func (c *Core[S]) Keys() int {
 	n := 0
-	for _, v := range c.kv.Scan(c.statePrefix) {
-		if len(v) > 0 && v[0]&flagLive != 0 {
+	for k, v := range c.kv.Scan(c.statePrefix) {
+		if _, hot := c.hot[string(k[len(c.statePrefix):])]; !hot && len(v) > 0 && v[0]&flagLive != 0 {
+			n++
+		}
+	}
+	for _, sl := range c.hot {
+		if sl.live {
 			n++
 		}
 	}
 	return n
 }
 
-// Drop removes every trace of the partition from the KV: after a revoke or
-// a fence, the cache holds nothing the next owner might mistake for
-// committed.
-func (c *Core) Drop() error {
-	for _, p := range [][]byte{c.statePrefix, c.dirtyPrefix, c.heldPrefix} {
-		if err := c.kv.DeletePrefix(p); err != nil {
-			return err
-		}
-	}
+// Drop removes every trace of the partition from memory and the KV: after
+// a revoke or a fence, the cache holds nothing the next owner might mistake
+// for committed.
+func (c *Core[S]) Drop() error {
+	clear(c.hot)
+	clear(c.dirty)
 	clear(c.inflight)
-	return nil
+	return c.kv.DeletePrefix(c.statePrefix)
 }
 
 // Stopped is the error that stopped the core, if any.
-func (c *Core) Stopped() error { return c.stopped }
+func (c *Core[S]) Stopped() error { return c.stopped }
 
-func (c *Core) stop(err error) error {
+func (c *Core[S]) stop(err error) error {
 	if err != nil && c.stopped == nil {
 		c.stopped = err
 	}

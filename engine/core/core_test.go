@@ -25,16 +25,16 @@ import (
 //	drop               drop the partition's cache
 func runScript(t *testing.T, script string) {
 	t.Helper()
-	var c *Core
+	var c *Core[[]byte]
 	kv := NewMemKV()
 	in := store.TopicPartition{Topic: "in", Partition: 3}
-	fold := func(key, state []byte, exists bool, rec Record) (Change, error) {
+	fold := func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
 		op := string(rec.Value)
 		if op == "boom" {
 			panic("boom")
 		}
 		if op == "del" {
-			return Change{Delete: true, Outputs: []Output{{Key: key, Value: []byte("deleted")}}}, nil
+			return Change[[]byte]{Delete: true, Outputs: []Output{{Key: key, Value: []byte("deleted")}}}, nil
 		}
 		sum := 0
 		if exists {
@@ -42,15 +42,15 @@ func runScript(t *testing.T, script string) {
 		}
 		n, err := strconv.Atoi(op)
 		if err != nil {
-			return Change{}, fmt.Errorf("bad op %q", op)
+			return Change[[]byte]{}, fmt.Errorf("bad op %q", op)
 		}
 		sum += n
 		v := strconv.Itoa(sum)
-		return Change{State: []byte(v), Outputs: []Output{{Key: key, Value: []byte(v)}}}, nil
+		return Change[[]byte]{State: []byte(v), Outputs: []Output{{Key: key, Value: []byte(v)}}}, nil
 	}
-	tick := func(key, state []byte, now int64) (Change, error) {
+	tick := func(key, state []byte, now int64) (Change[[]byte], error) {
 		sum, _ := strconv.Atoi(string(state))
-		return Change{State: []byte(strconv.Itoa(sum + 100))}, nil
+		return Change[[]byte]{State: []byte(strconv.Itoa(sum + 100))}, nil
 	}
 	for i, line := range strings.Split(strings.TrimSpace(script), "\n") {
 		line = strings.TrimSpace(line)
@@ -65,7 +65,7 @@ func runScript(t *testing.T, script string) {
 		case "assign":
 			n, _ := strconv.ParseInt(f[1], 10, 64)
 			var err error
-			c, err = New(Config{Input: in, Fold: fold, Tick: tick, Assigned: n}, kv)
+			c, err = New(Config[[]byte]{Input: in, Fold: fold, Tick: tick, Codec: BytesCodec{}, Assigned: n}, kv)
 			got = errString(err)
 		case "recover":
 			kvs, off, _ := strings.Cut(f[1], "@")
@@ -89,7 +89,7 @@ func runScript(t *testing.T, script string) {
 				got = outputs(outs)
 			}
 		case "flush":
-			snaps, err := c.Flush()
+			snaps, err := c.Flush(0)
 			got = errString(err)
 			if err == nil {
 				var parts []string
@@ -263,11 +263,11 @@ func TestDropLeavesNothingBehind(t *testing.T) {
 // Two partitions share one KV without seeing each other's keys.
 func TestPartitionsAreKeptApart(t *testing.T) {
 	kv := NewMemKV()
-	sum := func(key, state []byte, exists bool, rec Record) (Change, error) {
-		return Change{State: rec.Value}, nil
+	sum := func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
+		return Change[[]byte]{State: rec.Value}, nil
 	}
-	a, _ := New(Config{Input: store.TopicPartition{Topic: "t", Partition: 1}, Fold: sum}, kv)
-	b, _ := New(Config{Input: store.TopicPartition{Topic: "t", Partition: 10}, Fold: sum}, kv)
+	a, _ := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t", Partition: 1}, Fold: sum, Codec: BytesCodec{}}, kv)
+	b, _ := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t", Partition: 10}, Fold: sum, Codec: BytesCodec{}}, kv)
 	a.Fold(Record{Offset: 0, Key: []byte("k"), Value: []byte("a")})
 	b.Fold(Record{Offset: 0, Key: []byte("k"), Value: []byte("b")})
 	if err := a.Drop(); err != nil {
@@ -294,11 +294,11 @@ func (f *failingKV) Set(k, v []byte) error {
 // A cache failure stops the partition with the cache's error: never a
 // silently wrong state, and nothing committable past it.
 func TestCacheFailureStopsThePartition(t *testing.T) {
-	kv := &failingKV{MemKV: NewMemKV(), n: 3}
-	sum := func(key, state []byte, exists bool, rec Record) (Change, error) {
-		return Change{State: rec.Value}, nil
+	kv := &failingKV{MemKV: NewMemKV(), n: 0}
+	sum := func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
+		return Change[[]byte]{State: rec.Value}, nil
 	}
-	c, err := New(Config{Input: store.TopicPartition{Topic: "t"}, Fold: sum}, kv)
+	c, err := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t"}, Fold: sum, Codec: BytesCodec{}, HotKeys: 1}, kv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestCacheFailureStopsThePartition(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("fold with a failing cache: %v", err)
 	}
-	if _, err := c.Flush(); err == nil || c.Stopped() == nil {
+	if _, err := c.Flush(0); err == nil || c.Stopped() == nil {
 		t.Fatal("the core kept going after a cache failure")
 	}
 	if got := c.Committable(); got != 0 {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -214,6 +215,11 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 			return noID, fmt.Errorf("kafka: creating snapshot topic %q: %w", snap.Topic, err)
 		}
 		b.cfg.Logger.Info("created snapshot topic", "topic", snap.Topic, "partitions", len(in.Partitions))
+		// A new topic's partitions are not served at once; a recovery
+		// that starts before they are fails with UNKNOWN_TOPIC_OR_PARTITION.
+		if err := b.awaitTopic(ctx, snap.Topic, len(in.Partitions)); err != nil {
+			return noID, err
+		}
 		return in.ID, nil
 	}
 	if sd.Err != nil {
@@ -247,6 +253,36 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 		}
 	}
 	return in.ID, nil
+}
+
+// awaitTopic waits, with a growing backoff bounded by ctx and ~30 s, until
+// the topic's metadata lists every partition with a leader.
+func (b *Backend) awaitTopic(ctx context.Context, topic string, partitions int) error {
+	backoff := 10 * time.Millisecond
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		details, err := b.adm.ListTopics(ctx, topic)
+		if err == nil {
+			if td, ok := details[topic]; ok && td.Err == nil && len(td.Partitions) >= partitions {
+				ready := true
+				for _, p := range td.Partitions {
+					ready = ready && p.Err == nil && p.Leader >= 0
+				}
+				if ready {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kafka: created snapshot topic %q is not served after 30s (last error: %v)", topic, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // Close releases every partition and client.

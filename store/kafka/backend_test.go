@@ -136,6 +136,12 @@ func TestTopicChecksNameWhatIsWrong(t *testing.T) {
 		if err != nil {
 			t.Fatalf("CreateTopics: %v", err)
 		}
+		// A recovery right after the creation: the topic is served.
+		for _, err := range p.Recover(ctx) {
+			if err != nil {
+				t.Fatalf("recovering a just-created snapshot topic: %v", err)
+			}
+		}
 		if err := p.Write(ctx, store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 0}); err != nil {
 			t.Fatal(err)
 		}
