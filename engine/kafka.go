@@ -35,6 +35,7 @@ type kafkaSource struct {
 	cl    *kgo.Client
 	adm   *kadm.Client
 	group string
+	buf   []SourceRecord // reused by every Poll: valid until the next
 }
 
 // NewKafkaSource returns a factory for Engine.NewRunner.
@@ -97,7 +98,7 @@ func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]SourceRec
 			err = fmt.Errorf("engine: fetching %s/%d: %w", t, p, e)
 		}
 	})
-	out := make([]SourceRecord, 0, fs.NumRecords())
+	out := s.buf[:0]
 	fs.EachRecord(func(r *kgo.Record) {
 		rec := core.Record{Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}
 		for _, h := range r.Headers {
@@ -105,6 +106,7 @@ func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]SourceRec
 		}
 		out = append(out, SourceRecord{Partition: store.TopicPartition{Topic: r.Topic, Partition: r.Partition}, Record: rec})
 	})
+	s.buf = out
 	return out, err
 }
 

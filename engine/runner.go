@@ -142,10 +142,19 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 		}
 	}
 	var outs []Output
-	folded := map[string]int{}
+	var f *flow[S]
+	folded := 0
 	for _, sr := range recs {
-		f := r.flows[sr.Partition]
-		if f == nil {
+		if f == nil || f.tp != sr.Partition { // a poll's records come in runs of one partition
+			if f != nil {
+				r.e.cfg.Metrics.addFolded(f.tp.Topic, folded)
+			}
+			f, folded = r.flows[sr.Partition], 0
+			if f == nil {
+				continue
+			}
+		}
+		if f.core.Stopped() != nil {
 			continue
 		}
 		o, err := f.core.Fold(sr.Record)
@@ -153,11 +162,11 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 			r.stopFlow(f, err)
 			continue
 		}
-		folded[sr.Partition.Topic]++
+		folded++
 		outs = append(outs, o...)
 	}
-	for t, n := range folded {
-		r.e.cfg.Metrics.addFolded(t, n)
+	if f != nil {
+		r.e.cfg.Metrics.addFolded(f.tp.Topic, folded)
 	}
 	if len(outs) > 0 && r.e.cfg.Emit != nil {
 		if err := r.e.cfg.Emit(ctx, outs); err != nil {
