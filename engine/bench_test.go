@@ -433,7 +433,7 @@ func benchPebbleLoad(b *testing.B, dir string, value func(int) []byte) (benchPea
 	}
 	for i := range benchMemKeys {
 		rec := core.Record{Offset: int64(i), Key: fmt.Appendf(nil, benchMemKeyFormat, i), Value: value(i)}
-		if _, err := c.Fold(rec); err != nil {
+		if _, err := c.Fold(&rec); err != nil {
 			b.Fatal(err)
 		}
 		if (i+1)%benchFlushEvery == 0 {

@@ -57,15 +57,7 @@ import (
 )
 
 // Record is an input record as the fold sees it.
-type Record struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Key       []byte
-	Value     []byte
-	Timestamp time.Time
-	Headers   []store.Header
-}
+type Record = core.Record
 
 // Output is a record the fold asks to emit.
 type Output = core.Output
@@ -76,7 +68,7 @@ type Result[S any] = core.Change[S]
 
 // FoldFunc folds one record into a key's state; exists is false for a new
 // or deleted key.
-type FoldFunc[S any] func(key []byte, state S, exists bool, rec Record) (Result[S], error)
+type FoldFunc[S any] = core.FoldFunc[S]
 
 // TickFunc is called for every live key every TickInterval.
 type TickFunc[S any] func(key []byte, state S, now time.Time) (Result[S], error)
@@ -163,14 +155,9 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 // Close closes the local cache.
 func (e *Engine[S]) Close() error { return e.kv.Close() }
 
-// coreFold adapts the user's fold to the core's records.
-func (e *Engine[S]) coreFold(tp store.TopicPartition) core.FoldFunc[S] {
-	return func(key []byte, state S, exists bool, rec core.Record) (core.Change[S], error) {
-		r := Record{Topic: tp.Topic, Partition: tp.Partition, Offset: rec.Offset, Key: rec.Key, Value: rec.Value,
-			Timestamp: time.UnixMilli(rec.Timestamp), Headers: rec.Headers}
-		res, err := e.cfg.Fold(key, state, exists, r)
-		return core.Change[S](res), err
-	}
+// coreFold is the user's fold, as the core calls it.
+func (e *Engine[S]) coreFold() core.FoldFunc[S] {
+	return core.FoldFunc[S](e.cfg.Fold)
 }
 
 func (e *Engine[S]) coreTick() core.TickFunc[S] {

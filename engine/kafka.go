@@ -9,7 +9,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/snapfence/snapfence/engine/core"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -35,7 +34,7 @@ type kafkaSource struct {
 	cl    *kgo.Client
 	adm   *kadm.Client
 	group string
-	buf   []SourceRecord // reused by every Poll: valid until the next
+	buf   []Record // reused by every Poll: valid until the next
 }
 
 // NewKafkaSource returns a factory for Engine.NewRunner.
@@ -85,7 +84,7 @@ func tps(m map[string][]int32) []store.TopicPartition {
 	return out
 }
 
-func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]SourceRecord, error) {
+func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]Record, error) {
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	fs := s.cl.PollRecords(pctx, s.cfg.MaxPollRecords)
@@ -100,11 +99,14 @@ func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]SourceRec
 	})
 	out := s.buf[:0]
 	fs.EachRecord(func(r *kgo.Record) {
-		rec := core.Record{Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}
-		for _, h := range r.Headers {
-			rec.Headers = append(rec.Headers, store.Header{Key: h.Key, Value: h.Value})
+		out = append(out, Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
+		if len(r.Headers) > 0 {
+			hs := make([]store.Header, len(r.Headers))
+			for i, h := range r.Headers {
+				hs[i] = store.Header{Key: h.Key, Value: h.Value}
+			}
+			out[len(out)-1].Headers = hs
 		}
-		out = append(out, SourceRecord{Partition: store.TopicPartition{Topic: r.Topic, Partition: r.Partition}, Record: rec})
 	})
 	s.buf = out
 	return out, err

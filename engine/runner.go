@@ -12,12 +12,6 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// SourceRecord is one polled input record.
-type SourceRecord struct {
-	Partition store.TopicPartition
-	Record    core.Record
-}
-
 // Source is the group consumer a Runner drives: franz-go against Kafka
 // (NewKafkaSource), or a member of a simulated cluster (NewSimSource).
 type Source interface {
@@ -25,7 +19,7 @@ type Source interface {
 	// records fetched. Rebalance
 	// callbacks reach the Handler the source was made with: inside Poll
 	// (the sim) or between a PollDone and the next Poll (franz-go).
-	Poll(ctx context.Context, wait time.Duration) ([]SourceRecord, error)
+	Poll(ctx context.Context, wait time.Duration) ([]Record, error)
 	// PollDone ends the processing of a poll; rebalances may run now.
 	PollDone()
 	// Identity is the group identity the client reports now.
@@ -144,12 +138,14 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	var outs []Output
 	var f *flow[S]
 	folded := 0
-	for _, sr := range recs {
-		if f == nil || f.tp != sr.Partition { // a poll's records come in runs of one partition
+	for i := range recs {
+		rec := &recs[i]
+		if f == nil || f.tp.Partition != rec.Partition || f.tp.Topic != rec.Topic {
+			// a poll's records come in runs of one partition
 			if f != nil {
 				r.e.cfg.Metrics.addFolded(f.tp.Topic, folded)
 			}
-			f, folded = r.flows[sr.Partition], 0
+			f, folded = r.flows[store.TopicPartition{Topic: rec.Topic, Partition: rec.Partition}], 0
 			if f == nil {
 				continue
 			}
@@ -157,7 +153,7 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 		if f.core.Stopped() != nil {
 			continue
 		}
-		o, err := f.core.Fold(sr.Record)
+		o, err := f.core.Fold(rec)
 		if err != nil {
 			r.stopFlow(f, err)
 			continue
@@ -174,10 +170,11 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 			// those flows, so nothing commits past them, and restart
 			// them from the committed state, which replays the records.
 			err = fmt.Errorf("engine: emitting outputs: %w", err)
-			for _, sr := range recs {
-				if f := r.flows[sr.Partition]; f != nil {
+			for _, rec := range recs {
+				tp := store.TopicPartition{Topic: rec.Topic, Partition: rec.Partition}
+				if f := r.flows[tp]; f != nil {
 					r.stopFlow(f, err)
-					r.restart[sr.Partition] = true
+					r.restart[tp] = true
 				}
 			}
 			return err
@@ -322,7 +319,7 @@ func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition, seek
 		return
 	}
 	assigned := part.CommittedOffset()
-	c, err := core.New(core.Config[S]{Input: tp, Fold: r.e.coreFold(tp), Tick: r.e.coreTick(), Codec: r.e.cfg.Codec,
+	c, err := core.New(core.Config[S]{Input: tp, Fold: r.e.coreFold(), Tick: r.e.coreTick(), Codec: r.e.cfg.Codec,
 		Assigned: assigned, HotKeys: r.e.cfg.HotKeys}, r.e.kv)
 	if err != nil {
 		_ = part.Close()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/snapfence/snapfence/engine/core"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -69,10 +68,10 @@ func (s *SimSource) forget(tps []store.TopicPartition) {
 // Poll implements Source: one poll of the member (a stalled member does
 // nothing), then a read_committed fetch of every owned partition. It never
 // waits: virtual time moves only when the caller advances it.
-func (s *SimSource) Poll(ctx context.Context, _ time.Duration) ([]SourceRecord, error) {
+func (s *SimSource) Poll(ctx context.Context, _ time.Duration) ([]Record, error) {
 	s.ctx = ctx
 	s.m.Poll(s.callback)
-	var out []SourceRecord
+	var out []Record
 	for _, tp := range s.m.Owned() {
 		pos, ok := s.pos[tp]
 		if !ok || s.paused[tp] || len(out) >= s.maxPoll {
@@ -83,9 +82,9 @@ func (s *SimSource) Poll(ctx context.Context, _ time.Duration) ([]SourceRecord, 
 			return out, err
 		}
 		for _, e := range ents {
-			out = append(out, SourceRecord{Partition: tp, Record: core.Record{
-				Offset: e.Offset, Key: e.Record.Key, Value: e.Record.Value, Headers: e.Record.Headers,
-			}})
+			out = append(out, Record{
+				Topic: tp.Topic, Partition: tp.Partition, Offset: e.Offset, Key: e.Record.Key, Value: e.Record.Value, Headers: e.Record.Headers,
+			})
 		}
 		s.pos[tp] = next
 	}

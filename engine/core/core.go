@@ -16,17 +16,19 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"time"
 
 	"github.com/snapfence/snapfence/store"
 )
 
 // Record is one input record.
 type Record struct {
-	Offset int64
-	Key    []byte
-	Value  []byte
-	// Timestamp in Unix milliseconds, as Kafka carries it.
-	Timestamp int64
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Timestamp time.Time
 	Headers   []store.Header
 }
 
@@ -223,22 +225,28 @@ func (c *Core[S]) decodeEntry(k, v []byte) (*slot[S], error) {
 	return sl, nil
 }
 
-// load returns the key's slot, reading it from the KV if it is not hot; nil
-// if the key has no state at all.
+// load returns the key's slot, reading it from the KV if it is not hot
+// (and keeping it hot); nil if the key has no state at all.
 func (c *Core[S]) load(k []byte) (*slot[S], error) {
+	sl, cold, err := c.peek(k)
+	if err == nil && cold {
+		c.hot[string(k)] = sl
+	}
+	return sl, err
+}
+
+// peek is load without keeping a cold key hot: for flushes, which touch
+// every dirty key once.
+func (c *Core[S]) peek(k []byte) (sl *slot[S], cold bool, err error) {
 	if sl, ok := c.hot[string(k)]; ok {
-		return sl, nil
+		return sl, false, nil
 	}
 	v, ok, err := c.kv.Get(c.stateKey(k))
 	if err != nil || !ok {
-		return nil, err
+		return nil, false, err
 	}
-	sl, err := c.decodeEntry(k, v)
-	if err != nil {
-		return nil, err
-	}
-	c.hot[string(k)] = sl
-	return sl, nil
+	sl, err = c.decodeEntry(k, v)
+	return sl, err == nil, err
 }
 
 // Recovered loads one recovered snapshot. Snapshots arrive in log order; a
@@ -252,7 +260,7 @@ func (c *Core[S]) Recovered(s store.Snapshot) error {
 // Fold feeds one input record. A record at or below the key's last folded
 // offset was already folded (a replay after recovery) and is skipped: the
 // exactly-once state effect. It returns the outputs to emit.
-func (c *Core[S]) Fold(rec Record) ([]Output, error) {
+func (c *Core[S]) Fold(rec *Record) ([]Output, error) {
 	if c.stopped != nil {
 		return nil, c.stopped
 	}
@@ -283,13 +291,13 @@ func (c *Core[S]) Fold(rec Record) ([]Output, error) {
 	return ch.Outputs, nil
 }
 
-func (c *Core[S]) callFold(rec Record, state S, exists bool) (ch Change[S], err error) {
+func (c *Core[S]) callFold(rec *Record, state S, exists bool) (ch Change[S], err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &FoldError{Input: c.cfg.Input, Offset: rec.Offset, Key: rec.Key, Panic: p}
 		}
 	}()
-	ch, err = c.cfg.Fold(rec.Key, state, exists, rec)
+	ch, err = c.cfg.Fold(rec.Key, state, exists, *rec)
 	if err != nil {
 		err = &FoldError{Input: c.cfg.Input, Offset: rec.Offset, Key: rec.Key, Err: err}
 	}
@@ -433,7 +441,7 @@ func (c *Core[S]) Flush(limit int) ([]store.Snapshot, error) {
 	slices.Sort(keys) // deterministic order
 	out := make([]store.Snapshot, 0, len(keys))
 	for _, k := range keys {
-		sl, err := c.load([]byte(k))
+		sl, _, err := c.peek([]byte(k))
 		if err == nil && sl == nil {
 			err = fmt.Errorf("engine: dirty key %q has no state", k)
 		}
@@ -467,7 +475,7 @@ func (c *Core[S]) WriteDone(key []byte, err error) error {
 	if err != nil {
 		return nil // still dirty: a later flush writes it again
 	}
-	sl, lerr := c.load(key)
+	sl, _, lerr := c.peek(key)
 	if lerr == nil && sl == nil {
 		lerr = fmt.Errorf("engine: written key %q has no state", key)
 	}

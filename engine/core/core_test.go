@@ -79,7 +79,7 @@ func runScript(t *testing.T, script string) {
 		case "fold":
 			k, off, _ := strings.Cut(f[1], "@")
 			o, _ := strconv.ParseInt(off, 10, 64)
-			outs, err := c.Fold(Record{Offset: o, Key: []byte(k), Value: []byte(f[2])})
+			outs, err := c.Fold(&Record{Offset: o, Key: []byte(k), Value: []byte(f[2])})
 			switch {
 			case err != nil:
 				got = err.Error()
@@ -268,8 +268,8 @@ func TestPartitionsAreKeptApart(t *testing.T) {
 	}
 	a, _ := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t", Partition: 1}, Fold: sum, Codec: BytesCodec{}}, kv)
 	b, _ := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t", Partition: 10}, Fold: sum, Codec: BytesCodec{}}, kv)
-	a.Fold(Record{Offset: 0, Key: []byte("k"), Value: []byte("a")})
-	b.Fold(Record{Offset: 0, Key: []byte("k"), Value: []byte("b")})
+	a.Fold(&Record{Offset: 0, Key: []byte("k"), Value: []byte("a")})
+	b.Fold(&Record{Offset: 0, Key: []byte("k"), Value: []byte("b")})
 	if err := a.Drop(); err != nil {
 		t.Fatal(err)
 	}
@@ -302,10 +302,10 @@ func TestCacheFailureStopsThePartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Fold(Record{Offset: 0, Key: []byte("a"), Value: []byte("1")}); err != nil {
+	if _, err := c.Fold(&Record{Offset: 0, Key: []byte("a"), Value: []byte("1")}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Fold(Record{Offset: 1, Key: []byte("b"), Value: []byte("2")})
+	_, err = c.Fold(&Record{Offset: 1, Key: []byte("b"), Value: []byte("2")})
 	if err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("fold with a failing cache: %v", err)
 	}
@@ -314,5 +314,52 @@ func TestCacheFailureStopsThePartition(t *testing.T) {
 	}
 	if got := c.Committable(); got != 0 {
 		t.Fatalf("committable %d after a cache failure, want 0", got)
+	}
+}
+
+// With a hot set of 4 keys, states of 50 keys go to the KV and come back:
+// folds, flushes and the committable offset do not notice.
+func TestEvictedKeysAreFlushedFromTheKV(t *testing.T) {
+	kv := NewMemKV()
+	add := func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
+		n, _ := strconv.Atoi(string(state))
+		d, _ := strconv.Atoi(string(rec.Value))
+		return Change[[]byte]{State: []byte(strconv.Itoa(n + d))}, nil
+	}
+	c, err := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t"}, Fold: add, Codec: BytesCodec{}, HotKeys: 4}, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := int64(0)
+	for round := range 3 {
+		for k := range 50 {
+			if _, err := c.Fold(&Record{Offset: off, Key: []byte(fmt.Sprintf("k%02d", k)), Value: []byte(strconv.Itoa(k))}); err != nil {
+				t.Fatal(err)
+			}
+			off++
+		}
+		if c.Committable() != int64(round*50) {
+			t.Fatalf("round %d: committable %d, want %d", round, c.Committable(), round*50)
+		}
+		snaps, err := c.Flush(0)
+		if err != nil || len(snaps) != 50 {
+			t.Fatalf("round %d: flushed %d (%v), want 50", round, len(snaps), err)
+		}
+		for _, s := range snaps {
+			var k int
+			fmt.Sscanf(string(s.Key), "k%02d", &k)
+			if string(s.Value) != strconv.Itoa(k*(round+1)) {
+				t.Fatalf("round %d: %s = %s, want %d", round, s.Key, s.Value, k*(round+1))
+			}
+			if err := c.WriteDone(s.Key, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if c.Dirty() || c.Committable() != off {
+			t.Fatalf("round %d: dirty %t committable %d after all writes", round, c.Dirty(), c.Committable())
+		}
+	}
+	if c.Keys() != 50 || len(c.hot) > 4+4/8+1 {
+		t.Fatalf("keys %d, hot %d", c.Keys(), len(c.hot))
 	}
 }
