@@ -359,7 +359,7 @@ func TestEvictedKeysAreFlushedFromTheKV(t *testing.T) {
 			t.Fatalf("round %d: dirty %t committable %d after all writes", round, c.Dirty(), c.Committable())
 		}
 	}
-	if c.Keys() != 50 || len(c.hot) > 4+4/8+1 {
+	if c.Keys() != 50 || len(c.hot) > 5 {
 		t.Fatalf("keys %d, hot %d", c.Keys(), len(c.hot))
 	}
 }
