@@ -283,7 +283,7 @@ func (r *Runner[S]) commit(ctx context.Context, f *flow[S]) error {
 	if err := f.part.Commit(ctx); err != nil {
 		return err
 	}
-	r.e.cfg.Metrics.lag(f.tp, 0)
+	r.e.cfg.Metrics.lag(f.tp, f.core.Consumed()-c)
 	return nil
 }
 

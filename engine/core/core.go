@@ -502,6 +502,9 @@ func (c *Core[S]) Committable() int64 {
 	return m
 }
 
+// Consumed is the offset after the last record fed.
+func (c *Core[S]) Consumed() int64 { return c.consumed }
+
 // Dirty reports whether any change is not yet durable.
 func (c *Core[S]) Dirty() bool { return len(c.dirty) > 0 }
 
