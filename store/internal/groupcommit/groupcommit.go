@@ -192,6 +192,14 @@ func (c *Committer) lead() {
 	id, err := c.exec(c.life, batch)
 	dur := c.cfg.Now().Sub(start)
 
+	// The observer hears of the transaction before the next one can
+	// start: its calls are serial and in commit order.
+	if o := c.cfg.Observer; o != nil {
+		o.OnTransaction(store.TransactionEvent{
+			Input: c.cfg.Input, Writes: batch.Writes, Offset: batch.Offset, OffsetAdvanced: batch.Advances,
+			Identity: id, Err: err, Duration: dur,
+		})
+	}
 	c.mu.Lock()
 	if err == nil && batch.Advances && batch.Offset > c.committed {
 		c.committed = batch.Offset
@@ -200,12 +208,6 @@ func (c *Committer) lead() {
 	c.mu.Unlock()
 	c.inflight.Done()
 
-	if o := c.cfg.Observer; o != nil {
-		o.OnTransaction(store.TransactionEvent{
-			Input: c.cfg.Input, Writes: batch.Writes, Offset: batch.Offset, OffsetAdvanced: batch.Advances,
-			Identity: id, Err: err, Duration: dur,
-		})
-	}
 	for _, e := range entries {
 		e.err = err
 		close(e.done)
