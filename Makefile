@@ -1,5 +1,6 @@
-# snapfence: build, test and lint targets. Everything here needs only Go;
-# `make test` needs no JVM and no broker.
+# snapfence: build, test and lint targets. Everything here needs only Go,
+# except `make it` (Java 17+ and Maven); `make test` needs no JVM and no
+# broker.
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -12,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench it
 
 all: lint test
 
@@ -23,6 +24,14 @@ test:
 ## race: the same tests under the race detector.
 race:
 	$(GO) test -count=1 -race $(PKGS)
+
+## it: the integration tests (build tag `it`) against one real single-node
+## Kafka 4.x broker started for the whole run on 127.0.0.1 (it/kafka/broker:
+## resolved from Maven Central by mvn, run by java; docs/testing.md). The
+## broker is stopped however the tests end; the target fails with them.
+it:
+	it/kafka/broker classpath
+	it/kafka/broker run $(GO) test -count=1 -tags it -p 1 $(PKGS)
 
 ## lint: gofmt, go vet and staticcheck (pinned, run through `go run`).
 lint: fmt-check vet staticcheck
