@@ -33,7 +33,8 @@ it:
 	it/kafka/broker classpath
 	it/kafka/broker run $(GO) test -count=1 -tags it -p 1 $(PKGS)
 
-## lint: gofmt, go vet and staticcheck (pinned, run through `go run`).
+## lint: gofmt, go vet and staticcheck (pinned, run through `go run`); vet
+## and staticcheck with the `it` tag, so they check the integration tests too.
 lint: fmt-check vet staticcheck
 
 fmt-check:
@@ -41,10 +42,10 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 vet:
-	$(GO) vet $(PKGS)
+	$(GO) vet -tags it $(PKGS)
 
 staticcheck:
-	$(GO) run $(STATICCHECK) $(PKGS)
+	$(GO) run $(STATICCHECK) -tags it $(PKGS)
 
 ## demo: the kafka-flow#732 pair on the simulated cluster, plain then transactional.
 demo:
