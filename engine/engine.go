@@ -48,7 +48,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -171,16 +170,5 @@ func (e *Engine[S]) coreTick() core.TickFunc[S] {
 }
 
 // RecoveredStateError names a recovered snapshot whose state does not
-// decode.
-type RecoveredStateError struct {
-	Input  store.TopicPartition
-	Key    []byte
-	Offset int64
-	Err    error
-}
-
-func (e *RecoveredStateError) Error() string {
-	return fmt.Sprintf("engine: %s: the recovered snapshot of key %q (input offset %d) does not decode: %v", e.Input, e.Key, e.Offset, e.Err)
-}
-
-func (e *RecoveredStateError) Unwrap() error { return e.Err }
+// decode: its partition, key and input offset.
+type RecoveredStateError = core.StateError

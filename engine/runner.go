@@ -194,12 +194,7 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	}
 	if now.Sub(r.lastCommit) >= r.e.cfg.CommitInterval {
 		r.lastCommit = now
-		r.forEachFlow(func(f *flow[S]) error {
-			if err := r.flush(ctx, f); err != nil {
-				return err
-			}
-			return r.commit(ctx, f)
-		})
+		r.forEachFlow(func(f *flow[S]) error { return r.flushAndCommit(ctx, f) })
 	}
 	return nil
 }
@@ -275,6 +270,15 @@ func (r *Runner[S]) flush(ctx context.Context, f *flow[S]) error {
 			return first
 		}
 	}
+}
+
+// flushAndCommit writes every dirty key of f, then commits its
+// committable offset.
+func (r *Runner[S]) flushAndCommit(ctx context.Context, f *flow[S]) error {
+	if err := r.flush(ctx, f); err != nil {
+		return err
+	}
+	return r.commit(ctx, f)
 }
 
 func (r *Runner[S]) commit(ctx context.Context, f *flow[S]) error {
@@ -362,8 +366,7 @@ func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition, seek
 func retriable(err error) bool {
 	var fe *core.FoldError
 	var se *core.StateError
-	var re *RecoveredStateError
-	return !errors.Is(err, store.ErrCorruptRecord) && !errors.As(err, &fe) && !errors.As(err, &se) && !errors.As(err, &re)
+	return !errors.Is(err, store.ErrCorruptRecord) && !errors.As(err, &fe) && !errors.As(err, &se)
 }
 
 func (r *Runner[S]) fail(tp store.TopicPartition, err error) {
@@ -417,11 +420,7 @@ func (r *Runner[S]) Revoked(ctx context.Context, tps []store.TopicPartition) {
 			continue
 		}
 		if !r.e.cfg.NoFlushOnRevoke {
-			err := r.flush(ctx, f)
-			if err == nil {
-				err = r.commit(ctx, f)
-			}
-			if err != nil {
+			if err := r.flushAndCommit(ctx, f); err != nil {
 				if errors.Is(err, store.ErrFenced) {
 					r.e.cfg.Metrics.fenced()
 				}
@@ -474,12 +473,7 @@ func (r *Runner[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) 
 func (r *Runner[S]) FlushAll(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.forEachFlow(func(f *flow[S]) error {
-		if err := r.flush(ctx, f); err != nil {
-			return err
-		}
-		return r.commit(ctx, f)
-	})
+	r.forEachFlow(func(f *flow[S]) error { return r.flushAndCommit(ctx, f) })
 }
 
 // Close leaves the group; the revoke callbacks flush and tear down.
