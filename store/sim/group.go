@@ -150,8 +150,11 @@ func (c *Cluster) validateCommitLocked(id store.GroupIdentity, offsets map[store
 			return kerr.UnknownMemberID
 		}
 		if id.Generation != gm.epoch {
-			if !c.cfg.DisableKIP1251 && id.Generation < gm.epoch && ownsAll(gm.assigned, offsets) {
-				return nil // KIP-1251: a lagging epoch for partitions the member still owns
+			if !c.cfg.DisableKIP1251 && id.Generation > 0 && id.Generation < gm.epoch && ownsAll(gm.assigned, offsets) {
+				// KIP-1251: a lagging epoch for partitions the member
+				// still owns. Not an unknown one: Apache Kafka 4.3.1
+				// rejects -1 (store/kafka's identity matrix test).
+				return nil
 			}
 			if transactional {
 				return kerr.IllegalGeneration // STALE_MEMBER_EPOCH is mapped on the TxnOffsetCommit wire

@@ -296,6 +296,9 @@ func TestConsumerProtocolCommitValidation(t *testing.T) {
 			if !kip1251 && !errors.Is(err, kerr.IllegalGeneration) {
 				t.Fatalf("lagging epoch without KIP-1251: %v, want ILLEGAL_GENERATION", err)
 			}
+			if err := p.TxnOffsetCommit(with(a, a.MemberID, -1), map[store.TopicPartition]int64{owned: 1}); !errors.Is(err, kerr.IllegalGeneration) {
+				t.Fatalf("member with epoch -1 on an owned partition: %v, want ILLEGAL_GENERATION (as Kafka 4.3.1 answers)", err)
+			}
 			if err := p.TxnOffsetCommit(lagging, map[store.TopicPartition]int64{moved: 1}); !errors.Is(err, kerr.IllegalGeneration) {
 				t.Fatalf("lagging epoch on a moved partition: %v, want ILLEGAL_GENERATION", err)
 			}
