@@ -113,3 +113,25 @@ func script() (string, error) {
 		dir = parent
 	}
 }
+
+// RunTool runs one of Kafka's command-line tools (a main class on the
+// broker's classpath, e.g. org.apache.kafka.tools.TransactionsCommand) with
+// args, and returns its standard output.
+func RunTool(ctx context.Context, class string, args ...string) (string, error) {
+	s, err := script()
+	if err != nil {
+		return "", err
+	}
+	cpFile := filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(s))), ".cache", "kafka", "classpath")
+	cp, err := os.ReadFile(cpFile)
+	if err != nil {
+		return "", fmt.Errorf("kafkatest: the broker's classpath (run `it/kafka/broker classpath`): %w", err)
+	}
+	cmd := exec.CommandContext(ctx, "java", append([]string{"-cp", strings.TrimSpace(string(cp)), class}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("kafkatest: %s %v: %w: %s", class, args, err, stderr.String())
+	}
+	return stdout.String(), nil
+}
