@@ -25,17 +25,19 @@ import (
 type identityCase struct {
 	name   string
 	member func(current string) string
-	gen    func(current int32) int32
+	// gen is given the member's current generation and the one it had
+	// before it (as its client saw them).
+	gen func(current, previous int32) int32
 }
 
 var identityCases = []identityCase{
-	{"current member, current generation", func(m string) string { return m }, func(g int32) int32 { return g }},
-	{"current member, stale generation", func(m string) string { return m }, func(g int32) int32 { return g - 1 }},
-	{"current member, future generation", func(m string) string { return m }, func(g int32) int32 { return g + 1 }},
-	{"current member, generation -1", func(m string) string { return m }, func(int32) int32 { return -1 }},
-	{"unknown member, current generation", func(string) string { return "stranger" }, func(g int32) int32 { return g }},
-	{"empty member, current generation", func(string) string { return "" }, func(g int32) int32 { return g }},
-	{"empty member, generation -1", func(string) string { return "" }, func(int32) int32 { return -1 }},
+	{"current member, current generation", func(m string) string { return m }, func(g, _ int32) int32 { return g }},
+	{"current member, its previous generation", func(m string) string { return m }, func(_, p int32) int32 { return p }},
+	{"current member, future generation", func(m string) string { return m }, func(g, _ int32) int32 { return g + 1 }},
+	{"current member, generation -1", func(m string) string { return m }, func(_, _ int32) int32 { return -1 }},
+	{"unknown member, current generation", func(string) string { return "stranger" }, func(g, _ int32) int32 { return g }},
+	{"empty member, current generation", func(string) string { return "" }, func(g, _ int32) int32 { return g }},
+	{"empty member, generation -1", func(string) string { return "" }, func(_, _ int32) int32 { return -1 }},
 }
 
 // answer is what a coordinator said: "OK" or the error's name.
@@ -95,12 +97,17 @@ func identityMatrix(t *testing.T, protocol sim.Protocol) {
 		t.Fatal(err)
 	}
 	defer member.Close()
+	var seen []int32 // the generations the client went through
 	waitGeneration := func(want int32) (string, int32) {
 		for ctx.Err() == nil {
 			pctx, pcancel := context.WithTimeout(ctx, 100*time.Millisecond)
 			member.PollFetches(pctx) // drives the join; nothing to fetch
 			pcancel()
-			if m, g := member.GroupMetadata(); g >= want {
+			m, g := member.GroupMetadata()
+			if g > 0 && (len(seen) == 0 || seen[len(seen)-1] != g) {
+				seen = append(seen, g)
+			}
+			if g >= want {
 				return m, g
 			}
 		}
@@ -122,6 +129,7 @@ func identityMatrix(t *testing.T, protocol sim.Protocol) {
 	}
 	other.Close() // leaves: one more bump
 	memberID, gen := waitGeneration(first + 2)
+	prev := seen[len(seen)-2]
 
 	commitReal := func(c identityCase) string {
 		txnID := fmt.Sprintf("%s-%d", topic, time.Now().UnixNano())
@@ -142,7 +150,7 @@ func identityMatrix(t *testing.T, protocol sim.Protocol) {
 		}
 		req := kmsg.NewPtrTxnOffsetCommitRequest()
 		req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = txnID, group, pid, epoch
-		req.MemberID, req.Generation = c.member(memberID), c.gen(gen)
+		req.MemberID, req.Generation = c.member(memberID), c.gen(gen, prev)
 		rt := kmsg.NewTxnOffsetCommitRequestTopic()
 		rt.Topic, rt.TopicID = topic, topicID
 		rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
@@ -177,10 +185,11 @@ func identityMatrix(t *testing.T, protocol sim.Protocol) {
 	so.Leave(sim.Callbacks{})
 	poll(sm)
 	simID := sm.Identity()
+	simPrev := c.MemberPreviousEpoch(group, simID.MemberID)
 	commitSim := func(cs identityCase) string {
 		p := c.InitProducerID(fmt.Sprintf("sim-%s", cs.name), 0)
 		defer p.EndTxn(false)
-		id := store.GroupIdentity{Group: group, MemberID: cs.member(simID.MemberID), Generation: cs.gen(simID.Generation)}
+		id := store.GroupIdentity{Group: group, MemberID: cs.member(simID.MemberID), Generation: cs.gen(simID.Generation, simPrev)}
 		return answer(p.TxnOffsetCommit(id, map[store.TopicPartition]int64{{Topic: topic}: 1}))
 	}
 

@@ -71,9 +71,10 @@ type groupMember struct {
 	owned      []store.TopicPartition // claimed at rejoin (cooperative)
 	assignment []store.TopicPartition // at the current generation
 	// consumer protocol
-	epoch    int32
-	assigned []store.TopicPartition // granted, including not yet taken by the client
-	revoking []store.TopicPartition // must be revoked before the epoch advances
+	epoch     int32
+	prevEpoch int32                  // the epoch before the current one
+	assigned  []store.TopicPartition // granted, including not yet taken by the client
+	revoking  []store.TopicPartition // must be revoked before the epoch advances
 }
 
 func (c *Cluster) groupLocked(name string) *group {
@@ -121,6 +122,22 @@ func (c *Cluster) MemberEpoch(group, memberID string) int32 {
 	return g.generation
 }
 
+// MemberPreviousEpoch is a consumer-protocol member's epoch before its
+// current one (a classic member's: its generation minus one).
+func (c *Cluster) MemberPreviousEpoch(group, memberID string) int32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.groupLocked(group)
+	gm := g.members[memberID]
+	switch {
+	case gm == nil:
+		return -1
+	case g.protocol == Consumer:
+		return gm.prevEpoch
+	}
+	return g.generation - 1
+}
+
 // Rebalance starts a rebalance of a classic group, as a metadata change
 // would, or bumps a consumer group's epoch. Members keep their partitions
 // where the assignor allows; every generation moves.
@@ -150,10 +167,10 @@ func (c *Cluster) validateCommitLocked(id store.GroupIdentity, offsets map[store
 			return kerr.UnknownMemberID
 		}
 		if id.Generation != gm.epoch {
-			if !c.cfg.DisableKIP1251 && id.Generation > 0 && id.Generation < gm.epoch && ownsAll(gm.assigned, offsets) {
-				// KIP-1251: a lagging epoch for partitions the member
-				// still owns. Not an unknown one: Apache Kafka 4.3.1
-				// rejects -1 (store/kafka's identity matrix test).
+			if !c.cfg.DisableKIP1251 && id.Generation > 0 && id.Generation == gm.prevEpoch && ownsAll(gm.assigned, offsets) {
+				// KIP-1251: the member's previous epoch, for partitions it
+				// still owns. Apache Kafka 4.3.1 rejects older epochs and
+				// -1 (store/kafka's identity matrix test).
 				return nil
 			}
 			if transactional {

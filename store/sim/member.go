@@ -246,7 +246,7 @@ func (m *Member) reconcileLocked(g *group, gm *groupMember) {
 		return
 	}
 	if gm.epoch != g.generation {
-		gm.epoch = g.generation
+		gm.prevEpoch, gm.epoch = gm.epoch, g.generation
 		c.record("member_epoch", "group=%s member=%s epoch=%d", m.group, m.id, gm.epoch)
 	}
 	for _, tp := range minus(target, gm.assigned) {
