@@ -1,0 +1,156 @@
+//go:build it
+
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/internal/kafkatest"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
+)
+
+// brokerWorld is a fresh input topic and group on the integration run's
+// Kafka broker, in real time.
+type brokerWorld struct {
+	t       *testing.T
+	brokers []string
+	prod    *kgo.Client
+	adm     *kadm.Client
+	topic   string
+	want    ledger
+}
+
+func newBrokerWorld(t *testing.T) *brokerWorld {
+	w := &brokerWorld{t: t, brokers: kafkatest.Brokers(t), want: ledger{}, topic: fmt.Sprintf("accounts-%d", time.Now().UnixNano())}
+	prod, err := kgo.NewClient(kgo.SeedBrokers(w.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	w.prod, w.adm = prod, kadm.NewClient(prod)
+	compact := "compact"
+	ctx := context.Background()
+	if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, w.topic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.adm.CreateTopic(ctx, 2, 1, map[string]*string{"cleanup.policy": &compact}, w.topic+"-snapshots"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.adm.DeleteTopics(context.Background(), w.topic, w.topic+"-snapshots") })
+	return w
+}
+
+func (w *brokerWorld) produce(events ...string) {
+	for _, ev := range events {
+		k, v, _ := strings.Cut(ev, "=")
+		r := &kgo.Record{Topic: w.topic, Partition: int32(len(k) % 2), Key: []byte(k), Value: []byte(v)}
+		if err := w.prod.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			w.t.Fatal(err)
+		}
+		w.want.apply(k, v)
+	}
+}
+
+func (w *brokerWorld) runner(protocol kgo.Opt) *engine.Runner[int] {
+	b, err := kafka.New(context.Background(), kafka.Config{Mode: store.Transactional, SeedBrokers: w.brokers, TransactionalIDPrefix: w.topic})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = b.Close() })
+	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b, Dir: w.t.TempDir(),
+		PersistInterval: 200 * time.Millisecond, CommitInterval: 400 * time.Millisecond})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = e.Close() })
+	r, err := e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
+		SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic},
+		ClientOpts: []kgo.Opt{protocol, kgo.SessionTimeout(6 * time.Second)},
+	}))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return r
+}
+
+func (w *brokerWorld) drain(r *engine.Runner[int]) {
+	w.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if err := r.Step(context.Background()); err != nil {
+			w.t.Fatal(err)
+		}
+		ctx := context.Background()
+		ends, err1 := w.adm.ListEndOffsets(ctx, w.topic)
+		committed, err2 := w.adm.FetchOffsets(ctx, w.topic+"-group")
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		done := true
+		ends.Each(func(o kadm.ListedOffset) {
+			c, ok := committed.Lookup(o.Topic, o.Partition)
+			done = done && ok && c.At == o.Offset
+		})
+		if done && len(r.Flows()) == 2 {
+			return
+		}
+	}
+	w.t.Fatalf("the runner did not commit to the end of the input in a minute; errors: %v", r.Errors())
+}
+
+func (w *brokerWorld) check(r *engine.Runner[int]) {
+	w.t.Helper()
+	for _, key := range []string{"alice", "bob", "carol", "dave", "erin"} {
+		tp := store.TopicPartition{Topic: w.topic, Partition: int32(len(key) % 2)}
+		got, ok, err := r.State(tp, []byte(key))
+		if err != nil {
+			w.t.Fatalf("%s: %v", key, err)
+		}
+		want, wantOK := w.want[key]
+		if ok != wantOK || got != want {
+			w.t.Fatalf("%s = %d (%t), want %d (%t)", key, got, ok, want, wantOK)
+		}
+	}
+}
+
+// The kafka-flow restart test against Kafka 4.3.1, under each consumer
+// protocol: four restarts, state recovered, processing continues, a
+// delete sticks.
+func TestRestartsRecoverStateOnKafka(t *testing.T) {
+	for name, protocol := range protocols {
+		t.Run(name, func(t *testing.T) {
+			w := newBrokerWorld(t)
+			w.produce("alice=+10", "bob=+5", "carol=+7", "dave=+1")
+			for run := range 5 {
+				r := w.runner(protocol)
+				w.drain(r)
+				w.check(r)
+				switch run {
+				case 0:
+					w.produce("alice=+1", "bob=-2", "erin=+3")
+				case 1:
+					w.produce("carol=close", "alice=+100")
+				case 2:
+					w.produce("carol=+9", "dave=-1")
+				case 3:
+					w.produce("erin=close", "bob=+1")
+				}
+				if err := r.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if errs := r.Errors(); len(errs) > 0 {
+					t.Fatalf("run %d: %v", run, errs)
+				}
+			}
+		})
+	}
+}
