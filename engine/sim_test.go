@@ -130,10 +130,14 @@ func (w *simWorld) caughtUp() bool {
 
 // check compares every key's state, read from whichever runner owns its
 // partition, with the ledger.
-func (w *simWorld) check(rs ...*engine.Runner[int]) {
-	w.t.Helper()
+func (w *simWorld) check(rs ...*engine.Runner[int]) { checkLedger(w.t, w.want, "accounts", rs...) }
+
+// checkLedger compares every account's state in topic, read from whichever
+// runner owns its partition, with the ledger.
+func checkLedger(t *testing.T, want ledger, topic string, rs ...*engine.Runner[int]) {
+	t.Helper()
 	for _, key := range []string{"alice", "bob", "carol", "dave", "erin"} {
-		tp := store.TopicPartition{Topic: "accounts", Partition: int32(len(key) % 2)}
+		tp := store.TopicPartition{Topic: topic, Partition: int32(len(key) % 2)}
 		r := rs[0]
 		for _, x := range rs {
 			if slices.Contains(x.Flows(), tp) {
@@ -142,34 +146,35 @@ func (w *simWorld) check(rs ...*engine.Runner[int]) {
 		}
 		got, ok, err := r.State(tp, []byte(key))
 		if err != nil {
-			w.t.Fatalf("%s: %v", key, err)
+			t.Fatalf("%s: %v", key, err)
 		}
-		want, wantOK := w.want[key]
-		if ok != wantOK || got != want {
-			w.t.Fatalf("%s = %d (%t), want %d (%t)", key, got, ok, want, wantOK)
+		w, wOK := want[key]
+		if ok != wOK || got != w {
+			t.Fatalf("%s = %d (%t), want %d (%t)", key, got, ok, w, wOK)
 		}
 	}
 }
 
-// The kafka-flow restart test: four restarts, state recovered each time,
-// processing continues, a delete sticks.
-func TestRestartsRecoverStateOnSim(t *testing.T) {
-	w := newSimWorld(t)
-	w.produce("alice=+10", "bob=+5", "carol=+7", "dave=+1")
+// restartScript is the kafka-flow restart test: five runs (four restarts)
+// over one input; each run recovers, catches up and checks every key, and
+// more events, deletes among them, arrive between runs.
+func restartScript(t *testing.T, produce func(...string), start func() *engine.Runner[int],
+	drain func(*engine.Runner[int]), check func(*engine.Runner[int])) {
+	t.Helper()
+	produce("alice=+10", "bob=+5", "carol=+7", "dave=+1")
 	for run := range 5 {
-		e := w.engine()
-		r := w.runner(e)
-		w.drain(r)
-		w.check(r)
+		r := start()
+		drain(r)
+		check(r)
 		switch run {
 		case 0:
-			w.produce("alice=+1", "bob=-2", "erin=+3")
+			produce("alice=+1", "bob=-2", "erin=+3")
 		case 1:
-			w.produce("carol=close", "alice=+100")
+			produce("carol=close", "alice=+100")
 		case 2:
-			w.produce("carol=+9", "dave=-1")
+			produce("carol=+9", "dave=-1")
 		case 3:
-			w.produce("erin=close", "bob=+1")
+			produce("erin=close", "bob=+1")
 		}
 		if err := r.Close(context.Background()); err != nil {
 			t.Fatal(err)
@@ -178,6 +183,14 @@ func TestRestartsRecoverStateOnSim(t *testing.T) {
 			t.Fatalf("run %d: %v", run, errs)
 		}
 	}
+}
+
+// The kafka-flow restart test: four restarts, state recovered, processing
+// continues, a delete sticks.
+func TestRestartsRecoverStateOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	restartScript(t, w.produce, func() *engine.Runner[int] { return w.runner(w.engine()) },
+		func(r *engine.Runner[int]) { w.drain(r) }, func(r *engine.Runner[int]) { w.check(r) })
 }
 
 // A member that crashes (no revoke, no flush) loses nothing and folds
