@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench it
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka it
 
 all: lint test
 
@@ -69,3 +69,15 @@ bench:
 	echo "# engine memory, once" && \
 	$(GO) test $(ENGINEMEMFLAGS) ./engine 2>&1 | tee -a "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
+
+## bench-kafka: the store/kafka benchmarks (Experiments A and B, the
+## recovery read) against a real Kafka 4.3.1 broker, then the same on kfake,
+## each as a table with ratios to its own run's baselines.
+KAFKABENCHROUNDS ?= 3
+bench-kafka:
+	@it/kafka/broker classpath
+	@out=$$(mktemp) && fake=$$(mktemp) && trap 'rm -f "$$out" "$$fake"' EXIT && \
+	it/kafka/broker run sh -c 'for i in $$(seq $(KAFKABENCHROUNDS)); do $(GO) test $(BENCHFLAGS) ./store/kafka; done' 2>&1 | tee "$$out" && \
+	for i in $$(seq $(KAFKABENCHROUNDS)); do $(GO) test $(BENCHFLAGS) ./store/kafka 2>&1 | tee -a "$$fake"; done && \
+	echo && echo "# Apache Kafka 4.3.1 (single node, 127.0.0.1)" && $(GO) run ./internal/benchtable < "$$out" && \
+	echo && echo "# kfake (same machine, same run)" && $(GO) run ./internal/benchtable < "$$fake"

@@ -17,6 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +31,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 )
@@ -41,19 +45,27 @@ const (
 // client, both closed when the benchmark ends.
 type benchCluster struct {
 	addrs []string
+	run   string // makes topic names unique on a shared broker
 	admin *kgo.Client
 	adm   *kadm.Client
 	seq   int // names of per-iteration topics and groups
 }
 
+// With SNAPFENCE_KAFKA_BROKERS set (make bench-kafka), the benchmarks run
+// against that real broker instead of kfake.
 func newBenchCluster(b *testing.B) *benchCluster {
 	b.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		b.Fatal(err)
+	bc := &benchCluster{run: strconv.FormatInt(time.Now().UnixNano(), 36)}
+	if real := os.Getenv(kafkatest.EnvBrokers); real != "" {
+		bc.addrs = strings.Split(real, ",")
+	} else {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.Close)
+		bc.addrs = c.ListenAddrs()
 	}
-	b.Cleanup(c.Close)
-	bc := &benchCluster{addrs: c.ListenAddrs()}
 	bc.admin = bc.client(b)
 	bc.adm = kadm.NewClient(bc.admin)
 	return bc
@@ -117,8 +129,8 @@ func (bc *benchCluster) newOwner(b *testing.B, be *kafka.Backend) *owner {
 	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 	defer cancel()
 	bc.seq++
-	input := fmt.Sprintf("in-%d", bc.seq)
-	group := fmt.Sprintf("flow-%d", bc.seq)
+	input := fmt.Sprintf("in-%s-%d", bc.run, bc.seq)
+	group := fmt.Sprintf("flow-%s-%d", bc.run, bc.seq)
 	if _, err := bc.adm.CreateTopic(ctx, 1, 1, nil, input); err != nil {
 		b.Fatalf("creating %s: %v", input, err)
 	}
