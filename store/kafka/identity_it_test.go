@@ -185,7 +185,7 @@ func identityMatrix(t *testing.T, protocol sim.Protocol) {
 	so.Leave(sim.Callbacks{})
 	poll(sm)
 	simID := sm.Identity()
-	simPrev := c.MemberPreviousEpoch(group, simID.MemberID)
+	_, simPrev := c.MemberEpochs(group, simID.MemberID)
 	commitSim := func(cs identityCase) string {
 		p := c.InitProducerID(fmt.Sprintf("sim-%s", cs.name), 0)
 		defer p.EndTxn(false)

@@ -106,36 +106,21 @@ func (c *Cluster) GroupGeneration(group string) int32 {
 	return c.groupLocked(group).generation
 }
 
-// MemberEpoch is a consumer-protocol member's epoch at the coordinator, or
-// the group generation for a classic member, or -1 if it is not a member.
-func (c *Cluster) MemberEpoch(group, memberID string) int32 {
+// MemberEpochs is a member's epoch at the coordinator and the one before
+// it: under the consumer protocol the member epochs, under the classic one
+// the group's generation and the generation before; -1, -1 for a stranger.
+func (c *Cluster) MemberEpochs(group, memberID string) (current, previous int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g := c.groupLocked(group)
 	gm := g.members[memberID]
 	switch {
 	case gm == nil:
-		return -1
+		return -1, -1
 	case g.protocol == Consumer:
-		return gm.epoch
+		return gm.epoch, gm.prevEpoch
 	}
-	return g.generation
-}
-
-// MemberPreviousEpoch is a consumer-protocol member's epoch before its
-// current one (a classic member's: its generation minus one).
-func (c *Cluster) MemberPreviousEpoch(group, memberID string) int32 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	g := c.groupLocked(group)
-	gm := g.members[memberID]
-	switch {
-	case gm == nil:
-		return -1
-	case g.protocol == Consumer:
-		return gm.prevEpoch
-	}
-	return g.generation - 1
+	return g.generation, g.generation - 1
 }
 
 // Rebalance starts a rebalance of a classic group, as a metadata change
