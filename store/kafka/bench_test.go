@@ -26,10 +26,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
@@ -351,7 +349,7 @@ func bareRead(b *testing.B, bc *benchCluster, tp store.TopicPartition) (records 
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 	defer cancel()
-	hw := highWatermark(ctx, b, bc.admin, tp)
+	hw := listEnd(ctx, b, bc.admin, tp, 0)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(bc.addrs...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{tp.Topic: {tp.Partition: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -376,25 +374,4 @@ func bareRead(b *testing.B, bc *benchCluster, tp store.TopicPartition) (records 
 		})
 	}
 	return records, bytes
-}
-
-// highWatermark lists tp's log end as a read_uncommitted reader sees it.
-func highWatermark(ctx context.Context, b *testing.B, cl *kgo.Client, tp store.TopicPartition) int64 {
-	b.Helper()
-	req := kmsg.NewPtrListOffsetsRequest()
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = tp.Topic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition, rp.Timestamp = tp.Partition, -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := resp.Topics[0].Partitions[0]
-	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-		b.Fatal(err)
-	}
-	return p.Offset
 }

@@ -268,6 +268,13 @@ func snapTP(in store.TopicPartition) store.TopicPartition {
 
 func (w *fakeWorld) listEnd(t *testing.T, tp store.TopicPartition, isolation int8) int64 {
 	t.Helper()
+	return listEnd(context.Background(), t, w.admin, tp, isolation)
+}
+
+// listEnd lists tp's log end as a reader of the isolation level sees it:
+// the high watermark (0) or the last stable offset (1).
+func listEnd(ctx context.Context, tb testing.TB, cl *kgo.Client, tp store.TopicPartition, isolation int8) int64 {
+	tb.Helper()
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.IsolationLevel = isolation
 	rt := kmsg.NewListOffsetsRequestTopic()
@@ -276,13 +283,13 @@ func (w *fakeWorld) listEnd(t *testing.T, tp store.TopicPartition, isolation int
 	rp.Partition, rp.Timestamp = tp.Partition, -1
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(context.Background(), w.admin)
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	p := resp.Topics[0].Partitions[0]
 	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return p.Offset
 }
