@@ -91,7 +91,7 @@ func (w *brokerWorld) drain(r *engine.Runner[int]) {
 		}
 		ctx := context.Background()
 		ends, err1 := w.adm.ListEndOffsets(ctx, w.topic)
-		committed, err2 := w.adm.FetchOffsets(ctx, w.topic+"-group")
+		committed, err2 := w.adm.FetchOffsets(kadm.RequireStable(ctx), w.topic+"-group")
 		if err1 != nil || err2 != nil {
 			continue
 		}

@@ -122,7 +122,9 @@ func (s *kafkaSource) Identity() store.GroupIdentity {
 // CommittedOffset reads the group's committed offset; with none, the
 // partition's start (the consumer's reset offset is the start too).
 func (s *kafkaSource) CommittedOffset(ctx context.Context, tp store.TopicPartition) (int64, error) {
-	offs, err := s.adm.FetchOffsets(ctx, s.group)
+	// RequireStable: called after the takeover aborted the previous
+	// owner's transaction, it waits only for one that was committing.
+	offs, err := s.adm.FetchOffsets(kadm.RequireStable(ctx), s.group)
 	if err != nil {
 		return 0, err
 	}

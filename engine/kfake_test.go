@@ -117,7 +117,7 @@ func (w *fakeWorld) caughtUp() bool {
 	if err != nil {
 		return false
 	}
-	committed, err := w.adm.FetchOffsets(ctx, "bank")
+	committed, err := w.adm.FetchOffsets(kadm.RequireStable(ctx), "bank")
 	if err != nil {
 		return false
 	}

@@ -254,7 +254,7 @@ func (w *fakeWorld) Rebalance(t *testing.T) {
 }
 
 func (w *fakeWorld) CommittedOffset(t *testing.T, in store.TopicPartition) (int64, bool) {
-	offs, err := w.adm.FetchOffsets(context.Background(), group)
+	offs, err := w.adm.FetchOffsets(kadm.RequireStable(context.Background()), group) // after any pending transactional commit
 	if err != nil {
 		t.Fatal(err)
 	}
