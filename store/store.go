@@ -182,6 +182,31 @@ type Observer interface {
 	OnTransaction(TransactionEvent)
 }
 
+// RecoveryEvent reports a recovery read's progress: its start (the target
+// captured, Position at the log start), every advance of its position, and
+// its end.
+type RecoveryEvent struct {
+	Snapshots TopicPartition
+	// Target is the high watermark captured when the read started; the
+	// read ends when Position reaches it.
+	Target int64
+	// Position is the next offset the read will return.
+	Position int64
+	// Done marks the last event of a read: it reached Target (Err nil) or
+	// failed with Err. A read its caller stops early reports no end.
+	Done bool
+	Err  error
+}
+
+// RecoveryObserver is an optional extension of Observer: a backend whose
+// Observer also implements it reports every recovery read's progress.
+// Calls must not block; they are serial per read. A position that stops
+// short of the target is a read waiting for an open transaction (or a
+// lost log tail): the stall deadline then decides.
+type RecoveryObserver interface {
+	OnRecovery(RecoveryEvent)
+}
+
 // ObserverFunc adapts a function to Observer.
 type ObserverFunc func(TransactionEvent)
 

@@ -45,6 +45,7 @@ type writePath interface {
 	SetCommittable(offset int64)
 	Commit(ctx context.Context) error
 	Committed() int64
+	Pending() int
 	Close()
 }
 
@@ -52,6 +53,10 @@ func (p *partition) Write(ctx context.Context, s store.Snapshot) error { return 
 func (p *partition) SetCommittable(offset int64)                       { p.w.SetCommittable(offset) }
 func (p *partition) Commit(ctx context.Context) error                  { return p.w.Commit(ctx) }
 func (p *partition) CommittedOffset() int64                            { return p.w.Committed() }
+
+// Pending is the number of writes and commits queued behind the
+// transaction in flight (always 0 in Plain mode, where nothing queues).
+func (p *partition) Pending() int { return p.w.Pending() }
 
 // Close releases the partition without committing.
 func (p *partition) Close() error {

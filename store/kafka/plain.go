@@ -34,6 +34,9 @@ func newPlainPath(p *partition, assigned int64) *plainPath {
 	return &plainPath{p: p, staged: assigned, committed: assigned}
 }
 
+// Pending is 0: Plain writes go straight to the producer.
+func (w *plainPath) Pending() int { return 0 }
+
 func (w *plainPath) Write(ctx context.Context, s store.Snapshot) error {
 	p := w.p
 	if err := store.CheckWrite(p.input, s, p.b.cfg.MaxValueBytes); err != nil {

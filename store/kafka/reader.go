@@ -45,6 +45,9 @@ func (b *Backend) recoverPartition(ctx context.Context, snap store.TopicPartitio
 		if readCommitted {
 			cfg.StallTimeout = b.cfg.RecoveryStallTimeout
 		}
+		if o, ok := b.cfg.Observer.(store.RecoveryObserver); ok {
+			cfg.Progress = o.OnRecovery
+		}
 		src := &source{admin: b.admin, reader: cl, tp: snap}
 		for s, err := range readloop.Read(ctx, cfg, src) {
 			if !yield(s, err) {

@@ -209,6 +209,10 @@ func (p *partition) SetCommittable(offset int64)                       { p.gc.Se
 func (p *partition) Commit(ctx context.Context) error                  { return p.gc.Commit(ctx) }
 func (p *partition) CommittedOffset() int64                            { return p.gc.Committed() }
 
+// Pending is the number of writes and commits queued behind the
+// transaction in flight.
+func (p *partition) Pending() int { return p.gc.Pending() }
+
 func (p *partition) Close() error {
 	p.b.mu.Lock()
 	delete(p.b.parts, p)
@@ -295,6 +299,9 @@ func (p *partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error
 	readCommitted := p.b.cfg.Mode == store.Transactional
 	if readCommitted {
 		cfg.StallTimeout = p.b.cfg.RecoveryStallTimeout
+	}
+	if o, ok := p.b.cfg.Observer.(store.RecoveryObserver); ok {
+		cfg.Progress = o.OnRecovery
 	}
 	return readloop.Read(ctx, cfg, &source{c: p.b.c, tp: p.snap, readCommitted: readCommitted})
 }

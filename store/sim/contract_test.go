@@ -175,6 +175,10 @@ func (w *world) Advance(d time.Duration) {
 
 func (w *world) Settle() { synctest.Wait() }
 
+// StallTimeout: virtual time affords the production default and a second
+// of slack.
+func (w *world) StallTimeout() (time.Duration, time.Duration) { return 3 * time.Minute, time.Second }
+
 func (w *world) Now() time.Time { return w.c.Now() }
 
 func itoa(p int32) string { return string(rune('0' + p)) }

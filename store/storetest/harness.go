@@ -72,10 +72,20 @@ type World interface {
 	FailLogEndReads(t *testing.T) error
 	// SlowFetches makes each fetch return at most one record after latency.
 	SlowFetches(t *testing.T, latency time.Duration)
-	// Advance moves time forward by d once every goroutine of the test is
-	// blocked.
+	// StallTimeout is the recovery stall deadline the stall cases
+	// configure, and the slack they keep on either side of it when they
+	// check that a read is still waiting just before it and has failed
+	// just after it. Virtual time affords (3 min, 1 s); real time needs a
+	// deadline of seconds and a slack that covers a loaded machine's
+	// scheduling.
+	StallTimeout() (timeout, slack time.Duration)
+	// Advance moves time forward by d: in virtual time once every
+	// goroutine of the test is blocked; in real time it waits d.
 	Advance(d time.Duration)
-	// Settle returns once every goroutine of the test is blocked.
+	// Settle returns once every goroutine of the test is blocked. A
+	// real-time world cannot know that and returns at once: the suite
+	// orders its steps by what it observes (Pending, recovery events), and
+	// Settle only sharpens a check in virtual time.
 	Settle()
 	// Now is the world's time.
 	Now() time.Time

@@ -6,6 +6,7 @@ import (
 	"iter"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/snapfence/snapfence/store"
 )
@@ -62,16 +63,63 @@ func (i *identity) holdNext() (entered <-chan struct{}, release func()) {
 	}
 }
 
-// recorder records the transactions a backend reports.
+// recorder records the transactions and recovery progress a backend
+// reports.
 type recorder struct {
-	mu  sync.Mutex
-	txs []store.TransactionEvent
+	mu         sync.Mutex
+	txs        []store.TransactionEvent
+	recoveries []store.RecoveryEvent
+	changed    chan struct{} // closed and replaced on every recovery event
 }
 
 func (r *recorder) OnTransaction(e store.TransactionEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.txs = append(r.txs, e)
+}
+
+func (r *recorder) OnRecovery(e store.RecoveryEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recoveries = append(r.recoveries, e)
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+}
+
+// awaitRecovery returns once a reported recovery event satisfies cond:
+// how the suite knows, in real time as in virtual, that a read has
+// captured its target or reached a position. A read that fails or ends
+// before cond holds fails the test.
+func (r *recorder) awaitRecovery(t *testing.T, what string, cond func(store.RecoveryEvent) bool) {
+	t.Helper()
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	seen := 0
+	for {
+		r.mu.Lock()
+		evs := r.recoveries[seen:]
+		seen = len(r.recoveries)
+		if r.changed == nil {
+			r.changed = make(chan struct{})
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		for _, e := range evs {
+			if cond(e) {
+				return
+			}
+			if e.Done {
+				t.Fatalf("waiting for the recovery %s: it ended first at position %d of %d (err %v)", what, e.Position, e.Target, e.Err)
+			}
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("waiting for the recovery %s: no such progress in a minute", what)
+		}
+	}
 }
 
 func (r *recorder) events() []store.TransactionEvent {
@@ -96,6 +144,24 @@ type owner struct {
 	store.Partition
 	id  *identity
 	rec *recorder
+}
+
+// awaitQueued returns once n writes or commits wait in o's (Transactional)
+// partition behind the transaction in flight; a partition that does not report its
+// queue (Pending) is trusted to have queued them once the world settles.
+func (o *owner) awaitQueued(t *testing.T, w World, n int) {
+	t.Helper()
+	w.Settle()
+	q, ok := o.Partition.(interface{ Pending() int })
+	if !ok {
+		return
+	}
+	for start := time.Now(); q.Pending() < n; {
+		if time.Since(start) > time.Minute {
+			t.Fatalf("%d of %d writes and commits queued after a minute", q.Pending(), n)
+		}
+		time.Sleep(time.Millisecond) // polls the queue; in virtual time it already holds
+	}
 }
 
 func acquire(t *testing.T, w World, cfg BackendConfig, input store.TopicPartition, assigned int64, id store.GroupIdentity) *owner {

@@ -115,7 +115,7 @@ func batchesNeverExceedTheCap(t *testing.T, w World) {
 	var rest []<-chan error
 	for i := 1; i <= 7; i++ {
 		rest = append(rest, writeAsync(o, snap(fmt.Sprintf("k%d", i), "v", int64(i))))
-		w.Settle() // queued in this order
+		o.awaitQueued(t, w, i) // queued in this order
 	}
 	release()
 	mustNil(t, "k0", <-first)
@@ -169,14 +169,14 @@ func offsetCommitsRide(t *testing.T, w World) {
 	first := writeAsync(o, snap("k0", "v", 0))
 	<-entered
 	w1 := writeAsync(o, snap("k1", "v", 1))
-	w.Settle()
+	o.awaitQueued(t, w, 1)
 	w2 := writeAsync(o, snap("k2", "v", 2))
-	w.Settle()
+	o.awaitQueued(t, w, 2)
 	o.SetCommittable(3)
 	c := commitAsync(o)
-	w.Settle()
+	o.awaitQueued(t, w, 3)
 	w3 := writeAsync(o, snap("k3", "v", 3))
-	w.Settle()
+	o.awaitQueued(t, w, 4)
 	release()
 	for i, ch := range []<-chan error{first, w1, w2, c, w3} {
 		mustNil(t, fmt.Sprintf("step %d", i), <-ch)
@@ -223,11 +223,11 @@ func committedOffsetNeverLeads(t *testing.T, w World) {
 	var ws []<-chan error
 	for i := 1; i <= 3; i++ {
 		ws = append(ws, writeAsync(o, snap(fmt.Sprintf("k%d", i), "v", int64(i))))
-		w.Settle()
+		o.awaitQueued(t, w, i)
 	}
 	o.SetCommittable(4)
 	c := commitAsync(o)
-	w.Settle()
+	o.awaitQueued(t, w, 4)
 	release()
 	mustNil(t, "first", <-first)
 	for _, ch := range ws {
@@ -310,9 +310,9 @@ func commitFailureReachesEveryWaiter(t *testing.T, w World) {
 	first := writeAsync(o, snap("k0", "v", 0))
 	<-entered
 	a := writeAsync(o, snap("k1", "v", 1))
-	w.Settle()
+	o.awaitQueued(t, w, 1)
 	b := writeAsync(o, snap("k2", "v", 2))
-	w.Settle()
+	o.awaitQueued(t, w, 2)
 	w.Rebalance(t) // the published identity is now a generation behind
 	release()
 	for i, ch := range []<-chan error{first, a, b} {
@@ -343,6 +343,7 @@ func recoveryDrainsToHighWatermark(t *testing.T, w World) {
 		t.Fatalf("the foreign transaction does not pin the LSO (lso %d, hw %d)", lso, hw)
 	}
 	res := recoverAsync(o)
+	o.rec.awaitRecovery(t, "to read up to the open transaction", func(e store.RecoveryEvent) bool { return e.Position >= lso })
 	w.Settle()
 	if r, done := ready(res); done {
 		t.Fatalf("recovery finished behind an open transaction with %s (err %v): it read to the LSO, not the high watermark", describe(r.snaps), r.err)
@@ -359,7 +360,7 @@ func recoveryDrainsToHighWatermark(t *testing.T, w World) {
 // 7. A partition with nothing in it recovers nothing, at once.
 func recoveryOfEmptyPartition(t *testing.T, w World) {
 	m := w.Join(t)
-	o := acquire(t, w, stallConfig(), input(w, 1), 0, m.Identity())
+	o := acquire(t, w, stallConfig(w), input(w, 1), 0, m.Identity())
 	start := w.Now()
 	r := collect(o.Recover(context.Background()))
 	mustNil(t, "recover", r.err)
@@ -368,8 +369,9 @@ func recoveryOfEmptyPartition(t *testing.T, w World) {
 	}
 }
 
-func stallConfig() BackendConfig {
-	return BackendConfig{Mode: store.Transactional, RecoveryStallTimeout: 3 * time.Minute}
+func stallConfig(w World) BackendConfig {
+	timeout, _ := w.StallTimeout()
+	return BackendConfig{Mode: store.Transactional, RecoveryStallTimeout: timeout}
 }
 
 // 8. A read pinned by a transaction that never resolves fails at the
@@ -377,18 +379,20 @@ func stallConfig() BackendConfig {
 func stalledOpenTransaction(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	o := acquire(t, w, stallConfig(), in, 0, m.Identity())
+	timeout, slack := w.StallTimeout()
+	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
 	w.ForeignTransaction(t, in, true, store.EncodeSnapshot(snap("foreign", "x", 2)))
 	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
 	pin, hw := w.StableOffsets(t, in)
 	res := recoverAsync(o)
+	o.rec.awaitRecovery(t, "to read up to the open transaction", func(e store.RecoveryEvent) bool { return e.Position >= pin })
 	w.Settle()
-	w.Advance(3*time.Minute - time.Second)
+	w.Advance(timeout - slack)
 	if r, done := ready(res); done {
 		t.Fatalf("recovery ended before the deadline: %v", r.err)
 	}
-	w.Advance(2 * time.Second)
+	w.Advance(2 * slack)
 	r := <-res
 	var se *store.RecoveryStalledError
 	if !errors.As(r.err, &se) || !errors.Is(r.err, store.ErrRecoveryStalled) {
@@ -397,8 +401,8 @@ func stalledOpenTransaction(t *testing.T, w World) {
 	if se.Cause != store.StallOpenTransaction || se.Position != pin || se.Target != hw || se.LogEnd < hw {
 		t.Fatalf("stall = %+v, want open transaction at position %d, target %d", se, pin, hw)
 	}
-	if se.Stalled < 3*time.Minute {
-		t.Fatalf("stalled for %s, below the 3m deadline", se.Stalled)
+	if se.Stalled < timeout {
+		t.Fatalf("stalled for %s, below the %s deadline", se.Stalled, timeout)
 	}
 }
 
@@ -407,15 +411,17 @@ func stalledOpenTransaction(t *testing.T, w World) {
 func stalledTruncation(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	o := acquire(t, w, stallConfig(), in, 0, m.Identity())
+	timeout, slack := w.StallTimeout()
+	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
 	w.ForeignTransaction(t, in, true, store.EncodeSnapshot(snap("foreign", "x", 2)))
 	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
 	pin, hw := w.StableOffsets(t, in)
 	res := recoverAsync(o)
+	o.rec.awaitRecovery(t, "to read up to the open transaction", func(e store.RecoveryEvent) bool { return e.Position >= pin })
 	w.Settle()
 	w.Truncate(t, in, pin) // the pinned tail is lost
-	w.Advance(3*time.Minute + time.Second)
+	w.Advance(timeout + slack)
 	r := <-res
 	var se *store.RecoveryStalledError
 	if !errors.As(r.err, &se) {
@@ -431,13 +437,16 @@ func stalledTruncation(t *testing.T, w World) {
 func stalledUndetermined(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	o := acquire(t, w, stallConfig(), in, 0, m.Identity())
+	timeout, slack := w.StallTimeout()
+	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
 	w.ForeignTransaction(t, in, true, store.EncodeSnapshot(snap("foreign", "x", 2)))
+	pin, _ := w.StableOffsets(t, in)
 	res := recoverAsync(o)
+	o.rec.awaitRecovery(t, "to read up to the open transaction", func(e store.RecoveryEvent) bool { return e.Position >= pin })
 	w.Settle()
 	broken := w.FailLogEndReads(t)
-	w.Advance(3*time.Minute + time.Second)
+	w.Advance(timeout + slack)
 	r := <-res
 	var se *store.RecoveryStalledError
 	if !errors.As(r.err, &se) || se.Cause != store.StallUndetermined || !errors.Is(r.err, broken) || se.LogEnd != -1 {
@@ -446,15 +455,17 @@ func stalledUndetermined(t *testing.T, w World) {
 }
 
 // 8. A read that keeps advancing outlives the deadline, however long it
-// takes in total.
+// takes in total: each of its fetches takes half the deadline.
 func slowProgressingRecovery(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	o := acquire(t, w, stallConfig(), in, 0, m.Identity())
-	for i := range 10 {
+	timeout, _ := w.StallTimeout()
+	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
+	const n = 4
+	for i := range n {
 		mustNil(t, "write", o.Write(context.Background(), snap(fmt.Sprintf("k%d", i), "v", int64(i))))
 	}
-	w.SlowFetches(t, time.Minute) // one record a minute
+	w.SlowFetches(t, timeout/2) // one record per half deadline
 	start := w.Now()
 	res := recoverAsync(o)
 	var r recovered
@@ -464,14 +475,14 @@ func slowProgressingRecovery(t *testing.T, w World) {
 		if r, done = ready(res); done {
 			break
 		}
-		w.Advance(30 * time.Second)
+		w.Advance(timeout / 6)
 	}
 	mustNil(t, "slow recovery", r.err)
-	if len(r.snaps) != 10 {
-		t.Fatalf("recovered %d snapshots, want 10", len(r.snaps))
+	if len(r.snaps) != n {
+		t.Fatalf("recovered %d snapshots, want %d", len(r.snaps), n)
 	}
-	if took := w.Now().Sub(start); took <= 3*time.Minute {
-		t.Fatalf("the slow read took %s; the test needs it to outlast the 3m deadline", took)
+	if took := w.Now().Sub(start); took <= timeout {
+		t.Fatalf("the slow read took %s; the test needs it to outlast the %s deadline", took, timeout)
 	}
 }
 

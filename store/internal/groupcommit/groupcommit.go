@@ -113,6 +113,14 @@ func (c *Committer) Committed() int64 {
 	return c.committed
 }
 
+// Pending is the number of writes and commits queued, not counting those
+// in the transaction in flight.
+func (c *Committer) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}
+
 // Close fails queued entries with store.ErrClosed and waits for the
 // transaction in flight, if any, to end.
 func (c *Committer) Close() {

@@ -46,6 +46,8 @@ type Config struct {
 	PollWait time.Duration
 	Now      func() time.Time
 	Logger   *slog.Logger
+	// Progress, if set, hears the read's start, advances and end.
+	Progress func(store.RecoveryEvent)
 }
 
 // Read streams the snapshots of the partition below the high watermark
@@ -70,6 +72,17 @@ func Read(ctx context.Context, cfg Config, src Source) iter.Seq2[store.Snapshot,
 			yield(store.Snapshot{}, err)
 			return
 		}
+		progress := func(done bool, err error) {
+			if cfg.Progress != nil {
+				cfg.Progress(store.RecoveryEvent{Snapshots: cfg.Snapshots, Target: target, Position: pos, Done: done, Err: err})
+			}
+		}
+		// fail ends the read with err.
+		fail := func(err error) {
+			progress(true, err)
+			yield(store.Snapshot{}, err)
+		}
+		progress(pos >= target, nil)
 		lastProgress := cfg.Now()
 		for pos < target {
 			wait := cfg.PollWait
@@ -78,7 +91,7 @@ func Read(ctx context.Context, cfg Config, src Source) iter.Seq2[store.Snapshot,
 			}
 			recs, next, err := src.Poll(ctx, max(wait, 0))
 			if err != nil {
-				yield(store.Snapshot{}, err)
+				fail(err)
 				return
 			}
 			for _, r := range recs {
@@ -87,7 +100,7 @@ func Read(ctx context.Context, cfg Config, src Source) iter.Seq2[store.Snapshot,
 				}
 				s, kind, err := store.DecodeRecord(cfg.Snapshots, r.Offset, r.Record)
 				if err != nil {
-					yield(store.Snapshot{}, err)
+					fail(err)
 					return
 				}
 				if kind == store.KindOffsetMarker {
@@ -101,10 +114,11 @@ func Read(ctx context.Context, cfg Config, src Source) iter.Seq2[store.Snapshot,
 			if next > pos {
 				pos = next
 				lastProgress = now
+				progress(pos >= target, nil)
 				continue
 			}
 			if cfg.StallTimeout > 0 && now.Sub(lastProgress) >= cfg.StallTimeout {
-				yield(store.Snapshot{}, diagnose(ctx, cfg, src, pos, target, now.Sub(lastProgress)))
+				fail(diagnose(ctx, cfg, src, pos, target, now.Sub(lastProgress)))
 				return
 			}
 		}

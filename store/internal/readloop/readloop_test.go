@@ -3,6 +3,7 @@ package readloop
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -114,5 +115,34 @@ func TestNothingToReadEndsAtOnce(t *testing.T) {
 		if keys, _, err := run(t, s, time.Minute); err != nil || len(keys) != 0 || !s.now.IsZero() {
 			t.Fatalf("start %d hw %d: keys %v err %v", c.start, c.hw, keys, err)
 		}
+	}
+}
+
+// Progress hears the start (target and log start), every advance, and one
+// end: on reaching the target, or with the stall error.
+func TestProgressReportsStartAdvancesAndEnd(t *testing.T) {
+	var got []string
+	progress := func(e store.RecoveryEvent) {
+		got = append(got, fmt.Sprintf("%d/%d/%t/%v", e.Position, e.Target, e.Done, e.Err != nil))
+	}
+	read := func(s *script) {
+		cfg := Config{Snapshots: store.TopicPartition{Topic: "snaps"}, StallTimeout: time.Minute, PollWait: time.Second,
+			Now: func() time.Time { return s.now }, Progress: progress}
+		for range Read(context.Background(), cfg, s) {
+		}
+	}
+	read(&script{hw: 3, lso: 3, start: 1, polls: []poll{{recs: []Fetched{at(1, "a")}, next: 2}, {next: 2, took: time.Second}, {next: 3}}})
+	if want := "[1/3/false/false 2/3/false/false 3/3/true/false]"; fmt.Sprint(got) != want {
+		t.Fatalf("events %v, want %s", got, want)
+	}
+	got = nil
+	read(&script{hw: 2, lso: 1, polls: []poll{{recs: []Fetched{at(0, "a")}, next: 1}, {next: 1, took: time.Hour}}})
+	if want := "[0/2/false/false 1/2/false/false 1/2/true/true]"; fmt.Sprint(got) != want {
+		t.Fatalf("events %v, want %s (a stall ends with its error)", got, want)
+	}
+	got = nil
+	read(&script{hw: 0, lso: 0})
+	if want := "[0/0/true/false]"; fmt.Sprint(got) != want {
+		t.Fatalf("events %v, want %s (nothing to read ends at the start)", got, want)
 	}
 }
