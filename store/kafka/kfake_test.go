@@ -449,7 +449,9 @@ func (w *fakeWorld) Settle() { synctest.Wait() }
 
 // StallTimeout: virtual time affords the production default and a second
 // of slack.
-func (w *fakeWorld) StallTimeout() (time.Duration, time.Duration) { return 3 * time.Minute, time.Second }
+func (w *fakeWorld) StallTimeout() (time.Duration, time.Duration) {
+	return 3 * time.Minute, time.Second
+}
 
 func (w *fakeWorld) Now() time.Time { return time.Now() }
 
