@@ -76,6 +76,14 @@ func (b *Broker) Stop() error {
 	return err
 }
 
+// Restart starts the stopped broker again on its own ports and data
+// directory (which a test may have edited while it was down), and returns
+// once it accepts connections.
+func (b *Broker) Restart(ctx context.Context) error {
+	_, err := run(ctx, b.script, "restart", b.Dir)
+	return err
+}
+
 // run runs the broker script and returns its standard output.
 func run(ctx context.Context, script string, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
