@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/store"
@@ -124,12 +125,31 @@ func (s *kafkaSource) Identity() store.GroupIdentity {
 func (s *kafkaSource) CommittedOffset(ctx context.Context, tp store.TopicPartition) (int64, error) {
 	// RequireStable: called after the takeover aborted the previous
 	// owner's transaction, it waits only for one that was committing.
-	offs, err := s.adm.FetchOffsets(kadm.RequireStable(ctx), s.group)
-	if err != nil {
-		return 0, err
-	}
-	if o, ok := offs.Lookup(tp.Topic, tp.Partition); ok && o.Err == nil && o.At >= 0 {
-		return o.At, nil
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		offs, err := s.adm.FetchOffsets(kadm.RequireStable(ctx), s.group)
+		if err != nil {
+			return 0, err
+		}
+		o, ok := offs.Lookup(tp.Topic, tp.Partition)
+		if ok && errors.Is(o.Err, kerr.UnstableOffsetCommit) {
+			// Kafka has a transactional commit of the partition pending
+			// its markers; ask again until it lands (or ctx ends).
+			select {
+			case <-ctx.Done():
+				return 0, fmt.Errorf("engine: committed offset of %s: %w", tp, context.Cause(ctx))
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		if ok && o.Err != nil {
+			// Never read an error as "no offset": resuming from the start
+			// would fold events the snapshots already hold a second time.
+			return 0, fmt.Errorf("engine: committed offset of %s: %w", tp, o.Err)
+		}
+		if ok && o.At >= 0 {
+			return o.At, nil
+		}
+		break
 	}
 	starts, err := s.adm.ListStartOffsets(ctx, tp.Topic)
 	if err != nil {
