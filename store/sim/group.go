@@ -74,7 +74,10 @@ type groupMember struct {
 	epoch     int32
 	prevEpoch int32                  // the epoch before the current one
 	assigned  []store.TopicPartition // granted, including not yet taken by the client
-	revoking  []store.TopicPartition // must be revoked before the epoch advances
+	// assignedAt is each assigned partition's assignment epoch (KIP-1251):
+	// the member epoch at which it was granted to this member.
+	assignedAt map[store.TopicPartition]int32
+	revoking   []store.TopicPartition // must be revoked before the epoch advances
 }
 
 func (c *Cluster) groupLocked(name string) *group {
@@ -152,10 +155,11 @@ func (c *Cluster) validateCommitLocked(id store.GroupIdentity, offsets map[store
 			return kerr.UnknownMemberID
 		}
 		if id.Generation != gm.epoch {
-			if !c.cfg.DisableKIP1251 && id.Generation > 0 && id.Generation == gm.prevEpoch && ownsAll(gm.assigned, offsets) {
-				// KIP-1251: the member's previous epoch, for partitions it
-				// still owns. Apache Kafka 4.3.1 rejects older epochs and
-				// -1 (store/kafka's identity matrix test).
+			if !c.cfg.DisableKIP1251 && id.Generation < gm.epoch && assignedSince(gm, offsets, id.Generation) {
+				// KIP-1251: a lagging epoch is accepted for partitions
+				// assigned to the member at or before it (assignment
+				// epoch <= epoch <= member epoch), as Apache Kafka 4.3.1
+				// does (store/kafka's identity matrix test).
 				return nil
 			}
 			if transactional {
@@ -181,9 +185,12 @@ func (c *Cluster) validateCommitLocked(id store.GroupIdentity, offsets map[store
 	return nil
 }
 
-func ownsAll(assigned []store.TopicPartition, offsets map[store.TopicPartition]int64) bool {
+// assignedSince reports whether every partition of offsets is assigned to
+// gm with an assignment epoch at or below epoch.
+func assignedSince(gm *groupMember, offsets map[store.TopicPartition]int64, epoch int32) bool {
 	for tp := range offsets {
-		if !slices.Contains(assigned, tp) {
+		at, ok := gm.assignedAt[tp]
+		if !ok || !slices.Contains(gm.assigned, tp) || at > epoch {
 			return false
 		}
 	}

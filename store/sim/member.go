@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/snapfence/snapfence/store"
 )
@@ -236,6 +237,7 @@ func (m *Member) reconcileLocked(g *group, gm *groupMember) {
 	for _, tp := range gm.revoking {
 		if !slices.Contains(m.owned, tp) && !slices.Contains(m.toAssign, tp) {
 			gm.assigned = slices.DeleteFunc(gm.assigned, func(x store.TopicPartition) bool { return x == tp })
+			delete(gm.assignedAt, tp)
 		}
 	}
 	target := g.target[m.id]
@@ -252,6 +254,10 @@ func (m *Member) reconcileLocked(g *group, gm *groupMember) {
 	for _, tp := range minus(target, gm.assigned) {
 		if !c.heldByOtherLocked(g, m.id, tp) {
 			gm.assigned = append(gm.assigned, tp)
+			if gm.assignedAt == nil {
+				gm.assignedAt = map[store.TopicPartition]int32{}
+			}
+			gm.assignedAt[tp] = gm.epoch
 			m.toAssign = append(m.toAssign, tp)
 		}
 	}
@@ -266,6 +272,21 @@ func (c *Cluster) heldByOtherLocked(g *group, self string, tp store.TopicPartiti
 		}
 	}
 	return false
+}
+
+// Subscribe replaces the member's subscription, as a client's
+// AddConsumeTopics does; the group rebalances.
+func (m *Member) Subscribe(topics ...string) {
+	c := m.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m.topics = topics
+	g := c.groupLocked(m.group)
+	if gm := g.members[m.id]; gm != nil {
+		gm.topics = topics
+		c.record("member_subscribed", "group=%s member=%s topics=%s", m.group, m.id, strings.Join(topics, ","))
+		c.triggerLocked(g)
+	}
 }
 
 // Leave leaves the group cleanly: the client revokes what it owns, then

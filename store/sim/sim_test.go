@@ -272,7 +272,8 @@ func with(id store.GroupIdentity, member string, gen int32) store.GroupIdentity 
 }
 
 // The consumer protocol: the stale epoch is mapped to ILLEGAL_GENERATION on
-// TxnOffsetCommit; KIP-1251 accepts a lagging epoch for owned partitions.
+// TxnOffsetCommit; KIP-1251 accepts a lagging epoch for partitions assigned
+// at or before it.
 func TestConsumerProtocolCommitValidation(t *testing.T) {
 	for _, kip1251 := range []bool{true, false} {
 		t.Run(fmt.Sprintf("kip1251=%t", kip1251), func(t *testing.T) {
@@ -307,6 +308,31 @@ func TestConsumerProtocolCommitValidation(t *testing.T) {
 			}
 			if err := p.TxnOffsetCommit(with(a, "stranger", a.Generation), map[store.TopicPartition]int64{owned: 1}); !errors.Is(err, kerr.UnknownMemberID) {
 				t.Fatalf("unknown member: %v", err)
+			}
+
+			// b leaves: a gets the moved partition back at a later epoch.
+			// The rule is the partition's assignment epoch, not "the
+			// previous epoch": two epochs behind is fine for the partition
+			// a has held throughout, and a's epoch from before the moved
+			// partition came back is not.
+			ms[1].Leave(Callbacks{})
+			pollAll(ms[:1], Callbacks{})
+			now := ms[0].Identity()
+			if len(ms[0].Owned()) != 2 || now.Generation <= a.Generation {
+				t.Fatalf("a = %v owning %v after b left", now, ms[0].Owned())
+			}
+			err = p.TxnOffsetCommit(lagging, map[store.TopicPartition]int64{owned: 1})
+			if kip1251 && err != nil {
+				t.Fatalf("an epoch two behind, on a partition held since it: %v, want accepted", err)
+			}
+			if !kip1251 && !errors.Is(err, kerr.IllegalGeneration) {
+				t.Fatalf("an epoch two behind without KIP-1251: %v", err)
+			}
+			if err := p.TxnOffsetCommit(a, map[store.TopicPartition]int64{moved: 1}); !errors.Is(err, kerr.IllegalGeneration) {
+				t.Fatalf("an epoch before the partition's assignment: %v, want ILLEGAL_GENERATION", err)
+			}
+			if err := p.TxnOffsetCommit(now, map[store.TopicPartition]int64{moved: 1, owned: 1}); err != nil {
+				t.Fatalf("the current epoch: %v", err)
 			}
 		})
 	}
