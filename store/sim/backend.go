@@ -358,12 +358,20 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 			if len(ents) > 0 && c.faults.fetchLatency > 0 {
 				delay = c.clk.after(c.faults.fetchLatency)
 			}
+			if delay != nil {
+				c.parkLocked(1)
+			}
 			c.mu.Unlock()
 			if delay != nil {
 				select {
 				case <-delay:
 				case <-ctx.Done():
-					return nil, s.pos, ctx.Err()
+				}
+				c.mu.Lock()
+				c.parkLocked(-1)
+				c.mu.Unlock()
+				if err := ctx.Err(); err != nil {
+					return nil, s.pos, err
 				}
 			}
 			out := make([]readloop.Fetched, len(ents))
@@ -374,12 +382,18 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 			return out, s.pos, nil
 		}
 		changed, timer := c.changed, c.clk.after(wait)
+		c.parkLocked(1)
 		c.mu.Unlock()
 		select {
 		case <-changed:
 		case <-timer:
 		case <-ctx.Done():
-			return nil, s.pos, ctx.Err()
+		}
+		c.mu.Lock()
+		c.parkLocked(-1)
+		c.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return nil, s.pos, err
 		}
 	}
 }

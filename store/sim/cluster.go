@@ -60,7 +60,11 @@ type Cluster struct {
 	groups  map[string]*group
 	nextPID int64
 	changed chan struct{}
-	history []Event
+	// parked counts reads waiting for a change or for virtual time;
+	// parkedChanged is closed and replaced whenever it changes.
+	parked        int
+	parkedChanged chan struct{}
+	history       []Event
 	faults  faults
 }
 
@@ -338,6 +342,30 @@ func (c *Cluster) HistoryJSON() []byte {
 
 func (c *Cluster) record(kind, format string, args ...any) {
 	c.history = append(c.history, Event{At: c.clk.now.Sub(Epoch), Kind: kind, Detail: fmt.Sprintf(format, args...)})
+}
+
+// Parked is the number of reads waiting for the cluster to change or for
+// virtual time to pass (a recovery behind an open transaction, or slowed by
+// SlowFetches), and a channel closed when that number next changes. A
+// driver that runs members' steps on goroutines waits, before its next
+// step, until every step it started has finished or parked: only then is
+// the run deterministic, as nothing else moves until the driver acts.
+func (c *Cluster) Parked() (n int, changed <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.parkedChanged == nil {
+		c.parkedChanged = make(chan struct{})
+	}
+	return c.parked, c.parkedChanged
+}
+
+// parkLocked moves the parked count by delta.
+func (c *Cluster) parkLocked(delta int) {
+	c.parked += delta
+	if c.parkedChanged != nil {
+		close(c.parkedChanged)
+	}
+	c.parkedChanged = make(chan struct{})
 }
 
 // changedLocked wakes every reader waiting for the cluster to change.
