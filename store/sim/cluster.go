@@ -65,7 +65,7 @@ type Cluster struct {
 	parked        int
 	parkedChanged chan struct{}
 	history       []Event
-	faults  faults
+	faults        faults
 }
 
 type faults struct {
