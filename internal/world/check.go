@@ -1,0 +1,402 @@
+package world
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
+)
+
+// Violation is a broken invariant: its number and name (docs/design.md,
+// "Invariants of the simulated cluster"), the step after which it was
+// found (1-based; 0 at quiescence) and what was seen.
+type Violation struct {
+	Invariant int    `json:"invariant"`
+	Name      string `json:"name"`
+	Step      int    `json:"step"`
+	Detail    string `json:"detail"`
+}
+
+func (v Violation) String() string {
+	at := fmt.Sprintf("after step %d", v.Step)
+	if v.Step == 0 {
+		at = "at quiescence"
+	}
+	return fmt.Sprintf("invariant %d %s violated %s: %s", v.Invariant, v.Name, at, v.Detail)
+}
+
+// The invariants, by number.
+var invariantNames = map[int]string{
+	1: "NoStaleOverwrite",
+	2: "CommittedOffsetNeverAhead",
+	3: "ExactlyOnceState",
+	4: "AbortedWritesInvisible",
+	5: "RecoveryComplete",
+	6: "Liveness",
+	7: "OutputAtLeastOnce",
+}
+
+// InvariantName names invariant n.
+func InvariantName(n int) string { return invariantNames[n] }
+
+// visible is a key's snapshot as a read_committed reader sees it.
+type visible struct {
+	offset    int64
+	value     string
+	tombstone bool
+}
+
+// checker checks the invariants. Recovery checks (4, 5, the diagnosis of
+// 6) run inside the members' recoveries, through checkedBackend, and are
+// collected here.
+type checker struct {
+	w *World
+	// seen is each key's highest snapshot offset a reader has seen (1).
+	seen map[string]int64
+	// outputs counts the outputs emitted per event, "partition:offset" (7).
+	outputs map[string]int
+	// pending are violations found inside member steps, reported with
+	// the step.
+	pending []Violation
+}
+
+func newChecker(w *World) checker {
+	return checker{w: w, seen: map[string]int64{}, outputs: map[string]int{}}
+}
+
+func (c *checker) violation(n int, name, format string, args ...any) Violation {
+	return Violation{Invariant: n, Name: name, Step: c.w.steps, Detail: fmt.Sprintf(format, args...)}
+}
+
+func (c *checker) report(v Violation) { c.pending = append(c.pending, v) }
+
+// emitted counts each output's event (its value names it).
+func (c *checker) emitted(outs []engine.Output) {
+	for _, o := range outs {
+		c.outputs[string(o.Value)]++
+	}
+}
+
+// stepEnded notes a member step's end. A step that fails for its context
+// (the world cancelled it) is expected; any other error is the engine's
+// and shows in the member's errors.
+func (c *checker) stepEnded(*member, error) {}
+
+// snapshots reads every snapshot partition read_committed and returns
+// each key's latest snapshot.
+func (c *checker) snapshots() map[string]visible {
+	out := map[string]visible{}
+	for p := range c.w.cfg.Partitions {
+		tp := store.TopicPartition{Topic: snapshotTopic, Partition: int32(p)}
+		ents, err := c.w.c.Read(tp, true)
+		if err != nil {
+			panic(fmt.Sprintf("world: reading %s: %v", tp, err))
+		}
+		for _, e := range ents {
+			s, kind, err := store.DecodeRecord(tp, e.Offset, e.Record)
+			if err != nil || kind == store.KindOffsetMarker {
+				continue // corrupt records fail recoveries; markers carry no state
+			}
+			out[string(s.Key)] = visible{offset: s.Offset, value: string(s.Value), tombstone: s.Tombstone}
+		}
+	}
+	return out
+}
+
+// afterStep checks the invariants that hold after every step (1, 2, the
+// revoke half of 6) and returns them with any found inside the step.
+func (c *checker) afterStep(s Step) []Violation {
+	vs := c.pending
+	c.pending = nil
+	snaps := c.snapshots()
+	// 1. A key's visible snapshot never goes back to an older fold.
+	for _, key := range sortedKeys(snaps) {
+		v := snaps[key]
+		if prev, ok := c.seen[key]; ok && v.offset < prev {
+			vs = append(vs, c.violation(1, "NoStaleOverwrite",
+				"key %s: the visible snapshot went back from the fold up to input offset %d to the one up to %d (value %s)", key, prev, v.offset, v.value))
+		}
+		c.seen[key] = max(c.seen[key], v.offset)
+	}
+	// 2. Every input event below a partition's committed offset is
+	// covered by its key's visible snapshot (or the key is deleted).
+	committed := c.w.committedOffsets()
+	last := map[string]event{}
+	for _, e := range c.w.events {
+		if e.offset < committed[e.tp.Partition] {
+			last[e.key] = e
+		}
+	}
+	for _, key := range sortedKeys(last) {
+		e := last[key]
+		v, ok := snaps[key]
+		switch {
+		case ok && v.offset >= e.offset:
+		case !ok && c.deletedAt(key, e.tp.Partition, committed[e.tp.Partition]):
+		default:
+			vs = append(vs, c.violation(2, "CommittedOffsetNeverAhead",
+				"input partition %d is committed at %d, but key %s's event at offset %d is not in its visible snapshot (%s)",
+				e.tp.Partition, committed[e.tp.Partition], key, e.offset, describe(v, ok)))
+		}
+	}
+	// 6. No flow of a partition its member no longer owns keeps running.
+	for _, m := range c.w.members {
+		if m.state != running || m.busy != nil {
+			continue
+		}
+		owned := m.src.Member().Owned()
+		for _, tp := range m.r.Flows() {
+			if !slices.Contains(owned, tp) {
+				vs = append(vs, c.violation(6, "Liveness",
+					"member m%d still runs the flow of %s after losing it (owns %v)", m.slot, tp, owned))
+			}
+		}
+	}
+	return vs
+}
+
+// deletedAt reports whether the fold of key's events below end is a
+// closed (deleted) account.
+func (c *checker) deletedAt(key string, partition int32, end int64) bool {
+	_, exists := c.foldOf(key, func(e event) bool { return e.tp.Partition == partition && e.offset < end })
+	return !exists
+}
+
+// foldOf folds key's events that keep returns, as the engine's fold does.
+func (c *checker) foldOf(key string, keep func(event) bool) (int, bool) {
+	state, exists := 0, false
+	for _, e := range c.w.events {
+		if e.key != key || !keep(e) {
+			continue
+		}
+		if e.delta == 0 {
+			state, exists = 0, false
+			continue
+		}
+		state, exists = state+e.delta, true
+	}
+	return state, exists
+}
+
+// atQuiescence checks what must hold once every fault is lifted and every
+// event processed: the exact fold (3) and the outputs (7).
+func (c *checker) atQuiescence() []Violation {
+	vs := c.pending
+	c.pending = nil
+	snaps := c.snapshots()
+	keys := map[string]bool{}
+	for _, e := range c.w.events {
+		keys[e.key] = true
+	}
+	for _, key := range sortedKeys(keys) {
+		want, exists := c.foldOf(key, func(event) bool { return true })
+		v, ok := snaps[key]
+		switch {
+		case !exists && (!ok || v.tombstone):
+		case exists && ok && !v.tombstone && v.value == fmt.Sprint(want):
+		default:
+			wantS := "closed"
+			if exists {
+				wantS = fmt.Sprint(want)
+			}
+			vs = append(vs, Violation{Invariant: 3, Name: "ExactlyOnceState", Step: 0,
+				Detail: fmt.Sprintf("key %s is %s, the exact fold of its %d events is %s", key, describe(v, ok), c.count(key), wantS)})
+		}
+	}
+	for _, e := range c.w.events {
+		id := fmt.Sprintf("%d:%d", e.tp.Partition, e.offset)
+		if c.outputs[id] == 0 {
+			vs = append(vs, Violation{Invariant: 7, Name: "OutputAtLeastOnce", Step: 0,
+				Detail: fmt.Sprintf("the event at %s/%d (key %s) has no output", e.tp.Topic, e.offset, e.key)})
+		}
+	}
+	return vs
+}
+
+func (c *checker) count(key string) int {
+	n := 0
+	for _, e := range c.w.events {
+		if e.key == key {
+			n++
+		}
+	}
+	return n
+}
+
+func describe(v visible, ok bool) string {
+	switch {
+	case !ok:
+		return "without a snapshot"
+	case v.tombstone:
+		return fmt.Sprintf("deleted at input offset %d", v.offset)
+	}
+	return fmt.Sprintf("%s as of input offset %d", v.value, v.offset)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// committedEntries is what a partition holds committed: every
+// non-transactional record, and the records of committed transactions.
+func committedEntries(ents []sim.Entry) map[int64]sim.Entry {
+	out := map[int64]sim.Entry{}
+	open := map[int64][]sim.Entry{}
+	for _, e := range ents {
+		switch {
+		case e.Control == sim.CommitMarker:
+			for _, x := range open[e.ProducerID] {
+				out[x.Offset] = x
+			}
+			delete(open, e.ProducerID)
+		case e.Control == sim.AbortMarker:
+			delete(open, e.ProducerID)
+		case e.Control != sim.NoControl:
+		case !e.Transactional:
+			out[e.Offset] = e
+		default:
+			open[e.ProducerID] = append(open[e.ProducerID], e)
+		}
+	}
+	return out
+}
+
+// checkedBackend wraps a member's store backend: it checks every recovery
+// (4, 5, the stall diagnosis of 6) and applies the broken variants.
+type checkedBackend struct {
+	store.Backend
+	w *World
+}
+
+func (b *checkedBackend) Acquire(ctx context.Context, a store.Acquisition) (store.Partition, error) {
+	if b.w.cfg.CachedIdentity {
+		a.Identity = frozenIdentity(a.Identity.CurrentIdentity())
+	}
+	p, err := b.Backend.Acquire(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	return &checkedPartition{Partition: p, w: b.w, snap: store.TopicPartition{Topic: snapshotTopic, Partition: a.Input.Partition}}, nil
+}
+
+type frozenIdentity store.GroupIdentity
+
+func (f frozenIdentity) CurrentIdentity() store.GroupIdentity { return store.GroupIdentity(f) }
+
+type checkedPartition struct {
+	store.Partition
+	w    *World
+	snap store.TopicPartition
+}
+
+func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {
+	c := &p.w.checker
+	return func(yield func(store.Snapshot, error) bool) {
+		// 5: what was committed when the read started.
+		ents, _ := p.w.c.Entries(p.snap)
+		want := map[string]int64{}
+		for _, e := range committedEntries(ents) {
+			s, kind, err := store.DecodeRecord(p.snap, e.Offset, e.Record)
+			if err == nil && kind != store.KindOffsetMarker {
+				want[string(s.Key)] = max(want[string(s.Key)], s.Offset)
+			}
+		}
+		got := map[string]int64{}
+		inner := p.Partition.Recover(ctx)
+		if p.w.cfg.LSOBoundRecovery {
+			inner = p.readToLSO()
+		}
+		for s, err := range inner {
+			if err != nil {
+				p.checkStall(err)
+				yield(s, err)
+				return
+			}
+			// 4: every snapshot recovered is committed.
+			if !p.committed(s) {
+				c.report(c.violation(4, "AbortedWritesInvisible",
+					"a recovery of %s returned %s=%s as of input offset %d, which no committed transaction wrote",
+					p.snap, s.Key, s.Value, s.Offset))
+			}
+			got[string(s.Key)] = max(got[string(s.Key)], s.Offset)
+			if !yield(s, nil) {
+				return
+			}
+		}
+		for _, key := range sortedKeys(want) {
+			if g, ok := got[key]; !ok || g < want[key] {
+				c.report(c.violation(5, "RecoveryComplete",
+					"a recovery of %s ended without key %s's snapshot as of input offset %d, committed before it started (it returned %d)",
+					p.snap, key, want[key], g))
+			}
+		}
+	}
+}
+
+func (p *checkedPartition) committed(s store.Snapshot) bool {
+	ents, _ := p.w.c.Entries(p.snap)
+	for _, e := range committedEntries(ents) {
+		x, kind, err := store.DecodeRecord(p.snap, e.Offset, e.Record)
+		if err == nil && kind != store.KindOffsetMarker && string(x.Key) == string(s.Key) && x.Offset == s.Offset && string(x.Value) == string(s.Value) && x.Tombstone == s.Tombstone {
+			return true
+		}
+	}
+	return false
+}
+
+// checkStall checks a stalled recovery's diagnosis against the world: a
+// foreign transaction open on the partition is an open transaction.
+func (p *checkedPartition) checkStall(err error) {
+	var se *store.RecoveryStalledError
+	if !errors.As(err, &se) {
+		return
+	}
+	c := &p.w.checker
+	if f := p.w.foreign; f != nil && f.tp == p.snap && se.Cause != store.StallOpenTransaction {
+		c.report(c.violation(6, "Liveness", "a recovery of %s stalled behind an open foreign transaction with the diagnosis %s", p.snap, se.Cause))
+	}
+}
+
+// readToLSO is the broken variant's recovery: read_committed to the last
+// stable offset captured at the start, instead of the high watermark.
+func (p *checkedPartition) readToLSO() iter.Seq2[store.Snapshot, error] {
+	return func(yield func(store.Snapshot, error) bool) {
+		_, lso, _, err := p.w.c.Offsets(p.snap)
+		if err != nil {
+			yield(store.Snapshot{}, err)
+			return
+		}
+		ents, _, err := p.w.c.Fetch(p.snap, 0, 1<<30, true)
+		if err != nil {
+			yield(store.Snapshot{}, err)
+			return
+		}
+		for _, e := range ents {
+			if e.Offset >= lso {
+				break
+			}
+			s, kind, err := store.DecodeRecord(p.snap, e.Offset, e.Record)
+			if err != nil {
+				yield(store.Snapshot{}, err)
+				return
+			}
+			if kind == store.KindOffsetMarker {
+				continue
+			}
+			if !yield(s, nil) {
+				return
+			}
+		}
+	}
+}
+

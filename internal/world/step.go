@@ -1,0 +1,115 @@
+// Package world assembles a simulated cluster for the property tests
+// (props/) and the scenario runner (cmd/simulate): engine members in one
+// consumer group, an input topic with a producer, a snapshot store, and
+// fault controls, driven by a vocabulary of steps and checked against the
+// design's invariants after every step.
+//
+// The world runs on store/sim's deterministic cluster and virtual clock: a
+// seed and a list of steps replay to a byte-identical history. Members run
+// their steps on goroutines of their own (a recovery can wait behind an
+// open transaction), and the world waits after every step until each
+// member's step has finished or parked on the cluster (sim.Cluster.Parked):
+// nothing moves between two steps of the driver.
+//
+// The variants in Config (CachedIdentity, LSOBoundRecovery) are broken
+// designs, there for the negative controls; this package is internal, so
+// they are never user options.
+package world
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Kind names a step.
+type Kind string
+
+// The steps of the vocabulary.
+const (
+	// Produce appends an input event: Key, Delta (a deposit or a
+	// withdrawal; Delta 0 closes the account, a delete).
+	Produce Kind = "produce"
+	// Poll runs one engine step of Member: a poll, the fold of what it
+	// fetched, and the flush and commit when due.
+	Poll Kind = "poll"
+	// Advance moves virtual time by D: persist, commit and tick timers,
+	// session timeouts, transaction timeouts.
+	Advance Kind = "advance"
+	// Join starts Member (a new process: a new engine, an empty cache).
+	Join Kind = "join"
+	// Flush runs Member's flush and commit of everything it holds without
+	// a poll first: its flush timer fired before its next poll could tell
+	// it what the group did meanwhile (after a pause, the kafka-flow#732
+	// window).
+	Flush Kind = "flush"
+	// Leave stops Member cleanly: revoke (flush and commit), leave.
+	Leave Kind = "leave"
+	// Pause stops Member as a GC pause: it neither polls nor heartbeats.
+	Pause Kind = "pause"
+	// Resume wakes a paused Member; it carries on with what it held.
+	Resume Kind = "resume"
+	// Evict removes Member from the group: it misses its session (a pause
+	// past the session timeout) and wakes a zombie.
+	Evict Kind = "evict"
+	// Crash kills Member: no revoke, and a transaction of its flush left
+	// open on each snapshot partition it owned.
+	Crash Kind = "crash"
+	// ForeignOpen opens a transaction of another producer on snapshot
+	// Partition (it pins the last stable offset); Hang makes it never time
+	// out.
+	ForeignOpen Kind = "foreign-open"
+	// ForeignEnd commits (Commit) or aborts the open foreign transaction.
+	ForeignEnd Kind = "foreign-end"
+	// Compact compacts snapshot Partition (never past its last stable
+	// offset).
+	Compact Kind = "compact"
+)
+
+// Step is one step of a scenario. Fields a kind does not use are zero.
+type Step struct {
+	Kind      Kind          `json:"kind"`
+	Member    int           `json:"member,omitempty"`
+	Key       string        `json:"key,omitempty"`
+	Delta     int           `json:"delta,omitempty"`
+	D         time.Duration `json:"d,omitempty"`
+	Partition int           `json:"partition,omitempty"`
+	Commit    bool          `json:"commit,omitempty"`
+	Hang      bool          `json:"hang,omitempty"`
+}
+
+func (s Step) String() string {
+	switch s.Kind {
+	case Produce:
+		if s.Delta == 0 {
+			return fmt.Sprintf("produce %s=close", s.Key)
+		}
+		return fmt.Sprintf("produce %s=%+d", s.Key, s.Delta)
+	case Poll, Flush, Join, Leave, Pause, Resume, Evict, Crash:
+		return fmt.Sprintf("%s m%d", s.Kind, s.Member)
+	case Advance:
+		return fmt.Sprintf("advance %s", s.D)
+	case ForeignOpen:
+		if s.Hang {
+			return fmt.Sprintf("foreign-open p%d (hangs)", s.Partition)
+		}
+		return fmt.Sprintf("foreign-open p%d", s.Partition)
+	case ForeignEnd:
+		if s.Commit {
+			return "foreign-end commit"
+		}
+		return "foreign-end abort"
+	case Compact:
+		return fmt.Sprintf("compact p%d", s.Partition)
+	}
+	return string(s.Kind)
+}
+
+// Trace formats steps one per line, numbered from 1.
+func Trace(steps []Step) string {
+	var b strings.Builder
+	for i, s := range steps {
+		fmt.Fprintf(&b, "%3d  %s\n", i+1, s)
+	}
+	return b.String()
+}

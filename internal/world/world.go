@@ -1,0 +1,537 @@
+package world
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
+)
+
+// Names of the world's topics, group and transactional.id prefix.
+const (
+	InputTopic  = "orders"
+	OutputTopic = "balances"
+	Group       = "flow"
+	Prefix      = "sf"
+	foreignID   = "foreign-producer"
+)
+
+// Config configures a world. Zero values take the defaults given.
+type Config struct {
+	// Seed seeds the cluster (member ids).
+	Seed uint64
+	// Mode is the store's mode: store.Transactional (the fence) or
+	// store.Plain (the baseline that reproduces the corruption).
+	Mode store.Mode
+	// Protocol is the group's protocol; default classic eager.
+	Protocol sim.Protocol
+	// Members is the number of member slots; default 3.
+	Members int
+	// Partitions of the input (and snapshot) topic; default 2.
+	Partitions int
+	// PersistInterval and CommitInterval of the engines; default 5 s and
+	// 10 s.
+	PersistInterval, CommitInterval time.Duration
+	// SessionTimeout of the group; default 10 s.
+	SessionTimeout time.Duration
+	// StallTimeout of recoveries; default 1 min.
+	StallTimeout time.Duration
+	// TransactionTimeout of the snapshot producers and the foreign one;
+	// default 30 s.
+	TransactionTimeout time.Duration
+	// MaxWritesPerTransaction; default 4, so flushes span transactions.
+	MaxWritesPerTransaction int
+
+	// CachedIdentity is a broken variant: the store binds the offset but
+	// reads the group identity once, at acquisition, as a design that
+	// caches the generation would.
+	CachedIdentity bool
+	// LSOBoundRecovery is a broken variant: recovery reads to the last
+	// stable offset instead of the high watermark.
+	LSOBoundRecovery bool
+}
+
+func (cfg *Config) setDefaults() {
+	if cfg.Members <= 0 {
+		cfg.Members = 3
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 2
+	}
+	if cfg.PersistInterval <= 0 {
+		cfg.PersistInterval = 5 * time.Second
+	}
+	if cfg.CommitInterval <= 0 {
+		cfg.CommitInterval = 10 * time.Second
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = 10 * time.Second
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = time.Minute
+	}
+	if cfg.TransactionTimeout <= 0 {
+		cfg.TransactionTimeout = 30 * time.Second
+	}
+	if cfg.MaxWritesPerTransaction <= 0 {
+		cfg.MaxWritesPerTransaction = 4
+	}
+}
+
+// World is a simulated cluster with engine members, an input producer and
+// fault controls. It is driven by one goroutine, step by step.
+type World struct {
+	cfg     Config
+	c       *sim.Cluster
+	members []*member
+	// wake is signalled when a member's step ends.
+	wake chan struct{}
+
+	events  []event
+	foreign *foreignTxn
+	steps   int // steps applied
+
+	checker checker
+}
+
+type memberState int
+
+const (
+	absent memberState = iota
+	running
+	paused
+	crashed
+)
+
+func (s memberState) String() string {
+	return [...]string{"absent", "running", "paused", "crashed"}[s]
+}
+
+// member is one slot of the group: a process that can be started,
+// paused, crashed and started again.
+type member struct {
+	slot   int
+	state  memberState
+	eng    *engine.Engine[int]
+	r      *engine.Runner[int]
+	src    *engine.SimSource
+	cancel context.CancelFunc
+	ctx    context.Context
+	// busy is the result of a step still in flight (parked on the
+	// cluster: a recovery behind an open transaction).
+	busy chan error
+}
+
+// event is one input event.
+type event struct {
+	tp     store.TopicPartition
+	offset int64
+	key    string
+	delta  int // 0: close
+}
+
+type foreignTxn struct {
+	p    *sim.Producer
+	tp   store.TopicPartition // the snapshot partition
+	hang bool
+}
+
+// New returns a world with the input and snapshot topics created and no
+// member started.
+func New(cfg Config) (*World, error) {
+	cfg.setDefaults()
+	w := &World{
+		cfg:  cfg,
+		c:    sim.New(sim.Config{Seed: cfg.Seed, SessionTimeout: cfg.SessionTimeout}),
+		wake: make(chan struct{}, 1),
+	}
+	if err := w.c.CreateTopic(InputTopic, sim.TopicConfig{Partitions: cfg.Partitions}); err != nil {
+		return nil, err
+	}
+	if err := w.c.CreateTopic(snapshotTopic, sim.TopicConfig{Partitions: cfg.Partitions, Compacted: true}); err != nil {
+		return nil, err
+	}
+	w.members = make([]*member, cfg.Members)
+	for i := range w.members {
+		w.members[i] = &member{slot: i}
+	}
+	w.checker = newChecker(w)
+	return w, nil
+}
+
+var snapshotTopic = InputTopic + "-snapshots"
+
+// Cluster is the world's simulated cluster.
+func (w *World) Cluster() *sim.Cluster { return w.c }
+
+// Config is the world's configuration, defaults filled in.
+func (w *World) Config() Config { return w.cfg }
+
+// Apply carries out one step and returns the invariant violations it
+// caused (nil if none). Steps a world cannot take in its state (polling a
+// member that is not running, ending a foreign transaction that is not
+// open) do nothing, so every list of steps is a valid scenario.
+func (w *World) Apply(s Step) []Violation {
+	w.steps++
+	if s.Member < 0 || s.Member >= len(w.members) {
+		s.Member = 0
+	}
+	m := w.members[s.Member]
+	switch s.Kind {
+	case Produce:
+		w.produce(s.Key, s.Delta)
+	case Poll:
+		if m.state == running && m.busy == nil {
+			w.step(m)
+		}
+	case Flush:
+		if m.state == running && m.busy == nil {
+			w.flush(m)
+		}
+	case Advance:
+		w.c.Advance(s.D)
+	case Join:
+		if m.state == absent || m.state == crashed {
+			w.start(m)
+		}
+	case Leave:
+		if m.state == running {
+			w.leave(m)
+		}
+	case Pause:
+		if m.state == running {
+			m.src.Member().Stall()
+			m.state = paused
+		}
+	case Resume:
+		if m.state == paused {
+			m.src.Member().Resume()
+			m.state = running
+		}
+	case Evict:
+		if m.state == running {
+			m.src.Member().Stall()
+			w.c.Advance(w.cfg.SessionTimeout + time.Second)
+			m.src.Member().Resume()
+		}
+	case Crash:
+		if m.state == running || m.state == paused {
+			w.crash(m)
+		}
+	case ForeignOpen:
+		if w.foreign == nil {
+			w.openForeign(s.Partition%w.cfg.Partitions, s.Hang)
+		}
+	case ForeignEnd:
+		if w.foreign != nil {
+			w.endForeign(s.Commit)
+		}
+	case Compact:
+		_ = w.c.Compact(store.TopicPartition{Topic: snapshotTopic, Partition: int32(s.Partition % w.cfg.Partitions)})
+	}
+	w.settle()
+	return w.checker.afterStep(s)
+}
+
+// partitionOf is the input partition of a key.
+func (w *World) partitionOf(key string) int32 {
+	var h uint32
+	for _, b := range []byte(key) {
+		h = h*31 + uint32(b)
+	}
+	return int32(h % uint32(w.cfg.Partitions))
+}
+
+func (w *World) produce(key string, delta int) {
+	tp := store.TopicPartition{Topic: InputTopic, Partition: w.partitionOf(key)}
+	value := "close"
+	if delta != 0 {
+		value = strconv.Itoa(delta)
+	}
+	offs, err := w.c.Produce(tp, store.WireRecord{Key: []byte(key), Value: []byte(value)})
+	if err != nil {
+		panic(fmt.Sprintf("world: producing to %s: %v", tp, err)) // the world's own topic: a bug
+	}
+	w.events = append(w.events, event{tp: tp, offset: offs[0], key: key, delta: delta})
+}
+
+// fold is the engines' fold: balances per key, deposits and withdrawals,
+// "close" deletes; one output per event, naming it.
+func fold(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
+	out := []engine.Output{{Topic: OutputTopic, Key: key, Value: fmt.Appendf(nil, "%d:%d", rec.Partition, rec.Offset)}}
+	if string(rec.Value) == "close" {
+		return engine.Result[int]{Delete: true, Outputs: out}, nil
+	}
+	n, err := strconv.Atoi(string(rec.Value))
+	if err != nil {
+		return engine.Result[int]{}, fmt.Errorf("bad amount %q", rec.Value)
+	}
+	return engine.Result[int]{State: state + n, Outputs: out}, nil
+}
+
+type intCodec struct{}
+
+func (intCodec) Encode(n int) ([]byte, error) { return strconv.AppendInt(nil, int64(n), 10), nil }
+func (intCodec) Decode(b []byte) (int, error) { return strconv.Atoi(string(b)) }
+
+// start starts a member's process: a new engine (empty cache), a new
+// store backend, a new group member.
+func (w *World) start(m *member) {
+	be, err := w.c.NewBackend(sim.BackendConfig{
+		Mode: w.cfg.Mode, TransactionalIDPrefix: Prefix,
+		MaxWritesPerTransaction: w.cfg.MaxWritesPerTransaction,
+		TransactionTimeout:      w.cfg.TransactionTimeout,
+		RecoveryStallTimeout:    w.cfg.StallTimeout,
+	})
+	if err != nil {
+		panic(fmt.Sprintf("world: backend: %v", err))
+	}
+	eng, err := engine.New(engine.Config[int]{
+		Fold: fold, Codec: intCodec{}, Store: &checkedBackend{Backend: be, w: w},
+		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
+		Emit: func(_ context.Context, outs []engine.Output) error {
+			w.checker.emitted(outs)
+			return nil
+		},
+	})
+	if err != nil {
+		panic(fmt.Sprintf("world: engine: %v", err))
+	}
+	r, err := eng.NewRunner(engine.NewSimSource(w.c, Group, w.cfg.Protocol, 0, InputTopic))
+	if err != nil {
+		panic(fmt.Sprintf("world: runner: %v", err))
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.eng, m.r, m.src, m.state = eng, r, r.Source().(*engine.SimSource), running
+}
+
+// step runs one engine step of m on a goroutine of its own; settle waits
+// for it to finish or park.
+func (w *World) step(m *member) {
+	done := make(chan error, 1)
+	m.busy = done
+	go func() {
+		done <- m.r.Step(m.ctx)
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+// flush runs m's FlushAll on a goroutine of its own, as step does.
+func (w *World) flush(m *member) {
+	done := make(chan error, 1)
+	m.busy = done
+	go func() {
+		m.r.FlushAll(m.ctx)
+		done <- nil
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+// settle returns once every member step in flight has finished or is
+// parked on the cluster: then nothing moves until the next step.
+func (w *World) settle() {
+	for {
+		inFlight := 0
+		for _, m := range w.members {
+			if m.busy == nil {
+				continue
+			}
+			select {
+			case err := <-m.busy:
+				m.busy = nil
+				w.checker.stepEnded(m, err)
+			default:
+				inFlight++
+			}
+		}
+		parked, changed := w.c.Parked()
+		if parked >= inFlight {
+			return
+		}
+		select {
+		case <-changed:
+		case <-w.wake:
+		}
+	}
+}
+
+// stop cancels m's step in flight, if any, and waits for it.
+func (w *World) stop(m *member) {
+	if m.busy == nil {
+		return
+	}
+	m.cancel()
+	err := <-m.busy
+	m.busy = nil
+	w.checker.stepEnded(m, err)
+}
+
+func (w *World) leave(m *member) {
+	w.stop(m)
+	_ = m.r.Close(context.Background())
+	_ = m.eng.Close()
+	m.state = absent
+}
+
+// crash kills m: no revoke; a transaction of its flush is left open on
+// every snapshot partition it owned, under the partition's
+// transactional.id (a takeover must abort it; a reader must never see
+// it).
+func (w *World) crash(m *member) {
+	w.stop(m)
+	owned := m.src.Member().Owned()
+	m.r.Crash()
+	_ = m.eng.Close()
+	m.state = crashed
+	if w.cfg.Mode != store.Transactional {
+		return
+	}
+	for _, tp := range owned {
+		p := w.c.InitProducerID(fmt.Sprintf("%s-%s-%d", Prefix, tp.Topic, tp.Partition), w.cfg.TransactionTimeout)
+		snap := store.TopicPartition{Topic: snapshotTopic, Partition: tp.Partition}
+		rec := store.EncodeSnapshot(store.Snapshot{Key: []byte("crash-" + strconv.Itoa(m.slot)), Value: []byte("-999999"), Offset: 1 << 40})
+		_, _ = p.Produce(snap, rec)
+	}
+}
+
+func (w *World) openForeign(partition int, hang bool) {
+	p := w.c.InitProducerID(foreignID, w.cfg.TransactionTimeout)
+	tp := store.TopicPartition{Topic: snapshotTopic, Partition: int32(partition)}
+	// An offset marker: a valid snapfence record that recovery skips, so
+	// committing it changes no state.
+	if _, err := p.Produce(tp, store.EncodeOffsetMarker(0, store.GroupIdentity{})); err != nil {
+		return
+	}
+	if hang {
+		w.c.Hang(foreignID)
+	}
+	w.foreign = &foreignTxn{p: p, tp: tp, hang: hang}
+}
+
+func (w *World) endForeign(commit bool) {
+	f := w.foreign
+	w.foreign = nil
+	if f.hang {
+		w.c.AbortHanging(foreignID)
+		return
+	}
+	_ = f.p.EndTxn(commit)
+}
+
+// Quiesce lifts every fault (resumes paused members, ends the foreign
+// transaction, restarts a member if none runs), then polls and advances
+// time until every input partition's committed offset reaches its end, and
+// checks the invariants that hold at quiescence: the exact fold (3),
+// liveness (6) and the outputs (7).
+func (w *World) Quiesce() []Violation {
+	for _, m := range w.members {
+		if m.state == paused {
+			m.src.Member().Resume()
+			m.state = running
+		}
+	}
+	if w.foreign != nil {
+		w.endForeign(false)
+	}
+	if !slices.ContainsFunc(w.members, func(m *member) bool { return m.state == running }) {
+		w.start(w.members[0])
+	}
+	w.settle()
+	var vs []Violation
+	const rounds = 200
+	for round := 0; round < rounds; round++ {
+		if w.caughtUp() {
+			return append(vs, w.checker.atQuiescence()...)
+		}
+		for _, m := range w.members {
+			if m.state == running && m.busy == nil {
+				w.step(m)
+				w.settle()
+				vs = append(vs, w.checker.afterStep(Step{Kind: Poll, Member: m.slot})...)
+			}
+		}
+		w.c.Advance(w.cfg.PersistInterval)
+		w.settle()
+	}
+	return append(vs, w.checker.violation(6, "Liveness",
+		"with every fault lifted, the committed offsets %v did not reach the input's ends %v in %d rounds (%s of virtual time); member errors: %v",
+		w.committedOffsets(), w.endOffsets(), rounds, time.Duration(rounds)*w.cfg.PersistInterval, w.memberErrors()))
+}
+
+func (w *World) caughtUp() bool {
+	ends, committed := w.endOffsets(), w.committedOffsets()
+	for p, end := range ends {
+		if committed[p] != end {
+			return false
+		}
+	}
+	for _, m := range w.members {
+		if m.busy != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *World) endOffsets() []int64 {
+	out := make([]int64, w.cfg.Partitions)
+	for p := range out {
+		_, _, hw, _ := w.c.Offsets(store.TopicPartition{Topic: InputTopic, Partition: int32(p)})
+		out[p] = hw
+	}
+	return out
+}
+
+func (w *World) committedOffsets() []int64 {
+	out := make([]int64, w.cfg.Partitions)
+	for p := range out {
+		off, ok := w.c.CommittedOffset(Group, store.TopicPartition{Topic: InputTopic, Partition: int32(p)})
+		if !ok {
+			off = 0
+		}
+		out[p] = off
+	}
+	return out
+}
+
+func (w *World) memberErrors() []string {
+	var out []string
+	for _, m := range w.members {
+		if m.r == nil {
+			continue
+		}
+		for _, err := range m.r.Errors() {
+			out = append(out, fmt.Sprintf("m%d: %v", m.slot, err))
+		}
+	}
+	return out
+}
+
+// Close stops every member; the world is done.
+func (w *World) Close() {
+	if w.foreign != nil {
+		w.endForeign(false)
+	}
+	for _, m := range w.members {
+		if m.state == running || m.state == paused {
+			w.stop(m)
+			m.r.Crash()
+			_ = m.eng.Close()
+			m.state = absent
+		}
+	}
+}
+
+// History is the cluster's history as JSON lines.
+func (w *World) History() []byte { return w.c.HistoryJSON() }
