@@ -399,4 +399,3 @@ func (p *checkedPartition) readToLSO() iter.Seq2[store.Snapshot, error] {
 		}
 	}
 }
-
