@@ -156,6 +156,25 @@ type Partition interface {
 	Close() error
 }
 
+// BatchWriter is implemented by partitions that can queue several writes
+// at once, in order. Concurrent Write calls reach the group commit in
+// whatever order the scheduler runs them, so which writes share a
+// transaction, and their order in the log, vary from run to run; a batch
+// queued in one call does not. The engine flushes through it when the
+// partition has it, which keeps a run over the simulated cluster
+// reproducible from its seed.
+type BatchWriter interface {
+	// WriteBatch queues snaps in order, as if written one after another
+	// with no other write between them, and returns when every one has an
+	// outcome; errs[i] is snaps[i]'s (nil: durable), and len(errs) is
+	// len(snaps). Each write keeps Write's contract; a write refused
+	// before queueing (ErrReservedKey, a ValueTooLargeError, ...) fails
+	// alone. If ctx ends, the writes not yet in a transaction leave the
+	// queue and fail with ctx's error; those already in one fail with it
+	// too, as their outcome is unknown to the caller.
+	WriteBatch(ctx context.Context, snaps []Snapshot) (errs []error)
+}
+
 // TransactionEvent describes one finished transaction of a partition (in
 // Plain mode: one flush of writes, or one offset commit).
 type TransactionEvent struct {

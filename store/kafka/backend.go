@@ -46,7 +46,10 @@ type Backend struct {
 	closed bool
 }
 
-var _ store.Backend = (*Backend)(nil)
+var (
+	_ store.Backend     = (*Backend)(nil)
+	_ store.BatchWriter = (*partition)(nil)
+)
 
 // New connects to the cluster and returns a backend. It checks the
 // configuration, not the topics: those are checked at each Acquire.

@@ -42,6 +42,7 @@ func (p *partition) Input() store.TopicPartition { return p.input }
 // writePath is what a partition writes and commits through.
 type writePath interface {
 	Write(ctx context.Context, s store.Snapshot) error
+	WriteBatch(ctx context.Context, snaps []store.Snapshot) []error
 	SetCommittable(offset int64)
 	Commit(ctx context.Context) error
 	Committed() int64
@@ -53,6 +54,13 @@ func (p *partition) Write(ctx context.Context, s store.Snapshot) error { return 
 func (p *partition) SetCommittable(offset int64)                       { p.w.SetCommittable(offset) }
 func (p *partition) Commit(ctx context.Context) error                  { return p.w.Commit(ctx) }
 func (p *partition) CommittedOffset() int64                            { return p.w.Committed() }
+
+// WriteBatch implements store.BatchWriter: in Transactional mode the
+// writes join the group commit's queue in order, in one step; in Plain
+// mode they are produced in order and awaited together.
+func (p *partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
+	return p.w.WriteBatch(ctx, snaps)
+}
 
 // Pending is the number of writes and commits queued behind the
 // transaction in flight (always 0 in Plain mode, where nothing queues).

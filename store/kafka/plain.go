@@ -62,6 +62,52 @@ func (w *plainPath) Write(ctx context.Context, s store.Snapshot) error {
 	return err
 }
 
+// WriteBatch produces every snapshot, in order, then awaits them all: the
+// shared producer keeps the order of one partition's records, so they land
+// in the log in the order given. The in-flight lock is held shared across
+// the whole batch, so a Commit issued after WriteBatch was called follows
+// every write of the batch (I2), as it follows single writes. Each write
+// is observed as a Write's is, once all have landed.
+func (w *plainPath) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
+	p := w.p
+	errs := make([]error, len(snaps))
+	w.inflight.RLock()
+	defer w.inflight.RUnlock()
+	w.mu.Lock()
+	closed := w.closed
+	w.mu.Unlock()
+	start := p.b.cfg.Now()
+	done := make([]chan error, len(snaps))
+	for i, s := range snaps {
+		if err := store.CheckWrite(p.input, s, p.b.cfg.MaxValueBytes); err != nil {
+			errs[i] = err
+			continue
+		}
+		if closed {
+			errs[i] = store.ErrClosed
+			continue
+		}
+		ch := make(chan error, 1)
+		done[i] = ch
+		p.b.plain.Produce(ctx, p.record(store.EncodeSnapshot(s)), func(_ *kgo.Record, err error) { ch <- err })
+	}
+	for i, ch := range done {
+		if ch == nil {
+			continue
+		}
+		if err := <-ch; err != nil {
+			errs[i] = fmt.Errorf("kafka: %s: write: %w", p.input, err)
+		}
+	}
+	dur, committed := p.b.cfg.Now().Sub(start), w.Committed()
+	for i, s := range snaps {
+		if done[i] != nil {
+			w.observe(store.TransactionEvent{Input: p.input, Writes: []store.Snapshot{s}, Offset: committed, Err: errs[i], Duration: dur})
+		}
+	}
+	return errs
+}
+
 func (w *plainPath) SetCommittable(offset int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -57,7 +57,10 @@ type Backend struct {
 	closed bool
 }
 
-var _ store.Backend = (*Backend)(nil)
+var (
+	_ store.Backend     = (*Backend)(nil)
+	_ store.BatchWriter = (*partition)(nil)
+)
 
 // NewBackend returns a store backend over c.
 func (c *Cluster) NewBackend(cfg BackendConfig) (*Backend, error) {
@@ -212,6 +215,12 @@ func (p *partition) CommittedOffset() int64                            { return 
 // Pending is the number of writes and commits queued behind the
 // transaction in flight.
 func (p *partition) Pending() int { return p.gc.Pending() }
+
+// WriteBatch implements store.BatchWriter: the writes queue in order, in
+// one step, so the same calls make the same transactions on every run.
+func (p *partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
+	return p.gc.WriteBatch(ctx, snaps)
+}
 
 func (p *partition) Close() error {
 	p.b.mu.Lock()

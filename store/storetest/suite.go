@@ -42,6 +42,8 @@ func Run(t *testing.T, h Harness) {
 		{"TakeoverAbortsCrashedOwnerTransaction", takeoverAborts},
 		{"AssignedOffsetResolvedAfterTheTakeover", assignedOffsetResolvedAfterTakeover},
 		{"ConcurrentDistinctKeysAllDurable", concurrentDistinctKeys},
+		{"BatchWriter/Transactional/InOrderInCappedBatches", batchWritesInOrder(store.Transactional)},
+		{"BatchWriter/Plain/InOrder", batchWritesInOrder(store.Plain)},
 		{"Issue732/Plain/StaleFlushCorrupts", issue732(store.Plain)},
 		{"Issue732/Transactional/NewerSnapshotSurvives", issue732(store.Transactional)},
 		{"TombstoneKeepsItsOffset", tombstoneKeepsOffset},
@@ -662,6 +664,62 @@ func concurrentDistinctKeys(t *testing.T, w World) {
 	for i := range n {
 		if s := got[fmt.Sprintf("key-%d", i)]; string(s.Value) != fmt.Sprintf("value-%d", i) || s.Offset != int64(i) {
 			t.Fatalf("key-%d recovered as %q@%d", i, s.Value, s.Offset)
+		}
+	}
+}
+
+// A batch written with store.BatchWriter lands in the order given, as
+// consecutive writes: in Transactional mode the queue drains it in FIFO
+// transactions of the cap. A write refused before queueing fails alone; a
+// commit after the batch follows all of it.
+func batchWritesInOrder(mode store.Mode) func(t *testing.T, w World) {
+	return func(t *testing.T, w World) {
+		m := w.Join(t)
+		in := input(w, 0)
+		o := acquire(t, w, BackendConfig{Mode: mode, MaxWritesPerTransaction: 3}, in, 0, m.Identity())
+		bw, ok := o.Partition.(store.BatchWriter)
+		if !ok {
+			t.Skip("the backend's partitions do not implement store.BatchWriter")
+		}
+		var snaps []store.Snapshot
+		for i := range 8 {
+			snaps = append(snaps, snap(fmt.Sprintf("k%d", i), "v", int64(i)))
+		}
+		snaps[4] = store.Snapshot{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 4}
+		errs := bw.WriteBatch(context.Background(), snaps)
+		if len(errs) != len(snaps) {
+			t.Fatalf("WriteBatch of %d returned %d errors", len(snaps), len(errs))
+		}
+		for i, err := range errs {
+			if i == 4 {
+				if !errors.Is(err, store.ErrReservedKey) {
+					t.Fatalf("the reserved key's write: err = %v, want ErrReservedKey", err)
+				}
+				continue
+			}
+			mustNil(t, fmt.Sprintf("k%d", i), err)
+		}
+		o.SetCommittable(8)
+		mustNil(t, "commit", o.Commit(context.Background()))
+		if got, want := describe(w.ReadSnapshots(t, in)), "[k0=v@0 k1=v@1 k2=v@2 k3=v@3 k5=v@5 k6=v@6 k7=v@7]"; got != want {
+			t.Fatalf("snapshots = %s, want %s in batch order", got, want)
+		}
+		if off, _ := w.CommittedOffset(t, in); off != 8 {
+			t.Fatalf("committed offset = %d, want 8", off)
+		}
+		if mode != store.Transactional {
+			return
+		}
+		var shape []string
+		for _, e := range o.rec.committed() {
+			var keys []string
+			for _, s := range e.Writes {
+				keys = append(keys, string(s.Key))
+			}
+			shape = append(shape, fmt.Sprintf("%v/%t", keys, e.OffsetAdvanced))
+		}
+		if got, want := fmt.Sprint(shape), "[[k0 k1 k2]/false [k3 k5 k6]/false [k7]/false []/true]"; got != want {
+			t.Fatalf("transactions = %s, want %s", got, want)
 		}
 	}
 }

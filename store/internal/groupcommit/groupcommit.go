@@ -85,7 +85,7 @@ func (c *Committer) Write(ctx context.Context, s store.Snapshot) error {
 	if err := store.CheckWrite(c.cfg.Input, s, c.cfg.MaxValueBytes); err != nil {
 		return err
 	}
-	return c.submit(ctx, &entry{write: &s})
+	return c.submit(ctx, []*entry{newEntry(&s, 0)})[0]
 }
 
 // SetCommittable stages offset if it is above the staged one.
@@ -103,7 +103,7 @@ func (c *Committer) Commit(ctx context.Context) error {
 	c.mu.Lock()
 	off := c.staged
 	c.mu.Unlock()
-	return c.submit(ctx, &entry{offset: off})
+	return c.submit(ctx, []*entry{newEntry(nil, off)})[0]
 }
 
 // Committed is the offset last committed.
@@ -136,50 +136,116 @@ func (c *Committer) Close() {
 	c.inflight.Wait()
 }
 
-func (c *Committer) submit(ctx context.Context, e *entry) error {
-	e.lead = make(chan struct{}, 1)
-	e.done = make(chan struct{})
+// WriteBatch queues snaps in order under one acquisition of the lock, so
+// no other write or commit lands between them, and waits until each has an
+// outcome; errs[i] is snaps[i]'s. A snapshot that fails store.CheckWrite
+// gets that error and is not queued. If no transaction is running, the
+// first queued entry takes it.
+//
+// The batch keeps the queue's invariant that the transaction is only ever
+// handed to the head of the queue: its entries are queued in order and
+// taken in order, so while the caller waits for one of them, a later one
+// cannot be at the head before the earlier one is in a transaction, whose
+// leader hands the transaction on only when it ends. Waiting for each entry
+// in turn, and leading when it is handed the transaction, therefore never
+// strands a hand-off. Writes of one caller are thus batched the same way
+// on every run: the first takes the transaction and drains the queue in
+// FIFO order up to the cap (I8), exactly as concurrent Writes queued in
+// that order would be.
+func (c *Committer) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
+	errs := make([]error, len(snaps))
+	es := make([]*entry, 0, len(snaps))
+	at := make([]int, 0, len(snaps)) // es[k] is snaps[at[k]]
+	for i, s := range snaps {
+		if err := store.CheckWrite(c.cfg.Input, s, c.cfg.MaxValueBytes); err != nil {
+			errs[i] = err
+			continue
+		}
+		es = append(es, newEntry(&s, 0))
+		at = append(at, i)
+	}
+	if len(es) == 0 {
+		return errs
+	}
+	for k, err := range c.submit(ctx, es) {
+		errs[at[k]] = err
+	}
+	return errs
+}
+
+// newEntry is a write of *write, or, with write nil, a commit request of
+// the staged offset.
+func newEntry(write *store.Snapshot, offset int64) *entry {
+	return &entry{write: write, offset: offset, lead: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// submit queues es in order, giving the transaction to the first if none is
+// running, and waits for the outcome of each in turn.
+func (c *Committer) submit(ctx context.Context, es []*entry) []error {
+	errs := make([]error, len(es))
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return store.ErrClosed
+		for i := range errs {
+			errs[i] = store.ErrClosed
+		}
+		return errs
 	}
-	c.queue = append(c.queue, e)
+	c.queue = append(c.queue, es...)
 	if !c.running {
 		c.running = true
-		e.lead <- struct{}{}
+		es[0].lead <- struct{}{}
 	}
 	c.mu.Unlock()
 
-	for {
-		select {
-		case <-e.done:
-			return e.err
-		case <-e.lead:
-			c.lead()
-		case <-ctx.Done():
-			c.mu.Lock()
-			if e.taken {
-				c.mu.Unlock()
-				// The transaction is in flight; its outcome is unknown to
-				// this caller, who must treat the write as not durable.
-				return ctx.Err()
-			}
+	for i, e := range es {
+	wait:
+		for {
 			select {
-			case <-e.done: // closed while we waited for the lock
-				c.mu.Unlock()
-				return e.err
-			default:
-			}
-			c.remove(e)
-			select {
+			case <-e.done:
+				errs[i] = e.err
+				break wait
 			case <-e.lead:
-				c.handOff()
-			default:
+				c.lead()
+			case <-ctx.Done():
+				c.withdraw(ctx.Err(), es[i:], errs[i:])
+				return errs
 			}
-			c.mu.Unlock()
-			return ctx.Err()
 		}
+	}
+	return errs
+}
+
+// withdraw gives up waiting for es after the caller's context ended: an
+// entry with an outcome keeps it; one in a transaction in flight gets err,
+// as its outcome is unknown to the caller, who must treat the write as not
+// durable; one still queued leaves the queue and gets err, and if it was
+// handed the transaction, the transaction passes to the new head of the
+// queue.
+func (c *Committer) withdraw(err error, es []*entry, errs []error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	handOff := false
+	for i, e := range es {
+		select {
+		case <-e.done: // an outcome, possibly set while we waited for the lock
+			errs[i] = e.err
+			continue
+		default:
+		}
+		errs[i] = err
+		if e.taken {
+			continue
+		}
+		c.remove(e)
+		select {
+		case <-e.lead:
+			handOff = true
+		default:
+		}
+	}
+	if handOff {
+		c.handOff()
 	}
 }
 

@@ -283,3 +283,267 @@ func TestWriteChecksBeforeQueueing(t *testing.T) {
 		t.Fatal("an oversize write reached a transaction")
 	}
 }
+
+func snaps(keys ...string) []store.Snapshot {
+	out := make([]store.Snapshot, len(keys))
+	for i, k := range keys {
+		out[i] = store.Snapshot{Key: []byte(k), Value: []byte("v"), Offset: int64(i)}
+	}
+	return out
+}
+
+func writeBatch(ctx context.Context, c *Committer, s []store.Snapshot) <-chan []error {
+	ch := make(chan []error, 1)
+	go func() { ch <- c.WriteBatch(ctx, s) }()
+	return ch
+}
+
+func mustAllNil(t *testing.T, errs []error) {
+	t.Helper()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("errs[%d] = %v", i, err)
+		}
+	}
+}
+
+// A batch on an idle committer leads at once and drains itself in order,
+// in transactions of the cap.
+func TestWriteBatchDrainsInOrderInCappedBatches(t *testing.T) {
+	f := &fakeTxns{}
+	c := New(context.Background(), Config{Input: tp, MaxWrites: 2}, f.exec)
+	errs := c.WriteBatch(context.Background(), snaps("a", "b", "c", "d", "e"))
+	if len(errs) != 5 {
+		t.Fatalf("%d errors for 5 writes", len(errs))
+	}
+	mustAllNil(t, errs)
+	if got, want := f.shape(), "[ab@0 cd@0 e@0]"; got != want {
+		t.Fatalf("batches = %s, want %s", got, want)
+	}
+	if c.Pending() != 0 {
+		t.Fatalf("%d entries left queued", c.Pending())
+	}
+}
+
+// The same calls give the same transactions, run after run: a batch is
+// never split by the scheduler, unlike concurrent Writes.
+func TestWriteBatchIsTheSameEveryRun(t *testing.T) {
+	var first string
+	for range 50 {
+		f := &fakeTxns{}
+		c := New(context.Background(), Config{Input: tp, MaxWrites: 3}, f.exec)
+		mustAllNil(t, c.WriteBatch(context.Background(), snaps("a", "b", "c", "d", "e", "f", "g")))
+		c.SetCommittable(7)
+		if err := c.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if first == "" {
+			first = f.shape()
+		}
+		if got := f.shape(); got != first || got != "[abc@0 def@0 g@0 +commit@7]" {
+			t.Fatalf("batches = %s, want [abc@0 def@0 g@0 +commit@7] every run (first run: %s)", got, first)
+		}
+	}
+}
+
+// A batch queues as a whole behind the transaction in flight, with no
+// other write between its entries: a single write issued while it waits
+// queues after it, one issued before it, before it. The cap holds, and a
+// commit queued after the batch never leads its writes (I2).
+func TestWriteBatchQueuesWholeAmongSingleWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTxns{}
+		c := New(context.Background(), Config{Input: tp, MaxWrites: 3}, f.exec)
+		entered, release := f.holdNext()
+		first := write(c, "a", 0)
+		<-entered
+		before := write(c, "x", 9)
+		synctest.Wait()
+		batch := writeBatch(context.Background(), c, snaps("b", "c", "d", "e", "f"))
+		synctest.Wait()
+		if c.Pending() != 6 {
+			t.Fatalf("pending = %d, want x and the batch of 5", c.Pending())
+		}
+		after := write(c, "y", 9)
+		synctest.Wait()
+		c.SetCommittable(6)
+		cm := commit(c)
+		synctest.Wait()
+		release()
+		for _, ch := range []<-chan error{first, before, after, cm} {
+			if err := <-ch; err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustAllNil(t, <-batch)
+		if got, want := f.shape(), "[a@0 xbc@0 def@0 y+commit@6]"; got != want {
+			t.Fatalf("batches = %s, want %s", got, want)
+		}
+	})
+}
+
+// A write refused by store.CheckWrite fails alone and is never queued; a
+// failed transaction fails exactly the writes it carried.
+func TestWriteBatchErrorsPerEntry(t *testing.T) {
+	boom := errors.New("boom")
+	var mu sync.Mutex
+	var batches [][]string
+	exec := func(ctx context.Context, b Batch) (store.GroupIdentity, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		var keys []string
+		var err error
+		for _, w := range b.Writes {
+			keys = append(keys, string(w.Key))
+			if string(w.Key) == "d" {
+				err = boom
+			}
+		}
+		batches = append(batches, keys)
+		return store.GroupIdentity{}, err
+	}
+	c := New(context.Background(), Config{Input: tp, MaxWrites: 2, MaxValueBytes: 8}, exec)
+	in := snaps("a", "b", "big", "c", "reserved", "d", "neg", "e", "f")
+	in[2].Value = []byte("123456789")
+	in[4].Key = store.OffsetMarkerKey
+	in[6].Offset = -1
+	errs := c.WriteBatch(context.Background(), in)
+	var tl *store.ValueTooLargeError
+	checks := []func(error) bool{
+		func(err error) bool { return err == nil },                           // a
+		func(err error) bool { return err == nil },                           // b
+		func(err error) bool { return errors.As(err, &tl) },                  // big
+		func(err error) bool { return errors.Is(err, boom) },                 // c: in d's transaction
+		func(err error) bool { return errors.Is(err, store.ErrReservedKey) }, // reserved
+		func(err error) bool { return errors.Is(err, boom) },                 // d
+		func(err error) bool { return err != nil && !errors.Is(err, boom) },  // neg: refused before queueing
+		func(err error) bool { return err == nil },                           // e
+		func(err error) bool { return err == nil },                           // f
+	}
+	for i, ok := range checks {
+		if !ok(errs[i]) {
+			t.Fatalf("%s: err = %v", in[i].Key, errs[i])
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got, want := fmt.Sprint(batches), "[[a b] [c d] [e f]]"; got != want {
+		t.Fatalf("transactions = %s, want %s: refused writes never queue", got, want)
+	}
+}
+
+// A batch whose context ends while it waits behind another transaction
+// leaves the queue whole: none of it is committed, every write reports
+// the context's error, and the transaction is not stranded.
+func TestWriteBatchCancelledWhileQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTxns{}
+		c := New(context.Background(), Config{Input: tp, MaxWrites: 2}, f.exec)
+		entered, release := f.holdNext()
+		first := write(c, "a", 0)
+		<-entered
+		ctx, cancel := context.WithCancel(context.Background())
+		batch := writeBatch(ctx, c, snaps("b", "c", "d"))
+		synctest.Wait()
+		later := write(c, "e", 4)
+		synctest.Wait()
+		cancel()
+		errs := <-batch
+		for i, err := range errs {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("errs[%d] = %v, want context.Canceled", i, err)
+			}
+		}
+		if c.Pending() != 1 {
+			t.Fatalf("pending = %d, want only e", c.Pending())
+		}
+		release()
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-later; err != nil {
+			t.Fatal(err)
+		}
+		if got, want := f.shape(), "[a@0 e@0]"; got != want {
+			t.Fatalf("batches = %s, want %s: the cancelled batch must not be committed", got, want)
+		}
+	})
+}
+
+// A batch cancelled while part of it is in another leader's transaction:
+// the writes in flight report the context's error (their outcome is
+// unknown to the caller, who must treat them as not durable), the rest
+// leave the queue and are never committed, and the transaction passes on.
+func TestWriteBatchCancelledPartlyInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTxns{}
+		c := New(context.Background(), Config{Input: tp, MaxWrites: 3}, f.exec)
+		entered, release := f.holdNext()
+		first := write(c, "a", 0)
+		<-entered
+		x := write(c, "x", 9)
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		batch := writeBatch(ctx, c, snaps("b", "c", "d"))
+		synctest.Wait()
+		later := write(c, "e", 4)
+		synctest.Wait()
+		// a's leader hands the transaction to x, which takes x, b and c;
+		// hold that one.
+		entered, release2 := f.holdNext()
+		release()
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		<-entered
+		cancel()
+		errs := <-batch
+		for i, err := range errs {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("errs[%d] = %v, want context.Canceled", i, err)
+			}
+		}
+		release2()
+		if err := <-x; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-later; err != nil {
+			t.Fatal(err)
+		}
+		if got, want := f.shape(), "[a@0 xbc@0 e@0]"; got != want {
+			t.Fatalf("batches = %s, want %s: d left the queue", got, want)
+		}
+	})
+}
+
+func TestWriteBatchAfterAndDuringClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTxns{}
+		c := New(context.Background(), Config{Input: tp, MaxWrites: 2}, f.exec)
+		entered, release := f.holdNext()
+		first := write(c, "a", 0)
+		<-entered
+		batch := writeBatch(context.Background(), c, snaps("b", "c"))
+		synctest.Wait()
+		closed := make(chan struct{})
+		go func() { c.Close(); close(closed) }()
+		for i, err := range <-batch {
+			if !errors.Is(err, store.ErrClosed) {
+				t.Fatalf("queued errs[%d] = %v, want ErrClosed", i, err)
+			}
+		}
+		release()
+		<-closed
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		for i, err := range c.WriteBatch(context.Background(), snaps("d", "e")) {
+			if !errors.Is(err, store.ErrClosed) {
+				t.Fatalf("errs[%d] after Close = %v, want ErrClosed", i, err)
+			}
+		}
+		if got := f.shape(); got != "[a@0]" {
+			t.Fatalf("batches = %s, want [a@0]", got)
+		}
+	})
+}
