@@ -275,9 +275,11 @@ func (c *Cluster) completeLocked(g *group) {
 	if g.protocol == ClassicCooperative {
 		// A partition claimed by one member and assigned to another is
 		// revoked this round and assigned in the next one.
+		// (In id order: were a partition claimed twice, the same claim
+		// would win on every run.)
 		claimed := map[store.TopicPartition]string{}
-		for id, gm := range g.members {
-			for _, tp := range gm.owned {
+		for _, id := range sortedKeys(g.members) {
+			for _, tp := range g.members[id].owned {
 				claimed[tp] = id
 			}
 		}
