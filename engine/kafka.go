@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -75,6 +76,8 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 	}
 }
 
+// tps flattens a callback's partitions, in order: the handler acquires and
+// flushes them in the order given.
 func tps(m map[string][]int32) []store.TopicPartition {
 	var out []store.TopicPartition
 	for t, ps := range m {
@@ -82,6 +85,7 @@ func tps(m map[string][]int32) []store.TopicPartition {
 			out = append(out, store.TopicPartition{Topic: t, Partition: p})
 		}
 	}
+	slices.SortFunc(out, compareTP)
 	return out
 }
 

@@ -1,9 +1,13 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,7 +133,8 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for tp, again := range r.restart {
+	for _, tp := range sortedKeys(r.restart) { // acquisitions reach the store: in a fixed order
+		again := r.restart[tp]
 		delete(r.restart, tp)
 		if again && r.assigned[tp] {
 			r.startFlow(ctx, tp, true)
@@ -201,7 +206,7 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 
 func (r *Runner[S]) tickAll(ctx context.Context, now time.Time) {
 	var outs []Output
-	for _, f := range r.flows {
+	for _, f := range r.sortedFlows() { // outputs in a fixed order
 		o, err := f.core.Tick(now.UnixMilli())
 		if err != nil {
 			r.stopFlow(f, err)
@@ -216,10 +221,11 @@ func (r *Runner[S]) tickAll(ctx context.Context, now time.Time) {
 	}
 }
 
-// forEachFlow runs fn on every flow; a fence stops the flow loudly and
-// schedules its restart from the committed state.
+// forEachFlow runs fn on every flow, in partition order (fn writes to the
+// store); a fence stops the flow loudly and schedules its restart from the
+// committed state.
 func (r *Runner[S]) forEachFlow(fn func(*flow[S]) error) {
-	for _, f := range r.flows {
+	for _, f := range r.sortedFlows() {
 		err := fn(f)
 		switch {
 		case err == nil:
@@ -235,28 +241,42 @@ func (r *Runner[S]) forEachFlow(fn func(*flow[S]) error) {
 	}
 }
 
-// flush writes every dirty key of f, a batch at a time; the writes of a
-// batch run concurrently (the store group-commits them) and are awaited.
+// flush writes every dirty key of f, a batch at a time, and awaits each
+// batch (the store group-commits its writes).
+//
+// A batch goes to the store in one WriteBatch call when the partition
+// implements store.BatchWriter: its writes join the group commit's queue
+// in the core's order (by key) with none between them, so which writes
+// share a transaction, and their order in the log, are the same on every
+// run. That is what makes a run over the simulated cluster a function of
+// its seed and its calls. Otherwise each write runs in a goroutine of its
+// own, and the scheduler decides the order in which they queue.
 func (r *Runner[S]) flush(ctx context.Context, f *flow[S]) error {
-	start := time.Now()
+	start := time.Now() // metrics only
 	total := 0
 	defer func() {
 		if total > 0 {
 			r.e.cfg.Metrics.flushed(total, time.Since(start))
 		}
 	}()
+	bw, batched := f.part.(store.BatchWriter)
 	for {
 		snaps, err := f.core.Flush(r.e.cfg.FlushBatch)
 		if err != nil || len(snaps) == 0 {
 			return err
 		}
 		total += len(snaps)
-		errs := make([]error, len(snaps))
-		var wg sync.WaitGroup
-		for i, s := range snaps {
-			wg.Go(func() { errs[i] = f.part.Write(ctx, s) })
+		var errs []error
+		if batched {
+			errs = bw.WriteBatch(ctx, snaps)
+		} else {
+			errs = make([]error, len(snaps))
+			var wg sync.WaitGroup
+			for i, s := range snaps {
+				wg.Go(func() { errs[i] = f.part.Write(ctx, s) })
+			}
+			wg.Wait()
 		}
-		wg.Wait()
 		var first error
 		for i, s := range snaps {
 			if err := f.core.WriteDone(s.Key, errs[i]); err != nil && first == nil {
@@ -446,15 +466,11 @@ func (r *Runner[S]) Lost(ctx context.Context, tps []store.TopicPartition) {
 	}
 }
 
-// Flows lists the partitions with a running flow.
+// Flows lists the partitions with a running flow, in order.
 func (r *Runner[S]) Flows() []store.TopicPartition {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]store.TopicPartition, 0, len(r.flows))
-	for tp := range r.flows {
-		out = append(out, tp)
-	}
-	return out
+	return sortedKeys(r.flows)
 }
 
 // State reads a key's current state in a partition's flow.
@@ -481,7 +497,7 @@ func (r *Runner[S]) Close(ctx context.Context) error {
 	err := r.src.Close(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, f := range r.flows {
+	for _, f := range r.sortedFlows() {
 		r.teardown(f)
 	}
 	return err
@@ -493,7 +509,7 @@ func (r *Runner[S]) Close(ctx context.Context) error {
 func (r *Runner[S]) Crash() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, f := range r.flows {
+	for _, f := range r.sortedFlows() {
 		_ = f.core.Drop()
 		delete(r.flows, f.tp)
 	}
@@ -504,3 +520,27 @@ func (r *Runner[S]) Crash() {
 
 // Source is the runner's source.
 func (r *Runner[S]) Source() Source { return r.src }
+
+// sortedFlows is the flows in partition order. Whatever the runner does to
+// every flow reaches the store, the cluster's history or the outputs in
+// the order it does it, so it never follows the map's random order: the
+// same calls on the simulated cluster must give the same run.
+func (r *Runner[S]) sortedFlows() []*flow[S] {
+	out := make([]*flow[S], 0, len(r.flows))
+	for _, tp := range sortedKeys(r.flows) {
+		out = append(out, r.flows[tp])
+	}
+	return out
+}
+
+// sortedKeys is m's partitions by topic, then partition.
+func sortedKeys[V any](m map[store.TopicPartition]V) []store.TopicPartition {
+	return slices.SortedFunc(maps.Keys(m), compareTP)
+}
+
+func compareTP(a, b store.TopicPartition) int {
+	if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Partition, b.Partition)
+}

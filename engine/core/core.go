@@ -151,9 +151,23 @@ type Core[S any] struct {
 	dirty map[string]int64
 	// inflight: keys taken for a write, with what that write carries.
 	inflight map[string]written
+	// hotOrder is the hot keys in the order they became hot, oldest first:
+	// eviction takes them in this order. An entry whose slot is no longer
+	// the key's hot slot is stale and skipped.
+	hotOrder []hotEntry[S]
+	// flushRound is what is left of the current flush round: the keys that
+	// were dirty when it began, in key order. Flush hands them out a batch
+	// at a time.
+	flushRound []string
 	// consumed is the offset after the last record fed.
 	consumed int64
 	stopped  error
+}
+
+// hotEntry is a key of hotOrder with the slot it was made hot with.
+type hotEntry[S any] struct {
+	key  string
+	slot *slot[S]
 }
 
 type slot[S any] struct {
@@ -230,9 +244,14 @@ func (c *Core[S]) decodeEntry(k, v []byte) (*slot[S], error) {
 func (c *Core[S]) load(k []byte) (*slot[S], error) {
 	sl, cold, err := c.peek(k)
 	if err == nil && cold {
-		c.hot[string(k)] = sl
+		c.makeHot(string(k), sl)
 	}
 	return sl, err
+}
+
+func (c *Core[S]) makeHot(k string, sl *slot[S]) {
+	c.hot[k] = sl
+	c.hotOrder = append(c.hotOrder, hotEntry[S]{key: k, slot: sl})
 }
 
 // peek is load without keeping a cold key hot: for flushes, which touch
@@ -313,7 +332,7 @@ func (c *Core[S]) apply(k []byte, sl *slot[S], ch Change[S], offset int64) error
 	}
 	if sl == nil {
 		sl = &slot[S]{offset: -1}
-		c.hot[string(k)] = sl
+		c.makeHot(string(k), sl)
 	}
 	sl.live = !ch.Delete
 	sl.offset = max(offset, sl.offset)
@@ -334,30 +353,47 @@ func (c *Core[S]) apply(k []byte, sl *slot[S], ch Change[S], offset int64) error
 
 // evict keeps the hot set within HotKeys: clean keys are dropped (their
 // durable state is in the KV), dirty ones are written to the KV first.
+// Keys go in the order they became hot, oldest first, never in the map's
+// random order: which states pass through the codec, and when, is the
+// same on every run.
 func (c *Core[S]) evict() error {
 	over := len(c.hot) - c.cfg.HotKeys
 	if over <= 0 {
 		return nil
 	}
 	over += c.cfg.HotKeys / 8 // make room for a while
-	for k, sl := range c.hot {
-		if over <= 0 {
-			break
+	var busy []hotEntry[S]    // being written: kept, oldest still
+	n := 0
+	for ; n < len(c.hotOrder) && over > 0; n++ {
+		e := c.hotOrder[n]
+		if c.hot[e.key] != e.slot {
+			continue // stale: evicted, dropped or replaced since
 		}
-		if _, busy := c.inflight[k]; busy {
+		if _, ok := c.inflight[e.key]; ok {
+			busy = append(busy, e)
 			continue
 		}
-		if _, dirty := c.dirty[k]; dirty {
-			enc, err := c.encode([]byte(k), sl)
-			if err != nil {
-				return err
+		if _, dirty := c.dirty[e.key]; dirty {
+			enc, err := c.encode([]byte(e.key), e.slot)
+			if err == nil {
+				err = c.kv.Set(c.stateKey([]byte(e.key)), enc)
 			}
-			if err := c.kv.Set(c.stateKey([]byte(k)), enc); err != nil {
+			if err != nil {
+				c.hotOrder = append(busy, c.hotOrder[n:]...)
 				return err
 			}
 		}
-		delete(c.hot, k)
+		delete(c.hot, e.key)
 		over--
+	}
+	if len(busy) > 0 {
+		c.hotOrder = append(busy, c.hotOrder[n:]...)
+	} else {
+		c.hotOrder = c.hotOrder[n:]
+	}
+	if len(c.hotOrder) > 2*len(c.hot)+c.cfg.HotKeys {
+		// Stale entries (keys made cold by Recovered) piled up.
+		c.hotOrder = slices.DeleteFunc(c.hotOrder, func(e hotEntry[S]) bool { return c.hot[e.key] != e.slot })
 	}
 	return nil
 }
@@ -388,6 +424,9 @@ func (c *Core[S]) Tick(nowMillis int64) ([]Output, error) {
 	for k := range c.hot {
 		keys = append(keys, []byte(k))
 	}
+	// In key order: the tick function sees the keys, and the outputs come
+	// out, in the same order on every run.
+	slices.SortFunc(keys, bytes.Compare)
 	var outs []Output
 	for _, k := range keys {
 		sl, err := c.load(k)
@@ -422,23 +461,31 @@ func (c *Core[S]) callTick(key []byte, state S, now int64) (ch Change[S], err er
 	return ch, err
 }
 
-// Flush takes up to max dirty keys (0: all) not already being written and
+// Flush takes up to limit dirty keys (0: all) not already being written and
 // returns their snapshots. Each must be reported back with WriteDone.
+//
+// Keys are taken in rounds: a round is the keys dirty when it begins, in
+// key order, handed out limit at a time (a round's last batch may be
+// short); a key dirtied meanwhile waits for the next round. So which keys
+// share a batch is the same on every run, and a flush of n keys sorts them
+// once. Flush(0) always takes every dirty key, in key order.
 func (c *Core[S]) Flush(limit int) ([]store.Snapshot, error) {
 	if c.stopped != nil {
 		return nil, c.stopped
 	}
-	var keys []string
-	for k := range c.dirty {
-		if _, busy := c.inflight[k]; busy {
-			continue
-		}
-		if limit > 0 && len(keys) == limit {
-			break
-		}
-		keys = append(keys, k)
+	if limit <= 0 {
+		c.flushRound = nil
 	}
-	slices.Sort(keys) // deterministic order
+	keys := c.takeFlushRound(limit)
+	if len(keys) == 0 {
+		for k := range c.dirty {
+			if _, busy := c.inflight[k]; !busy {
+				c.flushRound = append(c.flushRound, k)
+			}
+		}
+		slices.Sort(c.flushRound)
+		keys = c.takeFlushRound(limit)
+	}
 	out := make([]store.Snapshot, 0, len(keys))
 	for _, k := range keys {
 		sl, _, err := c.peek([]byte(k))
@@ -460,6 +507,28 @@ func (c *Core[S]) Flush(limit int) ([]store.Snapshot, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// takeFlushRound takes up to limit (0: all) keys of the current round that
+// are still dirty and not being written.
+func (c *Core[S]) takeFlushRound(limit int) []string {
+	var keys []string
+	n := 0
+	for ; n < len(c.flushRound) && (limit <= 0 || len(keys) < limit); n++ {
+		k := c.flushRound[n]
+		if _, dirty := c.dirty[k]; !dirty {
+			continue
+		}
+		if _, busy := c.inflight[k]; busy {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	c.flushRound = c.flushRound[n:]
+	if len(c.flushRound) == 0 {
+		c.flushRound = nil
+	}
+	return keys
 }
 
 // WriteDone reports the outcome of a snapshot write Flush asked for. On
@@ -540,6 +609,7 @@ func (c *Core[S]) Drop() error {
 	clear(c.hot)
 	clear(c.dirty)
 	clear(c.inflight)
+	c.hotOrder, c.flushRound = nil, nil
 	return c.kv.DeletePrefix(c.statePrefix)
 }
 

@@ -17,7 +17,7 @@ import (
 //	assign N           a new core resuming at input offset N
 //	recover K=V@O      a recovered snapshot (K=~@O for a tombstone)
 //	fold K@O OP        feed a record; answers the outputs, or "skip"
-//	flush              the snapshots to write
+//	flush [N]          the snapshots to write (at most N)
 //	done K ok|fail     a write's outcome
 //	committable        the committable offset
 //	state K            the key's state
@@ -89,7 +89,11 @@ func runScript(t *testing.T, script string) {
 				got = outputs(outs)
 			}
 		case "flush":
-			snaps, err := c.Flush(0)
+			limit := 0
+			if len(f) > 1 {
+				limit, _ = strconv.Atoi(f[1])
+			}
+			snaps, err := c.Flush(limit)
 			got = errString(err)
 			if err == nil {
 				var parts []string
@@ -160,6 +164,40 @@ func TestFoldFlushCommit(t *testing.T) {
 		done a ok
 		committable      -> 13
 		flush            -> []
+	`)
+}
+
+// A flush round is the keys dirty when it begins, in key order, handed out
+// a batch at a time: the same keys share a batch on every run.
+func TestFlushTakesRoundsInKeyOrder(t *testing.T) {
+	runScript(t, `
+		assign 0
+		fold e@0 1       -> e:1
+		fold c@1 1       -> c:1
+		fold a@2 1       -> a:1
+		fold d@3 1       -> d:1
+		fold b@4 1       -> b:1
+		flush 2          -> [a=1@2 b=1@4]
+		done a ok
+		done b ok
+		# dirtied during the round: they wait for the next one
+		fold 0@5 1       -> 0:1
+		fold a@6 1       -> a:2
+		flush 2          -> [c=1@1 d=1@3]
+		done c fail
+		done d ok
+		# the round's last batch is short
+		flush 2          -> [e=1@0]
+		done e ok
+		committable      -> 1
+		# the next round: what is dirty now, the failed write included
+		flush 2          -> [0=1@5 a=2@6]
+		flush 2          -> [c=1@1]
+		done 0 ok
+		done a ok
+		done c ok
+		committable      -> 7
+		flush 2          -> []
 	`)
 }
 
@@ -361,5 +399,97 @@ func TestEvictedKeysAreFlushedFromTheKV(t *testing.T) {
 	}
 	if c.Keys() != 50 || len(c.hot) > 5 {
 		t.Fatalf("keys %d, hot %d", c.Keys(), len(c.hot))
+	}
+}
+
+// A tick visits the keys in key order, hot and cold alike, so its outputs
+// come out in the same order on every run.
+func TestTickVisitsKeysInKeyOrder(t *testing.T) {
+	var seen []string
+	set := func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
+		return Change[[]byte]{State: rec.Value}, nil
+	}
+	tick := func(key, state []byte, now int64) (Change[[]byte], error) {
+		seen = append(seen, string(key))
+		return Change[[]byte]{Keep: true, Outputs: []Output{{Key: key, Value: state}}}, nil
+	}
+	c, err := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t"}, Fold: set, Tick: tick, Codec: BytesCodec{}, HotKeys: 2}, NewMemKV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range []string{"z", "b", "y", "a", "x", "c"} {
+		if _, err := c.Fold(&Record{Offset: int64(i), Key: []byte(k), Value: []byte(k)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.hot) == 6 {
+		t.Fatal("nothing was evicted: the test needs cold keys")
+	}
+	outs, err := c.Tick(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(seen), "[a b c x y z]"; got != want {
+		t.Fatalf("tick order = %s, want %s", got, want)
+	}
+	if got, want := outputs(outs), "a:a b:b c:c x:x y:y z:z"; got != want {
+		t.Fatalf("tick outputs = %s, want %s", got, want)
+	}
+}
+
+// Eviction takes the keys that became hot first, skipping those being
+// written, never the map's random order.
+func TestEvictionTakesTheOldestHotKeys(t *testing.T) {
+	set := func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
+		return Change[[]byte]{State: rec.Value}, nil
+	}
+	c, err := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t"}, Fold: set, Codec: BytesCodec{}, HotKeys: 8}, NewMemKV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := int64(0)
+	fold := func(keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if _, err := c.Fold(&Record{Offset: off, Key: []byte(k), Value: []byte(k)}); err != nil {
+				t.Fatal(err)
+			}
+			off++
+		}
+	}
+	hot := func() string {
+		var keys []string
+		for _, e := range c.hotOrder {
+			if c.hot[e.key] == e.slot {
+				keys = append(keys, e.key)
+			}
+		}
+		if len(keys) != len(c.hot) {
+			t.Fatalf("hot order %v does not cover the %d hot keys", keys, len(c.hot))
+		}
+		return strings.Join(keys, "")
+	}
+	fold("a", "b", "c", "d", "e", "f", "g", "h")
+	if snaps, err := c.Flush(1); err != nil || len(snaps) != 1 || string(snaps[0].Key) != "a" {
+		t.Fatalf("flush = %v, %v; want a", snaps, err)
+	}
+	// 9 hot keys: one over, and HotKeys/8 more; a is being written
+	fold("i")
+	if got := hot(); got != "adefghi" {
+		t.Fatalf("hot = %s, want adefghi: b and c evicted, a kept while written", got)
+	}
+	if err := c.WriteDone([]byte("a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	fold("j", "k")
+	if got := hot(); got != "efghijk" {
+		t.Fatalf("hot = %s, want efghijk", got)
+	}
+	// an evicted key read again is the newest hot key
+	if v, ok, err := c.State([]byte("b")); err != nil || !ok || string(v) != "b" {
+		t.Fatalf("b = %q %t %v", v, ok, err)
+	}
+	if got := hot(); got != "efghijkb" {
+		t.Fatalf("hot = %s, want efghijkb", got)
 	}
 }
