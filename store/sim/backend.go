@@ -367,8 +367,10 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 			if len(ents) > 0 && c.faults.fetchLatency > 0 {
 				delay = c.clk.after(c.faults.fetchLatency)
 			}
+			var wt *waiter
 			if delay != nil {
-				c.parkLocked(1)
+				wt = c.newWaiterLocked(false, c.clk.now.Add(c.faults.fetchLatency))
+				c.parkLocked(wt)
 			}
 			c.mu.Unlock()
 			if delay != nil {
@@ -376,9 +378,7 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 				case <-delay:
 				case <-ctx.Done():
 				}
-				c.mu.Lock()
-				c.parkLocked(-1)
-				c.mu.Unlock()
+				c.resume(ctx, wt)
 				if err := ctx.Err(); err != nil {
 					return nil, s.pos, err
 				}
@@ -391,16 +391,18 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 			return out, s.pos, nil
 		}
 		changed, timer := c.changed, c.clk.after(wait)
-		c.parkLocked(1)
+		var wt *waiter
+		if wait > 0 { // a wait already over is no park: the timer has fired
+			wt = c.newWaiterLocked(true, c.clk.now.Add(wait))
+			c.parkLocked(wt)
+		}
 		c.mu.Unlock()
 		select {
 		case <-changed:
 		case <-timer:
 		case <-ctx.Done():
 		}
-		c.mu.Lock()
-		c.parkLocked(-1)
-		c.mu.Unlock()
+		c.resume(ctx, wt)
 		if err := ctx.Err(); err != nil {
 			return nil, s.pos, err
 		}

@@ -17,6 +17,8 @@
 package sim
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -45,6 +47,10 @@ type Config struct {
 	// epoch for partitions the member still owns, as brokers 4.3.0+ do.
 	// Default on; set DisableKIP1251 to model older brokers.
 	DisableKIP1251 bool
+	// SerialWakeups makes reads woken from a wait (a change, the clock)
+	// wait for their turn, oldest first, until the driver calls Wake; see
+	// Parked. Off, woken reads go on at once.
+	SerialWakeups bool
 }
 
 // Cluster is a simulated Kafka cluster. Its methods are safe for concurrent
@@ -60,9 +66,14 @@ type Cluster struct {
 	groups  map[string]*group
 	nextPID int64
 	changed chan struct{}
-	// parked counts reads waiting for a change or for virtual time;
-	// parkedChanged is closed and replaced whenever it changes.
-	parked        int
+	// parked are the reads waiting for a change or for virtual time. A
+	// waiter is moved to woken by whoever wakes it (a change, the clock),
+	// under the lock, so the counts never include a read that runs.
+	// Woken reads go on one at a time, oldest first, when the driver calls
+	// Wake. parkedChanged is closed and replaced whenever either changes.
+	parked        map[*waiter]struct{}
+	woken         []*waiter
+	waiterSeq     uint64
 	parkedChanged chan struct{}
 	history       []Event
 	faults        faults
@@ -344,34 +355,121 @@ func (c *Cluster) record(kind, format string, args ...any) {
 	c.history = append(c.history, Event{At: c.clk.now.Sub(Epoch), Kind: kind, Detail: fmt.Sprintf(format, args...)})
 }
 
-// Parked is the number of reads waiting for the cluster to change or for
+// Parked reports the reads waiting for the cluster to change or for
 // virtual time to pass (a recovery behind an open transaction, or slowed by
-// SlowFetches), and a channel closed when that number next changes. A
-// driver that runs members' steps on goroutines waits, before its next
-// step, until every step it started has finished or parked: only then is
-// the run deterministic, as nothing else moves until the driver acts.
-func (c *Cluster) Parked() (n int, changed <-chan struct{}) {
+// SlowFetches), the reads woken but not yet let go on (see Wake), and a
+// channel closed when either number next changes.
+//
+// This is how a driver that runs members' steps on goroutines of their
+// own stays deterministic: before its next step it waits until every step
+// it started has finished or is parked or woken; then, while reads are
+// woken, it lets the oldest go on (Wake) and waits again. One goroutine
+// runs at a time, in an order fixed by the steps.
+func (c *Cluster) Parked() (parked, woken int, changed <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.parkedChanged == nil {
 		c.parkedChanged = make(chan struct{})
 	}
-	return c.parked, c.parkedChanged
+	return len(c.parked), len(c.woken), c.parkedChanged
 }
 
-// parkLocked moves the parked count by delta.
-func (c *Cluster) parkLocked(delta int) {
-	c.parked += delta
+// Wake lets the oldest woken read go on; false if none is woken.
+func (c *Cluster) Wake() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.woken) == 0 {
+		return false
+	}
+	w := c.woken[0]
+	c.woken = c.woken[1:]
+	close(w.grant)
+	c.notifyParkedLocked()
+	return true
+}
+
+// waiter is a parked read: woken by any change (onChange) or once the
+// virtual time reaches at; it goes on once grant is closed.
+type waiter struct {
+	onChange bool
+	at       time.Time
+	seq      uint64
+	grant    chan struct{}
+}
+
+func (c *Cluster) newWaiterLocked(onChange bool, at time.Time) *waiter {
+	c.waiterSeq++
+	return &waiter{onChange: onChange, at: at, seq: c.waiterSeq, grant: make(chan struct{})}
+}
+
+func (c *Cluster) parkLocked(w *waiter) {
+	if c.parked == nil {
+		c.parked = map[*waiter]struct{}{}
+	}
+	c.parked[w] = struct{}{}
+	c.notifyParkedLocked()
+}
+
+// resume is what a parked read does once its wait is over: if a change
+// or the clock woke it, it waits for its turn (Wake); if its context did,
+// it takes itself off the books and goes on. Called without the lock.
+func (c *Cluster) resume(ctx context.Context, w *waiter) {
+	if w == nil {
+		return // never parked
+	}
+	c.mu.Lock()
+	if _, ok := c.parked[w]; ok {
+		delete(c.parked, w)
+		c.notifyParkedLocked()
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	select {
+	case <-w.grant:
+	case <-ctx.Done():
+		c.mu.Lock()
+		if i := slices.Index(c.woken, w); i >= 0 {
+			c.woken = slices.Delete(c.woken, i, i+1)
+			c.notifyParkedLocked()
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *Cluster) notifyParkedLocked() {
 	if c.parkedChanged != nil {
 		close(c.parkedChanged)
 	}
 	c.parkedChanged = make(chan struct{})
 }
 
-// changedLocked wakes every reader waiting for the cluster to change.
+// changedLocked wakes every reader waiting for the cluster to change, and
+// moves those it woke, with those whose time has come (the clock fired
+// their timers), from parked to woken, oldest first.
 func (c *Cluster) changedLocked() {
 	close(c.changed)
 	c.changed = make(chan struct{})
+	var woke []*waiter
+	for w := range c.parked {
+		if w.onChange || !w.at.After(c.clk.now) {
+			woke = append(woke, w)
+		}
+	}
+	if len(woke) == 0 {
+		return
+	}
+	slices.SortFunc(woke, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	for _, w := range woke {
+		delete(c.parked, w)
+		if !c.cfg.SerialWakeups {
+			close(w.grant)
+		}
+	}
+	if c.cfg.SerialWakeups {
+		c.woken = append(c.woken, woke...)
+	}
+	c.notifyParkedLocked()
 }
 
 func sortedKeys[V any](m map[string]V) []string {
