@@ -37,6 +37,9 @@ type Member struct {
 	// consumer protocol: what the last heartbeat told the client to do
 	toRevoke []store.TopicPartition
 	toAssign []store.TopicPartition
+	// taking is what the client is taking over in the poll in progress:
+	// granted, no longer in toAssign, not yet in owned.
+	taking []store.TopicPartition
 }
 
 // NewMember returns a consumer of group, subscribed to topics, that has not
@@ -206,7 +209,7 @@ func (m *Member) pollConsumer(cb Callbacks) {
 	gm.lastHeartbeat = c.clk.now
 	m.reconcileLocked(g, gm)
 	revoke, assign := m.toRevoke, m.toAssign
-	m.toRevoke, m.toAssign = nil, nil
+	m.toRevoke, m.toAssign, m.taking = nil, nil, assign
 	c.mu.Unlock()
 
 	if len(revoke) > 0 {
@@ -216,15 +219,16 @@ func (m *Member) pollConsumer(cb Callbacks) {
 		if gm := g.members[m.id]; gm != nil {
 			m.reconcileLocked(g, gm) // acknowledge
 			assign = append(assign, m.toAssign...)
-			m.toAssign = nil
+			m.toAssign, m.taking = nil, assign
 		}
 		c.mu.Unlock()
 	}
+	c.mu.Lock()
+	m.owned = append(m.owned, assign...)
+	slices.SortFunc(m.owned, compareTP)
+	m.taking = nil
+	c.mu.Unlock()
 	if len(assign) > 0 {
-		c.mu.Lock()
-		m.owned = append(m.owned, assign...)
-		slices.SortFunc(m.owned, compareTP)
-		c.mu.Unlock()
 		call(cb.Assigned, m, assign)
 	}
 }
@@ -234,8 +238,13 @@ func (m *Member) pollConsumer(cb Callbacks) {
 // member epoch advances only when nothing is left to revoke.
 func (m *Member) reconcileLocked(g *group, gm *groupMember) {
 	c := m.c
-	for _, tp := range gm.revoking {
-		if !slices.Contains(m.owned, tp) && !slices.Contains(m.toAssign, tp) {
+	// The member reports what it owns: a granted partition it does not
+	// own, is not about to take, and did not just get, it has revoked.
+	// Released, it can be granted again (to it too, if the target moved
+	// back meanwhile: a release only on the revoking list would leave the
+	// coordinator thinking it granted what the client already gave up).
+	for _, tp := range slices.Clone(gm.assigned) {
+		if !slices.Contains(m.owned, tp) && !slices.Contains(m.toAssign, tp) && !slices.Contains(m.taking, tp) {
 			gm.assigned = slices.DeleteFunc(gm.assigned, func(x store.TopicPartition) bool { return x == tp })
 			delete(gm.assignedAt, tp)
 		}
