@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka it
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka it props-long
 
 all: lint test
 
@@ -50,6 +50,13 @@ staticcheck:
 ## demo: the kafka-flow#732 pair on the simulated cluster, plain then transactional.
 demo:
 	$(GO) test -count=1 -v -run 'TestContract/Issue732' ./store/sim
+
+## props-long: the property tests for PROPSDURATION (default 10m) of random
+## scenarios, with scenarios per minute and the coverage of steps every
+## minute (`make test` runs a bounded number: 3000 per property).
+PROPSDURATION ?= 10m
+props-long:
+	$(GO) test -count=1 -v -timeout 0 -run '^TestExplore$$' ./props -props.duration=$(PROPSDURATION)
 
 ## fuzz: a short fuzzing run of the snapshot record decoder.
 fuzz:

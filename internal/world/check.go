@@ -85,7 +85,33 @@ func (c *checker) emitted(outs []engine.Output) {
 // stepEnded notes a member step's end. A step that fails for its context
 // (the world cancelled it) is expected; any other error is the engine's
 // and shows in the member's errors.
-func (c *checker) stepEnded(*member, error) {}
+//
+// 6: a poll step of a member that is up to date with the group (its
+// client's generation or epoch is the coordinator's) and owns the
+// partition must not be fenced on it: a fenced valid owner loses its
+// flow for nothing, and a design that keeps fencing it never makes
+// progress (the spec's generation captured at assignment). A flush
+// without a poll may be: the member has not read the group's news.
+func (c *checker) stepEnded(m *member, _ error) {
+	if !m.polling || m.state != running {
+		return
+	}
+	errs := m.r.Errors()
+	if len(errs) <= m.errsBefore {
+		return
+	}
+	id := m.src.Identity()
+	current, _ := c.w.c.MemberEpochs(Group, id.MemberID)
+	owned := m.src.Member().Owned()
+	for _, err := range errs[m.errsBefore:] {
+		var fe *store.FencedError
+		if !errors.As(err, &fe) || current < 0 || id.Generation != current || !slices.Contains(owned, fe.Input) {
+			continue
+		}
+		c.report(c.violation(6, "Liveness",
+			"member m%d was fenced on %s while it owned it at the group's current generation %d: %v", m.slot, fe.Input, current, err))
+	}
+}
 
 // snapshots reads every snapshot partition read_committed and returns
 // each key's latest snapshot.
@@ -101,6 +127,32 @@ func (c *checker) snapshots() map[string]visible {
 			s, kind, err := store.DecodeRecord(tp, e.Offset, e.Record)
 			if err != nil || kind == store.KindOffsetMarker {
 				continue // corrupt records fail recoveries; markers carry no state
+			}
+			out[string(s.Key)] = visible{offset: s.Offset, value: string(s.Value), tombstone: s.Tombstone}
+		}
+	}
+	return out
+}
+
+// committedSnapshots returns each key's latest committed snapshot, also
+// those a read_committed reader cannot reach yet (behind an open
+// transaction's last stable offset): what a recovery will return.
+func (c *checker) committedSnapshots() map[string]visible {
+	out := map[string]visible{}
+	for p := range c.w.cfg.Partitions {
+		tp := store.TopicPartition{Topic: snapshotTopic, Partition: int32(p)}
+		ents, err := c.w.c.Entries(tp)
+		if err != nil {
+			panic(fmt.Sprintf("world: reading %s: %v", tp, err))
+		}
+		committed := committedEntries(ents)
+		for _, e := range ents {
+			if _, ok := committed[e.Offset]; !ok {
+				continue
+			}
+			s, kind, err := store.DecodeRecord(tp, e.Offset, e.Record)
+			if err != nil || kind == store.KindOffsetMarker {
+				continue
 			}
 			out[string(s.Key)] = visible{offset: s.Offset, value: string(s.Value), tombstone: s.Tombstone}
 		}
@@ -124,7 +176,8 @@ func (c *checker) afterStep(s Step) []Violation {
 		c.seen[key] = max(c.seen[key], v.offset)
 	}
 	// 2. Every input event below a partition's committed offset is
-	// covered by its key's visible snapshot (or the key is deleted).
+	// covered by its key's committed snapshot (or the key is deleted).
+	durable := c.committedSnapshots()
 	committed := c.w.committedOffsets()
 	last := map[string]event{}
 	for _, e := range c.w.events {
@@ -134,13 +187,13 @@ func (c *checker) afterStep(s Step) []Violation {
 	}
 	for _, key := range sortedKeys(last) {
 		e := last[key]
-		v, ok := snaps[key]
+		v, ok := durable[key]
 		switch {
 		case ok && v.offset >= e.offset:
 		case !ok && c.deletedAt(key, e.tp.Partition, committed[e.tp.Partition]):
 		default:
 			vs = append(vs, c.violation(2, "CommittedOffsetNeverAhead",
-				"input partition %d is committed at %d, but key %s's event at offset %d is not in its visible snapshot (%s)",
+				"input partition %d is committed at %d, but key %s's event at offset %d is not in its committed snapshot (%s)",
 				e.tp.Partition, committed[e.tp.Partition], key, e.offset, describe(v, ok)))
 		}
 	}
@@ -276,11 +329,14 @@ func committedEntries(ents []sim.Entry) map[int64]sim.Entry {
 type checkedBackend struct {
 	store.Backend
 	w *World
+	m *member
 }
 
 func (b *checkedBackend) Acquire(ctx context.Context, a store.Acquisition) (store.Partition, error) {
 	if b.w.cfg.CachedIdentity {
-		a.Identity = frozenIdentity(a.Identity.CurrentIdentity())
+		// The consumer's generation as the assignment callback sees it,
+		// kept for the life of the partition.
+		a.Identity = frozenIdentity(b.m.src.Identity())
 	}
 	p, err := b.Backend.Acquire(ctx, a)
 	if err != nil {
@@ -398,4 +454,17 @@ func (p *checkedPartition) readToLSO() iter.Seq2[store.Snapshot, error] {
 			}
 		}
 	}
+}
+
+// WriteBatch forwards to the store's batch write (store.BatchWriter), so
+// the engine's flush queues its writes in order, as it does unwrapped.
+func (p *checkedPartition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
+	if bw, ok := p.Partition.(store.BatchWriter); ok {
+		return bw.WriteBatch(ctx, snaps)
+	}
+	errs := make([]error, len(snaps))
+	for i, s := range snaps {
+		errs[i] = p.Partition.Write(ctx, s)
+	}
+	return errs
 }

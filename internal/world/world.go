@@ -56,6 +56,12 @@ type Config struct {
 	LSOBoundRecovery bool
 }
 
+// WithDefaults is cfg with its zero values replaced by the defaults.
+func (cfg Config) WithDefaults() Config {
+	cfg.setDefaults()
+	return cfg
+}
+
 func (cfg *Config) setDefaults() {
 	if cfg.Members <= 0 {
 		cfg.Members = 3
@@ -125,6 +131,10 @@ type member struct {
 	// busy is the result of a step still in flight (parked on the
 	// cluster: a recovery behind an open transaction).
 	busy chan error
+	// errsBefore is how many errors the runner had when the step in
+	// flight started; polling tells a poll from a flush.
+	errsBefore int
+	polling    bool
 }
 
 // event is one input event.
@@ -147,7 +157,7 @@ func New(cfg Config) (*World, error) {
 	cfg.setDefaults()
 	w := &World{
 		cfg:  cfg,
-		c:    sim.New(sim.Config{Seed: cfg.Seed, SessionTimeout: cfg.SessionTimeout}),
+		c:    sim.New(sim.Config{Seed: cfg.Seed, SessionTimeout: cfg.SessionTimeout, SerialWakeups: true}),
 		wake: make(chan struct{}, 1),
 	}
 	if err := w.c.CreateTopic(InputTopic, sim.TopicConfig{Partitions: cfg.Partitions}); err != nil {
@@ -194,7 +204,7 @@ func (w *World) Apply(s Step) []Violation {
 			w.flush(m)
 		}
 	case Advance:
-		w.c.Advance(s.D)
+		w.advance(s.D)
 	case Join:
 		if m.state == absent || m.state == crashed {
 			w.start(m)
@@ -216,8 +226,10 @@ func (w *World) Apply(s Step) []Violation {
 	case Evict:
 		if m.state == running {
 			m.src.Member().Stall()
-			w.c.Advance(w.cfg.SessionTimeout + time.Second)
+			m.state = paused
+			w.advance(w.cfg.SessionTimeout + time.Second)
 			m.src.Member().Resume()
+			m.state = running
 		}
 	case Crash:
 		if m.state == running || m.state == paused {
@@ -236,6 +248,26 @@ func (w *World) Apply(s Step) []Violation {
 	}
 	w.settle()
 	return w.checker.afterStep(s)
+}
+
+// advance moves virtual time by d, in slices of a third of the session
+// timeout with a heartbeat of every live member before each: a real
+// client heartbeats from a goroutine of its own, also while its
+// application is busy (a recovery waiting in the assignment callback).
+// Paused and crashed members do not.
+func (w *World) advance(d time.Duration) {
+	slice := w.cfg.SessionTimeout / 3
+	for d > 0 {
+		for _, m := range w.members {
+			if m.state == running {
+				m.src.Member().Heartbeat()
+			}
+		}
+		dd := min(d, slice)
+		w.c.Advance(dd)
+		d -= dd
+		w.settle()
+	}
 }
 
 // partitionOf is the input partition of a key.
@@ -292,7 +324,7 @@ func (w *World) start(m *member) {
 		panic(fmt.Sprintf("world: backend: %v", err))
 	}
 	eng, err := engine.New(engine.Config[int]{
-		Fold: fold, Codec: intCodec{}, Store: &checkedBackend{Backend: be, w: w},
+		Fold: fold, Codec: intCodec{}, Store: &checkedBackend{Backend: be, w: w, m: m},
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
 		Emit: func(_ context.Context, outs []engine.Output) error {
 			w.checker.emitted(outs)
@@ -314,7 +346,7 @@ func (w *World) start(m *member) {
 // for it to finish or park.
 func (w *World) step(m *member) {
 	done := make(chan error, 1)
-	m.busy = done
+	m.busy, m.errsBefore, m.polling = done, len(m.r.Errors()), true
 	go func() {
 		done <- m.r.Step(m.ctx)
 		select {
@@ -327,7 +359,7 @@ func (w *World) step(m *member) {
 // flush runs m's FlushAll on a goroutine of its own, as step does.
 func (w *World) flush(m *member) {
 	done := make(chan error, 1)
-	m.busy = done
+	m.busy, m.errsBefore, m.polling = done, len(m.r.Errors()), false
 	go func() {
 		m.r.FlushAll(m.ctx)
 		done <- nil
@@ -339,7 +371,9 @@ func (w *World) flush(m *member) {
 }
 
 // settle returns once every member step in flight has finished or is
-// parked on the cluster: then nothing moves until the next step.
+// parked on the cluster: then nothing moves until the next step. Reads the
+// cluster woke go on one at a time, oldest first (sim.Cluster.Wake), each
+// until it parks again or its step ends, so a run is the same every time.
 func (w *World) settle() {
 	for {
 		inFlight := 0
@@ -355,8 +389,11 @@ func (w *World) settle() {
 				inFlight++
 			}
 		}
-		parked, changed := w.c.Parked()
-		if parked >= inFlight {
+		parked, woken, changed := w.c.Parked()
+		if parked+woken >= inFlight {
+			if woken > 0 && w.c.Wake() {
+				continue
+			}
 			return
 		}
 		select {
@@ -390,7 +427,13 @@ func (w *World) leave(m *member) {
 // it).
 func (w *World) crash(m *member) {
 	w.stop(m)
-	owned := m.src.Member().Owned()
+	// Only a member up to date with the group holds its partitions'
+	// producers: a zombie's were fenced by their new owners already.
+	var owned []store.TopicPartition
+	id := m.src.Identity()
+	if current, _ := w.c.MemberEpochs(Group, id.MemberID); current >= 0 && current == id.Generation {
+		owned = m.src.Member().Owned()
+	}
 	m.r.Crash()
 	_ = m.eng.Close()
 	m.state = crashed
@@ -461,8 +504,7 @@ func (w *World) Quiesce() []Violation {
 				vs = append(vs, w.checker.afterStep(Step{Kind: Poll, Member: m.slot})...)
 			}
 		}
-		w.c.Advance(w.cfg.PersistInterval)
-		w.settle()
+		w.advance(w.cfg.PersistInterval)
 	}
 	return append(vs, w.checker.violation(6, "Liveness",
 		"with every fault lifted, the committed offsets %v did not reach the input's ends %v in %d rounds (%s of virtual time); member errors: %v",

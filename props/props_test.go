@@ -1,0 +1,174 @@
+package props
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/snapfence/snapfence/internal/world"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
+)
+
+var protocols = []sim.Protocol{sim.ClassicEager, sim.ClassicCooperative, sim.Consumer}
+
+// The fence holds: in Transactional mode no random scenario violates any
+// invariant, under each group protocol. rapid runs -rapid.checks
+// scenarios per protocol (100 by default).
+func TestTransactionalModeHoldsEveryInvariant(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(p.String(), func(t *testing.T) {
+			var stats Stats
+			start := time.Now()
+			rapid.Check(t, Property(world.Config{Mode: store.Transactional, Protocol: p}, &stats))
+			t.Logf("%d scenarios in %s (%.0f a minute); steps: %s", stats.Scenarios, time.Since(start).Round(time.Millisecond),
+				float64(stats.Scenarios)/time.Since(start).Minutes(), stats.Coverage())
+		})
+	}
+}
+
+var exploreFor = flag.Duration("props.duration", 3*time.Second,
+	"how long TestExplore runs random scenarios (make props-long sets it)")
+
+// TestExplore runs the Transactional property for -props.duration,
+// rotating through the protocols, and reports scenarios per minute and
+// the coverage of steps every minute and at the end.
+func TestExplore(t *testing.T) {
+	var stats Stats
+	start, lastReport := time.Now(), time.Now()
+	report := func() {
+		elapsed := time.Since(start)
+		t.Logf("%s: %d scenarios, %.0f a minute; steps: %s", elapsed.Round(time.Second), stats.Scenarios,
+			float64(stats.Scenarios)/elapsed.Minutes(), stats.Coverage())
+	}
+	for i := 0; time.Since(start) < *exploreFor; i++ {
+		p := protocols[i%len(protocols)]
+		t.Run(p.String(), func(t *testing.T) {
+			rapid.Check(t, Property(world.Config{Mode: store.Transactional, Protocol: p}, &stats))
+		})
+		if t.Failed() {
+			return
+		}
+		if time.Since(lastReport) >= time.Minute {
+			report()
+			lastReport = time.Now()
+		}
+	}
+	report()
+}
+
+// failureOf runs rapid.Check on prop and returns rapid's report of the
+// minimal failing scenario, or "" if it found none.
+func failureOf(t *testing.T, prop func(*rapid.T)) string {
+	t.Helper()
+	rec := &recordingTB{name: t.Name()}
+	rapid.Check(rec, prop)
+	if !rec.failed {
+		return ""
+	}
+	return rec.out.String()
+}
+
+// Negative controls: each variant must be caught, and shrunk to a short
+// trace.
+func TestNegativeControls(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  world.Config
+		want []string // any of these invariants
+	}{
+		{"plain mode (no fence)", world.Config{Mode: store.Plain}, []string{"invariant 1 ", "invariant 3 "}},
+		// The spec: a generation captured at assignment goes stale when a
+		// rebalance keeps the member's partitions (cooperative), and the
+		// still-valid owner is fenced for good: a livelock.
+		{"identity cached at assignment", world.Config{Mode: store.Transactional, CachedIdentity: true, Protocol: sim.ClassicCooperative}, []string{"invariant 1 ", "invariant 3 ", "invariant 6 "}},
+		{"recovery bounded by the LSO", world.Config{Mode: store.Transactional, LSOBoundRecovery: true}, []string{"invariant 5 "}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			report := failureOf(t, Property(c.cfg, nil))
+			if report == "" {
+				t.Fatalf("%s: no violation found; the property cannot fail", c.name)
+			}
+			found := false
+			for _, w := range c.want {
+				found = found || strings.Contains(report, w)
+			}
+			if !found {
+				t.Fatalf("%s: found a violation, but not of %v:\n%s", c.name, c.want, report)
+			}
+			steps := shrunkSteps(report)
+			if steps == 0 || steps > 20 {
+				t.Fatalf("%s: the minimal trace has %d steps; want it shrunk to at most 20:\n%s", c.name, steps, report)
+			}
+			t.Logf("%s: caught and shrunk to %d steps:\n%s", c.name, steps, lastFailure(report))
+		})
+	}
+}
+
+// shrunkSteps reads the step count of the last reported failure.
+func shrunkSteps(report string) int {
+	i := strings.LastIndex(report, " steps:\n")
+	if i < 0 {
+		return 0
+	}
+	j := strings.LastIndexAny(report[:i], "\n ") + 1
+	var n int
+	fmt.Sscanf(report[j:i], "%d", &n)
+	return n
+}
+
+func lastFailure(report string) string {
+	if i := strings.LastIndex(report, "invariant "); i >= 0 {
+		return report[i:]
+	}
+	return report
+}
+
+// recordingTB is a rapid.TB that records a failure instead of failing
+// the test: how a negative control asserts that rapid finds one.
+type recordingTB struct {
+	name   string
+	failed bool
+	out    strings.Builder
+}
+
+func (r *recordingTB) Helper()                   {}
+func (r *recordingTB) Name() string              { return r.name }
+func (r *recordingTB) Logf(f string, a ...any)   { fmt.Fprintf(&r.out, f+"\n", a...) }
+func (r *recordingTB) Log(a ...any)              { fmt.Fprintln(&r.out, a...) }
+func (r *recordingTB) Skipf(f string, a ...any)  { r.Logf(f, a...) }
+func (r *recordingTB) Skip(a ...any)             { r.Log(a...) }
+func (r *recordingTB) SkipNow()                  {}
+func (r *recordingTB) Errorf(f string, a ...any) { r.failed = true; r.Logf(f, a...) }
+func (r *recordingTB) Error(a ...any)            { r.failed = true; r.Log(a...) }
+func (r *recordingTB) Fatalf(f string, a ...any) { r.failed = true; r.Logf(f, a...) }
+func (r *recordingTB) Fatal(a ...any)            { r.failed = true; r.Log(a...) }
+func (r *recordingTB) FailNow()                  { r.failed = true }
+func (r *recordingTB) Fail()                     { r.failed = true }
+func (r *recordingTB) Failed() bool              { return r.failed }
+
+// TestMain: rapid writes a fail file for every failure it finds, which the
+// negative controls find on purpose; the traces in the reports replay.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("rapid.nofailfile"); f != nil && !isSet("rapid.nofailfile") {
+		_ = f.Value.Set("true")
+	}
+	// The default budget of `make test`: scenarios per property (rapid's
+	// own default is 100); -rapid.checks overrides it.
+	if f := flag.Lookup("rapid.checks"); f != nil && !isSet("rapid.checks") {
+		_ = f.Value.Set("3000")
+	}
+	os.Exit(m.Run())
+}
+
+func isSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
