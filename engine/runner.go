@@ -122,21 +122,34 @@ func (r *Runner[S]) Errors() []error {
 // Step polls once, folds what came, emits the outputs, and runs the
 // flushes, commits and ticks that are due.
 func (r *Runner[S]) Step(ctx context.Context) error {
+	// Restarts scheduled before this poll are due after it, and only for
+	// partitions the poll leaves assigned: the poll may tell the member it
+	// lost them. A member that restarted a flow without asking (a zombie
+	// back from a pause, its recovery just failed) would take the
+	// partition's producer from its new owner. Restarts scheduled during
+	// the poll wait for the next one.
+	r.mu.Lock()
+	due := r.restart
+	r.restart = map[store.TopicPartition]bool{}
+	r.mu.Unlock()
 	recs, err := r.src.Poll(ctx, max(r.nextDue().Sub(r.src.Now()), time.Millisecond))
 	r.publish()
 	defer r.src.PollDone()
-	if err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err // the polled records are not folded, so nothing commits them
+	if err == nil {
+		err = ctx.Err() // the polled records are not folded, so nothing commits them
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, tp := range sortedKeys(r.restart) { // acquisitions reach the store: in a fixed order
-		again := r.restart[tp]
-		delete(r.restart, tp)
-		if again && r.assigned[tp] {
+	if err != nil {
+		for tp, again := range due {
+			if _, newer := r.restart[tp]; !newer {
+				r.restart[tp] = again
+			}
+		}
+		return err
+	}
+	for _, tp := range sortedKeys(due) { // acquisitions reach the store: in a fixed order
+		if due[tp] && r.assigned[tp] && r.flows[tp] == nil {
 			r.startFlow(ctx, tp, true)
 		}
 	}
@@ -331,8 +344,15 @@ func (r *Runner[S]) nextDue() time.Time {
 // the committed offset; on assignment the consumer starts there itself.
 // Called with r.mu held.
 func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition, seek bool) {
-	log := r.e.log.With("input", tp.String())
 	start := time.Now()
+	if part := r.acquire(ctx, tp); part != nil {
+		r.recoverFlow(ctx, tp, part, seek, start)
+	}
+}
+
+// acquire takes tp over (the store's takeover); on failure it records the
+// error, schedules a restart if one can help, and returns nil.
+func (r *Runner[S]) acquire(ctx context.Context, tp store.TopicPartition) store.Partition {
 	part, err := r.e.cfg.Store.Acquire(ctx, store.Acquisition{
 		Input: tp, Identity: r,
 		ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
@@ -340,8 +360,14 @@ func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition, seek
 	if err != nil {
 		r.fail(tp, fmt.Errorf("engine: acquiring %s: %w", tp, err))
 		r.restart[tp] = retriable(err)
-		return
+		return nil
 	}
+	return part
+}
+
+// recoverFlow recovers an acquired partition's state and starts its flow.
+func (r *Runner[S]) recoverFlow(ctx context.Context, tp store.TopicPartition, part store.Partition, seek bool, start time.Time) {
+	log := r.e.log.With("input", tp.String())
 	assigned := part.CommittedOffset()
 	c, err := core.New(core.Config[S]{Input: tp, Fold: r.e.coreFold(), Tick: r.e.coreTick(), Codec: r.e.cfg.Codec,
 		Assigned: assigned, HotKeys: r.e.cfg.HotKeys}, r.e.kv)
@@ -417,10 +443,21 @@ func (r *Runner[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
 	<-r.ready
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, tp := range tps {
+	// Take every partition over before recovering any. A recovery can
+	// wait (for an open transaction), and a member evicted meanwhile must
+	// not, once it goes on, take a later partition's producer from that
+	// partition's new owner: the takeovers all happen while the
+	// assignment is fresh.
+	parts := make([]store.Partition, len(tps))
+	for i, tp := range tps {
 		r.assigned[tp] = true
 		if r.flows[tp] == nil {
-			r.startFlow(ctx, tp, false)
+			parts[i] = r.acquire(ctx, tp)
+		}
+	}
+	for i, tp := range tps {
+		if parts[i] != nil {
+			r.recoverFlow(ctx, tp, parts[i], false, time.Now())
 		}
 	}
 }

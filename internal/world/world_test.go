@@ -75,3 +75,24 @@ func TestSameStepsSameHistory(t *testing.T) {
 		t.Fatal("the same seed and steps gave two histories")
 	}
 }
+
+// Found by props: m0's recovery waits behind a hanging foreign
+// transaction; m0 is evicted and m1 takes over (its recovery waits too);
+// m0's recovery then fails at its stall deadline. m0 must not restart the
+// flow before a poll tells it it lost the partition: the restart's
+// takeover would fence its new owner m1.
+func TestAZombieDoesNotRestartAFlowItLost(t *testing.T) {
+	vs, _ := run(t, Config{Mode: store.Transactional}, []Step{
+		{Kind: Join, Member: 0},
+		{Kind: ForeignOpen, Partition: 0, Hang: true},
+		{Kind: Poll, Member: 0},
+		{Kind: Advance, D: 18 * time.Second},
+		{Kind: Join, Member: 1},
+		{Kind: Evict, Member: 0},
+		{Kind: Poll, Member: 1},
+		{Kind: Advance, D: 31 * time.Second},
+	})
+	for _, v := range vs {
+		t.Errorf("%s", v)
+	}
+}
