@@ -22,7 +22,6 @@ var weights = []struct {
 	n    int
 }{
 	{world.Produce, 8},
-	{world.Poll, 10},
 	{world.Advance, 5},
 	{world.Flush, 2},
 	{world.Join, 3},
@@ -34,6 +33,9 @@ var weights = []struct {
 	{world.ForeignOpen, 1},
 	{world.ForeignEnd, 1},
 	{world.Compact, 1},
+	{world.Truncate, 1},
+	// Last: rapid's SampledFrom favours the ends of the list.
+	{world.Poll, 10},
 }
 
 var kinds = func() []world.Kind {
@@ -68,7 +70,7 @@ func StepGen(cfg world.Config) *rapid.Generator[world.Step] {
 			s.Hang = rapid.Bool().Draw(t, "hang")
 		case world.ForeignEnd:
 			s.Commit = rapid.Bool().Draw(t, "commit")
-		case world.Compact:
+		case world.Compact, world.Truncate:
 			s.Partition = rapid.IntRange(0, cfg.Partitions-1).Draw(t, "partition")
 		}
 		return s

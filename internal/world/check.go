@@ -103,6 +103,13 @@ func (c *checker) stepEnded(m *member, _ error) {
 	id := m.src.Identity()
 	current, _ := c.w.c.MemberEpochs(Group, id.MemberID)
 	owned := m.src.Member().Owned()
+	// A failed recovery leaves no partial state: a flow runs only on a
+	// recovery that ended well (a later one may have, after a restart).
+	for _, tp := range m.r.Flows() {
+		if err := m.recovered[tp.Partition]; err != nil {
+			c.report(c.violation(6, "Liveness", "member m%d runs a flow for %s whose last recovery failed: %v", m.slot, tp, err))
+		}
+	}
 	for _, err := range errs[m.errsBefore:] {
 		var fe *store.FencedError
 		if !errors.As(err, &fe) || current < 0 || id.Generation != current || !slices.Contains(owned, fe.Input) {
@@ -317,6 +324,7 @@ func committedEntries(ents []sim.Entry) map[int64]sim.Entry {
 		case e.Control != sim.NoControl:
 		case !e.Transactional:
 			out[e.Offset] = e
+		case e.Aborted:
 		default:
 			open[e.ProducerID] = append(open[e.ProducerID], e)
 		}
@@ -342,7 +350,7 @@ func (b *checkedBackend) Acquire(ctx context.Context, a store.Acquisition) (stor
 	if err != nil {
 		return nil, err
 	}
-	return &checkedPartition{Partition: p, w: b.w, snap: store.TopicPartition{Topic: snapshotTopic, Partition: a.Input.Partition}}, nil
+	return &checkedPartition{Partition: p, w: b.w, m: b.m, snap: store.TopicPartition{Topic: snapshotTopic, Partition: a.Input.Partition}}, nil
 }
 
 type frozenIdentity store.GroupIdentity
@@ -352,6 +360,7 @@ func (f frozenIdentity) CurrentIdentity() store.GroupIdentity { return store.Gro
 type checkedPartition struct {
 	store.Partition
 	w    *World
+	m    *member
 	snap store.TopicPartition
 }
 
@@ -375,6 +384,7 @@ func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot
 		for s, err := range inner {
 			if err != nil {
 				p.checkStall(err)
+				p.m.recovered[p.snap.Partition] = err
 				yield(s, err)
 				return
 			}
@@ -389,6 +399,7 @@ func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot
 				return
 			}
 		}
+		p.m.recovered[p.snap.Partition] = nil
 		for _, key := range sortedKeys(want) {
 			if g, ok := got[key]; !ok || g < want[key] {
 				c.report(c.violation(5, "RecoveryComplete",
@@ -410,16 +421,34 @@ func (p *checkedPartition) committed(s store.Snapshot) bool {
 	return false
 }
 
-// checkStall checks a stalled recovery's diagnosis against the world: a
-// foreign transaction open on the partition is an open transaction.
+// checkStall checks a stalled recovery against the world (6): a log end
+// now below the read's target is a truncation; else a foreign transaction
+// open on the partition is an open transaction. And it failed at its
+// deadline: no sooner, and no later than the slice of time the world
+// advances at once (the read goes on at the end of a slice).
 func (p *checkedPartition) checkStall(err error) {
 	var se *store.RecoveryStalledError
 	if !errors.As(err, &se) {
 		return
 	}
 	c := &p.w.checker
-	if f := p.w.foreign; f != nil && f.tp == p.snap && se.Cause != store.StallOpenTransaction {
-		c.report(c.violation(6, "Liveness", "a recovery of %s stalled behind an open foreign transaction with the diagnosis %s", p.snap, se.Cause))
+	_, _, hw, _ := p.w.c.Offsets(p.snap)
+	var want store.StallCause
+	switch {
+	case hw < se.Target:
+		want = store.StallTruncation
+	case p.w.foreign != nil && p.w.foreign.tp == p.snap:
+		want = store.StallOpenTransaction
+	default:
+		return // a crashed owner's transaction (its takeover is the member's own): either diagnosis fits
+	}
+	if se.Cause != want {
+		c.report(c.violation(6, "Liveness", "a recovery of %s stalled with the diagnosis %s, but the world had %s (log end %d, target %d)",
+			p.snap, se.Cause, want, hw, se.Target))
+	}
+	timeout := p.w.cfg.StallTimeout
+	if se.Stalled < timeout || se.Stalled > timeout+p.w.cfg.SessionTimeout/3 {
+		c.report(c.violation(6, "Liveness", "a recovery of %s stalled after %s, its deadline is %s", p.snap, se.Stalled, timeout))
 	}
 }
 

@@ -64,6 +64,12 @@ const (
 	// Compact compacts snapshot Partition (never past its last stable
 	// offset).
 	Compact Kind = "compact"
+	// Truncate loses snapshot Partition's tail above its last stable
+	// offset, as a broker that lost unreplicated records would, when that
+	// tail holds only records of open transactions (no committed snapshot
+	// is lost, so every invariant still holds): a recovery that captured
+	// the old high watermark then stalls on a truncation.
+	Truncate Kind = "truncate"
 )
 
 // Step is one step of a scenario. Fields a kind does not use are zero.
@@ -101,6 +107,8 @@ func (s Step) String() string {
 		return "foreign-end abort"
 	case Compact:
 		return fmt.Sprintf("compact p%d", s.Partition)
+	case Truncate:
+		return fmt.Sprintf("truncate p%d", s.Partition)
 	}
 	return string(s.Kind)
 }

@@ -135,6 +135,9 @@ type member struct {
 	// flight started; polling tells a poll from a flush.
 	errsBefore int
 	polling    bool
+	// recovered is each partition's last recovery outcome in this
+	// process (nil: it ended well).
+	recovered map[int32]error
 }
 
 // event is one input event.
@@ -245,6 +248,8 @@ func (w *World) Apply(s Step) []Violation {
 		}
 	case Compact:
 		_ = w.c.Compact(store.TopicPartition{Topic: snapshotTopic, Partition: int32(s.Partition % w.cfg.Partitions)})
+	case Truncate:
+		w.truncate(store.TopicPartition{Topic: snapshotTopic, Partition: int32(s.Partition % w.cfg.Partitions)})
 	}
 	w.settle()
 	return w.checker.afterStep(s)
@@ -339,6 +344,7 @@ func (w *World) start(m *member) {
 		panic(fmt.Sprintf("world: runner: %v", err))
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.recovered = map[int32]error{}
 	m.eng, m.r, m.src, m.state = eng, r, r.Source().(*engine.SimSource), running
 }
 
@@ -446,6 +452,27 @@ func (w *World) crash(m *member) {
 		rec := store.EncodeSnapshot(store.Snapshot{Key: []byte("crash-" + strconv.Itoa(m.slot)), Value: []byte("-999999"), Offset: 1 << 40})
 		_, _ = p.Produce(snap, rec)
 	}
+}
+
+// truncate cuts tp back to its last stable offset if only records of open
+// transactions lie above it.
+func (w *World) truncate(tp store.TopicPartition) {
+	_, lso, hw, err := w.c.Offsets(tp)
+	if err != nil || lso >= hw {
+		return
+	}
+	ents, err := w.c.Entries(tp)
+	if err != nil {
+		return
+	}
+	committed := committedEntries(ents)
+	for _, e := range ents {
+		_, done := committed[e.Offset]
+		if e.Offset >= lso && (e.Control != sim.NoControl || !e.Transactional || e.Aborted || done) {
+			return // a marker or a finished transaction's record: acknowledged data
+		}
+	}
+	_ = w.c.Truncate(tp, lso)
 }
 
 func (w *World) openForeign(partition int, hang bool) {
