@@ -151,28 +151,7 @@ func (w *brokerWorld) Truncate(t *testing.T, in store.TopicPartition, end int64)
 	}
 	data := filepath.Join(w.own.Dir, "data")
 	pdir := filepath.Join(data, fmt.Sprintf("%s-%d", tp.Topic, tp.Partition))
-	segs, err := filepath.Glob(filepath.Join(pdir, "*.log"))
-	if err != nil || len(segs) == 0 {
-		t.Fatalf("no segments of %s in %s: %v", tp, pdir, err)
-	}
-	for _, seg := range segs {
-		raw, err := os.ReadFile(seg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// A batch starts with its base offset (int64) and the length of
-		// the rest (int32).
-		pos := 0
-		for pos+12 <= len(raw) {
-			if int64(binary.BigEndian.Uint64(raw[pos:pos+8])) >= end {
-				break
-			}
-			pos += 12 + int(binary.BigEndian.Uint32(raw[pos+8:pos+12]))
-		}
-		if err := os.Truncate(seg, int64(pos)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cutSegments(t, tp, filepath.Join(pdir, "*.log"), end)
 	for _, pattern := range []string{"*.index", "*.timeindex", "*.txnindex", "*.snapshot"} {
 		stale, _ := filepath.Glob(filepath.Join(pdir, pattern))
 		for _, f := range stale {

@@ -1,7 +1,6 @@
 package kafka_test
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/url"
 	"os"
@@ -116,27 +115,7 @@ func (w *fakeWorld) Truncate(t *testing.T, in store.TopicPartition, end int64) {
 	tp := snapTP(in)
 	w.c.Close()
 	pdir := filepath.Join(w.dir, "partitions", fmt.Sprintf("%s-%d", url.PathEscape(tp.Topic), tp.Partition))
-	segs, err := filepath.Glob(filepath.Join(pdir, "*.dat"))
-	if err != nil || len(segs) == 0 {
-		t.Fatalf("no segments of %s in %s: %v", tp, pdir, err)
-	}
-	for _, seg := range segs {
-		raw, err := os.ReadFile(seg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pos := 0
-		for pos+12 <= len(raw) {
-			base := int64(binary.BigEndian.Uint64(raw[pos : pos+8]))
-			if base >= end {
-				break
-			}
-			pos += 12 + int(binary.BigEndian.Uint32(raw[pos+8:pos+12]))
-		}
-		if err := os.Truncate(seg, int64(pos)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cutSegments(t, tp, filepath.Join(pdir, "*.dat"), end)
 	_ = os.Remove(filepath.Join(pdir, "snapshot.json"))
 	w.start(t)
 	if _, hw := w.StableOffsets(t, in); hw != end {
