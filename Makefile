@@ -29,9 +29,12 @@ race:
 ## Kafka 4.x broker started for the whole run on 127.0.0.1 (it/kafka/broker:
 ## resolved from Maven Central by mvn, run by java; docs/testing.md). The
 ## broker is stopped however the tests end; the target fails with them.
+## ITPKGS: the packages with integration tests (a file with the `it` build
+## tag); the rest ran in `make test` already.
+ITPKGS ?= $(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build it' .)))
 it:
 	it/kafka/broker classpath
-	it/kafka/broker run $(GO) test -count=1 -tags it -p 1 $(PKGS)
+	it/kafka/broker run $(GO) test -count=1 -tags it -p 1 $(ITPKGS)
 
 ## lint: gofmt, go vet and staticcheck (pinned, run through `go run`); vet
 ## and staticcheck with the `it` tag, so they check the integration tests too.
