@@ -98,6 +98,12 @@ func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]Record, e
 	}
 	var err error
 	fs.EachError(func(t string, p int32, e error) {
+		if _, ok := errors.AsType[*kgo.ErrGroupSession](e); ok {
+			// The member was kicked from the group (or could not join):
+			// the client rejoins by itself, and the lost-partitions
+			// callback has dropped the flows. News, not a failure.
+			return
+		}
 		if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) && err == nil {
 			err = fmt.Errorf("engine: fetching %s/%d: %w", t, p, e)
 		}

@@ -132,15 +132,17 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	due := r.restart
 	r.restart = map[store.TopicPartition]bool{}
 	r.mu.Unlock()
-	recs, err := r.src.Poll(ctx, max(r.nextDue().Sub(r.src.Now()), time.Millisecond))
+	recs, pollErr := r.src.Poll(ctx, max(r.nextDue().Sub(r.src.Now()), time.Millisecond))
 	r.publish()
 	defer r.src.PollDone()
-	if err == nil {
-		err = ctx.Err() // the polled records are not folded, so nothing commits them
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err != nil {
+	if err := ctx.Err(); err != nil || (pollErr != nil && len(recs) == 0) {
+		// A dead context: the polled records are not folded, so nothing
+		// commits them.
+		if err == nil {
+			err = pollErr
+		}
 		for tp, again := range due {
 			if _, newer := r.restart[tp]; !newer {
 				r.restart[tp] = again
@@ -148,6 +150,10 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 		}
 		return err
 	}
+	// A fetch error comes with the records of the partitions that fetched
+	// well, and the client has moved past them: they are folded (dropped,
+	// they would be lost, as the next record's offset commits past them),
+	// and the error is returned once the step is done.
 	for _, tp := range sortedKeys(due) { // acquisitions reach the store: in a fixed order
 		if due[tp] && r.assigned[tp] && r.flows[tp] == nil {
 			r.startFlow(ctx, tp, true)
@@ -214,7 +220,7 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 		r.lastCommit = now
 		r.forEachFlow(func(f *flow[S]) error { return r.flushAndCommit(ctx, f) })
 	}
-	return nil
+	return pollErr
 }
 
 func (r *Runner[S]) tickAll(ctx context.Context, now time.Time) {
