@@ -1,0 +1,103 @@
+package props
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/snapfence/snapfence/internal/world"
+	"github.com/snapfence/snapfence/internal/world/kfakeworld"
+	"github.com/snapfence/snapfence/store"
+)
+
+// kfakeScenarios is how many random scenarios TestKfakeWorldHoldsEveryInvariant
+// runs per protocol on the kfake world (~25 ms each on one core).
+const kfakeScenarios = 100
+
+// The fence holds on the kfake world too: real franz-go clients and
+// store/kafka against kfake, in a synctest bubble per scenario. The
+// scenarios are drawn with StepGen, by rapid's Example with the scenario's
+// number as its seed, not by rapid.Check: rapid's shrink deadline (30 s)
+// runs on the clock of the bubble it is called in, which the minutes of
+// virtual time of one scenario exhaust at once, and this package's
+// TestMain sets -rapid.checks to 3000 for the simulated cluster. A failure
+// prints the seed and the trace, which replay (up to the scheduling of the
+// clients' goroutines, which synctest does not fix).
+func TestKfakeWorldHoldsEveryInvariant(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(p.String(), func(t *testing.T) {
+			cfg := kfakeworld.Config{Mode: store.Transactional, Protocol: p}
+			gen := rapid.SliceOfN(StepGen(cfg.StepConfig()), 20, 40)
+			start := time.Now()
+			for seed := range kfakeScenarios {
+				steps := gen.Example(seed)
+				synctest.Test(t, func(t *testing.T) {
+					if vs := kfakeworld.Run(cfg, steps); len(vs) > 0 {
+						t.Fatalf("scenario %d: %s\n%d steps:\n%s", seed, vs[0], len(steps), world.Trace(steps))
+					}
+				})
+			}
+			t.Logf("%d scenarios in %s", kfakeScenarios, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+// kafka-flow#732 on the kfake world (internal/world's scenario): Plain
+// mode lets the paused member's stale flush land, Transactional fences it.
+func TestKfakeWorldPlainReproducesTheCorruption(t *testing.T) {
+	scenario732 := []world.Step{
+		{Kind: world.Join, Member: 0},
+		{Kind: world.Produce, Key: "a", Delta: 10},
+		{Kind: world.Poll, Member: 0},
+		{Kind: world.Poll, Member: 0},
+		{Kind: world.Advance, D: 10 * time.Second},
+		{Kind: world.Poll, Member: 0}, // flush and commit a=10
+		{Kind: world.Produce, Key: "a", Delta: 5},
+		{Kind: world.Poll, Member: 0}, // folds a=15, not flushed
+		{Kind: world.Pause, Member: 0},
+		{Kind: world.Join, Member: 1},
+		{Kind: world.Poll, Member: 1},
+		{Kind: world.Advance, D: 11 * time.Second}, // m0's session expires
+		{Kind: world.Poll, Member: 1},
+		{Kind: world.Poll, Member: 1}, // m1 owns everything, recovers a=10, folds a=15
+		{Kind: world.Produce, Key: "a", Delta: 100},
+		{Kind: world.Poll, Member: 1},
+		{Kind: world.Advance, D: 10 * time.Second},
+		{Kind: world.Poll, Member: 1}, // m1 flushes a=115 and commits
+		{Kind: world.Resume, Member: 0},
+		{Kind: world.Flush, Member: 0}, // m0's stale a=15
+	}
+	run := func(t *testing.T, mode store.Mode) (vs []world.Violation) {
+		w, err := kfakeworld.New(kfakeworld.Config{Mode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		for _, s := range scenario732 {
+			vs = append(vs, w.Apply(s)...)
+		}
+		return append(vs, w.Quiesce()...)
+	}
+	t.Run("plain", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			vs := run(t, store.Plain)
+			found := false
+			for _, v := range vs {
+				t.Logf("%s", v)
+				found = found || v.Invariant == 1 || v.Invariant == 3
+			}
+			if !found {
+				t.Fatalf("plain mode: want the stale overwrite (1) or a wrong final state (3), got %v", vs)
+			}
+		})
+	})
+	t.Run("transactional", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			for _, v := range run(t, store.Transactional) {
+				t.Errorf("%s", v)
+			}
+		})
+	})
+}
