@@ -47,35 +47,13 @@ func TestKfakeWorldHoldsEveryInvariant(t *testing.T) {
 // kafka-flow#732 on the kfake world (internal/world's scenario): Plain
 // mode lets the paused member's stale flush land, Transactional fences it.
 func TestKfakeWorldPlainReproducesTheCorruption(t *testing.T) {
-	scenario732 := []world.Step{
-		{Kind: world.Join, Member: 0},
-		{Kind: world.Produce, Key: "a", Delta: 10},
-		{Kind: world.Poll, Member: 0},
-		{Kind: world.Poll, Member: 0},
-		{Kind: world.Advance, D: 10 * time.Second},
-		{Kind: world.Poll, Member: 0}, // flush and commit a=10
-		{Kind: world.Produce, Key: "a", Delta: 5},
-		{Kind: world.Poll, Member: 0}, // folds a=15, not flushed
-		{Kind: world.Pause, Member: 0},
-		{Kind: world.Join, Member: 1},
-		{Kind: world.Poll, Member: 1},
-		{Kind: world.Advance, D: 11 * time.Second}, // m0's session expires
-		{Kind: world.Poll, Member: 1},
-		{Kind: world.Poll, Member: 1}, // m1 owns everything, recovers a=10, folds a=15
-		{Kind: world.Produce, Key: "a", Delta: 100},
-		{Kind: world.Poll, Member: 1},
-		{Kind: world.Advance, D: 10 * time.Second},
-		{Kind: world.Poll, Member: 1}, // m1 flushes a=115 and commits
-		{Kind: world.Resume, Member: 0},
-		{Kind: world.Flush, Member: 0}, // m0's stale a=15
-	}
 	run := func(t *testing.T, mode store.Mode) (vs []world.Violation) {
 		w, err := kfakeworld.New(kfakeworld.Config{Mode: mode})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		for _, s := range scenario732 {
+		for _, s := range world.Scenario732 {
 			vs = append(vs, w.Apply(s)...)
 		}
 		return append(vs, w.Quiesce()...)

@@ -8,32 +8,6 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// Scenario732 is kafka-flow#732 as steps: m0 folds events it has not
-// flushed and pauses; m1 takes the partitions once m0's session expires,
-// folds newer events and flushes; m0 wakes and flushes before it learns.
-var scenario732 = []Step{
-	{Kind: Join, Member: 0},
-	{Kind: Produce, Key: "a", Delta: 10},
-	{Kind: Poll, Member: 0},
-	{Kind: Poll, Member: 0},
-	{Kind: Advance, D: 10 * time.Second},
-	{Kind: Poll, Member: 0}, // flush and commit a=10
-	{Kind: Produce, Key: "a", Delta: 5},
-	{Kind: Poll, Member: 0}, // folds a=15, not flushed
-	{Kind: Pause, Member: 0},
-	{Kind: Join, Member: 1},
-	{Kind: Poll, Member: 1},
-	{Kind: Advance, D: 11 * time.Second}, // m0's session expires
-	{Kind: Poll, Member: 1},
-	{Kind: Poll, Member: 1}, // m1 owns everything, recovers a=10, folds a=15
-	{Kind: Produce, Key: "a", Delta: 100},
-	{Kind: Poll, Member: 1},
-	{Kind: Advance, D: 10 * time.Second},
-	{Kind: Poll, Member: 1}, // m1 flushes a=115 and commits
-	{Kind: Resume, Member: 0},
-	{Kind: Flush, Member: 0}, // m0's stale a=15
-}
-
 func run(t *testing.T, cfg Config, steps []Step) (violations []Violation, w *World) {
 	t.Helper()
 	w, err := New(cfg)
@@ -50,13 +24,13 @@ func run(t *testing.T, cfg Config, steps []Step) (violations []Violation, w *Wor
 
 func TestIssue732InTheWorld(t *testing.T) {
 	t.Run("transactional", func(t *testing.T) {
-		vs, _ := run(t, Config{Mode: store.Transactional}, scenario732)
+		vs, _ := run(t, Config{Mode: store.Transactional}, Scenario732)
 		for _, v := range vs {
 			t.Errorf("%s", v)
 		}
 	})
 	t.Run("plain", func(t *testing.T) {
-		vs, _ := run(t, Config{Mode: store.Plain}, scenario732)
+		vs, _ := run(t, Config{Mode: store.Plain}, Scenario732)
 		found := map[int]bool{}
 		for _, v := range vs {
 			t.Logf("%s", v)
@@ -69,8 +43,8 @@ func TestIssue732InTheWorld(t *testing.T) {
 }
 
 func TestSameStepsSameHistory(t *testing.T) {
-	_, a := run(t, Config{Seed: 7, Mode: store.Transactional}, scenario732)
-	_, b := run(t, Config{Seed: 7, Mode: store.Transactional}, scenario732)
+	_, a := run(t, Config{Seed: 7, Mode: store.Transactional}, Scenario732)
+	_, b := run(t, Config{Seed: 7, Mode: store.Transactional}, Scenario732)
 	if !bytes.Equal(a.History(), b.History()) {
 		t.Fatal("the same seed and steps gave two histories")
 	}

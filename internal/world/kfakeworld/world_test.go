@@ -12,33 +12,6 @@ import (
 	"github.com/snapfence/snapfence/store/sim"
 )
 
-// scenario732 is internal/world's kafka-flow#732 scenario: m0 folds
-// events it has not flushed and pauses; m1 takes the partitions once m0's
-// session expires, folds newer events and flushes; m0 wakes and flushes
-// before it learns.
-var scenario732 = []world.Step{
-	{Kind: world.Join, Member: 0},
-	{Kind: world.Produce, Key: "a", Delta: 10},
-	{Kind: world.Poll, Member: 0},
-	{Kind: world.Poll, Member: 0},
-	{Kind: world.Advance, D: 10 * time.Second},
-	{Kind: world.Poll, Member: 0}, // flush and commit a=10
-	{Kind: world.Produce, Key: "a", Delta: 5},
-	{Kind: world.Poll, Member: 0}, // folds a=15, not flushed
-	{Kind: world.Pause, Member: 0},
-	{Kind: world.Join, Member: 1},
-	{Kind: world.Poll, Member: 1},
-	{Kind: world.Advance, D: 11 * time.Second}, // m0's session expires
-	{Kind: world.Poll, Member: 1},
-	{Kind: world.Poll, Member: 1}, // m1 owns everything, recovers a=10, folds a=15
-	{Kind: world.Produce, Key: "a", Delta: 100},
-	{Kind: world.Poll, Member: 1},
-	{Kind: world.Advance, D: 10 * time.Second},
-	{Kind: world.Poll, Member: 1}, // m1 flushes a=115 and commits
-	{Kind: world.Resume, Member: 0},
-	{Kind: world.Flush, Member: 0}, // m0's stale a=15
-}
-
 func runAll(t *testing.T, cfg Config, steps []world.Step) (vs []world.Violation) {
 	t.Helper()
 	w, err := New(cfg)
@@ -55,14 +28,14 @@ func runAll(t *testing.T, cfg Config, steps []world.Step) (vs []world.Violation)
 func TestIssue732OnKfake(t *testing.T) {
 	t.Run("transactional", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			for _, v := range runAll(t, Config{Mode: store.Transactional}, scenario732) {
+			for _, v := range runAll(t, Config{Mode: store.Transactional}, world.Scenario732) {
 				t.Errorf("%s", v)
 			}
 		})
 	})
 	t.Run("plain", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			vs := runAll(t, Config{Mode: store.Plain}, scenario732)
+			vs := runAll(t, Config{Mode: store.Plain}, world.Scenario732)
 			found := map[int]bool{}
 			for _, v := range vs {
 				t.Logf("%s", v)
