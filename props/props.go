@@ -142,19 +142,3 @@ func Property(cfg world.Config, stats *Stats) func(*rapid.T) {
 		}
 	}
 }
-
-// Run runs steps in a fresh world of cfg, then quiesces it, and returns
-// the violations, stopping at the first step that had any.
-func Run(cfg world.Config, steps []world.Step) []world.Violation {
-	w, err := world.New(cfg)
-	if err != nil {
-		return []world.Violation{{Detail: err.Error()}}
-	}
-	defer w.Close()
-	for _, s := range steps {
-		if vs := w.Apply(s); len(vs) > 0 {
-			return vs
-		}
-	}
-	return w.Quiesce()
-}

@@ -44,13 +44,6 @@ var invariantNames = map[int]string{
 // InvariantName names invariant n.
 func InvariantName(n int) string { return invariantNames[n] }
 
-// visible is a key's snapshot as a read_committed reader sees it.
-type visible struct {
-	offset    int64
-	value     string
-	tombstone bool
-}
-
 // checker checks the invariants. Recovery checks (4, 5, the diagnosis of
 // 6) run inside the members' recoveries, through checkedBackend, and are
 // collected here.
@@ -69,8 +62,8 @@ func newChecker(w *World) checker {
 	return checker{w: w, seen: map[string]int64{}, outputs: map[string]int{}}
 }
 
-func (c *checker) violation(n int, name, format string, args ...any) Violation {
-	return Violation{Invariant: n, Name: name, Step: c.w.steps, Detail: fmt.Sprintf(format, args...)}
+func (c *checker) violation(n int, format string, args ...any) Violation {
+	return Violate(n, c.w.steps, format, args...)
 }
 
 func (c *checker) report(v Violation) { c.pending = append(c.pending, v) }
@@ -107,7 +100,7 @@ func (c *checker) stepEnded(m *member, _ error) {
 	// recovery that ended well (a later one may have, after a restart).
 	for _, tp := range m.r.Flows() {
 		if err := m.recovered[tp.Partition]; err != nil {
-			c.report(c.violation(6, "Liveness", "member m%d runs a flow for %s whose last recovery failed: %v", m.slot, tp, err))
+			c.report(c.violation(6, "member m%d runs a flow for %s whose last recovery failed: %v", m.slot, tp, err))
 		}
 	}
 	for _, err := range errs[m.errsBefore:] {
@@ -115,15 +108,15 @@ func (c *checker) stepEnded(m *member, _ error) {
 		if !errors.As(err, &fe) || current < 0 || id.Generation != current || !slices.Contains(owned, fe.Input) {
 			continue
 		}
-		c.report(c.violation(6, "Liveness",
+		c.report(c.violation(6,
 			"member m%d was fenced on %s while it owned it at the group's current generation %d: %v", m.slot, fe.Input, current, err))
 	}
 }
 
 // snapshots reads every snapshot partition read_committed and returns
 // each key's latest snapshot.
-func (c *checker) snapshots() map[string]visible {
-	out := map[string]visible{}
+func (c *checker) snapshots() map[string]Visible {
+	out := map[string]Visible{}
 	for p := range c.w.cfg.Partitions {
 		tp := store.TopicPartition{Topic: snapshotTopic, Partition: int32(p)}
 		ents, err := c.w.c.Read(tp, true)
@@ -135,7 +128,7 @@ func (c *checker) snapshots() map[string]visible {
 			if err != nil || kind == store.KindOffsetMarker {
 				continue // corrupt records fail recoveries; markers carry no state
 			}
-			out[string(s.Key)] = visible{offset: s.Offset, value: string(s.Value), tombstone: s.Tombstone}
+			out[string(s.Key)] = Visible{Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone}
 		}
 	}
 	return out
@@ -144,8 +137,8 @@ func (c *checker) snapshots() map[string]visible {
 // committedSnapshots returns each key's latest committed snapshot, also
 // those a read_committed reader cannot reach yet (behind an open
 // transaction's last stable offset): what a recovery will return.
-func (c *checker) committedSnapshots() map[string]visible {
-	out := map[string]visible{}
+func (c *checker) committedSnapshots() map[string]Visible {
+	out := map[string]Visible{}
 	for p := range c.w.cfg.Partitions {
 		tp := store.TopicPartition{Topic: snapshotTopic, Partition: int32(p)}
 		ents, err := c.w.c.Entries(tp)
@@ -161,7 +154,7 @@ func (c *checker) committedSnapshots() map[string]visible {
 			if err != nil || kind == store.KindOffsetMarker {
 				continue
 			}
-			out[string(s.Key)] = visible{offset: s.Offset, value: string(s.Value), tombstone: s.Tombstone}
+			out[string(s.Key)] = Visible{Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone}
 		}
 	}
 	return out
@@ -172,38 +165,12 @@ func (c *checker) committedSnapshots() map[string]visible {
 func (c *checker) afterStep(s Step) []Violation {
 	vs := c.pending
 	c.pending = nil
-	snaps := c.snapshots()
 	// 1. A key's visible snapshot never goes back to an older fold.
-	for _, key := range sortedKeys(snaps) {
-		v := snaps[key]
-		if prev, ok := c.seen[key]; ok && v.offset < prev {
-			vs = append(vs, c.violation(1, "NoStaleOverwrite",
-				"key %s: the visible snapshot went back from the fold up to input offset %d to the one up to %d (value %s)", key, prev, v.offset, v.value))
-		}
-		c.seen[key] = max(c.seen[key], v.offset)
-	}
+	vs = append(vs, CheckNoStaleOverwrite(c.w.steps, c.seen, c.snapshots())...)
 	// 2. Every input event below a partition's committed offset is
 	// covered by its key's committed snapshot (or the key is deleted).
-	durable := c.committedSnapshots()
-	committed := c.w.committedOffsets()
-	last := map[string]event{}
-	for _, e := range c.w.events {
-		if e.offset < committed[e.tp.Partition] {
-			last[e.key] = e
-		}
-	}
-	for _, key := range sortedKeys(last) {
-		e := last[key]
-		v, ok := durable[key]
-		switch {
-		case ok && v.offset >= e.offset:
-		case !ok && c.deletedAt(key, e.tp.Partition, committed[e.tp.Partition]):
-		default:
-			vs = append(vs, c.violation(2, "CommittedOffsetNeverAhead",
-				"input partition %d is committed at %d, but key %s's event at offset %d is not in its committed snapshot (%s)",
-				e.tp.Partition, committed[e.tp.Partition], key, e.offset, describe(v, ok)))
-		}
-	}
+	all := func(int32) bool { return true }
+	vs = append(vs, c.w.ledger.CheckCommittedCovered(c.w.steps, c.w.committedOffsets(), all, c.committedSnapshots())...)
 	// 6. No flow of a partition its member no longer owns keeps running.
 	for _, m := range c.w.members {
 		if m.state != running || m.busy != nil {
@@ -212,7 +179,7 @@ func (c *checker) afterStep(s Step) []Violation {
 		owned := m.src.Member().Owned()
 		for _, tp := range m.r.Flows() {
 			if !slices.Contains(owned, tp) {
-				vs = append(vs, c.violation(6, "Liveness",
+				vs = append(vs, c.violation(6,
 					"member m%d still runs the flow of %s after losing it (owns %v)", m.slot, tp, owned))
 			}
 		}
@@ -220,91 +187,12 @@ func (c *checker) afterStep(s Step) []Violation {
 	return vs
 }
 
-// deletedAt reports whether the fold of key's events below end is a
-// closed (deleted) account.
-func (c *checker) deletedAt(key string, partition int32, end int64) bool {
-	_, exists := c.foldOf(key, func(e event) bool { return e.tp.Partition == partition && e.offset < end })
-	return !exists
-}
-
-// foldOf folds key's events that keep returns, as the engine's fold does.
-func (c *checker) foldOf(key string, keep func(event) bool) (int, bool) {
-	state, exists := 0, false
-	for _, e := range c.w.events {
-		if e.key != key || !keep(e) {
-			continue
-		}
-		if e.delta == 0 {
-			state, exists = 0, false
-			continue
-		}
-		state, exists = state+e.delta, true
-	}
-	return state, exists
-}
-
 // atQuiescence checks what must hold once every fault is lifted and every
 // event processed: the exact fold (3) and the outputs (7).
 func (c *checker) atQuiescence() []Violation {
 	vs := c.pending
 	c.pending = nil
-	snaps := c.snapshots()
-	keys := map[string]bool{}
-	for _, e := range c.w.events {
-		keys[e.key] = true
-	}
-	for _, key := range sortedKeys(keys) {
-		want, exists := c.foldOf(key, func(event) bool { return true })
-		v, ok := snaps[key]
-		switch {
-		case !exists && (!ok || v.tombstone):
-		case exists && ok && !v.tombstone && v.value == fmt.Sprint(want):
-		default:
-			wantS := "closed"
-			if exists {
-				wantS = fmt.Sprint(want)
-			}
-			vs = append(vs, Violation{Invariant: 3, Name: "ExactlyOnceState", Step: 0,
-				Detail: fmt.Sprintf("key %s is %s, the exact fold of its %d events is %s", key, describe(v, ok), c.count(key), wantS)})
-		}
-	}
-	for _, e := range c.w.events {
-		id := fmt.Sprintf("%d:%d", e.tp.Partition, e.offset)
-		if c.outputs[id] == 0 {
-			vs = append(vs, Violation{Invariant: 7, Name: "OutputAtLeastOnce", Step: 0,
-				Detail: fmt.Sprintf("the event at %s/%d (key %s) has no output", e.tp.Topic, e.offset, e.key)})
-		}
-	}
-	return vs
-}
-
-func (c *checker) count(key string) int {
-	n := 0
-	for _, e := range c.w.events {
-		if e.key == key {
-			n++
-		}
-	}
-	return n
-}
-
-func describe(v visible, ok bool) string {
-	switch {
-	case !ok:
-		return "without a snapshot"
-	case v.tombstone:
-		return fmt.Sprintf("deleted at input offset %d", v.offset)
-	}
-	return fmt.Sprintf("%s as of input offset %d", v.value, v.offset)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+	return append(vs, c.w.ledger.CheckAtQuiescence(c.snapshots(), c.outputs)...)
 }
 
 // committedEntries is what a partition holds committed: every
@@ -390,7 +278,7 @@ func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot
 			}
 			// 4: every snapshot recovered is committed.
 			if !p.committed(s) {
-				c.report(c.violation(4, "AbortedWritesInvisible",
+				c.report(c.violation(4,
 					"a recovery of %s returned %s=%s as of input offset %d, which no committed transaction wrote",
 					p.snap, s.Key, s.Value, s.Offset))
 			}
@@ -400,9 +288,9 @@ func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot
 			}
 		}
 		p.m.recovered[p.snap.Partition] = nil
-		for _, key := range sortedKeys(want) {
+		for _, key := range SortedKeys(want) {
 			if g, ok := got[key]; !ok || g < want[key] {
-				c.report(c.violation(5, "RecoveryComplete",
+				c.report(c.violation(5,
 					"a recovery of %s ended without key %s's snapshot as of input offset %d, committed before it started (it returned %d)",
 					p.snap, key, want[key], g))
 			}
@@ -443,12 +331,12 @@ func (p *checkedPartition) checkStall(err error) {
 		return // a crashed owner's transaction (its takeover is the member's own): either diagnosis fits
 	}
 	if se.Cause != want {
-		c.report(c.violation(6, "Liveness", "a recovery of %s stalled with the diagnosis %s, but the world had %s (log end %d, target %d)",
+		c.report(c.violation(6, "a recovery of %s stalled with the diagnosis %s, but the world had %s (log end %d, target %d)",
 			p.snap, se.Cause, want, hw, se.Target))
 	}
 	timeout := p.w.cfg.StallTimeout
 	if se.Stalled < timeout || se.Stalled > timeout+p.w.cfg.SessionTimeout/3 {
-		c.report(c.violation(6, "Liveness", "a recovery of %s stalled after %s, its deadline is %s", p.snap, se.Stalled, timeout))
+		c.report(c.violation(6, "a recovery of %s stalled after %s, its deadline is %s", p.snap, se.Stalled, timeout))
 	}
 }
 

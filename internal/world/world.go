@@ -98,7 +98,7 @@ type World struct {
 	// wake is signalled when a member's step ends.
 	wake chan struct{}
 
-	events  []event
+	ledger  Ledger
 	foreign *foreignTxn
 	steps   int // steps applied
 
@@ -138,14 +138,6 @@ type member struct {
 	// recovered is each partition's last recovery outcome in this
 	// process (nil: it ended well).
 	recovered map[int32]error
-}
-
-// event is one input event.
-type event struct {
-	tp     store.TopicPartition
-	offset int64
-	key    string
-	delta  int // 0: close
 }
 
 type foreignTxn struct {
@@ -275,46 +267,14 @@ func (w *World) advance(d time.Duration) {
 	}
 }
 
-// partitionOf is the input partition of a key.
-func (w *World) partitionOf(key string) int32 {
-	var h uint32
-	for _, b := range []byte(key) {
-		h = h*31 + uint32(b)
-	}
-	return int32(h % uint32(w.cfg.Partitions))
-}
-
 func (w *World) produce(key string, delta int) {
-	tp := store.TopicPartition{Topic: InputTopic, Partition: w.partitionOf(key)}
-	value := "close"
-	if delta != 0 {
-		value = strconv.Itoa(delta)
-	}
-	offs, err := w.c.Produce(tp, store.WireRecord{Key: []byte(key), Value: []byte(value)})
+	tp := store.TopicPartition{Topic: InputTopic, Partition: PartitionOf(key, w.cfg.Partitions)}
+	offs, err := w.c.Produce(tp, store.WireRecord{Key: []byte(key), Value: []byte(Value(delta))})
 	if err != nil {
 		panic(fmt.Sprintf("world: producing to %s: %v", tp, err)) // the world's own topic: a bug
 	}
-	w.events = append(w.events, event{tp: tp, offset: offs[0], key: key, delta: delta})
+	w.ledger = append(w.ledger, Event{Partition: tp.Partition, Offset: offs[0], Key: key, Delta: delta})
 }
-
-// fold is the engines' fold: balances per key, deposits and withdrawals,
-// "close" deletes; one output per event, naming it.
-func fold(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
-	out := []engine.Output{{Topic: OutputTopic, Key: key, Value: fmt.Appendf(nil, "%d:%d", rec.Partition, rec.Offset)}}
-	if string(rec.Value) == "close" {
-		return engine.Result[int]{Delete: true, Outputs: out}, nil
-	}
-	n, err := strconv.Atoi(string(rec.Value))
-	if err != nil {
-		return engine.Result[int]{}, fmt.Errorf("bad amount %q", rec.Value)
-	}
-	return engine.Result[int]{State: state + n, Outputs: out}, nil
-}
-
-type intCodec struct{}
-
-func (intCodec) Encode(n int) ([]byte, error) { return strconv.AppendInt(nil, int64(n), 10), nil }
-func (intCodec) Decode(b []byte) (int, error) { return strconv.Atoi(string(b)) }
 
 // start starts a member's process: a new engine (empty cache), a new
 // store backend, a new group member.
@@ -329,7 +289,7 @@ func (w *World) start(m *member) {
 		panic(fmt.Sprintf("world: backend: %v", err))
 	}
 	eng, err := engine.New(engine.Config[int]{
-		Fold: fold, Codec: intCodec{}, Store: &checkedBackend{Backend: be, w: w, m: m},
+		Fold: Fold, Codec: IntCodec{}, Store: &checkedBackend{Backend: be, w: w, m: m},
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
 		Emit: func(_ context.Context, outs []engine.Output) error {
 			w.checker.emitted(outs)
@@ -533,7 +493,7 @@ func (w *World) Quiesce() []Violation {
 		}
 		w.advance(w.cfg.PersistInterval)
 	}
-	return append(vs, w.checker.violation(6, "Liveness",
+	return append(vs, w.checker.violation(6,
 		"with every fault lifted, the committed offsets %v did not reach the input's ends %v in %d rounds (%s of virtual time); member errors: %v",
 		w.committedOffsets(), w.endOffsets(), rounds, time.Duration(rounds)*w.cfg.PersistInterval, w.memberErrors()))
 }

@@ -159,7 +159,7 @@ type World struct {
 	adm     *kadm.Client
 	members []*member
 	foreign *foreignTxn
-	events  []event
+	ledger  world.Ledger
 	steps   int
 	// retired are the processes that left or crashed, still shutting
 	// down in the background; Close waits for them.
@@ -208,14 +208,6 @@ type process struct {
 	// down is closed once the process has shut down (after a leave or
 	// a crash, or at Close).
 	down chan struct{}
-}
-
-// event is one input event.
-type event struct {
-	partition int32
-	offset    int64
-	key       string
-	delta     int // 0: close
 }
 
 type foreignTxn struct {
@@ -439,45 +431,13 @@ func (w *World) advance(d time.Duration) {
 	synctest.Wait()
 }
 
-// partitionOf is the input partition of a key (internal/world's hash).
-func partitionOf(key string) int32 {
-	var h uint32
-	for _, b := range []byte(key) {
-		h = h*31 + uint32(b)
-	}
-	return int32(h % Partitions)
-}
-
 func (w *World) produce(key string, delta int) {
-	value := "close"
-	if delta != 0 {
-		value = strconv.Itoa(delta)
-	}
-	r := &kgo.Record{Topic: world.InputTopic, Partition: partitionOf(key), Key: []byte(key), Value: []byte(value)}
+	r := &kgo.Record{Topic: world.InputTopic, Partition: world.PartitionOf(key, Partitions), Key: []byte(key), Value: []byte(world.Value(delta))}
 	if err := w.cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
 		panic(fmt.Sprintf("kfakeworld: producing to %s/%d: %v", r.Topic, r.Partition, err)) // the world's own topic: a bug
 	}
-	w.events = append(w.events, event{partition: r.Partition, offset: r.Offset, key: key, delta: delta})
+	w.ledger = append(w.ledger, world.Event{Partition: r.Partition, Offset: r.Offset, Key: key, Delta: delta})
 }
-
-// fold is internal/world's fold: balances per key, deposits and
-// withdrawals, "close" deletes; one output per event, naming it.
-func fold(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
-	out := []engine.Output{{Topic: world.OutputTopic, Key: key, Value: fmt.Appendf(nil, "%d:%d", rec.Partition, rec.Offset)}}
-	if string(rec.Value) == "close" {
-		return engine.Result[int]{Delete: true, Outputs: out}, nil
-	}
-	n, err := strconv.Atoi(string(rec.Value))
-	if err != nil {
-		return engine.Result[int]{}, fmt.Errorf("bad amount %q", rec.Value)
-	}
-	return engine.Result[int]{State: state + n, Outputs: out}, nil
-}
-
-type intCodec struct{}
-
-func (intCodec) Encode(n int) ([]byte, error) { return strconv.AppendInt(nil, int64(n), 10), nil }
-func (intCodec) Decode(b []byte) (int, error) { return strconv.Atoi(string(b)) }
 
 func (w *World) emitted(outs []engine.Output) {
 	w.mu.Lock()
@@ -503,7 +463,7 @@ func (w *World) start(m *member) {
 		panic(fmt.Sprintf("kfakeworld: backend: %v", err))
 	}
 	eng, err := engine.New(engine.Config[int]{
-		Fold: fold, Codec: intCodec{}, Store: be,
+		Fold: world.Fold, Codec: world.IntCodec{}, Store: be,
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
 		Emit: func(_ context.Context, outs []engine.Output) error {
 			w.emitted(outs)
@@ -653,7 +613,7 @@ func (w *World) Quiesce() []world.Violation {
 		w.advance(w.cfg.PersistInterval)
 	}
 	committed, _ := w.committedOffsets()
-	return append(vs, w.violation(6, 0,
+	return append(vs, world.Violate(6, 0,
 		"with every fault lifted, the committed offsets %v did not reach the input's ends %v in %d rounds (%s of virtual time); member errors: %v",
 		committed, w.endOffsets(), quiesceRounds, time.Duration(quiesceRounds)*w.cfg.PersistInterval, w.memberErrors()))
 }
@@ -840,11 +800,5 @@ func Run(cfg Config, steps []world.Step) []world.Violation {
 	if err != nil {
 		return []world.Violation{{Detail: err.Error()}}
 	}
-	defer w.Close()
-	for _, s := range steps {
-		if vs := w.Apply(s); len(vs) > 0 {
-			return vs
-		}
-	}
-	return w.Quiesce()
+	return world.RunSteps(w, steps)
 }
