@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,96 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/internal/netfreeze"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 )
-
-// freezer is a switch over a set of network connections: while it is on,
-// their reads and writes, and new dials, block until it is turned off (or
-// the connection is closed, or the dial's context ends). Deadlines are
-// ignored while frozen. A process in a long GC pause looks like this from
-// the broker: no heartbeat, no request, nothing read.
-type freezer struct {
-	mu     sync.Mutex
-	thawed chan struct{} // non-nil while frozen; closed by thaw
-}
-
-func (f *freezer) freeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.thawed == nil {
-		f.thawed = make(chan struct{})
-	}
-}
-
-func (f *freezer) thaw() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.thawed != nil {
-		close(f.thawed)
-		f.thawed = nil
-	}
-}
-
-// wait returns true once not frozen, false if done closes first.
-func (f *freezer) wait(done <-chan struct{}) bool {
-	f.mu.Lock()
-	thawed := f.thawed
-	f.mu.Unlock()
-	if thawed == nil {
-		return true
-	}
-	select {
-	case <-thawed:
-		return true
-	case <-done:
-		return false
-	}
-}
-
-// dial is a kgo.Dialer whose connections the freezer controls.
-func (f *freezer) dial(ctx context.Context, network, host string) (net.Conn, error) {
-	if !f.wait(ctx.Done()) {
-		return nil, ctx.Err()
-	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, host)
-	if err != nil {
-		return nil, err
-	}
-	return &frozenConn{Conn: c, f: f, closed: make(chan struct{})}, nil
-}
-
-type frozenConn struct {
-	net.Conn
-	f         *freezer
-	closeOnce sync.Once
-	closed    chan struct{}
-}
-
-func (c *frozenConn) Read(b []byte) (int, error) {
-	if !c.f.wait(c.closed) {
-		return 0, net.ErrClosed
-	}
-	n, err := c.Conn.Read(b)
-	// A response that arrives during the pause is not seen until it ends.
-	if !c.f.wait(c.closed) {
-		return 0, net.ErrClosed
-	}
-	return n, err
-}
-
-func (c *frozenConn) Write(b []byte) (int, error) {
-	if !c.f.wait(c.closed) {
-		return 0, net.ErrClosed
-	}
-	return c.Conn.Write(b)
-}
-
-func (c *frozenConn) Close() error {
-	c.closeOnce.Do(func() { close(c.closed) })
-	return c.Conn.Close()
-}
 
 // Group timeouts of the fence tests: short, so a frozen member is evicted
 // in seconds. Under the classic protocol the partitions move when the first
@@ -128,7 +41,7 @@ const (
 // over the store's (producers, recovery readers, the admin client).
 type fenceMember struct {
 	t               *testing.T
-	consumer, store freezer
+	consumer, store *netfreeze.Freezer
 	r               *engine.Runner[int]
 	closed          bool
 }
@@ -141,15 +54,16 @@ type memberOpts struct{ lazy, frozenStore bool }
 // member starts a member of w's group.
 func (w *brokerWorld) member(mode store.Mode, protocol kgo.Opt, o memberOpts) *fenceMember {
 	t := w.t
-	m := &fenceMember{t: t}
+	var tcp net.Dialer
+	m := &fenceMember{t: t, consumer: netfreeze.New(tcp.DialContext), store: netfreeze.New(tcp.DialContext)}
 	b, err := kafka.New(context.Background(), kafka.Config{Mode: mode, SeedBrokers: w.brokers,
-		TransactionalIDPrefix: w.topic, ClientOpts: []kgo.Opt{kgo.Dialer(m.store.dial)}})
+		TransactionalIDPrefix: w.topic, ClientOpts: []kgo.Opt{kgo.Dialer(m.store.Dial)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	if o.frozenStore {
-		m.store.freeze()
+		m.store.Freeze()
 	}
 	persist, commit := 200*time.Millisecond, 400*time.Millisecond
 	if o.lazy {
@@ -163,7 +77,7 @@ func (w *brokerWorld) member(mode store.Mode, protocol kgo.Opt, o memberOpts) *f
 	t.Cleanup(func() { _ = e.Close() })
 	m.r, err = e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
 		SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic},
-		ClientOpts: []kgo.Opt{protocol, kgo.Dialer(m.consumer.dial),
+		ClientOpts: []kgo.Opt{protocol, kgo.Dialer(m.consumer.Dial),
 			kgo.SessionTimeout(fenceSessionTimeout), kgo.RebalanceTimeout(fenceRebalanceTimeout),
 			kgo.HeartbeatInterval(fenceHeartbeat)},
 	}))
@@ -176,12 +90,12 @@ func (w *brokerWorld) member(mode store.Mode, protocol kgo.Opt, o memberOpts) *f
 	return m
 }
 
-func (m *fenceMember) freeze() { m.consumer.freeze(); m.store.freeze() }
+func (m *fenceMember) freeze() { m.consumer.Freeze(); m.store.Freeze() }
 
 // close thaws the member and leaves the group; it returns the leave's error.
 func (m *fenceMember) close() error {
-	m.consumer.thaw()
-	m.store.thaw()
+	m.consumer.Thaw()
+	m.store.Thaw()
 	if m.closed {
 		return nil
 	}
@@ -339,7 +253,7 @@ func fenceScript(t *testing.T, protocol kgo.Opt, mode store.Mode) {
 	// 5. A wakes. Its application thread runs first: the store side
 	// thaws, and A flushes its dirty state and commits with the identity
 	// it published before the pause. Then its consumer thaws and it leaves.
-	a.store.thaw()
+	a.store.Thaw()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	a.r.FlushAll(ctx)
 	cancel()
@@ -479,7 +393,7 @@ func TestGenerationFenceOnKafka(t *testing.T) {
 			moved := time.Since(paused)
 
 			// A wakes in the window and flushes its dirty state.
-			a.store.thaw()
+			a.store.Thaw()
 			fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
 			a.r.FlushAll(fctx)
 			fcancel()
@@ -497,7 +411,7 @@ func TestGenerationFenceOnKafka(t *testing.T) {
 			}
 
 			// B's store resumes: the takeover, recovery, newer events.
-			b.store.thaw()
+			b.store.Thaw()
 			b.stepUntil(30*time.Second, "B runs both partitions", func() bool { return len(b.r.Flows()) == 2 })
 			w.produce("alice=+1000", "dave=+300", "carol=+50", "bob=-2")
 			w.drain(b.r)

@@ -58,6 +58,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/internal/netfreeze"
 	"github.com/snapfence/snapfence/internal/world"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
@@ -194,8 +195,8 @@ type process struct {
 	eng      *engine.Engine[int]
 	r        *engine.Runner[int]
 	be       *kafka.Backend
-	consumer *freezer
-	store    *freezer
+	consumer *netfreeze.Freezer
+	store    *netfreeze.Freezer
 	cbs      callbacks
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -350,7 +351,7 @@ func (w *World) thawPending() {
 	for _, m := range w.members {
 		if m.state == running && m.p.thawConsumer {
 			m.p.thawConsumer = false
-			m.p.consumer.thaw()
+			m.p.consumer.Thaw()
 		}
 	}
 	synctest.Wait()
@@ -360,13 +361,13 @@ func (w *World) thawPending() {
 // consumer was still to thaw stays frozen).
 func (w *World) pause(m *member) {
 	m.p.thawConsumer = false
-	m.p.consumer.freeze()
-	m.p.store.freeze()
+	m.p.consumer.Freeze()
+	m.p.store.Freeze()
 	m.state = paused
 }
 
 func (w *World) resume(m *member) {
-	m.p.store.thaw()
+	m.p.store.Thaw()
 	m.p.thawConsumer = true
 	m.state = running
 }
@@ -389,7 +390,7 @@ func (w *World) poll(m *member) {
 	p := m.p
 	if p.thawConsumer {
 		p.thawConsumer = false
-		p.consumer.thaw()
+		p.consumer.Thaw()
 		synctest.Wait()
 	}
 	if !p.idle() {
@@ -450,14 +451,14 @@ func (w *World) emitted(outs []engine.Output) {
 // start starts a process in m's slot: a new backend, engine (an empty
 // in-memory cache) and group member.
 func (w *World) start(m *member) {
-	p := &process{consumer: newFreezer(w.net.DialContext), store: newFreezer(w.net.DialContext), down: make(chan struct{})}
+	p := &process{consumer: netfreeze.New(w.net.DialContext), store: netfreeze.New(w.net.DialContext), down: make(chan struct{})}
 	ctx := context.Background()
 	be, err := kafka.New(ctx, kafka.Config{
 		Mode: w.cfg.Mode, SeedBrokers: w.seeds, TransactionalIDPrefix: world.Prefix,
 		MaxWritesPerTransaction: w.cfg.MaxWritesPerTransaction,
 		TransactionTimeout:      w.cfg.TransactionTimeout,
 		RecoveryStallTimeout:    w.cfg.StallTimeout,
-		ClientOpts:              []kgo.Opt{kgo.Dialer(p.store.dial)},
+		ClientOpts:              []kgo.Opt{kgo.Dialer(p.store.Dial)},
 	})
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: backend: %v", err))
@@ -475,7 +476,7 @@ func (w *World) start(m *member) {
 	}
 	newSource := engine.NewKafkaSource(engine.KafkaConfig{
 		SeedBrokers: w.seeds, Group: world.Group, Topics: []string{world.InputTopic},
-		ClientOpts: []kgo.Opt{kgo.Dialer(p.consumer.dial), protocolOpt(w.cfg.Protocol),
+		ClientOpts: []kgo.Opt{kgo.Dialer(p.consumer.Dial), protocolOpt(w.cfg.Protocol),
 			kgo.SessionTimeout(w.cfg.SessionTimeout), kgo.HeartbeatInterval(w.cfg.HeartbeatInterval)},
 	})
 	r, err := eng.NewRunner(func(h engine.Handler) (engine.Source, error) {
@@ -495,7 +496,7 @@ func (w *World) start(m *member) {
 func (w *World) leave(m *member) {
 	p := m.p
 	p.thawConsumer = false
-	p.consumer.thaw()
+	p.consumer.Thaw()
 	w.retire(m, absent, func() {
 		_ = p.r.Close(context.Background())
 	})
@@ -505,8 +506,8 @@ func (w *World) leave(m *member) {
 // transaction is ended), then its runner crashes and its clients close.
 func (w *World) crash(m *member) {
 	p := m.p
-	p.consumer.kill()
-	p.store.kill()
+	p.consumer.Kill()
+	p.store.Kill()
 	w.retire(m, crashed, func() {
 		p.r.Crash()
 		_ = p.r.Source().Close(context.Background())

@@ -1,4 +1,8 @@
-package kfakeworld
+// Package netfreeze switches a process's network connections off and on,
+// as a long GC pause or a crash looks from the broker: the world's pause,
+// evict and crash steps (internal/world/kfakeworld) and the end-to-end
+// fence test on Kafka (engine/fence_it_test.go) use it.
+package netfreeze
 
 import (
 	"context"
@@ -7,20 +11,19 @@ import (
 	"sync"
 )
 
-// errDead is what a dead freezer's connections answer: the process is
+// ErrDead is what a dead freezer's connections answer: the process is
 // gone, its sockets with it.
-var errDead = errors.New("kfakeworld: the process crashed")
+var ErrDead = errors.New("netfreeze: the process crashed")
 
-// freezer is a switch over one side of a process's connections (its
-// consumer's or its store's) on the virtual network. Frozen, their reads
+// Freezer is a switch over a set of a process's connections (its
+// consumer's, or its store's). Frozen, their reads
 // and writes and new dials block until it thaws (or the connection is
 // closed, or the dial's context ends), deadlines ignored: a process in a
 // long GC pause, as the broker sees it. Dead, every connection is closed
 // and every read, write and dial fails: a crashed process. The waits are
 // on channels, so a frozen client is durably blocked in a synctest bubble
-// and virtual time moves on without it. (engine/fence_it_test.go has the
-// same freezer over TCP.)
-type freezer struct {
+// and virtual time moves on without it.
+type Freezer struct {
 	dialer func(ctx context.Context, network, host string) (net.Conn, error)
 
 	mu     sync.Mutex
@@ -29,11 +32,13 @@ type freezer struct {
 	conns  map[*frozenConn]struct{}
 }
 
-func newFreezer(dialer func(ctx context.Context, network, host string) (net.Conn, error)) *freezer {
-	return &freezer{dialer: dialer, conns: map[*frozenConn]struct{}{}}
+// New returns a thawed Freezer over the connections dialer makes.
+func New(dialer func(ctx context.Context, network, host string) (net.Conn, error)) *Freezer {
+	return &Freezer{dialer: dialer, conns: map[*frozenConn]struct{}{}}
 }
 
-func (f *freezer) freeze() {
+// Freeze blocks the connections until Thaw.
+func (f *Freezer) Freeze() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.thawed == nil && !f.dead {
@@ -41,7 +46,8 @@ func (f *freezer) freeze() {
 	}
 }
 
-func (f *freezer) thaw() {
+// Thaw lets the connections go on.
+func (f *Freezer) Thaw() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.thawed != nil {
@@ -50,9 +56,9 @@ func (f *freezer) thaw() {
 	}
 }
 
-// kill closes every connection and fails what comes next; it thaws what
+// Kill closes every connection and fails what comes next; it thaws what
 // was frozen, so blocked reads and writes fail too.
-func (f *freezer) kill() {
+func (f *Freezer) Kill() {
 	f.mu.Lock()
 	f.dead = true
 	conns := f.conns
@@ -67,14 +73,14 @@ func (f *freezer) kill() {
 	}
 }
 
-// wait returns nil once not frozen; errDead if dead, net.ErrClosed if
+// wait returns nil once not frozen; ErrDead if dead, net.ErrClosed if
 // done closes first.
-func (f *freezer) wait(done <-chan struct{}) error {
+func (f *Freezer) wait(done <-chan struct{}) error {
 	f.mu.Lock()
 	thawed, dead := f.thawed, f.dead
 	f.mu.Unlock()
 	if dead {
-		return errDead
+		return ErrDead
 	}
 	if thawed == nil {
 		return nil
@@ -87,8 +93,8 @@ func (f *freezer) wait(done <-chan struct{}) error {
 	}
 }
 
-// dial is a kgo.Dialer whose connections the freezer controls.
-func (f *freezer) dial(ctx context.Context, network, host string) (net.Conn, error) {
+// Dial is a kgo.Dialer whose connections the freezer controls.
+func (f *Freezer) Dial(ctx context.Context, network, host string) (net.Conn, error) {
 	if err := f.wait(ctx.Done()); err != nil {
 		return nil, err
 	}
@@ -101,7 +107,7 @@ func (f *freezer) dial(ctx context.Context, network, host string) (net.Conn, err
 	defer f.mu.Unlock()
 	if f.dead {
 		_ = c.Close()
-		return nil, errDead
+		return nil, ErrDead
 	}
 	f.conns[fc] = struct{}{}
 	return fc, nil
@@ -109,7 +115,7 @@ func (f *freezer) dial(ctx context.Context, network, host string) (net.Conn, err
 
 type frozenConn struct {
 	net.Conn
-	f         *freezer
+	f         *Freezer
 	closeOnce sync.Once
 	closed    chan struct{}
 }
