@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,17 +31,22 @@ func TestContractOnKafka(t *testing.T) {
 type brokerHarness struct{ brokers []string }
 
 func (h brokerHarness) Run(t *testing.T, body func(t *testing.T, w storetest.World)) {
-	w := &brokerWorld{}
-	seeds := h.brokers
-	if strings.HasSuffix(t.Name(), "/Truncation") {
-		// Truncating a log means stopping its broker: not the shared one.
-		b, err := kafkatest.Start(context.Background(), t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Stop() })
-		w.own, seeds = b, []string{b.Addr}
+	h.run(t, nil, h.brokers, body)
+}
+
+// RunOnOwnCluster implements storetest.ClusterOfItsOwn: truncating a log
+// means stopping its broker, so not the shared one.
+func (h brokerHarness) RunOnOwnCluster(t *testing.T, body func(t *testing.T, w storetest.World)) {
+	b, err := kafkatest.Start(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = b.Stop() })
+	h.run(t, b, []string{b.Addr}, body)
+}
+
+func (h brokerHarness) run(t *testing.T, own *kafkatest.Broker, seeds []string, body func(t *testing.T, w storetest.World)) {
+	w := &brokerWorld{own: own}
 	name := fmt.Sprintf("orders-%d", time.Now().UnixNano())
 	w.world = &world{
 		input: name, group: name + "-flow", prefix: "sf-" + name, foreignID: name + "-foreign",
@@ -143,7 +147,7 @@ func (w *brokerWorld) Now() time.Time { return time.Now() }
 func (w *brokerWorld) Truncate(t *testing.T, in store.TopicPartition, end int64) {
 	t.Helper()
 	if w.own == nil {
-		t.Fatal("Truncate needs a broker of the test's own (brokerHarness gives one to */Truncation cases)")
+		t.Fatal("Truncate needs a broker of the test's own (RunOnOwnCluster)")
 	}
 	tp := snapTP(in)
 	if err := w.own.Stop(); err != nil {

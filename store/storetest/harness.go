@@ -19,6 +19,14 @@ type Harness interface {
 	Run(t *testing.T, body func(t *testing.T, w World))
 }
 
+// ClusterOfItsOwn is implemented by a harness whose worlds share a
+// cluster: the cases that truncate a log run through RunOnOwnCluster,
+// which gives them a cluster nothing else uses (truncating a real broker's
+// log means stopping it).
+type ClusterOfItsOwn interface {
+	RunOnOwnCluster(t *testing.T, body func(t *testing.T, w World))
+}
+
 // BackendConfig is what the suite varies between backends of a world.
 type BackendConfig struct {
 	Mode store.Mode
