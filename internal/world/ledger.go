@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/internal/history"
 )
 
 // What every world shares: the engines' fold and codec, the input's
@@ -209,4 +210,29 @@ func RunSteps(w Stepper, steps []Step) []Violation {
 		}
 	}
 	return w.Quiesce()
+}
+
+// historyInvariant is the invariant each anomaly of the history checker
+// breaks.
+var historyInvariant = map[history.AnomalyKind]int{
+	history.Regression:     1,
+	history.CommitAhead:    2,
+	history.DuplicatedFold: 3,
+	history.LostFold:       3,
+	history.WrongState:     3,
+	history.AbortedRead:    4,
+	history.PhantomRead:    4,
+	history.LostWrite:      5,
+}
+
+// CheckHistory runs the history checker (internal/history) over a world's
+// recorded history and reports each anomaly as a violation of the
+// invariant it breaks, after the step of its last operation.
+func CheckHistory(ops []history.Op) []Violation {
+	var vs []Violation
+	for _, a := range history.Check(ops) {
+		step := ops[a.Ops[len(a.Ops)-1]].StepNo
+		vs = append(vs, Violate(historyInvariant[a.Kind], step, "history: %s", a))
+	}
+	return vs
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -103,6 +104,9 @@ type World struct {
 	steps   int // steps applied
 
 	checker checker
+	// rec records every store call of the members, the input events and
+	// the final read, for the history checker.
+	rec *history.Recorder
 }
 
 type memberState int
@@ -166,6 +170,7 @@ func New(cfg Config) (*World, error) {
 		w.members[i] = &member{slot: i}
 	}
 	w.checker = newChecker(w)
+	w.rec = history.NewRecorder(func() time.Duration { return w.c.Now().Sub(sim.Epoch) })
 	return w, nil
 }
 
@@ -173,6 +178,10 @@ var snapshotTopic = InputTopic + "-snapshots"
 
 // Cluster is the world's simulated cluster.
 func (w *World) Cluster() *sim.Cluster { return w.c }
+
+// Recorder is the world's history: steps, input events, and every store
+// call of its members with its outcome.
+func (w *World) Recorder() *history.Recorder { return w.rec }
 
 // Config is the world's configuration, defaults filled in.
 func (w *World) Config() Config { return w.cfg }
@@ -183,6 +192,7 @@ func (w *World) Config() Config { return w.cfg }
 // open) do nothing, so every list of steps is a valid scenario.
 func (w *World) Apply(s Step) []Violation {
 	w.steps++
+	w.rec.BeginStep(w.steps, s.String())
 	if s.Member < 0 || s.Member >= len(w.members) {
 		s.Member = 0
 	}
@@ -274,6 +284,7 @@ func (w *World) produce(key string, delta int) {
 		panic(fmt.Sprintf("world: producing to %s: %v", tp, err)) // the world's own topic: a bug
 	}
 	w.ledger = append(w.ledger, Event{Partition: tp.Partition, Offset: offs[0], Key: key, Delta: delta})
+	w.rec.Add(history.Op{Kind: history.Produce, Member: -1, Partition: tp.Partition, Offset: offs[0], Key: key, Delta: delta})
 }
 
 // start starts a member's process: a new engine (empty cache), a new
@@ -289,7 +300,7 @@ func (w *World) start(m *member) {
 		panic(fmt.Sprintf("world: backend: %v", err))
 	}
 	eng, err := engine.New(engine.Config[int]{
-		Fold: Fold, Codec: IntCodec{}, Store: &checkedBackend{Backend: be, w: w, m: m},
+		Fold: Fold, Codec: IntCodec{}, Store: &checkedBackend{Backend: history.Backend(be, w.rec, m.slot), w: w, m: m},
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
 		Emit: func(_ context.Context, outs []engine.Output) error {
 			w.checker.emitted(outs)
@@ -409,8 +420,11 @@ func (w *World) crash(m *member) {
 	for _, tp := range owned {
 		p := w.c.InitProducerID(fmt.Sprintf("%s-%s-%d", Prefix, tp.Topic, tp.Partition), w.cfg.TransactionTimeout)
 		snap := store.TopicPartition{Topic: snapshotTopic, Partition: tp.Partition}
-		rec := store.EncodeSnapshot(store.Snapshot{Key: []byte("crash-" + strconv.Itoa(m.slot)), Value: []byte("-999999"), Offset: 1 << 40})
-		_, _ = p.Produce(snap, rec)
+		s := store.Snapshot{Key: []byte("crash-" + strconv.Itoa(m.slot)), Value: []byte("-999999"), Offset: 1 << 40}
+		if _, err := p.Produce(snap, store.EncodeSnapshot(s)); err == nil {
+			w.rec.Add(history.Op{Kind: history.Abandon, Member: m.slot, Partition: tp.Partition,
+				Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Outcome: history.Unknown})
+		}
 	}
 }
 
@@ -478,11 +492,14 @@ func (w *World) Quiesce() []Violation {
 		w.start(w.members[0])
 	}
 	w.settle()
+	w.rec.BeginStep(0, "quiesce")
 	var vs []Violation
 	const rounds = 200
 	for round := 0; round < rounds; round++ {
 		if w.caughtUp() {
-			return append(vs, w.checker.atQuiescence()...)
+			w.finalRead()
+			vs = append(vs, w.checker.atQuiescence()...)
+			return append(vs, CheckHistory(w.rec.Ops())...)
 		}
 		for _, m := range w.members {
 			if m.state == running && m.busy == nil {
@@ -497,6 +514,33 @@ func (w *World) Quiesce() []Violation {
 		"with every fault lifted, the committed offsets %v did not reach the input's ends %v in %d rounds (%s of virtual time); member errors: %v",
 		w.committedOffsets(), w.endOffsets(), rounds, time.Duration(rounds)*w.cfg.PersistInterval, w.memberErrors()))
 }
+
+// finalRead records a read_committed read of every snapshot partition in
+// the history, as the final read the history checker judges against every
+// input event.
+func (w *World) finalRead() {
+	for p := range w.cfg.Partitions {
+		tp := store.TopicPartition{Topic: snapshotTopic, Partition: int32(p)}
+		n := finalReadBase + p
+		w.rec.Add(history.Op{Kind: history.ReadStart, Member: -1, Partition: int32(p), Read: n, Detail: history.FinalRead})
+		ents, err := w.c.Read(tp, true)
+		if err != nil {
+			panic(fmt.Sprintf("world: reading %s: %v", tp, err))
+		}
+		for _, e := range ents {
+			s, kind, err := store.DecodeRecord(tp, e.Offset, e.Record)
+			if err != nil || kind == store.KindOffsetMarker {
+				continue
+			}
+			w.rec.Add(history.Op{Kind: history.Read, Member: -1, Partition: int32(p), Read: n,
+				Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone})
+		}
+		w.rec.Add(history.Op{Kind: history.ReadEnd, Member: -1, Partition: int32(p), Read: n, Outcome: history.OK})
+	}
+}
+
+// finalReadBase numbers the final reads apart from the members'.
+const finalReadBase = 1 << 30
 
 func (w *World) caughtUp() bool {
 	ends, committed := w.endOffsets(), w.committedOffsets()

@@ -2,6 +2,8 @@ package world
 
 import (
 	"bytes"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,12 +34,21 @@ func TestIssue732InTheWorld(t *testing.T) {
 	t.Run("plain", func(t *testing.T) {
 		vs, _ := run(t, Config{Mode: store.Plain}, Scenario732)
 		found := map[int]bool{}
+		var anomalies []string
 		for _, v := range vs {
 			t.Logf("%s", v)
 			found[v.Invariant] = true
+			if kind, ok := strings.CutPrefix(v.Detail, "history: "); ok {
+				anomalies = append(anomalies, strings.SplitN(kind, ":", 2)[0])
+			}
 		}
 		if !found[1] || !found[3] {
 			t.Fatalf("plain mode: want the stale overwrite (1) and a wrong final state (3), got %v", vs)
+		}
+		// The history checker, which knows nothing of the engine, sees it
+		// too: the stale write, the newer one lost, the events lost.
+		if want := []string{"regression", "lost-write", "lost-fold"}; !slices.Equal(anomalies, want) {
+			t.Fatalf("plain mode: the history checker found %v, want %v", anomalies, want)
 		}
 	})
 }

@@ -1,0 +1,339 @@
+package history
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// AnomalyKind names what a checker found.
+type AnomalyKind string
+
+// The anomalies.
+const (
+	// LostWrite: an acknowledged snapshot write, the newest of its key when
+	// a recovery read began, is missing from what the read returned.
+	LostWrite AnomalyKind = "lost-write"
+	// AbortedRead: a read returned a snapshot that only fenced, failed
+	// or abandoned writes wrote.
+	AbortedRead AnomalyKind = "aborted-read"
+	// PhantomRead: a read returned a snapshot that no write wrote.
+	PhantomRead AnomalyKind = "phantom-read"
+	// DuplicatedFold: an acknowledged snapshot folds an input event twice.
+	DuplicatedFold AnomalyKind = "duplicated-fold"
+	// LostFold: an acknowledged snapshot misses an input event at or below
+	// its offset, or the final read misses one.
+	LostFold AnomalyKind = "lost-fold"
+	// WrongState: an acknowledged snapshot is not the fold of its key's
+	// events up to its offset, in a way that no single duplicated or lost
+	// event explains.
+	WrongState AnomalyKind = "wrong-state"
+	// Regression: an acknowledged write of a key went back to an older
+	// input offset than one acknowledged before it.
+	Regression AnomalyKind = "regression"
+	// CommitAhead: an acknowledged offset commit passed an input event that
+	// no acknowledged snapshot of its key covered.
+	CommitAhead AnomalyKind = "commit-ahead"
+)
+
+// Anomaly is one thing the checker found, with the operations (indexes)
+// that show it.
+type Anomaly struct {
+	Kind   AnomalyKind `json:"kind"`
+	Key    string      `json:"key,omitempty"`
+	Detail string      `json:"detail"`
+	Ops    []int       `json:"ops"`
+}
+
+func (a Anomaly) String() string {
+	return fmt.Sprintf("%s: %s (ops %v)", a.Kind, a.Detail, a.Ops)
+}
+
+// FinalRead is the Detail of the ReadStart of a world's final read, once
+// every event has been processed: it must cover every event.
+const FinalRead = "final"
+
+type pk struct {
+	p   int32
+	key string
+}
+
+type checker struct {
+	ops    []Op
+	events map[pk][]Op // Produce ops by partition and key, in offset order
+	out    []Anomaly
+}
+
+// Check checks a history and returns its anomalies, in the order of the
+// operations that show them. The workload is the worlds' balances fold:
+// each event adds its Delta to its key's state; Delta 0 closes the key (a
+// tombstone); a state is written as its decimal value.
+func Check(ops []Op) []Anomaly {
+	c := &checker{ops: ops, events: map[pk][]Op{}}
+	for _, op := range ops {
+		if op.Kind == Produce {
+			k := pk{op.Partition, op.Key}
+			c.events[k] = append(c.events[k], op)
+		}
+	}
+	for k := range c.events {
+		slices.SortFunc(c.events[k], func(a, b Op) int { return cmp.Compare(a.Offset, b.Offset) })
+	}
+	c.checkWrites()
+	c.checkCommits()
+	c.checkReads()
+	slices.SortStableFunc(c.out, func(a, b Anomaly) int { return cmp.Compare(a.Ops[len(a.Ops)-1], b.Ops[len(b.Ops)-1]) })
+	return c.out
+}
+
+func (c *checker) report(kind AnomalyKind, key string, ops []int, format string, args ...any) {
+	c.out = append(c.out, Anomaly{Kind: kind, Key: key, Detail: fmt.Sprintf(format, args...), Ops: ops})
+}
+
+// fold is key k's state after its events up to and including offset.
+func (c *checker) fold(k pk, offset int64) (state int, exists bool) {
+	for _, e := range c.events[k] {
+		if e.Offset > offset {
+			break
+		}
+		if e.Delta == 0 {
+			state, exists = 0, false
+			continue
+		}
+		state, exists = state+e.Delta, true
+	}
+	return state, exists
+}
+
+func describe(state int, exists bool) string {
+	if !exists {
+		return "closed"
+	}
+	return strconv.Itoa(state)
+}
+
+func snapshotOf(op Op) string {
+	if op.Tombstone {
+		return fmt.Sprintf("%s=tombstone@%d", op.Key, op.Offset)
+	}
+	return fmt.Sprintf("%s=%s@%d", op.Key, op.Value, op.Offset)
+}
+
+// checkWrites judges every acknowledged write: its state is the fold of
+// its key's events up to its offset (one report per key: a wrong state
+// is carried into every later one), and it never goes back to an older
+// offset than one acknowledged before it.
+func (c *checker) checkWrites() {
+	wrong := map[pk]bool{}
+	newest := map[pk]Op{}
+	for _, op := range c.ops {
+		if op.Kind != Write || op.Outcome != OK {
+			continue
+		}
+		k := pk{op.Partition, op.Key}
+		if prev, ok := newest[k]; ok && op.Offset < prev.Offset {
+			c.report(Regression, op.Key, []int{prev.Index, op.Index},
+				"m%d wrote %s after %s was acknowledged (m%d)", op.Member, snapshotOf(op), snapshotOf(prev), prev.Member)
+		}
+		if prev, ok := newest[k]; !ok || op.Offset >= prev.Offset {
+			newest[k] = op
+		}
+		if wrong[k] {
+			continue
+		}
+		state, exists := c.fold(k, op.Offset)
+		if op.Tombstone == !exists && (op.Tombstone || op.Value == strconv.Itoa(state)) {
+			continue
+		}
+		wrong[k] = true
+		got, err := strconv.Atoi(op.Value)
+		kind, why := WrongState, ""
+		if err == nil && !op.Tombstone && exists {
+			for _, e := range c.events[k] {
+				if e.Offset > op.Offset || e.Delta == 0 {
+					continue
+				}
+				if got == state+e.Delta {
+					kind, why = DuplicatedFold, fmt.Sprintf(": the event at offset %d (%+d) is in it twice", e.Offset, e.Delta)
+					break
+				}
+				if got == state-e.Delta {
+					kind, why = LostFold, fmt.Sprintf(": the event at offset %d (%+d) is missing", e.Offset, e.Delta)
+					break
+				}
+			}
+		}
+		c.report(kind, op.Key, []int{op.Index},
+			"m%d wrote %s, but the fold of %s's events up to offset %d is %s%s", op.Member, snapshotOf(op), op.Key, op.Offset, describe(state, exists), why)
+	}
+}
+
+// checkCommits judges every acknowledged offset commit: each key's last
+// event below the committed offset is covered by an acknowledged
+// snapshot of the key written before the commit was acknowledged, or the
+// key was closed and has no live snapshot to resurrect.
+func (c *checker) checkCommits() {
+	newest := map[pk]Op{} // by offset, acknowledged so far
+	for _, op := range c.ops {
+		switch {
+		case op.Kind == Write && op.Outcome == OK:
+			k := pk{op.Partition, op.Key}
+			if prev, ok := newest[k]; !ok || op.Offset >= prev.Offset {
+				newest[k] = op
+			}
+		case op.Kind == Commit && op.Outcome == OK:
+			for _, k := range c.keysOf(op.Partition) {
+				var last *Op
+				for i, e := range c.events[k] {
+					if e.Offset < op.Offset {
+						last = &c.events[k][i]
+					}
+				}
+				if last == nil {
+					continue
+				}
+				w, written := newest[k]
+				_, exists := c.fold(k, last.Offset)
+				switch {
+				case written && w.Offset >= last.Offset:
+				case !exists && (!written || w.Tombstone):
+				default:
+					have := "no snapshot"
+					ops := []int{last.Index, op.Index}
+					if written {
+						have = snapshotOf(w)
+						ops = []int{last.Index, w.Index, op.Index}
+					}
+					c.report(CommitAhead, k.key, ops,
+						"m%d committed partition %d at %d, past %s's event at offset %d, with %s acknowledged", op.Member, op.Partition, op.Offset, k.key, last.Offset, have)
+				}
+			}
+		}
+	}
+}
+
+func (c *checker) keysOf(p int32) []pk {
+	var out []pk
+	for k := range c.events {
+		if k.p == p {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, func(a, b pk) int { return cmp.Compare(a.key, b.key) })
+	return out
+}
+
+type readState struct {
+	start  Op
+	got    map[string]Op // each key's last snapshot returned
+	expect map[pk]Op     // each key's newest acknowledged write when the read began
+}
+
+// checkReads judges every recovery read: what it returned was written by
+// a write that may have committed, and a read that ended well returned,
+// for each key, at least the newest write acknowledged before it began.
+func (c *checker) checkReads() {
+	type sk struct {
+		p          int32
+		key, value string
+		offset     int64
+		tombstone  bool
+	}
+	writers := map[sk][]Op{}
+	newest := map[pk]Op{}
+	reads := map[int]*readState{}
+	for _, op := range c.ops {
+		switch op.Kind {
+		case Write, Abandon:
+			id := sk{op.Partition, op.Key, op.Value, op.Offset, op.Tombstone}
+			writers[id] = append(writers[id], op)
+			if op.Kind == Write && op.Outcome == OK {
+				k := pk{op.Partition, op.Key}
+				if prev, ok := newest[k]; !ok || op.Offset >= prev.Offset {
+					newest[k] = op
+				}
+			}
+		case ReadStart:
+			rs := &readState{start: op, got: map[string]Op{}, expect: map[pk]Op{}}
+			for k, w := range newest {
+				if k.p == op.Partition {
+					rs.expect[k] = w
+				}
+			}
+			reads[op.Read] = rs
+		case Read:
+			if rs := reads[op.Read]; rs != nil {
+				rs.got[op.Key] = op
+			}
+			id := sk{op.Partition, op.Key, op.Value, op.Offset, op.Tombstone}
+			ws := writers[id]
+			if slices.ContainsFunc(ws, func(w Op) bool { return w.Kind == Write && (w.Outcome == OK || w.Outcome == Unknown) }) {
+				continue
+			}
+			if len(ws) == 0 {
+				c.report(PhantomRead, op.Key, []int{op.Index}, "read %d of partition %d (m%d) returned %s, which no write wrote", op.Read, op.Partition, op.Member, snapshotOf(op))
+				continue
+			}
+			c.report(AbortedRead, op.Key, []int{ws[len(ws)-1].Index, op.Index},
+				"read %d of partition %d (m%d) returned %s, written only by a write that was %s", op.Read, op.Partition, op.Member, snapshotOf(op), outcomeWord(ws[len(ws)-1]))
+		case ReadEnd:
+			rs := reads[op.Read]
+			delete(reads, op.Read)
+			if rs == nil || op.Outcome != OK {
+				continue
+			}
+			c.checkComplete(rs, op)
+		}
+	}
+}
+
+func outcomeWord(w Op) string {
+	if w.Kind == Abandon {
+		return "abandoned in an open transaction"
+	}
+	return string(w.Outcome)
+}
+
+func (c *checker) checkComplete(rs *readState, end Op) {
+	keys := make([]pk, 0, len(rs.expect))
+	for k := range rs.expect {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b pk) int { return cmp.Compare(a.key, b.key) })
+	for _, k := range keys {
+		w := rs.expect[k]
+		g, ok := rs.got[k.key]
+		switch {
+		case ok && g.Offset >= w.Offset:
+		case !ok && w.Tombstone: // compaction may drop a tombstone
+		default:
+			have := "nothing"
+			if ok {
+				have = snapshotOf(g)
+			}
+			c.report(LostWrite, k.key, []int{w.Index, rs.start.Index, end.Index},
+				"m%d's write %s was acknowledged before read %d of partition %d began, which returned %s for the key", w.Member, snapshotOf(w), end.Read, k.p, have)
+		}
+	}
+	if rs.start.Detail != FinalRead {
+		return
+	}
+	for _, k := range c.keysOf(rs.start.Partition) {
+		evs := c.events[k]
+		last := evs[len(evs)-1]
+		state, exists := c.fold(k, last.Offset)
+		g, ok := rs.got[k.key]
+		switch {
+		case !exists && (!ok || g.Tombstone):
+		case exists && ok && !g.Tombstone && g.Value == strconv.Itoa(state):
+		default:
+			have := "nothing"
+			if ok {
+				have = snapshotOf(g)
+			}
+			c.report(LostFold, k.key, []int{last.Index, end.Index},
+				"the final read returned %s for %s, the fold of all its %d events is %s", have, k.key, len(evs), describe(state, exists))
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package history
+
+import (
+	"slices"
+	"testing"
+)
+
+// A history is written as a script of operations; each test names the
+// anomalies it must produce, or none.
+
+func produce(p int32, off int64, key string, delta int) Op {
+	return Op{Kind: Produce, Member: -1, Partition: p, Offset: off, Key: key, Delta: delta}
+}
+
+func write(m int, key, value string, off int64, outcome Outcome) Op {
+	return Op{Kind: Write, Member: m, Key: key, Value: value, Offset: off, Outcome: outcome}
+}
+
+func tombstone(m int, key string, off int64) Op {
+	return Op{Kind: Write, Member: m, Key: key, Offset: off, Tombstone: true, Outcome: OK}
+}
+
+func commit(m int, off int64) Op { return Op{Kind: Commit, Member: m, Offset: off, Outcome: OK} }
+
+func read(n int, final bool, got ...Op) []Op {
+	start := Op{Kind: ReadStart, Read: n}
+	if final {
+		start.Detail = FinalRead
+	}
+	out := []Op{start}
+	for _, g := range got {
+		out = append(out, Op{Kind: Read, Read: n, Key: g.Key, Value: g.Value, Offset: g.Offset, Tombstone: g.Tombstone})
+	}
+	return append(out, Op{Kind: ReadEnd, Read: n, Outcome: OK})
+}
+
+func script(parts ...any) []Op {
+	var ops []Op
+	for _, p := range parts {
+		switch p := p.(type) {
+		case Op:
+			ops = append(ops, p)
+		case []Op:
+			ops = append(ops, p...)
+		}
+	}
+	for i := range ops {
+		ops[i].Index = i
+	}
+	return ops
+}
+
+func kinds(as []Anomaly) []AnomalyKind {
+	var out []AnomalyKind
+	for _, a := range as {
+		out = append(out, a.Kind)
+	}
+	return out
+}
+
+func expect(t *testing.T, ops []Op, want ...AnomalyKind) {
+	t.Helper()
+	got := Check(ops)
+	for _, a := range got {
+		t.Logf("%s", a)
+	}
+	if !slices.Equal(kinds(got), want) {
+		t.Fatalf("anomalies %v, want %v", kinds(got), want)
+	}
+}
+
+func TestAFencedHandoverIsClean(t *testing.T) {
+	expect(t, script(
+		produce(0, 0, "a", 10), produce(0, 1, "a", 5),
+		write(0, "a", "10", 0, OK), commit(0, 1),
+		read(1, false, write(0, "a", "10", 0, OK)), // m1 takes over
+		write(1, "a", "15", 1, OK), commit(1, 2),
+		write(0, "a", "15", 1, Fenced), // the stale owner
+		produce(0, 2, "a", 0), tombstone(1, "a", 2), commit(1, 3),
+		read(2, true), // the tombstone compacted away
+	))
+}
+
+func TestIssue732IsALostWriteARegressionAndALostFold(t *testing.T) {
+	expect(t, script(
+		produce(0, 0, "a", 10), produce(0, 1, "a", 5), produce(0, 2, "a", 100),
+		write(1, "a", "115", 2, OK), commit(1, 3),
+		write(0, "a", "15", 1, OK), // the stale owner, unfenced
+		read(1, true, write(0, "a", "15", 1, OK)),
+	), Regression, LostWrite, LostFold)
+}
+
+func TestAReadOfAFencedWriteIsAnAbortedRead(t *testing.T) {
+	expect(t, script(
+		produce(0, 0, "a", 10),
+		write(0, "a", "10", 0, Fenced),
+		read(1, false, write(0, "a", "10", 0, OK)),
+	), AbortedRead)
+}
+
+func TestAReadOfAnAbandonedWriteIsAnAbortedRead(t *testing.T) {
+	abandoned := Op{Kind: Abandon, Key: "crash", Value: "-1", Offset: 1 << 40, Outcome: Unknown}
+	expect(t, script(
+		abandoned,
+		read(1, false, abandoned),
+	), AbortedRead)
+}
+
+func TestAnUnknownWriteMayBeRead(t *testing.T) {
+	expect(t, script(
+		produce(0, 0, "a", 10),
+		write(0, "a", "10", 0, Unknown),
+		read(1, false, write(0, "a", "10", 0, OK)),
+	))
+}
+
+func TestASnapshotNobodyWroteIsAPhantomRead(t *testing.T) {
+	expect(t, script(read(1, false, write(0, "z", "1", 0, OK))), PhantomRead)
+}
+
+func TestFoldsAreJudgedByTheInputAlone(t *testing.T) {
+	t.Run("duplicated", func(t *testing.T) {
+		expect(t, script(
+			produce(0, 0, "a", 10), produce(0, 1, "a", 5),
+			write(0, "a", "20", 1, OK), // 10 twice
+			write(0, "a", "20", 1, OK), // reported once per key
+		), DuplicatedFold)
+	})
+	t.Run("lost", func(t *testing.T) {
+		expect(t, script(
+			produce(0, 0, "a", 10), produce(0, 1, "a", 5),
+			write(0, "a", "5", 1, OK),
+		), LostFold)
+	})
+	t.Run("wrong", func(t *testing.T) {
+		expect(t, script(
+			produce(0, 0, "a", 10),
+			write(0, "a", "7", 0, OK),
+		), WrongState)
+	})
+	t.Run("a live snapshot of a closed key", func(t *testing.T) {
+		expect(t, script(
+			produce(0, 0, "a", 10), produce(0, 1, "a", 0),
+			write(0, "a", "10", 1, OK),
+		), WrongState)
+	})
+}
+
+func TestACommitPastAnUncoveredEventIsCommitAhead(t *testing.T) {
+	t.Run("no snapshot", func(t *testing.T) {
+		expect(t, script(produce(0, 0, "a", 10), commit(0, 1)), CommitAhead)
+	})
+	t.Run("an older snapshot", func(t *testing.T) {
+		expect(t, script(
+			produce(0, 0, "a", 10), produce(0, 1, "a", 5),
+			write(0, "a", "10", 0, OK), commit(0, 2),
+		), CommitAhead)
+	})
+	t.Run("a closed key needs its tombstone", func(t *testing.T) {
+		expect(t, script(
+			produce(0, 0, "a", 10), write(0, "a", "10", 0, OK),
+			produce(0, 1, "a", 0), commit(0, 2),
+		), CommitAhead)
+	})
+	t.Run("a key opened and closed between commits needs nothing", func(t *testing.T) {
+		expect(t, script(produce(0, 0, "a", 10), produce(0, 1, "a", 0), commit(0, 2)))
+	})
+	t.Run("a commit with nothing below it", func(t *testing.T) {
+		expect(t, script(produce(0, 0, "a", 10), commit(0, 0)))
+	})
+}
+
+func TestAReadThatFailedClaimsNothing(t *testing.T) {
+	expect(t, script(
+		produce(0, 0, "a", 10), write(0, "a", "10", 0, OK),
+		Op{Kind: ReadStart, Read: 1},
+		Op{Kind: ReadEnd, Read: 1, Outcome: Failed, Err: "stalled"},
+	))
+}
+
+func TestOtherPartitionsAreNotExpected(t *testing.T) {
+	w := write(0, "b", "1", 0, OK)
+	w.Partition = 1
+	p := produce(1, 0, "b", 1)
+	expect(t, script(p, w, read(1, false)))
+}

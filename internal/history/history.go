@@ -1,0 +1,184 @@
+// Package history records what a world's clients did and saw, and checks
+// it, in the spirit of Jepsen's Kafka workload: every input event
+// produced, every snapshot write and offset commit made through the Store
+// API with its outcome, and every snapshot a recovery read returned.
+//
+// The checker (Check) knows nothing of the engine's own bookkeeping (its
+// cache, its committable offsets): it judges the history against the
+// input events alone, with its own model of the workload's fold, and
+// reports lost writes, aborted reads, duplicated and lost folds, and
+// regressions.
+//
+// The recorder sits between an engine and its store (Backend), so the
+// same history is taken in every world: the simulated cluster, kfake and
+// a real broker.
+package history
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Kind names an operation.
+type Kind string
+
+// The operations of a history.
+const (
+	// Step is a step of the world's driver (Detail says which).
+	Step Kind = "step"
+	// Produce is an input event: Partition, Offset, Key, Delta (0: close).
+	Produce Kind = "produce"
+	// Write is one snapshot write of Member: Partition (the input
+	// partition), Key, Offset (the input offset of the last event folded),
+	// Value, Tombstone, and its Outcome.
+	Write Kind = "write"
+	// Commit is an offset commit of Member: Partition, Offset (the offset
+	// committed), Generation, and its Outcome.
+	Commit Kind = "commit"
+	// ReadStart begins recovery read Read of Partition by Member.
+	ReadStart Kind = "read-start"
+	// Read is one snapshot recovery read Read returned.
+	Read Kind = "read"
+	// ReadEnd ends recovery read Read: Outcome ok, or failed with Err.
+	ReadEnd Kind = "read-end"
+	// Acquire is Member's takeover of Partition: Generation, Outcome.
+	Acquire Kind = "acquire"
+	// Abandon is a write left in an open transaction by a crashed
+	// process; nothing ever acknowledged it.
+	Abandon Kind = "abandon"
+)
+
+// Outcome is how a write, commit or read ended.
+type Outcome string
+
+// The outcomes.
+const (
+	// OK: acknowledged (durable, committed).
+	OK Outcome = "ok"
+	// Fenced: refused by the fence (a stale owner); definitely not
+	// committed.
+	Fenced Outcome = "fenced"
+	// Failed: refused or aborted; definitely not committed in the
+	// transactional mode (a plain write's failure is indeterminate).
+	Failed Outcome = "failed"
+	// Unknown: the caller gave up (its context ended); it may have
+	// committed.
+	Unknown Outcome = "unknown"
+)
+
+// Op is one operation of a history. Fields an operation's kind does not
+// use are zero.
+type Op struct {
+	Index      int           `json:"index"`
+	At         time.Duration `json:"at"`             // virtual time since the world began
+	StepNo     int           `json:"step,omitempty"` // the driver's step during which it happened
+	Kind       Kind          `json:"kind"`
+	Member     int           `json:"member"`
+	Partition  int32         `json:"partition"`
+	Key        string        `json:"key,omitempty"`
+	Offset     int64         `json:"offset"`
+	Value      string        `json:"value,omitempty"`
+	Tombstone  bool          `json:"tombstone,omitempty"`
+	Delta      int           `json:"delta,omitempty"`
+	Generation int32         `json:"generation,omitempty"`
+	Read       int           `json:"read,omitempty"`
+	Outcome    Outcome       `json:"outcome,omitempty"`
+	Err        string        `json:"err,omitempty"`
+	Detail     string        `json:"detail,omitempty"`
+}
+
+func (o Op) String() string {
+	switch o.Kind {
+	case Step:
+		return fmt.Sprintf("#%d step %d: %s", o.Index, o.StepNo, o.Detail)
+	case Produce:
+		return fmt.Sprintf("#%d produce p%d@%d %s %+d", o.Index, o.Partition, o.Offset, o.Key, o.Delta)
+	case Write, Abandon:
+		v := o.Value
+		if o.Tombstone {
+			v = "tombstone"
+		}
+		return fmt.Sprintf("#%d m%d %s p%d %s=%s@%d: %s%s", o.Index, o.Member, o.Kind, o.Partition, o.Key, v, o.Offset, o.Outcome, errSuffix(o.Err))
+	case Commit:
+		return fmt.Sprintf("#%d m%d commit p%d offset %d generation %d: %s%s", o.Index, o.Member, o.Partition, o.Offset, o.Generation, o.Outcome, errSuffix(o.Err))
+	case Acquire:
+		return fmt.Sprintf("#%d m%d acquire p%d generation %d (seeded at %d): %s%s", o.Index, o.Member, o.Partition, o.Generation, o.Offset, o.Outcome, errSuffix(o.Err))
+	case ReadStart:
+		return fmt.Sprintf("#%d m%d read %d of p%d starts", o.Index, o.Member, o.Read, o.Partition)
+	case Read:
+		v := o.Value
+		if o.Tombstone {
+			v = "tombstone"
+		}
+		return fmt.Sprintf("#%d m%d read %d of p%d: %s=%s@%d", o.Index, o.Member, o.Read, o.Partition, o.Key, v, o.Offset)
+	case ReadEnd:
+		return fmt.Sprintf("#%d m%d read %d of p%d ends: %s%s", o.Index, o.Member, o.Read, o.Partition, o.Outcome, errSuffix(o.Err))
+	}
+	return fmt.Sprintf("#%d %s", o.Index, o.Kind)
+}
+
+func errSuffix(err string) string {
+	if err == "" {
+		return ""
+	}
+	return " (" + err + ")"
+}
+
+// Recorder collects a history. Its methods are safe for concurrent use
+// (members record from goroutines of their own).
+type Recorder struct {
+	mu    sync.Mutex
+	now   func() time.Duration
+	step  int
+	ops   []Op
+	reads int
+}
+
+// NewRecorder returns an empty recorder; now tells the virtual time since
+// the world began.
+func NewRecorder(now func() time.Duration) *Recorder {
+	return &Recorder{now: now}
+}
+
+// Add appends op, stamped with its index, the time and the current step.
+func (r *Recorder) Add(op Op) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	op.Index, op.At, op.StepNo = len(r.ops), r.now(), r.step
+	r.ops = append(r.ops, op)
+}
+
+// BeginStep records the driver's step n (1-based), described by detail;
+// the operations after it belong to it.
+func (r *Recorder) BeginStep(n int, detail string) {
+	r.mu.Lock()
+	r.step = n
+	r.mu.Unlock()
+	r.Add(Op{Kind: Step, Member: -1, Detail: detail})
+}
+
+func (r *Recorder) newRead() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reads++
+	return r.reads
+}
+
+// Ops returns a copy of the history so far.
+func (r *Recorder) Ops() []Op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Op(nil), r.ops...)
+}
+
+// JSON returns the history as JSON lines.
+func (r *Recorder) JSON() []byte {
+	var out []byte
+	for _, op := range r.Ops() {
+		b, _ := json.Marshal(op)
+		out = append(append(out, b...), '\n')
+	}
+	return out
+}

@@ -1,0 +1,154 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"sync"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// Backend wraps be so that every call of member's engine into its store
+// is recorded in r, with its outcome.
+func Backend(be store.Backend, r *Recorder, member int) store.Backend {
+	return &backend{Backend: be, r: r, member: member}
+}
+
+type backend struct {
+	store.Backend
+	r      *Recorder
+	member int
+}
+
+func (b *backend) Acquire(ctx context.Context, a store.Acquisition) (store.Partition, error) {
+	gen := int32(-1)
+	if a.Identity != nil {
+		gen = a.Identity.CurrentIdentity().Generation
+	}
+	p, err := b.Backend.Acquire(ctx, a)
+	op := Op{Kind: Acquire, Member: b.member, Partition: a.Input.Partition, Generation: gen, Outcome: outcomeOf(err), Err: errString(err)}
+	if err == nil {
+		op.Offset = p.CommittedOffset()
+	}
+	b.r.Add(op)
+	if err != nil {
+		return nil, err
+	}
+	return &partition{Partition: p, b: b, id: a.Identity}, nil
+}
+
+type partition struct {
+	store.Partition
+	b  *backend
+	id store.IdentityReader
+
+	mu     sync.Mutex
+	staged int64
+}
+
+func (p *partition) generation() int32 {
+	if p.id == nil {
+		return -1
+	}
+	return p.id.CurrentIdentity().Generation
+}
+
+func (p *partition) recordWrite(s store.Snapshot, err error) {
+	outcome := outcomeOf(err)
+	if err != nil && p.b.Mode() == store.Plain {
+		// A plain write goes to the log with no transaction to abort it:
+		// its failure says nothing of whether it landed.
+		outcome = Unknown
+	}
+	p.b.r.Add(Op{Kind: Write, Member: p.b.member, Partition: p.Input().Partition,
+		Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone,
+		Generation: p.generation(), Outcome: outcome, Err: errString(err)})
+}
+
+func (p *partition) Write(ctx context.Context, s store.Snapshot) error {
+	err := p.Partition.Write(ctx, s)
+	p.recordWrite(s, err)
+	return err
+}
+
+// WriteBatch keeps the batch a batch (store.BatchWriter), so a recorded
+// run is the same run as an unrecorded one.
+func (p *partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
+	var errs []error
+	if bw, ok := p.Partition.(store.BatchWriter); ok {
+		errs = bw.WriteBatch(ctx, snaps)
+	} else {
+		errs = make([]error, len(snaps))
+		for i, s := range snaps {
+			errs[i] = p.Partition.Write(ctx, s)
+		}
+	}
+	for i, s := range snaps {
+		p.recordWrite(s, errs[i])
+	}
+	return errs
+}
+
+func (p *partition) SetCommittable(offset int64) {
+	p.mu.Lock()
+	p.staged = max(p.staged, offset)
+	p.mu.Unlock()
+	p.Partition.SetCommittable(offset)
+}
+
+func (p *partition) Commit(ctx context.Context) error {
+	p.mu.Lock()
+	staged := p.staged
+	p.mu.Unlock()
+	err := p.Partition.Commit(ctx)
+	off := staged
+	if err == nil {
+		off = p.CommittedOffset()
+	}
+	p.b.r.Add(Op{Kind: Commit, Member: p.b.member, Partition: p.Input().Partition, Offset: off,
+		Generation: p.generation(), Outcome: outcomeOf(err), Err: errString(err)})
+	return err
+}
+
+func (p *partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {
+	return func(yield func(store.Snapshot, error) bool) {
+		r := p.b.r
+		n := r.newRead()
+		part := p.Input().Partition
+		r.Add(Op{Kind: ReadStart, Member: p.b.member, Partition: part, Read: n})
+		for s, err := range p.Partition.Recover(ctx) {
+			if err != nil {
+				r.Add(Op{Kind: ReadEnd, Member: p.b.member, Partition: part, Read: n, Outcome: outcomeOf(err), Err: errString(err)})
+				yield(s, err)
+				return
+			}
+			r.Add(Op{Kind: Read, Member: p.b.member, Partition: part, Read: n,
+				Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone})
+			if !yield(s, nil) {
+				r.Add(Op{Kind: ReadEnd, Member: p.b.member, Partition: part, Read: n, Outcome: Unknown, Err: "the reader stopped"})
+				return
+			}
+		}
+		r.Add(Op{Kind: ReadEnd, Member: p.b.member, Partition: part, Read: n, Outcome: OK})
+	}
+}
+
+func outcomeOf(err error) Outcome {
+	switch {
+	case err == nil:
+		return OK
+	case errors.Is(err, store.ErrFenced):
+		return Fenced
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return Unknown
+	}
+	return Failed
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
