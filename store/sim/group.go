@@ -298,7 +298,7 @@ func (c *Cluster) completeLocked(g *group) {
 
 // assignLocked computes a balanced, sticky assignment of the partitions of
 // the members' topics: each member keeps what prev says it has, up to its
-// share, and the rest goes round the members in id order.
+// share, and the rest goes round the members in order.
 func (c *Cluster) assignLocked(g *group, prev func(*groupMember) []store.TopicPartition) map[string][]store.TopicPartition {
 	ids := sortedKeys(g.members)
 	out := make(map[string][]store.TopicPartition, len(ids))
@@ -319,6 +319,20 @@ func (c *Cluster) assignLocked(g *group, prev func(*groupMember) []store.TopicPa
 		}
 	}
 	slices.SortFunc(all, compareTP)
+	// The larger shares go to the members that hold the most already (id
+	// order among equals), so a member joining a group with more members
+	// than partitions takes nothing from the current owners, as Kafka's
+	// sticky assignors do.
+	held := func(id string) int {
+		n := 0
+		for _, tp := range prev(g.members[id]) {
+			if slices.Contains(all, tp) {
+				n++
+			}
+		}
+		return n
+	}
+	slices.SortStableFunc(ids, func(a, b string) int { return held(b) - held(a) })
 	quota := func(i int) int {
 		q := len(all) / len(ids)
 		if i < len(all)%len(ids) {
