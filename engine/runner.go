@@ -535,6 +535,15 @@ func (r *Runner[S]) FlushAll(ctx context.Context) {
 	r.forEachFlow(func(f *flow[S]) error { return r.flushAndCommit(ctx, f) })
 }
 
+// Persist flushes every flow's dirty keys now without advancing the
+// committed offset, as the persist timer does (each write still carries
+// the committed offset, so it is fenced as a commit would be).
+func (r *Runner[S]) Persist(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.forEachFlow(func(f *flow[S]) error { return r.flush(ctx, f) })
+}
+
 // Close leaves the group; the revoke callbacks flush and tear down.
 func (r *Runner[S]) Close(ctx context.Context) error {
 	err := r.src.Close(ctx)

@@ -24,6 +24,8 @@ var weights = []struct {
 	{world.Produce, 8},
 	{world.Advance, 5},
 	{world.Flush, 2},
+	{world.Persist, 1},
+	{world.SlowFetches, 1},
 	{world.Join, 3},
 	{world.Leave, 1},
 	{world.Pause, 2},
@@ -61,7 +63,9 @@ func StepGen(cfg world.Config) *rapid.Generator[world.Step] {
 		case world.Produce:
 			s.Key = rapid.SampledFrom(Keys).Draw(t, "key")
 			s.Delta = rapid.IntRange(-3, 12).Draw(t, "delta") // 0 closes the account
-		case world.Poll, world.Flush, world.Join, world.Leave, world.Pause, world.Resume, world.Evict, world.Crash:
+		case world.SlowFetches:
+			s.D = rapid.SampledFrom([]time.Duration{0, 2 * time.Second, 6 * time.Second}).Draw(t, "d")
+		case world.Poll, world.Flush, world.Persist, world.Join, world.Leave, world.Pause, world.Resume, world.Evict, world.Crash:
 			s.Member = rapid.IntRange(0, cfg.Members-1).Draw(t, "member")
 		case world.Advance:
 			s.D = rapid.SampledFrom(durations).Draw(t, "d")

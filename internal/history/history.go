@@ -43,7 +43,8 @@ const (
 	Read Kind = "read"
 	// ReadEnd ends recovery read Read: Outcome ok, or failed with Err.
 	ReadEnd Kind = "read-end"
-	// Acquire is Member's takeover of Partition: Generation, Outcome.
+	// Acquire is Member's takeover of Partition (Offset: the offset it
+	// resumes from), and its Outcome.
 	Acquire Kind = "acquire"
 	// Abandon is a write left in an open transaction by a crashed
 	// process; nothing ever acknowledged it.
@@ -104,7 +105,7 @@ func (o Op) String() string {
 	case Commit:
 		return fmt.Sprintf("#%d m%d commit p%d offset %d generation %d: %s%s", o.Index, o.Member, o.Partition, o.Offset, o.Generation, o.Outcome, errSuffix(o.Err))
 	case Acquire:
-		return fmt.Sprintf("#%d m%d acquire p%d generation %d (seeded at %d): %s%s", o.Index, o.Member, o.Partition, o.Generation, o.Offset, o.Outcome, errSuffix(o.Err))
+		return fmt.Sprintf("#%d m%d acquire p%d (resumes at %d): %s%s", o.Index, o.Member, o.Partition, o.Offset, o.Outcome, errSuffix(o.Err))
 	case ReadStart:
 		return fmt.Sprintf("#%d m%d read %d of p%d starts", o.Index, o.Member, o.Read, o.Partition)
 	case Read:

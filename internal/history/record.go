@@ -22,12 +22,8 @@ type backend struct {
 }
 
 func (b *backend) Acquire(ctx context.Context, a store.Acquisition) (store.Partition, error) {
-	gen := int32(-1)
-	if a.Identity != nil {
-		gen = a.Identity.CurrentIdentity().Generation
-	}
 	p, err := b.Backend.Acquire(ctx, a)
-	op := Op{Kind: Acquire, Member: b.member, Partition: a.Input.Partition, Generation: gen, Outcome: outcomeOf(err), Err: errString(err)}
+	op := Op{Kind: Acquire, Member: b.member, Partition: a.Input.Partition, Outcome: outcomeOf(err), Err: errString(err)}
 	if err == nil {
 		op.Offset = p.CommittedOffset()
 	}
@@ -119,7 +115,12 @@ func (p *partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error
 		r.Add(Op{Kind: ReadStart, Member: p.b.member, Partition: part, Read: n})
 		for s, err := range p.Partition.Recover(ctx) {
 			if err != nil {
-				r.Add(Op{Kind: ReadEnd, Member: p.b.member, Partition: part, Read: n, Outcome: outcomeOf(err), Err: errString(err)})
+				op := Op{Kind: ReadEnd, Member: p.b.member, Partition: part, Read: n, Outcome: outcomeOf(err), Err: errString(err)}
+				var se *store.RecoveryStalledError
+				if errors.As(err, &se) {
+					op.Detail = se.Cause.String()
+				}
+				r.Add(op)
 				yield(s, err)
 				return
 			}

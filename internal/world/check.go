@@ -264,10 +264,12 @@ func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot
 	c := &p.w.checker
 	return func(yield func(store.Snapshot, error) bool) {
 		// 5: what was committed when the read started.
-		want := map[string]int64{}
-		committed := map[string]bool{} // 4: by snapshotID, reread on a miss
+		want := map[string]store.Snapshot{} // each key's newest
+		committed := map[string]bool{}      // 4: by snapshotID, reread on a miss
 		for _, s := range p.w.committedSnapshotsOf(p.snap) {
-			want[string(s.Key)] = max(want[string(s.Key)], s.Offset)
+			if w, ok := want[string(s.Key)]; !ok || s.Offset >= w.Offset {
+				want[string(s.Key)] = s
+			}
 			committed[snapshotID(s)] = true
 		}
 		got := map[string]int64{}
@@ -301,10 +303,20 @@ func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot
 		}
 		p.m.recovered[p.snap.Partition] = nil
 		for _, key := range SortedKeys(want) {
-			if g, ok := got[key]; !ok || g < want[key] {
+			w := want[key]
+			g, ok := got[key]
+			switch {
+			case ok && g >= w.Offset:
+			case !ok && w.Tombstone:
+				// Compaction may remove a tombstone while the read is on
+				// its way (Kafka keeps one for delete.retention.ms; the
+				// simulated cluster not at all): a key deleted at the
+				// tombstone's offset and a key without a snapshot replay
+				// to the same state, as the replay ends with the delete.
+			default:
 				c.report(c.violation(5,
 					"a recovery of %s ended without key %s's snapshot as of input offset %d, committed before it started (it returned %d)",
-					p.snap, key, want[key], g))
+					p.snap, key, w.Offset, g))
 			}
 		}
 	}

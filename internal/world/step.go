@@ -43,6 +43,13 @@ const (
 	// it what the group did meanwhile (after a pause, the kafka-flow#732
 	// window).
 	Flush Kind = "flush"
+	// Persist runs Member's persist timer without a poll first: its dirty
+	// keys are written, the offset is not advanced (a stale owner's
+	// periodic flush).
+	Persist Kind = "persist"
+	// SlowFetches makes every snapshot fetch take D of virtual time and
+	// return one record (D 0 lifts it): a slow but progressing recovery.
+	SlowFetches Kind = "slow-fetches"
 	// Leave stops Member cleanly: revoke (flush and commit), leave.
 	Leave Kind = "leave"
 	// Pause stops Member as a GC pause: it neither polls nor heartbeats.
@@ -91,10 +98,15 @@ func (s Step) String() string {
 			return fmt.Sprintf("produce %s=close", s.Key)
 		}
 		return fmt.Sprintf("produce %s=%+d", s.Key, s.Delta)
-	case Poll, Flush, Join, Leave, Pause, Resume, Evict, Crash:
+	case Poll, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash:
 		return fmt.Sprintf("%s m%d", s.Kind, s.Member)
 	case Advance:
 		return fmt.Sprintf("advance %s", s.D)
+	case SlowFetches:
+		if s.D == 0 {
+			return "fetches fast again"
+		}
+		return fmt.Sprintf("slow fetches %s", s.D)
 	case ForeignOpen:
 		if s.Hang {
 			return fmt.Sprintf("foreign-open p%d (hangs)", s.Partition)

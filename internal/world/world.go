@@ -206,8 +206,14 @@ func (w *World) Apply(s Step) []Violation {
 		}
 	case Flush:
 		if m.state == running && m.busy == nil {
-			w.flush(m)
+			w.flush(m, m.r.FlushAll)
 		}
+	case Persist:
+		if m.state == running && m.busy == nil {
+			w.flush(m, m.r.Persist)
+		}
+	case SlowFetches:
+		w.c.SlowFetches(s.D, 1)
 	case Advance:
 		w.advance(s.D)
 	case Join:
@@ -333,12 +339,13 @@ func (w *World) step(m *member) {
 	}()
 }
 
-// flush runs m's FlushAll on a goroutine of its own, as step does.
-func (w *World) flush(m *member) {
+// flush runs m's FlushAll or Persist on a goroutine of its own, as step
+// does.
+func (w *World) flush(m *member, fn func(context.Context)) {
 	done := make(chan error, 1)
 	m.busy, m.errsBefore, m.polling = done, len(m.r.Errors()), false
 	go func() {
-		m.r.FlushAll(m.ctx)
+		fn(m.ctx)
 		done <- nil
 		select {
 		case w.wake <- struct{}{}:
@@ -488,6 +495,7 @@ func (w *World) Quiesce() []Violation {
 	if w.foreign != nil {
 		w.endForeign(false)
 	}
+	w.c.SlowFetches(0, 0)
 	if !slices.ContainsFunc(w.members, func(m *member) bool { return m.state == running }) {
 		w.start(w.members[0])
 	}
