@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/internal/world"
 	"github.com/snapfence/snapfence/store"
 )
@@ -16,25 +17,42 @@ import (
 // key's latest snapshot. It reads only what is below the last stable
 // offset, which a fetch returns at once: no virtual time passes.
 func (w *World) snapshots() map[string]world.Visible {
-	ctx := context.Background()
-	lsos, err := w.adm.ListCommittedOffsets(ctx, snapshotTopic)
+	return latest(w.snapshotLogs())
+}
+
+// latest is each key's last snapshot in logs.
+func latest(logs [][]store.Snapshot) map[string]world.Visible {
+	out := map[string]world.Visible{}
+	for _, snaps := range logs {
+		for _, s := range snaps {
+			out[string(s.Key)] = world.Visible{Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone}
+		}
+	}
+	return out
+}
+
+// snapshotLogs reads every snapshot partition read_committed up to its
+// last stable offset, as snapshots does, and returns each partition's
+// snapshots in log order (offset markers left out).
+func (w *World) snapshotLogs() [][]store.Snapshot {
+	lsos, err := w.adm.ListCommittedOffsets(context.Background(), snapshotTopic)
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: listing the last stable offsets of %s: %v", snapshotTopic, err))
 	}
-	out := map[string]world.Visible{}
+	out := make([][]store.Snapshot, Partitions)
 	for p := range int32(Partitions) {
 		o, ok := lsos.Lookup(snapshotTopic, p)
 		if !ok || o.Err != nil {
 			panic(fmt.Sprintf("kfakeworld: the last stable offset of %s/%d: %v", snapshotTopic, p, o.Err))
 		}
 		if o.Offset > 0 {
-			w.readSnapshots(p, o.Offset, out)
+			out[p] = w.readSnapshots(p, o.Offset)
 		}
 	}
 	return out
 }
 
-func (w *World) readSnapshots(p int32, lso int64, out map[string]world.Visible) {
+func (w *World) readSnapshots(p int32, lso int64) []store.Snapshot {
 	tp := store.TopicPartition{Topic: snapshotTopic, Partition: p}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(w.seeds...), kgo.Dialer(w.net.DialContext),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{snapshotTopic: {p: kgo.NewOffset().AtStart()}}),
@@ -43,6 +61,7 @@ func (w *World) readSnapshots(p int32, lso int64, out map[string]world.Visible) 
 		panic(fmt.Sprintf("kfakeworld: reader: %v", err))
 	}
 	defer cl.Close()
+	var out []store.Snapshot
 	for pos := int64(0); pos < lso; {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		fs := cl.PollFetches(ctx)
@@ -63,13 +82,30 @@ func (w *World) readSnapshots(p int32, lso int64, out map[string]world.Visible) 
 			if err != nil || kind == store.KindOffsetMarker {
 				return // corrupt records fail recoveries; markers carry no state
 			}
-			out[string(s.Key)] = world.Visible{Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone}
+			out = append(out, s)
 		})
 	}
+	return out
 }
 
 // afterStep checks the invariants that hold after every step: 1 and 2.
+//
+// The world does not stand still while it is read: a member's step can
+// still be in flight (a poll that did not return in its slices, a flush),
+// and the readers' own waits let the bubble's clock run. So the committed
+// offsets are read before the snapshots: a transaction that commits
+// between the two reads then adds to the snapshots read, never only to
+// the offsets (read the other way round, a snapshot and the offset commit
+// that follows it, both acknowledged in order, could be seen as an offset
+// ahead of its snapshot). A commit that really ran ahead of its snapshot
+// and was caught up before the snapshots were read is still found by the
+// history's check (commit-ahead) at quiescence.
 func (w *World) afterStep() []world.Violation {
+	var committed []int64
+	var stable []bool
+	if w.foreign == nil {
+		committed, stable = w.committedOffsets()
+	}
 	var vs []world.Violation
 	snaps := w.snapshots()
 	// 1. A key's visible snapshot never goes back to an older fold.
@@ -87,16 +123,32 @@ func (w *World) afterStep() []world.Violation {
 	if w.foreign != nil {
 		return vs
 	}
-	committed, stable := w.committedOffsets()
 	isStable := func(p int32) bool { return stable[p] }
 	return append(vs, w.ledger.CheckCommittedCovered(w.steps, committed, isStable, snaps)...)
 }
 
 // atQuiescence checks what must hold once every fault is lifted and every
-// event processed: the exact fold (3) and the outputs (7).
+// event processed: the exact fold (3) and the outputs (7); and the
+// history (internal/history), with the read_committed read of every
+// snapshot partition recorded as its final read.
 func (w *World) atQuiescence() []world.Violation {
-	snaps := w.snapshots()
+	logs := w.snapshotLogs()
+	w.rec.BeginStep(0, "quiesce")
+	for p, snaps := range logs {
+		// Read numbers the recorder's own (1 upward) never reach.
+		n := finalReads + p
+		w.rec.Add(history.Op{Kind: history.ReadStart, Member: -1, Partition: int32(p), Read: n, Detail: history.FinalRead})
+		for _, s := range snaps {
+			w.rec.Add(history.Op{Kind: history.Read, Member: -1, Partition: int32(p), Read: n,
+				Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone})
+		}
+		w.rec.Add(history.Op{Kind: history.ReadEnd, Member: -1, Partition: int32(p), Read: n, Outcome: history.OK})
+	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.ledger.CheckAtQuiescence(snaps, w.outputs)
+	vs := w.ledger.CheckAtQuiescence(latest(logs), w.outputs)
+	w.mu.Unlock()
+	return append(vs, world.CheckHistory(w.rec.Ops())...)
 }
+
+// finalReads numbers the final reads: finalReads+p for partition p.
+const finalReads = 1_000_000

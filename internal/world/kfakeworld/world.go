@@ -14,10 +14,18 @@
 //
 // What differs from internal/world:
 //
-//   - compact and truncate do nothing: kfake has no compaction to trigger,
-//     and losing a log's tail needs a restart of the cluster from its data
-//     directory, which the store/kafka contract tests do and this world
-//     does not.
+//   - compact does nothing: kfake has no log cleaner to trigger.
+//   - truncate (with the simulated world's preconditions: the snapshot
+//     partition's tail above its last stable offset holds only records of
+//     open transactions) closes the cluster, cuts the partition's segment
+//     files at the last stable offset and restarts the cluster from its
+//     data directory on the same address, as the store/kafka contract
+//     tests do; the clients reconnect. kfake keeps no transaction state
+//     across a restart: it aborts every transaction a log shows open and
+//     bumps its producer's epoch, so the restart also ends every open
+//     transaction (a crashed member's, a paused one's, the foreign one,
+//     even a hanging one) as if it had timed out, where the simulated
+//     world's (and Kafka's) stay open.
 //   - resume thaws the member's store connections at once and its
 //     consumer's at its next poll or the next advance: a process waking
 //     from a pause runs its application thread (a flush that came due)
@@ -29,14 +37,22 @@
 //     until it returns: the runner is locked by the callback, and a
 //     goroutine blocked on a mutex stops a synctest bubble's clock. The
 //     simulated member is busy then too (its callbacks run inside Poll).
-//   - crash kills the process's connections (its clients are closed and
-//     cannot leave the group; the group evicts the member when its session
-//     expires); a transaction its flush had open stays open until the next
-//     owner's takeover or its timeout. The simulated crash also opens one
-//     on every partition the member owned.
+//   - crash kills the process's store connections and silences its
+//     consumer's for good (frozen until the world closes: nothing more
+//     reaches the group, which evicts the member when its session
+//     expires); a transaction its flush had open stays open until the
+//     next owner's takeover or its timeout. The simulated crash also
+//     opens one on every partition the member owned. The consumer's
+//     connections are not closed because kfake, unlike Kafka, may then
+//     never expire a member crashed while its JoinGroup was parked (see
+//     crash and TestKfakeKeepsAJoinerWhoseConnectionClosed).
 //   - the invariants checked are 1 and 2 after every step and 3, 6
 //     (reaching the ends of the input) and 7 at quiescence; 4, 5 and the
 //     rest of 6 are the simulated world's (they need its log's entries).
+//     At quiescence the world's history (internal/history: every input
+//     event, every Store call of the members with its outcome, and a
+//     final read_committed read of every snapshot partition) is checked
+//     too, its anomalies reported as the invariants they break.
 //     Invariant 2 reads the snapshots read_committed, up to the last
 //     stable offset, and is skipped while a foreign transaction is open
 //     (what it pins is committed but not readable) and for partitions
@@ -47,6 +63,7 @@ package kfakeworld
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -58,6 +75,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/internal/netfreeze"
 	"github.com/snapfence/snapfence/internal/world"
 	"github.com/snapfence/snapfence/store"
@@ -156,12 +174,16 @@ type World struct {
 	net     *kfake.VirtualNetwork
 	c       *kfake.Cluster
 	seeds   []string
+	dir     string      // the cluster's data directory, for restarts
 	cl      *kgo.Client // the input producer, and the admin client
 	adm     *kadm.Client
 	members []*member
 	foreign *foreignTxn
 	ledger  world.Ledger
 	steps   int
+	// rec records every input event, every Store call of the members
+	// and the final read (internal/history).
+	rec *history.Recorder
 	// retired are the processes that left or crashed, still shutting
 	// down in the background; Close waits for them.
 	retired []*process
@@ -206,9 +228,12 @@ type process struct {
 	stepErr error
 	// thawConsumer: resumed, its consumer side not thawed yet.
 	thawConsumer bool
-	// down is closed once the process has shut down (after a leave or
-	// a crash, or at Close).
+	// down is closed once the process has shut down (after a leave, or
+	// after a crash once the world closes).
 	down chan struct{}
+	// crashed: its consumer's connections stay frozen until Close kills
+	// them.
+	crashed bool
 }
 
 type foreignTxn struct {
@@ -221,23 +246,22 @@ type foreignTxn struct {
 func New(cfg Config) (*World, error) {
 	cfg.setDefaults()
 	w := &World{cfg: cfg, net: new(kfake.VirtualNetwork), outputs: map[string]int{}, seen: map[string]int64{}}
-	c, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		kfake.ListenFn(w.net.Listen),
-		kfake.GroupMinSessionTimeout(time.Second),
-		kfake.BrokerConfigs(map[string]string{
-			"group.consumer.session.timeout.ms":    strconv.Itoa(int(cfg.SessionTimeout.Milliseconds())),
-			"group.consumer.heartbeat.interval.ms": strconv.Itoa(int(cfg.HeartbeatInterval.Milliseconds())),
-		}),
-	)
+	began := time.Now() // the bubble's virtual time
+	w.rec = history.NewRecorder(func() time.Duration { return time.Since(began) })
+	dir, err := os.MkdirTemp("", "kfakeworld-")
 	if err != nil {
-		return nil, fmt.Errorf("kfakeworld: cluster: %w", err)
+		return nil, fmt.Errorf("kfakeworld: data directory: %w", err)
 	}
-	w.c, w.seeds = c, c.ListenAddrs()
+	w.dir = dir
+	if err := w.startCluster(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	w.seeds = w.c.ListenAddrs()
 	w.cl, err = kgo.NewClient(kgo.SeedBrokers(w.seeds...), kgo.Dialer(w.net.DialContext),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
 	if err != nil {
-		c.Close()
+		w.closeCluster()
 		return nil, fmt.Errorf("kfakeworld: client: %w", err)
 	}
 	w.adm = kadm.NewClient(w.cl)
@@ -258,8 +282,34 @@ func New(cfg Config) (*World, error) {
 	return w, nil
 }
 
+// startCluster starts the cluster on the world's data directory: fresh,
+// or restarted from what the last one left there, on the same address.
+func (w *World) startCluster() error {
+	c, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.Ports(9092), // the network is the world's own
+		kfake.ListenFn(w.net.Listen),
+		kfake.DataDir(w.dir),
+		kfake.GroupMinSessionTimeout(time.Second),
+		kfake.BrokerConfigs(map[string]string{
+			"group.consumer.session.timeout.ms":    strconv.Itoa(int(w.cfg.SessionTimeout.Milliseconds())),
+			"group.consumer.heartbeat.interval.ms": strconv.Itoa(int(w.cfg.HeartbeatInterval.Milliseconds())),
+		}),
+	)
+	if err != nil {
+		return fmt.Errorf("kfakeworld: cluster: %w", err)
+	}
+	w.c = c
+	return nil
+}
+
 // Config is the world's configuration, defaults filled in.
 func (w *World) Config() Config { return w.cfg }
+
+// History is the world's recorded history: the input events, every call
+// of the members' engines into their stores with its outcome, and the
+// final read at quiescence.
+func (w *World) History() *history.Recorder { return w.rec }
 
 // Apply carries out one step and returns the invariant violations found
 // after it (nil if none). Steps a world cannot take in its state (polling
@@ -278,6 +328,7 @@ func (w *World) Apply(s world.Step) []world.Violation {
 	if s.Member < 0 || s.Member >= len(w.members) {
 		s.Member = 0
 	}
+	w.rec.BeginStep(w.steps, s.String())
 	m := w.members[s.Member]
 	switch s.Kind {
 	case world.Produce:
@@ -315,12 +366,7 @@ func (w *World) Apply(s world.Step) []world.Violation {
 			w.resume(m)
 		}
 	case world.Crash:
-		// Not a member still joining (no generation yet): one crashed
-		// then stayed assigned for minutes past its session timeout on
-		// kfake (props, scenario 18, classic eager, 2 runs in 3), not yet
-		// explained (kfake's group or this world's crash); the sim world
-		// crashes members at any point.
-		if (m.state == running || m.state == paused) && m.p.r.Source().Identity().Generation > 0 {
+		if m.state == running || m.state == paused {
 			w.crash(m)
 		}
 	case world.ForeignOpen:
@@ -334,9 +380,7 @@ func (w *World) Apply(s world.Step) []world.Violation {
 	case world.Compact:
 		// kfake has no compaction to trigger: nothing happens.
 	case world.Truncate:
-		// Losing a log's tail takes a cluster restart from its data
-		// directory (the store/kafka contract tests do it): nothing
-		// happens here.
+		w.truncate(int32(s.Partition % Partitions))
 	}
 	synctest.Wait()
 	return w.afterStep()
@@ -438,6 +482,7 @@ func (w *World) produce(key string, delta int) {
 		panic(fmt.Sprintf("kfakeworld: producing to %s/%d: %v", r.Topic, r.Partition, err)) // the world's own topic: a bug
 	}
 	w.ledger = append(w.ledger, world.Event{Partition: r.Partition, Offset: r.Offset, Key: key, Delta: delta})
+	w.rec.Add(history.Op{Kind: history.Produce, Member: -1, Partition: r.Partition, Offset: r.Offset, Key: key, Delta: delta})
 }
 
 func (w *World) emitted(outs []engine.Output) {
@@ -464,7 +509,7 @@ func (w *World) start(m *member) {
 		panic(fmt.Sprintf("kfakeworld: backend: %v", err))
 	}
 	eng, err := engine.New(engine.Config[int]{
-		Fold: world.Fold, Codec: world.IntCodec{}, Store: be,
+		Fold: world.Fold, Codec: world.IntCodec{}, Store: history.Backend(be, w.rec, m.slot),
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
 		Emit: func(_ context.Context, outs []engine.Output) error {
 			w.emitted(outs)
@@ -502,12 +547,27 @@ func (w *World) leave(m *member) {
 	})
 }
 
-// crash kills m: its connections die (no leave reaches the group, no
-// transaction is ended), then its runner crashes and its clients close.
+// crash kills m: its store connections die (no transaction is ended),
+// its consumer's fall silent for good (no leave, no heartbeat, no
+// rejoin reaches the group), then its runner crashes and its clients
+// close, the consumer once the world closes and kills its connections.
+//
+// The consumer's connections are frozen, not closed: Kafka's group
+// coordinator never acts on a closed connection (it expires members by
+// their sessions only, and arms every member's session when a join
+// completes), but kfake arms a member's session only if its JoinGroup
+// response could be written, and picks at random between writing it and
+// dropping it when the connection is closed (groups.go, (*group).reply;
+// client_conn.go, (*clientReq).reply): a member crashed with its
+// JoinGroup parked would then stay in the group, assigned, until another
+// member's rebalance (TestKfakeKeepsAJoinerWhoseConnectionClosed). A
+// silent connection is what Kafka sees of a crashed process too.
 func (w *World) crash(m *member) {
 	p := m.p
-	p.consumer.Kill()
+	p.thawConsumer = false
+	p.consumer.Freeze()
 	p.store.Kill()
+	p.crashed = true
 	w.retire(m, crashed, func() {
 		p.r.Crash()
 		_ = p.r.Source().Close(context.Background())
@@ -614,6 +674,9 @@ func (w *World) Quiesce() []world.Violation {
 		w.advance(w.cfg.PersistInterval)
 	}
 	committed, _ := w.committedOffsets()
+	// The history without a final read: the events not yet folded are
+	// the liveness failure's, not lost folds.
+	vs = append(vs, world.CheckHistory(w.rec.Ops())...)
 	return append(vs, world.Violate(6, 0,
 		"with every fault lifted, the committed offsets %v did not reach the input's ends %v in %d rounds (%s of virtual time); member errors: %v",
 		committed, w.endOffsets(), quiesceRounds, time.Duration(quiesceRounds)*w.cfg.PersistInterval, w.memberErrors()))
@@ -704,6 +767,11 @@ func (w *World) Close() {
 			w.crash(m)
 		}
 	}
+	for _, p := range w.retired {
+		if p.crashed {
+			p.consumer.Kill()
+		}
+	}
 	timer := time.NewTimer(closeTimeout)
 	defer timer.Stop()
 	for _, p := range w.retired {
@@ -723,6 +791,7 @@ func (w *World) closeCluster() {
 		w.cl.Close()
 	}
 	w.c.Close()
+	_ = os.RemoveAll(w.dir)
 }
 
 // callbacks counts a process's rebalance callbacks in progress.

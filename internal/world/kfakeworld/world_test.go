@@ -7,12 +7,13 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/internal/world"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
 
-func runAll(t *testing.T, cfg Config, steps []world.Step) (vs []world.Violation) {
+func runAll(t *testing.T, cfg Config, steps []world.Step) (vs []world.Violation, ops []history.Op) {
 	t.Helper()
 	w, err := New(cfg)
 	if err != nil {
@@ -22,20 +23,22 @@ func runAll(t *testing.T, cfg Config, steps []world.Step) (vs []world.Violation)
 	for _, s := range steps {
 		vs = append(vs, w.Apply(s)...)
 	}
-	return append(vs, w.Quiesce()...)
+	vs = append(vs, w.Quiesce()...)
+	return vs, w.History().Ops()
 }
 
 func TestIssue732OnKfake(t *testing.T) {
 	t.Run("transactional", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			for _, v := range runAll(t, Config{Mode: store.Transactional}, world.Scenario732) {
+			vs, _ := runAll(t, Config{Mode: store.Transactional}, world.Scenario732)
+			for _, v := range vs {
 				t.Errorf("%s", v)
 			}
 		})
 	})
 	t.Run("plain", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			vs := runAll(t, Config{Mode: store.Plain}, world.Scenario732)
+			vs, ops := runAll(t, Config{Mode: store.Plain}, world.Scenario732)
 			found := map[int]bool{}
 			for _, v := range vs {
 				t.Logf("%s", v)
@@ -43,6 +46,18 @@ func TestIssue732OnKfake(t *testing.T) {
 			}
 			if !found[1] || !found[3] {
 				t.Fatalf("plain mode: want the stale overwrite (1) and a wrong final state (3), got %v", vs)
+			}
+			// The history shows it too: the stale write acknowledged after
+			// the newer one, the next read missing the newer one, and the
+			// final state missing the events it folded.
+			anomalies := map[history.AnomalyKind]bool{}
+			for _, a := range history.Check(ops) {
+				anomalies[a.Kind] = true
+			}
+			for _, k := range []history.AnomalyKind{history.Regression, history.LostWrite, history.LostFold} {
+				if !anomalies[k] {
+					t.Errorf("plain mode: the history shows no %s, got %v", k, history.Check(ops))
+				}
 			}
 		})
 	})
@@ -72,7 +87,7 @@ func TestRandomScenariosOnKfake(t *testing.T) {
 // cannot import: props imports the worlds).
 func stepGen(cfg world.Config) *rapid.Generator[world.Step] {
 	kinds := []world.Kind{world.Produce, world.Produce, world.Advance, world.Flush, world.Join, world.Leave, world.Pause,
-		world.Resume, world.Evict, world.Crash, world.ForeignOpen, world.ForeignEnd, world.Poll, world.Poll, world.Poll}
+		world.Resume, world.Evict, world.Crash, world.ForeignOpen, world.ForeignEnd, world.Truncate, world.Poll, world.Poll, world.Poll}
 	durations := []time.Duration{time.Second, 3 * time.Second, 6 * time.Second, 11 * time.Second, 31 * time.Second, 61 * time.Second}
 	return rapid.Custom(func(t *rapid.T) world.Step {
 		s := world.Step{Kind: rapid.SampledFrom(kinds).Draw(t, "kind")}
@@ -85,6 +100,8 @@ func stepGen(cfg world.Config) *rapid.Generator[world.Step] {
 		case world.ForeignOpen:
 			s.Partition = rapid.IntRange(0, cfg.Partitions-1).Draw(t, "partition")
 			s.Hang = rapid.Bool().Draw(t, "hang")
+		case world.Truncate:
+			s.Partition = rapid.IntRange(0, cfg.Partitions-1).Draw(t, "partition")
 		case world.ForeignEnd:
 			s.Commit = rapid.Bool().Draw(t, "commit")
 		default:
