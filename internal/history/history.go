@@ -67,6 +67,9 @@ const (
 	// Unknown: the caller gave up (its context ended); it may have
 	// committed.
 	Unknown Outcome = "unknown"
+	// NoIdentity: refused before anything was sent, for want of a group
+	// identity (the consumer had not joined): nothing committed.
+	NoIdentity Outcome = "no-identity"
 )
 
 // Op is one operation of a history. Fields an operation's kind does not

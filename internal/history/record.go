@@ -52,7 +52,7 @@ func (p *partition) generation() int32 {
 
 func (p *partition) recordWrite(s store.Snapshot, err error) {
 	outcome := outcomeOf(err)
-	if err != nil && p.b.Mode() == store.Plain {
+	if err != nil && outcome != NoIdentity && p.b.Mode() == store.Plain {
 		// A plain write goes to the log with no transaction to abort it:
 		// its failure says nothing of whether it landed.
 		outcome = Unknown
@@ -141,6 +141,8 @@ func outcomeOf(err error) Outcome {
 		return OK
 	case errors.Is(err, store.ErrFenced):
 		return Fenced
+	case errors.Is(err, store.ErrMissingIdentity):
+		return NoIdentity
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return Unknown
 	}

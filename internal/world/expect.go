@@ -157,23 +157,14 @@ func CommitsUnder(member, n int) Expectation {
 	}}
 }
 
-// NoStoreCallsBefore: no member writes, commits or reads before its
-// first acquisition, and no write or commit carries the pre-join
-// generation.
-func NoStoreCallsBefore() Expectation {
-	return Expectation{Says: "nothing reaches the store before the group assigns a partition, and nothing with the pre-join generation", Failed: func(r Run) string {
-		acquired := map[int]bool{}
+// NothingUngated: no write or commit goes out with the pre-join
+// generation: each one made before the member's consumer knew its
+// generation was refused (missing identity) before anything was sent.
+func NothingUngated() Expectation {
+	return Expectation{Says: "nothing goes out with the pre-join generation: a flush before the member knows its generation is refused for the missing identity", Failed: func(r Run) string {
 		for _, op := range r.Ops {
-			switch op.Kind {
-			case history.Acquire:
-				acquired[op.Member] = true
-			case history.Write, history.Commit, history.ReadStart:
-				if op.Member >= 0 && !acquired[op.Member] {
-					return "before any acquisition: " + op.String()
-				}
-				if op.Kind != history.ReadStart && op.Generation < 1 {
-					return "with the pre-join generation: " + op.String()
-				}
+			if (op.Kind == history.Write || op.Kind == history.Commit) && op.Generation < 1 && op.Outcome != history.NoIdentity {
+				return op.String()
 			}
 		}
 		return ""

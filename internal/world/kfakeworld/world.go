@@ -62,17 +62,21 @@ package kfakeworld
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/internal/history"
@@ -188,8 +192,11 @@ type World struct {
 	// down in the background; Close waits for them.
 	retired []*process
 
-	mu      sync.Mutex // guards outputs: Emit runs on member goroutines
-	outputs map[string]int
+	// fetchLatency is the virtual time every recovery fetch takes (the
+	// slow-fetches step; 0: none).
+	fetchLatency atomic.Int64
+	mu           sync.Mutex // guards outputs: Emit runs on member goroutines
+	outputs      map[string]int
 
 	// seen is each key's highest snapshot offset a reader has seen (1).
 	seen map[string]int64
@@ -339,8 +346,14 @@ func (w *World) Apply(s world.Step) []world.Violation {
 		}
 	case world.Flush:
 		if m.state == running {
-			w.flush(m)
+			w.flush(m, m.p.r.FlushAll)
 		}
+	case world.Persist:
+		if m.state == running {
+			w.flush(m, m.p.r.Persist)
+		}
+	case world.SlowFetches:
+		w.fetchLatency.Store(int64(s.D))
 	case world.Advance:
 		w.advance(s.D)
 	case world.Join:
@@ -457,7 +470,7 @@ func (w *World) poll(m *member) {
 	}
 }
 
-func (w *World) flush(m *member) {
+func (w *World) flush(m *member, fn func(context.Context)) {
 	p := m.p
 	if !p.idle() {
 		return
@@ -466,7 +479,7 @@ func (w *World) flush(m *member) {
 	p.busy = done
 	go func() {
 		defer close(done)
-		p.r.FlushAll(p.ctx)
+		fn(p.ctx)
 	}()
 }
 
@@ -504,6 +517,9 @@ func (w *World) start(m *member) {
 		TransactionTimeout:      w.cfg.TransactionTimeout,
 		RecoveryStallTimeout:    w.cfg.StallTimeout,
 		ClientOpts:              []kgo.Opt{kgo.Dialer(p.store.Dial)},
+		// One batch per fetch, so slow fetches slow a recovery without
+		// stopping it.
+		ReaderOpts: []kgo.Opt{kgo.Dialer(w.slowDial(p.store.Dial)), kgo.FetchMaxPartitionBytes(1)},
 	})
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: backend: %v", err))
@@ -655,6 +671,7 @@ func (w *World) Quiesce() []world.Violation {
 	if w.foreign != nil {
 		w.endForeign(false)
 	}
+	w.fetchLatency.Store(0)
 	if !slices.ContainsFunc(w.members, func(m *member) bool { return m.state == running }) {
 		w.start(w.members[0])
 	}
@@ -871,4 +888,33 @@ func Run(cfg Config, steps []world.Step) []world.Violation {
 		return []world.Violation{{Detail: err.Error()}}
 	}
 	return world.RunSteps(w, steps)
+}
+
+// slowDial wraps dial so that every Fetch request written on its
+// connections first waits the world's fetch latency (virtual time: the
+// wait ends in the next advance step).
+func (w *World) slowDial(dial func(ctx context.Context, network, host string) (net.Conn, error)) func(ctx context.Context, network, host string) (net.Conn, error) {
+	return func(ctx context.Context, network, host string) (net.Conn, error) {
+		conn, err := dial(ctx, network, host)
+		if err != nil {
+			return nil, err
+		}
+		return slowConn{Conn: conn, latency: &w.fetchLatency}, nil
+	}
+}
+
+type slowConn struct {
+	net.Conn
+	latency *atomic.Int64
+}
+
+func (c slowConn) Write(b []byte) (int, error) {
+	// A request starts with its length (int32) and API key (int16).
+	if d := time.Duration(c.latency.Load()); d > 0 && len(b) >= 6 && int16(binary.BigEndian.Uint16(b[4:6])) == int16(kmsg.Fetch) {
+		time.Sleep(d)
+		// The client's write deadline passed meanwhile; the latency
+		// stands for time on the wire, not a dead broker.
+		_ = c.Conn.SetWriteDeadline(time.Time{})
+	}
+	return c.Conn.Write(b)
 }
