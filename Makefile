@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka it props-long
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka it props-long html-check
 
 all: lint test
 
@@ -53,6 +53,34 @@ staticcheck:
 ## demo: the kafka-flow#732 pair on the simulated cluster, plain then transactional.
 demo:
 	$(GO) test -count=1 -v -run 'TestContract/Issue732' ./store/sim
+
+## html-check: cmd/simulate's HTML page (the default scenario, -html)
+## rendered by headless Chromium (Debian's package, installed when
+## /usr/bin/chromium is missing: apt, as root) and its screenshot checked by
+## internal/pngcheck: its size, not blank, and the fenced red and the ok
+## green in it. SCREENSHOT=docs/simulate.png keeps the screenshot there; by
+## default it is thrown away, so the tree is left as it was.
+CHROMIUM     ?= /usr/bin/chromium
+HTMLWIDTH    ?= 1400
+HTMLHEIGHT   ?= 1800
+HTMLCOLORS   ?= -color fenced=d62728:400 -color ok=2e9e44:1500
+SCREENSHOT   ?=
+html-check:
+	@if [ ! -x $(CHROMIUM) ]; then \
+		echo "html-check: installing chromium from the Debian archive"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update && apt-get install -y chromium; \
+	fi
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(GO) run ./cmd/simulate -html "$$tmp/simulate.html" > "$$tmp/simulate.txt" || { cat "$$tmp/simulate.txt"; exit 1; }; \
+	echo "html-check: $$(wc -c < "$$tmp/simulate.html") bytes of HTML; screenshot at $(HTMLWIDTH)x$(HTMLHEIGHT)" && \
+	timeout 120 $(CHROMIUM) --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+		--disable-background-networking --disable-component-update --disable-sync \
+		--user-data-dir="$$tmp/profile" --hide-scrollbars --window-size=$(HTMLWIDTH),$(HTMLHEIGHT) \
+		--screenshot="$$tmp/simulate.png" "file://$$tmp/simulate.html" > "$$tmp/chromium.log" 2>&1 && \
+	test -s "$$tmp/simulate.png" || { cat "$$tmp/chromium.log"; echo "html-check: no screenshot"; exit 1; }; \
+	$(GO) run ./internal/pngcheck -size $(HTMLWIDTH)x$(HTMLHEIGHT) $(HTMLCOLORS) "$$tmp/simulate.png" && \
+	if [ -n "$(SCREENSHOT)" ]; then cp "$$tmp/simulate.png" "$(SCREENSHOT)" && echo "html-check: screenshot written to $(SCREENSHOT)"; fi
 
 ## props-long: the property tests for PROPSDURATION (default 10m) of random
 ## scenarios, with scenarios per minute and the coverage of steps every

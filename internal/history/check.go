@@ -337,3 +337,55 @@ func (c *checker) checkComplete(rs *readState, end Op) {
 		}
 	}
 }
+
+// KeyState is one key's state at the end of a history: what the final
+// read returned (Got) and the fold of all the key's input events (Want),
+// each a decimal value, "closed", or "" (nothing).
+type KeyState struct {
+	Key       string `json:"key"`
+	Partition int32  `json:"partition"`
+	Got       string `json:"got"`
+	Want      string `json:"want"`
+}
+
+// OK reports whether the final read returned the correct state.
+func (k KeyState) OK() bool {
+	return k.Got == k.Want || (k.Want == "closed" && k.Got == "")
+}
+
+// FinalStates lists every key with input events, in key order, with what
+// the final read (FinalRead) returned and what it should have.
+func FinalStates(ops []Op) []KeyState {
+	c := &checker{ops: ops, events: map[pk][]Op{}}
+	for _, op := range ops {
+		if op.Kind == Produce {
+			k := pk{op.Partition, op.Key}
+			c.events[k] = append(c.events[k], op)
+		}
+	}
+	final := map[int]bool{}
+	got := map[pk]Op{}
+	for _, op := range ops {
+		switch {
+		case op.Kind == ReadStart && op.Detail == FinalRead:
+			final[op.Read] = true
+		case op.Kind == Read && final[op.Read]:
+			got[pk{op.Partition, op.Key}] = op
+		}
+	}
+	var out []KeyState
+	for k, evs := range c.events {
+		slices.SortFunc(evs, func(a, b Op) int { return cmp.Compare(a.Offset, b.Offset) })
+		state, exists := c.fold(k, evs[len(evs)-1].Offset)
+		ks := KeyState{Key: k.key, Partition: k.p, Want: describe(state, exists)}
+		if g, ok := got[k]; ok {
+			ks.Got = g.Value
+			if g.Tombstone {
+				ks.Got = "closed"
+			}
+		}
+		out = append(out, ks)
+	}
+	slices.SortFunc(out, func(a, b KeyState) int { return cmp.Compare(a.Key, b.Key) })
+	return out
+}

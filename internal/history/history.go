@@ -49,6 +49,13 @@ const (
 	// Abandon is a write left in an open transaction by a crashed
 	// process; nothing ever acknowledged it.
 	Abandon Kind = "abandon"
+	// Member is a member's state as the world saw it after a step, when it
+	// changed: Detail (running, paused, crashed, absent), Generation (its
+	// consumer's generation or member epoch), Owned (its partitions).
+	Member Kind = "member"
+	// Log is a snapshot partition's ends after a step, when they changed:
+	// HW (the high watermark) and LSO (the last stable offset).
+	Log Kind = "log"
 )
 
 // Outcome is how a write, commit or read ended.
@@ -87,6 +94,9 @@ type Op struct {
 	Tombstone  bool          `json:"tombstone,omitempty"`
 	Delta      int           `json:"delta,omitempty"`
 	Generation int32         `json:"generation,omitempty"`
+	Owned      []int32       `json:"owned,omitempty"`
+	HW         int64         `json:"hw,omitempty"`
+	LSO        int64         `json:"lso,omitempty"`
 	Read       int           `json:"read,omitempty"`
 	Outcome    Outcome       `json:"outcome,omitempty"`
 	Err        string        `json:"err,omitempty"`
@@ -119,6 +129,10 @@ func (o Op) String() string {
 		return fmt.Sprintf("#%d m%d read %d of p%d: %s=%s@%d", o.Index, o.Member, o.Read, o.Partition, o.Key, v, o.Offset)
 	case ReadEnd:
 		return fmt.Sprintf("#%d m%d read %d of p%d ends: %s%s", o.Index, o.Member, o.Read, o.Partition, o.Outcome, errSuffix(o.Err))
+	case Member:
+		return fmt.Sprintf("#%d m%d %s generation %d owns %v", o.Index, o.Member, o.Detail, o.Generation, o.Owned)
+	case Log:
+		return fmt.Sprintf("#%d snapshots p%d high watermark %d last stable offset %d", o.Index, o.Partition, o.HW, o.LSO)
 	}
 	return fmt.Sprintf("#%d %s", o.Index, o.Kind)
 }

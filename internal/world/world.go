@@ -107,6 +107,8 @@ type World struct {
 	// rec records every store call of the members, the input events and
 	// the final read, for the history checker.
 	rec *history.Recorder
+	// logs are the snapshot partitions' ends last recorded: hw, lso.
+	logs [][2]int64
 }
 
 type memberState int
@@ -142,6 +144,8 @@ type member struct {
 	// recovered is each partition's last recovery outcome in this
 	// process (nil: it ended well).
 	recovered map[int32]error
+	// last is the member's state last recorded in the history.
+	last history.Op
 }
 
 type foreignTxn struct {
@@ -260,7 +264,39 @@ func (w *World) Apply(s Step) []Violation {
 		w.truncate(store.TopicPartition{Topic: snapshotTopic, Partition: int32(s.Partition % w.cfg.Partitions)})
 	}
 	w.settle()
+	w.recordState()
 	return w.checker.afterStep(s)
+}
+
+// recordState records in the history what changed in the step: each
+// member's state, generation and partitions, and each snapshot
+// partition's high watermark and last stable offset.
+func (w *World) recordState() {
+	for _, m := range w.members {
+		op := history.Op{Kind: history.Member, Member: m.slot, Detail: m.state.String(), Generation: -1}
+		if m.src != nil && m.state != absent {
+			op.Generation = m.src.Identity().Generation
+			for _, tp := range m.src.Member().Owned() {
+				op.Owned = append(op.Owned, tp.Partition)
+			}
+		}
+		if m.last.Detail != op.Detail || m.last.Generation != op.Generation || !slices.Equal(m.last.Owned, op.Owned) {
+			if m.last.Kind != "" || op.Detail != absent.String() {
+				w.rec.Add(op)
+			}
+			m.last = op
+		}
+	}
+	for p := range w.cfg.Partitions {
+		_, lso, hw, _ := w.c.Offsets(store.TopicPartition{Topic: snapshotTopic, Partition: int32(p)})
+		if w.logs == nil {
+			w.logs = make([][2]int64, w.cfg.Partitions)
+		}
+		if w.logs[p] != [2]int64{hw, lso} {
+			w.logs[p] = [2]int64{hw, lso}
+			w.rec.Add(history.Op{Kind: history.Log, Member: -1, Partition: int32(p), HW: hw, LSO: lso})
+		}
+	}
 }
 
 // advance moves virtual time by d, in slices of a third of the session

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"testing"
+	"testing/synctest"
+
+	"github.com/snapfence/snapfence/internal/world"
+	"github.com/snapfence/snapfence/internal/world/kfakeworld"
+	"github.com/snapfence/snapfence/store"
+)
+
+var (
+	bridgeSpecFile = flag.String("simulate.spec", "", "TestKfakeWorld: the scenario to run (a bridgeSpec as JSON), written by `simulate -world kfake`")
+	bridgeOutFile  = flag.String("simulate.out", "", "TestKfakeWorld: where to write the world's history (a bridgeResult as JSON)")
+)
+
+// TestKfakeWorld runs a scenario on kfake in virtual time and checks its
+// expectations. It is how `simulate -world kfake` runs the kfake world
+// (a synctest bubble needs a test binary): the command hands it a
+// scenario with -simulate.spec and reads the history from -simulate.out.
+// Without them it runs kafka-flow#732 in both modes.
+func TestKfakeWorld(t *testing.T) {
+	specs := []bridgeSpec{{Name: defaultScenario, Mode: "plain"}, {Name: defaultScenario, Mode: "transactional"}}
+	if *bridgeSpecFile != "" {
+		raw, err := os.ReadFile(*bridgeSpecFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spec bridgeSpec
+		if err := json.Unmarshal(raw, &spec); err != nil {
+			t.Fatal(err)
+		}
+		specs = []bridgeSpec{spec}
+	}
+	for _, spec := range specs {
+		t.Run(spec.Mode, func(t *testing.T) {
+			s := world.Scenario{Steps: spec.Steps, Transactional: []world.Expectation{world.HoldsAll()}}
+			if spec.Name != "" {
+				var ok bool
+				if s, ok = world.ScenarioNamed(spec.Name); !ok {
+					t.Fatalf("no scenario %q", spec.Name)
+				}
+			}
+			protocol, err := parseProtocol(spec.Protocol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if protocol != 0 {
+				s.Protocol = protocol
+			}
+			mode := store.Transactional
+			if spec.Mode == "plain" {
+				mode = store.Plain
+			}
+			var res bridgeResult
+			synctest.Test(t, func(t *testing.T) {
+				w, err := kfakeworld.New(kfakeworld.Config{Mode: mode, Protocol: s.Protocol})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Close()
+				for _, st := range s.Steps {
+					res.Violations = append(res.Violations, w.Apply(st)...)
+				}
+				res.Violations = append(res.Violations, w.Quiesce()...)
+				res.Members, res.Partitions = w.Config().StepConfig().Members, kfakeworld.Partitions
+				res.Ops = w.History().Ops()
+			})
+			if *bridgeOutFile != "" {
+				raw, _ := json.Marshal(res)
+				if err := os.WriteFile(*bridgeOutFile, raw, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := finish(s, mode, res.Members, res.Partitions, res.Ops, res.Violations)
+			for _, v := range r.Expectations {
+				if !v.Met {
+					t.Errorf("%s mode: %s: %s", spec.Mode, v.Says, v.Why)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/snapfence/snapfence/internal/history"
+	"github.com/snapfence/snapfence/internal/world"
+	"github.com/snapfence/snapfence/store"
+)
+
+// bridgeSpec is what the command asks of a world run in a test binary:
+// the scenario (by name, or its steps), its protocol and the mode.
+type bridgeSpec struct {
+	Name     string       `json:"name,omitempty"` // a named scenario, or "" for Steps
+	Steps    []world.Step `json:"steps,omitempty"`
+	Protocol string       `json:"protocol"`
+	Mode     string       `json:"mode"`
+}
+
+// bridgeResult is what the world left.
+type bridgeResult struct {
+	Members    int               `json:"members"`
+	Partitions int               `json:"partitions"`
+	Ops        []history.Op      `json:"ops"`
+	Violations []world.Violation `json:"violations"`
+}
+
+// bridgePackage is the package whose test binary runs the kfake world.
+const bridgePackage = "github.com/snapfence/snapfence/cmd/simulate"
+
+// runKfake runs s in mode on kfake with the real franz-go clients. The
+// kfake world runs in virtual time, inside a testing/synctest bubble,
+// which only a test binary has: the command runs this package's
+// TestKfakeWorld through `go test` (so it needs the Go toolchain and the
+// snapfence source, as `go run ./cmd/simulate` does), handing it the
+// scenario in a file and reading back the history.
+func runKfake(ctx context.Context, o options, s world.Scenario, mode store.Mode) (run, error) {
+	dir, err := os.MkdirTemp("", "simulate-kfake-")
+	if err != nil {
+		return run{}, err
+	}
+	defer os.RemoveAll(dir)
+	spec := bridgeSpec{Protocol: protocolName(protocolOf(s)), Mode: modeName(mode)}
+	if _, named := world.ScenarioNamed(s.Name); named {
+		spec.Name = s.Name
+	} else {
+		spec.Steps = s.Steps
+	}
+	raw, _ := json.Marshal(spec)
+	in, out := filepath.Join(dir, "spec.json"), filepath.Join(dir, "result.json")
+	if err := os.WriteFile(in, raw, 0o644); err != nil {
+		return run{}, err
+	}
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^TestKfakeWorld$", bridgePackage,
+		"-args", "-simulate.spec="+in, "-simulate.out="+out)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Run(); err != nil {
+		if _, statErr := os.Stat(out); statErr != nil {
+			return run{}, fmt.Errorf("-world kfake runs the kfake world in a test binary (virtual time needs testing/synctest), with `go test %s` from the snapfence source tree; it failed: %v\n%s",
+				bridgePackage, err, strings.TrimSpace(stderr.String()))
+		}
+		// The world ran; its verdict is ours to give.
+	}
+	raw, err = os.ReadFile(out)
+	if err != nil {
+		return run{}, err
+	}
+	var res bridgeResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return run{}, fmt.Errorf("-world kfake: reading the world's history: %w", err)
+	}
+	return finish(s, mode, res.Members, res.Partitions, res.Ops, res.Violations), nil
+}
+
+// runKafka runs s in mode on a real broker (not yet).
+func runKafka(_ context.Context, _ options, _ world.Scenario, _ store.Mode) (run, error) {
+	return run{}, usagef("-world kafka: not yet")
+}
