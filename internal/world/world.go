@@ -537,6 +537,7 @@ func (w *World) Quiesce() []Violation {
 	}
 	w.settle()
 	w.rec.BeginStep(0, "quiesce")
+	w.recordState()
 	var vs []Violation
 	const rounds = 200
 	for round := 0; round < rounds; round++ {
@@ -549,6 +550,7 @@ func (w *World) Quiesce() []Violation {
 			if m.state == running && m.busy == nil {
 				w.step(m)
 				w.settle()
+				w.recordState()
 				vs = append(vs, w.checker.afterStep(Step{Kind: Poll, Member: m.slot})...)
 			}
 		}
