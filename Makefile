@@ -50,9 +50,10 @@ vet:
 staticcheck:
 	$(GO) run $(STATICCHECK) -tags it $(PKGS)
 
-## demo: the kafka-flow#732 pair on the simulated cluster, plain then transactional.
+## demo: the main job (the README's first command): kafka-flow#732 on the
+## simulated cluster, plain then transactional, with a verdict per invariant.
 demo:
-	$(GO) test -count=1 -v -run 'TestContract/Issue732' ./store/sim
+	$(GO) run ./cmd/simulate
 
 ## html-check: cmd/simulate's HTML page (the default scenario, -html)
 ## rendered by headless Chromium (Debian's package, installed when

@@ -252,14 +252,14 @@ func (p *printer) final(r run) {
 // run's expectations, then one line.
 func (p *printer) verdict(rep report) {
 	p.printf("\n%s\n", p.paint(bold, "verdict"))
-	p.printf("  %-32s", "invariant")
+	head := fmt.Sprintf("  %-32s", "invariant")
 	for _, r := range rep.Runs {
-		p.printf(" %-15s", r.ModeName)
+		head += fmt.Sprintf(" %-15s", r.ModeName)
 	}
-	p.printf("\n")
+	p.printf("%s\n", strings.TrimRight(head, " "))
 	for n := 1; n <= 7; n++ {
-		p.printf("  %-32s", fmt.Sprintf("%d %s", n, world.InvariantName(n)))
-		for _, r := range rep.Runs {
+		line := fmt.Sprintf("  %-32s", fmt.Sprintf("%d %s", n, world.InvariantName(n)))
+		for i, r := range rep.Runs {
 			count := 0
 			for _, v := range r.Violations {
 				if v.Invariant == n {
@@ -270,13 +270,15 @@ func (p *printer) verdict(rep report) {
 			if count > 0 {
 				cell = fmt.Sprintf("VIOLATED ×%d", count)
 			}
-			padded := fmt.Sprintf("%-15s", cell)
-			if count > 0 {
-				padded = p.paint(red, padded)
+			if i < len(rep.Runs)-1 {
+				cell = fmt.Sprintf("%-15s", cell)
 			}
-			p.printf(" %s", padded)
+			if count > 0 {
+				cell = p.paint(red, cell)
+			}
+			line += " " + cell
 		}
-		p.printf("\n")
+		p.printf("%s\n", line)
 	}
 	for _, r := range rep.Runs {
 		p.printf("\n  %s mode expects:\n", r.ModeName)
