@@ -1,8 +1,11 @@
 package kfakeworld
 
 import (
+	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -35,15 +38,15 @@ func latest(logs [][]store.Snapshot) map[string]world.Visible {
 // last stable offset, as snapshots does, and returns each partition's
 // snapshots in log order (offset markers left out).
 func (w *World) snapshotLogs() [][]store.Snapshot {
-	lsos, err := w.adm.ListCommittedOffsets(context.Background(), snapshotTopic)
+	lsos, err := w.adm.ListCommittedOffsets(context.Background(), w.snapshotTopic)
 	if err != nil {
-		panic(fmt.Sprintf("kfakeworld: listing the last stable offsets of %s: %v", snapshotTopic, err))
+		panic(fmt.Sprintf("kfakeworld: listing the last stable offsets of %s: %v", w.snapshotTopic, err))
 	}
 	out := make([][]store.Snapshot, Partitions)
 	for p := range int32(Partitions) {
-		o, ok := lsos.Lookup(snapshotTopic, p)
+		o, ok := lsos.Lookup(w.snapshotTopic, p)
 		if !ok || o.Err != nil {
-			panic(fmt.Sprintf("kfakeworld: the last stable offset of %s/%d: %v", snapshotTopic, p, o.Err))
+			panic(fmt.Sprintf("kfakeworld: the last stable offset of %s/%d: %v", w.snapshotTopic, p, o.Err))
 		}
 		if o.Offset > 0 {
 			out[p] = w.readSnapshots(p, o.Offset)
@@ -53,16 +56,32 @@ func (w *World) snapshotLogs() [][]store.Snapshot {
 }
 
 func (w *World) readSnapshots(p int32, lso int64) []store.Snapshot {
-	tp := store.TopicPartition{Topic: snapshotTopic, Partition: p}
+	tp := store.TopicPartition{Topic: w.snapshotTopic, Partition: p}
+	var out []store.Snapshot
+	w.scanLog(p, lso, kgo.ReadCommitted(), func(r *kgo.Record) {
+		if r.Attrs.IsControl() {
+			return
+		}
+		if s, ok := decode(tp, r); ok {
+			out = append(out, s)
+		}
+	})
+	return out
+}
+
+// scanLog reads snapshot partition p from its start to end (exclusive)
+// at isolation level, control records kept, with a fresh client outside
+// any group, and hands each record below end to fn.
+func (w *World) scanLog(p int32, end int64, level kgo.IsolationLevel, fn func(*kgo.Record)) {
+	tp := store.TopicPartition{Topic: w.snapshotTopic, Partition: p}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(w.seeds...), kgo.Dialer(w.net.DialContext),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{snapshotTopic: {p: kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{w.snapshotTopic: {p: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords())
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: reader: %v", err))
 	}
 	defer cl.Close()
-	var out []store.Snapshot
-	for pos := int64(0); pos < lso; {
+	for pos := int64(0); pos < end; {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		fs := cl.PollFetches(ctx)
 		cancel()
@@ -71,21 +90,25 @@ func (w *World) readSnapshots(p int32, lso int64) []store.Snapshot {
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			pos = max(pos, r.Offset+1)
-			if r.Attrs.IsControl() || r.Offset >= lso {
-				return
+			if r.Offset < end {
+				fn(r)
 			}
-			wr := store.WireRecord{Key: r.Key, Value: r.Value}
-			for _, h := range r.Headers {
-				wr.Headers = append(wr.Headers, store.Header{Key: h.Key, Value: h.Value})
-			}
-			s, kind, err := store.DecodeRecord(tp, r.Offset, wr)
-			if err != nil || kind == store.KindOffsetMarker {
-				return // corrupt records fail recoveries; markers carry no state
-			}
-			out = append(out, s)
 		})
 	}
-	return out
+}
+
+// decode decodes a snapshot record; offset markers and corrupt records
+// (which fail recoveries) carry no state.
+func decode(tp store.TopicPartition, r *kgo.Record) (store.Snapshot, bool) {
+	wr := store.WireRecord{Key: r.Key, Value: r.Value}
+	for _, h := range r.Headers {
+		wr.Headers = append(wr.Headers, store.Header{Key: h.Key, Value: h.Value})
+	}
+	s, kind, err := store.DecodeRecord(tp, r.Offset, wr)
+	if err != nil || kind == store.KindOffsetMarker {
+		return store.Snapshot{}, false
+	}
+	return s, true
 }
 
 // afterStep checks the invariants that hold after every step: 1 and 2.
@@ -101,30 +124,80 @@ func (w *World) readSnapshots(p int32, lso int64) []store.Snapshot {
 // and was caught up before the snapshots were read is still found by the
 // history's check (commit-ahead) at quiescence.
 func (w *World) afterStep() []world.Violation {
-	var committed []int64
-	var stable []bool
-	if w.foreign == nil {
-		committed, stable = w.committedOffsets()
-	}
+	committed, stable := w.committedOffsets()
 	var vs []world.Violation
 	snaps := w.snapshots()
 	// 1. A key's visible snapshot never goes back to an older fold.
 	vs = append(vs, world.CheckNoStaleOverwrite(w.steps, w.seen, snaps)...)
 	// 2. Every input event below a partition's committed offset is
-	// covered by its key's committed snapshot (or the key is deleted).
-	// The committed snapshots are approximated by the read_committed read
-	// above, which stops at the last stable offset: while a foreign
-	// transaction is open, snapshots committed behind it are committed
-	// but not readable (a recovery waits for them), so the check is
-	// skipped. A member's own open transaction pins nothing a later
-	// commit depends on: the next owner's takeover aborts it before it
-	// writes. A partition whose committed offset is unstable (a commit
-	// pending in an open transaction) is skipped too.
-	if w.foreign != nil {
-		return vs
-	}
+	// covered by its key's committed snapshot (or the key is deleted):
+	// committed, not only readable, so the snapshots committed behind an
+	// open foreign transaction's last stable offset count (a recovery
+	// waits for them). A partition whose committed offset is unstable (a
+	// commit pending in an open transaction) is skipped.
 	isStable := func(p int32) bool { return stable[p] }
-	return append(vs, w.ledger.CheckCommittedCovered(w.steps, committed, isStable, snaps)...)
+	return append(vs, w.ledger.CheckCommittedCovered(w.steps, committed, isStable, latest(w.committedSnapshotLogs()))...)
+}
+
+// committedSnapshotLogs reads every snapshot partition read_uncommitted,
+// control records kept, up to its high watermark, and returns each
+// partition's committed snapshots in log order: the non-transactional
+// records, and the records of transactions whose commit marker follows
+// them (those of aborted and still open transactions left out).
+func (w *World) committedSnapshotLogs() [][]store.Snapshot {
+	ends, err := w.adm.ListEndOffsets(context.Background(), w.snapshotTopic)
+	if err != nil {
+		panic(fmt.Sprintf("kfakeworld: listing the high watermarks of %s: %v", w.snapshotTopic, err))
+	}
+	out := make([][]store.Snapshot, Partitions)
+	for p := range int32(Partitions) {
+		o, ok := ends.Lookup(w.snapshotTopic, p)
+		if !ok || o.Err != nil {
+			panic(fmt.Sprintf("kfakeworld: the high watermark of %s/%d: %v", w.snapshotTopic, p, o.Err))
+		}
+		if o.Offset == 0 {
+			continue
+		}
+		tp := store.TopicPartition{Topic: w.snapshotTopic, Partition: p}
+		type pending struct {
+			offset int64
+			epoch  int16
+			s      store.Snapshot
+		}
+		open := map[int64][]pending{} // by producer id
+		var committed []pending
+		w.scanLog(p, o.Offset, kgo.ReadUncommitted(), func(r *kgo.Record) {
+			if r.Attrs.IsControl() {
+				// The key of a transaction marker: version (int16), type
+				// (int16: 0 abort, 1 commit).
+				if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 1 {
+					committed = append(committed, open[r.ProducerID]...)
+				}
+				delete(open, r.ProducerID)
+				return
+			}
+			s, ok := decode(tp, r)
+			if !ok {
+				return
+			}
+			if r.Attrs.IsTransactional() {
+				// A newer epoch of the producer: its transaction still
+				// open under an older one ended without a marker (a
+				// kfake restart aborts it so), so it was aborted.
+				if prev := open[r.ProducerID]; len(prev) > 0 && prev[0].epoch < r.ProducerEpoch {
+					delete(open, r.ProducerID)
+				}
+				open[r.ProducerID] = append(open[r.ProducerID], pending{r.Offset, r.ProducerEpoch, s})
+				return
+			}
+			committed = append(committed, pending{r.Offset, r.ProducerEpoch, s})
+		})
+		slices.SortFunc(committed, func(a, b pending) int { return cmp.Compare(a.offset, b.offset) })
+		for _, c := range committed {
+			out[p] = append(out[p], c.s)
+		}
+	}
+	return out
 }
 
 // atQuiescence checks what must hold once every fault is lifted and every

@@ -136,8 +136,8 @@ func TestKfakeKeepsAJoinerWhoseConnectionClosed(t *testing.T) {
 				_ = p.r.Source().Close(context.Background())
 			})
 			w.Apply(world.Step{Kind: world.Advance, D: 3 * time.Second})
-			// Past the session and the rebalance timeout (franz-go's
-			// default, 60 s), m0 polling all along.
+			// Past the session and the rebalance timeout (the world's,
+			// and franz-go's default, 60 s, too), m0 polling all along.
 			for range 10 {
 				w.Apply(world.Step{Kind: world.Advance, D: 11 * time.Second})
 				w.Apply(world.Step{Kind: world.Poll, Member: 0})

@@ -7,9 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // truncate cuts snapshot partition p back to its last stable offset, as
@@ -31,24 +28,13 @@ import (
 // every open transaction, as if each had timed out: a crashed member's,
 // the foreign one (even a hanging one), a paused member's.
 func (w *World) truncate(p int32) {
-	lsos, err := w.adm.ListCommittedOffsets(context.Background(), snapshotTopic)
-	if err != nil {
-		panic(fmt.Sprintf("kfakeworld: listing the last stable offsets of %s: %v", snapshotTopic, err))
-	}
-	ends, err := w.adm.ListEndOffsets(context.Background(), snapshotTopic)
-	if err != nil {
-		panic(fmt.Sprintf("kfakeworld: listing the ends of %s: %v", snapshotTopic, err))
-	}
-	lso, ok1 := lsos.Lookup(snapshotTopic, p)
-	hw, ok2 := ends.Lookup(snapshotTopic, p)
-	if !ok1 || !ok2 || lso.Err != nil || hw.Err != nil {
-		panic(fmt.Sprintf("kfakeworld: the offsets of %s/%d: %v, %v", snapshotTopic, p, lso.Err, hw.Err))
-	}
-	if lso.Offset >= hw.Offset || !w.onlyOpenTransactions(p, lso.Offset, hw.Offset) {
+	lsos, hws := w.snapshotEnds()
+	lso, hw := lsos[p], hws[p]
+	if lso >= hw || !w.onlyOpenTransactions(p, lso, hw) {
 		return
 	}
 	w.c.Close()
-	cutSegments(filepath.Join(w.partitionDir(snapshotTopic, p), "*.dat"), lso.Offset)
+	cutSegments(filepath.Join(w.partitionDir(w.snapshotTopic, p), "*.dat"), lso)
 	snaps, err := filepath.Glob(filepath.Join(w.dir, "partitions", "*", "snapshot.json"))
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: %v", err))
@@ -61,44 +47,51 @@ func (w *World) truncate(p int32) {
 	if err := w.startCluster(); err != nil {
 		panic(fmt.Sprintf("kfakeworld: restarting: %v", err))
 	}
-	ends, err = w.adm.ListEndOffsets(context.Background(), snapshotTopic)
+	ends, err := w.adm.ListEndOffsets(context.Background(), w.snapshotTopic)
 	if err != nil {
-		panic(fmt.Sprintf("kfakeworld: listing the ends of %s after the restart: %v", snapshotTopic, err))
+		panic(fmt.Sprintf("kfakeworld: listing the ends of %s after the restart: %v", w.snapshotTopic, err))
 	}
-	if o, _ := ends.Lookup(snapshotTopic, p); o.Err != nil || o.Offset != lso.Offset {
-		panic(fmt.Sprintf("kfakeworld: %s/%d cut at %d ends at %d after the restart (%v)", snapshotTopic, p, lso.Offset, o.Offset, o.Err))
+	if o, _ := ends.Lookup(w.snapshotTopic, p); o.Err != nil || o.Offset != lso {
+		panic(fmt.Sprintf("kfakeworld: %s/%d cut at %d ends at %d after the restart (%v)", w.snapshotTopic, p, lso, o.Offset, o.Err))
 	}
+}
+
+// snapshotEnds lists every snapshot partition's last stable offset (the
+// end a read_committed reader sees) and high watermark (a
+// read_uncommitted reader's): the two differ exactly while a transaction
+// has records open on the partition.
+func (w *World) snapshotEnds() (lsos, hws []int64) {
+	listedLSOs, err := w.adm.ListCommittedOffsets(context.Background(), w.snapshotTopic)
+	if err != nil {
+		panic(fmt.Sprintf("kfakeworld: listing the last stable offsets of %s: %v", w.snapshotTopic, err))
+	}
+	listedHWs, err := w.adm.ListEndOffsets(context.Background(), w.snapshotTopic)
+	if err != nil {
+		panic(fmt.Sprintf("kfakeworld: listing the ends of %s: %v", w.snapshotTopic, err))
+	}
+	lsos, hws = make([]int64, Partitions), make([]int64, Partitions)
+	for p := range int32(Partitions) {
+		lso, ok1 := listedLSOs.Lookup(w.snapshotTopic, p)
+		hw, ok2 := listedHWs.Lookup(w.snapshotTopic, p)
+		if !ok1 || !ok2 || lso.Err != nil || hw.Err != nil {
+			panic(fmt.Sprintf("kfakeworld: the offsets of %s/%d: %v, %v", w.snapshotTopic, p, lso.Err, hw.Err))
+		}
+		lsos[p], hws[p] = lso.Offset, hw.Offset
+	}
+	return lsos, hws
 }
 
 // onlyOpenTransactions reports whether every record of snapshot partition
 // p in [from, to) is a transactional data record: no control record (a
 // marker: some transaction there ended) and no record outside a
-// transaction. It reads read_uncommitted, from a fresh client; what it
-// reads is below the high watermark, which a fetch returns at once.
+// transaction. It reads read_uncommitted (uncommittedLog).
 func (w *World) onlyOpenTransactions(p int32, from, to int64) bool {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(w.seeds...), kgo.Dialer(w.net.DialContext),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{snapshotTopic: {p: kgo.NewOffset().At(from)}}),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
-	if err != nil {
-		panic(fmt.Sprintf("kfakeworld: reader: %v", err))
-	}
-	defer cl.Close()
-	only := true
-	for pos := from; pos < to && only; {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		if err := fs.Err0(); err != nil {
-			panic(fmt.Sprintf("kfakeworld: reading %s/%d: %v", snapshotTopic, p, err))
+	for _, r := range w.uncommittedLog(p, from, to) {
+		if r.Attrs.IsControl() || !r.Attrs.IsTransactional() {
+			return false
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			pos = max(pos, r.Offset+1)
-			if r.Offset < to && (r.Attrs.IsControl() || !r.Attrs.IsTransactional()) {
-				only = false
-			}
-		})
 	}
-	return only
+	return true
 }
 
 // partitionDir is a partition's directory in the cluster's data directory

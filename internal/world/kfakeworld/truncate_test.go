@@ -14,16 +14,16 @@ import (
 // watermark.
 func offsets(t *testing.T, w *World, p int32) (lso, hw int64) {
 	t.Helper()
-	lsos, err := w.adm.ListCommittedOffsets(context.Background(), snapshotTopic)
+	lsos, err := w.adm.ListCommittedOffsets(context.Background(), w.snapshotTopic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ends, err := w.adm.ListEndOffsets(context.Background(), snapshotTopic)
+	ends, err := w.adm.ListEndOffsets(context.Background(), w.snapshotTopic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _ := lsos.Lookup(snapshotTopic, p)
-	h, _ := ends.Lookup(snapshotTopic, p)
+	l, _ := lsos.Lookup(w.snapshotTopic, p)
+	h, _ := ends.Lookup(w.snapshotTopic, p)
 	return l.Offset, h.Offset
 }
 

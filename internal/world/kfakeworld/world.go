@@ -12,9 +12,60 @@
 // moves between two steps of the driver, and virtual time passes only in
 // advance steps (and up to a few milliseconds in a poll, see Apply).
 //
+// # On a real broker
+//
+// With Config.Brokers the same world (steps, invariants, history) runs on
+// a real Kafka cluster, in real time, outside any bubble (cmd/simulate
+// -world kafka). No kfake cluster: the world dials the brokers itself,
+// TLS handshake and SASL authentication included (Config.TLS, SASL), under
+// each process's freezers, so pause and crash freeze and kill a process's
+// connections as on kfake. New reaches the cluster (at most
+// connectTimeout), checks the broker's session and transaction timeout
+// bounds against the world's, and creates topics of the world's own
+// ("snapfence-simulate-<Name>" and its "-snapshots", compacted, the
+// broker's default replication), with a group and transactional.ids of
+// their own; Close deletes the topics, whatever happened before (the
+// group and the transactional.ids expire by the broker's retention). What differs
+// from kfake:
+//
+//   - after a step the world waits, at most settleTimeout, until every
+//     running process is idle (no runner step in flight, no rebalance
+//     callback running) and every leaving one is down (settle), where
+//     kfake waits for synctest.Wait. A poll waits pollTimeout for its
+//     runner step, which then goes on in the background, as on kfake.
+//     Real time passes during steps too (a few milliseconds to a few
+//     hundred), and what kfake does at once the broker does soon: a
+//     join, a fetch, the markers of a transaction.
+//   - advance sleeps; the members' clients heartbeat by themselves.
+//   - Close lets the steps in flight end before it crashes the processes
+//     (on kfake nothing is in flight then but what is durably blocked),
+//     and ends the crashed processes' store clients (endStoreClients):
+//     a step of a process crashed while it was producing would otherwise
+//     wait for good, franz-go retrying the dead connections.
+//   - compact and truncate do nothing: Kafka's cleaner runs on its own
+//     (on closed segments only, so never in a world's lifetime) and
+//     nothing cuts a broker's log.
+//   - the consumer protocol's session timeout and heartbeat interval are
+//     the broker's: the world sets them for its group (the group configs
+//     consumer.session.timeout.ms and consumer.heartbeat.interval.ms),
+//     which needs them within the broker's group.consumer.min and max
+//     bounds (the default minimum session is 45 s; it/kafka's 1 s) and
+//     the right to alter the group's configs. Failing that, the broker's
+//     session timeout is the world's SessionTimeout (Logf says so), and
+//     the scenarios that time an expiry by the default 10 s (an advance
+//     of 11 s) see it later.
+//   - the classic protocols need group.min.session.timeout.ms at most
+//     SessionTimeout (10 s; Kafka's default 6 s) and a broker's
+//     group.initial.rebalance.delay.ms (3 s by default, 0 in it/kafka)
+//     delays a first member's join past a poll's pollTimeout.
+//
 // What differs from internal/world:
 //
-//   - compact does nothing: kfake has no log cleaner to trigger.
+//   - compact runs kfake's log cleaner, in place, only while no
+//     transaction is open on any snapshot partition (kfake's cleaner,
+//     unlike Kafka's, would clean past the last stable offset) and only
+//     when it would not remove an abort marker a reader still needs; it
+//     cleans every snapshot partition at once, whichever the step names.
 //   - truncate (with the simulated world's preconditions: the snapshot
 //     partition's tail above its last stable offset holds only records of
 //     open transactions) closes the cluster, cuts the partition's segment
@@ -46,6 +97,26 @@
 //     connections are not closed because kfake, unlike Kafka, may then
 //     never expire a member crashed while its JoinGroup was parked (see
 //     crash and TestKfakeKeepsAJoinerWhoseConnectionClosed).
+//   - the classic protocols' rebalance timeout is a few seconds
+//     (rebalanceTimeout: 3.3 s by default; franz-go's, and the consumer
+//     protocol's here, is 1 min), below the session timeout and below
+//     franz-go's request timeout overhead (10 s) / (Members-1). kfake's
+//     classic coordinator differs from Kafka's in two ways that together
+//     can hold a group in PreparingRebalance for good, every member
+//     waiting in JoinGroup (TestKfakeMiscountsAMemberExpiredWhileSyncing):
+//     it expires a member waiting in SyncGroup when its session runs out
+//     (a leader paused before its SyncGroup leaves the others waiting)
+//     and then counts one rejoined member too few, so the round ends only
+//     at its deadline; and every JoinGroup restarts that deadline, while
+//     franz-go sends a JoinGroup that was not answered again every
+//     rebalance timeout plus 10 s. Kafka keeps a member alive while its
+//     JoinGroup or SyncGroup waits, and sets the deadline once, when the
+//     round begins. Below the session timeout, kfake's deadline for the
+//     leader's SyncGroup removes a leader that does not sync before a
+//     waiting member's session runs out; below 10 s / (Members-1), the
+//     JoinGroups sent again always leave the deadline time to pass. A
+//     member must rejoin within the rebalance timeout, or is removed from
+//     the round, as on Kafka with this setting.
 //   - the invariants checked are 1 and 2 after every step and 3, 6
 //     (reaching the ends of the input) and 7 at quiescence; 4, 5 and the
 //     rest of 6 are the simulated world's (they need its log's entries).
@@ -62,6 +133,7 @@ package kfakeworld
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -70,13 +142,13 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/internal/history"
@@ -89,8 +161,6 @@ import (
 
 // Partitions of the input and snapshot topics.
 const Partitions = 2
-
-var snapshotTopic = kafka.DefaultSnapshotTopic(world.InputTopic)
 
 const foreignID = "foreign-producer"
 
@@ -119,6 +189,21 @@ type Config struct {
 	TransactionTimeout time.Duration
 	// MaxWritesPerTransaction; default 4, so flushes span transactions.
 	MaxWritesPerTransaction int
+
+	// Brokers, if set, runs the world on a real Kafka cluster in real
+	// time instead of kfake (the seed brokers, host:port; see the
+	// package doc). Outside a synctest bubble.
+	Brokers []string
+	// TLS and SASL, if set, secure every connection to Brokers.
+	TLS  *tls.Config
+	SASL sasl.Mechanism
+	// Name makes the real-broker world's topics, group and
+	// transactional.ids its own ("snapfence-simulate-<Name>..."); default
+	// the time and a random tail.
+	Name string
+	// Logf, if set, is told what a real-broker world set up and which of
+	// the broker's settings it had to take.
+	Logf func(format string, args ...any)
 }
 
 func (cfg *Config) setDefaults() {
@@ -159,6 +244,24 @@ func (cfg Config) StepConfig() world.Config {
 	return world.Config{Mode: cfg.Mode, Members: cfg.Members, Partitions: Partitions}.WithDefaults()
 }
 
+// requestTimeoutOverhead is franz-go's kgo.RequestTimeoutOverhead, left
+// at its default: a member sends a JoinGroup kfake has not answered again
+// after its rebalance timeout plus this.
+const requestTimeoutOverhead = 10 * time.Second
+
+// rebalanceTimeout is the members' kgo.RebalanceTimeout: franz-go's
+// default (1 min) under the consumer protocol; under the classic ones
+// min(SessionTimeout, requestTimeoutOverhead) / max(Members, 2), 3.3 s by
+// default, below the session timeout and below requestTimeoutOverhead /
+// (Members-1), which keeps kfake's classic groups from stalling (see the
+// package doc and TestKfakeMiscountsAMemberExpiredWhileSyncing).
+func (cfg Config) rebalanceTimeout() time.Duration {
+	if cfg.Protocol == sim.Consumer {
+		return time.Minute
+	}
+	return min(cfg.SessionTimeout, requestTimeoutOverhead) / time.Duration(max(cfg.Members, 2))
+}
+
 // protocolOpt is the franz-go option of a protocol.
 func protocolOpt(p sim.Protocol) kgo.Opt {
 	switch p {
@@ -175,7 +278,7 @@ func protocolOpt(p sim.Protocol) kgo.Opt {
 // bubble.
 type World struct {
 	cfg     Config
-	net     *kfake.VirtualNetwork
+	net     network // kfake's *kfake.VirtualNetwork, or a real cluster's
 	c       *kfake.Cluster
 	seeds   []string
 	dir     string      // the cluster's data directory, for restarts
@@ -191,6 +294,15 @@ type World struct {
 	// retired are the processes that left or crashed, still shutting
 	// down in the background; Close waits for them.
 	retired []*process
+	// input, group, prefix and foreignID name the input topic, the
+	// consumer group, the transactional.id prefix and the foreign
+	// producer's transactional.id: internal/world's (and foreignID) on
+	// kfake, the world's own on a real broker.
+	input, group, prefix, foreignID string
+	// snapshotTopic is the input topic's snapshot topic.
+	snapshotTopic string
+	// real is the real-broker mode's state (Config.Brokers); nil on kfake.
+	real *realBroker
 
 	// fetchLatency is the virtual time every recovery fetch takes (the
 	// slow-fetches step; 0: none).
@@ -249,12 +361,23 @@ type foreignTxn struct {
 
 // New returns a world with the topics created and no member started. It
 // must be called inside a synctest bubble, and the world closed (Close)
-// before the bubble ends.
+// before the bubble ends. With Config.Brokers it sets the world up on
+// that cluster, outside any bubble, and fails if it cannot (unreachable,
+// refused, or with group or transaction settings the world cannot run
+// under).
 func New(cfg Config) (*World, error) {
 	cfg.setDefaults()
 	w := &World{cfg: cfg, net: new(kfake.VirtualNetwork), outputs: map[string]int{}, seen: map[string]int64{}}
 	began := time.Now() // the bubble's virtual time
 	w.rec = history.NewRecorder(func() time.Duration { return time.Since(began) })
+	w.input, w.group, w.prefix, w.foreignID = world.InputTopic, world.Group, world.Prefix, foreignID
+	w.snapshotTopic = kafka.DefaultSnapshotTopic(w.input)
+	if len(cfg.Brokers) > 0 {
+		if err := w.openReal(); err != nil {
+			return nil, fmt.Errorf("kfakeworld: %w", err)
+		}
+		return w, nil
+	}
 	dir, err := os.MkdirTemp("", "kfakeworld-")
 	if err != nil {
 		return nil, fmt.Errorf("kfakeworld: data directory: %w", err)
@@ -278,9 +401,9 @@ func New(cfg Config) (*World, error) {
 		return nil, fmt.Errorf("kfakeworld: creating %s: %w", world.InputTopic, err)
 	}
 	compact := "compact"
-	if _, err := w.adm.CreateTopic(ctx, Partitions, 1, map[string]*string{"cleanup.policy": &compact}, snapshotTopic); err != nil {
+	if _, err := w.adm.CreateTopic(ctx, Partitions, 1, map[string]*string{"cleanup.policy": &compact}, w.snapshotTopic); err != nil {
 		w.closeCluster()
-		return nil, fmt.Errorf("kfakeworld: creating %s: %w", snapshotTopic, err)
+		return nil, fmt.Errorf("kfakeworld: creating %s: %w", w.snapshotTopic, err)
 	}
 	w.members = make([]*member, cfg.Members)
 	for i := range w.members {
@@ -295,12 +418,15 @@ func (w *World) startCluster() error {
 	c, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
 		kfake.Ports(9092), // the network is the world's own
-		kfake.ListenFn(w.net.Listen),
+		kfake.ListenFn(w.net.(*kfake.VirtualNetwork).Listen),
 		kfake.DataDir(w.dir),
 		kfake.GroupMinSessionTimeout(time.Second),
 		kfake.BrokerConfigs(map[string]string{
 			"group.consumer.session.timeout.ms":    strconv.Itoa(int(w.cfg.SessionTimeout.Milliseconds())),
 			"group.consumer.heartbeat.interval.ms": strconv.Itoa(int(w.cfg.HeartbeatInterval.Milliseconds())),
+			// kfake's own cleaner would compact while a transaction is
+			// open; compaction runs only at compact steps (compact.go).
+			"log.cleaner.backoff.ms": strconv.Itoa(int((100 * 24 * time.Hour).Milliseconds())),
 		}),
 	)
 	if err != nil {
@@ -391,11 +517,15 @@ func (w *World) Apply(s world.Step) []world.Violation {
 			w.endForeign(s.Commit)
 		}
 	case world.Compact:
-		// kfake has no compaction to trigger: nothing happens.
+		if w.real == nil { // a real broker's cleaner runs on its own
+			w.compact() // kfake's cleaner: every snapshot partition, see compact
+		}
 	case world.Truncate:
-		w.truncate(int32(s.Partition % Partitions))
+		if w.real == nil { // nothing cuts a real broker's log
+			w.truncate(int32(s.Partition % Partitions))
+		}
 	}
-	synctest.Wait()
+	w.wait()
 	return w.afterStep()
 }
 
@@ -411,7 +541,7 @@ func (w *World) thawPending() {
 			m.p.consumer.Thaw()
 		}
 	}
-	synctest.Wait()
+	w.wait()
 }
 
 // pause freezes both sides of m's connections (a resumed member whose
@@ -448,7 +578,7 @@ func (w *World) poll(m *member) {
 	if p.thawConsumer {
 		p.thawConsumer = false
 		p.consumer.Thaw()
-		synctest.Wait()
+		w.wait()
 	}
 	if !p.idle() {
 		return
@@ -459,8 +589,12 @@ func (w *World) poll(m *member) {
 		defer close(done)
 		p.stepErr = p.r.Step(p.ctx) // a failed flow shows in the runner's errors too
 	}()
+	if w.real != nil {
+		w.realPoll(p, done)
+		return
+	}
 	for range pollSlices {
-		synctest.Wait()
+		w.wait()
 		select {
 		case <-done:
 			return
@@ -486,11 +620,11 @@ func (w *World) flush(m *member, fn func(context.Context)) {
 func (w *World) advance(d time.Duration) {
 	w.thawPending()
 	time.Sleep(d)
-	synctest.Wait()
+	w.wait()
 }
 
 func (w *World) produce(key string, delta int) {
-	r := &kgo.Record{Topic: world.InputTopic, Partition: world.PartitionOf(key, Partitions), Key: []byte(key), Value: []byte(world.Value(delta))}
+	r := &kgo.Record{Topic: w.input, Partition: world.PartitionOf(key, Partitions), Key: []byte(key), Value: []byte(world.Value(delta))}
 	if err := w.cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
 		panic(fmt.Sprintf("kfakeworld: producing to %s/%d: %v", r.Topic, r.Partition, err)) // the world's own topic: a bug
 	}
@@ -512,11 +646,11 @@ func (w *World) start(m *member) {
 	p := &process{consumer: netfreeze.New(w.net.DialContext), store: netfreeze.New(w.net.DialContext), down: make(chan struct{})}
 	ctx := context.Background()
 	be, err := kafka.New(ctx, kafka.Config{
-		Mode: w.cfg.Mode, SeedBrokers: w.seeds, TransactionalIDPrefix: world.Prefix,
+		Mode: w.cfg.Mode, SeedBrokers: w.seeds, TransactionalIDPrefix: w.prefix,
 		MaxWritesPerTransaction: w.cfg.MaxWritesPerTransaction,
 		TransactionTimeout:      w.cfg.TransactionTimeout,
 		RecoveryStallTimeout:    w.cfg.StallTimeout,
-		ClientOpts:              []kgo.Opt{kgo.Dialer(p.store.Dial)},
+		ClientOpts:              w.storeClientOpts(p),
 		// One batch per fetch, so slow fetches slow a recovery without
 		// stopping it.
 		ReaderOpts: []kgo.Opt{kgo.Dialer(w.slowDial(p.store.Dial)), kgo.FetchMaxPartitionBytes(1)},
@@ -536,9 +670,10 @@ func (w *World) start(m *member) {
 		panic(fmt.Sprintf("kfakeworld: engine: %v", err))
 	}
 	newSource := engine.NewKafkaSource(engine.KafkaConfig{
-		SeedBrokers: w.seeds, Group: world.Group, Topics: []string{world.InputTopic},
+		SeedBrokers: w.seeds, Group: w.group, Topics: []string{w.input},
 		ClientOpts: []kgo.Opt{kgo.Dialer(p.consumer.Dial), protocolOpt(w.cfg.Protocol),
-			kgo.SessionTimeout(w.cfg.SessionTimeout), kgo.HeartbeatInterval(w.cfg.HeartbeatInterval)},
+			kgo.SessionTimeout(w.cfg.SessionTimeout), kgo.HeartbeatInterval(w.cfg.HeartbeatInterval),
+			kgo.RebalanceTimeout(w.cfg.rebalanceTimeout())},
 	})
 	r, err := eng.NewRunner(func(h engine.Handler) (engine.Source, error) {
 		return newSource(&trackedHandler{h: h, cbs: &p.cbs})
@@ -621,13 +756,13 @@ func (w *World) openForeign(partition int, hang bool) {
 		timeout = 15 * time.Minute
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(w.seeds...), kgo.Dialer(w.net.DialContext),
-		kgo.TransactionalID(foreignID), kgo.TransactionTimeout(timeout),
+		kgo.TransactionalID(w.foreignID), kgo.TransactionTimeout(timeout),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: foreign producer: %v", err))
 	}
 	rec := store.EncodeOffsetMarker(0, store.GroupIdentity{})
-	kr := &kgo.Record{Topic: snapshotTopic, Partition: int32(partition), Key: rec.Key, Value: rec.Value}
+	kr := &kgo.Record{Topic: w.snapshotTopic, Partition: int32(partition), Key: rec.Key, Value: rec.Value}
 	for _, h := range rec.Headers {
 		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
@@ -675,7 +810,7 @@ func (w *World) Quiesce() []world.Violation {
 	if !slices.ContainsFunc(w.members, func(m *member) bool { return m.state == running }) {
 		w.start(w.members[0])
 	}
-	synctest.Wait()
+	w.wait()
 	var vs []world.Violation
 	for range quiesceRounds {
 		if w.caughtUp() {
@@ -684,7 +819,7 @@ func (w *World) Quiesce() []world.Violation {
 		for _, m := range w.members {
 			if m.state == running {
 				w.poll(m)
-				synctest.Wait()
+				w.wait()
 				vs = append(vs, w.afterStep()...)
 			}
 		}
@@ -713,12 +848,12 @@ func (w *World) caughtUp() bool {
 // endOffsets are the input partitions' high watermarks.
 func (w *World) endOffsets() []int64 {
 	out := make([]int64, Partitions)
-	listed, err := w.adm.ListEndOffsets(context.Background(), world.InputTopic)
+	listed, err := w.adm.ListEndOffsets(context.Background(), w.input)
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: listing the input's ends: %v", err))
 	}
 	for p := range out {
-		if o, ok := listed.Lookup(world.InputTopic, int32(p)); ok && o.Err == nil {
+		if o, ok := listed.Lookup(w.input, int32(p)); ok && o.Err == nil {
 			out[p] = o.Offset
 		}
 	}
@@ -730,7 +865,7 @@ func (w *World) endOffsets() []int64 {
 // reported unstable (stable[p] false). No commit is offset 0.
 func (w *World) committedOffsets() (committed []int64, stable []bool) {
 	committed, stable = make([]int64, Partitions), make([]bool, Partitions)
-	offs, err := w.adm.FetchOffsets(kadm.RequireStable(context.Background()), world.Group)
+	offs, err := w.adm.FetchOffsets(kadm.RequireStable(context.Background()), w.group)
 	if err != nil {
 		// No group yet (no member has joined): nothing committed.
 		for p := range stable {
@@ -739,7 +874,7 @@ func (w *World) committedOffsets() (committed []int64, stable []bool) {
 		return committed, stable
 	}
 	for p := range committed {
-		o, ok := offs.Lookup(world.InputTopic, int32(p))
+		o, ok := offs.Lookup(w.input, int32(p))
 		switch {
 		case !ok:
 			stable[p] = true
@@ -774,11 +909,16 @@ func (w *World) memberErrors() []string {
 // Close stops every process and the cluster; the world is done. It waits,
 // in virtual time, for everything it started to end, and panics if that
 // takes more than closeTimeout: a goroutine left behind would fail the
-// synctest bubble anyway, with less to go on.
+// synctest bubble anyway, with less to go on. On a real broker it first
+// lets the steps in flight end (endSteps), waits at most
+// realCloseTimeout, then gives up (Logf says so) rather than panic, and
+// deletes the world's topics however it ends.
 func (w *World) Close() {
+	defer w.closeCluster()
 	if w.foreign != nil {
 		w.endForeign(false)
 	}
+	w.endSteps()
 	for _, m := range w.members {
 		if m.p != nil {
 			w.crash(m)
@@ -789,21 +929,33 @@ func (w *World) Close() {
 			p.consumer.Kill()
 		}
 	}
-	timer := time.NewTimer(closeTimeout)
+	w.endStoreClients()
+	limit := closeTimeout
+	if w.real != nil {
+		limit = realCloseTimeout
+	}
+	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	for _, p := range w.retired {
 		select {
 		case <-p.down:
 		case <-timer.C:
-			panic(fmt.Sprintf("kfakeworld: the members did not shut down in %s of virtual time", closeTimeout))
+			if w.real != nil {
+				w.logf("a process did not shut down in %s (a step of a crashed process blocked in its store): its goroutines stay", limit)
+				return
+			}
+			panic(fmt.Sprintf("kfakeworld: the members did not shut down in %s", limit))
 		}
 	}
-	w.closeCluster()
 }
 
 const closeTimeout = 10 * time.Minute
 
 func (w *World) closeCluster() {
+	if w.real != nil {
+		w.closeReal()
+		return
+	}
 	if w.cl != nil {
 		w.cl.Close()
 	}
