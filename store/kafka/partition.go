@@ -220,8 +220,59 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 		// client's back. A marker record keeps the client in step.
 		recs = append(recs, p.record(store.EncodeOffsetMarker(batch.Offset, id)))
 	}
-	return prod.ProduceSync(ctx, recs...).FirstErr()
+	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return err
+	}
+	return p.awaitPublished(ctx, prod)
 }
+
+// awaitPublished returns once prod lists the snapshot partition among its
+// topic's partitions, where EndTransaction looks for the partitions of the
+// transaction.
+//
+// franz-go v1.22.3 sends a client's first records to a topic as soon as
+// the topic's metadata arrives, and publishes the topic's partitions to
+// the rest of the client only after: storePartitionsUpdate
+// (kgo/topics_and_partitions.go) hands the waiting records to their
+// partitions (line 471), whose sink may send them at once, before its
+// deferred l.v.Store(lv) (line 414). In between, ProduceSync can return,
+// and EndTransaction, which finds the transaction's partitions by walking
+// the published ones (kgo/txn.go:821-828), finds none; a produce having
+// been attempted, it aborts the transaction it was asked to commit and
+// returns nil (txn.go:837-857). Our producer's first transaction is its
+// first produce to the snapshot topic, so every acquisition meets the
+// window, for as long as the metadata goroutine is descheduled (under the
+// race detector about one kfake world run in a hundred: acknowledged
+// writes lost). The sequence reset that follows the EndTxn answer
+// (kgo/producer.go:1123-1131) misses the partition too, so the next
+// transaction's batch carries the old sequence under the new epoch and is
+// refused with OUT_OF_ORDER_SEQUENCE_NUMBER.
+//
+// franz-go says nothing when it publishes, so this polls, with
+// retryConcurrent's backoff, for at most the transaction timeout (the
+// broker aborts the transaction then). A published partition without a
+// leader also reads as leader -1: we wait for its leader then, which a
+// commit does not need, but the leader has just acknowledged the records.
+// TestFranzGoCommitEndsAsAnAbortBeforeItPublishesANewTopic pins franz-go's
+// behaviour; when it fails, this can go.
+func (p *partition) awaitPublished(ctx context.Context, prod *kgo.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, p.b.cfg.TransactionTimeout)
+	defer cancel()
+	backoff := concurrentTxnBackoff
+	for logged := false; ; logged = true {
+		if leader, _, _ := prod.PartitionLeader(p.snap.Topic, p.snap.Partition); leader >= 0 {
+			return nil
+		}
+		if !logged {
+			p.b.cfg.Logger.Debug(msgAwaitPublished, "input", p.input.String(), "snapshots", p.snap.String())
+		}
+		if err := pause(ctx, &backoff); err != nil {
+			return fmt.Errorf("%s: %w", msgAwaitPublished, err)
+		}
+	}
+}
+
+const msgAwaitPublished = "waiting for the producer to publish the snapshot partition before ending the transaction"
 
 // Backoff for a transactional request answered CONCURRENT_TRANSACTIONS:
 // the previous transaction's markers are being written, which on a healthy
@@ -242,15 +293,24 @@ func retryConcurrent(ctx context.Context, send func() error) error {
 		if !errors.Is(err, kerr.ConcurrentTransactions) {
 			return err
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, context.Cause(ctx))
-		case <-t.C:
+		if cerr := pause(ctx, &backoff); cerr != nil {
+			return errors.Join(err, cerr)
 		}
-		backoff = min(2*backoff, concurrentTxnBackoffMax)
 	}
+}
+
+// pause waits out *backoff and doubles it (up to concurrentTxnBackoffMax),
+// or returns the context's cause if it ends first.
+func pause(ctx context.Context, backoff *time.Duration) error {
+	t := time.NewTimer(*backoff)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+	}
+	*backoff = min(2**backoff, concurrentTxnBackoffMax)
+	return nil
 }
 
 // commitOffset is the fenced transactional offset commit of batch.Offset
