@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
@@ -78,39 +78,41 @@ func (k *kafkaOptions) seeds() []string {
 	return out
 }
 
-// clientOpts are the franz-go options every client of the world takes:
-// TLS and SASL.
-func (k *kafkaOptions) clientOpts() ([]kgo.Opt, error) {
-	var opts []kgo.Opt
+// security is the TLS configuration (nil: none) and the SASL mechanism
+// (nil: none) of the flags. The world does both on its connections
+// itself (kfakeworld.Config.TLS, SASL), under its freezers: franz-go's
+// kgo.DialTLSConfig excludes the kgo.Dialer they are.
+func (k *kafkaOptions) security() (*tls.Config, sasl.Mechanism, error) {
+	var cfg *tls.Config
 	if k.tls || k.caFile != "" || k.certFile != "" {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: k.serverName}
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: k.serverName}
 		if k.caFile != "" {
 			pem, err := os.ReadFile(k.caFile)
 			if err != nil {
-				return nil, usagef("-tls-ca: %v", err)
+				return nil, nil, usagef("-tls-ca: %v", err)
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return nil, usagef("-tls-ca %s: no PEM certificate in it", k.caFile)
+				return nil, nil, usagef("-tls-ca %s: no PEM certificate in it", k.caFile)
 			}
 			cfg.RootCAs = pool
 		}
 		if k.certFile != "" {
 			cert, err := tls.LoadX509KeyPair(k.certFile, k.keyFile)
 			if err != nil {
-				return nil, usagef("-tls-cert/-tls-key: %v", err)
+				return nil, nil, usagef("-tls-cert/-tls-key: %v", err)
 			}
 			cfg.Certificates = []tls.Certificate{cert}
 		}
-		opts = append(opts, kgo.DialTLSConfig(cfg))
 	}
+	var mech sasl.Mechanism
 	switch k.mechanism {
 	case "plain":
-		opts = append(opts, kgo.SASL(plain.Auth{User: k.user, Pass: k.password}.AsMechanism()))
+		mech = plain.Auth{User: k.user, Pass: k.password}.AsMechanism()
 	case "scram-sha-256":
-		opts = append(opts, kgo.SASL(scram.Auth{User: k.user, Pass: k.password}.AsSha256Mechanism()))
+		mech = scram.Auth{User: k.user, Pass: k.password}.AsSha256Mechanism()
 	case "scram-sha-512":
-		opts = append(opts, kgo.SASL(scram.Auth{User: k.user, Pass: k.password}.AsSha512Mechanism()))
+		mech = scram.Auth{User: k.user, Pass: k.password}.AsSha512Mechanism()
 	}
-	return opts, nil
+	return cfg, mech, nil
 }

@@ -64,6 +64,7 @@ type options struct {
 	noColor   bool
 	kafka     kafkaOptions
 	seedGiven bool
+	stderr    io.Writer // where -v's notes of a world go (not a flag)
 }
 
 // usageError is a flag or setup error: exit 2, with its message.
@@ -180,6 +181,7 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "simulate: %v\n", err)
 		return exitUsage
 	}
+	o.stderr = stderr
 	out := newPrinter(stdout, o)
 	if o.list {
 		listScenarios(stdout)

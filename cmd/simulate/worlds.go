@@ -9,9 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/internal/world"
+	"github.com/snapfence/snapfence/internal/world/kfakeworld"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -80,7 +82,54 @@ func runKfake(ctx context.Context, o options, s world.Scenario, mode store.Mode)
 	return finish(s, mode, res.Members, res.Partitions, res.Ops, res.Violations), nil
 }
 
-// runKafka runs s in mode on a real broker (not yet).
-func runKafka(_ context.Context, _ options, _ world.Scenario, _ store.Mode) (run, error) {
-	return run{}, usagef("-world kafka: not yet")
+// kafkaName names a -world kafka run's topics, group and
+// transactional.ids (after "snapfence-simulate-"): the mode and the time.
+// A variable, so that the integration test knows the names.
+var kafkaName = func(mode store.Mode) string {
+	return fmt.Sprintf("%s-%d", modeName(mode), time.Now().UnixNano())
+}
+
+// runKafka runs s in mode on a real broker: the kfake world in its
+// real-broker mode (kfakeworld.Config.Brokers), in real time, in this
+// process, on topics, a group and a transactional.id prefix of its own,
+// deleted when it ends. A world that cannot be set up (the brokers
+// unreachable, a topic refused, the broker's group or transaction
+// settings out of the world's bounds) is an error; so is one that fails
+// while it runs (the world panics on what it cannot go on from).
+func runKafka(ctx context.Context, o options, s world.Scenario, mode store.Mode) (r run, err error) {
+	tlsCfg, mech, err := o.kafka.security()
+	if err != nil {
+		return run{}, err
+	}
+	cfg := kfakeworld.Config{Mode: mode, Protocol: s.Protocol, Brokers: o.kafka.seeds(), TLS: tlsCfg, SASL: mech,
+		Name: kafkaName(mode)}
+	if o.verbose {
+		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(o.stderr, "simulate: kafka: "+format+"\n", args...) }
+	}
+	w, err := kfakeworld.New(cfg)
+	if err != nil {
+		return run{}, fmt.Errorf("-world kafka: %w", err)
+	}
+	defer func() {
+		// A world that failed is closed too (its topics deleted); a
+		// failure of the close itself is reported unless one came first.
+		if p := recover(); p != nil && err == nil {
+			err = fmt.Errorf("-world kafka: %v", p)
+		}
+	}()
+	defer w.Close()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("-world kafka: %v", p)
+		}
+	}()
+	var vs []world.Violation
+	for _, st := range s.Steps {
+		if err := ctx.Err(); err != nil {
+			return run{}, fmt.Errorf("-world kafka: %w", err)
+		}
+		vs = append(vs, w.Apply(st)...)
+	}
+	vs = append(vs, w.Quiesce()...)
+	return finish(s, mode, w.Config().StepConfig().Members, kfakeworld.Partitions, w.History().Ops(), vs), nil
 }

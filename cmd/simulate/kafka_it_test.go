@@ -1,0 +1,202 @@
+//go:build it
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snapfence/snapfence/internal/history"
+	"github.com/snapfence/snapfence/internal/kafkatest"
+	"github.com/snapfence/snapfence/internal/world"
+	"github.com/snapfence/snapfence/store"
+)
+
+// TestKafkaWorld runs the default scenario, kafka-flow#732, on the shared
+// broker (`make it`) in both modes, as `simulate -world kafka -brokers`
+// does: the stale owner's write lands over the newer one without the
+// fence and is fenced with it; nothing but the report is printed, and the
+// world leaves no topic and no goroutine behind.
+func TestKafkaWorld(t *testing.T) {
+	brokers := strings.Join(kafkatest.Brokers(t), ",")
+	names := recordNames(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var stdout, stderr bytes.Buffer
+	code := simulate(ctx, []string{"-no-color", "-world", "kafka", "-brokers", brokers}, &stdout, &stderr)
+	t.Logf("kafka-flow#732 in both modes on the broker: %s", time.Since(start).Round(100*time.Millisecond))
+	out := stdout.String()
+	if code != exitOK {
+		t.Fatalf("exit %d, want 0; stderr: %s\n%s", code, stderr.String(), out)
+	}
+	if stderr.Len() > 0 {
+		t.Errorf("without -v the command printed to stderr: %s", stderr.String())
+	}
+	plain, transactional, ok := strings.Cut(out, "── transactional mode")
+	if !ok || !strings.Contains(plain, "── plain mode") {
+		t.Fatalf("no plain then transactional timeline:\n%s", out)
+	}
+	for _, must := range []string{"stale-flush-on-revoke  (world: kafka)", "← stale: replaces m1's newer a=115@2"} {
+		if !strings.Contains(plain, must) {
+			t.Errorf("the plain run does not say %q:\n%s", must, plain)
+		}
+	}
+	if !regexp.MustCompile(`m0 writes a=15@1 to p1 \(generation 1\) · FENCED`).MatchString(transactional) {
+		t.Errorf("the transactional run does not show m0's stale write fenced:\n%s", transactional)
+	}
+	if !strings.Contains(transactional, "as expected: the corruption is reproduced without the fence and prevented with it") {
+		t.Errorf("no verdict as expected:\n%s", transactional)
+	}
+	noTopicsLeft(t, brokers, *names)
+	noGoroutinesLeft(t)
+}
+
+// TestKafkaWorldJSON runs a few steps on the broker with `-json -` and -v:
+// the standard output is the JSON lines alone, every line parses, the ops
+// carry the history; -v's notes go to the standard error.
+func TestKafkaWorldJSON(t *testing.T) {
+	brokers := strings.Join(kafkatest.Brokers(t), ",")
+	names := recordNames(t)
+	steps, _ := json.Marshal([]world.Step{
+		{Kind: world.Join, Member: 0},
+		{Kind: world.Produce, Key: "a", Delta: 10},
+		{Kind: world.Poll, Member: 0},
+	})
+	replay := filepath.Join(t.TempDir(), "steps.json")
+	if err := os.WriteFile(replay, steps, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var stdout, stderr bytes.Buffer
+	code := simulate(ctx, []string{"-world", "kafka", "-brokers", brokers, "-replay", replay, "-json", "-", "-v"}, &stdout, &stderr)
+	t.Logf("3 steps and quiescence on the broker: %s", time.Since(start).Round(100*time.Millisecond))
+	if code != exitOK {
+		t.Fatalf("exit %d, want 0; stderr: %s\n%s", code, stderr.String(), stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "simulate: kafka: deleted topics") {
+		t.Errorf("-v did not note the topics' deletion on stderr: %s", stderr.String())
+	}
+	seen := map[string]int{}
+	var produced, wrote, final bool
+	for i, line := range strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("line %d is not JSON: %v: %s", i+1, err, line)
+		}
+		typ, _ := m["type"].(string)
+		seen[typ]++
+		if i == 0 && (typ != "scenario" || m["world"] != "kafka") {
+			t.Fatalf("the first line is not the scenario on kafka: %s", line)
+		}
+		if typ == "op" {
+			var op history.Op
+			if err := json.Unmarshal([]byte(line), &op); err != nil {
+				t.Fatalf("line %d is not an op: %v", i+1, err)
+			}
+			produced = produced || op.Kind == history.Produce && op.Key == "a" && op.Delta == 10
+			wrote = wrote || op.Kind == history.Write && op.Key == "a" && op.Value == "10" && op.Outcome == history.OK
+		}
+		if typ == "final" {
+			final = m["key"] == "a" && m["ok"] == true
+		}
+	}
+	if seen["scenario"] != 1 || seen["expectation"] == 0 || !produced || !wrote || !final {
+		t.Fatalf("types seen %v; the produce %t, the write %t, the final state %t:\n%s", seen, produced, wrote, final, stdout.String())
+	}
+	noTopicsLeft(t, brokers, *names)
+	noGoroutinesLeft(t)
+}
+
+// recordNames records the names of the worlds the command runs (other
+// runs may share the broker).
+func recordNames(t *testing.T) *[]string {
+	var names []string
+	name := kafkaName
+	kafkaName = func(mode store.Mode) string {
+		n := name(mode)
+		names = append(names, "snapfence-simulate-"+n)
+		return n
+	}
+	t.Cleanup(func() { kafkaName = name })
+	return &names
+}
+
+// noTopicsLeft fails if a topic of the worlds named is on the broker: a
+// world deletes its topics when it closes.
+func noTopicsLeft(t *testing.T, brokers string, names []string) {
+	t.Helper()
+	if len(names) == 0 {
+		t.Fatal("no world ran")
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var left []string
+	waitUntil(t, 10*time.Second, func() bool {
+		topics, err := adm.ListTopics(context.Background())
+		if err != nil {
+			return false
+		}
+		left = slices.DeleteFunc(topics.Names(), func(n string) bool {
+			return !slices.ContainsFunc(names, func(w string) bool { return strings.HasPrefix(n, w) })
+		})
+		return len(left) == 0
+	}, func() string { return "topics left on the broker: " + strings.Join(left, ", ") })
+}
+
+// noGoroutinesLeft fails if a goroutine of a world's clients or processes
+// is still running (a closed franz-go client's goroutines end soon after
+// Close returns).
+func noGoroutinesLeft(t *testing.T) {
+	t.Helper()
+	var left []string
+	waitUntil(t, 10*time.Second, func() bool {
+		buf := make([]byte, 1<<22)
+		buf = buf[:runtime.Stack(buf, true)]
+		left = left[:0]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			for _, pkg := range []string{"franz-go/pkg/kgo.", "internal/world/kfakeworld.", "internal/netfreeze.", "snapfence/engine."} {
+				if strings.Contains(g, pkg) {
+					left = append(left, g)
+					break
+				}
+			}
+		}
+		return len(left) == 0
+	}, func() string { return "goroutines left:\n" + strings.Join(left, "\n\n") })
+}
+
+// waitUntil checks cond every 50 ms until it holds, failing the test with
+// why() after d.
+func waitUntil(t *testing.T, d time.Duration, cond func() bool, why func() string) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatal(why())
+		case <-tick.C:
+		}
+	}
+}
