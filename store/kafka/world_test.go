@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/storetest"
@@ -372,30 +371,11 @@ func (w *world) SlowFetches(t *testing.T, latency time.Duration) {
 	w.faults.fetchLatency = latency
 }
 
-// cutSegments truncates every segment file of pattern at the first record
-// batch whose base offset is at or past end. Both Kafka's .log files and
-// kfake's .dat files start a batch with its base offset (int64) and the
-// length of the rest (int32).
+// cutSegments cuts tp's segment files of pattern at end
+// (kafkatest.CutSegments).
 func cutSegments(t *testing.T, tp store.TopicPartition, pattern string, end int64) {
 	t.Helper()
-	segs, err := filepath.Glob(pattern)
-	if err != nil || len(segs) == 0 {
-		t.Fatalf("no segments of %s at %s: %v", tp, pattern, err)
-	}
-	for _, seg := range segs {
-		raw, err := os.ReadFile(seg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pos := 0
-		for pos+12 <= len(raw) {
-			if int64(binary.BigEndian.Uint64(raw[pos:pos+8])) >= end {
-				break
-			}
-			pos += 12 + int(binary.BigEndian.Uint32(raw[pos+8:pos+12]))
-		}
-		if err := os.Truncate(seg, int64(pos)); err != nil {
-			t.Fatal(err)
-		}
+	if err := kafkatest.CutSegments(pattern, end); err != nil {
+		t.Fatalf("cutting %s: %v", tp, err)
 	}
 }

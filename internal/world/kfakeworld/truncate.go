@@ -2,11 +2,12 @@ package kfakeworld
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+
+	"github.com/snapfence/snapfence/internal/kafkatest"
 )
 
 // truncate cuts snapshot partition p back to its last stable offset, as
@@ -100,30 +101,10 @@ func (w *World) partitionDir(topic string, p int32) string {
 	return filepath.Join(w.dir, "partitions", fmt.Sprintf("%s-%d", url.PathEscape(topic), p))
 }
 
-// cutSegments truncates every segment file of pattern at the first record
-// batch whose base offset is at or past end: kfake's .dat files are record
-// batches in the wire format, each starting with its base offset (int64)
-// and the length of the rest (int32). (store/kafka's tests have the same
-// helper.)
+// cutSegments cuts the segment files of pattern at end
+// (kafkatest.CutSegments).
 func cutSegments(pattern string, end int64) {
-	segs, err := filepath.Glob(pattern)
-	if err != nil || len(segs) == 0 {
-		panic(fmt.Sprintf("kfakeworld: no segments at %s: %v", pattern, err))
-	}
-	for _, seg := range segs {
-		raw, err := os.ReadFile(seg)
-		if err != nil {
-			panic(fmt.Sprintf("kfakeworld: %v", err))
-		}
-		pos := 0
-		for pos+12 <= len(raw) {
-			if int64(binary.BigEndian.Uint64(raw[pos:pos+8])) >= end {
-				break
-			}
-			pos += 12 + int(binary.BigEndian.Uint32(raw[pos+8:pos+12]))
-		}
-		if err := os.Truncate(seg, int64(pos)); err != nil {
-			panic(fmt.Sprintf("kfakeworld: %v", err))
-		}
+	if err := kafkatest.CutSegments(pattern, end); err != nil {
+		panic(fmt.Sprintf("kfakeworld: %v", err))
 	}
 }
