@@ -64,7 +64,7 @@ type Runner[S any] struct {
 	// and may call the handler, before its constructor returns.
 	ready chan struct{}
 
-	mu       sync.Mutex
+	mu       chanMutex
 	flows    map[store.TopicPartition]*flow[S]
 	assigned map[store.TopicPartition]bool
 	restart  map[store.TopicPartition]bool
@@ -83,7 +83,8 @@ type flow[S any] struct {
 // runner as its handler.
 func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[S], error) {
 	r := &Runner[S]{e: e, flows: map[store.TopicPartition]*flow[S]{},
-		assigned: map[store.TopicPartition]bool{}, restart: map[store.TopicPartition]bool{}, ready: make(chan struct{})}
+		assigned: map[store.TopicPartition]bool{}, restart: map[store.TopicPartition]bool{}, ready: make(chan struct{}),
+		mu: make(chanMutex, 1)}
 	src, err := newSource(r)
 	if err != nil {
 		return nil, err
@@ -596,3 +597,14 @@ func compareTP(a, b store.TopicPartition) int {
 	}
 	return cmp.Compare(a.Partition, b.Partition)
 }
+
+// chanMutex is a mutex made of a channel of one slot. The runner's lock is
+// held through a rebalance callback (a recovery can take a while): a step
+// waiting for it must count as blocked in a testing/synctest bubble, so
+// that virtual time moves and the recovery can finish. A goroutine waiting
+// on a sync.Mutex does not count, and the bubble would hang; one waiting
+// to send on a channel of the bubble does.
+type chanMutex chan struct{}
+
+func (m chanMutex) Lock()   { m <- struct{}{} }
+func (m chanMutex) Unlock() { <-m }
