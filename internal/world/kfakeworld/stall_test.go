@@ -16,7 +16,8 @@ import (
 )
 
 // stall508 is the scenario of seed 508 of rapid.SliceOfN(stepGen, 20, 40)
-// (TestRandomScenariosOnKfake's generator with props' lengths), which
+// (the step generator TestRandomScenariosOnKfake had then, before it drew
+// with props.StepGen; props' lengths), which
 // stalled the classic eager group in 3 or 4 runs in 30 while the members
 // had franz-go's rebalance timeout (1 min): m1, the leader, is evicted
 // (step 24) while the join it sent completes, m0 and m2 wait in SyncGroup

@@ -3,12 +3,12 @@ package kfakeworld
 import (
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"pgregory.net/rapid"
 
 	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/internal/world"
+	"github.com/snapfence/snapfence/props"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -70,7 +70,7 @@ func TestRandomScenariosOnKfake(t *testing.T) {
 	for _, p := range []sim.Protocol{sim.ClassicEager, sim.ClassicCooperative, sim.Consumer} {
 		t.Run(p.String(), func(t *testing.T) {
 			cfg := Config{Mode: store.Transactional, Protocol: p}
-			gen := rapid.SliceOfN(stepGen(cfg.StepConfig()), 10, 40)
+			gen := rapid.SliceOfN(props.StepGen(cfg.StepConfig()), 10, 40)
 			for seed := range 3 {
 				steps := gen.Example(seed)
 				synctest.Test(t, func(t *testing.T) {
@@ -81,32 +81,4 @@ func TestRandomScenariosOnKfake(t *testing.T) {
 			}
 		})
 	}
-}
-
-// stepGen draws steps of every kind (props.StepGen's, which this package
-// cannot import: props imports the worlds).
-func stepGen(cfg world.Config) *rapid.Generator[world.Step] {
-	kinds := []world.Kind{world.Produce, world.Produce, world.Advance, world.Flush, world.Join, world.Leave, world.Pause,
-		world.Resume, world.Evict, world.Crash, world.ForeignOpen, world.ForeignEnd, world.Truncate, world.Poll, world.Poll, world.Poll}
-	durations := []time.Duration{time.Second, 3 * time.Second, 6 * time.Second, 11 * time.Second, 31 * time.Second, 61 * time.Second}
-	return rapid.Custom(func(t *rapid.T) world.Step {
-		s := world.Step{Kind: rapid.SampledFrom(kinds).Draw(t, "kind")}
-		switch s.Kind {
-		case world.Produce:
-			s.Key = rapid.SampledFrom([]string{"a", "b", "c", "d", "e"}).Draw(t, "key")
-			s.Delta = rapid.IntRange(-3, 12).Draw(t, "delta")
-		case world.Advance:
-			s.D = rapid.SampledFrom(durations).Draw(t, "d")
-		case world.ForeignOpen:
-			s.Partition = rapid.IntRange(0, cfg.Partitions-1).Draw(t, "partition")
-			s.Hang = rapid.Bool().Draw(t, "hang")
-		case world.Truncate:
-			s.Partition = rapid.IntRange(0, cfg.Partitions-1).Draw(t, "partition")
-		case world.ForeignEnd:
-			s.Commit = rapid.Bool().Draw(t, "commit")
-		default:
-			s.Member = rapid.IntRange(0, cfg.Members-1).Draw(t, "member")
-		}
-		return s
-	})
 }
