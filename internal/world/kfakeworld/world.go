@@ -210,29 +210,17 @@ func (cfg *Config) setDefaults() {
 	if cfg.Protocol == 0 {
 		cfg.Protocol = sim.ClassicEager
 	}
-	if cfg.Members <= 0 {
-		cfg.Members = 3
-	}
-	if cfg.PersistInterval <= 0 {
-		cfg.PersistInterval = 5 * time.Second
-	}
-	if cfg.CommitInterval <= 0 {
-		cfg.CommitInterval = 10 * time.Second
-	}
-	if cfg.SessionTimeout <= 0 {
-		cfg.SessionTimeout = 10 * time.Second
-	}
+	// The settings both worlds have take internal/world's defaults.
+	d := world.Config{
+		Members: cfg.Members, PersistInterval: cfg.PersistInterval, CommitInterval: cfg.CommitInterval,
+		SessionTimeout: cfg.SessionTimeout, StallTimeout: cfg.StallTimeout,
+		TransactionTimeout: cfg.TransactionTimeout, MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
+	}.WithDefaults()
+	cfg.Members, cfg.PersistInterval, cfg.CommitInterval = d.Members, d.PersistInterval, d.CommitInterval
+	cfg.SessionTimeout, cfg.StallTimeout = d.SessionTimeout, d.StallTimeout
+	cfg.TransactionTimeout, cfg.MaxWritesPerTransaction = d.TransactionTimeout, d.MaxWritesPerTransaction
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = time.Second
-	}
-	if cfg.StallTimeout <= 0 {
-		cfg.StallTimeout = time.Minute
-	}
-	if cfg.TransactionTimeout <= 0 {
-		cfg.TransactionTimeout = 30 * time.Second
-	}
-	if cfg.MaxWritesPerTransaction <= 0 {
-		cfg.MaxWritesPerTransaction = 4
 	}
 }
 
