@@ -78,9 +78,15 @@ func (w *world) createTopics(t *testing.T) {
 // slowConn delays every fetch request a recovery reader sends by the
 // world's fetch latency: with one batch per fetch, a read that progresses
 // slowly. (A request starts with its length, then its api key.)
+//
+// The delay ends early when the client closes the connection: a client
+// closed while a request sleeps must not leave its write goroutine behind
+// (in a synctest bubble that goroutine outlives the test and fails it).
 type slowConn struct {
 	net.Conn
-	w *world
+	w      *world
+	closed chan struct{}
+	once   *sync.Once
 }
 
 func (c slowConn) Write(b []byte) (int, error) {
@@ -88,7 +94,13 @@ func (c slowConn) Write(b []byte) (int, error) {
 	latency := c.w.faults.fetchLatency
 	c.w.mu.Unlock()
 	if latency > 0 && len(b) >= 6 && int16(binary.BigEndian.Uint16(b[4:6])) == int16(kmsg.Fetch) {
-		time.Sleep(latency)
+		t := time.NewTimer(latency)
+		select {
+		case <-t.C:
+		case <-c.closed:
+			t.Stop()
+			return 0, net.ErrClosed
+		}
 		// The client's write deadline passed while we slept; the
 		// latency stands for time on the wire, not a dead broker.
 		_ = c.Conn.SetWriteDeadline(time.Time{})
@@ -96,12 +108,17 @@ func (c slowConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
+func (c slowConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
 func (w *world) readerDial(ctx context.Context, network, host string) (net.Conn, error) {
 	conn, err := w.dial(ctx, network, host)
 	if err != nil {
 		return nil, err
 	}
-	return slowConn{conn, w}, nil
+	return slowConn{Conn: conn, w: w, closed: make(chan struct{}), once: new(sync.Once)}, nil
 }
 
 func (w *world) InputTopic() string { return w.input }
