@@ -16,7 +16,10 @@
 // or below a key's snapshot offset are skipped for that key; deletes keep
 // their offset too. So after any sequence of rebalances and crashes a key's
 // state is the fold of each of its input events exactly once. Outputs are
-// at-least-once: a replayed batch may emit again.
+// at-least-once through Emit: a replayed batch may emit again. Under
+// ExactlyOnce they go into the partition's transactions instead, with the
+// snapshots and the offset commit that cover them, and a read_committed
+// consumer sees each input record's outputs exactly once.
 //
 // The committable offset of a partition is the smallest offset still held
 // by a key whose change is not durable, or the last consumed offset + 1. It
@@ -48,6 +51,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -62,7 +66,8 @@ type Record = core.Record
 type Output = core.Output
 
 // Result is what a fold or tick made of a key's state: a new State, a
-// Delete, or Keep (unchanged), and Outputs, emitted at least once.
+// Delete, or Keep (unchanged), and Outputs, emitted at least once (exactly
+// once to read_committed consumers under Config.ExactlyOnce).
 type Result[S any] = core.Change[S]
 
 // FoldFunc folds one record into a key's state; exists is false for a new
@@ -81,6 +86,17 @@ type Codec[S any] = core.Codec[S]
 const (
 	DefaultPersistInterval = time.Minute
 	DefaultCommitInterval  = time.Minute
+	// DefaultExactlyOnceCommitInterval is CommitInterval's default under
+	// ExactlyOnce, as Kafka Streams' commit.interval.ms under
+	// exactly_once_v2: outputs wait for their transaction, so the
+	// interval is the floor of their latency.
+	DefaultExactlyOnceCommitInterval = 100 * time.Millisecond
+	// DefaultMaxTransactionRecords caps the records (snapshots plus
+	// outputs) of one exactly-once transaction.
+	DefaultMaxTransactionRecords = 4096
+	// DefaultMaxTransactionBytes caps the output bytes (keys plus values)
+	// of one exactly-once transaction.
+	DefaultMaxTransactionBytes = 4 << 20
 )
 
 // Config configures an Engine. Zero values take the defaults given.
@@ -108,12 +124,48 @@ type Config[S any] struct {
 	// PersistInterval is how often dirty keys are flushed; default 1 min.
 	PersistInterval time.Duration
 	// CommitInterval is how often the committable offset is committed;
-	// default 1 min.
+	// default 1 min, or DefaultExactlyOnceCommitInterval (100 ms) under
+	// ExactlyOnce.
 	CommitInterval time.Duration
 	// NoFlushOnRevoke skips the flush and commit on revoke (default: flush).
 	NoFlushOnRevoke bool
-	// Emit receives each poll's outputs; nil drops them.
+	// Emit receives each poll's outputs, at least once; nil drops them.
+	// It is not called under ExactlyOnce.
 	Emit func(ctx context.Context, outs []Output) error
+	// ExactlyOnce (off by default) produces the outputs of every fold and
+	// tick with the partition's transactional producer, in the
+	// transaction that also carries the snapshots of the keys the batch
+	// changed and the fenced commit of the input offset after it: Kafka's
+	// consume-transform-produce. A read_committed consumer of the output
+	// topics sees each input record's outputs exactly once; a stale
+	// owner's, a crashed owner's or an aborted batch's outputs never
+	// become visible to it (a read_uncommitted consumer does see them).
+	//
+	// A batch is every record a partition folded since its last commit:
+	// it is sealed every CommitInterval, when it reaches
+	// MaxTransactionRecords or MaxTransactionBytes, and on revoke. If its
+	// transaction fails, whatever the reason, the partition is rewound:
+	// its cache is dropped, the store is acquired again, the committed
+	// snapshots are recovered and the input resumes from the committed
+	// offset, so the folds run again and no output of the failed batch
+	// is re-sent from memory. PersistInterval does not apply: a batch's
+	// snapshots are written with it. It needs a Transactional store.
+	//
+	// Side effects outside Kafka (a payment API, a database) are not
+	// covered: a rewound batch folds again, so such effects must be
+	// idempotent on their side (docs/exactly-once.md).
+	ExactlyOnce bool
+	// MaxTransactionRecords caps one exactly-once transaction's snapshots
+	// plus outputs; default DefaultMaxTransactionRecords. A batch is
+	// sealed as soon as it reaches the cap (one fold's outputs are never
+	// split), so a transaction carries at most the cap plus one fold's
+	// records.
+	MaxTransactionRecords int
+	// MaxTransactionBytes caps one exactly-once transaction's output
+	// bytes (keys plus values); default DefaultMaxTransactionBytes.
+	// Snapshots count in MaxTransactionRecords only: a state is encoded
+	// when its batch is sealed, not when it changes.
+	MaxTransactionBytes int
 	// Logger; default discards.
 	Logger *slog.Logger
 	// Metrics, if set, receives the engine's measurements.
@@ -138,6 +190,18 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	}
 	if cfg.CommitInterval <= 0 {
 		cfg.CommitInterval = DefaultCommitInterval
+		if cfg.ExactlyOnce {
+			cfg.CommitInterval = DefaultExactlyOnceCommitInterval
+		}
+	}
+	if cfg.MaxTransactionRecords <= 0 {
+		cfg.MaxTransactionRecords = DefaultMaxTransactionRecords
+	}
+	if cfg.MaxTransactionBytes <= 0 {
+		cfg.MaxTransactionBytes = DefaultMaxTransactionBytes
+	}
+	if cfg.ExactlyOnce && cfg.Store.Mode() != store.Transactional {
+		return nil, fmt.Errorf("engine: ExactlyOnce needs a Transactional store (this one is %v)", cfg.Store.Mode())
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -77,6 +77,11 @@ type flow[S any] struct {
 	tp   store.TopicPartition
 	part store.Partition
 	core *core.Core[S]
+	// pending are the outputs of the open exactly-once batch, in fold
+	// order, and pendingBytes their keys' and values' size. They leave
+	// memory only inside the batch's transaction, or with the flow.
+	pending      []Output
+	pendingBytes int
 }
 
 // NewRunner returns a runner over the source that newSource makes with the
@@ -163,6 +168,7 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	var outs []Output
 	var f *flow[S]
 	folded := 0
+	eos := r.e.cfg.ExactlyOnce
 	for i := range recs {
 		rec := &recs[i]
 		if f == nil || f.tp.Partition != rec.Partition || f.tp.Topic != rec.Topic {
@@ -175,8 +181,8 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 				continue
 			}
 		}
-		if f.core.Stopped() != nil {
-			continue
+		if f.core.Stopped() != nil || r.flows[f.tp] != f {
+			continue // stopped during this poll: it restarts from the committed state
 		}
 		o, err := f.core.Fold(rec)
 		if err != nil {
@@ -184,7 +190,14 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 			continue
 		}
 		folded++
-		outs = append(outs, o...)
+		if !eos {
+			outs = append(outs, o...)
+			continue
+		}
+		f.buffer(o)
+		if f.full(r.e.cfg) {
+			r.sealBatch(ctx, f)
+		}
 	}
 	if f != nil {
 		r.e.cfg.Metrics.addFolded(f.tp.Topic, folded)
@@ -213,6 +226,15 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 		r.lastTick = now
 		r.tickAll(ctx, now)
 	}
+	if eos {
+		if now.Sub(r.lastCommit) >= r.e.cfg.CommitInterval {
+			r.lastCommit = now
+			for _, f := range r.sortedFlows() {
+				r.sealBatch(ctx, f)
+			}
+		}
+		return pollErr
+	}
 	if now.Sub(r.lastPersist) >= r.e.cfg.PersistInterval {
 		r.lastPersist = now
 		r.forEachFlow(func(f *flow[S]) error { return r.flush(ctx, f) })
@@ -230,6 +252,10 @@ func (r *Runner[S]) tickAll(ctx context.Context, now time.Time) {
 		o, err := f.core.Tick(now.UnixMilli())
 		if err != nil {
 			r.stopFlow(f, err)
+			continue
+		}
+		if r.e.cfg.ExactlyOnce {
+			f.buffer(o)
 			continue
 		}
 		outs = append(outs, o...)
@@ -312,9 +338,77 @@ func (r *Runner[S]) flush(ctx context.Context, f *flow[S]) error {
 	}
 }
 
+// buffer adds a fold's or a tick's outputs to the open exactly-once batch.
+func (f *flow[S]) buffer(outs []Output) {
+	for _, o := range outs {
+		f.pendingBytes += len(o.Key) + len(o.Value)
+	}
+	f.pending = append(f.pending, outs...)
+}
+
+// full reports whether the open exactly-once batch reached a cap.
+func (f *flow[S]) full(cfg Config[S]) bool {
+	return len(f.pending)+f.core.DirtyKeys() >= cfg.MaxTransactionRecords || f.pendingBytes >= cfg.MaxTransactionBytes
+}
+
+// sealBatch commits f's open exactly-once batch; if that fails, for any
+// reason, f is rewound: stopped now, its cache dropped, and restarted from
+// the committed state after the next poll (if the member still owns it).
+// Called with r.mu held.
+func (r *Runner[S]) sealBatch(ctx context.Context, f *flow[S]) {
+	if err := r.commitBatch(ctx, f); err != nil {
+		r.stopFlow(f, fmt.Errorf("engine: exactly-once batch of %s failed; rewinding to the committed state: %w", f.tp, err))
+		r.restart[f.tp] = retriable(err)
+	}
+}
+
+// commitBatch writes f's open exactly-once batch as one transaction: the
+// snapshot of every dirty key, the outputs folded since the last batch
+// and the commit of the offset after the last record folded. Every dirty
+// key is in the batch, so that offset covers the whole batch.
+//
+// On error the batch's outcome is unknown to the engine (an EndTxn may
+// time out after the commit landed), and its outputs stay in f.pending:
+// the caller must rewind f, never send them again.
+func (r *Runner[S]) commitBatch(ctx context.Context, f *flow[S]) error {
+	if err := f.core.Stopped(); err != nil {
+		return err
+	}
+	offset := f.core.Consumed()
+	if !f.core.Dirty() && len(f.pending) == 0 && offset <= f.part.CommittedOffset() {
+		return nil // nothing to commit
+	}
+	start := time.Now() // metrics only
+	snaps, err := f.core.Flush(0)
+	if err != nil {
+		return err
+	}
+	bc, ok := f.part.(store.BatchCommitter)
+	if !ok {
+		err = fmt.Errorf("engine: %s: the store's partitions cannot commit exactly-once batches (no store.BatchCommitter)", f.tp)
+	} else {
+		err = bc.CommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.pending, Offset: offset})
+	}
+	for _, s := range snaps {
+		if werr := f.core.WriteDone(s.Key, err); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	f.pending, f.pendingBytes = nil, 0
+	r.e.cfg.Metrics.flushed(len(snaps), time.Since(start))
+	r.e.cfg.Metrics.lag(f.tp, 0)
+	return nil
+}
+
 // flushAndCommit writes every dirty key of f, then commits its
-// committable offset.
+// committable offset. Under ExactlyOnce it commits the open batch.
 func (r *Runner[S]) flushAndCommit(ctx context.Context, f *flow[S]) error {
+	if r.e.cfg.ExactlyOnce {
+		return r.commitBatch(ctx, f)
+	}
 	if err := r.flush(ctx, f); err != nil {
 		return err
 	}
@@ -334,9 +428,9 @@ func (r *Runner[S]) commit(ctx context.Context, f *flow[S]) error {
 // nextDue is when the next flush, commit or tick is due: a poll waits no
 // longer than that.
 func (r *Runner[S]) nextDue() time.Time {
-	due := r.lastPersist.Add(r.e.cfg.PersistInterval)
-	if c := r.lastCommit.Add(r.e.cfg.CommitInterval); c.Before(due) {
-		due = c
+	due := r.lastCommit.Add(r.e.cfg.CommitInterval)
+	if p := r.lastPersist.Add(r.e.cfg.PersistInterval); p.Before(due) && !r.e.cfg.ExactlyOnce {
+		due = p
 	}
 	if r.e.cfg.Tick != nil && r.e.cfg.TickInterval > 0 {
 		if t := r.lastTick.Add(r.e.cfg.TickInterval); t.Before(due) {
@@ -381,6 +475,11 @@ func (r *Runner[S]) recoverFlow(ctx context.Context, tp store.TopicPartition, pa
 	if err != nil {
 		_ = part.Close()
 		r.fail(tp, err)
+		return
+	}
+	if _, ok := part.(store.BatchCommitter); r.e.cfg.ExactlyOnce && !ok {
+		_ = part.Close()
+		r.fail(tp, fmt.Errorf("engine: %s: ExactlyOnce needs a store whose partitions commit batches (store.BatchCommitter)", tp))
 		return
 	}
 	n := 0
@@ -529,17 +628,30 @@ func (r *Runner[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) 
 	return f.core.State(key)
 }
 
-// FlushAll flushes and commits every flow now.
+// FlushAll flushes and commits every flow now (under ExactlyOnce: commits
+// every open batch, rewinding a flow whose batch fails).
 func (r *Runner[S]) FlushAll(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.e.cfg.ExactlyOnce {
+		for _, f := range r.sortedFlows() {
+			r.sealBatch(ctx, f)
+		}
+		return
+	}
 	r.forEachFlow(func(f *flow[S]) error { return r.flushAndCommit(ctx, f) })
 }
 
 // Persist flushes every flow's dirty keys now without advancing the
 // committed offset, as the persist timer does (each write still carries
-// the committed offset, so it is fenced as a commit would be).
+// the committed offset, so it is fenced as a commit would be). Under
+// ExactlyOnce snapshots are written only with their batch, so it commits
+// the open batches, as FlushAll does.
 func (r *Runner[S]) Persist(ctx context.Context) {
+	if r.e.cfg.ExactlyOnce {
+		r.FlushAll(ctx)
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.forEachFlow(func(f *flow[S]) error { return r.flush(ctx, f) })

@@ -153,15 +153,22 @@ func (e *CorruptRecordError) Error() string {
 // Unwrap returns ErrCorruptRecord.
 func (e *CorruptRecordError) Unwrap() error { return ErrCorruptRecord }
 
-// ValueTooLargeError names a snapshot over the size limit.
+// ValueTooLargeError names a snapshot, or an output record of an
+// exactly-once batch, over the size limit.
 type ValueTooLargeError struct {
 	Input TopicPartition
-	Key   []byte
-	Size  int
-	Limit int
+	// OutputTopic is set when the record is an output for that topic.
+	OutputTopic string
+	Key         []byte
+	Size        int
+	Limit       int
 }
 
 func (e *ValueTooLargeError) Error() string {
+	if e.OutputTopic != "" {
+		return fmt.Sprintf("store: %s key %q: output record for topic %q of %d bytes exceeds the limit of %d bytes",
+			e.Input, printableKey(e.Key), e.OutputTopic, e.Size, e.Limit)
+	}
 	return fmt.Sprintf("store: %s key %q: snapshot of %d bytes exceeds the limit of %d bytes",
 		e.Input, printableKey(e.Key), e.Size, e.Limit)
 }

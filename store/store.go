@@ -175,12 +175,53 @@ type BatchWriter interface {
 	WriteBatch(ctx context.Context, snaps []Snapshot) (errs []error)
 }
 
+// Output is a record for an output topic, produced by the partition's
+// transactional producer inside an exactly-once Batch. It goes to the
+// partition of Topic that Kafka's default partitioner picks for Key
+// (OutputPartition), so a keyed downstream sees one key's outputs in order.
+type Output struct {
+	Topic   string
+	Key     []byte
+	Value   []byte
+	Headers []Header
+}
+
+// Batch is the content of one exactly-once transaction: the snapshots of
+// every key the batch's input changed, the outputs its folds made, and the
+// input offset after the batch. All of it becomes visible to read_committed
+// readers together, or none of it does.
+type Batch struct {
+	Snapshots []Snapshot
+	Outputs   []Output
+	// Offset is the input offset the transaction commits, with the group
+	// identity read for it, so a stale owner's batch aborts.
+	Offset int64
+}
+
+// BatchCommitter is implemented by Transactional partitions: it is the
+// write path of exactly-once output (consume-transform-produce).
+type BatchCommitter interface {
+	// CommitBatch runs b as one transaction of its own: its snapshots,
+	// its outputs and the fenced commit of b.Offset. It returns nil only
+	// when the transaction committed. Any error means the outcome is not
+	// known to have committed: the caller must rewind to the committed
+	// state (Acquire again, Recover, resume from CommittedOffset) and fold
+	// the input again, never re-send b's outputs. The per-transaction
+	// write cap does not apply: the caller sizes its batches. A batch
+	// with an invalid record (ErrReservedKey, a ValueTooLargeError, an
+	// output without a topic or for the snapshot topic) is refused whole,
+	// before anything is sent.
+	CommitBatch(ctx context.Context, b Batch) error
+}
+
 // TransactionEvent describes one finished transaction of a partition (in
 // Plain mode: one flush of writes, or one offset commit).
 type TransactionEvent struct {
 	Input TopicPartition
 	// Writes are the snapshots the transaction carried, in order.
 	Writes []Snapshot
+	// Outputs are the output records of an exactly-once batch, in order.
+	Outputs []Output
 	// Offset is the input offset the transaction committed (Transactional)
 	// or the offset commit carried (Plain, when OffsetAdvanced).
 	Offset int64

@@ -33,12 +33,7 @@ type Record struct {
 }
 
 // Output is a record a fold asks to emit.
-type Output struct {
-	Topic   string
-	Key     []byte
-	Value   []byte
-	Headers []store.Header
-}
+type Output = store.Output
 
 // Change is what a fold or tick made of a key's state.
 type Change[S any] struct {
@@ -576,6 +571,10 @@ func (c *Core[S]) Consumed() int64 { return c.consumed }
 
 // Dirty reports whether any change is not yet durable.
 func (c *Core[S]) Dirty() bool { return len(c.dirty) > 0 }
+
+// DirtyKeys counts the keys whose change is not yet durable: the snapshots
+// the next full flush writes.
+func (c *Core[S]) DirtyKeys() int { return len(c.dirty) }
 
 // State returns a key's state.
 func (c *Core[S]) State(key []byte) (state S, exists bool, err error) {

@@ -44,11 +44,17 @@ type Backend struct {
 	parts  map[*partition]struct{}
 	held   map[store.TopicPartition]*partition // Transactional: one producer per input partition
 	closed bool
+	// outputTopics caches the partition counts of exactly-once output
+	// topics. (A topic that grows partitions keeps its old count here:
+	// keyed outputs keep their partition, as with a producer whose
+	// metadata is stale.)
+	outputTopics map[string]int
 }
 
 var (
-	_ store.Backend     = (*Backend)(nil)
-	_ store.BatchWriter = (*partition)(nil)
+	_ store.Backend        = (*Backend)(nil)
+	_ store.BatchWriter    = (*partition)(nil)
+	_ store.BatchCommitter = (*partition)(nil)
 )
 
 // New connects to the cluster and returns a backend. It checks the
@@ -72,7 +78,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("kafka: admin client: %w", err)
 	}
 	b := &Backend{cfg: cfg, admin: admin, adm: kadm.NewClient(admin),
-		parts: map[*partition]struct{}{}, held: map[store.TopicPartition]*partition{}}
+		parts: map[*partition]struct{}{}, held: map[store.TopicPartition]*partition{}, outputTopics: map[string]int{}}
 	if cfg.Mode == store.Transactional {
 		if b.tv2, err = transactionVersion2(ctx, admin); err != nil {
 			admin.Close()
@@ -160,7 +166,7 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 	}
 	if b.cfg.Mode == store.Transactional {
 		p.w = groupcommit.New(b.life, groupcommit.Config{
-			Input: a.Input, AssignedOffset: assigned,
+			Input: a.Input, SnapshotTopic: snap.Topic, AssignedOffset: assigned,
 			MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
 			Now: b.cfg.Now, Observer: b.cfg.Observer,
 		}, p.exec)
@@ -256,6 +262,34 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 		}
 	}
 	return in.ID, nil
+}
+
+// outputPartitions returns the partition count of an output topic.
+func (b *Backend) outputPartitions(ctx context.Context, topic string) (int, error) {
+	b.mu.Lock()
+	n, ok := b.outputTopics[topic]
+	b.mu.Unlock()
+	if ok {
+		return n, nil
+	}
+	details, err := b.adm.ListTopics(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("kafka: describing output topic %q: %w", topic, err)
+	}
+	td, ok := details[topic]
+	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+		return 0, fmt.Errorf("%w: output topic %q does not exist", ErrTopicMissing, topic)
+	}
+	if td.Err != nil {
+		return 0, fmt.Errorf("kafka: output topic %q: %w", topic, td.Err)
+	}
+	if len(td.Partitions) == 0 {
+		return 0, fmt.Errorf("%w: output topic %q has no partitions", ErrTopicMissing, topic)
+	}
+	b.mu.Lock()
+	b.outputTopics[topic] = len(td.Partitions)
+	b.mu.Unlock()
+	return len(td.Partitions), nil
 }
 
 // awaitTopic waits, with a growing backoff bounded by ctx and ~30 s, until

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,6 +61,15 @@ func (p *partition) CommittedOffset() int64                            { return 
 // mode they are produced in order and awaited together.
 func (p *partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
 	return p.w.WriteBatch(ctx, snaps)
+}
+
+// CommitBatch implements store.BatchCommitter (Transactional mode only).
+func (p *partition) CommitBatch(ctx context.Context, b store.Batch) error {
+	gc, ok := p.w.(*groupcommit.Committer)
+	if !ok {
+		return fmt.Errorf("kafka: %s: exactly-once batches need Transactional mode (this backend is %v)", p.input, p.b.cfg.Mode)
+	}
+	return gc.CommitBatch(ctx, b)
 }
 
 // Pending is the number of writes and commits queued behind the
@@ -209,9 +219,25 @@ func (p *partition) transact(ctx context.Context, prod *kgo.Client, batch groupc
 
 // produce writes the batch's records, or an offset marker if it has none.
 func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity) error {
-	recs := make([]*kgo.Record, 0, max(len(batch.Writes), 1))
+	recs := make([]*kgo.Record, 0, max(len(batch.Writes)+len(batch.Outputs), 1))
 	for _, w := range batch.Writes {
 		recs = append(recs, p.record(store.EncodeSnapshot(w)))
+	}
+	touched := []store.TopicPartition{p.snap}
+	for _, o := range batch.Outputs {
+		n, err := p.b.outputPartitions(ctx, o.Topic)
+		if err != nil {
+			return fmt.Errorf("kafka: %s: %w", p.input, err)
+		}
+		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, n)}
+		if !slices.Contains(touched, tp) {
+			touched = append(touched, tp)
+		}
+		kr := &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Key: o.Key, Value: o.Value}
+		for _, h := range o.Headers {
+			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		recs = append(recs, kr)
 	}
 	if len(recs) == 0 {
 		// franz-go sends no EndTxn for a transaction in which it produced
@@ -223,7 +249,12 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return err
 	}
-	return p.awaitPublished(ctx, prod)
+	for _, tp := range touched {
+		if err := p.awaitPublished(ctx, prod, tp); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // awaitPublished returns once prod lists the snapshot partition among its
@@ -255,16 +286,18 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 // commit does not need, but the leader has just acknowledged the records.
 // TestFranzGoCommitEndsAsAnAbortBeforeItPublishesANewTopic pins franz-go's
 // behaviour; when it fails, this can go.
-func (p *partition) awaitPublished(ctx context.Context, prod *kgo.Client) error {
+// Outputs of an exactly-once batch go to topics of their own, which meet
+// the same window the first time: each is awaited the same way.
+func (p *partition) awaitPublished(ctx context.Context, prod *kgo.Client, tp store.TopicPartition) error {
 	ctx, cancel := context.WithTimeout(ctx, p.b.cfg.TransactionTimeout)
 	defer cancel()
 	backoff := concurrentTxnBackoff
 	for logged := false; ; logged = true {
-		if leader, _, _ := prod.PartitionLeader(p.snap.Topic, p.snap.Partition); leader >= 0 {
+		if leader, _, _ := prod.PartitionLeader(tp.Topic, tp.Partition); leader >= 0 {
 			return nil
 		}
 		if !logged {
-			p.b.cfg.Logger.Debug(msgAwaitPublished, "input", p.input.String(), "snapshots", p.snap.String())
+			p.b.cfg.Logger.Debug(msgAwaitPublished, "input", p.input.String(), "partition", tp.String())
 		}
 		if err := pause(ctx, &backoff); err != nil {
 			return fmt.Errorf("%s: %w", msgAwaitPublished, err)
@@ -272,7 +305,7 @@ func (p *partition) awaitPublished(ctx context.Context, prod *kgo.Client) error 
 	}
 }
 
-const msgAwaitPublished = "waiting for the producer to publish the snapshot partition before ending the transaction"
+const msgAwaitPublished = "waiting for the producer to publish a partition of the transaction before ending it"
 
 // Backoff for a transactional request answered CONCURRENT_TRANSACTIONS:
 // the previous transaction's markers are being written, which on a healthy

@@ -58,8 +58,9 @@ type Backend struct {
 }
 
 var (
-	_ store.Backend     = (*Backend)(nil)
-	_ store.BatchWriter = (*partition)(nil)
+	_ store.Backend        = (*Backend)(nil)
+	_ store.BatchWriter    = (*partition)(nil)
+	_ store.BatchCommitter = (*partition)(nil)
 )
 
 // NewBackend returns a store backend over c.
@@ -137,7 +138,7 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 		return nil, err
 	}
 	p.gc = groupcommit.New(b.life, groupcommit.Config{
-		Input: a.Input, AssignedOffset: assigned,
+		Input: a.Input, SnapshotTopic: snap.Topic, AssignedOffset: assigned,
 		MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
 		Now: b.c.Now, Observer: b.cfg.Observer,
 	}, p.exec)
@@ -222,6 +223,14 @@ func (p *partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []er
 	return p.gc.WriteBatch(ctx, snaps)
 }
 
+// CommitBatch implements store.BatchCommitter (Transactional mode only).
+func (p *partition) CommitBatch(ctx context.Context, b store.Batch) error {
+	if p.b.cfg.Mode != store.Transactional {
+		return fmt.Errorf("sim: %s: exactly-once batches need Transactional mode (this backend is %v)", p.input, p.b.cfg.Mode)
+	}
+	return p.gc.CommitBatch(ctx, b)
+}
+
 func (p *partition) Close() error {
 	p.b.mu.Lock()
 	delete(p.b.parts, p)
@@ -255,6 +264,12 @@ func (p *partition) exec(ctx context.Context, batch groupcommit.Batch) (store.Gr
 	if _, err := p.prod.Produce(p.snap, recs...); err != nil {
 		return id, p.fail(id, err)
 	}
+	if err := p.produceOutputs(id, batch.Outputs); err != nil {
+		if aerr := p.prod.EndTxn(false); aerr != nil {
+			return id, p.fail(id, errors.Join(err, aerr))
+		}
+		return id, err
+	}
 	if err := p.prod.TxnOffsetCommit(id, map[store.TopicPartition]int64{p.input: batch.Offset}); err != nil {
 		if aerr := p.prod.EndTxn(false); aerr != nil {
 			return id, p.fail(id, errors.Join(err, aerr))
@@ -265,6 +280,24 @@ func (p *partition) exec(ctx context.Context, batch groupcommit.Batch) (store.Gr
 		return id, p.fail(id, err)
 	}
 	return id, nil
+}
+
+// produceOutputs produces an exactly-once batch's outputs in the open
+// transaction, each to the partition Kafka's default partitioner gives its
+// key.
+func (p *partition) produceOutputs(id store.GroupIdentity, outs []store.Output) error {
+	for _, o := range outs {
+		cfg, ok := p.b.c.Topic(o.Topic)
+		if !ok {
+			return fmt.Errorf("sim: %s: output topic %q does not exist", p.input, o.Topic)
+		}
+		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, cfg.Partitions)}
+		rec := store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}
+		if _, err := p.prod.Produce(tp, rec); err != nil {
+			return p.fail(id, err)
+		}
+	}
+	return nil
 }
 
 // fail turns a producer error into the partition's error. A fenced

@@ -21,6 +21,9 @@ type txnState struct {
 	partitions []store.TopicPartition // in the order they joined
 	offsets    []pendingOffsets
 	hanging    bool // never times out (a hanging transaction)
+	// timeOutAtEnd: the next commit finds the transaction aborted by
+	// the coordinator's timeout (TimeOutAtCommit).
+	timeOutAtEnd bool
 }
 
 type pendingOffsets struct {
@@ -150,6 +153,13 @@ func (p *Producer) EndTxn(commit bool) error {
 	if !t.ongoing {
 		return nil
 	}
+	if commit && t.timeOutAtEnd {
+		t.timeOutAtEnd = false
+		c.endTxnLocked(t, AbortMarker, "timeout")
+		t.epoch++
+		c.changedLocked()
+		return kerr.InvalidProducerEpoch
+	}
 	marker := AbortMarker
 	if commit {
 		marker = CommitMarker
@@ -192,6 +202,21 @@ func (c *Cluster) Hang(txnID string) {
 	if t := c.txns[txnID]; t != nil {
 		t.hanging = true
 		c.record("hang", "txn_id=%s", txnID)
+	}
+}
+
+// TimeOutAtCommit makes txnID's next commit come too late: the
+// coordinator has aborted the transaction for its timeout (its markers
+// written, the epoch bumped), as after a producer paused between its
+// produce and its EndTxn for longer than transaction.timeout.ms. The
+// EndTxn fails with INVALID_PRODUCER_EPOCH; the records it carried stay
+// in the log, aborted.
+func (c *Cluster) TimeOutAtCommit(txnID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t := c.txns[txnID]; t != nil {
+		t.timeOutAtEnd = true
+		c.record("time_out_at_commit", "txn_id=%s", txnID)
 	}
 }
 

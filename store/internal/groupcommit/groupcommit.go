@@ -24,6 +24,10 @@ type Batch struct {
 	Offset int64
 	// Advances is true when the batch carries at least one Commit request.
 	Advances bool
+	// Outputs are an exactly-once batch's output records. A sealed batch
+	// (CommitBatch) runs alone in its transaction; Outputs is empty for
+	// any other.
+	Outputs []store.Output
 }
 
 // Executor runs one transaction: all of b becomes durable, or none. It
@@ -33,6 +37,8 @@ type Executor func(ctx context.Context, b Batch) (store.GroupIdentity, error)
 // Config configures a Committer.
 type Config struct {
 	Input store.TopicPartition
+	// SnapshotTopic is where snapshots go: outputs may not.
+	SnapshotTopic string
 	// AssignedOffset seeds the staged and committed offsets (I3).
 	AssignedOffset int64
 	// MaxWrites caps the writes per transaction; 0 means the default.
@@ -61,6 +67,7 @@ type Committer struct {
 
 type entry struct {
 	write  *store.Snapshot // nil for a commit request
+	sealed *store.Batch    // an exactly-once batch: a transaction of its own
 	offset int64           // the staged offset, for a commit request
 	lead   chan struct{}   // buffered: leadership handed to this entry
 	done   chan struct{}   // closed when the outcome is set
@@ -86,6 +93,30 @@ func (c *Committer) Write(ctx context.Context, s store.Snapshot) error {
 		return err
 	}
 	return c.submit(ctx, []*entry{newEntry(&s, 0)})[0]
+}
+
+// CommitBatch queues b as a transaction of its own (behind what is
+// queued before it) and waits until it ends; see store.BatchCommitter. A
+// committed batch makes b.Offset the committed offset, and the staged one
+// if it was lower.
+func (c *Committer) CommitBatch(ctx context.Context, b store.Batch) error {
+	for _, s := range b.Snapshots {
+		if err := store.CheckWrite(c.cfg.Input, s, c.cfg.MaxValueBytes); err != nil {
+			return err
+		}
+	}
+	for _, o := range b.Outputs {
+		if err := store.CheckOutput(c.cfg.Input, c.cfg.SnapshotTopic, o, c.cfg.MaxValueBytes); err != nil {
+			return err
+		}
+	}
+	e := newEntry(nil, b.Offset)
+	e.sealed = &b
+	err := c.submit(ctx, []*entry{e})[0]
+	if err == nil {
+		c.SetCommittable(b.Offset)
+	}
+	return err
 }
 
 // SetCommittable stages offset if it is above the staged one.
@@ -270,7 +301,7 @@ func (c *Committer) lead() {
 	// start: its calls are serial and in commit order.
 	if o := c.cfg.Observer; o != nil {
 		o.OnTransaction(store.TransactionEvent{
-			Input: c.cfg.Input, Writes: batch.Writes, Offset: batch.Offset, OffsetAdvanced: batch.Advances,
+			Input: c.cfg.Input, Writes: batch.Writes, Outputs: batch.Outputs, Offset: batch.Offset, OffsetAdvanced: batch.Advances,
 			Identity: id, Err: err, Duration: dur,
 		})
 	}
@@ -296,6 +327,16 @@ func (c *Committer) take() (Batch, []*entry) {
 	n := 0
 	for n < len(c.queue) {
 		e := c.queue[n]
+		if e.sealed != nil {
+			if n > 0 {
+				break // a sealed batch is a transaction of its own
+			}
+			s := e.sealed
+			b = Batch{Writes: s.Snapshots, Outputs: s.Outputs, Offset: max(s.Offset, c.committed), Advances: true}
+			e.taken = true
+			n++
+			break
+		}
 		if e.write != nil {
 			if len(b.Writes) == c.cfg.MaxWrites {
 				break
