@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // AnomalyKind names what a checker found.
@@ -35,6 +36,17 @@ const (
 	// CommitAhead: an acknowledged offset commit passed an input event that
 	// no acknowledged snapshot of its key covered.
 	CommitAhead AnomalyKind = "commit-ahead"
+	// DuplicatedOutput: a read_committed reader of the output topic saw an
+	// input event's output more than once.
+	DuplicatedOutput AnomalyKind = "duplicated-output"
+	// LostOutput: an input event below its partition's acknowledged
+	// committed offset has no output a read_committed reader saw.
+	LostOutput AnomalyKind = "lost-output"
+	// PhantomOutput: a read_committed reader saw an output that names no
+	// input event, or more copies of an event's output than emits that may
+	// have committed (the rest were in fenced or failed transactions:
+	// aborted outputs).
+	PhantomOutput AnomalyKind = "phantom-output"
 )
 
 // Anomaly is one thing the checker found, with the operations (indexes)
@@ -83,6 +95,7 @@ func Check(ops []Op) []Anomaly {
 	c.checkWrites()
 	c.checkCommits()
 	c.checkReads()
+	c.checkOutputs()
 	slices.SortStableFunc(c.out, func(a, b Anomaly) int { return cmp.Compare(a.Ops[len(a.Ops)-1], b.Ops[len(b.Ops)-1]) })
 	return c.out
 }
@@ -336,6 +349,112 @@ func (c *checker) checkComplete(rs *readState, end Op) {
 				"the final read returned %s for %s, the fold of all its %d events is %s", have, k.key, len(evs), describe(state, exists))
 		}
 	}
+}
+
+// checkOutputs judges what a read_committed reader of the output topic
+// saw at the end (OutputRead, Output), if the history has such a read:
+// every input event below its partition's acknowledged committed offset
+// has exactly one output, and no output names no event or comes from a
+// transaction that did not commit.
+func (c *checker) checkOutputs() {
+	type ev struct {
+		p   int32
+		off int64
+	}
+	read := false
+	seen := map[ev][]int{} // the Output ops of each event
+	var order []ev
+	emits := map[ev][]Op{}
+	committed := map[int32]int64{}
+	for _, op := range c.ops {
+		switch {
+		case op.Kind == OutputRead && op.Detail == ReadCommitted:
+			read = true
+		case op.Kind == Output && op.Detail == ReadCommitted:
+			e := ev{op.Partition, op.Offset}
+			if _, ok := seen[e]; !ok {
+				order = append(order, e)
+			}
+			seen[e] = append(seen[e], op.Index)
+		case op.Kind == Emit:
+			e := ev{op.Partition, op.Offset}
+			emits[e] = append(emits[e], op)
+		case op.Kind == Commit && op.Outcome == OK:
+			committed[op.Partition] = max(committed[op.Partition], op.Offset)
+		}
+	}
+	if !read {
+		return
+	}
+	produced := map[ev]Op{}
+	var inputs []Op
+	for _, op := range c.ops {
+		if op.Kind == Produce {
+			produced[ev{op.Partition, op.Offset}] = op
+			inputs = append(inputs, op)
+		}
+	}
+	for _, e := range order {
+		got := seen[e]
+		in, ok := produced[e]
+		if !ok {
+			c.report(PhantomOutput, "", got, "the output %q names no input event", c.ops[got[0]].Value)
+			continue
+		}
+		if len(got) > 1 {
+			c.report(DuplicatedOutput, in.Key, append([]int{in.Index}, got...),
+				"a read_committed reader saw the output of p%d@%d (key %s) %d times", e.p, e.off, in.Key, len(got))
+		}
+		es := emits[e]
+		if len(es) == 0 {
+			continue // the world recorded no emits: nothing to tell an aborted output by
+		}
+		mayCommit := 0
+		var aborted []int
+		for _, x := range es {
+			if x.Outcome == OK || x.Outcome == Unknown {
+				mayCommit++
+			} else {
+				aborted = append(aborted, x.Index)
+			}
+		}
+		if len(got) > mayCommit {
+			c.report(PhantomOutput, in.Key, append(aborted, got...),
+				"a read_committed reader saw the output of p%d@%d (key %s) %d times, but only %d of its %d emits may have committed (the others were in transactions %s)",
+				e.p, e.off, in.Key, len(got), mayCommit, len(es), outcomesOf(es))
+		}
+	}
+	for _, in := range inputs {
+		e := ev{in.Partition, in.Offset}
+		if in.Offset >= committed[in.Partition] || len(seen[e]) > 0 {
+			continue
+		}
+		c.report(LostOutput, in.Key, []int{in.Index},
+			"the event at p%d@%d (key %s) is below the committed offset %d, but a read_committed reader saw no output of it", in.Partition, in.Offset, in.Key, committed[in.Partition])
+	}
+}
+
+func outcomesOf(es []Op) string {
+	var out []string
+	for _, e := range es {
+		if e.Outcome != OK && e.Outcome != Unknown {
+			out = append(out, string(e.Outcome))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(slices.Compact(out), ", ")
+}
+
+// OutputCounts counts the outputs a reader of the given isolation saw at
+// the end (Output ops), by the input event they name, "partition:offset".
+func OutputCounts(ops []Op, isolation string) map[string]int {
+	out := map[string]int{}
+	for _, op := range ops {
+		if op.Kind == Output && op.Detail == isolation {
+			out[op.Value]++
+		}
+	}
+	return out
 }
 
 // KeyState is one key's state at the end of a history: what the final

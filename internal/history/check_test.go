@@ -1,6 +1,7 @@
 package history
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -183,4 +184,107 @@ func TestOtherPartitionsAreNotExpected(t *testing.T) {
 	w.Partition = 1
 	p := produce(1, 0, "b", 1)
 	expect(t, script(p, w, read(1, false)))
+}
+
+func emit(m int, p int32, off int64, outcome Outcome) Op {
+	return EmitOp(m, []byte("k"), fmt.Appendf(nil, "%d:%d", p, off), outcome, nil)
+}
+
+// outputs is a final read of the output topic by a reader of isolation,
+// seeing the outputs of the given input events.
+func outputs(isolation string, events ...[2]int64) []Op {
+	out := []Op{{Kind: OutputRead, Member: -1, Detail: isolation}}
+	for _, e := range events {
+		out = append(out, Op{Kind: Output, Member: -1, Partition: int32(e[0]), Offset: e[1], Key: "k",
+			Value: fmt.Sprintf("%d:%d", e[0], e[1]), Detail: isolation})
+	}
+	return out
+}
+
+func TestOutputsExactlyOnceAreClean(t *testing.T) {
+	expect(t, script(
+		produce(0, 0, "a", 10), produce(0, 1, "a", 5),
+		emit(0, 0, 0, OK), emit(0, 0, 1, Fenced), // a stale owner's batch
+		write(0, "a", "10", 0, OK), commit(0, 1),
+		emit(1, 0, 1, OK), write(1, "a", "15", 1, OK), commit(1, 2),
+		outputs(ReadCommitted, [2]int64{0, 0}, [2]int64{0, 1}),
+		// read_uncommitted sees the fenced batch's output too: no anomaly
+		outputs(ReadUncommitted, [2]int64{0, 0}, [2]int64{0, 1}, [2]int64{0, 1}),
+	))
+}
+
+func TestAnOutputSeenTwiceIsDuplicated(t *testing.T) {
+	expect(t, script(
+		produce(0, 0, "a", 10),
+		emit(0, 0, 0, OK), emit(1, 0, 0, OK), // at least once: replayed after a crash
+		write(1, "a", "10", 0, OK), commit(1, 1),
+		outputs(ReadCommitted, [2]int64{0, 0}, [2]int64{0, 0}),
+	), DuplicatedOutput)
+}
+
+func TestACommittedEventWithoutOutputIsLost(t *testing.T) {
+	expect(t, script(
+		produce(0, 0, "a", 10), produce(0, 1, "a", 5), produce(0, 2, "a", 1),
+		emit(0, 0, 0, OK), write(0, "a", "15", 1, OK), commit(0, 2),
+		outputs(ReadCommitted, [2]int64{0, 0}),
+	), LostOutput)
+}
+
+func TestAnEventAboveTheCommittedOffsetMayHaveNoOutput(t *testing.T) {
+	expect(t, script(
+		produce(0, 0, "a", 10), produce(0, 1, "a", 5),
+		emit(0, 0, 0, OK), write(0, "a", "10", 0, OK), commit(0, 1),
+		outputs(ReadCommitted, [2]int64{0, 0}),
+	))
+}
+
+func TestWithoutAnOutputReadOutputsAreNotJudged(t *testing.T) {
+	expect(t, script(
+		produce(0, 0, "a", 10), write(0, "a", "10", 0, OK), commit(0, 1),
+		outputs(ReadUncommitted), // no read_committed reader
+	))
+}
+
+func TestPhantomOutputs(t *testing.T) {
+	t.Run("an output of no input event", func(t *testing.T) {
+		expect(t, script(
+			produce(0, 0, "a", 10), emit(0, 0, 0, OK), write(0, "a", "10", 0, OK), commit(0, 1),
+			outputs(ReadCommitted, [2]int64{0, 0}, [2]int64{0, 7}),
+		), PhantomOutput)
+	})
+	t.Run("an output of a fenced transaction", func(t *testing.T) {
+		expect(t, script(
+			produce(0, 0, "a", 10),
+			emit(0, 0, 0, Fenced), write(0, "a", "10", 0, Fenced),
+			outputs(ReadCommitted, [2]int64{0, 0}),
+		), PhantomOutput)
+	})
+	t.Run("an aborted copy beside the committed one", func(t *testing.T) {
+		expect(t, script(
+			produce(0, 0, "a", 10),
+			emit(0, 0, 0, Fenced), emit(1, 0, 0, OK), write(1, "a", "10", 0, OK), commit(1, 1),
+			outputs(ReadCommitted, [2]int64{0, 0}, [2]int64{0, 0}),
+		), DuplicatedOutput, PhantomOutput)
+	})
+	t.Run("an unknown outcome may have committed", func(t *testing.T) {
+		expect(t, script(
+			produce(0, 0, "a", 10),
+			emit(0, 0, 0, Unknown), write(0, "a", "10", 0, Unknown),
+			outputs(ReadCommitted, [2]int64{0, 0}),
+		))
+	})
+}
+
+func TestParseOutput(t *testing.T) {
+	for _, tc := range []struct {
+		in  string
+		p   int32
+		off int64
+		ok  bool
+	}{{"1:42", 1, 42, true}, {"0:0", 0, 0, true}, {"x", -1, -1, false}, {"1:", -1, -1, false}, {":3", -1, -1, false}} {
+		p, off, ok := ParseOutput(tc.in)
+		if p != tc.p || off != tc.off || ok != tc.ok {
+			t.Errorf("ParseOutput(%q) = %d, %d, %t; want %d, %d, %t", tc.in, p, off, ok, tc.p, tc.off, tc.ok)
+		}
+	}
 }

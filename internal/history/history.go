@@ -17,6 +17,8 @@ package history
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -56,7 +58,43 @@ const (
 	// Log is a snapshot partition's ends after a step, when they changed:
 	// HW (the high watermark) and LSO (the last stable offset).
 	Log Kind = "log"
+	// Emit is one output record Member's engine handed on: Partition and
+	// Offset name the input event it is the output of (ParseOutput), Key
+	// and Value are the record's; its Outcome is the plain produce's (at
+	// least once) or that of the transaction that carried it (exactly
+	// once).
+	Emit Kind = "emit"
+	// OutputRead begins a reader's read of the whole output topic, once
+	// every event has been processed: Detail is its isolation
+	// (ReadCommitted or ReadUncommitted). The Output ops after it with the
+	// same Detail are what it saw.
+	OutputRead Kind = "output-read"
+	// Output is one record an output reader saw (Detail: its isolation):
+	// Partition and Offset name the input event it is the output of (-1
+	// and -1 if its value names none), Key and Value are the record's.
+	Output Kind = "output"
 )
+
+// The isolations of an output reader (OutputRead, Output: Detail).
+const (
+	ReadCommitted   = "read_committed"
+	ReadUncommitted = "read_uncommitted"
+)
+
+// ParseOutput reads the input event an output's value names,
+// "partition:offset"; ok is false if it names none.
+func ParseOutput(value string) (partition int32, offset int64, ok bool) {
+	p, o, found := strings.Cut(value, ":")
+	if !found {
+		return -1, -1, false
+	}
+	pn, err1 := strconv.ParseInt(p, 10, 32)
+	on, err2 := strconv.ParseInt(o, 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1, -1, false
+	}
+	return int32(pn), on, true
+}
 
 // Outcome is how a write, commit or read ended.
 type Outcome string
@@ -133,6 +171,12 @@ func (o Op) String() string {
 		return fmt.Sprintf("#%d m%d %s generation %d owns %v", o.Index, o.Member, o.Detail, o.Generation, o.Owned)
 	case Log:
 		return fmt.Sprintf("#%d snapshots p%d high watermark %d last stable offset %d", o.Index, o.Partition, o.HW, o.LSO)
+	case Emit:
+		return fmt.Sprintf("#%d m%d emit %s (output of p%d@%d): %s%s", o.Index, o.Member, o.Value, o.Partition, o.Offset, o.Outcome, errSuffix(o.Err))
+	case OutputRead:
+		return fmt.Sprintf("#%d output read (%s) starts", o.Index, o.Detail)
+	case Output:
+		return fmt.Sprintf("#%d output read (%s): %s=%s (output of p%d@%d)", o.Index, o.Detail, o.Key, o.Value, o.Partition, o.Offset)
 	}
 	return fmt.Sprintf("#%d %s", o.Index, o.Kind)
 }

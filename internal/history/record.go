@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"sync"
 
@@ -106,6 +107,50 @@ func (p *partition) Commit(ctx context.Context) error {
 		Generation: p.generation(), Outcome: outcomeOf(err), Err: errString(err)})
 	return err
 }
+
+// CommitBatch records an exactly-once batch (store.BatchCommitter): its
+// snapshots as writes, its outputs as emits and its offset as a commit,
+// all with the transaction's outcome. A failure other than the fence is
+// recorded as unknown: the transaction may have committed (an answer
+// lost), as store.BatchCommitter says.
+func (p *partition) CommitBatch(ctx context.Context, b store.Batch) error {
+	bc, ok := p.Partition.(store.BatchCommitter)
+	if !ok {
+		return fmt.Errorf("history: %s: the store's partition cannot commit batches (no store.BatchCommitter)", p.Input())
+	}
+	err := bc.CommitBatch(ctx, b)
+	outcome := outcomeOf(err)
+	if outcome == Failed {
+		outcome = Unknown
+	}
+	gen := p.generation()
+	part := p.Input().Partition
+	for _, s := range b.Snapshots {
+		p.b.r.Add(Op{Kind: Write, Member: p.b.member, Partition: part,
+			Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone,
+			Generation: gen, Outcome: outcome, Err: errString(err)})
+	}
+	for _, o := range b.Outputs {
+		p.b.r.Add(EmitOp(p.b.member, o.Key, o.Value, outcome, err))
+	}
+	off := b.Offset
+	if err == nil {
+		off = p.CommittedOffset()
+	}
+	p.b.r.Add(Op{Kind: Commit, Member: p.b.member, Partition: part, Offset: off,
+		Generation: gen, Outcome: outcome, Err: errString(err)})
+	return err
+}
+
+// EmitOp is the Emit op of member's output record (key, value) with the
+// outcome of what carried it (err: its error, if any).
+func EmitOp(member int, key, value []byte, outcome Outcome, err error) Op {
+	p, o, _ := ParseOutput(string(value))
+	return Op{Kind: Emit, Member: member, Partition: p, Offset: o, Key: string(key), Value: string(value), Outcome: outcome, Err: errString(err)}
+}
+
+// OutcomeOf is the outcome an operation that returned err had.
+func OutcomeOf(err error) Outcome { return outcomeOf(err) }
 
 func (p *partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {
 	return func(yield func(store.Snapshot, error) bool) {
