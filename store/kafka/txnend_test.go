@@ -223,7 +223,7 @@ func TestAFirstTransactionCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newLateTopicWorld(t)
 		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
-		waiting := &logSignal{msg: "waiting for the producer to publish the snapshot partition before ending the transaction", ch: make(chan struct{})}
+		waiting := &logSignal{msg: "waiting for the producer to publish a partition of the transaction before ending it", ch: make(chan struct{})}
 		b, err := kafka.New(context.Background(), kafka.Config{
 			Mode: store.Transactional, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
 			ClientOpts: []kgo.Opt{kgo.Dialer(w.dial), w.hooks()},
