@@ -73,6 +73,51 @@ func (w *world) createTopics(t *testing.T) {
 	if _, err := w.adm.CreateTopic(ctx, 2, 1, map[string]*string{"cleanup.policy": &compact}, kafka.DefaultSnapshotTopic(w.input)); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, w.OutputTopic()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w *world) OutputTopic() string { return w.input + "-enriched" }
+
+// ReadOutputs reads both partitions of the output topic, once the
+// transactions of both input partitions' transactional.ids have ended.
+func (w *world) ReadOutputs(t *testing.T, readCommitted bool) []storetest.OutputRecord {
+	t.Helper()
+	var isolation int8
+	opts := []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadUncommitted())}
+	if readCommitted {
+		isolation, opts = 1, []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}
+	}
+	var out []storetest.OutputRecord
+	for p := range int32(2) {
+		w.awaitTransactionEnd(t, store.TopicPartition{Topic: w.input, Partition: p})
+	}
+	for p := range int32(2) {
+		tp := store.TopicPartition{Topic: w.OutputTopic(), Partition: p}
+		end := w.listEnd(t, tp, isolation)
+		if end == 0 {
+			continue
+		}
+		cl := w.client(t, append(opts, kgo.KeepControlRecords(),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{tp.Topic: {p: kgo.NewOffset().AtStart()}}))...)
+		for pos := int64(0); pos < end; {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			fs := cl.PollFetches(ctx)
+			cancel()
+			if err := fs.Err0(); err != nil {
+				t.Fatalf("reading %s: %v", tp, err)
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				pos = r.Offset + 1
+				if !r.Attrs.IsControl() && r.Offset < end {
+					out = append(out, storetest.OutputRecord{Partition: p, Key: r.Key, Value: r.Value})
+				}
+			})
+		}
+		cl.Close()
+	}
+	return out
 }
 
 // slowConn delays every fetch request a recovery reader sends by the

@@ -28,6 +28,9 @@ func (harness) Run(t *testing.T, body func(t *testing.T, w storetest.World)) {
 		if err := c.CreateTopic("orders-snapshots", sim.TopicConfig{Partitions: 2, Compacted: true}); err != nil {
 			t.Fatal(err)
 		}
+		if err := c.CreateTopic("orders-enriched", sim.TopicConfig{Partitions: 2}); err != nil {
+			t.Fatal(err)
+		}
 		body(t, &world{c: c})
 	})
 }
@@ -40,6 +43,25 @@ type world struct {
 const group = "flow"
 
 func (w *world) InputTopic() string { return "orders" }
+
+func (w *world) OutputTopic() string { return "orders-enriched" }
+
+func (w *world) ReadOutputs(t *testing.T, readCommitted bool) []storetest.OutputRecord {
+	t.Helper()
+	var out []storetest.OutputRecord
+	for p := range int32(2) {
+		entries, err := w.c.Read(store.TopicPartition{Topic: w.OutputTopic(), Partition: p}, readCommitted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.Control == sim.NoControl {
+				out = append(out, storetest.OutputRecord{Partition: p, Key: e.Record.Key, Value: e.Record.Value})
+			}
+		}
+	}
+	return out
+}
 
 func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend {
 	t.Helper()

@@ -97,6 +97,21 @@ type World interface {
 	Settle()
 	// Now is the world's time.
 	Now() time.Time
+	// OutputTopic is a topic of two partitions for the outputs of
+	// exactly-once batches.
+	OutputTopic() string
+	// ReadOutputs reads every partition of the output topic with a reader
+	// of the given isolation: read_committed up to the last stable offset
+	// once open transactions of the world's transactional.ids have ended,
+	// read_uncommitted up to the high watermark. Control records are
+	// skipped.
+	ReadOutputs(t *testing.T, readCommitted bool) []OutputRecord
+}
+
+// OutputRecord is a record of the output topic as a reader saw it.
+type OutputRecord struct {
+	Partition  int32
+	Key, Value []byte
 }
 
 // Member is a member of the world's consumer group.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +52,11 @@ func Run(t *testing.T, h Harness) {
 		{"OversizeSnapshotNamesKey", oversizeSnapshot},
 		{"ReservedKeyRefused", reservedKey},
 		{"ClosedPartitionRefusesWrites", closedPartition},
+		{"ExactlyOnceBatch/SnapshotsOutputsAndOffsetCommitTogether", batchCommitsTogether},
+		{"ExactlyOnceBatch/StaleBatchLeavesNothing", staleBatchLeavesNothing},
+		{"ExactlyOnceBatch/InvalidOutputRefusesTheWholeBatch", invalidOutputRefusesBatch},
+		{"ExactlyOnceBatch/MissingOutputTopicIsNamed", missingOutputTopic},
+		{"ExactlyOnceBatch/PlainModeRefuses", plainRefusesBatch},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -850,5 +856,148 @@ func closedPartition(t *testing.T, w World) {
 	mustNil(t, "close", o.Close())
 	if err := o.Write(context.Background(), snap("k", "v", 1)); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("write after close: err = %v, want ErrClosed", err)
+	}
+}
+
+func outputs(w World, values ...string) []store.Output {
+	out := make([]store.Output, len(values))
+	for i, v := range values {
+		out[i] = store.Output{Topic: w.OutputTopic(), Key: []byte("key-" + v), Value: []byte(v)}
+	}
+	return out
+}
+
+func describeOutputs(recs []OutputRecord) string {
+	var b []byte
+	for _, r := range recs {
+		b = fmt.Appendf(b, "[p%d %s=%s]", r.Partition, r.Key, r.Value)
+	}
+	return string(b)
+}
+
+// 12. An exactly-once batch commits its snapshots, its outputs (each in
+// the partition Kafka's partitioner gives its key) and its offset in one
+// transaction, and observers hear of all three.
+func batchCommitsTogether(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	rec := &recorder{}
+	o := acquire(t, w, BackendConfig{Mode: store.Transactional, Observer: rec}, in, 0, m.Identity())
+	bc, ok := o.Partition.(store.BatchCommitter)
+	if !ok {
+		t.Fatalf("%T does not implement store.BatchCommitter", o.Partition)
+	}
+	outs := outputs(w, "o1", "o2", "o3", "o4")
+	mustNil(t, "batch", bc.CommitBatch(context.Background(), store.Batch{
+		Snapshots: []store.Snapshot{snap("a", "1", 3), snap("b", "2", 6)}, Outputs: outs, Offset: 7,
+	}))
+	if got := latest(w.ReadSnapshots(t, in)); string(got["a"].Value) != "1" || string(got["b"].Value) != "2" {
+		t.Fatalf("snapshots after the batch: %v", got)
+	}
+	if off, ok := w.CommittedOffset(t, in); !ok || off != 7 {
+		t.Fatalf("committed offset %d (%v), want 7", off, ok)
+	}
+	if got := o.CommittedOffset(); got != 7 {
+		t.Fatalf("CommittedOffset() = %d, want 7", got)
+	}
+	read := w.ReadOutputs(t, true)
+	if len(read) != len(outs) {
+		t.Fatalf("read_committed outputs %s, want the batch's %d", describeOutputs(read), len(outs))
+	}
+	for _, r := range read {
+		if want := store.OutputPartition(r.Key, 2); r.Partition != want {
+			t.Fatalf("output %s=%s in partition %d, want %d (Kafka's partitioner)", r.Key, r.Value, r.Partition, want)
+		}
+	}
+	ev := rec.committed()
+	if len(ev) != 1 || len(ev[0].Writes) != 2 || len(ev[0].Outputs) != 4 || ev[0].Offset != 7 || !ev[0].OffsetAdvanced {
+		t.Fatalf("observed %+v, want one transaction of 2 writes, 4 outputs and offset 7", ev)
+	}
+}
+
+// 12. A stale owner's batch is fenced, and nothing of it (snapshot,
+// output or offset) becomes visible to a read_committed reader.
+func staleBatchLeavesNothing(t *testing.T, w World) {
+	in := input(w, 0)
+	stale, _ := staleSetup(t, w, transactional, 0)
+	w.Rebalance(t)
+	err := stale.Partition.(store.BatchCommitter).CommitBatch(context.Background(), store.Batch{
+		Snapshots: []store.Snapshot{snap("k", "stale", 3)}, Outputs: outputs(w, "stale"), Offset: 4,
+	})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("stale batch: err = %v, want ErrFenced", err)
+	}
+	if got := w.ReadSnapshots(t, in); len(got) != 0 {
+		t.Fatalf("the fenced batch's snapshots are visible: %s", describe(got))
+	}
+	if got := w.ReadOutputs(t, true); len(got) != 0 {
+		t.Fatalf("the fenced batch's outputs are visible read_committed: %s", describeOutputs(got))
+	}
+	if off, ok := w.CommittedOffset(t, in); ok {
+		t.Fatalf("the fenced batch committed offset %d", off)
+	}
+}
+
+// 12. A batch with an invalid output is refused whole, before anything is
+// sent, with an error naming the input partition, the key and the topic.
+func invalidOutputRefusesBatch(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	rec := &recorder{}
+	o := acquire(t, w, BackendConfig{Mode: store.Transactional, Observer: rec}, in, 0, m.Identity())
+	snapTopic := in.Topic + "-snapshots" // the default of both backends
+	bad := append(outputs(w, "fine"), store.Output{Topic: snapTopic, Key: []byte("k"), Value: []byte("v")})
+	err := o.Partition.(store.BatchCommitter).CommitBatch(context.Background(), store.Batch{
+		Snapshots: []store.Snapshot{snap("k", "1", 1)}, Outputs: bad, Offset: 2,
+	})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%s: output record of key \"k\" is for the snapshot topic %q", in, snapTopic)) {
+		t.Fatalf("err = %v, want a refusal naming %s, the key and the snapshot topic", err, in)
+	}
+	big := store.Output{Topic: w.OutputTopic(), Key: []byte("big"), Value: make([]byte, store.DefaultMaxValueBytes)}
+	err = o.Partition.(store.BatchCommitter).CommitBatch(context.Background(), store.Batch{Outputs: []store.Output{big}, Offset: 2})
+	var tl *store.ValueTooLargeError
+	if !errors.As(err, &tl) || tl.OutputTopic != w.OutputTopic() || string(tl.Key) != "big" {
+		t.Fatalf("err = %v, want a ValueTooLargeError naming the output topic and key", err)
+	}
+	if ev := rec.events(); len(ev) != 0 {
+		t.Fatalf("a refused batch ran %d transactions", len(ev))
+	}
+	if got := w.ReadSnapshots(t, in); len(got) != 0 {
+		t.Fatalf("a refused batch wrote %s", describe(got))
+	}
+}
+
+// 12. An output for a topic that does not exist fails the batch with an
+// error naming the topic; nothing of the batch commits.
+func missingOutputTopic(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	err := o.Partition.(store.BatchCommitter).CommitBatch(context.Background(), store.Batch{
+		Snapshots: []store.Snapshot{snap("k", "1", 1)},
+		Outputs:   []store.Output{{Topic: "no-such-output-topic", Key: []byte("k")}}, Offset: 2,
+	})
+	if err == nil || !strings.Contains(err.Error(), `output topic "no-such-output-topic" does not exist`) {
+		t.Fatalf("err = %v, want it to name the missing output topic", err)
+	}
+	if got := w.ReadSnapshots(t, in); len(got) != 0 {
+		t.Fatalf("the failed batch's snapshots are visible: %s", describe(got))
+	}
+	if off, ok := w.CommittedOffset(t, in); ok {
+		t.Fatalf("the failed batch committed offset %d", off)
+	}
+}
+
+// 12. Plain mode has no transactions to put a batch in: it refuses.
+func plainRefusesBatch(t *testing.T, w World) {
+	m := w.Join(t)
+	o := acquire(t, w, BackendConfig{Mode: store.Plain}, input(w, 0), 0, m.Identity())
+	bc, ok := o.Partition.(store.BatchCommitter)
+	if !ok {
+		return // not offering it is refusing it
+	}
+	err := bc.CommitBatch(context.Background(), store.Batch{Outputs: outputs(w, "x"), Offset: 1})
+	if err == nil || !strings.Contains(err.Error(), "exactly-once batches need Transactional mode") {
+		t.Fatalf("err = %v, want a refusal that names Transactional mode", err)
 	}
 }
