@@ -406,8 +406,9 @@ func TestExactlyOnceRefusesAnOutputToTheSnapshotTopicOnSim(t *testing.T) {
 		w.c.Advance(time.Second)
 	}
 	errs := r.Errors()
-	if len(errs) == 0 || !strings.Contains(errs[0].Error(), `accounts/1: output record of key "bob" is for the snapshot topic "accounts-snapshots"`) {
-		t.Fatalf("errors = %v", errs)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `accounts/1: output record of key "bob" is for the snapshot topic "accounts-snapshots"`) ||
+		!errors.Is(errs[0], store.ErrInvalidOutput) {
+		t.Fatalf("errors = %v, want one ErrInvalidOutput naming the partition, key and topic (a replay would make the same output: no restart)", errs)
 	}
 	if off, _ := w.c.CommittedOffset("bank", store.TopicPartition{Topic: "accounts", Partition: 1}); off != 0 {
 		t.Fatalf("committed %d past the refused batch", off)

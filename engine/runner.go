@@ -515,10 +515,19 @@ func (r *Runner[S]) recoverFlow(ctx context.Context, tp store.TopicPartition, pa
 // from the committed state. A record or state that cannot be read, or a
 // fold that fails on a record, fails again on replay: those partitions stay
 // stopped until an operator acts.
+//
+// So does a snapshot or output the store refuses before sending it (too
+// large, a reserved key, an output without a topic or for the snapshot
+// topic): the fold makes it again on replay.
 func retriable(err error) bool {
 	var fe *core.FoldError
 	var se *core.StateError
-	return !errors.Is(err, store.ErrCorruptRecord) && !errors.As(err, &fe) && !errors.As(err, &se)
+	for _, again := range []error{store.ErrCorruptRecord, store.ErrValueTooLarge, store.ErrReservedKey, store.ErrInvalidOutput} {
+		if errors.Is(err, again) {
+			return false
+		}
+	}
+	return !errors.As(err, &fe) && !errors.As(err, &se)
 }
 
 func (r *Runner[S]) fail(tp store.TopicPartition, err error) {

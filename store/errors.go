@@ -25,6 +25,9 @@ var (
 	ErrValueTooLarge = errors.New("store: snapshot too large")
 	// ErrReservedKey: the key is reserved for snapfence's own records.
 	ErrReservedKey = errors.New("store: reserved key")
+	// ErrInvalidOutput: an output record of an exactly-once batch has no
+	// topic or is for the snapshot topic.
+	ErrInvalidOutput = errors.New("store: invalid output record")
 	// ErrClosed: the partition or backend is closed.
 	ErrClosed = errors.New("store: closed")
 )

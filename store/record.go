@@ -163,11 +163,11 @@ func CheckWrite(input TopicPartition, s Snapshot, limit int) error {
 // within limit (0: DefaultMaxValueBytes).
 func CheckOutput(input TopicPartition, snapshotTopic string, o Output, limit int) error {
 	if o.Topic == "" {
-		return fmt.Errorf("store: %s: output record of key %q has no topic", input, printableKey(o.Key))
+		return fmt.Errorf("%w: %s: output record of key %q has no topic", ErrInvalidOutput, input, printableKey(o.Key))
 	}
 	if o.Topic == snapshotTopic {
-		return fmt.Errorf("store: %s: output record of key %q is for the snapshot topic %q; outputs go to topics of their own",
-			input, printableKey(o.Key), o.Topic)
+		return fmt.Errorf("%w: %s: output record of key %q is for the snapshot topic %q; outputs go to topics of their own",
+			ErrInvalidOutput, input, printableKey(o.Key), o.Topic)
 	}
 	if limit <= 0 {
 		limit = DefaultMaxValueBytes
