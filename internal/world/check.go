@@ -39,6 +39,7 @@ var invariantNames = map[int]string{
 	5: "RecoveryComplete",
 	6: "Liveness",
 	7: "OutputAtLeastOnce",
+	8: "OutputExactlyOnce",
 }
 
 // InvariantName names invariant n.
@@ -389,6 +390,15 @@ func (p *checkedPartition) readToLSO() iter.Seq2[store.Snapshot, error] {
 			}
 		}
 	}
+}
+
+// CommitBatch forwards an exactly-once batch (store.BatchCommitter).
+func (p *checkedPartition) CommitBatch(ctx context.Context, b store.Batch) error {
+	bc, ok := p.Partition.(store.BatchCommitter)
+	if !ok {
+		return fmt.Errorf("world: %s: the store's partition cannot commit batches", p.snap)
+	}
+	return bc.CommitBatch(ctx, b)
 }
 
 // WriteBatch forwards to the store's batch write (store.BatchWriter), so

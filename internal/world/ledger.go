@@ -223,6 +223,10 @@ var historyInvariant = map[history.AnomalyKind]int{
 	history.AbortedRead:    4,
 	history.PhantomRead:    4,
 	history.LostWrite:      5,
+
+	history.DuplicatedOutput: 8,
+	history.LostOutput:       8,
+	history.PhantomOutput:    8,
 }
 
 // CheckHistory runs the history checker (internal/history) over a world's

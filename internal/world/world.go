@@ -2,6 +2,7 @@ package world
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -48,6 +49,20 @@ type Config struct {
 	// MaxWritesPerTransaction; default 4, so flushes span transactions.
 	MaxWritesPerTransaction int
 
+	// ExactlyOnce is the engines' engine.Config.ExactlyOnce: every fold's
+	// output goes to OutputTopic in the transaction of its batch, with the
+	// batch's snapshots and offset. It needs Mode Transactional. At
+	// quiescence the output topic is read read_committed (and
+	// read_uncommitted) into the history, and every input event's output
+	// must be there exactly once (invariant 8).
+	ExactlyOnce bool
+	// ProduceOutputs, without ExactlyOnce, has the engines' Emit produce
+	// the outputs to OutputTopic with a plain producer (at least once),
+	// and the topic read and checked at quiescence as under ExactlyOnce:
+	// the negative control, where invariant 8 does not hold. With neither,
+	// outputs are only counted (invariant 7).
+	ProduceOutputs bool
+
 	// CachedIdentity is a broken variant: the store binds the offset but
 	// reads the group identity once, at acquisition, as a design that
 	// caches the generation would.
@@ -89,6 +104,10 @@ func (cfg *Config) setDefaults() {
 		cfg.MaxWritesPerTransaction = 4
 	}
 }
+
+// outputs reports whether the outputs go to the output topic and are read
+// back at quiescence.
+func (cfg Config) outputs() bool { return cfg.ExactlyOnce || cfg.ProduceOutputs }
 
 // World is a simulated cluster with engine members, an input producer and
 // fault controls. It is driven by one goroutine, step by step.
@@ -168,6 +187,14 @@ func New(cfg Config) (*World, error) {
 	}
 	if err := w.c.CreateTopic(snapshotTopic, sim.TopicConfig{Partitions: cfg.Partitions, Compacted: true}); err != nil {
 		return nil, err
+	}
+	if cfg.ExactlyOnce && cfg.Mode != store.Transactional {
+		return nil, fmt.Errorf("world: ExactlyOnce needs Mode Transactional")
+	}
+	if cfg.outputs() {
+		if err := w.c.CreateTopic(OutputTopic, sim.TopicConfig{Partitions: cfg.Partitions}); err != nil {
+			return nil, err
+		}
 	}
 	w.members = make([]*member, cfg.Members)
 	for i := range w.members {
@@ -341,14 +368,23 @@ func (w *World) start(m *member) {
 	if err != nil {
 		panic(fmt.Sprintf("world: backend: %v", err))
 	}
-	eng, err := engine.New(engine.Config[int]{
+	ecfg := engine.Config[int]{
 		Fold: Fold, Codec: IntCodec{}, Store: &checkedBackend{Backend: history.Backend(be, w.rec, m.slot), w: w, m: m},
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
 		Emit: func(_ context.Context, outs []engine.Output) error {
 			w.checker.emitted(outs)
+			if w.cfg.ProduceOutputs {
+				return w.emitPlain(m, outs)
+			}
 			return nil
 		},
-	})
+	}
+	if w.cfg.ExactlyOnce {
+		ecfg.Emit, ecfg.ExactlyOnce = nil, true
+		// Batches sealed by the cap too, not only by the interval.
+		ecfg.MaxTransactionRecords = 2 * w.cfg.MaxWritesPerTransaction
+	}
+	eng, err := engine.New(ecfg)
 	if err != nil {
 		panic(fmt.Sprintf("world: engine: %v", err))
 	}
@@ -359,6 +395,20 @@ func (w *World) start(m *member) {
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.recovered = map[int32]error{}
 	m.eng, m.r, m.src, m.state = eng, r, r.Source().(*engine.SimSource), running
+}
+
+// emitPlain is at-least-once output: a plain producer appends m's
+// outputs to the output topic as the fold makes them.
+func (w *World) emitPlain(m *member, outs []engine.Output) error {
+	for _, o := range outs {
+		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, w.cfg.Partitions)}
+		_, err := w.c.Produce(tp, store.WireRecord{Key: o.Key, Value: o.Value})
+		w.rec.Add(history.EmitOp(m.slot, o.Key, o.Value, history.OutcomeOf(err), err))
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // step runs one engine step of m on a goroutine of its own; settle waits
@@ -468,8 +518,33 @@ func (w *World) crash(m *member) {
 			w.rec.Add(history.Op{Kind: history.Abandon, Member: m.slot, Partition: tp.Partition,
 				Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Outcome: history.Unknown})
 		}
+		if w.cfg.ExactlyOnce {
+			w.abandonOutput(m, p, tp.Partition)
+		}
 	}
 }
+
+// abandonOutput leaves, in a crashed member's open transaction, an output
+// of the newest input event of partition (if any): the takeover must
+// abort it, and no read_committed reader may ever see it.
+func (w *World) abandonOutput(m *member, p *sim.Producer, partition int32) {
+	var last *Event
+	for i, e := range w.ledger {
+		if e.Partition == partition {
+			last = &w.ledger[i]
+		}
+	}
+	if last == nil {
+		return
+	}
+	key, value := []byte(last.Key), fmt.Appendf(nil, "%d:%d", last.Partition, last.Offset)
+	tp := store.TopicPartition{Topic: OutputTopic, Partition: store.OutputPartition(key, w.cfg.Partitions)}
+	if _, err := p.Produce(tp, store.WireRecord{Key: key, Value: value}); err == nil {
+		w.rec.Add(history.EmitOp(m.slot, key, value, history.Failed, errAbandoned))
+	}
+}
+
+var errAbandoned = errors.New("abandoned in an open transaction by a crashed process")
 
 // truncate cuts tp back to its last stable offset if only records of open
 // transactions lie above it.
@@ -543,6 +618,15 @@ func (w *World) Quiesce() []Violation {
 	for round := 0; round < rounds; round++ {
 		if w.caughtUp() {
 			w.finalRead()
+			if w.cfg.outputs() {
+				w.readOutputs(false)
+				counts := w.readOutputs(true)
+				if w.cfg.ExactlyOnce {
+					// Emit is not called: the outputs are what a
+					// read_committed consumer sees.
+					w.checker.outputs = counts
+				}
+			}
 			vs = append(vs, w.checker.atQuiescence()...)
 			return append(vs, CheckHistory(w.rec.Ops())...)
 		}
@@ -583,6 +667,35 @@ func (w *World) finalRead() {
 		}
 		w.rec.Add(history.Op{Kind: history.ReadEnd, Member: -1, Partition: int32(p), Read: n, Outcome: history.OK})
 	}
+}
+
+// readOutputs records in the history a read of the whole output topic,
+// read_committed or read_uncommitted, and returns the outputs it saw
+// counted by the event they name ("partition:offset").
+func (w *World) readOutputs(readCommitted bool) map[string]int {
+	iso := history.ReadUncommitted
+	if readCommitted {
+		iso = history.ReadCommitted
+	}
+	w.rec.Add(history.Op{Kind: history.OutputRead, Member: -1, Detail: iso})
+	counts := map[string]int{}
+	for p := range w.cfg.Partitions {
+		tp := store.TopicPartition{Topic: OutputTopic, Partition: int32(p)}
+		ents, err := w.c.Read(tp, readCommitted)
+		if err != nil {
+			panic(fmt.Sprintf("world: reading %s: %v", tp, err))
+		}
+		for _, e := range ents {
+			if e.Control != sim.NoControl {
+				continue
+			}
+			op := history.EmitOp(-1, e.Record.Key, e.Record.Value, "", nil)
+			op.Kind, op.Detail = history.Output, iso
+			w.rec.Add(op)
+			counts[string(e.Record.Value)]++
+		}
+	}
+	return counts
 }
 
 // finalReadBase numbers the final reads apart from the members'.
