@@ -11,39 +11,6 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// crashAndStaleOwner: m0 folds and is paused with a batch it has not
-// committed; m1 takes over and commits; m0 wakes and flushes its stale
-// batch; then m1 crashes with a transaction open and m2 takes over.
-var crashAndStaleOwner = []Step{
-	{Kind: Join, Member: 0},
-	{Kind: Produce, Key: "a", Delta: 10},
-	{Kind: Produce, Key: "b", Delta: 5},
-	{Kind: Poll, Member: 0},
-	{Kind: Poll, Member: 0},
-	{Kind: Advance, D: 11 * time.Second},
-	{Kind: Poll, Member: 0},
-	{Kind: Produce, Key: "a", Delta: 1},
-	{Kind: Produce, Key: "c", Delta: 7},
-	{Kind: Poll, Member: 0}, // folds; commits nothing yet
-	{Kind: Pause, Member: 0},
-	{Kind: Join, Member: 1},
-	{Kind: Advance, D: 11 * time.Second},
-	{Kind: Poll, Member: 1},
-	{Kind: Poll, Member: 1},
-	{Kind: Advance, D: 11 * time.Second},
-	{Kind: Poll, Member: 1},
-	{Kind: Resume, Member: 0},
-	{Kind: Flush, Member: 0}, // the stale owner's batch
-	{Kind: Produce, Key: "b", Delta: 2},
-	{Kind: Produce, Key: "d", Delta: 3},
-	{Kind: Poll, Member: 1},
-	{Kind: Crash, Member: 1},
-	{Kind: Join, Member: 2},
-	{Kind: Poll, Member: 2},
-	{Kind: Advance, D: 11 * time.Second},
-	{Kind: Poll, Member: 2},
-}
-
 func outputViolations(vs []Violation) (out []Violation) {
 	for _, v := range vs {
 		if v.Invariant == 8 {
@@ -60,7 +27,7 @@ func TestExactlyOnceOutputsInTheWorld(t *testing.T) {
 	for _, sc := range []struct {
 		name  string
 		steps []Step
-	}{{"crash and stale owner", crashAndStaleOwner}, {"kafka-flow#732", Scenario732}} {
+	}{{"crash and stale owner", CrashAndStaleOwner}, {"kafka-flow#732", Scenario732}} {
 		t.Run(sc.name, func(t *testing.T) {
 			vs, w := run(t, Config{Mode: store.Transactional, ExactlyOnce: true}, sc.steps)
 			for _, v := range vs {
@@ -79,7 +46,7 @@ func TestExactlyOnceOutputsInTheWorld(t *testing.T) {
 // plain producer in Emit) duplicate outputs, and invariant 8 catches
 // them; invariant 7 (at least once) holds.
 func TestAtLeastOnceOutputsDuplicateInTheWorld(t *testing.T) {
-	vs, _ := run(t, Config{Mode: store.Transactional, ProduceOutputs: true}, crashAndStaleOwner)
+	vs, _ := run(t, Config{Mode: store.Transactional, ProduceOutputs: true}, CrashAndStaleOwner)
 	out := outputViolations(vs)
 	for _, v := range vs {
 		t.Logf("%s", v)

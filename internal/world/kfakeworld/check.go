@@ -73,9 +73,14 @@ func (w *World) readSnapshots(p int32, lso int64) []store.Snapshot {
 // at isolation level, control records kept, with a fresh client outside
 // any group, and hands each record below end to fn.
 func (w *World) scanLog(p int32, end int64, level kgo.IsolationLevel, fn func(*kgo.Record)) {
-	tp := store.TopicPartition{Topic: w.snapshotTopic, Partition: p}
+	w.scanTopic(w.snapshotTopic, p, end, level, fn)
+}
+
+// scanTopic reads partition p of topic as scanLog does.
+func (w *World) scanTopic(topic string, p int32, end int64, level kgo.IsolationLevel, fn func(*kgo.Record)) {
+	tp := store.TopicPartition{Topic: topic, Partition: p}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(w.seeds...), kgo.Dialer(w.net.DialContext),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{w.snapshotTopic: {p: kgo.NewOffset().AtStart()}}),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords())
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: reader: %v", err))
@@ -217,10 +222,54 @@ func (w *World) atQuiescence() []world.Violation {
 		}
 		w.rec.Add(history.Op{Kind: history.ReadEnd, Member: -1, Partition: int32(p), Read: n, Outcome: history.OK})
 	}
+	outputs := w.outputs
+	if w.output != "" {
+		w.readOutputs(kgo.ReadUncommitted())
+		counts := w.readOutputs(kgo.ReadCommitted())
+		if w.cfg.ExactlyOnce {
+			// Emit is not called: the outputs are what a read_committed
+			// consumer sees.
+			outputs = counts
+		}
+	}
 	w.mu.Lock()
-	vs := w.ledger.CheckAtQuiescence(latest(logs), w.outputs)
+	vs := w.ledger.CheckAtQuiescence(latest(logs), outputs)
 	w.mu.Unlock()
 	return append(vs, world.CheckHistory(w.rec.Ops())...)
+}
+
+// readOutputs records in the history a read of the whole output topic at
+// isolation level (to its last stable offset read_committed, to its high
+// watermark read_uncommitted), by a kgo consumer outside any group, and
+// returns the outputs it saw counted by the event they name
+// ("partition:offset").
+func (w *World) readOutputs(level kgo.IsolationLevel) map[string]int {
+	iso, list := history.ReadUncommitted, w.adm.ListEndOffsets
+	if level == kgo.ReadCommitted() {
+		iso, list = history.ReadCommitted, w.adm.ListCommittedOffsets
+	}
+	ends, err := list(context.Background(), w.output)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		panic(fmt.Sprintf("kfakeworld: listing the ends of %s: %v", w.output, err))
+	}
+	w.rec.Add(history.Op{Kind: history.OutputRead, Member: -1, Detail: iso})
+	counts := map[string]int{}
+	for p := range int32(Partitions) {
+		end, _ := ends.Lookup(w.output, p)
+		w.scanTopic(w.output, p, end.Offset, level, func(r *kgo.Record) {
+			if r.Attrs.IsControl() {
+				return
+			}
+			op := history.EmitOp(-1, r.Key, r.Value, "", nil)
+			op.Kind, op.Detail = history.Output, iso
+			w.rec.Add(op)
+			counts[string(r.Value)]++
+		})
+	}
+	return counts
 }
 
 // finalReads numbers the final reads: finalReads+p for partition p.

@@ -216,6 +216,9 @@ func (w *World) openReal() (err error) {
 	w.real = &realBroker{snapshot: kafka.DefaultSnapshotTopic(base), background: map[*process]chan struct{}{}}
 	w.net, w.seeds = rn, cfg.Brokers
 	w.input, w.group, w.prefix, w.foreignID = base, base+"-group", base, base+"-foreign"
+	if w.output != "" {
+		w.output = base + "-outputs"
+	}
 	w.cl, err = kgo.NewClient(kgo.SeedBrokers(w.seeds...), kgo.Dialer(rn.DialContext),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.RecordDeliveryTimeout(time.Minute))
 	if err != nil {
@@ -325,10 +328,15 @@ func (w *World) checkBroker(ctx context.Context) error {
 // shows every partition with a leader.
 func (w *World) createTopics(ctx context.Context) error {
 	compact := "compact"
-	for _, t := range []struct {
+	type topic struct {
 		name    string
 		configs map[string]*string
-	}{{w.input, nil}, {w.real.snapshot, map[string]*string{"cleanup.policy": &compact}}} {
+	}
+	topics := []topic{{w.input, nil}, {w.real.snapshot, map[string]*string{"cleanup.policy": &compact}}}
+	if w.output != "" {
+		topics = append(topics, topic{w.output, nil})
+	}
+	for _, t := range topics {
 		resp, err := w.adm.CreateTopic(ctx, Partitions, -1, t.configs, t.name)
 		if err == nil {
 			err = resp.Err
@@ -340,9 +348,13 @@ func (w *World) createTopics(ctx context.Context) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		md, err := w.adm.Metadata(ctx, w.input, w.real.snapshot)
+		names := []string{w.input, w.real.snapshot}
+		if w.output != "" {
+			names = append(names, w.output)
+		}
+		md, err := w.adm.Metadata(ctx, names...)
 		ready := err == nil
-		for _, name := range []string{w.input, w.real.snapshot} {
+		for _, name := range names {
 			td, ok := md.Topics[name]
 			ready = ready && ok && td.Err == nil && len(td.Partitions) == Partitions
 			for _, pd := range td.Partitions {
@@ -403,15 +415,19 @@ func (w *World) closeReal() {
 	defer w.cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
-	resps, err := w.adm.DeleteTopics(ctx, w.input, w.real.snapshot)
+	topics := []string{w.input, w.real.snapshot}
+	if w.output != "" {
+		topics = append(topics, w.output)
+	}
+	resps, err := w.adm.DeleteTopics(ctx, topics...)
 	if err == nil {
 		err = resps.Error()
 	}
 	if err != nil {
-		w.logf("deleting topics %s and %s: %v", w.input, w.real.snapshot, err)
+		w.logf("deleting topics %s: %v", strings.Join(topics, ", "), err)
 		return
 	}
-	w.logf("deleted topics %s and %s", w.input, w.real.snapshot)
+	w.logf("deleted topics %s", strings.Join(topics, ", "))
 }
 
 // realNet dials a real cluster: TCP, then TLS and SASL if set. The world

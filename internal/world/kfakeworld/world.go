@@ -135,6 +135,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -190,6 +191,13 @@ type Config struct {
 	// MaxWritesPerTransaction; default 4, so flushes span transactions.
 	MaxWritesPerTransaction int
 
+	// ExactlyOnce and ProduceOutputs are internal/world's (world.Config):
+	// the outputs go to the world's output topic in the batches'
+	// transactions, or at least once by a plain producer in Emit; at
+	// quiescence the topic is read read_committed and read_uncommitted
+	// into the history, and invariant 8 is checked.
+	ExactlyOnce, ProduceOutputs bool
+
 	// Brokers, if set, runs the world on a real Kafka cluster in real
 	// time instead of kfake (the seed brokers, host:port; see the
 	// package doc). Outside a synctest bubble.
@@ -229,8 +237,13 @@ func (cfg *Config) setDefaults() {
 // props.StepGen.
 func (cfg Config) StepConfig() world.Config {
 	cfg.setDefaults()
-	return world.Config{Mode: cfg.Mode, Members: cfg.Members, Partitions: Partitions}.WithDefaults()
+	return world.Config{Mode: cfg.Mode, Members: cfg.Members, Partitions: Partitions,
+		ExactlyOnce: cfg.ExactlyOnce, ProduceOutputs: cfg.ProduceOutputs}.WithDefaults()
 }
+
+// outputs reports whether the outputs go to the output topic and are read
+// back at quiescence.
+func (cfg Config) outputs() bool { return cfg.ExactlyOnce || cfg.ProduceOutputs }
 
 // requestTimeoutOverhead is franz-go's kgo.RequestTimeoutOverhead, left
 // at its default: a member sends a JoinGroup kfake has not answered again
@@ -289,6 +302,9 @@ type World struct {
 	input, group, prefix, foreignID string
 	// snapshotTopic is the input topic's snapshot topic.
 	snapshotTopic string
+	// output is the output topic (world.OutputTopic on kfake, the
+	// world's own on a real broker), if Config.outputs().
+	output string
 	// real is the real-broker mode's state (Config.Brokers); nil on kfake.
 	real *realBroker
 
@@ -360,6 +376,12 @@ func New(cfg Config) (*World, error) {
 	w.rec = history.NewRecorder(func() time.Duration { return time.Since(began) })
 	w.input, w.group, w.prefix, w.foreignID = world.InputTopic, world.Group, world.Prefix, foreignID
 	w.snapshotTopic = kafka.DefaultSnapshotTopic(w.input)
+	if cfg.ExactlyOnce && cfg.Mode != store.Transactional {
+		return nil, errors.New("kfakeworld: ExactlyOnce needs Mode Transactional")
+	}
+	if cfg.outputs() {
+		w.output = world.OutputTopic
+	}
 	if len(cfg.Brokers) > 0 {
 		if err := w.openReal(); err != nil {
 			return nil, fmt.Errorf("kfakeworld: %w", err)
@@ -392,6 +414,12 @@ func New(cfg Config) (*World, error) {
 	if _, err := w.adm.CreateTopic(ctx, Partitions, 1, map[string]*string{"cleanup.policy": &compact}, w.snapshotTopic); err != nil {
 		w.closeCluster()
 		return nil, fmt.Errorf("kfakeworld: creating %s: %w", w.snapshotTopic, err)
+	}
+	if w.output != "" {
+		if _, err := w.adm.CreateTopic(ctx, Partitions, 1, nil, w.output); err != nil {
+			w.closeCluster()
+			return nil, fmt.Errorf("kfakeworld: creating %s: %w", w.output, err)
+		}
 	}
 	w.members = make([]*member, cfg.Members)
 	for i := range w.members {
@@ -628,6 +656,31 @@ func (w *World) emitted(outs []engine.Output) {
 	}
 }
 
+// fold is world.Fold with its outputs sent to the world's output topic.
+func (w *World) fold(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
+	res, err := world.Fold(key, state, exists, rec)
+	for i := range res.Outputs {
+		if w.output != "" {
+			res.Outputs[i].Topic = w.output
+		}
+	}
+	return res, err
+}
+
+// emitPlain is at-least-once output: the world's plain producer appends
+// member's outputs to the output topic as the fold makes them.
+func (w *World) emitPlain(ctx context.Context, member int, outs []engine.Output) error {
+	for _, o := range outs {
+		r := &kgo.Record{Topic: o.Topic, Partition: store.OutputPartition(o.Key, Partitions), Key: o.Key, Value: o.Value}
+		err := w.cl.ProduceSync(ctx, r).FirstErr()
+		w.rec.Add(history.EmitOp(member, o.Key, o.Value, history.OutcomeOf(err), err))
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // start starts a process in m's slot: a new backend, engine (an empty
 // in-memory cache) and group member.
 func (w *World) start(m *member) {
@@ -646,14 +699,23 @@ func (w *World) start(m *member) {
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: backend: %v", err))
 	}
-	eng, err := engine.New(engine.Config[int]{
-		Fold: world.Fold, Codec: world.IntCodec{}, Store: history.Backend(be, w.rec, m.slot),
+	ecfg := engine.Config[int]{
+		Fold: w.fold, Codec: world.IntCodec{}, Store: history.Backend(be, w.rec, m.slot),
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
-		Emit: func(_ context.Context, outs []engine.Output) error {
+		Emit: func(ctx context.Context, outs []engine.Output) error {
 			w.emitted(outs)
+			if w.cfg.ProduceOutputs {
+				return w.emitPlain(ctx, m.slot, outs)
+			}
 			return nil
 		},
-	})
+	}
+	if w.cfg.ExactlyOnce {
+		ecfg.Emit, ecfg.ExactlyOnce = nil, true
+		// Batches sealed by the cap too, not only by the interval.
+		ecfg.MaxTransactionRecords = 2 * w.cfg.MaxWritesPerTransaction
+	}
+	eng, err := engine.New(ecfg)
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: engine: %v", err))
 	}
