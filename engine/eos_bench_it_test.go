@@ -70,21 +70,24 @@ const (
 	outputsDeadline   = 2 * time.Minute      // bounds every wait; never reached in a healthy run
 )
 
+// BenchmarkOutputs runs the two modes of one interval and measure next to
+// each other (with -count, a leaf's runs are consecutive), so a ratio
+// compares measurements minutes apart at most.
 func BenchmarkOutputs(b *testing.B) {
 	brokers := kafkatest.Brokers(b)
-	for _, mode := range []string{"at-least-once", "exactly-once"} {
-		for _, interval := range []time.Duration{100 * time.Millisecond, time.Second} {
-			name := fmt.Sprintf("%s/commit=%v", mode, interval)
-			b.Run(name+"/throughput", func(b *testing.B) {
-				for range b.N {
-					runOutputs(b, brokers, mode == "exactly-once", interval, false)
+	for _, interval := range []time.Duration{100 * time.Millisecond, time.Second} {
+		for _, paced := range []bool{false, true} {
+			for _, mode := range []string{"at-least-once", "exactly-once"} {
+				measure := "throughput"
+				if paced {
+					measure = "latency"
 				}
-			})
-			b.Run(name+"/latency", func(b *testing.B) {
-				for range b.N {
-					runOutputs(b, brokers, mode == "exactly-once", interval, true)
-				}
-			})
+				b.Run(fmt.Sprintf("%s/commit=%v/%s", mode, interval, measure), func(b *testing.B) {
+					for range b.N {
+						runOutputs(b, brokers, mode == "exactly-once", interval, paced)
+					}
+				})
+			}
 		}
 	}
 }
