@@ -258,6 +258,9 @@ func (w *World) openReal() (err error) {
 		w.members[i] = &member{slot: i}
 	}
 	w.logf("topics %s and %s (%d partitions), group %s, transactional.id prefix %s", w.input, w.real.snapshot, Partitions, w.group, w.prefix)
+	if w.output != "" {
+		w.logf("output topic %s (%d partitions)", w.output, Partitions)
+	}
 	return nil
 }
 
