@@ -212,7 +212,7 @@ func runOutputs(b *testing.B, brokers []string, eos bool, interval time.Duration
 		}
 		w.expect(outputsPartitions)
 		for p := range int32(outputsPartitions) {
-			r := &kgo.Record{Topic: w.input, Partition: p, Key: []byte("warm-up"), Value: value(seq, time.Now())}
+			r := &kgo.Record{Topic: w.input, Partition: p, Key: []byte("warm-up"), Value: outputsValue(seq, time.Now())}
 			seq++
 			if err := warm.ProduceSync(ctx, r).FirstErr(); err != nil {
 				b.Fatal(err)
@@ -253,9 +253,9 @@ func runOutputs(b *testing.B, brokers []string, eos bool, interval time.Duration
 	lat := slices.Clone(w.lat)
 	slices.Sort(lat)
 	if paced {
-		b.ReportMetric(quantile(lat, 0.50), "p50-ms")
-		b.ReportMetric(quantile(lat, 0.90), "p90-ms")
-		b.ReportMetric(quantile(lat, 0.99), "p99-ms")
+		b.ReportMetric(outputsQuantile(lat, 0.50), "p50-ms")
+		b.ReportMetric(outputsQuantile(lat, 0.90), "p90-ms")
+		b.ReportMetric(outputsQuantile(lat, 0.99), "p99-ms")
 		b.ReportMetric(lat[len(lat)-1], "max-ms")
 	} else {
 		span := w.lastSeen.Sub(time.Unix(0, w.firstFold.Load()))
@@ -273,14 +273,15 @@ func runOutputs(b *testing.B, brokers []string, eos bool, interval time.Duration
 	}
 }
 
-// value is an input record's value: its sequence number and produce time.
-func value(seq int64, at time.Time) []byte {
+// outputsValue is an input record's value: its sequence number and
+// produce time.
+func outputsValue(seq int64, at time.Time) []byte {
 	return []byte(strconv.FormatInt(seq, 10) + " " + strconv.FormatInt(at.UnixNano(), 10))
 }
 
 func (w *outputsRun) produceAsync(seq int64) {
 	k := []byte(fmt.Sprintf("key-%04d", seq%outputsKeys))
-	w.prod.Produce(context.Background(), &kgo.Record{Topic: w.input, Key: k, Value: value(seq, time.Now())}, func(_ *kgo.Record, err error) {
+	w.prod.Produce(context.Background(), &kgo.Record{Topic: w.input, Key: k, Value: outputsValue(seq, time.Now())}, func(_ *kgo.Record, err error) {
 		if err != nil {
 			w.b.Errorf("producing input: %v", err)
 		}
@@ -374,8 +375,8 @@ func (w *outputsRun) await(runErr chan error, what string) {
 	}
 }
 
-// quantile of sorted xs, nearest rank.
-func quantile(xs []float64, q float64) float64 {
+// outputsQuantile: the quantile of sorted xs, nearest rank.
+func outputsQuantile(xs []float64, q float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
