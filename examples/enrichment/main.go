@@ -1,0 +1,977 @@
+// Command enrichment is a runnable example of the snapfence engine as a
+// consume-transform-produce service with exactly-once output: an order
+// enrichment service reading "order_events" and writing "enriched_orders"
+// for billing and analytics.
+//
+// Input topic "order_events": key = order id, value = a JSON order event,
+// {"id":"ev-00001","order":"o-0001","type":"created","seller":"s-1",
+// "amount":1250}, then "paid", "shipped" or "cancelled" for the same order.
+// The per-key state is the order: status, seller, amount, event count. Each
+// event emits one record to "enriched_orders" (key = order id): the event,
+// its input position ("partition:offset"), the order's state after it, and
+// the seller's data (name, country, commission rate, the commission on the
+// order's amount). An order whose seller is not in the seller table gives
+// records marked "unknown_seller", and an event that is not valid JSON
+// gives a record marked "invalid"; neither stops the service.
+//
+// Seller data comes from the compacted topic "sellers" (key = seller id,
+// value = JSON seller), read to its end at start-up, read_committed, into a
+// map, as a Kafka Streams GlobalKTable's snapshot would be. The table is a
+// start-up snapshot: a seller change reaches the service on its next
+// restart. It is not part of the engine's state because that state is per
+// input partition (a snapshot of a key lives in the partition's snapshot
+// topic partition and moves with it on a rebalance), while every partition
+// needs every seller; and sellers are not keyed by order id, so they cannot
+// be co-partitioned with the orders. If "sellers" is empty, the program
+// seeds it from a built-in static table, so a run needs nothing else.
+//
+// By default the outputs are exactly-once (engine.Config.ExactlyOnce, on a
+// Transactional store/kafka backend): they are produced by the input
+// partition's transactional producer in the transaction that also writes
+// the snapshots of the orders the batch changed and commits the input
+// offset after it. With -at-least-once they go out through Emit and a
+// plain producer instead, before the offsets that cover them are
+// committed, for comparison.
+//
+// The run: two instances of the service (two engines in one consumer
+// group) share the three input partitions. A first batch of order events
+// is produced and folded until every input offset is committed. A second
+// batch is produced, and instance A is killed as soon as it has folded
+// (and, at least once, emitted) some of it: no flush, no commit. It leaves
+// the group, instance B takes A's partitions over and replays them from
+// the committed offsets. Then "enriched_orders" is read read_committed and
+// checked against the input: every input event must have exactly one
+// enriched record (counted by input position), with the right content (the
+// seller joined from the table, the order's state as folding the order's
+// events once each, in order, gives). The summary gives events in, outputs
+// read, duplicates, missing and wrong records. Exactly-once, any
+// duplicate, missing or wrong record fails the run (exit status 1);
+// at-least-once, duplicates are expected after the kill (outputs A emitted
+// but never committed are emitted again by B) and only missing or wrong
+// records fail it.
+//
+// Run it on an embedded kfake cluster on 127.0.0.1:
+//
+//	go run ./examples/enrichment
+//	go run ./examples/enrichment -at-least-once
+//
+// or against a real cluster:
+//
+//	go run ./examples/enrichment -brokers 127.0.0.1:9092
+//
+// Against a cluster the topics are created if missing (3 partitions, the
+// broker's default replication), under a prefix: -prefix, by default
+// "enrichment-<UTC time>-" so that runs do not meet. A run leaves behind the
+// topics <prefix>order_events, <prefix>order_events-snapshots (compacted),
+// <prefix>enriched_orders and <prefix>sellers (compacted), the consumer
+// group <prefix>enrichment and the transactional ids
+// <prefix>enrichment-*. A run with the prefix of an earlier one continues
+// from that run's committed offsets and checks the whole input topic.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
+)
+
+const (
+	partitions = 3
+	// deadline bounds every wait of a run: joining, committing, reading.
+	deadline = 2 * time.Minute
+	// Batch sizes of the two phases, in events.
+	firstBatch  = 300
+	secondBatch = 200
+)
+
+// topics are a run's names, under its prefix.
+type topics struct {
+	input, snapshots, output, sellers, group, txnPrefix string
+}
+
+func names(prefix string) topics {
+	input := prefix + "order_events"
+	return topics{
+		input:     input,
+		snapshots: kafka.DefaultSnapshotTopic(input),
+		output:    prefix + "enriched_orders",
+		sellers:   prefix + "sellers",
+		group:     prefix + "enrichment",
+		txnPrefix: prefix + "enrichment",
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "enrichment:", err)
+		os.Exit(1)
+	}
+}
+
+// run is the whole program; main and the tests call it.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("enrichment", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	brokers := fs.String("brokers", "", "Kafka brokers, host:port[,host:port...] (default: an embedded kfake cluster)")
+	prefix := fs.String("prefix", "", `prefix of the topics, group and transactional ids (default: none embedded, "enrichment-<UTC time>-" with -brokers)`)
+	atLeastOnce := fs.Bool("at-least-once", false, "emit the outputs with a plain producer (Emit) instead of in the input's transactions")
+	verbose := fs.Bool("v", false, "print the engine's logs")
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	out := &lockedWriter{w: stdout} // the engine's logger writes from other goroutines
+	logOut := io.Discard
+	if *verbose {
+		logOut = out
+	}
+	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{ReplaceAttr: dropTime}))
+
+	seeds := strings.Split(*brokers, ",")
+	if *brokers == "" {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return fmt.Errorf("starting kfake: %w", err)
+		}
+		defer c.Close()
+		seeds = c.ListenAddrs()
+		fmt.Fprintf(out, "embedded kfake cluster on %s\n", seeds[0])
+	} else if *prefix == "" {
+		*prefix = "enrichment-" + time.Now().UTC().Format("20060102T150405.000000") + "-"
+	}
+	t := names(*prefix)
+	mode := "exactly-once"
+	if *atLeastOnce {
+		mode = "at-least-once"
+	}
+	fmt.Fprintf(out, "mode %s; topics %s -> %s, sellers %s\n", mode, t.input, t.output, t.sellers)
+
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := createTopics(ctx, kadm.NewClient(cl), t); err != nil {
+		return err
+	}
+	sellers, err := loadSellers(ctx, seeds, cl, t.sellers, out)
+	if err != nil {
+		return err
+	}
+
+	s := &service{seeds: seeds, t: t, sellers: sellers, exactlyOnce: !*atLeastOnce,
+		plain: cl, logger: logger, committed: newCommitWatch()}
+	a, err := s.start(ctx, "A")
+	if err != nil {
+		return err
+	}
+	defer a.stop()
+	b, err := s.start(ctx, "B")
+	if err != nil {
+		return err
+	}
+	defer b.stop()
+	if err := awaitSplit(ctx, a, b); err != nil {
+		return err
+	}
+
+	rng := rand.New(rand.NewPCG(1, 2)) // the same events every run
+	gen := newGenerator(rng)
+	if err := s.produceAndAwait(ctx, cl, gen.events(firstBatch), out, "first", a, b); err != nil {
+		return err
+	}
+
+	a.killAt.Store(int64(gen.seq)) // A dies once it folds an event of the second batch
+	evs := gen.events(secondBatch)
+	if err := produce(ctx, cl, t.input, evs); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "second batch: produced %d events\n", len(evs))
+	select {
+	case <-a.done:
+		if !errors.Is(a.err, errKilled) {
+			return fmt.Errorf("instance A stopped before it was killed: %v", a.err)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("instance A never folded the second batch: %w", ctx.Err())
+	}
+	pending := a.crash()
+	fmt.Fprintf(out, "instance A killed after folding %d events it never committed; instance B takes its partitions over\n", pending)
+	if err := s.awaitCommitted(ctx, cl, b); err != nil {
+		return fmt.Errorf("second batch: %w", err)
+	}
+	fmt.Fprintln(out, "second batch: every input offset committed")
+	if err := b.stop(); err != nil {
+		return fmt.Errorf("instance B: %w", err)
+	}
+
+	res, err := check(ctx, seeds, t, sellers)
+	if err != nil {
+		return err
+	}
+	return res.report(out, s.exactlyOnce)
+}
+
+// awaitSplit waits until the two instances share the input partitions, so
+// that killing A hands work over to B.
+func awaitSplit(ctx context.Context, a, b *instance) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		na, nb := a.flows(), b.flows()
+		if na > 0 && nb > 0 && na+nb == partitions {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-a.done:
+			return fmt.Errorf("instance A stopped: %v", a.err)
+		case <-b.done:
+			return fmt.Errorf("instance B stopped: %v", b.err)
+		case <-ctx.Done():
+			return fmt.Errorf("the instances did not share the partitions (A %d, B %d): %w", na, nb, ctx.Err())
+		}
+	}
+}
+
+// ---- the service ----
+
+// Event is an input record's value.
+type Event struct {
+	ID     string `json:"id"`
+	Order  string `json:"order"`
+	Type   string `json:"type"` // created, paid, shipped, cancelled
+	Seller string `json:"seller,omitempty"`
+	Amount int64  `json:"amount,omitempty"` // cents; created only
+}
+
+// Order is the per-key state.
+type Order struct {
+	Status string `json:"status"`
+	Seller string `json:"seller"`
+	Amount int64  `json:"amount"`
+	Events int    `json:"events"`
+}
+
+// Seller is a value of the sellers table.
+type Seller struct {
+	Name          string `json:"name"`
+	Country       string `json:"country"`
+	CommissionBPS int64  `json:"commission_bps"` // basis points
+}
+
+// Enriched is an output record's value.
+type Enriched struct {
+	Input         string  `json:"input"` // the input event's "partition:offset"
+	Event         Event   `json:"event"`
+	Order         Order   `json:"order"`
+	Seller        *Seller `json:"seller,omitempty"`
+	UnknownSeller bool    `json:"unknown_seller,omitempty"`
+	Commission    int64   `json:"commission"` // cents
+	Invalid       string  `json:"invalid,omitempty"`
+}
+
+// apply folds one event into an order. Transitions that make no sense
+// (paid before created, anything after cancelled) count the event and keep
+// the status; the enriched record says so.
+func apply(o Order, exists bool, ev Event) (Order, string) {
+	o.Events++
+	switch {
+	case ev.Type == "created" && !exists:
+		o.Status, o.Seller, o.Amount = "created", ev.Seller, ev.Amount
+		return o, ""
+	case !exists:
+		o.Status = "unknown"
+	case o.Status == "cancelled":
+	case ev.Type == "paid" && o.Status == "created",
+		ev.Type == "shipped" && o.Status == "paid",
+		ev.Type == "cancelled" && o.Status != "shipped":
+		o.Status = ev.Type
+		return o, ""
+	}
+	return o, fmt.Sprintf("%s ignored in status %s", ev.Type, o.Status)
+}
+
+// enrich folds an input record into its order and makes the enriched
+// record: the fold's logic, shared by the check.
+func enrich(sellers map[string]Seller, o Order, exists bool, rec engine.Record) (Order, Enriched) {
+	out := Enriched{Input: fmt.Sprintf("%d:%d", rec.Partition, rec.Offset)}
+	var ev Event
+	if err := json.Unmarshal(rec.Value, &ev); err != nil || ev.Order != string(rec.Key) {
+		// Not an event of this order: recorded, not folded.
+		out.Invalid = fmt.Sprintf("not an event of order %q: %q", rec.Key, rec.Value)
+		out.Order = o
+		return o, out
+	}
+	out.Event = ev
+	o, out.Invalid = apply(o, exists, ev)
+	out.Order = o
+	if s, ok := sellers[o.Seller]; ok {
+		out.Seller = &s
+		out.Commission = o.Amount * s.CommissionBPS / 10000
+	} else {
+		out.UnknownSeller = true
+	}
+	return o, out
+}
+
+type service struct {
+	seeds       []string
+	t           topics
+	sellers     map[string]Seller
+	exactlyOnce bool
+	plain       *kgo.Client // the at-least-once producer
+	logger      *slog.Logger
+	committed   *commitWatch
+}
+
+// fold is the engine's fold for sellers.
+func (s *service) fold(key []byte, o Order, exists bool, rec engine.Record) (engine.Result[Order], error) {
+	o, out := enrich(s.sellers, o, exists, rec)
+	v, err := json.Marshal(out)
+	if err != nil {
+		return engine.Result[Order]{}, err
+	}
+	res := engine.Result[Order]{State: o, Outputs: []engine.Output{{Topic: s.t.output, Key: key, Value: v}}}
+	if out.Invalid != "" && out.Event.ID == "" {
+		res = engine.Result[Order]{Keep: true, Outputs: res.Outputs}
+	}
+	return res, nil
+}
+
+// emit is the at-least-once output: a plain producer.
+func (s *service) emit(ctx context.Context, outs []engine.Output) error {
+	recs := make([]*kgo.Record, len(outs))
+	for i, o := range outs {
+		recs[i] = &kgo.Record{Topic: o.Topic, Key: o.Key, Value: o.Value}
+	}
+	return s.plain.ProduceSync(ctx, recs...).FirstErr()
+}
+
+// instance is one process of the service: its store backend, engine and
+// group member, stepped by a goroutine of its own.
+type instance struct {
+	name    string
+	backend *kafka.Backend
+	e       *engine.Engine[Order]
+	r       *engine.Runner[Order]
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the step loop has ended, with err
+	err     error
+
+	// killAt arms the kill: the instance dies once it folds an event
+	// whose sequence number is at least killAt (0: never).
+	killAt atomic.Int64
+	dying  atomic.Bool
+
+	mu       sync.Mutex
+	folded   map[int32][]int64 // input offsets folded, per partition
+	commitAt map[int32]int64   // the offset its last committed transaction carried
+}
+
+var errKilled = errors.New("killed")
+
+func (s *service) start(ctx context.Context, name string) (*instance, error) {
+	in := &instance{name: name, done: make(chan struct{}),
+		folded: map[int32][]int64{}, commitAt: map[int32]int64{}}
+	backend, err := kafka.New(ctx, kafka.Config{
+		Mode: store.Transactional, SeedBrokers: s.seeds, TransactionalIDPrefix: s.t.txnPrefix,
+		Observer: store.ObserverFunc(func(ev store.TransactionEvent) {
+			if ev.Err == nil && ev.OffsetAdvanced {
+				in.mu.Lock()
+				in.commitAt[ev.Input.Partition] = max(in.commitAt[ev.Input.Partition], ev.Offset)
+				in.mu.Unlock()
+				s.committed.advance(ev.Input.Partition, ev.Offset)
+			}
+		}),
+		Logger: s.logger.With("instance", name),
+	})
+	if err != nil {
+		return nil, err
+	}
+	in.backend = backend
+	cfg := engine.Config[Order]{
+		Fold: func(key []byte, o Order, exists bool, rec engine.Record) (engine.Result[Order], error) {
+			in.mu.Lock()
+			in.folded[rec.Partition] = append(in.folded[rec.Partition], rec.Offset)
+			in.mu.Unlock()
+			if at := in.killAt.Load(); at > 0 && seqOf(rec.Value) >= at {
+				in.dying.Store(true)
+			}
+			return s.fold(key, o, exists, rec)
+		},
+		Codec:       jsonCodec[Order]{},
+		Store:       backend,
+		ExactlyOnce: s.exactlyOnce, // CommitInterval: 100 ms by default
+		Logger:      s.logger.With("instance", name),
+	}
+	if !s.exactlyOnce {
+		// The exactly-once default, for a like-for-like comparison.
+		cfg.PersistInterval = engine.DefaultExactlyOnceCommitInterval
+		cfg.CommitInterval = engine.DefaultExactlyOnceCommitInterval
+		cfg.Emit = func(ctx context.Context, outs []engine.Output) error {
+			if err := s.emit(ctx, outs); err != nil {
+				return err
+			}
+			if in.dying.Load() {
+				// Killed right after its outputs went out, before the
+				// commit that would cover them.
+				return errKilled
+			}
+			return nil
+		}
+	}
+	in.e, err = engine.New(cfg)
+	if err != nil {
+		_ = backend.Close()
+		return nil, err
+	}
+	in.r, err = in.e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
+		SeedBrokers: s.seeds, Group: s.t.group, Topics: []string{s.t.input},
+		// The Java consumer's fetch.max.wait.ms (franz-go waits 5 s): a
+		// fetch in flight on a quiet partition holds back the fetches of
+		// partitions newly assigned, such as a dead instance's.
+		ClientOpts: []kgo.Opt{kgo.FetchMaxWait(500 * time.Millisecond)},
+	}))
+	if err != nil {
+		_ = in.e.Close()
+		_ = backend.Close()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	in.cancel = cancel
+	go func() {
+		defer close(in.done)
+		in.err = in.loop(runCtx)
+	}()
+	return in, nil
+}
+
+// loop steps the runner until ctx ends, a step fails or the instance is
+// killed.
+func (in *instance) loop(ctx context.Context) error {
+	for ctx.Err() == nil {
+		err := in.r.Step(ctx)
+		if in.dying.Load() {
+			return errKilled
+		}
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("instance %s: %w", in.name, err)
+		}
+	}
+	return nil
+}
+
+func (in *instance) flows() int { return len(in.r.Flows()) }
+
+// wait ends the step loop and returns its error.
+func (in *instance) wait() error {
+	in.cancel()
+	<-in.done
+	return in.err
+}
+
+// crash kills the instance as a killed process: its step loop ends, its
+// flows are dropped without a flush or a commit, and its consumer leaves
+// the group (a dead process's session would expire; leaving spares the
+// wait). It returns how many folded events its commits did not cover.
+func (in *instance) crash() int {
+	_ = in.wait()
+	in.r.Crash()
+	in.mu.Lock()
+	pending := 0
+	for p, offs := range in.folded {
+		for _, o := range offs {
+			if o >= in.commitAt[p] {
+				pending++
+			}
+		}
+	}
+	in.mu.Unlock()
+	in.close()
+	return pending
+}
+
+// stop stops the instance cleanly: it leaves the group, and the revoke
+// flushes and commits. Idempotent.
+func (in *instance) stop() error {
+	err := in.wait()
+	in.close()
+	if errors.Is(err, errKilled) {
+		return nil
+	}
+	return err
+}
+
+func (in *instance) close() {
+	if in.r == nil {
+		return
+	}
+	_ = in.r.Close(context.Background())
+	_ = in.e.Close()
+	_ = in.backend.Close()
+	in.r = nil
+}
+
+// jsonCodec is the state's codec.
+type jsonCodec[S any] struct{}
+
+func (jsonCodec[S]) Encode(s S) ([]byte, error) { return json.Marshal(s) }
+func (jsonCodec[S]) Decode(b []byte) (S, error) {
+	var s S
+	err := json.Unmarshal(b, &s)
+	return s, err
+}
+
+// ---- committing ----
+
+// commitWatch follows the input offsets the instances' transactions
+// committed.
+type commitWatch struct {
+	mu      sync.Mutex
+	at      map[int32]int64
+	changed chan struct{} // closed and replaced on every advance
+}
+
+func newCommitWatch() *commitWatch {
+	return &commitWatch{at: map[int32]int64{}, changed: make(chan struct{})}
+}
+
+func (w *commitWatch) advance(p int32, off int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if off > w.at[p] {
+		w.at[p] = off
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+}
+
+// reached reports whether every partition of ends is committed to its end,
+// and a channel closed on the next advance.
+func (w *commitWatch) reached(ends map[int32]int64) (bool, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for p, end := range ends {
+		if w.at[p] < end {
+			return false, w.changed
+		}
+	}
+	return true, w.changed
+}
+
+func (w *commitWatch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return fmt.Sprint(w.at)
+}
+
+// produceAndAwait produces a batch of events and waits until the
+// instances have committed the input to its end.
+func (s *service) produceAndAwait(ctx context.Context, cl *kgo.Client, evs []Event, out io.Writer, batch string, running ...*instance) error {
+	if err := produce(ctx, cl, s.t.input, evs); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s batch: produced %d events\n", batch, len(evs))
+	if err := s.awaitCommitted(ctx, cl, running...); err != nil {
+		return fmt.Errorf("%s batch: %w", batch, err)
+	}
+	fmt.Fprintf(out, "%s batch: every input offset committed\n", batch)
+	return nil
+}
+
+// awaitCommitted waits until a transaction committed every input
+// partition's end offset, or one of the (at most two) running instances
+// stops.
+func (s *service) awaitCommitted(ctx context.Context, cl *kgo.Client, running ...*instance) error {
+	listed, err := kadm.NewClient(cl).ListEndOffsets(ctx, s.t.input)
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		return err
+	}
+	ends := map[int32]int64{}
+	listed.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			ends[o.Partition] = o.Offset
+		}
+	})
+	var done [2]chan struct{} // nil: never ready
+	for i, in := range running[:min(len(running), 2)] {
+		done[i] = in.done
+	}
+	for {
+		ok, changed := s.committed.reached(ends)
+		if ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-done[0]:
+			return fmt.Errorf("instance %s stopped: %v", running[0].name, running[0].err)
+		case <-done[1]:
+			return fmt.Errorf("instance %s stopped: %v", running[1].name, running[1].err)
+		case <-ctx.Done():
+			return fmt.Errorf("not every input offset was committed: %v of %v: %w", s.committed, ends, ctx.Err())
+		}
+	}
+}
+
+// ---- input ----
+
+// generator makes order events: new orders and the next step of open ones.
+type generator struct {
+	rng    *rand.Rand
+	seq    int
+	orders int
+	open   []string          // orders with steps left
+	status map[string]string // their last event
+}
+
+func newGenerator(rng *rand.Rand) *generator {
+	return &generator{rng: rng, status: map[string]string{}}
+}
+
+// sellerIDs are the sellers orders name; s-7 is in no table.
+var sellerIDs = []string{"s-1", "s-2", "s-3", "s-4", "s-5", "s-6", "s-7"}
+
+func (g *generator) events(n int) []Event {
+	evs := make([]Event, 0, n)
+	for range n {
+		g.seq++
+		ev := Event{ID: fmt.Sprintf("ev-%05d", g.seq)}
+		if len(g.open) < 5 || g.rng.IntN(3) == 0 {
+			g.orders++
+			ev.Order, ev.Type = fmt.Sprintf("o-%04d", g.orders), "created"
+			ev.Seller = sellerIDs[g.rng.IntN(len(sellerIDs))]
+			ev.Amount = 100 + g.rng.Int64N(100000)
+			g.open = append(g.open, ev.Order)
+		} else {
+			i := g.rng.IntN(len(g.open))
+			ev.Order = g.open[i]
+			switch r := g.rng.IntN(10); {
+			case g.status[ev.Order] == "created" && r < 8:
+				ev.Type = "paid"
+			case g.status[ev.Order] == "paid" && r < 8:
+				ev.Type = "shipped"
+			case r == 9:
+				ev.Type = "shipped" // out of order now and then
+			default:
+				ev.Type = "cancelled"
+			}
+			if ev.Type == "cancelled" || ev.Type == "shipped" && g.status[ev.Order] == "paid" {
+				g.open = slices.Delete(g.open, i, i+1)
+			}
+		}
+		g.status[ev.Order] = ev.Type
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// seqOf is an event's sequence number, from its id; 0 if it has none.
+func seqOf(v []byte) int64 {
+	var ev Event
+	var n int64
+	if json.Unmarshal(v, &ev) == nil {
+		_, _ = fmt.Sscanf(ev.ID, "ev-%d", &n)
+	}
+	return n
+}
+
+func produce(ctx context.Context, cl *kgo.Client, topic string, evs []Event) error {
+	recs := make([]*kgo.Record, len(evs))
+	for i, ev := range evs {
+		v, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		recs[i] = &kgo.Record{Topic: topic, Key: []byte(ev.Order), Value: v}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("producing events: %w", err)
+	}
+	return nil
+}
+
+// ---- the sellers table ----
+
+// staticSellers seed an empty sellers topic.
+var staticSellers = map[string]Seller{
+	"s-1": {Name: "Acme Books", Country: "DE", CommissionBPS: 1200},
+	"s-2": {Name: "Nordic Outdoor", Country: "SE", CommissionBPS: 900},
+	"s-3": {Name: "Casa Verde", Country: "ES", CommissionBPS: 1500},
+	"s-4": {Name: "Tokyo Gadgets", Country: "JP", CommissionBPS: 800},
+	"s-5": {Name: "Maple Crafts", Country: "CA", CommissionBPS: 1000},
+	"s-6": {Name: "Volga Tea", Country: "RU", CommissionBPS: 1100},
+}
+
+// loadSellers reads the sellers topic to its end (read_committed) into a
+// map; an empty topic is seeded from staticSellers first.
+func loadSellers(ctx context.Context, seeds []string, cl *kgo.Client, topic string, out io.Writer) (map[string]Seller, error) {
+	recs, err := readAll(ctx, seeds, topic)
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		ids := slices.Sorted(maps.Keys(staticSellers))
+		seed := make([]*kgo.Record, len(ids))
+		for i, id := range ids {
+			v, _ := json.Marshal(staticSellers[id])
+			seed[i] = &kgo.Record{Topic: topic, Key: []byte(id), Value: v}
+		}
+		if err := cl.ProduceSync(ctx, seed...).FirstErr(); err != nil {
+			return nil, fmt.Errorf("seeding %s: %w", topic, err)
+		}
+		fmt.Fprintf(out, "seeded %s with %d sellers\n", topic, len(seed))
+		if recs, err = readAll(ctx, seeds, topic); err != nil {
+			return nil, err
+		}
+	}
+	sellers := map[string]Seller{}
+	for _, r := range recs {
+		if r.Value == nil {
+			delete(sellers, string(r.Key)) // a tombstone
+			continue
+		}
+		var s Seller
+		if err := json.Unmarshal(r.Value, &s); err != nil {
+			return nil, fmt.Errorf("%s: seller %q: %w", topic, r.Key, err)
+		}
+		sellers[string(r.Key)] = s
+	}
+	fmt.Fprintf(out, "sellers table: %d sellers (a start-up snapshot of %s)\n", len(sellers), topic)
+	return sellers, nil
+}
+
+// readAll reads a topic from its start to its current end, read_committed,
+// in partition and offset order.
+func readAll(ctx context.Context, seeds []string, topic string) ([]*kgo.Record, error) {
+	// Control records (transaction markers) are kept so that the end is
+	// seen even where the last records before it are markers.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic), kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	// The last stable offsets: every record before them is committed or
+	// aborted.
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	left := map[int32]int64{} // partition -> end offset still to reach
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	var recs []*kgo.Record
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", topic, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+			if !r.Attrs.IsControl() {
+				recs = append(recs, r)
+			}
+		})
+	}
+	slices.SortFunc(recs, func(a, b *kgo.Record) int {
+		if a.Partition != b.Partition {
+			return int(a.Partition - b.Partition)
+		}
+		return int(a.Offset - b.Offset)
+	})
+	return recs, nil
+}
+
+// ---- the check ----
+
+type result struct {
+	events, outputs, duplicates, missing, wrong, strays int
+	unknownSeller, invalid                              int
+	examples                                            []string
+}
+
+// check reads the input and the output topics and compares every input
+// event with its enriched records.
+func check(ctx context.Context, seeds []string, t topics, sellers map[string]Seller) (*result, error) {
+	in, err := readAll(ctx, seeds, t.input)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := readAll(ctx, seeds, t.output)
+	if err != nil {
+		return nil, err
+	}
+	// What each input event's record must be: the fold's logic over the
+	// input in offset order (an order's events all sit in one partition).
+	want := map[string][]byte{}
+	orders := map[string]Order{}
+	exists := map[string]bool{}
+	for _, r := range in {
+		k := string(r.Key)
+		o, e := enrich(sellers, orders[k], exists[k], engine.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
+		if e.Invalid == "" || e.Event.ID != "" {
+			orders[k], exists[k] = o, true
+		}
+		v, err := json.Marshal(e)
+		if err != nil {
+			return nil, err
+		}
+		want[e.Input] = v
+	}
+	res := &result{events: len(in), outputs: len(outs)}
+	seen := map[string]int{}
+	for _, r := range outs {
+		var e Enriched
+		if err := json.Unmarshal(r.Value, &e); err != nil {
+			res.strays++
+			res.example("not an enriched record at %s/%d@%d: %q", t.output, r.Partition, r.Offset, r.Value)
+			continue
+		}
+		w, ok := want[e.Input]
+		switch {
+		case !ok:
+			res.strays++
+			res.example("record of no input event: %s", r.Value)
+			continue
+		case string(w) != string(r.Value):
+			res.wrong++
+			res.example("input %s:\n  got  %s\n  want %s", e.Input, r.Value, w)
+		}
+		if seen[e.Input]++; seen[e.Input] == 2 {
+			res.example("input %s enriched more than once: %s", e.Input, r.Value)
+		}
+		if seen[e.Input] > 1 {
+			res.duplicates++
+		}
+		if e.UnknownSeller && seen[e.Input] == 1 {
+			res.unknownSeller++
+		}
+		if e.Invalid != "" && seen[e.Input] == 1 {
+			res.invalid++
+		}
+	}
+	for _, r := range in {
+		if pos := fmt.Sprintf("%d:%d", r.Partition, r.Offset); seen[pos] == 0 {
+			res.missing++
+			res.example("input %s (%s) has no enriched record", pos, r.Value)
+		}
+	}
+	return res, nil
+}
+
+func (r *result) example(format string, args ...any) {
+	if len(r.examples) < 5 {
+		r.examples = append(r.examples, fmt.Sprintf(format, args...))
+	}
+}
+
+// report prints the summary and fails on a violation of the mode's
+// guarantee: any duplicate exactly once; at least once, only a loss (or a
+// wrong record).
+func (r *result) report(out io.Writer, exactlyOnce bool) error {
+	fmt.Fprintf(out, "\nevents in:                   %d\n", r.events)
+	fmt.Fprintf(out, "outputs read_committed:      %d\n", r.outputs)
+	fmt.Fprintf(out, "duplicates:                  %d\n", r.duplicates)
+	fmt.Fprintf(out, "missing:                     %d\n", r.missing)
+	fmt.Fprintf(out, "wrong content:               %d\n", r.wrong+r.strays)
+	fmt.Fprintf(out, "(marked unknown-seller:      %d; ignored transitions: %d)\n", r.unknownSeller, r.invalid)
+	for _, e := range r.examples {
+		fmt.Fprintln(out, "  "+e)
+	}
+	bad := r.missing + r.wrong + r.strays
+	if exactlyOnce {
+		bad += r.duplicates
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d violations: %d duplicates, %d missing, %d wrong", bad, r.duplicates, r.missing, r.wrong+r.strays)
+	}
+	if exactlyOnce {
+		fmt.Fprintln(out, "exactly once: every input event has exactly one enriched record, and each is right")
+	} else {
+		fmt.Fprintf(out, "at least once: every input event has an enriched record, and each is right; %d duplicates\n", r.duplicates)
+	}
+	return nil
+}
+
+func createTopics(ctx context.Context, adm *kadm.Client, t topics) error {
+	compact := "compact"
+	for topic, configs := range map[string]map[string]*string{
+		t.input:     nil,
+		t.snapshots: {"cleanup.policy": &compact},
+		t.output:    nil,
+		t.sellers:   {"cleanup.policy": &compact},
+	} {
+		n := int32(partitions)
+		if topic == t.sellers {
+			n = 1
+		}
+		resp, err := adm.CreateTopic(ctx, n, -1, configs, topic)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("creating %s: %w", topic, err)
+		}
+	}
+	return nil
+}
+
+// lockedWriter serialises writes from the engine's logger and the program.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// dropTime keeps the engine's log lines free of timestamps.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
+}
