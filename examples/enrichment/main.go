@@ -208,7 +208,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 
-	a.killAt.Store(int64(gen.seq)) // A dies once it folds an event of the second batch
+	a.killAt.Store(int64(gen.seq) + 1) // A dies once it folds an event of the second batch
 	evs := gen.events(secondBatch)
 	if err := produce(ctx, cl, t.input, evs); err != nil {
 		return err
@@ -320,15 +320,16 @@ func apply(o Order, exists bool, ev Event) (Order, string) {
 }
 
 // enrich folds an input record into its order and makes the enriched
-// record: the fold's logic, shared by the check.
-func enrich(sellers map[string]Seller, o Order, exists bool, rec engine.Record) (Order, Enriched) {
+// record: the fold's logic, shared by the check. folded is false for a
+// record that is not an event of the order: the order is unchanged.
+func enrich(sellers map[string]Seller, o Order, exists bool, rec engine.Record) (_ Order, _ Enriched, folded bool) {
 	out := Enriched{Input: fmt.Sprintf("%d:%d", rec.Partition, rec.Offset)}
 	var ev Event
 	if err := json.Unmarshal(rec.Value, &ev); err != nil || ev.Order != string(rec.Key) {
 		// Not an event of this order: recorded, not folded.
 		out.Invalid = fmt.Sprintf("not an event of order %q: %q", rec.Key, rec.Value)
 		out.Order = o
-		return o, out
+		return o, out, false
 	}
 	out.Event = ev
 	o, out.Invalid = apply(o, exists, ev)
@@ -339,7 +340,7 @@ func enrich(sellers map[string]Seller, o Order, exists bool, rec engine.Record) 
 	} else {
 		out.UnknownSeller = true
 	}
-	return o, out
+	return o, out, true
 }
 
 type service struct {
@@ -352,18 +353,18 @@ type service struct {
 	committed   *commitWatch
 }
 
-// fold is the engine's fold for sellers.
+// fold is the engine's fold: enrich, its record the output.
 func (s *service) fold(key []byte, o Order, exists bool, rec engine.Record) (engine.Result[Order], error) {
-	o, out := enrich(s.sellers, o, exists, rec)
+	o, out, folded := enrich(s.sellers, o, exists, rec)
 	v, err := json.Marshal(out)
 	if err != nil {
 		return engine.Result[Order]{}, err
 	}
-	res := engine.Result[Order]{State: o, Outputs: []engine.Output{{Topic: s.t.output, Key: key, Value: v}}}
-	if out.Invalid != "" && out.Event.ID == "" {
-		res = engine.Result[Order]{Keep: true, Outputs: res.Outputs}
+	outs := []engine.Output{{Topic: s.t.output, Key: key, Value: v}}
+	if !folded {
+		return engine.Result[Order]{Keep: true, Outputs: outs}, nil
 	}
-	return res, nil
+	return engine.Result[Order]{State: o, Outputs: outs}, nil
 }
 
 // emit is the at-least-once output: a plain producer.
@@ -848,8 +849,8 @@ func check(ctx context.Context, seeds []string, t topics, sellers map[string]Sel
 	exists := map[string]bool{}
 	for _, r := range in {
 		k := string(r.Key)
-		o, e := enrich(sellers, orders[k], exists[k], engine.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
-		if e.Invalid == "" || e.Event.ID != "" {
+		o, e, folded := enrich(sellers, orders[k], exists[k], engine.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
+		if folded {
 			orders[k], exists[k] = o, true
 		}
 		v, err := json.Marshal(e)
@@ -914,7 +915,7 @@ func (r *result) report(out io.Writer, exactlyOnce bool) error {
 	fmt.Fprintf(out, "duplicates:                  %d\n", r.duplicates)
 	fmt.Fprintf(out, "missing:                     %d\n", r.missing)
 	fmt.Fprintf(out, "wrong content:               %d\n", r.wrong+r.strays)
-	fmt.Fprintf(out, "(marked unknown-seller:      %d; ignored transitions: %d)\n", r.unknownSeller, r.invalid)
+	fmt.Fprintf(out, "(marked unknown-seller:      %d; events ignored: %d)\n", r.unknownSeller, r.invalid)
 	for _, e := range r.examples {
 		fmt.Fprintln(out, "  "+e)
 	}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snapfence/snapfence/engine"
+)
+
+// The default mode end to end, in process: kfake, two instances, one
+// killed mid-stream, the read_committed check. Every input event has
+// exactly one enriched record, and no goroutine is left behind.
+func TestExactlyOnceEmbedded(t *testing.T) {
+	before := goroutineIDs()
+	printed := runOK(t)
+	const events = firstBatch + secondBatch
+	for name, want := range map[string]int{"events in": events, "outputs read_committed": events, "duplicates": 0, "missing": 0, "wrong content": 0} {
+		if got := count(t, printed, name); got != want {
+			t.Errorf("%s = %d, want %d\noutput:\n%s", name, got, want, printed)
+		}
+	}
+	for _, s := range []string{"mode exactly-once", "seeded sellers with 6 sellers", "instance A killed after folding", "exactly once: every input event"} {
+		if !strings.Contains(printed, s) {
+			t.Errorf("output lacks %q\noutput:\n%s", s, printed)
+		}
+	}
+	if count(t, printed, "marked unknown-seller") == 0 {
+		t.Errorf("no record marked unknown-seller: the run does not show the missing seller\noutput:\n%s", printed)
+	}
+	checkNoLeak(t, before)
+}
+
+// -at-least-once: the same run with outputs through Emit. Instance A is
+// killed right after it emitted outputs it never committed, so B emits
+// them again: duplicates, which do not fail the run; nothing is missing.
+func TestAtLeastOnceEmbedded(t *testing.T) {
+	before := goroutineIDs()
+	printed := runOK(t, "-at-least-once")
+	const events = firstBatch + secondBatch
+	dups := count(t, printed, "duplicates")
+	if dups == 0 {
+		t.Errorf("no duplicates after the kill\noutput:\n%s", printed)
+	}
+	if got := count(t, printed, "outputs read_committed"); got != events+dups {
+		t.Errorf("outputs read_committed = %d, want %d events + %d duplicates", got, events, dups)
+	}
+	for name, want := range map[string]int{"events in": events, "missing": 0, "wrong content": 0} {
+		if got := count(t, printed, name); got != want {
+			t.Errorf("%s = %d, want %d\noutput:\n%s", name, got, want, printed)
+		}
+	}
+	if !strings.Contains(printed, fmt.Sprintf("at least once: every input event has an enriched record, and each is right; %d duplicates", dups)) {
+		t.Errorf("no at-least-once verdict\noutput:\n%s", printed)
+	}
+	checkNoLeak(t, before)
+}
+
+func runOK(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	if err := run(ctx, args, &out); err != nil {
+		t.Fatalf("run %v: %v\noutput:\n%s", args, err, out.String())
+	}
+	return out.String()
+}
+
+// count reads a number of the summary: "name: N" or "(name: N".
+func count(t *testing.T, printed, name string) int {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^\(?` + regexp.QuoteMeta(name) + `: +(\d+)`).FindStringSubmatch(printed)
+	if m == nil {
+		t.Fatalf("no %q in the output:\n%s", name, printed)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// An order of a seller the table lacks is enriched and marked, and an
+// event that is not JSON gives a record marked invalid: neither panics
+// nor fails the fold.
+func TestFoldMarksUnknownSellerAndInvalidEvent(t *testing.T) {
+	s := &service{t: names(""), sellers: map[string]Seller{"s-1": staticSellers["s-1"]}}
+	rec := func(off int64, v string) engine.Record {
+		return engine.Record{Topic: "order_events", Partition: 1, Offset: off, Key: []byte("o-1"), Value: []byte(v)}
+	}
+	decode := func(res engine.Result[Order]) Enriched {
+		t.Helper()
+		if len(res.Outputs) != 1 {
+			t.Fatalf("%d outputs, want 1", len(res.Outputs))
+		}
+		var e Enriched
+		if err := json.Unmarshal(res.Outputs[0].Value, &e); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+
+	res, err := s.fold([]byte("o-1"), Order{}, false, rec(7, `{"id":"ev-1","order":"o-1","type":"created","seller":"s-9","amount":5000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := decode(res)
+	if !e.UnknownSeller || e.Seller != nil || e.Commission != 0 || e.Input != "1:7" {
+		t.Errorf("unknown seller: %+v", e)
+	}
+	if want := (Order{Status: "created", Seller: "s-9", Amount: 5000, Events: 1}); res.State != want {
+		t.Errorf("state %+v, want %+v", res.State, want)
+	}
+
+	res, err = s.fold([]byte("o-1"), res.State, true, rec(8, `not json`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := decode(res); e.Invalid == "" || !res.Keep {
+		t.Errorf("invalid event: %+v, keep %v", e, res.Keep)
+	}
+
+	res, err = s.fold([]byte("o-1"), Order{Status: "created", Seller: "s-1", Amount: 5000, Events: 1}, true, rec(9, `{"id":"ev-2","order":"o-1","type":"paid"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e = decode(res)
+	if e.UnknownSeller || e.Seller == nil || e.Seller.Name != "Acme Books" || e.Commission != 600 || e.Order.Status != "paid" || e.Order.Events != 2 {
+		t.Errorf("known seller: %+v", e)
+	}
+}
+
+// The order's status follows the events that make sense and records the
+// rest without changing it.
+func TestApply(t *testing.T) {
+	o, exists := Order{}, false
+	for _, c := range []struct {
+		typ, status string
+		ignored     bool
+	}{
+		{"paid", "unknown", true}, // before created
+		{"created", "unknown", true},
+		{"cancelled", "cancelled", false},
+		{"shipped", "cancelled", true},
+	} {
+		var note string
+		o, note = apply(o, exists, Event{Type: c.typ, Seller: "s-1"})
+		exists = true
+		if o.Status != c.status || (note != "") != c.ignored {
+			t.Errorf("%s: status %s note %q, want %s ignored %v", c.typ, o.Status, note, c.status, c.ignored)
+		}
+	}
+	if o.Events != 4 {
+		t.Errorf("events %d, want 4", o.Events)
+	}
+}
+
+// The verdict: duplicates fail an exactly-once run only; a missing or wrong
+// record fails either.
+func TestReportVerdicts(t *testing.T) {
+	for _, c := range []struct {
+		r           result
+		exactlyOnce bool
+		fails       bool
+	}{
+		{result{events: 3, outputs: 3}, true, false},
+		{result{events: 3, outputs: 4, duplicates: 1}, true, true},
+		{result{events: 3, outputs: 4, duplicates: 1}, false, false},
+		{result{events: 3, outputs: 2, missing: 1}, false, true},
+		{result{events: 3, outputs: 3, wrong: 1}, false, true},
+		{result{events: 3, outputs: 4, strays: 1}, true, true},
+	} {
+		var out bytes.Buffer
+		if err := c.r.report(&out, c.exactlyOnce); (err != nil) != c.fails {
+			t.Errorf("%+v exactly once %v: err %v, want failure %v\n%s", c.r, c.exactlyOnce, err, c.fails, out.String())
+		}
+	}
+}
+
+// goroutineIDs are the ids of the goroutines running now.
+func goroutineIDs() map[string]bool {
+	ids := map[string]bool{}
+	for _, g := range goroutines() {
+		ids[goroutineID(g)] = true
+	}
+	return ids
+}
+
+func goroutines() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Split(string(buf[:n]), "\n\n")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+func goroutineID(stack string) string {
+	id, _, _ := strings.Cut(strings.TrimPrefix(stack, "goroutine "), " ")
+	return id
+}
+
+// checkNoLeak fails if goroutines started since before are still running.
+// Closed clients and the closed cluster finish their last goroutines
+// (connection readers, the cluster's loop) asynchronously once their
+// sockets are closed, so it re-checks, yielding, for up to 5s; it returns
+// as soon as they are gone.
+func checkNoLeak(t *testing.T, before map[string]bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var leaked []string
+		for _, g := range goroutines() {
+			if id := goroutineID(g); !before[id] && !strings.Contains(g, "checkNoLeak") {
+				leaked = append(leaked, g)
+			}
+		}
+		if len(leaked) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines left behind:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+		}
+		runtime.Gosched()
+	}
+}
