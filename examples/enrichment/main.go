@@ -11,8 +11,10 @@
 // its input position ("partition:offset"), the order's state after it, and
 // the seller's data (name, country, commission rate, the commission on the
 // order's amount). An order whose seller is not in the seller table gives
-// records marked "unknown_seller", and an event that is not valid JSON
-// gives a record marked "invalid"; neither stops the service.
+// records marked "unknown_seller"; an event that is not JSON, or makes no
+// sense in the order's status (shipped before paid, anything after
+// cancelled), gives a record marked "invalid" with the reason, and leaves
+// the status as it was. Neither stops the service.
 //
 // Seller data comes from the compacted topic "sellers" (key = seller id,
 // value = JSON seller), read to its end at start-up, read_committed, into a
@@ -36,10 +38,17 @@
 // The run: two instances of the service (two engines in one consumer
 // group) share the three input partitions. A first batch of order events
 // is produced and folded until every input offset is committed. A second
-// batch is produced, and instance A is killed as soon as it has folded
-// (and, at least once, emitted) some of it: no flush, no commit. It leaves
-// the group, instance B takes A's partitions over and replays them from
-// the committed offsets. Then "enriched_orders" is read read_committed and
+// batch is produced, and instance A is killed at the end of the poll in
+// which it folds the first events of it: no flush, no revoke, no commit
+// after that poll (at least once, it is killed right after emitting the
+// poll's outputs, before the commit that poll could have made). It prints
+// how many events it folded that no commit of its covers: exactly once,
+// their outputs were only in its memory, in the open batch; at least once,
+// they are in "enriched_orders" already. A killed process's session would
+// expire after the session timeout; to spare the wait the dead instance's
+// consumer leaves the group, and instance B takes A's partitions over
+// (aborting any transaction A left open) and replays them from the
+// committed offsets. Then "enriched_orders" is read read_committed and
 // checked against the input: every input event must have exactly one
 // enriched record (counted by input position), with the right content (the
 // seller joined from the table, the order's state as folding the order's
@@ -59,13 +68,13 @@
 //
 //	go run ./examples/enrichment -brokers 127.0.0.1:9092
 //
-// Against a cluster the topics are created if missing (3 partitions, the
-// broker's default replication), under a prefix: -prefix, by default
+// Against a cluster the topics are created if missing (3 partitions,
+// "sellers" 1; the broker's default replication), under a prefix: -prefix, by default
 // "enrichment-<UTC time>-" so that runs do not meet. A run leaves behind the
 // topics <prefix>order_events, <prefix>order_events-snapshots (compacted),
 // <prefix>enriched_orders and <prefix>sellers (compacted), the consumer
 // group <prefix>enrichment and the transactional ids
-// <prefix>enrichment-*. A run with the prefix of an earlier one continues
+// <prefix>enrichment-<prefix>order_events-<partition>. A run with the prefix of an earlier one continues
 // from that run's committed offsets and checks the whole input topic.
 package main
 
