@@ -38,21 +38,30 @@ func (w *fakeWorld) eosEngine(commitEvery time.Duration) *engine.Engine[int] {
 }
 
 // readAudit counts each input's outputs on the audit topic as a consumer
-// of the given isolation sees them. Call it at quiescence (no transaction
-// open): it reads to the high watermark, control records included.
+// of the given isolation sees them. Call it at quiescence.
 func (w *fakeWorld) readAudit(readCommitted bool) map[string]int {
-	w.t.Helper()
+	return readOutputs(w.t, w.opts(), w.adm, "audit", readCommitted)
+}
+
+// readOutputs counts the values of topic's records as a consumer of the
+// given isolation sees them. Call it at quiescence (no transaction open):
+// it reads to the high watermark, control records included.
+func readOutputs(t *testing.T, opts []kgo.Opt, adm *kadm.Client, topic string, readCommitted bool) map[string]int {
+	t.Helper()
 	ctx := context.Background()
 	iso := kgo.ReadUncommitted()
 	if readCommitted {
 		iso = kgo.ReadCommitted()
 	}
-	cl := w.client(kgo.ConsumeTopics("audit"), kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	defer cl.Close()
-	ends, err := w.adm.ListEndOffsets(ctx, "audit")
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {
-		w.t.Fatal(err)
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
 	}
 	seen := map[string]int{}
 	pos := map[int32]int64{}
@@ -62,9 +71,11 @@ func (w *fakeWorld) readAudit(readCommitted bool) map[string]int {
 		if done {
 			return seen
 		}
-		fs := cl.PollFetches(ctx)
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		fs := cl.PollFetches(pctx)
+		cancel()
 		if err := fs.Err0(); err != nil {
-			w.t.Fatal(err)
+			t.Fatalf("reading %s: %v", topic, err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			pos[r.Partition] = r.Offset + 1

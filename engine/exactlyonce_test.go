@@ -18,13 +18,21 @@ import (
 // audited is balance with one more output per input record: its
 // "partition:offset" on topic "audit", so a reader of that topic can tell
 // which inputs it saw and how often.
-func audited(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
-	res, err := balance(key, state, exists, rec)
-	if err == nil {
-		res.Outputs = append(res.Outputs, engine.Output{Topic: "audit", Key: key,
-			Value: fmt.Appendf(nil, "%d:%d", rec.Partition, rec.Offset)})
+var audited = auditedTo("audit", "balances")
+
+// auditedTo is audited with its output topics named.
+func auditedTo(audit, balances string) engine.FoldFunc[int] {
+	return func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
+		res, err := balance(key, state, exists, rec)
+		if err == nil {
+			for i := range res.Outputs {
+				res.Outputs[i].Topic = balances
+			}
+			res.Outputs = append(res.Outputs, engine.Output{Topic: audit, Key: key,
+				Value: fmt.Appendf(nil, "%d:%d", rec.Partition, rec.Offset)})
+		}
+		return res, err
 	}
-	return res, err
 }
 
 // eosWorld is simWorld with the output topics and engines whose outputs
