@@ -22,12 +22,17 @@ type KafkaConfig struct {
 	Topics      []string
 	// MaxPollRecords bounds one poll; default 10000.
 	MaxPollRecords int
-	// ClientOpts are appended to the consumer's options: TLS, SASL, a
+	// ClientOpts are appended to the consumer's options (so they override
+	// the engine's, e.g. kgo.FetchMaxWait, default DefaultFetchMaxWait):
+	// TLS, SASL, a
 	// balancer (default franz-go's cooperative-sticky; kgo.RangeBalancer()
 	// for classic eager), or kgo.ServerSideBalancer... for the consumer
 	// protocol (KIP-848).
 	ClientOpts []kgo.Opt
 }
+
+// DefaultFetchMaxWait is the consumer's fetch wait (Java's default).
+const DefaultFetchMaxWait = 500 * time.Millisecond
 
 // kafkaSource is a franz-go group consumer as a Source. Offsets are never
 // committed through it: the store commits them inside its transactions.
@@ -58,6 +63,11 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 			// Rebalances run between polls, never in the middle of
 			// folding a poll's records.
 			kgo.BlockRebalanceOnPoll(),
+			// Java's fetch.max.wait.ms, not franz-go's 5 s: a fetch
+			// parked on quiet partitions holds back the first fetch of
+			// partitions just assigned, and so a takeover's replay, for
+			// up to this long. (ClientOpts may set another.)
+			kgo.FetchMaxWait(DefaultFetchMaxWait),
 			kgo.OnPartitionsAssigned(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
 				h.Assigned(ctx, tps(m))
 			}),

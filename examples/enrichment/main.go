@@ -465,10 +465,6 @@ func (s *service) start(ctx context.Context, name string) (*instance, error) {
 	}
 	in.r, err = in.e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
 		SeedBrokers: s.seeds, Group: s.t.group, Topics: []string{s.t.input},
-		// The Java consumer's fetch.max.wait.ms (franz-go waits 5 s): a
-		// fetch in flight on a quiet partition holds back the fetches of
-		// partitions newly assigned, such as a dead instance's.
-		ClientOpts: []kgo.Opt{kgo.FetchMaxWait(500 * time.Millisecond)},
 	}))
 	if err != nil {
 		_ = in.e.Close()
