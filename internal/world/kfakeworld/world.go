@@ -1101,19 +1101,36 @@ func (w *World) slowDial(dial func(ctx context.Context, network, host string) (n
 		if err != nil {
 			return nil, err
 		}
-		return slowConn{Conn: conn, latency: &w.fetchLatency}, nil
+		return slowConn{Conn: conn, latency: &w.fetchLatency, closed: make(chan struct{}), once: new(sync.Once)}, nil
 	}
 }
 
+// slowConn delays Fetch requests. The delay ends early when the client
+// closes the connection: a client closed while a request waits must not
+// leave its write goroutine behind (in a synctest bubble that goroutine
+// outlives the test and fails it with "blocked goroutines remain").
 type slowConn struct {
 	net.Conn
 	latency *atomic.Int64
+	closed  chan struct{}
+	once    *sync.Once
+}
+
+func (c slowConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }
 
 func (c slowConn) Write(b []byte) (int, error) {
 	// A request starts with its length (int32) and API key (int16).
 	if d := time.Duration(c.latency.Load()); d > 0 && len(b) >= 6 && int16(binary.BigEndian.Uint16(b[4:6])) == int16(kmsg.Fetch) {
-		time.Sleep(d)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-c.closed:
+			t.Stop()
+			return 0, net.ErrClosed
+		}
 		// The client's write deadline passed meanwhile; the latency
 		// stands for time on the wire, not a dead broker.
 		_ = c.Conn.SetWriteDeadline(time.Time{})
