@@ -35,3 +35,18 @@ var CrashAndStaleOwner = []Step{
 	{Kind: Advance, D: 11 * time.Second},
 	{Kind: Poll, Member: 2},
 }
+
+// CrashStaleOwnerAndForeign is CrashAndStaleOwner with a foreign producer's
+// transaction open on a snapshot partition when m2 takes over: m2's
+// recovery waits behind it until it aborts, then m2 replays what m1's
+// crash lost. Outputs must still be exactly once.
+var CrashStaleOwnerAndForeign = append(CrashAndStaleOwner[:len(CrashAndStaleOwner)-4:len(CrashAndStaleOwner)-4],
+	Step{Kind: ForeignOpen, Partition: int(PartitionOf("a", 2))},
+	Step{Kind: Join, Member: 2},
+	Step{Kind: Poll, Member: 2}, // the recovery waits behind the foreign transaction
+	Step{Kind: Advance, D: 11 * time.Second},
+	Step{Kind: ForeignEnd, Commit: false},
+	Step{Kind: Poll, Member: 2},
+	Step{Kind: Advance, D: 11 * time.Second},
+	Step{Kind: Poll, Member: 2},
+)

@@ -27,7 +27,7 @@ func TestExactlyOnceOutputsInTheWorld(t *testing.T) {
 	for _, sc := range []struct {
 		name  string
 		steps []Step
-	}{{"crash and stale owner", CrashAndStaleOwner}, {"kafka-flow#732", Scenario732}} {
+	}{{"crash and stale owner", CrashAndStaleOwner}, {"crash, stale owner and a foreign transaction", CrashStaleOwnerAndForeign}, {"kafka-flow#732", Scenario732}} {
 		t.Run(sc.name, func(t *testing.T) {
 			vs, w := run(t, Config{Mode: store.Transactional, ExactlyOnce: true}, sc.steps)
 			for _, v := range vs {

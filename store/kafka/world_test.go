@@ -404,6 +404,11 @@ func (w *world) CrashedOwnerTransaction(t *testing.T, in store.TopicPartition, r
 	w.openTransaction(t, txnID, time.Minute, snapTP(in), recs)
 }
 
+func (w *world) CrashedOwnerOutputs(t *testing.T, in store.TopicPartition, recs ...store.WireRecord) {
+	txnID := fmt.Sprintf("%s-%s-%d", w.prefix, in.Topic, in.Partition)
+	w.openTransaction(t, txnID, time.Minute, store.TopicPartition{Topic: w.OutputTopic()}, recs)
+}
+
 func (w *world) ForeignTransaction(t *testing.T, in store.TopicPartition, hang bool, recs ...store.WireRecord) func(bool) {
 	timeout := time.Minute
 	if hang {

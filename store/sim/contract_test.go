@@ -152,6 +152,13 @@ func (w *world) CrashedOwnerTransaction(t *testing.T, in store.TopicPartition, r
 	}
 }
 
+func (w *world) CrashedOwnerOutputs(t *testing.T, in store.TopicPartition, recs ...store.WireRecord) {
+	p := w.c.InitProducerID("sf-test-"+in.Topic+"-"+itoa(in.Partition), 0)
+	if _, err := p.Produce(store.TopicPartition{Topic: w.OutputTopic()}, recs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (w *world) ForeignTransaction(t *testing.T, in store.TopicPartition, hang bool, recs ...store.WireRecord) func(bool) {
 	const id = "foreign-producer"
 	p := w.c.InitProducerID(id, 0)

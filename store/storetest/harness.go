@@ -66,6 +66,11 @@ type World interface {
 	// snapshot partition under the partition's own transactional.id, as an
 	// owner that crashed mid-transaction would.
 	CrashedOwnerTransaction(t *testing.T, input store.TopicPartition, recs ...store.WireRecord)
+	// CrashedOwnerOutputs leaves an open transaction under input's own
+	// transactional.id holding recs in partition 0 of the output topic,
+	// as an owner that crashed in the middle of an exactly-once batch
+	// would.
+	CrashedOwnerOutputs(t *testing.T, input store.TopicPartition, recs ...store.WireRecord)
 	// ForeignTransaction opens a transaction of another transactional.id on
 	// input's snapshot partition. With hang it never resolves by itself
 	// while the test runs. end commits or aborts it.

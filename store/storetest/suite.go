@@ -57,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 		{"ExactlyOnceBatch/InvalidOutputRefusesTheWholeBatch", invalidOutputRefusesBatch},
 		{"ExactlyOnceBatch/MissingOutputTopicIsNamed", missingOutputTopic},
 		{"ExactlyOnceBatch/PlainModeRefuses", plainRefusesBatch},
+		{"ExactlyOnceBatch/CrashedBatchVisibleOnlyReadUncommitted", crashedBatchReadUncommitted},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -999,5 +1000,39 @@ func plainRefusesBatch(t *testing.T, w World) {
 	err := bc.CommitBatch(context.Background(), store.Batch{Outputs: outputs(w, "x"), Offset: 1})
 	if err == nil || !strings.Contains(err.Error(), "exactly-once batches need Transactional mode") {
 		t.Fatalf("err = %v, want a refusal that names Transactional mode", err)
+	}
+}
+
+// 12. An owner that crashed in the middle of a batch left its outputs in an
+// open transaction. read_committed never sees them, before the takeover
+// (the last stable offset holds below them) or after it (the takeover
+// aborts them); read_uncommitted sees them, and after the new owner's
+// batch makes the same outputs again, it sees them twice.
+func crashedBatchReadUncommitted(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	var recs []store.WireRecord
+	outs := outputs(w, "o1", "o2", "o3")
+	for _, o := range outs {
+		recs = append(recs, store.WireRecord{Key: o.Key, Value: o.Value})
+	}
+	w.CrashedOwnerOutputs(t, in, recs...)
+	if got := w.ReadOutputs(t, false); len(got) != 3 {
+		t.Fatalf("read_uncommitted sees %s of the open batch, want its 3 outputs", describeOutputs(got))
+	}
+	if got := w.ReadOutputs(t, true); len(got) != 0 {
+		t.Fatalf("read_committed sees %s of an open batch", describeOutputs(got))
+	}
+	next := acquire(t, w, transactional, in, 0, m.Identity()) // the takeover aborts it
+	if got := w.ReadOutputs(t, true); len(got) != 0 {
+		t.Fatalf("read_committed sees %s of an aborted batch", describeOutputs(got))
+	}
+	mustNil(t, "the new owner's batch", next.Partition.(store.BatchCommitter).CommitBatch(context.Background(),
+		store.Batch{Snapshots: []store.Snapshot{snap("k", "1", 2)}, Outputs: outs, Offset: 3}))
+	if got := w.ReadOutputs(t, true); len(got) != 3 {
+		t.Fatalf("read_committed sees %s, want the new owner's 3 outputs once", describeOutputs(got))
+	}
+	if got := w.ReadOutputs(t, false); len(got) != 6 {
+		t.Fatalf("read_uncommitted sees %s, want the aborted 3 and the committed 3", describeOutputs(got))
 	}
 }

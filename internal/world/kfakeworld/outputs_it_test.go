@@ -68,7 +68,7 @@ func TestExactlyOnceOutputsOnKafka(t *testing.T) {
 	for _, sc := range []struct {
 		name  string
 		steps []world.Step
-	}{{"crash and stale owner", world.CrashAndStaleOwner}, {"kafka-flow#732", world.Scenario732}} {
+	}{{"crash and stale owner", world.CrashAndStaleOwner}, {"crash, stale owner and a foreign transaction", world.CrashStaleOwnerAndForeign}, {"kafka-flow#732", world.Scenario732}} {
 		t.Run(sc.name, func(t *testing.T) {
 			vs, ops := runReal(t, Config{Mode: store.Transactional, ExactlyOnce: true}, sc.steps)
 			for _, v := range vs {

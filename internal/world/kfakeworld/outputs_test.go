@@ -41,7 +41,7 @@ func TestExactlyOnceOutputsOnKfake(t *testing.T) {
 	for _, sc := range []struct {
 		name  string
 		steps []world.Step
-	}{{"crash and stale owner", world.CrashAndStaleOwner}, {"kafka-flow#732", world.Scenario732}} {
+	}{{"crash and stale owner", world.CrashAndStaleOwner}, {"crash, stale owner and a foreign transaction", world.CrashStaleOwnerAndForeign}, {"kafka-flow#732", world.Scenario732}} {
 		t.Run(sc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				vs, ops := runAll(t, Config{Mode: store.Transactional, ExactlyOnce: true}, sc.steps)
