@@ -99,25 +99,34 @@ func (w *world) ReadOutputs(t *testing.T, readCommitted bool) []storetest.Output
 		if end == 0 {
 			continue
 		}
-		cl := w.client(t, append(opts, kgo.KeepControlRecords(),
-			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{tp.Topic: {p: kgo.NewOffset().AtStart()}}))...)
-		for pos := int64(0); pos < end; {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			fs := cl.PollFetches(ctx)
-			cancel()
-			if err := fs.Err0(); err != nil {
-				t.Fatalf("reading %s: %v", tp, err)
-			}
-			fs.EachRecord(func(r *kgo.Record) {
-				pos = r.Offset + 1
-				if !r.Attrs.IsControl() && r.Offset < end {
-					out = append(out, storetest.OutputRecord{Partition: p, Key: r.Key, Value: r.Value})
-				}
-			})
-		}
-		cl.Close()
+		w.readTo(t, tp, end, opts, func(r *kgo.Record) {
+			out = append(out, storetest.OutputRecord{Partition: p, Key: r.Key, Value: r.Value})
+		})
 	}
 	return out
+}
+
+// readTo reads tp from its start up to end with a client of opts, and
+// calls fn with every record below end that is not a control record.
+func (w *world) readTo(t *testing.T, tp store.TopicPartition, end int64, opts []kgo.Opt, fn func(*kgo.Record)) {
+	t.Helper()
+	cl := w.client(t, append(opts, kgo.KeepControlRecords(),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{tp.Topic: {tp.Partition: kgo.NewOffset().AtStart()}}))...)
+	defer cl.Close()
+	for pos := int64(0); pos < end; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("reading %s: %v", tp, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			pos = r.Offset + 1
+			if !r.Attrs.IsControl() && r.Offset < end {
+				fn(r)
+			}
+		})
+	}
 }
 
 // slowConn delays every fetch request a recovery reader sends by the
@@ -340,37 +349,20 @@ func (w *world) ReadSnapshots(t *testing.T, in store.TopicPartition) []store.Sna
 	if lso == 0 {
 		return nil
 	}
-	cl := w.client(t,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{tp.Topic: {tp.Partition: kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
-	)
-	defer cl.Close()
 	var out []store.Snapshot
-	for pos := int64(0); pos < lso; {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		if err := fs.Err0(); err != nil {
-			t.Fatalf("reading %s: %v", tp, err)
+	w.readTo(t, tp, lso, []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, func(r *kgo.Record) {
+		wr := store.WireRecord{Key: r.Key, Value: r.Value}
+		for _, h := range r.Headers {
+			wr.Headers = append(wr.Headers, store.Header{Key: h.Key, Value: h.Value})
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			pos = r.Offset + 1
-			if r.Attrs.IsControl() || r.Offset >= lso {
-				return
-			}
-			wr := store.WireRecord{Key: r.Key, Value: r.Value}
-			for _, h := range r.Headers {
-				wr.Headers = append(wr.Headers, store.Header{Key: h.Key, Value: h.Value})
-			}
-			s, kind, err := store.DecodeRecord(tp, r.Offset, wr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if kind != store.KindOffsetMarker {
-				out = append(out, s)
-			}
-		})
-	}
+		s, kind, err := store.DecodeRecord(tp, r.Offset, wr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind != store.KindOffsetMarker {
+			out = append(out, s)
+		}
+	})
 	return out
 }
 
