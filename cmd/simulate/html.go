@@ -102,8 +102,12 @@ func writeHTML(w io.Writer, rep report) error {
 
 	for i, r := range rep.Runs {
 		tl := newHTMLTimeline(r)
-		b.p("<section class=\"run\" data-mode=\"%s\">\n", htmlEsc(r.ModeName))
-		b.p("<h2>%s mode", htmlEsc(htmlModeTitle(r)))
+		b.p("<section class=\"run\" data-mode=\"%s\">\n", htmlEsc(r.label()))
+		if r.Outputs != "" {
+			b.p("<h2>%s (%s mode)", htmlEsc(htmlModeTitle(r)), htmlEsc(r.ModeName))
+		} else {
+			b.p("<h2>%s mode", htmlEsc(htmlModeTitle(r)))
+		}
 		if r.ok() {
 			b.p(` <span class="badge met">expectations met ✓</span>`)
 		} else {
@@ -459,7 +463,7 @@ func (t *htmlTimeline) svg(b *htmlBuf, id string, colW int) {
 	height := y + 2
 
 	b.p(`<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s">`+"\n",
-		width, height, width, height, htmlEsc(t.r.ModeName+" run as swimlanes"))
+		width, height, width, height, htmlEsc(t.r.label()+" run as swimlanes"))
 	b.p(`<defs><pattern id="%s-open" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="%s"/><rect width="2" height="6" fill="#e6a23c"/></pattern></defs>`+"\n", id, htmlColOpenTxn)
 
 	// Columns: background, overlap shading, hover text.
@@ -909,6 +913,9 @@ func htmlOwned(ps []int32, none string) string {
 func htmlModeTitle(r run) string {
 	if r.ModeName == "" {
 		return r.Mode.String()
+	}
+	if r.Outputs != "" {
+		return strings.ToUpper(r.Outputs[:1]) + r.Outputs[1:] + " outputs"
 	}
 	return strings.ToUpper(r.ModeName[:1]) + r.ModeName[1:]
 }

@@ -21,9 +21,13 @@ var (
 // expectations. It is how `simulate -world kfake` runs the kfake world
 // (a synctest bubble needs a test binary): the command hands it a
 // scenario with -simulate.spec and reads the history from -simulate.out.
-// Without them it runs kafka-flow#732 in both modes.
+// Without them it runs kafka-flow#732 in both modes, and -outputs
+// compare's scenario with at-least-once outputs (the negative control
+// must bite: duplicates) and exactly-once outputs (none).
 func TestKfakeWorld(t *testing.T) {
-	specs := []bridgeSpec{{Name: defaultScenario, Mode: "plain"}, {Name: defaultScenario, Mode: "transactional"}}
+	specs := []bridgeSpec{{Name: defaultScenario, Mode: "plain"}, {Name: defaultScenario, Mode: "transactional"},
+		{Steps: world.CrashAndStaleOwner, Mode: "transactional", Outputs: outputsAtLeastOnce},
+		{Steps: world.CrashAndStaleOwner, Mode: "transactional", Outputs: outputsExactlyOnce}}
 	if *bridgeSpecFile != "" {
 		raw, err := os.ReadFile(*bridgeSpecFile)
 		if err != nil {
@@ -36,7 +40,11 @@ func TestKfakeWorld(t *testing.T) {
 		specs = []bridgeSpec{spec}
 	}
 	for _, spec := range specs {
-		t.Run(spec.Mode, func(t *testing.T) {
+		name := spec.Mode
+		if spec.Outputs != "" {
+			name += "/" + spec.Outputs
+		}
+		t.Run(name, func(t *testing.T) {
 			s := world.Scenario{Steps: spec.Steps, Transactional: []world.Expectation{world.HoldsAll()}}
 			if spec.Name != "" {
 				var ok bool
@@ -57,7 +65,8 @@ func TestKfakeWorld(t *testing.T) {
 			}
 			var res bridgeResult
 			synctest.Test(t, func(t *testing.T) {
-				w, err := kfakeworld.New(kfakeworld.Config{Mode: mode, Protocol: s.Protocol})
+				w, err := kfakeworld.New(kfakeworld.Config{Mode: mode, Protocol: s.Protocol,
+					ExactlyOnce: spec.Outputs == outputsExactlyOnce, ProduceOutputs: spec.Outputs == outputsAtLeastOnce})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -75,7 +84,7 @@ func TestKfakeWorld(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r := finish(s, mode, res.Members, res.Partitions, res.Ops, res.Violations)
+			r := finish(s, mode, spec.Outputs, res.Members, res.Partitions, res.Ops, res.Violations)
 			for _, v := range r.Expectations {
 				if !v.Met {
 					t.Errorf("%s mode: %s: %s", spec.Mode, v.Says, v.Why)

@@ -16,6 +16,7 @@
 //	go run ./cmd/simulate -json -              # the history as JSON lines
 //	go run ./cmd/simulate -world kfake         # on kfake, the real client
 //	go run ./cmd/simulate -world kafka -brokers 127.0.0.1:9092
+//	go run ./cmd/simulate -outputs compare     # at-least-once vs exactly-once outputs
 //
 // Exit codes: 0 every expectation met; 1 an invariant was violated where
 // it should hold, or held where a negative control expects a violation;
@@ -62,6 +63,7 @@ type options struct {
 	htmlOut   string
 	verbose   bool
 	noColor   bool
+	outputs   string // none, at-least-once, exactly-once or compare
 	kafka     kafkaOptions
 	seedGiven bool
 	stderr    io.Writer // where -v's notes of a world go (not a flag)
@@ -91,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.htmlOut, "html", "", "write the timeline as a self-contained HTML page to this file")
 	fs.BoolVar(&o.verbose, "v", false, "show every event of the history (input events, every snapshot read, log ends)")
 	fs.BoolVar(&o.noColor, "no-color", false, "no ANSI colours (default: colours only on a terminal)")
+	fs.StringVar(&o.outputs, "outputs", outputsNone, "the folds' outputs to an output topic, read back read_committed and checked (invariant 8): none, at-least-once, exactly-once, or compare (both, in Transactional mode; default scenario "+defaultOutputsScenario+")")
 	o.kafka.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: simulate [flags]\n\nRuns rebalance scenarios against snapfence and shows a stale owner's writes corrupt the state without the fence and fenced with it.\n\n")
@@ -117,6 +120,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usagef("-world %q: want sim, kfake or kafka", o.world)
 	}
 	if _, err := parseProtocol(o.protocol); err != nil {
+		return o, err
+	}
+	if err := validateOutputs(o); err != nil {
 		return o, err
 	}
 	if o.steps < 0 || o.explore < 0 {

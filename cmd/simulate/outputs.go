@@ -55,7 +55,8 @@ func writeTo(path string, stdout io.Writer, write func(io.Writer) error) error {
 //	expectation  an expected outcome, met or not
 //	final        a key's final state beside the exact fold
 //
-// Every line after the first has "mode" (plain or transactional).
+// Every line after the first has "mode" (plain or transactional) and,
+// under -outputs, "outputs" (at-least-once or exactly-once): which run.
 type jsonScenario struct {
 	Type     string `json:"type"`
 	Scenario string `json:"scenario"`
@@ -65,26 +66,30 @@ type jsonScenario struct {
 }
 
 type jsonOp struct {
-	Type string `json:"type"`
-	Mode string `json:"mode"`
+	Type    string `json:"type"`
+	Mode    string `json:"mode"`
+	Outputs string `json:"outputs,omitempty"`
 	history.Op
 }
 
 type jsonViolation struct {
-	Type string `json:"type"`
-	Mode string `json:"mode"`
+	Type    string `json:"type"`
+	Mode    string `json:"mode"`
+	Outputs string `json:"outputs,omitempty"`
 	world.Violation
 }
 
 type jsonExpectation struct {
-	Type string `json:"type"`
-	Mode string `json:"mode"`
+	Type    string `json:"type"`
+	Mode    string `json:"mode"`
+	Outputs string `json:"outputs,omitempty"`
 	verdict
 }
 
 type jsonFinal struct {
-	Type string `json:"type"`
-	Mode string `json:"mode"`
+	Type    string `json:"type"`
+	Mode    string `json:"mode"`
+	Outputs string `json:"outputs,omitempty"`
 	history.KeyState
 	OK bool `json:"ok"`
 }
@@ -96,22 +101,22 @@ func writeJSON(w io.Writer, rep report) error {
 	}
 	for _, r := range rep.Runs {
 		for _, op := range r.Ops {
-			if err := enc.Encode(jsonOp{"op", r.ModeName, op}); err != nil {
+			if err := enc.Encode(jsonOp{"op", r.ModeName, r.Outputs, op}); err != nil {
 				return err
 			}
 		}
 		for _, v := range r.Violations {
-			if err := enc.Encode(jsonViolation{"violation", r.ModeName, v}); err != nil {
+			if err := enc.Encode(jsonViolation{"violation", r.ModeName, r.Outputs, v}); err != nil {
 				return err
 			}
 		}
 		for _, e := range r.Expectations {
-			if err := enc.Encode(jsonExpectation{"expectation", r.ModeName, e}); err != nil {
+			if err := enc.Encode(jsonExpectation{"expectation", r.ModeName, r.Outputs, e}); err != nil {
 				return err
 			}
 		}
 		for _, k := range r.Final {
-			if err := enc.Encode(jsonFinal{"final", r.ModeName, k, k.OK()}); err != nil {
+			if err := enc.Encode(jsonFinal{"final", r.ModeName, r.Outputs, k, k.OK()}); err != nil {
 				return err
 			}
 		}

@@ -18,8 +18,11 @@ type report struct {
 
 // run is one mode's run of the scenario.
 type run struct {
-	Mode       store.Mode   `json:"-"`
-	ModeName   string       `json:"mode"` // plain or transactional
+	Mode     store.Mode `json:"-"`
+	ModeName string     `json:"mode"` // plain or transactional
+	// Outputs is the run's -outputs mode, at-least-once or exactly-once
+	// ("": none, the outputs only counted).
+	Outputs    string       `json:"outputs,omitempty"`
 	Members    int          `json:"members"`
 	Partitions int          `json:"partitions"`
 	Steps      []world.Step `json:"steps"`
@@ -41,6 +44,15 @@ type verdict struct {
 	Says string `json:"says"`
 	Met  bool   `json:"met"`
 	Why  string `json:"why,omitempty"` // when not met
+}
+
+// label names the run in the text and the HTML page: its mode, or its
+// outputs under -outputs (always in Transactional mode).
+func (r run) label() string {
+	if r.Outputs != "" {
+		return r.Outputs
+	}
+	return r.ModeName
 }
 
 // ok reports whether every expectation of the run was met.

@@ -55,8 +55,14 @@ func scenarioFor(o options) (world.Scenario, error) {
 	name := o.scenario
 	if name == "" {
 		name = defaultScenario
+		if o.outputs != "" && o.outputs != outputsNone {
+			name = defaultOutputsScenario
+		}
 	}
 	s, ok := world.ScenarioNamed(name)
+	if !ok && o.outputs != "" && o.outputs != outputsNone {
+		s, ok = outputScenarioNamed(name)
+	}
 	if !ok {
 		return world.Scenario{}, usagef("no scenario %q (-list names them)", name)
 	}
@@ -74,19 +80,33 @@ func buildAndRun(ctx context.Context, o options) (report, error) {
 		return report{}, err
 	}
 	ms, _ := modes(o, s)
-	if len(ms) == 0 {
+	if len(ms) == 0 && (o.outputs == "" || o.outputs == outputsNone) {
 		return report{}, usagef("scenario %s has no expectations for -mode %s", s.Name, o.mode)
 	}
 	rep := report{Scenario: s.Name, Summary: s.Summary, World: o.world, Seed: o.seed}
-	for _, mode := range ms {
+	type spec struct {
+		mode    store.Mode
+		outputs string
+	}
+	var specs []spec
+	if o.outputs == "" || o.outputs == outputsNone {
+		for _, mode := range ms {
+			specs = append(specs, spec{mode, ""})
+		}
+	} else {
+		for _, outputs := range outputRuns(o) {
+			specs = append(specs, spec{store.Transactional, outputs})
+		}
+	}
+	for _, sp := range specs {
 		var r run
 		switch o.world {
 		case "sim":
-			r = runSim(s, mode, o.seed)
+			r = runSim(s, sp.mode, sp.outputs, o.seed)
 		case "kfake":
-			r, err = runKfake(ctx, o, s, mode)
+			r, err = runKfake(ctx, o, s, sp.mode, sp.outputs)
 		case "kafka":
-			r, err = runKafka(ctx, o, s, mode)
+			r, err = runKafka(ctx, o, s, sp.mode, sp.outputs)
 		}
 		if err != nil {
 			return report{}, err
@@ -99,8 +119,9 @@ func buildAndRun(ctx context.Context, o options) (report, error) {
 // runSim runs s in mode on the simulated cluster. Every step is applied
 // (a violation does not stop the run: the timeline shows what followed),
 // then the world is quiesced.
-func runSim(s world.Scenario, mode store.Mode, seed uint64) run {
-	w, err := world.New(world.Config{Seed: seed, Mode: mode, Protocol: s.Protocol})
+func runSim(s world.Scenario, mode store.Mode, outputs string, seed uint64) run {
+	w, err := world.New(world.Config{Seed: seed, Mode: mode, Protocol: s.Protocol,
+		ExactlyOnce: outputs == outputsExactlyOnce, ProduceOutputs: outputs == outputsAtLeastOnce})
 	if err != nil {
 		panic(fmt.Sprintf("simulate: the simulated world: %v", err)) // its own topics: a bug
 	}
@@ -111,20 +132,25 @@ func runSim(s world.Scenario, mode store.Mode, seed uint64) run {
 	}
 	vs = append(vs, w.Quiesce()...)
 	cfg := w.Config()
-	return finish(s, mode, cfg.Members, cfg.Partitions, w.Recorder().Ops(), vs)
+	return finish(s, mode, outputs, cfg.Members, cfg.Partitions, w.Recorder().Ops(), vs)
 }
 
-// finish assembles a run from what a world left.
-func finish(s world.Scenario, mode store.Mode, members, partitions int, ops []history.Op, vs []world.Violation) run {
+// finish assembles a run from what a world left. Under -outputs (outputs
+// not ""), the expectations are the output mode's, not the scenario's.
+func finish(s world.Scenario, mode store.Mode, outputs string, members, partitions int, ops []history.Op, vs []world.Violation) run {
 	r := run{
-		Mode: mode, ModeName: modeName(mode), Members: members, Partitions: partitions,
+		Mode: mode, ModeName: modeName(mode), Outputs: outputs, Members: members, Partitions: partitions,
 		Steps: s.Steps, Ops: ops, Violations: vs, Final: history.FinalStates(ops),
 	}
 	if r.Violations == nil {
 		r.Violations = []world.Violation{}
 	}
 	res := world.Run{Ops: ops, Violations: vs}
-	for _, e := range s.Expect(mode) {
+	exp := s.Expect(mode)
+	if outputs != "" {
+		exp = outputExpectations(outputs)
+	}
+	for _, e := range exp {
 		why := e.Failed(res)
 		r.Expectations = append(r.Expectations, verdict{Says: e.Says, Met: why == "", Why: why})
 	}

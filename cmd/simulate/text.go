@@ -68,10 +68,15 @@ func (p *printer) report(rep report) {
 	p.printf("%s  %s\n", p.paint(bold, rep.Scenario), p.paint(dim, "(world: "+rep.World+")"))
 	p.printf("%s\n", rep.Summary)
 	for _, r := range rep.Runs {
-		p.printf("\n%s\n", p.paint(bold, fmt.Sprintf("── %s mode %s", r.ModeName, strings.Repeat("─", max(0, 60-len(r.ModeName))))))
+		title := r.ModeName + " mode"
+		if r.Outputs != "" {
+			title = r.Outputs + " outputs (" + r.ModeName + " mode)"
+		}
+		p.printf("\n%s\n", p.paint(bold, fmt.Sprintf("── %s %s", title, strings.Repeat("─", max(0, 65-len(title))))))
 		p.timeline(r)
 		p.final(r)
 	}
+	p.outputTable(rep)
 	p.verdict(rep)
 }
 
@@ -85,7 +90,23 @@ func (p *printer) timeline(r run) {
 	}
 	p.members, p.newest = map[int]history.Op{}, map[string]history.Op{}
 	p.printf("  %-10s %4s  %s\n", "time", "step", "what happened")
+	// A member's consecutive outputs with one outcome make one line.
+	var emits []history.Op
+	flush := func() {
+		if len(emits) > 0 {
+			p.printf("  %-10s %4s    %s\n", "", "", p.emits(r.Outputs, emits))
+			emits = nil
+		}
+	}
 	for _, op := range r.Ops {
+		if op.Kind == history.Emit {
+			if len(emits) > 0 && (emits[0].Member != op.Member || emits[0].Outcome != op.Outcome || emits[0].Err != op.Err) {
+				flush()
+			}
+			emits = append(emits, op)
+			continue
+		}
+		flush()
 		if op.Kind == history.Step {
 			if op.StepNo == 0 {
 				p.printf("  %-10s %4s  %s\n", clock(op.At), "", p.paint(bold, "quiesce: faults lifted, every member polled to the end of the input"))
@@ -98,6 +119,7 @@ func (p *printer) timeline(r run) {
 			p.printf("  %-10s %4s    %s\n", "", "", line)
 		}
 	}
+	flush()
 }
 
 // event describes op in a line, or "" when it is noise without -v.
@@ -165,6 +187,10 @@ func (p *printer) event(op history.Op, reads map[int][]history.Op) string {
 			return fmt.Sprintf("m%d wakes, still believing it owns %s at generation %d", op.Member, partitions(op.Owned), op.Generation)
 		}
 		return fmt.Sprintf("m%d is at generation %d, owns %s", op.Member, op.Generation, partitions(op.Owned))
+	case history.OutputRead, history.Output:
+		if p.verbose {
+			return outputEvent(op)
+		}
 	case history.Log:
 		if p.verbose {
 			return fmt.Sprintf("snapshots p%d: high watermark %d, last stable offset %d", op.Partition, op.HW, op.LSO)
@@ -254,10 +280,14 @@ func (p *printer) verdict(rep report) {
 	p.printf("\n%s\n", p.paint(bold, "verdict"))
 	head := fmt.Sprintf("  %-32s", "invariant")
 	for _, r := range rep.Runs {
-		head += fmt.Sprintf(" %-15s", r.ModeName)
+		head += fmt.Sprintf(" %-15s", r.label())
 	}
 	p.printf("%s\n", strings.TrimRight(head, " "))
-	for n := 1; n <= 7; n++ {
+	invariants := 7
+	if slices.ContainsFunc(rep.Runs, func(r run) bool { return r.Outputs != "" }) {
+		invariants = 8 // OutputExactlyOnce: checked only where the outputs go to a topic
+	}
+	for n := 1; n <= invariants; n++ {
 		line := fmt.Sprintf("  %-32s", fmt.Sprintf("%d %s", n, world.InvariantName(n)))
 		for i, r := range rep.Runs {
 			count := 0
@@ -281,7 +311,11 @@ func (p *printer) verdict(rep report) {
 		p.printf("%s\n", line)
 	}
 	for _, r := range rep.Runs {
-		p.printf("\n  %s mode expects:\n", r.ModeName)
+		if r.Outputs != "" {
+			p.printf("\n  %s outputs expect:\n", r.Outputs)
+		} else {
+			p.printf("\n  %s mode expects:\n", r.ModeName)
+		}
 		if len(r.Expectations) == 0 {
 			p.printf("    nothing (a run to look at)\n")
 		}
@@ -302,8 +336,16 @@ func (p *printer) summary(rep report) string {
 	if !ok {
 		return p.paint(red, "unexpected: an expectation above was not met")
 	}
-	var plain, txn *run
+	var plain, txn, alo, eo *run
 	for i := range rep.Runs {
+		switch rep.Runs[i].Outputs {
+		case outputsAtLeastOnce:
+			alo = &rep.Runs[i]
+			continue
+		case outputsExactlyOnce:
+			eo = &rep.Runs[i]
+			continue
+		}
 		if rep.Runs[i].ModeName == "plain" {
 			plain = &rep.Runs[i]
 		} else {
@@ -311,6 +353,12 @@ func (p *printer) summary(rep report) string {
 		}
 	}
 	switch {
+	case alo != nil && eo != nil:
+		return p.paint(green, "as expected: at-least-once outputs are duplicated for a read_committed reader, exactly-once outputs are not")
+	case alo != nil:
+		return p.paint(green, "as expected: at-least-once outputs are duplicated for a read_committed reader, none lost")
+	case eo != nil:
+		return p.paint(green, "as expected: a read_committed reader sees every output exactly once, and every invariant holds")
 	case plain != nil && txn != nil && len(plain.Violations) > 0 && len(txn.Violations) == 0:
 		return p.paint(green, "as expected: the corruption is reproduced without the fence and prevented with it")
 	case txn != nil && len(txn.Violations) == 0:

@@ -24,6 +24,7 @@ type bridgeSpec struct {
 	Steps    []world.Step `json:"steps,omitempty"`
 	Protocol string       `json:"protocol"`
 	Mode     string       `json:"mode"`
+	Outputs  string       `json:"outputs,omitempty"` // at-least-once, exactly-once or "" (none)
 }
 
 // bridgeResult is what the world left.
@@ -43,13 +44,13 @@ const bridgePackage = "github.com/snapfence/snapfence/cmd/simulate"
 // TestKfakeWorld through `go test` (so it needs the Go toolchain and the
 // snapfence source, as `go run ./cmd/simulate` does), handing it the
 // scenario in a file and reading back the history.
-func runKfake(ctx context.Context, o options, s world.Scenario, mode store.Mode) (run, error) {
+func runKfake(ctx context.Context, o options, s world.Scenario, mode store.Mode, outputs string) (run, error) {
 	dir, err := os.MkdirTemp("", "simulate-kfake-")
 	if err != nil {
 		return run{}, err
 	}
 	defer os.RemoveAll(dir)
-	spec := bridgeSpec{Protocol: protocolName(protocolOf(s)), Mode: modeName(mode)}
+	spec := bridgeSpec{Protocol: protocolName(protocolOf(s)), Mode: modeName(mode), Outputs: outputs}
 	if _, named := world.ScenarioNamed(s.Name); named {
 		spec.Name = s.Name
 	} else {
@@ -79,7 +80,7 @@ func runKfake(ctx context.Context, o options, s world.Scenario, mode store.Mode)
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return run{}, fmt.Errorf("-world kfake: reading the world's history: %w", err)
 	}
-	return finish(s, mode, res.Members, res.Partitions, res.Ops, res.Violations), nil
+	return finish(s, mode, outputs, res.Members, res.Partitions, res.Ops, res.Violations), nil
 }
 
 // kafkaName names a -world kafka run's topics, group and
@@ -96,13 +97,13 @@ var kafkaName = func(mode store.Mode) string {
 // unreachable, a topic refused, the broker's group or transaction
 // settings out of the world's bounds) is an error; so is one that fails
 // while it runs (the world panics on what it cannot go on from).
-func runKafka(ctx context.Context, o options, s world.Scenario, mode store.Mode) (r run, err error) {
+func runKafka(ctx context.Context, o options, s world.Scenario, mode store.Mode, outputs string) (r run, err error) {
 	tlsCfg, mech, err := o.kafka.security()
 	if err != nil {
 		return run{}, err
 	}
 	cfg := kfakeworld.Config{Mode: mode, Protocol: s.Protocol, Brokers: o.kafka.seeds(), TLS: tlsCfg, SASL: mech,
-		Name: kafkaName(mode)}
+		Name: kafkaName(mode), ExactlyOnce: outputs == outputsExactlyOnce, ProduceOutputs: outputs == outputsAtLeastOnce}
 	if o.verbose {
 		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(o.stderr, "simulate: kafka: "+format+"\n", args...) }
 	}
@@ -131,5 +132,5 @@ func runKafka(ctx context.Context, o options, s world.Scenario, mode store.Mode)
 		vs = append(vs, w.Apply(st)...)
 	}
 	vs = append(vs, w.Quiesce()...)
-	return finish(s, mode, w.Config().StepConfig().Members, kfakeworld.Partitions, w.History().Ops(), vs), nil
+	return finish(s, mode, outputs, w.Config().StepConfig().Members, kfakeworld.Partitions, w.History().Ops(), vs), nil
 }
