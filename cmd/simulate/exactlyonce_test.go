@@ -150,3 +150,21 @@ func TestOutputsJSONLines(t *testing.T) {
 		t.Errorf("invariant 8 violated %d times at least once (want some), %d exactly once (want none)", violations[outputsAtLeastOnce], violations[outputsExactlyOnce])
 	}
 }
+
+// -list -outputs MODE names the output scenarios too, after the others.
+func TestListWithOutputsNamesTheOutputScenarios(t *testing.T) {
+	code, out, _ := simulateArgs(t, "-list", "-outputs", "compare")
+	if code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	tail := lines[len(lines)-len(outputScenarios):]
+	for i, s := range outputScenarios {
+		if !strings.HasPrefix(tail[i], s.Name+" ") || !strings.Contains(tail[i], s.Summary) {
+			t.Errorf("line %q does not name %s with its summary", tail[i], s.Name)
+		}
+	}
+	if _, plain, _ := simulateArgs(t, "-list"); strings.Contains(plain, defaultOutputsScenario) {
+		t.Errorf("-list without -outputs names %s", defaultOutputsScenario)
+	}
+}

@@ -190,7 +190,7 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	o.stderr = stderr
 	out := newPrinter(stdout, o)
 	if o.list {
-		listScenarios(stdout)
+		listScenarios(stdout, o.outputs != outputsNone)
 		return exitOK
 	}
 	if o.explore > 0 {
@@ -220,11 +220,22 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
-// listScenarios prints the named scenarios, one line each.
-func listScenarios(w io.Writer) {
+// listScenarios prints the named scenarios, one line each; with
+// outputs (-list -outputs MODE), the output scenarios after them.
+func listScenarios(w io.Writer, outputs bool) {
 	width := 0
 	for _, s := range world.Scenarios {
 		width = max(width, len(s.Name))
+	}
+	if outputs {
+		for _, s := range outputScenarios {
+			width = max(width, len(s.Name))
+		}
+		defer func() {
+			for _, s := range outputScenarios {
+				fmt.Fprintf(w, "%-*s  %-11s  %-26s  %s\n", width, s.Name, protocolName(protocolOf(s)), "outputs (transactional)", s.Summary)
+			}
+		}()
 	}
 	for _, s := range world.Scenarios {
 		modes := []string{}
