@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka it props-long html-check
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs it props-long html-check
 
 all: lint test
 
@@ -120,3 +120,15 @@ bench-kafka:
 	for i in $$(seq $(KAFKABENCHROUNDS)); do $(GO) test $(BENCHFLAGS) ./store/kafka 2>&1 | tee -a "$$fake"; done && \
 	echo && echo "# Apache Kafka 4.3.1 (single node, 127.0.0.1)" && $(GO) run ./internal/benchtable < "$$out" && \
 	echo && echo "# kfake (same machine, same run)" && $(GO) run ./internal/benchtable < "$$fake"
+
+## bench-outputs: engine's BenchmarkOutputs (build tag `it`): at-least-once
+## outputs (Emit) against exactly-once (ExactlyOnce) on a real Kafka 4.3.1
+## broker started for the run (it/kafka/broker run), every measurement 3
+## times (about 2m10s), then its table: per commit interval and metric, the
+## two modes' medians and the ratio exactly-once / at-least-once
+## (docs/benchmarks.md, "Exactly-once output").
+bench-outputs:
+	@it/kafka/broker classpath
+	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
+	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench BenchmarkOutputs -benchtime=1x -count=3 ./engine/ 2>&1 | tee "$$out" && \
+	echo && $(GO) run ./internal/benchtable < "$$out"

@@ -16,12 +16,18 @@
 // measured in the same run. It exits non-zero if the input reports a
 // failure or holds no benchmark results; targets that are missed are
 // reported, not treated as failures.
+//
+// BenchmarkOutputs (engine, build tag `it`: at-least-once against
+// exactly-once outputs on a real broker; `make bench-outputs`) gets a
+// section of its own, outputs.go: an input of only those prints that
+// section alone; one without them prints nothing of it.
 package main
 
 import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -270,6 +276,10 @@ func render(w io.Writer, s samples, header []string) {
 	for _, h := range header {
 		fmt.Fprintln(w, h)
 	}
+	if onlyOutputs(s) {
+		renderOutputs(w, s)
+		return
+	}
 	runs := 0
 	for _, units := range s {
 		runs = max(runs, len(units["ns/op"]))
@@ -317,6 +327,9 @@ func render(w io.Writer, s samples, header []string) {
 				format(mbs, mbsOK, "%.0f"), ratS, spec, specTxns, specRatio)
 		}
 		tw.Flush()
+	}
+	if slices.ContainsFunc(slices.Collect(maps.Keys(s)), outputsBenches) {
+		renderOutputs(w, s)
 	}
 	fmt.Fprintln(w, "\nTargets")
 	for _, t := range targets {
