@@ -61,13 +61,23 @@ func (w *brokerWorld) produce(events ...string) {
 }
 
 func (w *brokerWorld) runner(protocol kgo.Opt) *engine.Runner[int] {
+	return w.runnerWith(protocol, nil)
+}
+
+// runnerWith is runner with its engine's configuration changed by mod (if
+// set).
+func (w *brokerWorld) runnerWith(protocol kgo.Opt, mod func(*engine.Config[int])) *engine.Runner[int] {
 	b, err := kafka.New(context.Background(), kafka.Config{Mode: store.Transactional, SeedBrokers: w.brokers, TransactionalIDPrefix: w.topic})
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	w.t.Cleanup(func() { _ = b.Close() })
-	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b, Dir: w.t.TempDir(),
-		PersistInterval: 200 * time.Millisecond, CommitInterval: 400 * time.Millisecond})
+	cfg := engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b, Dir: w.t.TempDir(),
+		PersistInterval: 200 * time.Millisecond, CommitInterval: 400 * time.Millisecond}
+	if mod != nil {
+		mod(&cfg)
+	}
+	e, err := engine.New(cfg)
 	if err != nil {
 		w.t.Fatal(err)
 	}

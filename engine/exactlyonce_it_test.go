@@ -14,31 +14,14 @@ import (
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
-	"github.com/snapfence/snapfence/store/kafka"
 )
 
 // eosRunner is a runner of the broker world with the audited fold,
 // exactly once, committing every commitEvery.
 func (w *brokerWorld) eosRunner(protocol kgo.Opt, commitEvery time.Duration) *engine.Runner[int] {
-	b, err := kafka.New(context.Background(), kafka.Config{Mode: store.Transactional, SeedBrokers: w.brokers, TransactionalIDPrefix: w.topic})
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	w.t.Cleanup(func() { _ = b.Close() })
-	e, err := engine.New(engine.Config[int]{Fold: auditedTo(w.topic+"-audit", w.topic+"-balances"), Codec: intCodec{}, Store: b,
-		Dir: w.t.TempDir(), ExactlyOnce: true, CommitInterval: commitEvery})
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	w.t.Cleanup(func() { _ = e.Close() })
-	r, err := e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
-		SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic},
-		ClientOpts: []kgo.Opt{protocol, kgo.SessionTimeout(6 * time.Second)},
-	}))
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return r
+	return w.runnerWith(protocol, func(c *engine.Config[int]) {
+		c.Fold, c.ExactlyOnce, c.CommitInterval = auditedTo(w.topic+"-audit", w.topic+"-balances"), true, commitEvery
+	})
 }
 
 // The kfake test of a lost batch, on Kafka 4.3.1 under each protocol: a

@@ -12,29 +12,14 @@ import (
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
-	"github.com/snapfence/snapfence/store/kafka"
 )
 
 // eosEngine is an engine of the kfake world with the audited fold, exactly
 // once, committing every commitEvery.
 func (w *fakeWorld) eosEngine(commitEvery time.Duration) *engine.Engine[int] {
-	b, err := kafka.New(context.Background(), kafka.Config{
-		Mode: store.Transactional, SeedBrokers: w.c.ListenAddrs(), TransactionalIDPrefix: "bank",
-		ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)},
+	return w.engineWith(func(c *engine.Config[int]) {
+		c.Fold, c.ExactlyOnce, c.CommitInterval = audited, true, commitEvery
 	})
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	w.t.Cleanup(func() { _ = b.Close() })
-	e, err := engine.New(engine.Config[int]{
-		Fold: audited, Codec: intCodec{}, Store: b, Dir: w.t.TempDir(),
-		ExactlyOnce: true, CommitInterval: commitEvery,
-	})
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	w.t.Cleanup(func() { _ = e.Close() })
-	return e
 }
 
 // readAudit counts each input's outputs on the audit topic as a consumer

@@ -72,7 +72,10 @@ func (w *fakeWorld) produce(events ...string) {
 	}
 }
 
-func (w *fakeWorld) engine() *engine.Engine[int] {
+func (w *fakeWorld) engine() *engine.Engine[int] { return w.engineWith(nil) }
+
+// engineWith is engine with its configuration changed by mod (if set).
+func (w *fakeWorld) engineWith(mod func(*engine.Config[int])) *engine.Engine[int] {
 	b, err := kafka.New(context.Background(), kafka.Config{
 		Mode: store.Transactional, SeedBrokers: w.c.ListenAddrs(), TransactionalIDPrefix: "bank",
 		ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)},
@@ -81,10 +84,14 @@ func (w *fakeWorld) engine() *engine.Engine[int] {
 		w.t.Fatal(err)
 	}
 	w.t.Cleanup(func() { _ = b.Close() })
-	e, err := engine.New(engine.Config[int]{
+	cfg := engine.Config[int]{
 		Fold: balance, Codec: intCodec{}, Store: b, Dir: w.t.TempDir(),
 		PersistInterval: time.Second, CommitInterval: 2 * time.Second,
-	})
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	e, err := engine.New(cfg)
 	if err != nil {
 		w.t.Fatal(err)
 	}
