@@ -27,12 +27,19 @@ const kfakeScenarios = 100
 // prints the seed and the trace, which replay (up to the scheduling of the
 // clients' goroutines, which synctest does not fix).
 func TestKfakeWorldHoldsEveryInvariant(t *testing.T) {
+	kfakeHoldsEveryInvariant(t, kfakeworld.Config{Mode: store.Transactional}, kfakeScenarios)
+}
+
+// kfakeHoldsEveryInvariant runs scenarios random scenarios of a kfake world
+// of cfg under each protocol, and fails on the first violation.
+func kfakeHoldsEveryInvariant(t *testing.T, cfg kfakeworld.Config, scenarios int) {
 	for _, p := range protocols {
 		t.Run(p.String(), func(t *testing.T) {
-			cfg := kfakeworld.Config{Mode: store.Transactional, Protocol: p}
+			cfg := cfg
+			cfg.Protocol = p
 			gen := rapid.SliceOfN(StepGen(cfg.StepConfig()), 20, 40)
 			start := time.Now()
-			for seed := range kfakeScenarios {
+			for seed := range scenarios {
 				steps := gen.Example(seed)
 				synctest.Test(t, func(t *testing.T) {
 					if vs := kfakeworld.Run(cfg, steps); len(vs) > 0 {
@@ -40,7 +47,7 @@ func TestKfakeWorldHoldsEveryInvariant(t *testing.T) {
 					}
 				})
 			}
-			t.Logf("%d scenarios in %s", kfakeScenarios, time.Since(start).Round(time.Millisecond))
+			t.Logf("%d scenarios in %s", scenarios, time.Since(start).Round(time.Millisecond))
 		})
 	}
 }
@@ -90,22 +97,7 @@ const kfakeExactlyOnceScenarios = 30
 // transactions carry the outputs; franz-go's read_committed consumer reads
 // them back). Drawn as TestKfakeWorldHoldsEveryInvariant draws them.
 func TestKfakeWorldExactlyOnceHoldsEveryInvariant(t *testing.T) {
-	for _, p := range protocols {
-		t.Run(p.String(), func(t *testing.T) {
-			cfg := kfakeworld.Config{Mode: store.Transactional, Protocol: p, ExactlyOnce: true}
-			gen := rapid.SliceOfN(StepGen(cfg.StepConfig()), 20, 40)
-			start := time.Now()
-			for seed := range kfakeExactlyOnceScenarios {
-				steps := gen.Example(seed)
-				synctest.Test(t, func(t *testing.T) {
-					if vs := kfakeworld.Run(cfg, steps); len(vs) > 0 {
-						t.Fatalf("scenario %d: %s\n%d steps:\n%s", seed, vs[0], len(steps), world.Trace(steps))
-					}
-				})
-			}
-			t.Logf("%d scenarios in %s", kfakeExactlyOnceScenarios, time.Since(start).Round(time.Millisecond))
-		})
-	}
+	kfakeHoldsEveryInvariant(t, kfakeworld.Config{Mode: store.Transactional, ExactlyOnce: true}, kfakeExactlyOnceScenarios)
 }
 
 // The negative control on kfake: with at-least-once outputs, some of the
