@@ -137,7 +137,7 @@ func eachSeen(ops []history.Op, ok func(int) bool) string {
 		if op.Kind != history.Produce {
 			continue
 		}
-		if n := counts[outputValue(op.Partition, op.Offset)]; !ok(n) {
+		if n := counts[history.OutputValue(op.Partition, op.Offset)]; !ok(n) {
 			bad = append(bad, fmt.Sprintf("p%d@%d seen %d times", op.Partition, op.Offset, n))
 		}
 	}
@@ -145,12 +145,6 @@ func eachSeen(ops []history.Op, ok func(int) bool) string {
 		return strings.Join(bad, ", ")
 	}
 	return ""
-}
-
-// outputValue is the value of the output of the input event at
-// partition@offset (history.ParseOutput reads it).
-func outputValue(partition int32, offset int64) string {
-	return fmt.Sprintf("%d:%d", partition, offset)
 }
 
 // emits describes a member's consecutive outputs with one outcome: the
@@ -202,8 +196,8 @@ func (p *printer) outputTable(rep report) {
 	var events []event
 	for _, r := range runs {
 		for _, op := range r.Ops {
-			if op.Kind == history.Produce && !seen[outputValue(op.Partition, op.Offset)] {
-				seen[outputValue(op.Partition, op.Offset)] = true
+			if op.Kind == history.Produce && !seen[history.OutputValue(op.Partition, op.Offset)] {
+				seen[history.OutputValue(op.Partition, op.Offset)] = true
 				events = append(events, event{op.Partition, op.Offset, op.Key, op.Delta})
 			}
 		}
@@ -229,7 +223,7 @@ func (p *printer) outputTable(rep report) {
 			delta = fmt.Sprintf("%+d", e.delta)
 		}
 		line := fmt.Sprintf("  %-12s %-5s %-6s", fmt.Sprintf("p%d@%d", e.p, e.off), e.key, delta)
-		v := outputValue(e.p, e.off)
+		v := history.OutputValue(e.p, e.off)
 		for i := range runs {
 			n := committed[i][v]
 			mark := p.paint(green, "✓")

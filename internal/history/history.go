@@ -81,6 +81,12 @@ const (
 	ReadUncommitted = "read_uncommitted"
 )
 
+// OutputValue is the value of the output of the input event at
+// partition@offset, "partition:offset": what ParseOutput reads.
+func OutputValue(partition int32, offset int64) string {
+	return strconv.FormatInt(int64(partition), 10) + ":" + strconv.FormatInt(offset, 10)
+}
+
 // ParseOutput reads the input event an output's value names,
 // "partition:offset"; ok is false if it names none.
 func ParseOutput(value string) (partition int32, offset int64, ok bool) {

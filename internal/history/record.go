@@ -149,6 +149,14 @@ func EmitOp(member int, key, value []byte, outcome Outcome, err error) Op {
 	return Op{Kind: Emit, Member: member, Partition: p, Offset: o, Key: string(key), Value: string(value), Outcome: outcome, Err: errString(err)}
 }
 
+// OutputOp is the Output op of a record (key, value) that a final reader
+// of the given isolation (ReadCommitted or ReadUncommitted) saw.
+func OutputOp(isolation string, key, value []byte) Op {
+	op := EmitOp(-1, key, value, "", nil)
+	op.Kind, op.Detail = Output, isolation
+	return op
+}
+
 // OutcomeOf is the outcome an operation that returned err had.
 func OutcomeOf(err error) Outcome { return outcomeOf(err) }
 

@@ -16,7 +16,7 @@ import (
 // Fold is the engines' fold: balances per key, deposits and withdrawals,
 // "close" deletes; one output per event, naming it ("partition:offset").
 func Fold(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
-	out := []engine.Output{{Topic: OutputTopic, Key: key, Value: fmt.Appendf(nil, "%d:%d", rec.Partition, rec.Offset)}}
+	out := []engine.Output{{Topic: OutputTopic, Key: key, Value: []byte(history.OutputValue(rec.Partition, rec.Offset))}}
 	if string(rec.Value) == "close" {
 		return engine.Result[int]{Delete: true, Outputs: out}, nil
 	}
@@ -176,7 +176,7 @@ func (l Ledger) CheckAtQuiescence(snaps map[string]Visible, outputs map[string]i
 		}
 	}
 	for _, e := range l {
-		if outputs[fmt.Sprintf("%d:%d", e.Partition, e.Offset)] == 0 {
+		if outputs[history.OutputValue(e.Partition, e.Offset)] == 0 {
 			vs = append(vs, Violate(7, 0, "the event at %s/%d offset %d (key %s) has no output", InputTopic, e.Partition, e.Offset, e.Key))
 		}
 	}

@@ -113,7 +113,7 @@ func TestAbortedOutputsAreSeenReadUncommittedInTheWorld(t *testing.T) {
 	}
 	committed, uncommitted := history.OutputCounts(ops, history.ReadCommitted), history.OutputCounts(ops, history.ReadUncommitted)
 	for _, e := range w.ledger {
-		if n := committed[fmt.Sprintf("%d:%d", e.Partition, e.Offset)]; n != 1 {
+		if n := committed[history.OutputValue(e.Partition, e.Offset)]; n != 1 {
 			t.Errorf("read_committed saw the output of %d:%d %d times", e.Partition, e.Offset, n)
 		}
 	}

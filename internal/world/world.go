@@ -537,7 +537,7 @@ func (w *World) abandonOutput(m *member, p *sim.Producer, partition int32) {
 	if last == nil {
 		return
 	}
-	key, value := []byte(last.Key), fmt.Appendf(nil, "%d:%d", last.Partition, last.Offset)
+	key, value := []byte(last.Key), []byte(history.OutputValue(last.Partition, last.Offset))
 	tp := store.TopicPartition{Topic: OutputTopic, Partition: store.OutputPartition(key, w.cfg.Partitions)}
 	if _, err := p.Produce(tp, store.WireRecord{Key: key, Value: value}); err == nil {
 		w.rec.Add(history.EmitOp(m.slot, key, value, history.Failed, errAbandoned))
@@ -689,9 +689,7 @@ func (w *World) readOutputs(readCommitted bool) map[string]int {
 			if e.Control != sim.NoControl {
 				continue
 			}
-			op := history.EmitOp(-1, e.Record.Key, e.Record.Value, "", nil)
-			op.Kind, op.Detail = history.Output, iso
-			w.rec.Add(op)
+			w.rec.Add(history.OutputOp(iso, e.Record.Key, e.Record.Value))
 			counts[string(e.Record.Value)]++
 		}
 	}

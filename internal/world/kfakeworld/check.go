@@ -263,9 +263,7 @@ func (w *World) readOutputs(level kgo.IsolationLevel) map[string]int {
 			if r.Attrs.IsControl() {
 				return
 			}
-			op := history.EmitOp(-1, r.Key, r.Value, "", nil)
-			op.Kind, op.Detail = history.Output, iso
-			w.rec.Add(op)
+			w.rec.Add(history.OutputOp(iso, r.Key, r.Value))
 			counts[string(r.Value)]++
 		})
 	}

@@ -1,7 +1,6 @@
 package kfakeworld
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -25,7 +24,7 @@ func outputsExactlyOnce(t *testing.T, ops []history.Op) {
 			continue
 		}
 		events++
-		if n := committed[fmt.Sprintf("%d:%d", op.Partition, op.Offset)]; n != 1 {
+		if n := committed[history.OutputValue(op.Partition, op.Offset)]; n != 1 {
 			t.Errorf("read_committed saw the output of p%d@%d %d times", op.Partition, op.Offset, n)
 		}
 	}
