@@ -247,7 +247,12 @@ func ratioOf(s samples, r row, unit string) (float64, bool) {
 	if r.base == "" {
 		return 0, false
 	}
-	rows, bases := s[r.bench][unit], s[r.base][unit]
+	return pairedRatio(s[r.bench][unit], s[r.base][unit])
+}
+
+// pairedRatio is the median of the per-run ratios rows[i]/bases[i] (runs
+// with a zero base left out).
+func pairedRatio(rows, bases []float64) (float64, bool) {
 	var ratios []float64
 	for i := range min(len(rows), len(bases)) {
 		if bases[i] != 0 {

@@ -149,12 +149,8 @@ func outputsTable(s samples) []outputsRow {
 // ratio of the medians.
 func outputsRatio(alo, eos []float64) (ratio float64, how string, pairs int, ok bool) {
 	if len(alo) > 0 && len(alo) == len(eos) && !slices.Contains(alo, 0) {
-		ratios := make([]float64, len(alo))
-		for i := range alo {
-			ratios[i] = eos[i] / alo[i]
-		}
-		r, _ := median(ratios)
-		return r, outputsPaired, len(ratios), true
+		r, _ := pairedRatio(eos, alo)
+		return r, outputsPaired, len(alo), true
 	}
 	a, okA := median(alo)
 	e, okE := median(eos)
