@@ -82,6 +82,9 @@ type flow[S any] struct {
 	// memory only inside the batch's transaction, or with the flow.
 	pending      []Output
 	pendingBytes int
+	// gone is set when the flow is torn down: records of its partition
+	// later in the same poll are not folded.
+	gone bool
 }
 
 // NewRunner returns a runner over the source that newSource makes with the
@@ -181,7 +184,7 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 				continue
 			}
 		}
-		if f.core.Stopped() != nil || r.flows[f.tp] != f {
+		if f.core.Stopped() != nil || f.gone {
 			continue // stopped during this poll: it restarts from the committed state
 		}
 		o, err := f.core.Fold(rec)
@@ -551,6 +554,7 @@ func (r *Runner[S]) teardown(f *flow[S]) {
 	}
 	_ = f.part.Close()
 	delete(r.flows, f.tp)
+	f.gone = true
 }
 
 // Assigned implements Handler.
