@@ -223,21 +223,13 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 	for _, w := range batch.Writes {
 		recs = append(recs, p.record(store.EncodeSnapshot(w)))
 	}
-	touched := []store.TopicPartition{p.snap}
 	for _, o := range batch.Outputs {
 		n, err := p.b.outputPartitions(ctx, o.Topic)
 		if err != nil {
 			return fmt.Errorf("kafka: %s: %w", p.input, err)
 		}
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, n)}
-		if !slices.Contains(touched, tp) {
-			touched = append(touched, tp)
-		}
-		kr := &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Key: o.Key, Value: o.Value}
-		for _, h := range o.Headers {
-			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-		}
-		recs = append(recs, kr)
+		recs = append(recs, kgoRecord(tp, store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}))
 	}
 	if len(recs) == 0 {
 		// franz-go sends no EndTxn for a transaction in which it produced
@@ -249,9 +241,16 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return err
 	}
-	for _, tp := range touched {
-		if err := p.awaitPublished(ctx, prod, tp); err != nil {
-			return err
+	// Every partition the transaction wrote, and only those: the client
+	// learns the metadata of no other topic, so a batch of outputs alone
+	// must not wait for the snapshot partition.
+	var touched []store.TopicPartition
+	for _, r := range recs {
+		if tp := (store.TopicPartition{Topic: r.Topic, Partition: r.Partition}); !slices.Contains(touched, tp) {
+			touched = append(touched, tp)
+			if err := p.awaitPublished(ctx, prod, tp); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -411,8 +410,12 @@ func (p *partition) commitOffset(ctx context.Context, prod *kgo.Client, batch gr
 	})
 }
 
-func (p *partition) record(r store.WireRecord) *kgo.Record {
-	kr := &kgo.Record{Topic: p.snap.Topic, Partition: p.snap.Partition, Key: r.Key, Value: r.Value}
+// record is r as a record of the snapshot partition.
+func (p *partition) record(r store.WireRecord) *kgo.Record { return kgoRecord(p.snap, r) }
+
+// kgoRecord is r as a record of tp.
+func kgoRecord(tp store.TopicPartition, r store.WireRecord) *kgo.Record {
+	kr := &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Key: r.Key, Value: r.Value}
 	for _, h := range r.Headers {
 		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}

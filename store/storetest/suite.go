@@ -58,6 +58,7 @@ func Run(t *testing.T, h Harness) {
 		{"ExactlyOnceBatch/MissingOutputTopicIsNamed", missingOutputTopic},
 		{"ExactlyOnceBatch/PlainModeRefuses", plainRefusesBatch},
 		{"ExactlyOnceBatch/CrashedBatchVisibleOnlyReadUncommitted", crashedBatchReadUncommitted},
+		{"ExactlyOnceBatch/OutputsWithoutSnapshots", outputsWithoutSnapshots},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -986,6 +987,23 @@ func missingOutputTopic(t *testing.T, w World) {
 	}
 	if off, ok := w.CommittedOffset(t, in); ok {
 		t.Fatalf("the failed batch committed offset %d", off)
+	}
+}
+
+// 12. A batch of outputs and an offset, with no snapshot (its folds kept
+// their keys' states), commits like any other: the first transaction of a
+// new owner, which has written nothing to the snapshot topic yet.
+func outputsWithoutSnapshots(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	mustNil(t, "batch", o.Partition.(store.BatchCommitter).CommitBatch(context.Background(),
+		store.Batch{Outputs: outputs(w, "o1", "o2"), Offset: 3}))
+	if got := w.ReadOutputs(t, true); len(got) != 2 {
+		t.Fatalf("read_committed outputs %s, want the batch's 2", describeOutputs(got))
+	}
+	if off, ok := w.CommittedOffset(t, in); !ok || off != 3 {
+		t.Fatalf("committed offset %d (%v), want 3", off, ok)
 	}
 }
 
