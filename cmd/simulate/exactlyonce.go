@@ -57,6 +57,15 @@ func outputScenarioNamed(name string) (world.Scenario, bool) {
 	return world.Scenario{}, false
 }
 
+// outputsOn reports whether -outputs sends the outputs to a topic.
+func (o options) outputsOn() bool { return o.outputs != "" && o.outputs != outputsNone }
+
+// outputFlags are the worlds' Config.ExactlyOnce and ProduceOutputs of an
+// output mode.
+func outputFlags(outputs string) (exactlyOnce, produce bool) {
+	return outputs == outputsExactlyOnce, outputs == outputsAtLeastOnce
+}
+
 func validateOutputs(o options) error {
 	switch o.outputs {
 	case outputsNone:

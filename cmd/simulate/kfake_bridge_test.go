@@ -65,8 +65,9 @@ func TestKfakeWorld(t *testing.T) {
 			}
 			var res bridgeResult
 			synctest.Test(t, func(t *testing.T) {
-				w, err := kfakeworld.New(kfakeworld.Config{Mode: mode, Protocol: s.Protocol,
-					ExactlyOnce: spec.Outputs == outputsExactlyOnce, ProduceOutputs: spec.Outputs == outputsAtLeastOnce})
+				cfg := kfakeworld.Config{Mode: mode, Protocol: s.Protocol}
+				cfg.ExactlyOnce, cfg.ProduceOutputs = outputFlags(spec.Outputs)
+				w, err := kfakeworld.New(cfg)
 				if err != nil {
 					t.Fatal(err)
 				}

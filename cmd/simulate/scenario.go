@@ -55,12 +55,12 @@ func scenarioFor(o options) (world.Scenario, error) {
 	name := o.scenario
 	if name == "" {
 		name = defaultScenario
-		if o.outputs != "" && o.outputs != outputsNone {
+		if o.outputsOn() {
 			name = defaultOutputsScenario
 		}
 	}
 	s, ok := world.ScenarioNamed(name)
-	if !ok && o.outputs != "" && o.outputs != outputsNone {
+	if !ok && o.outputsOn() {
 		s, ok = outputScenarioNamed(name)
 	}
 	if !ok {
@@ -80,7 +80,7 @@ func buildAndRun(ctx context.Context, o options) (report, error) {
 		return report{}, err
 	}
 	ms, _ := modes(o, s)
-	if len(ms) == 0 && (o.outputs == "" || o.outputs == outputsNone) {
+	if len(ms) == 0 && !o.outputsOn() {
 		return report{}, usagef("scenario %s has no expectations for -mode %s", s.Name, o.mode)
 	}
 	rep := report{Scenario: s.Name, Summary: s.Summary, World: o.world, Seed: o.seed}
@@ -89,7 +89,7 @@ func buildAndRun(ctx context.Context, o options) (report, error) {
 		outputs string
 	}
 	var specs []spec
-	if o.outputs == "" || o.outputs == outputsNone {
+	if !o.outputsOn() {
 		for _, mode := range ms {
 			specs = append(specs, spec{mode, ""})
 		}
@@ -120,8 +120,9 @@ func buildAndRun(ctx context.Context, o options) (report, error) {
 // (a violation does not stop the run: the timeline shows what followed),
 // then the world is quiesced.
 func runSim(s world.Scenario, mode store.Mode, outputs string, seed uint64) run {
+	exactlyOnce, produce := outputFlags(outputs)
 	w, err := world.New(world.Config{Seed: seed, Mode: mode, Protocol: s.Protocol,
-		ExactlyOnce: outputs == outputsExactlyOnce, ProduceOutputs: outputs == outputsAtLeastOnce})
+		ExactlyOnce: exactlyOnce, ProduceOutputs: produce})
 	if err != nil {
 		panic(fmt.Sprintf("simulate: the simulated world: %v", err)) // its own topics: a bug
 	}

@@ -102,8 +102,8 @@ func runKafka(ctx context.Context, o options, s world.Scenario, mode store.Mode,
 	if err != nil {
 		return run{}, err
 	}
-	cfg := kfakeworld.Config{Mode: mode, Protocol: s.Protocol, Brokers: o.kafka.seeds(), TLS: tlsCfg, SASL: mech,
-		Name: kafkaName(mode), ExactlyOnce: outputs == outputsExactlyOnce, ProduceOutputs: outputs == outputsAtLeastOnce}
+	cfg := kfakeworld.Config{Mode: mode, Protocol: s.Protocol, Brokers: o.kafka.seeds(), TLS: tlsCfg, SASL: mech, Name: kafkaName(mode)}
+	cfg.ExactlyOnce, cfg.ProduceOutputs = outputFlags(outputs)
 	if o.verbose {
 		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(o.stderr, "simulate: kafka: "+format+"\n", args...) }
 	}
