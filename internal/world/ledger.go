@@ -103,6 +103,15 @@ func describe(v Visible, ok bool) string {
 	return fmt.Sprintf("%s as of input offset %d", v.Value, v.Offset)
 }
 
+// stateOf names a visible snapshot's state: its value, or that the key
+// was deleted (a tombstone has no value to show).
+func stateOf(v Visible) string {
+	if v.Tombstone {
+		return "deleted"
+	}
+	return "value " + v.Value
+}
+
 // Violate is a violation of invariant n after step (0: at quiescence).
 func Violate(n, step int, format string, args ...any) Violation {
 	return Violation{Invariant: n, Name: InvariantName(n), Step: step, Detail: fmt.Sprintf(format, args...)}
@@ -117,7 +126,7 @@ func CheckNoStaleOverwrite(step int, seen map[string]int64, snaps map[string]Vis
 		v := snaps[key]
 		if prev, ok := seen[key]; ok && v.Offset < prev {
 			vs = append(vs, Violate(1, step,
-				"key %s: the visible snapshot went back from the fold up to input offset %d to the one up to %d (value %s)", key, prev, v.Offset, v.Value))
+				"key %s: the visible snapshot went back from the fold up to input offset %d to the one up to %d (%s)", key, prev, v.Offset, stateOf(v)))
 		}
 		seen[key] = max(seen[key], v.Offset)
 	}
