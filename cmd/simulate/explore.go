@@ -97,28 +97,12 @@ func runSteps(mode store.Mode, protocol sim.Protocol, seed uint64, steps []world
 }
 
 // shrink removes steps while the scenario still violates the same
-// invariant: chunks first, then single steps, until no removal keeps
-// it. The simulated world is deterministic, so the result replays.
+// invariant (world.Shrink). The simulated world is deterministic, so the
+// result replays.
 func shrink(mode store.Mode, protocol sim.Protocol, seed uint64, steps []world.Step, invariant int) []world.Step {
-	fails := func(s []world.Step) bool {
-		for _, v := range runSteps(mode, protocol, seed, s) {
-			if v.Invariant == invariant {
-				return true
-			}
-		}
-		return false
-	}
-	for chunk := len(steps) / 2; chunk >= 1; chunk /= 2 {
-		for i := 0; i+chunk <= len(steps); {
-			cand := append(append([]world.Step{}, steps[:i]...), steps[i+chunk:]...)
-			if fails(cand) {
-				steps = cand
-				continue
-			}
-			i += chunk
-		}
-	}
-	return steps
+	return world.Shrink(steps, func(s []world.Step) bool {
+		return world.HasViolation(runSteps(mode, protocol, seed, s), invariant)
+	})
 }
 
 // counterexample shows a violation: shrunk, with the commands that

@@ -2,7 +2,6 @@ package world
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -56,7 +55,7 @@ func Violates(invariants ...int) Expectation {
 	return Expectation{Says: "violates " + strings.Join(names, ", "), Failed: func(r Run) string {
 		var missing []string
 		for _, n := range invariants {
-			if !slices.ContainsFunc(r.Violations, func(v Violation) bool { return v.Invariant == n }) {
+			if !HasViolation(r.Violations, n) {
 				missing = append(missing, InvariantName(n))
 			}
 		}
