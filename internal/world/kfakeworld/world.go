@@ -768,6 +768,7 @@ func (w *World) crash(m *member) {
 	p.thawConsumer = false
 	p.consumer.Freeze()
 	p.store.Kill()
+	p.cbs.die()
 	p.crashed = true
 	w.retire(m, crashed, func() {
 		p.r.Crash()
@@ -1013,11 +1014,46 @@ func (w *World) closeCluster() {
 	_ = os.RemoveAll(w.dir)
 }
 
-// callbacks counts a process's rebalance callbacks in progress.
+// callbacks counts a process's rebalance callbacks in progress, and ends
+// them when the process dies.
 type callbacks struct {
 	mu   sync.Mutex
 	n    int
 	idle chan struct{} // closed while n == 0 (nil: never entered)
+	// died is closed when the process crashes: a dead process runs
+	// nothing, so a callback in flight (a recovery: in Plain mode it has
+	// no stall deadline, and behind a truncated log or dead connections it
+	// would wait forever) has its context cancelled.
+	died     chan struct{}
+	diedOnce sync.Once
+}
+
+// die cancels the callbacks in flight and any that start later.
+func (c *callbacks) die() {
+	c.diedOnce.Do(func() { close(c.dying()) })
+}
+
+func (c *callbacks) dying() chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.died == nil {
+		c.died = make(chan struct{})
+	}
+	return c.died
+}
+
+// context is ctx, cancelled too when the process dies.
+func (c *callbacks) context(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	died := c.dying()
+	go func() {
+		select {
+		case <-died:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 func (c *callbacks) enter() {
@@ -1066,18 +1102,24 @@ type trackedHandler struct {
 func (t *trackedHandler) Assigned(ctx context.Context, tps []store.TopicPartition) {
 	t.cbs.enter()
 	defer t.cbs.exit()
+	ctx, cancel := t.cbs.context(ctx)
+	defer cancel()
 	t.h.Assigned(ctx, tps)
 }
 
 func (t *trackedHandler) Revoked(ctx context.Context, tps []store.TopicPartition) {
 	t.cbs.enter()
 	defer t.cbs.exit()
+	ctx, cancel := t.cbs.context(ctx)
+	defer cancel()
 	t.h.Revoked(ctx, tps)
 }
 
 func (t *trackedHandler) Lost(ctx context.Context, tps []store.TopicPartition) {
 	t.cbs.enter()
 	defer t.cbs.exit()
+	ctx, cancel := t.cbs.context(ctx)
+	defer cancel()
 	t.h.Lost(ctx, tps)
 }
 
