@@ -24,8 +24,10 @@ const kfakeScenarios = 100
 // runs on the clock of the bubble it is called in, which the minutes of
 // virtual time of one scenario exhaust at once, and this package's
 // TestMain sets -rapid.checks to 3000 for the simulated cluster. A failure
-// prints the seed and the trace, which replay (up to the scheduling of the
-// clients' goroutines, which synctest does not fix).
+// is shrunk by world.Shrink, each candidate in a bubble of its own, and
+// prints the seed, the minimal trace and the whole one, which replay (up
+// to the scheduling of the clients' goroutines, which synctest does not
+// fix).
 func TestKfakeWorldHoldsEveryInvariant(t *testing.T) {
 	kfakeHoldsEveryInvariant(t, kfakeworld.Config{Mode: store.Transactional}, kfakeScenarios)
 }
@@ -41,14 +43,61 @@ func kfakeHoldsEveryInvariant(t *testing.T, cfg kfakeworld.Config, scenarios int
 			start := time.Now()
 			for seed := range scenarios {
 				steps := gen.Example(seed)
-				synctest.Test(t, func(t *testing.T) {
-					if vs := kfakeworld.Run(cfg, steps); len(vs) > 0 {
-						t.Fatalf("scenario %d: %s\n%d steps:\n%s", seed, vs[0], len(steps), world.Trace(steps))
-					}
-				})
+				if vs := runOnKfake(t, cfg, steps); len(vs) > 0 {
+					minimal, v := shrinkOnKfake(t, cfg, steps, vs[0])
+					t.Fatalf("scenario %d: %s\nminimal trace (%d of %d steps):\n%s\nthe whole scenario:\n%s",
+						seed, v, len(minimal), len(steps), world.Trace(minimal), world.Trace(steps))
+				}
 			}
 			t.Logf("%d scenarios in %s", scenarios, time.Since(start).Round(time.Millisecond))
 		})
+	}
+}
+
+// runOnKfake runs steps on a fresh kfake world of cfg in a synctest bubble
+// of its own, and returns its violations.
+func runOnKfake(t *testing.T, cfg kfakeworld.Config, steps []world.Step) (vs []world.Violation) {
+	synctest.Test(t, func(t *testing.T) { vs = kfakeworld.Run(cfg, steps) })
+	return vs
+}
+
+// shrinkOnKfake shrinks steps, which violated v, to a scenario that
+// still violates v's invariant, and returns it with the violation its
+// last failing run gave.
+func shrinkOnKfake(t *testing.T, cfg kfakeworld.Config, steps []world.Step, v world.Violation) ([]world.Step, world.Violation) {
+	last := v
+	minimal := world.Shrink(steps, func(s []world.Step) bool {
+		for _, got := range runOnKfake(t, cfg, s) {
+			if got.Invariant == v.Invariant {
+				last = got
+				return true
+			}
+		}
+		return false
+	})
+	return minimal, last
+}
+
+// A failure on the kfake world shrinks there as on the sim world:
+// kafka-flow#732 in Plain mode loses the steps the stale overwrite does
+// not need, and what is left still overwrites.
+func TestKfakeWorldFailureShrinks(t *testing.T) {
+	cfg := kfakeworld.Config{Mode: store.Plain}
+	steps := world.Scenario732
+	var stale world.Violation
+	for _, v := range runOnKfake(t, cfg, steps) {
+		if v.Invariant == 1 {
+			stale = v
+			break
+		}
+	}
+	if stale.Invariant != 1 {
+		t.Fatalf("kafka-flow#732 in Plain mode on kfake: no stale overwrite (invariant 1) to shrink")
+	}
+	minimal, last := shrinkOnKfake(t, cfg, steps, stale)
+	t.Logf("%s\nminimal trace (%d of %d steps):\n%s", last, len(minimal), len(steps), world.Trace(minimal))
+	if len(minimal) >= len(steps) || last.Invariant != 1 {
+		t.Fatalf("shrunk to %d of %d steps (last violation %s): want fewer steps that still violate invariant 1", len(minimal), len(steps), last)
 	}
 }
 
@@ -107,11 +156,10 @@ func TestKfakeWorldAtLeastOnceOutputsAreCaughtDuplicating(t *testing.T) {
 	gen := rapid.SliceOfN(StepGen(cfg.StepConfig()), 20, 40)
 	for seed := range kfakeExactlyOnceScenarios {
 		steps := gen.Example(seed)
-		var vs []world.Violation
-		synctest.Test(t, func(t *testing.T) { vs = kfakeworld.Run(cfg, steps) })
-		for _, v := range vs {
+		for _, v := range runOnKfake(t, cfg, steps) {
 			if v.Invariant == 8 && strings.Contains(v.Detail, "duplicated-output") {
-				t.Logf("caught in scenario %d: %s\n%d steps:\n%s", seed, v, len(steps), world.Trace(steps))
+				minimal, last := shrinkOnKfake(t, cfg, steps, v)
+				t.Logf("caught in scenario %d: %s\nminimal trace (%d of %d steps):\n%s", seed, last, len(minimal), len(steps), world.Trace(minimal))
 				return
 			}
 		}
