@@ -62,8 +62,9 @@ type Config struct {
 	// store.DefaultTransactionTimeout (1 min).
 	TransactionTimeout time.Duration
 	// RecoveryStallTimeout fails a recovery read that made no progress for
-	// this long; default store.DefaultRecoveryStallTimeout (3 min).
-	// Transactional mode only.
+	// this long; default store.DefaultRecoveryStallTimeout (3 min). Both
+	// modes: a Plain read never waits for a transaction, but a log cut
+	// below the high watermark it captured would hold it for good.
 	RecoveryStallTimeout time.Duration
 	// TLS, if set, dials brokers with TLS.
 	TLS *tls.Config

@@ -41,10 +41,7 @@ func (b *Backend) recoverPartition(ctx context.Context, snap store.TopicPartitio
 			return
 		}
 		defer cl.Close()
-		cfg := readloop.Config{Snapshots: snap, PollWait: 5 * time.Second, Now: b.cfg.Now, Logger: b.cfg.Logger}
-		if readCommitted {
-			cfg.StallTimeout = b.cfg.RecoveryStallTimeout
-		}
+		cfg := readloop.Config{Snapshots: snap, StallTimeout: b.cfg.RecoveryStallTimeout, Now: b.cfg.Now, Logger: b.cfg.Logger}
 		if o, ok := b.cfg.Observer.(store.RecoveryObserver); ok {
 			cfg.Progress = o.OnRecovery
 		}

@@ -35,8 +35,8 @@ type BackendConfig struct {
 	MaxValueBytes int
 	// TransactionTimeout: default store.DefaultTransactionTimeout.
 	TransactionTimeout time.Duration
-	// RecoveryStallTimeout: default store.DefaultRecoveryStallTimeout.
-	// Transactional mode only.
+	// RecoveryStallTimeout: default store.DefaultRecoveryStallTimeout,
+	// in both modes (as store/kafka).
 	RecoveryStallTimeout time.Duration
 	Observer             store.Observer
 	Logger               *slog.Logger
@@ -337,11 +337,8 @@ func (p *partition) execPlain(batch groupcommit.Batch, id store.GroupIdentity) e
 
 // Recover implements store.Partition.
 func (p *partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {
-	cfg := readloop.Config{Snapshots: p.snap, PollWait: time.Second, Now: p.b.c.Now, Logger: p.b.cfg.Logger}
+	cfg := readloop.Config{Snapshots: p.snap, StallTimeout: p.b.cfg.RecoveryStallTimeout, Now: p.b.c.Now, Logger: p.b.cfg.Logger}
 	readCommitted := p.b.cfg.Mode == store.Transactional
-	if readCommitted {
-		cfg.StallTimeout = p.b.cfg.RecoveryStallTimeout
-	}
 	if o, ok := p.b.cfg.Observer.(store.RecoveryObserver); ok {
 		cfg.Progress = o.OnRecovery
 	}

@@ -34,6 +34,7 @@ func Run(t *testing.T, h Harness) {
 		{"RecoveryOfAnEmptyPartitionEndsAtOnce", recoveryOfEmptyPartition},
 		{"StalledRecovery/OpenTransaction", stalledOpenTransaction},
 		{"StalledRecovery/Truncation", stalledTruncation},
+		{"StalledRecovery/PlainTruncation", stalledTruncationPlain},
 		{"StalledRecovery/Undetermined", stalledUndetermined},
 		{"SlowProgressingRecoveryOutlivesTheDeadline", slowProgressingRecovery},
 		{"StaleOwner/WriteFencedNewerSurvives", staleOwnerFenced},
@@ -73,7 +74,7 @@ func Run(t *testing.T, h Harness) {
 
 // truncates are the cases that cut a log (World.Truncate), which may mean
 // stopping the cluster: see ClusterOfItsOwn.
-var truncates = map[string]bool{"StalledRecovery/Truncation": true}
+var truncates = map[string]bool{"StalledRecovery/Truncation": true, "StalledRecovery/PlainTruncation": true}
 
 func input(w World, p int32) store.TopicPartition {
 	return store.TopicPartition{Topic: w.InputTopic(), Partition: p}
@@ -449,6 +450,40 @@ func stalledTruncation(t *testing.T, w World) {
 	}
 	if se.Cause != store.StallTruncation || se.Target != hw || se.LogEnd != pin {
 		t.Fatalf("stall = %+v, want truncation: log end %d below target %d", se, pin, hw)
+	}
+}
+
+// 8. Plain mode's recovery has the deadline too. Reading
+// read_uncommitted, it never waits for a transaction, but a log cut below
+// the high watermark it captured would hold it for good.
+func stalledTruncationPlain(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	timeout, slack := w.StallTimeout()
+	cfg := stallConfig(w)
+	cfg.Mode = store.Plain
+	o := acquire(t, w, cfg, in, 0, m.Identity())
+	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
+	_, end := w.StableOffsets(t, in)
+	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 2)))
+	_, hw := w.StableOffsets(t, in)
+	// One record per half deadline: the read is still on a's fetch when
+	// the log loses b.
+	w.SlowFetches(t, timeout/2)
+	res := recoverAsync(o)
+	o.rec.awaitRecovery(t, "to start", func(e store.RecoveryEvent) bool { return e.Target == hw })
+	w.Settle()
+	w.Truncate(t, in, end)
+	w.Advance(timeout/2 + slack) // a's fetch returns: the last progress
+	w.Settle()
+	w.Advance(timeout + slack)
+	r := <-res
+	var se *store.RecoveryStalledError
+	if !errors.As(r.err, &se) {
+		t.Fatalf("err = %v, want a RecoveryStalledError", r.err)
+	}
+	if se.Cause != store.StallTruncation || se.Target != hw || se.LogEnd != end {
+		t.Fatalf("stall = %+v, want truncation: log end %d below target %d", se, end, hw)
 	}
 }
 

@@ -1021,9 +1021,9 @@ type callbacks struct {
 	n    int
 	idle chan struct{} // closed while n == 0 (nil: never entered)
 	// died is closed when the process crashes: a dead process runs
-	// nothing, so a callback in flight (a recovery: in Plain mode it has
-	// no stall deadline, and behind a truncated log or dead connections it
-	// would wait forever) has its context cancelled.
+	// nothing, so a callback in flight (a recovery behind a truncated log
+	// or dead connections would go on until its stall deadline) has its
+	// context cancelled.
 	died     chan struct{}
 	diedOnce sync.Once
 }

@@ -40,7 +40,8 @@ type Source interface {
 type Config struct {
 	Snapshots store.TopicPartition
 	// StallTimeout fails a read that made no progress for this long; 0
-	// disables the deadline (Plain mode).
+	// disables the deadline (neither backend does: a log cut below the
+	// target would hold the read for good).
 	StallTimeout time.Duration
 	// PollWait bounds one Poll when no deadline applies.
 	PollWait time.Duration
