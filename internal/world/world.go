@@ -85,6 +85,9 @@ func (cfg *Config) setDefaults() {
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 2
 	}
+	if cfg.Protocol == 0 {
+		cfg.Protocol = sim.ClassicEager
+	}
 	if cfg.PersistInterval <= 0 {
 		cfg.PersistInterval = 5 * time.Second
 	}

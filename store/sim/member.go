@@ -43,8 +43,14 @@ type Member struct {
 }
 
 // NewMember returns a consumer of group, subscribed to topics, that has not
-// joined yet: it joins on its first Poll.
+// joined yet: it joins on its first Poll. protocol 0 is ClassicEager (the
+// member and the group test for each protocol by name, so an unset one
+// would otherwise behave as none of them: classic rounds without the eager
+// revoke).
 func (c *Cluster) NewMember(group string, protocol Protocol, topics ...string) *Member {
+	if protocol == 0 {
+		protocol = ClassicEager
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g := c.groupLocked(group)
