@@ -68,7 +68,14 @@ type Runner[S any] struct {
 	flows    map[store.TopicPartition]*flow[S]
 	assigned map[store.TopicPartition]bool
 	restart  map[store.TopicPartition]bool
-	errs     []error
+	// due are the restarts the poll in progress makes due once it
+	// returns. A rebalance callback during that poll deletes its
+	// partitions from it: what the poll revoked, lost or assigned anew is
+	// no longer the failed flow that was to restart (a poll can last
+	// minutes, a recovery inside it waiting; the member may have been
+	// evicted and rejoined meanwhile).
+	due  map[store.TopicPartition]bool
+	errs []error
 
 	lastPersist, lastCommit, lastTick time.Time
 }
@@ -136,9 +143,10 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	// lost them. A member that restarted a flow without asking (a zombie
 	// back from a pause, its recovery just failed) would take the
 	// partition's producer from its new owner. Restarts scheduled during
-	// the poll wait for the next one.
+	// the poll wait for the next one, and the poll's callbacks void the
+	// due restarts of the partitions they touch (r.due).
 	r.mu.Lock()
-	due := r.restart
+	r.due = r.restart
 	r.restart = map[store.TopicPartition]bool{}
 	r.mu.Unlock()
 	recs, pollErr := r.src.Poll(ctx, max(r.nextDue().Sub(r.src.Now()), time.Millisecond))
@@ -146,6 +154,8 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	defer r.src.PollDone()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	due := r.due
+	r.due = nil
 	if err := ctx.Err(); err != nil || (pollErr != nil && len(recs) == 0) {
 		// A dead context: the polled records are not folded, so nothing
 		// commits them.
@@ -570,6 +580,7 @@ func (r *Runner[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
 	parts := make([]store.Partition, len(tps))
 	for i, tp := range tps {
 		r.assigned[tp] = true
+		delete(r.due, tp)
 		if r.flows[tp] == nil {
 			parts[i] = r.acquire(ctx, tp)
 		}
@@ -591,6 +602,7 @@ func (r *Runner[S]) Revoked(ctx context.Context, tps []store.TopicPartition) {
 	for _, tp := range tps {
 		delete(r.assigned, tp)
 		delete(r.restart, tp)
+		delete(r.due, tp)
 		f := r.flows[tp]
 		if f == nil {
 			continue
@@ -616,6 +628,7 @@ func (r *Runner[S]) Lost(ctx context.Context, tps []store.TopicPartition) {
 	for _, tp := range tps {
 		delete(r.assigned, tp)
 		delete(r.restart, tp)
+		delete(r.due, tp)
 		if f := r.flows[tp]; f != nil {
 			r.teardown(f)
 		}

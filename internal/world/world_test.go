@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
 )
 
 func run(t *testing.T, cfg Config, steps []Step) (violations []Violation, w *World) {
@@ -76,6 +77,33 @@ func TestAZombieDoesNotRestartAFlowItLost(t *testing.T) {
 		{Kind: Evict, Member: 0},
 		{Kind: Poll, Member: 1},
 		{Kind: Advance, D: 31 * time.Second},
+	})
+	for _, v := range vs {
+		t.Errorf("%s", v)
+	}
+}
+
+// Found by props (classic eager, 12 steps): m2's flow of p0 fails in a
+// poll's recovery, and m2 is evicted. The next poll loses p0, rejoins and
+// is assigned it again; its recovery fails again and the poll goes on
+// (recovering p1, slowly) past a second eviction, while m0 joins and takes
+// both over. The restart due before that poll must not run after it: the
+// poll lost and reassigned p0, so that restart is void, and m2's identity
+// is two generations old by then. It took p0's producer from m0.
+func TestARestartDueBeforeAPollIsVoidIfThePollReassignedThePartition(t *testing.T) {
+	vs, _ := run(t, Config{Mode: store.Transactional, Protocol: sim.ClassicEager}, []Step{
+		{Kind: Produce, Key: "a"},
+		{Kind: Produce, Key: "b"},
+		{Kind: SlowFetches, D: 6 * time.Second},
+		{Kind: Join, Member: 2},
+		{Kind: ForeignOpen, Partition: 0, Hang: true},
+		{Kind: Poll, Member: 2},
+		{Kind: Advance, D: 61 * time.Second},
+		{Kind: Evict, Member: 2},
+		{Kind: Poll, Member: 2},
+		{Kind: Advance, D: 61 * time.Second},
+		{Kind: Evict, Member: 2},
+		{Kind: Join, Member: 0},
 	})
 	for _, v := range vs {
 		t.Errorf("%s", v)
