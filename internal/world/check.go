@@ -303,9 +303,16 @@ func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot
 			}
 		}
 		p.m.recovered[p.snap.Partition] = nil
+		var now map[string]int64 // each key's newest committed offset, once needed
 		for _, key := range SortedKeys(want) {
 			w := want[key]
 			g, ok := got[key]
+			if !(ok && g >= w.Offset) && now == nil {
+				now = map[string]int64{}
+				for _, x := range p.w.committedSnapshotsOf(p.snap) {
+					now[string(x.Key)] = max(now[string(x.Key)], x.Offset)
+				}
+			}
 			switch {
 			case ok && g >= w.Offset:
 			case !ok && w.Tombstone:
@@ -314,6 +321,14 @@ func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot
 				// simulated cluster not at all): a key deleted at the
 				// tombstone's offset and a key without a snapshot replay
 				// to the same state, as the replay ends with the delete.
+			case now[key] > w.Offset:
+				// A newer snapshot of the key was committed since the
+				// read started, past its target, and compaction dropped
+				// the wanted one for it. Only a newer owner of the
+				// partition can commit there during a read: the reader is
+				// a zombie, whose writes its producer's fence aborts (a
+				// legitimate owner's partition has no other writer while
+				// it recovers).
 			default:
 				c.report(c.violation(5,
 					"a recovery of %s ended without key %s's snapshot as of input offset %d, committed before it started (it returned %d)",

@@ -109,3 +109,33 @@ func TestARestartDueBeforeAPollIsVoidIfThePollReassignedThePartition(t *testing.
 		t.Errorf("%s", v)
 	}
 }
+
+// Found by props (consumer protocol, exactly-once, 19 steps): m2, evicted,
+// is still recovering p1 (slow fetches) while its new owner m1 commits
+// a newer snapshot of a past the read's target, and compaction drops the
+// one the read wanted for it. The zombie's recovery returns an older a;
+// its writes are fenced, so nothing comes of it, and neither invariant 5
+// nor the history's lost-write may call it a loss.
+func TestAZombiesRecoveryMayMissASnapshotCompactedForANewerOne(t *testing.T) {
+	steps := []Step{
+		{Kind: Produce, Key: "a"}, {Kind: Produce, Key: "a"}, {Kind: Produce, Key: "a"},
+		{Kind: Produce, Key: "c"}, {Kind: Produce, Key: "e"}, {Kind: Produce, Key: "a"},
+		{Kind: SlowFetches, D: 2 * time.Second},
+		{Kind: Join, Member: 1},
+		{Kind: Join, Member: 2},
+		{Kind: ForeignOpen, Partition: 0},
+		{Kind: Poll, Member: 2},
+		{Kind: Evict, Member: 2},
+		{Kind: Truncate, Partition: 0},
+		{Kind: Poll, Member: 1},
+		{Kind: Produce, Key: "a"},
+		{Kind: Advance, D: 11 * time.Second},
+		{Kind: ForeignEnd},
+		{Kind: Poll, Member: 1},
+		{Kind: Compact, Partition: 1},
+	}
+	vs, _ := run(t, Config{Mode: store.Transactional, Protocol: sim.Consumer, ExactlyOnce: true}, steps)
+	for _, v := range vs {
+		t.Errorf("%s", v)
+	}
+}
