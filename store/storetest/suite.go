@@ -443,13 +443,19 @@ func stalledTruncation(t *testing.T, w World) {
 	w.Settle()
 	w.Truncate(t, in, pin) // the pinned tail is lost
 	w.Advance(timeout + slack)
-	r := <-res
+	wantTruncation(t, (<-res).err, hw, pin)
+}
+
+// wantTruncation fails t unless err is a stall diagnosed as truncation:
+// the log end now at logEnd, below the read's target.
+func wantTruncation(t *testing.T, err error, target, logEnd int64) {
+	t.Helper()
 	var se *store.RecoveryStalledError
-	if !errors.As(r.err, &se) {
-		t.Fatalf("err = %v, want a RecoveryStalledError", r.err)
+	if !errors.As(err, &se) {
+		t.Fatalf("err = %v, want a RecoveryStalledError", err)
 	}
-	if se.Cause != store.StallTruncation || se.Target != hw || se.LogEnd != pin {
-		t.Fatalf("stall = %+v, want truncation: log end %d below target %d", se, pin, hw)
+	if se.Cause != store.StallTruncation || se.Target != target || se.LogEnd != logEnd {
+		t.Fatalf("stall = %+v, want truncation: log end %d below target %d", se, logEnd, target)
 	}
 }
 
@@ -477,14 +483,7 @@ func stalledTruncationPlain(t *testing.T, w World) {
 	w.Advance(timeout/2 + slack) // a's fetch returns: the last progress
 	w.Settle()
 	w.Advance(timeout + slack)
-	r := <-res
-	var se *store.RecoveryStalledError
-	if !errors.As(r.err, &se) {
-		t.Fatalf("err = %v, want a RecoveryStalledError", r.err)
-	}
-	if se.Cause != store.StallTruncation || se.Target != hw || se.LogEnd != end {
-		t.Fatalf("stall = %+v, want truncation: log end %d below target %d", se, end, hw)
-	}
+	wantTruncation(t, (<-res).err, hw, end)
 }
 
 // 8. When the diagnosis cannot re-read the log end, the cause is
