@@ -113,19 +113,13 @@ func (w *world) readTo(t *testing.T, tp store.TopicPartition, end int64, opts []
 	cl := w.client(t, append(opts, kgo.KeepControlRecords(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{tp.Topic: {tp.Partition: kgo.NewOffset().AtStart()}}))...)
 	defer cl.Close()
-	for pos := int64(0); pos < end; {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		if err := fs.Err0(); err != nil {
-			t.Fatalf("reading %s: %v", tp, err)
+	err := kafkatest.ReadTo(cl, end, func(r *kgo.Record) {
+		if !r.Attrs.IsControl() {
+			fn(r)
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			pos = r.Offset + 1
-			if !r.Attrs.IsControl() && r.Offset < end {
-				fn(r)
-			}
-		})
+	})
+	if err != nil {
+		t.Fatalf("reading %s: %v", tp, err)
 	}
 }
 

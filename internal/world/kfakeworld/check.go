@@ -6,11 +6,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/internal/history"
+	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/internal/world"
 	"github.com/snapfence/snapfence/store"
 )
@@ -86,19 +86,8 @@ func (w *World) scanTopic(topic string, p int32, end int64, level kgo.IsolationL
 		panic(fmt.Sprintf("kfakeworld: reader: %v", err))
 	}
 	defer cl.Close()
-	for pos := int64(0); pos < end; {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		if err := fs.Err0(); err != nil {
-			panic(fmt.Sprintf("kfakeworld: reading %s: %v", tp, err))
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			pos = max(pos, r.Offset+1)
-			if r.Offset < end {
-				fn(r)
-			}
-		})
+	if err := kafkatest.ReadTo(cl, end, fn); err != nil {
+		panic(fmt.Sprintf("kfakeworld: reading %s: %v", tp, err))
 	}
 }
 
