@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net"
 	"sync"
@@ -123,50 +122,13 @@ func (w *world) readTo(t *testing.T, tp store.TopicPartition, end int64, opts []
 	}
 }
 
-// slowConn delays every fetch request a recovery reader sends by the
-// world's fetch latency: with one batch per fetch, a read that progresses
-// slowly. (A request starts with its length, then its api key.)
-//
-// The delay ends early when the client closes the connection: a client
-// closed while a request sleeps must not leave its write goroutine behind
-// (in a synctest bubble that goroutine outlives the test and fails it).
-type slowConn struct {
-	net.Conn
-	w      *world
-	closed chan struct{}
-	once   *sync.Once
-}
-
-func (c slowConn) Write(b []byte) (int, error) {
-	c.w.mu.Lock()
-	latency := c.w.faults.fetchLatency
-	c.w.mu.Unlock()
-	if latency > 0 && len(b) >= 6 && int16(binary.BigEndian.Uint16(b[4:6])) == int16(kmsg.Fetch) {
-		t := time.NewTimer(latency)
-		select {
-		case <-t.C:
-		case <-c.closed:
-			t.Stop()
-			return 0, net.ErrClosed
-		}
-		// The client's write deadline passed while we slept; the
-		// latency stands for time on the wire, not a dead broker.
-		_ = c.Conn.SetWriteDeadline(time.Time{})
-	}
-	return c.Conn.Write(b)
-}
-
-func (c slowConn) Close() error {
-	c.once.Do(func() { close(c.closed) })
-	return c.Conn.Close()
-}
-
-func (w *world) readerDial(ctx context.Context, network, host string) (net.Conn, error) {
-	conn, err := w.dial(ctx, network, host)
-	if err != nil {
-		return nil, err
-	}
-	return slowConn{Conn: conn, w: w, closed: make(chan struct{}), once: new(sync.Once)}, nil
+// fetchLatency is the latency SlowFetches set, read by the recovery
+// readers' dialer (kafkatest.SlowFetches): with one batch per fetch, a
+// read that progresses slowly.
+func (w *world) fetchLatency() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.faults.fetchLatency
 }
 
 func (w *world) InputTopic() string { return w.input }
@@ -183,7 +145,7 @@ func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend
 		// stopping it. (Only the partition limit: kfake answers a fetch
 		// cut by the request-wide limit without its aborted transactions,
 		// which Kafka does not.)
-		ReaderOpts: []kgo.Opt{kgo.Dialer(w.readerDial), kgo.FetchMaxPartitionBytes(1)},
+		ReaderOpts: []kgo.Opt{kgo.Dialer(kafkatest.SlowFetches(w.dial, w.fetchLatency)), kgo.FetchMaxPartitionBytes(1)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -134,10 +134,8 @@ package kfakeworld
 import (
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -148,11 +146,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/internal/history"
+	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/internal/netfreeze"
 	"github.com/snapfence/snapfence/internal/world"
 	"github.com/snapfence/snapfence/store"
@@ -694,7 +692,7 @@ func (w *World) start(m *member) {
 		ClientOpts:              w.storeClientOpts(p),
 		// One batch per fetch, so slow fetches slow a recovery without
 		// stopping it.
-		ReaderOpts: []kgo.Opt{kgo.Dialer(w.slowDial(p.store.Dial)), kgo.FetchMaxPartitionBytes(1)},
+		ReaderOpts: []kgo.Opt{kgo.Dialer(kafkatest.SlowFetches(p.store.Dial, w.fetchDelay)), kgo.FetchMaxPartitionBytes(1)},
 	})
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: backend: %v", err))
@@ -1134,48 +1132,7 @@ func Run(cfg Config, steps []world.Step) []world.Violation {
 	return world.RunSteps(w, steps)
 }
 
-// slowDial wraps dial so that every Fetch request written on its
-// connections first waits the world's fetch latency (virtual time: the
-// wait ends in the next advance step).
-func (w *World) slowDial(dial func(ctx context.Context, network, host string) (net.Conn, error)) func(ctx context.Context, network, host string) (net.Conn, error) {
-	return func(ctx context.Context, network, host string) (net.Conn, error) {
-		conn, err := dial(ctx, network, host)
-		if err != nil {
-			return nil, err
-		}
-		return slowConn{Conn: conn, latency: &w.fetchLatency, closed: make(chan struct{}), once: new(sync.Once)}, nil
-	}
-}
-
-// slowConn delays Fetch requests. The delay ends early when the client
-// closes the connection: a client closed while a request waits must not
-// leave its write goroutine behind (in a synctest bubble that goroutine
-// outlives the test and fails it with "blocked goroutines remain").
-type slowConn struct {
-	net.Conn
-	latency *atomic.Int64
-	closed  chan struct{}
-	once    *sync.Once
-}
-
-func (c slowConn) Close() error {
-	c.once.Do(func() { close(c.closed) })
-	return c.Conn.Close()
-}
-
-func (c slowConn) Write(b []byte) (int, error) {
-	// A request starts with its length (int32) and API key (int16).
-	if d := time.Duration(c.latency.Load()); d > 0 && len(b) >= 6 && int16(binary.BigEndian.Uint16(b[4:6])) == int16(kmsg.Fetch) {
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-c.closed:
-			t.Stop()
-			return 0, net.ErrClosed
-		}
-		// The client's write deadline passed meanwhile; the latency
-		// stands for time on the wire, not a dead broker.
-		_ = c.Conn.SetWriteDeadline(time.Time{})
-	}
-	return c.Conn.Write(b)
-}
+// fetchDelay is the world's fetch latency, which every recovery fetch
+// waits first (kafkatest.SlowFetches; virtual time: the wait ends in the
+// next advance step).
+func (w *World) fetchDelay() time.Duration { return time.Duration(w.fetchLatency.Load()) }
