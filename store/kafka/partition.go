@@ -256,9 +256,10 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 	return nil
 }
 
-// awaitPublished returns once prod lists the snapshot partition among its
-// topic's partitions, where EndTransaction looks for the partitions of the
-// transaction.
+// awaitPublished returns once prod lists tp, a partition the transaction
+// wrote (the snapshot partition, or an exactly-once batch's output
+// partition), among its topic's partitions, where EndTransaction looks for
+// the partitions of the transaction.
 //
 // franz-go v1.22.3 sends a client's first records to a topic as soon as
 // the topic's metadata arrives, and publishes the topic's partitions to
@@ -284,9 +285,8 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 // leader also reads as leader -1: we wait for its leader then, which a
 // commit does not need, but the leader has just acknowledged the records.
 // TestFranzGoCommitEndsAsAnAbortBeforeItPublishesANewTopic pins franz-go's
-// behaviour; when it fails, this can go.
-// Outputs of an exactly-once batch go to topics of their own, which meet
-// the same window the first time: each is awaited the same way.
+// behaviour; when it fails, this can go. Output topics meet the same
+// window at their first produce, and are awaited the same way.
 func (p *partition) awaitPublished(ctx context.Context, prod *kgo.Client, tp store.TopicPartition) error {
 	ctx, cancel := context.WithTimeout(ctx, p.b.cfg.TransactionTimeout)
 	defer cancel()
