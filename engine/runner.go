@@ -396,12 +396,9 @@ func (r *Runner[S]) commitBatch(ctx context.Context, f *flow[S]) error {
 	if err != nil {
 		return err
 	}
-	bc, ok := f.part.(store.BatchCommitter)
-	if !ok {
-		err = fmt.Errorf("engine: %s: the store's partitions cannot commit exactly-once batches (no store.BatchCommitter)", f.tp)
-	} else {
-		err = bc.CommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.pending, Offset: offset})
-	}
+	// recoverFlow started no flow under ExactlyOnce whose partition is not
+	// a BatchCommitter.
+	err = f.part.(store.BatchCommitter).CommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.pending, Offset: offset})
 	for _, s := range snaps {
 		if werr := f.core.WriteDone(s.Key, err); werr != nil && err == nil {
 			err = werr
