@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -30,6 +31,13 @@ var (
 	ErrInvalidOutput = errors.New("store: invalid output record")
 	// ErrClosed: the partition or backend is closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrOffsetUnstable: the group's committed offset of an input
+	// partition is held by a transaction that has not ended (Kafka answers
+	// a RequireStable offset fetch with UNSTABLE_OFFSET_COMMIT), so the
+	// partition cannot resume from it yet. A source's
+	// ResolveAssignedOffset returns it (wrapped) rather than wait; the
+	// backend's Acquire turns it into an *UnstableOffsetError.
+	ErrOffsetUnstable = errors.New("store: committed offset held by an open transaction")
 )
 
 // FencedError reports a rejected transaction. Reason is the coordinator's
@@ -140,6 +148,123 @@ func (e *RecoveryStalledError) Unwrap() []error {
 		return []error{ErrRecoveryStalled, e.ReadErr}
 	}
 	return []error{ErrRecoveryStalled}
+}
+
+// OpenTransaction is a transaction found open on a partition: what Kafka's
+// DescribeProducers reports, and what the transaction coordinators know of
+// its producer.
+type OpenTransaction struct {
+	// Partition is where the transaction is open.
+	Partition TopicPartition
+	// ProducerID and ProducerEpoch are the producer that holds it.
+	ProducerID    int64
+	ProducerEpoch int16
+	// StartOffset is the transaction's first offset on Partition: the
+	// last stable offset cannot pass it until the transaction ends.
+	StartOffset int64
+	// TransactionalID is the transactional.id a coordinator maps to
+	// ProducerID now; empty when no coordinator knows the producer (it
+	// forgot the transaction, as after an unclean loss of
+	// __transaction_state): no takeover can end such a transaction.
+	TransactionalID string
+}
+
+// AbortCommand is the Kafka command that aborts the transaction on its
+// partition (KIP-664), given a bootstrap address.
+func (o OpenTransaction) AbortCommand(bootstrap string) string {
+	return fmt.Sprintf("kafka-transactions.sh --bootstrap-server %s abort --topic %s --partition %d --start-offset %d",
+		bootstrap, o.Partition.Topic, o.Partition.Partition, o.StartOffset)
+}
+
+func (o OpenTransaction) String() string {
+	holder := "unknown to every transaction coordinator"
+	if o.TransactionalID != "" {
+		holder = "transactional.id " + o.TransactionalID
+	}
+	return fmt.Sprintf("producer %d epoch %d (%s) open on %s since offset %d",
+		o.ProducerID, o.ProducerEpoch, holder, o.Partition, o.StartOffset)
+}
+
+// UnstableOffsetError reports an input partition whose acquisition cannot
+// finish: the group's committed offset of the partition is held by a
+// transaction that the takeover (the initialisation of the partition's own
+// transactional.id) did not end. That is a transaction of another
+// transactional.id (a prefix shared with another application), or one the
+// coordinator forgot (it lost the tail of __transaction_state in an unclean
+// broker failure, with replication factor 1): the transaction stays open on
+// its data partitions, and only an operator's abort ends it.
+type UnstableOffsetError struct {
+	// Input is the input partition, Group its consumer group.
+	Input TopicPartition
+	Group string
+	// TransactionalID is the partition's own transactional.id, whose
+	// takeover ran without ending the transaction.
+	TransactionalID string
+	// Coordinator is what the transaction coordinator reports of
+	// TransactionalID (state, producer id and epoch), or why it could not
+	// be asked.
+	Coordinator string
+	// Open are the transactions open on the partitions the input
+	// partition's transactions write: its snapshot partition and the
+	// group's offsets partition (transactions of the group's other
+	// partitions may show there too, briefly). Empty if none could be
+	// listed (see DiagnoseErr).
+	Open []OpenTransaction
+	// Bootstrap is a broker address for the commands in the message.
+	Bootstrap string
+	// Waited is how long the offset has been held; 0 for one attempt.
+	Waited time.Duration
+	// DiagnoseErr is why the open transactions could not be listed.
+	DiagnoseErr error
+	// Err is the source's answer; it wraps ErrOffsetUnstable.
+	Err error
+}
+
+func (e *UnstableOffsetError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "store: input partition %s cannot resume: its committed offset in group %q is held by an open transaction", e.Input, e.Group)
+	if e.Waited > 0 {
+		fmt.Fprintf(&b, " (for %s)", e.Waited)
+	}
+	fmt.Fprintf(&b, " that the takeover by transactional.id %q did not end (UNSTABLE_OFFSET_COMMIT)", e.TransactionalID)
+	if e.Coordinator != "" {
+		fmt.Fprintf(&b, "; its coordinator reports %s", e.Coordinator)
+	}
+	if len(e.Open) == 0 {
+		b.WriteString("; no open transaction could be listed")
+		if e.DiagnoseErr != nil {
+			fmt.Fprintf(&b, " (%v)", e.DiagnoseErr)
+		}
+	} else {
+		b.WriteString("; open: ")
+		for i, o := range e.Open {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(o.String())
+		}
+		b.WriteString("; to abort (only what no live producer owns): ")
+		for i, o := range e.Open {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(o.AbortCommand(e.Bootstrap))
+		}
+	}
+	fmt.Fprintf(&b, "; a transaction that is also open on other partitions (an output topic) is found with: kafka-transactions.sh --bootstrap-server %s find-hanging --broker-id <each broker>", e.Bootstrap)
+	return b.String()
+}
+
+// Unwrap returns ErrOffsetUnstable (through Err) and the diagnosis error.
+func (e *UnstableOffsetError) Unwrap() []error {
+	errs := []error{ErrOffsetUnstable}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	if e.DiagnoseErr != nil {
+		errs = append(errs, e.DiagnoseErr)
+	}
+	return errs
 }
 
 // CorruptRecordError names a snapshot record that cannot be decoded.

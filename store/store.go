@@ -109,6 +109,10 @@ type Acquisition struct {
 	// engine reads the group's committed offset there (with RequireStable,
 	// which no longer waits once the previous owner's transaction is
 	// aborted), so the seed is never older than a commit that landed.
+	// An offset still held by a transaction the takeover did not end is
+	// answered at once with an error wrapping ErrOffsetUnstable; Acquire
+	// then fails with an *UnstableOffsetError that diagnoses the holder,
+	// and the caller retries later.
 	ResolveAssignedOffset func(ctx context.Context) (int64, error)
 }
 
