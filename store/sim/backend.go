@@ -134,6 +134,9 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 		p.prod = b.c.InitProducerID(b.TransactionalID(a.Input), b.cfg.TransactionTimeout)
 	}
 	assigned, err := a.Resolve(ctx)
+	if errors.Is(err, store.ErrOffsetUnstable) {
+		return nil, b.unstableOffset(a, snap, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -149,6 +152,18 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 	}
 	b.parts[p] = struct{}{}
 	return p, nil
+}
+
+// unstableOffset diagnoses an acquisition whose committed offset a
+// transaction holds: what the coordinator knows of the partition's
+// transactional.id, and the transactions open on its snapshot partition.
+func (b *Backend) unstableOffset(a store.Acquisition, snap store.TopicPartition, err error) error {
+	txnID := b.TransactionalID(a.Input)
+	return &store.UnstableOffsetError{
+		Input: a.Input, Group: a.Identity.CurrentIdentity().Group, TransactionalID: txnID,
+		Coordinator: b.c.DescribeTransaction(txnID), Open: b.c.OpenTransactionsOn(snap),
+		Bootstrap: "sim", Err: err,
+	}
 }
 
 func (b *Backend) checkTopics(input, snap store.TopicPartition) error {

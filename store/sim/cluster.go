@@ -63,9 +63,13 @@ type Cluster struct {
 	logs    map[string][]*partitionLog
 	configs map[string]TopicConfig
 	txns    map[string]*txnState
-	groups  map[string]*group
-	nextPID int64
-	changed chan struct{}
+	// forgotten are transactions the coordinator lost while they were
+	// open (ForgetTransaction): still open on their partitions, their
+	// offset commits pending, and ended only by AbortForgotten.
+	forgotten []*txnState
+	groups    map[string]*group
+	nextPID   int64
+	changed   chan struct{}
 	// parked are the reads waiting for a change or for virtual time. A
 	// waiter is moved to woken by whoever wakes it (a change, the clock),
 	// under the lock, so the counts never include a read that runs.

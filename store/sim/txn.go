@@ -2,6 +2,8 @@ package sim
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -203,6 +205,120 @@ func (c *Cluster) Hang(txnID string) {
 		t.hanging = true
 		c.record("hang", "txn_id=%s", txnID)
 	}
+}
+
+// ForgetTransaction makes the transaction coordinator lose txnID's open
+// transaction, as a single broker killed with SIGKILL can when the tail of
+// __transaction_state is lost: the transaction stays open on every
+// partition it wrote (the last stable offset stays below it), its offset
+// commits stay pending (a RequireStable fetch answers
+// UNSTABLE_OFFSET_COMMIT), and the coordinator no longer knows the
+// producer: the next InitProducerID of txnID gets a new producer id and
+// aborts nothing. Only AbortForgotten, the operator's abort, ends it.
+func (c *Cluster) ForgetTransaction(txnID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.txns[txnID]
+	if t == nil || !t.ongoing {
+		return
+	}
+	delete(c.txns, txnID)
+	c.forgotten = append(c.forgotten, t)
+	c.record("forget", "txn_id=%s pid=%d epoch=%d", txnID, t.pid, t.epoch)
+}
+
+// AbortForgotten aborts every forgotten transaction on every partition it
+// holds and drops its pending offset commits, as kafka-transactions.sh
+// abort run for each of them does.
+func (c *Cluster) AbortForgotten() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.forgotten {
+		for _, tp := range t.partitions {
+			if l := c.logs[tp.Topic]; l != nil && int(tp.Partition) < len(l) {
+				off := l[tp.Partition].endTxn(t.pid, t.epoch, AbortMarker)
+				c.record("marker", "txn_id=%s pid=%d tp=%s offset=%d type=%s reason=admin_abort", t.id, t.pid, tp, off, AbortMarker)
+			}
+		}
+	}
+	c.forgotten = nil
+	c.changedLocked()
+}
+
+// StableCommittedOffset is CommittedOffset as a RequireStable offset fetch
+// answers it: kerr.UnstableOffsetCommit while a transaction that has not
+// ended holds an offset commit of tp in group.
+func (c *Cluster) StableCommittedOffset(group string, tp store.TopicPartition) (int64, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	holds := func(t *txnState) bool {
+		for _, po := range t.offsets {
+			if _, ok := po.offsets[tp]; ok && po.group == group {
+				return true
+			}
+		}
+		return false
+	}
+	for _, id := range sortedKeys(c.txns) {
+		if t := c.txns[id]; t.ongoing && holds(t) {
+			return 0, false, kerr.UnstableOffsetCommit
+		}
+	}
+	for _, t := range c.forgotten {
+		if holds(t) {
+			return 0, false, kerr.UnstableOffsetCommit
+		}
+	}
+	g := c.groups[group]
+	if g == nil {
+		return 0, false, nil
+	}
+	off, ok := g.committed[tp]
+	return off, ok, nil
+}
+
+// OpenTransactionsOn lists the transactions open on tp, as Kafka's
+// DescribeProducers shows them, each with the transactional.id the
+// coordinator maps its producer to ("" for a forgotten one).
+func (c *Cluster) OpenTransactionsOn(tp store.TopicPartition) []store.OpenTransaction {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, err := c.partitionLocked(tp)
+	if err != nil {
+		return nil
+	}
+	var out []store.OpenTransaction
+	for _, pid := range slices.Sorted(maps.Keys(l.open)) {
+		o := store.OpenTransaction{Partition: tp, ProducerID: pid, StartOffset: l.open[pid]}
+		for _, id := range sortedKeys(c.txns) {
+			if t := c.txns[id]; t.pid == pid {
+				o.TransactionalID, o.ProducerEpoch = id, t.epoch
+			}
+		}
+		for _, t := range c.forgotten {
+			if t.pid == pid {
+				o.ProducerEpoch = t.epoch
+			}
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// DescribeTransaction is what the coordinator reports of txnID: its state,
+// producer id and epoch.
+func (c *Cluster) DescribeTransaction(txnID string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.txns[txnID]
+	if t == nil {
+		return "no state for it"
+	}
+	state := "Empty"
+	if t.ongoing {
+		state = "Ongoing"
+	}
+	return fmt.Sprintf("%s, producer %d epoch %d", state, t.pid, t.epoch)
 }
 
 // TimeOutAtCommit makes txnID's next commit come too late: the
