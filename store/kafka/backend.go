@@ -162,6 +162,9 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 	assigned, err := a.Resolve(ctx)
 	if err != nil {
 		p.closeProducer()
+		if errors.Is(err, store.ErrOffsetUnstable) {
+			err = b.unstableOffset(ctx, a, snap, err)
+		}
 		return nil, err
 	}
 	if b.cfg.Mode == store.Transactional {

@@ -1,0 +1,119 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"unicode/utf16"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// offsetsTopic is Kafka's internal topic of consumer group offsets.
+const offsetsTopic = "__consumer_offsets"
+
+// unstableOffset diagnoses an acquisition whose committed offset a
+// transaction holds although the takeover ran: what the coordinator knows of
+// the partition's transactional.id, and the transactions open on the two
+// partitions every transaction of the input partition writes (its snapshot
+// partition and the group's offsets partition), with the commands that
+// abort them. Diagnosing never fails the acquisition any further: what it
+// cannot learn is said in DiagnoseErr.
+func (b *Backend) unstableOffset(ctx context.Context, a store.Acquisition, snap store.TopicPartition, err error) error {
+	txnID := b.TransactionalID(a.Input)
+	e := &store.UnstableOffsetError{Input: a.Input, Group: a.Identity.CurrentIdentity().Group,
+		TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0], Err: err}
+	var errs []error
+	if ds, derr := b.adm.DescribeTransactions(ctx, txnID); derr != nil {
+		errs = append(errs, fmt.Errorf("describing transactional.id %s: %w", txnID, derr))
+	} else if d, ok := ds[txnID]; ok && d.Err == nil {
+		e.Coordinator = fmt.Sprintf("%s, producer %d epoch %d", d.State, d.ProducerID, d.ProducerEpoch)
+	} else if ok {
+		e.Coordinator = fmt.Sprintf("an error (%v)", d.Err)
+	}
+	set := kadm.TopicsSet{snap.Topic: {snap.Partition: {}}}
+	if e.Group != "" {
+		if op, perr := b.groupOffsetsPartition(ctx, e.Group); perr != nil {
+			errs = append(errs, perr)
+		} else {
+			set[offsetsTopic] = map[int32]struct{}{op: {}}
+		}
+	}
+	described, derr := b.adm.DescribeProducers(ctx, set)
+	if derr != nil {
+		errs = append(errs, fmt.Errorf("describing the producers of %v: %w", set.Topics(), derr))
+	}
+	var pids []int64
+	described.EachProducer(func(p kadm.DescribedProducer) {
+		if p.CurrentTxnStartOffset < 0 {
+			return // no transaction open
+		}
+		e.Open = append(e.Open, store.OpenTransaction{Partition: store.TopicPartition{Topic: p.Topic, Partition: p.Partition},
+			ProducerID: p.ProducerID, ProducerEpoch: p.ProducerEpoch, StartOffset: p.CurrentTxnStartOffset})
+		pids = append(pids, p.ProducerID)
+	})
+	described.EachPartition(func(p kadm.DescribedProducersPartition) {
+		if p.Err != nil {
+			errs = append(errs, fmt.Errorf("describing the producers of %s/%d: %w", p.Topic, p.Partition, p.Err))
+		}
+	})
+	if len(pids) > 0 {
+		listed, lerr := b.adm.ListTransactions(ctx, pids, nil)
+		if lerr != nil {
+			errs = append(errs, fmt.Errorf("listing the transactions of producers %v: %w", pids, lerr))
+		}
+		for i, o := range e.Open {
+			for _, t := range listed {
+				if t.ProducerID == o.ProducerID {
+					e.Open[i].TransactionalID = t.TxnID
+				}
+			}
+		}
+	}
+	// The snapshot partition first: a transaction open there is the
+	// partition's own lineage (or a prefix collision).
+	slices.SortStableFunc(e.Open, func(x, y store.OpenTransaction) int {
+		return boolInt(x.Partition.Topic == offsetsTopic) - boolInt(y.Partition.Topic == offsetsTopic)
+	})
+	e.DiagnoseErr = errors.Join(errs...)
+	return e
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// groupOffsetsPartition is the partition of __consumer_offsets that holds
+// group's offsets: Java's String.hashCode of the group id, made
+// non-negative (Utils.abs), modulo the topic's partition count, as Kafka's
+// group coordinator places it.
+func (b *Backend) groupOffsetsPartition(ctx context.Context, group string) (int32, error) {
+	details, err := b.adm.ListTopics(ctx, offsetsTopic)
+	if err != nil {
+		return 0, fmt.Errorf("describing %s: %w", offsetsTopic, err)
+	}
+	td, ok := details[offsetsTopic]
+	if !ok || td.Err != nil || len(td.Partitions) == 0 {
+		return 0, fmt.Errorf("describing %s: not found (%v)", offsetsTopic, td.Err)
+	}
+	return javaGroupPartition(group, len(td.Partitions)), nil
+}
+
+func javaGroupPartition(group string, partitions int) int32 {
+	var h int32
+	for _, c := range utf16.Encode([]rune(group)) {
+		h = 31*h + int32(c)
+	}
+	if h == -1<<31 {
+		h = 0 // Utils.abs(Integer.MIN_VALUE)
+	} else if h < 0 {
+		h = -h
+	}
+	return h % int32(partitions)
+}
