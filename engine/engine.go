@@ -46,6 +46,16 @@
 // generation by revoke time while the published identity is the one read
 // after the previous poll, so its flush is fenced (safe: the new owner
 // replays). A member evicted before the flush is fenced under all three.
+//
+// A partition whose committed offset is held by a transaction its takeover
+// did not end (another application's transactional.id, or a transaction the
+// coordinator forgot after an unclean broker failure) is not waited for
+// inside the callback: it stays paused, its acquisition is retried after
+// later polls while the other partitions fold and commit, and after
+// Config.UnstableOffsetTimeout Run returns a *store.UnstableOffsetError that
+// names the transaction and the command that aborts it. (franz-go, like
+// Kafka's Java client, holds back the fetch of every partition assigned
+// together with a held one until it is released.)
 package engine
 
 import (
@@ -97,6 +107,10 @@ const (
 	// DefaultMaxTransactionBytes caps the output bytes (keys plus values)
 	// of one exactly-once transaction.
 	DefaultMaxTransactionBytes = 4 << 20
+	// DefaultUnstableOffsetTimeout is how long a partition's acquisition
+	// waits for its committed offset to be released by a transaction the
+	// takeover did not end: the store's default recovery stall timeout.
+	DefaultUnstableOffsetTimeout = store.DefaultRecoveryStallTimeout
 )
 
 // Config configures an Engine. Zero values take the defaults given.
@@ -166,6 +180,16 @@ type Config[S any] struct {
 	// Snapshots count in MaxTransactionRecords only: a state is encoded
 	// when its batch is sealed, not when it changes.
 	MaxTransactionBytes int
+	// UnstableOffsetTimeout bounds the wait of a partition's acquisition
+	// for its committed offset, when a transaction that the takeover did
+	// not end holds it (Kafka's UNSTABLE_OFFSET_COMMIT: a transaction of
+	// another transactional.id, or one the coordinator forgot after an
+	// unclean broker failure). Meanwhile the partition is paused and its
+	// acquisition retried, and the other partitions fold and commit; past
+	// the timeout Step and Run return the *store.UnstableOffsetError,
+	// which names the transaction and the command that aborts it. Default
+	// DefaultUnstableOffsetTimeout (3 min).
+	UnstableOffsetTimeout time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger
 	// Metrics, if set, receives the engine's measurements.
@@ -199,6 +223,9 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	}
 	if cfg.MaxTransactionBytes <= 0 {
 		cfg.MaxTransactionBytes = DefaultMaxTransactionBytes
+	}
+	if cfg.UnstableOffsetTimeout <= 0 {
+		cfg.UnstableOffsetTimeout = DefaultUnstableOffsetTimeout
 	}
 	if cfg.ExactlyOnce && cfg.Store.Mode() != store.Transactional {
 		return nil, fmt.Errorf("engine: ExactlyOnce needs a Transactional store (this one is %v)", cfg.Store.Mode())

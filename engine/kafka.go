@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/snapfence/snapfence/store"
 )
@@ -142,18 +143,25 @@ func (s *kafkaSource) Identity() store.GroupIdentity {
 
 // CommittedOffset reads the group's committed offset; with none, the
 // partition's start (the consumer's reset offset is the start too).
+//
+// It never waits long for a held offset. RequireStable: called after the
+// takeover aborted the previous owner's transaction, the answer is stable
+// at once, or after a few milliseconds while a committing transaction's
+// markers land. An offset still held after that (a transaction of another
+// transactional.id, or one the coordinator forgot) is answered with
+// store.ErrOffsetUnstable, and the runner retries the acquisition later
+// without holding up the other partitions, up to
+// Config.UnstableOffsetTimeout.
 func (s *kafkaSource) CommittedOffset(ctx context.Context, tp store.TopicPartition) (int64, error) {
-	// RequireStable: called after the takeover aborted the previous
-	// owner's transaction, it waits only for one that was committing.
-	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		offs, err := s.adm.FetchOffsets(kadm.RequireStable(ctx), s.group)
+	for backoff := 5 * time.Millisecond; ; backoff *= 2 {
+		o, ok, err := s.fetchCommitted(ctx, tp)
 		if err != nil {
 			return 0, err
 		}
-		o, ok := offs.Lookup(tp.Topic, tp.Partition)
 		if ok && errors.Is(o.Err, kerr.UnstableOffsetCommit) {
-			// Kafka has a transactional commit of the partition pending
-			// its markers; ask again until it lands (or ctx ends).
+			if backoff > 40*time.Millisecond {
+				return 0, fmt.Errorf("engine: committed offset of %s in group %s: %w: %w", tp, s.group, store.ErrOffsetUnstable, o.Err)
+			}
 			select {
 			case <-ctx.Done():
 				return 0, fmt.Errorf("engine: committed offset of %s: %w", tp, context.Cause(ctx))
@@ -180,6 +188,50 @@ func (s *kafkaSource) CommittedOffset(ctx context.Context, tp store.TopicPartiti
 		return 0, fmt.Errorf("engine: start offset of %s: %v", tp, o.Err)
 	}
 	return o.Offset, nil
+}
+
+// fetchCommitted fetches the group's committed offset of tp alone, with
+// RequireStable. The partition is named in the request: asked for all of a
+// group's offsets, a coordinator lists only partitions with a committed
+// offset, so a first commit still pending in a transaction would read as
+// "none" and the partition would resume from its start.
+func (s *kafkaSource) fetchCommitted(ctx context.Context, tp store.TopicPartition) (kadm.OffsetResponse, bool, error) {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group, req.RequireStable = s.group, true
+	rt := kmsg.NewOffsetFetchRequestTopic()
+	rt.Topic, rt.Partitions = tp.Topic, []int32{tp.Partition}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return kadm.OffsetResponse{}, false, fmt.Errorf("engine: committed offset of %s: %w", tp, err)
+	}
+	found := func(p int32, offset int64, code int16) (kadm.OffsetResponse, bool, error) {
+		return kadm.OffsetResponse{Offset: kadm.Offset{Topic: tp.Topic, Partition: p, At: offset}, Err: kerr.ErrorForCode(code)}, true, nil
+	}
+	groupErr := kerr.ErrorForCode(resp.ErrorCode)
+	for _, g := range resp.Groups { // v8+
+		if groupErr == nil {
+			groupErr = kerr.ErrorForCode(g.ErrorCode)
+		}
+		for _, t := range g.Topics {
+			for _, p := range t.Partitions {
+				if t.Topic == tp.Topic && p.Partition == tp.Partition && groupErr == nil {
+					return found(p.Partition, p.Offset, p.ErrorCode)
+				}
+			}
+		}
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if t.Topic == tp.Topic && p.Partition == tp.Partition && groupErr == nil {
+				return found(p.Partition, p.Offset, p.ErrorCode)
+			}
+		}
+	}
+	if groupErr != nil {
+		return kadm.OffsetResponse{}, false, fmt.Errorf("engine: committed offset of %s in group %s: %w", tp, s.group, groupErr)
+	}
+	return kadm.OffsetResponse{}, false, nil
 }
 
 func (s *kafkaSource) Seek(tp store.TopicPartition, offset int64) {

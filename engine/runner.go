@@ -74,8 +74,16 @@ type Runner[S any] struct {
 	// no longer the failed flow that was to restart (a poll can last
 	// minutes, a recovery inside it waiting; the member may have been
 	// evicted and rejoined meanwhile).
-	due  map[store.TopicPartition]bool
-	errs []error
+	due map[store.TopicPartition]bool
+	// unstable are the assigned partitions whose acquisition waits for
+	// their committed offset to be released by a transaction the takeover
+	// did not end. They are retried after a poll, with a growing backoff,
+	// while the other partitions fold and commit; past
+	// Config.UnstableOffsetTimeout the wait ends in fatal.
+	unstable map[store.TopicPartition]*unstableWait
+	// fatal is an error that ends the runner: Step returns it from now on.
+	fatal error
+	errs  []error
 
 	lastPersist, lastCommit, lastTick time.Time
 }
@@ -98,7 +106,8 @@ type flow[S any] struct {
 // runner as its handler.
 func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[S], error) {
 	r := &Runner[S]{e: e, flows: map[store.TopicPartition]*flow[S]{},
-		assigned: map[store.TopicPartition]bool{}, restart: map[store.TopicPartition]bool{}, ready: make(chan struct{}),
+		assigned: map[store.TopicPartition]bool{}, restart: map[store.TopicPartition]bool{},
+		unstable: map[store.TopicPartition]*unstableWait{}, ready: make(chan struct{}),
 		mu: make(chanMutex, 1)}
 	src, err := newSource(r)
 	if err != nil {
@@ -136,8 +145,27 @@ func (r *Runner[S]) Errors() []error {
 }
 
 // Step polls once, folds what came, emits the outputs, and runs the
-// flushes, commits and ticks that are due.
+// flushes, commits and ticks that are due. An error that ends the runner
+// (a partition whose acquisition could not finish, an
+// *store.UnstableOffsetError) is returned by this and every later Step.
 func (r *Runner[S]) Step(ctx context.Context) error {
+	if err := r.fatalErr(); err != nil {
+		return err
+	}
+	err := r.step(ctx)
+	if fatal := r.fatalErr(); fatal != nil {
+		return fatal
+	}
+	return err
+}
+
+func (r *Runner[S]) fatalErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fatal
+}
+
+func (r *Runner[S]) step(ctx context.Context) error {
 	// Restarts scheduled before this poll are due after it, and only for
 	// partitions the poll leaves assigned: the poll may tell the member it
 	// lost them. A member that restarted a flow without asking (a zombie
@@ -175,6 +203,10 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	// and the error is returned once the step is done.
 	for _, tp := range sortedKeys(due) { // acquisitions reach the store: in a fixed order
 		if due[tp] && r.assigned[tp] && r.flows[tp] == nil {
+			if w := r.unstable[tp]; w != nil && r.src.Now().Before(w.retry) {
+				r.restart[tp] = true // not yet: its backoff runs
+				continue
+			}
 			r.startFlow(ctx, tp, true)
 		}
 	}
@@ -447,6 +479,11 @@ func (r *Runner[S]) nextDue() time.Time {
 			due = t
 		}
 	}
+	for _, w := range r.unstable {
+		if w.retry.Before(due) {
+			due = w.retry
+		}
+	}
 	return due
 }
 
@@ -468,12 +505,64 @@ func (r *Runner[S]) acquire(ctx context.Context, tp store.TopicPartition) store.
 		Input: tp, Identity: r,
 		ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
 	})
+	if errors.Is(err, store.ErrOffsetUnstable) {
+		r.awaitStableOffset(tp, err)
+		return nil
+	}
+	delete(r.unstable, tp)
 	if err != nil {
 		r.fail(tp, fmt.Errorf("engine: acquiring %s: %w", tp, err))
 		r.restart[tp] = retriable(err)
 		return nil
 	}
 	return part
+}
+
+// unstableWait is an acquisition waiting for its committed offset.
+type unstableWait struct {
+	since, retry time.Time
+	backoff      time.Duration
+}
+
+// Backoff of the acquisition retries of a partition whose committed offset
+// a transaction holds.
+const (
+	unstableFirstRetry = 100 * time.Millisecond
+	unstableMaxRetry   = 5 * time.Second
+)
+
+// awaitStableOffset handles an acquisition refused because a transaction
+// holds tp's committed offset. The partition stays paused and its
+// acquisition is retried after a later poll, so the other partitions fold
+// and commit meanwhile; the first refusal is logged at once (it names the
+// transaction and the command that aborts it), and a wait longer than
+// UnstableOffsetTimeout ends the runner with the typed error.
+func (r *Runner[S]) awaitStableOffset(tp store.TopicPartition, err error) {
+	now := r.src.Now()
+	r.src.Pause(tp)
+	w := r.unstable[tp]
+	if w == nil {
+		w = &unstableWait{since: now, backoff: unstableFirstRetry}
+		r.unstable[tp] = w
+		r.e.log.Warn("partition waits: a transaction its takeover did not end holds its committed offset; retrying",
+			"input", tp.String(), "timeout", r.e.cfg.UnstableOffsetTimeout, "err", err)
+	}
+	if waited := now.Sub(w.since); waited >= r.e.cfg.UnstableOffsetTimeout {
+		delete(r.unstable, tp)
+		if ue, ok := errors.AsType[*store.UnstableOffsetError](err); ok {
+			e := *ue
+			e.Waited = waited
+			err = &e
+		} else {
+			err = fmt.Errorf("engine: %s: its committed offset has been held by an open transaction for %s: %w", tp, waited, err)
+		}
+		r.fail(tp, err)
+		r.fatal = err
+		return
+	}
+	w.retry = now.Add(w.backoff)
+	w.backoff = min(2*w.backoff, unstableMaxRetry)
+	r.restart[tp] = true
 }
 
 // recoverFlow recovers an acquired partition's state and starts its flow.
@@ -600,6 +689,7 @@ func (r *Runner[S]) Revoked(ctx context.Context, tps []store.TopicPartition) {
 		delete(r.assigned, tp)
 		delete(r.restart, tp)
 		delete(r.due, tp)
+		delete(r.unstable, tp)
 		f := r.flows[tp]
 		if f == nil {
 			continue
@@ -626,6 +716,7 @@ func (r *Runner[S]) Lost(ctx context.Context, tps []store.TopicPartition) {
 		delete(r.assigned, tp)
 		delete(r.restart, tp)
 		delete(r.due, tp)
+		delete(r.unstable, tp)
 		if f := r.flows[tp]; f != nil {
 			r.teardown(f)
 		}

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/snapfence/snapfence/store"
@@ -12,15 +14,21 @@ import (
 // Source: rebalance callbacks run inside Poll, on the caller's goroutine,
 // and time is the cluster's virtual time.
 type SimSource struct {
-	c        *sim.Cluster
-	m        *sim.Member
-	group    string
-	h        Handler
-	pos      map[store.TopicPartition]int64
-	paused   map[store.TopicPartition]bool
-	maxPoll  int
-	ctx      context.Context
-	callback sim.Callbacks
+	c      *sim.Cluster
+	m      *sim.Member
+	group  string
+	h      Handler
+	pos    map[store.TopicPartition]int64
+	paused map[store.TopicPartition]bool
+	// unresolved are assigned partitions whose committed offsets are not
+	// read yet: as franz-go's group consumer does (and Java's), the
+	// offsets of an assignment are fetched with RequireStable for all its
+	// partitions at once, retried while any is held by an open
+	// transaction, and none of them is fetched until all are read.
+	unresolved []store.TopicPartition
+	maxPoll    int
+	ctx        context.Context
+	callback   sim.Callbacks
 }
 
 // NewSimSource returns a factory for Engine.NewRunner: a new member of
@@ -37,10 +45,12 @@ func NewSimSource(c *sim.Cluster, group string, protocol sim.Protocol, maxPoll i
 			Assigned: func(_ *sim.Member, tps []store.TopicPartition) {
 				for _, tp := range tps {
 					delete(s.paused, tp)
-					off, _ := s.CommittedOffset(s.ctx, tp)
-					s.pos[tp] = off
 				}
+				s.unresolved = append(s.unresolved, tps...)
+				// franz-go fetches the offsets after the callback,
+				// so after the takeovers it makes.
 				h.Assigned(s.ctx, tps)
+				s.resolve()
 			},
 			Revoked: func(_ *sim.Member, tps []store.TopicPartition) {
 				h.Revoked(s.ctx, tps)
@@ -63,6 +73,24 @@ func (s *SimSource) forget(tps []store.TopicPartition) {
 		delete(s.pos, tp)
 		delete(s.paused, tp)
 	}
+	s.unresolved = slices.DeleteFunc(s.unresolved, func(tp store.TopicPartition) bool { return slices.Contains(tps, tp) })
+}
+
+// resolve reads the committed offsets of the unresolved partitions, all or
+// none: while one is held by an open transaction, none is fetched.
+func (s *SimSource) resolve() {
+	offs := make([]int64, len(s.unresolved))
+	for i, tp := range s.unresolved {
+		off, err := s.CommittedOffset(s.ctx, tp)
+		if err != nil {
+			return
+		}
+		offs[i] = off
+	}
+	for i, tp := range s.unresolved {
+		s.pos[tp] = offs[i]
+	}
+	s.unresolved = nil
 }
 
 // Poll implements Source: one poll of the member (a stalled member does
@@ -71,6 +99,7 @@ func (s *SimSource) forget(tps []store.TopicPartition) {
 func (s *SimSource) Poll(ctx context.Context, _ time.Duration) ([]Record, error) {
 	s.ctx = ctx
 	s.m.Poll(s.callback)
+	s.resolve()
 	var out []Record
 	for _, tp := range s.m.Owned() {
 		pos, ok := s.pos[tp]
@@ -97,14 +126,23 @@ func (s *SimSource) PollDone() {}
 // Identity implements Source.
 func (s *SimSource) Identity() store.GroupIdentity { return s.m.Identity() }
 
-// CommittedOffset implements Source: the committed offset, or 0.
+// CommittedOffset implements Source: the committed offset, or 0; an error
+// wrapping store.ErrOffsetUnstable while a transaction holds it.
 func (s *SimSource) CommittedOffset(_ context.Context, tp store.TopicPartition) (int64, error) {
-	off, _ := s.c.CommittedOffset(s.group, tp)
+	off, _, err := s.c.StableCommittedOffset(s.group, tp)
+	if err != nil {
+		return 0, fmt.Errorf("engine: committed offset of %s in group %s: %w: %w", tp, s.group, store.ErrOffsetUnstable, err)
+	}
 	return off, nil
 }
 
-// Seek implements Source.
-func (s *SimSource) Seek(tp store.TopicPartition, offset int64) { s.pos[tp] = offset }
+// Seek implements Source. Like franz-go's SetOffsets it skips a partition
+// whose committed offset is not read yet.
+func (s *SimSource) Seek(tp store.TopicPartition, offset int64) {
+	if !slices.Contains(s.unresolved, tp) {
+		s.pos[tp] = offset
+	}
+}
 
 // Resume implements Source.
 func (s *SimSource) Resume(tp store.TopicPartition) { delete(s.paused, tp) }
