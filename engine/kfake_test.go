@@ -164,3 +164,20 @@ func TestRestartsRecoverStateOnKfake(t *testing.T) {
 		})
 	}
 }
+
+// committedAtEnd reports whether the group's stable committed offset of tp
+// is at the partition's end.
+func (w *fakeWorld) committedAtEnd(tp store.TopicPartition) bool {
+	ctx := context.Background()
+	ends, err := w.adm.ListEndOffsets(ctx, tp.Topic)
+	if err != nil {
+		return false
+	}
+	end, ok := ends.Lookup(tp.Topic, tp.Partition)
+	committed, err := w.adm.FetchOffsets(ctx, "bank")
+	if err != nil || !ok {
+		return false
+	}
+	c, found := committed.Lookup(tp.Topic, tp.Partition)
+	return found && c.At == end.Offset
+}

@@ -1,0 +1,418 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
+)
+
+// logCount counts the engine's log records per level that name an input
+// partition, to check a wait logs once and fails once (no storm).
+type logCount struct {
+	mu     sync.Mutex
+	counts map[string]int // "LEVEL input"
+	lines  []string
+}
+
+func (l *logCount) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logCount) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logCount) WithGroup(string) slog.Handler            { return l }
+func (l *logCount) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.counts == nil {
+		l.counts = map[string]int{}
+	}
+	if l.counts == nil {
+		l.counts = map[string]int{}
+	}
+	input, line := "", r.Level.String()+" "+r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "input" {
+			input = a.Value.String()
+		}
+		if err, ok := a.Value.Any().(error); ok && a.Key == "err" && errors.Is(err, store.ErrOffsetUnstable) {
+			l.counts[r.Level.String()+" unstable "+input]++
+		}
+		line += " " + a.String()
+		return true
+	})
+	l.counts[r.Level.String()+" "+input]++
+	l.lines = append(l.lines, line)
+	return nil
+}
+
+func (l *logCount) count(level slog.Level, input string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.counts[level.String()+" "+input]
+}
+
+func (l *logCount) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// checkUnstable checks the error that ended a runner whose partition in
+// could not be acquired: typed, naming the partition, its transactional.id,
+// the producer holding the snapshot partition and the command that aborts
+// it, after waiting at least timeout; and one warning and one error logged
+// for the partition.
+func checkUnstable(t *testing.T, err error, in store.TopicPartition, txnID string, timeout time.Duration,
+	holder func(store.OpenTransaction) bool, logs *logCount) *store.UnstableOffsetError {
+	t.Helper()
+	t.Logf("the runner ended with: %v", err)
+	ue, ok := errors.AsType[*store.UnstableOffsetError](err)
+	if !ok || !errors.Is(err, store.ErrOffsetUnstable) {
+		t.Fatalf("Step returned %v (%T), want a *store.UnstableOffsetError; logs:\n%s", err, err, logs)
+	}
+	if ue.Input != in || ue.TransactionalID != txnID || ue.Waited < timeout {
+		t.Fatalf("error names %s, %q, waited %s; want %s, %q, at least %s: %v", ue.Input, ue.TransactionalID, ue.Waited, in, txnID, timeout, err)
+	}
+	i := slices.IndexFunc(ue.Open, holder)
+	if i < 0 {
+		t.Fatalf("the holding transaction is not among the open ones %v: %v", ue.Open, err)
+	}
+	if cmd := ue.Open[i].AbortCommand(ue.Bootstrap); !strings.Contains(err.Error(), cmd) || !strings.Contains(cmd, fmt.Sprintf("--start-offset %d", ue.Open[i].StartOffset)) {
+		t.Fatalf("the message lacks the abort command %q: %v", cmd, err)
+	}
+	if w, e := logs.count(slog.LevelWarn, "unstable "+in.String()), logs.count(slog.LevelError, "unstable "+in.String()); w != 1 || e != 1 {
+		t.Fatalf("logged the held offset of %s in %d warnings and %d errors, want 1 and 1:\n%s", in, w, e, logs)
+	}
+	return ue
+}
+
+// forgetHeldTransaction leaves the partition's own transactional.id with a
+// transaction the coordinator forgot: a snapshot of in's snapshot
+// partition and an offset commit of in, open for good (as after an unclean
+// failure of the broker that held __transaction_state), so no takeover can
+// end it. Its producer initialisation fences the partition's current owner.
+func (w *simWorld) forgetHeldTransaction(in, snap store.TopicPartition) {
+	w.t.Helper()
+	txnID := fmt.Sprintf("bank-%s-%d", in.Topic, in.Partition)
+	prod := w.c.InitProducerID(txnID, 0)
+	if _, err := prod.Produce(snap, store.EncodeSnapshot(store.Snapshot{Key: []byte("dave"), Value: []byte("1"), Offset: 0})); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := prod.TxnOffsetCommit(store.GroupIdentity{Group: "bank", Generation: -1}, map[store.TopicPartition]int64{in: 1}); err != nil {
+		w.t.Fatal(err)
+	}
+	w.c.ForgetTransaction(txnID)
+}
+
+// unstableEngine is an engine on the world's store whose acquisitions wait
+// at most timeout for a held committed offset, logging into logs.
+func (w *simWorld) unstableEngine(timeout time.Duration, logs *logCount) *engine.Engine[int] {
+	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store,
+		PersistInterval: time.Second, CommitInterval: 2 * time.Second, UnstableOffsetTimeout: timeout, Logger: slog.New(logs)})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// stepUntilError steps r a second of virtual time apart until it fails, for
+// at most limit; each step, progress is told whether p0 has a flow.
+func (w *simWorld) stepUntilError(r *engine.Runner[int], limit time.Duration, progress func()) error {
+	for range int(limit / time.Second) {
+		if err := r.Step(context.Background()); err != nil {
+			return err
+		}
+		if progress != nil {
+			progress()
+		}
+		w.c.Advance(time.Second)
+	}
+	return nil
+}
+
+var (
+	accounts0 = store.TopicPartition{Topic: "accounts", Partition: 0}
+	accounts1 = store.TopicPartition{Topic: "accounts", Partition: 1}
+	snaps0    = store.TopicPartition{Topic: "accounts-snapshots", Partition: 0}
+)
+
+// A partition whose own transactional.id left a transaction the
+// coordinator forgot (so the takeover aborts nothing) is held at its
+// re-acquisition: it waits, paused, while the other partition folds and
+// commits; after UnstableOffsetTimeout of virtual time Step fails with a
+// typed error naming the partition, its transactional.id, the open
+// producer and the abort command, logged once as a warning and once as an
+// error. After the operator's abort a new runner recovers both partitions
+// exactly.
+func TestAHeldCommittedOffsetStopsOnlyItsPartitionOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	w.produce("dave=+1", "bob=+5") // dave: accounts/0; bob: accounts/1
+	logs := &logCount{}
+	const timeout = 30 * time.Second
+	r := w.runner(w.unstableEngine(timeout, logs))
+	w.drain(r)
+	w.forgetHeldTransaction(accounts0, snaps0) // fences r's producer of accounts/0
+	w.produce("erin=+2", "alice=+3")           // erin: accounts/0; alice: accounts/1
+	p1Done := false
+	err := w.stepUntilError(r, 3*timeout, func() {
+		if !slices.Contains(r.Flows(), accounts0) && w.committedAtEnd(accounts1) {
+			p1Done = true
+			w.produce("carol=+4") // accounts/1 goes on while accounts/0 waits
+		}
+	})
+	if !p1Done {
+		t.Fatalf("accounts/1 was not committed to its end while accounts/0 waited (flows %v, err %v)\n%s", r.Flows(), err, logs)
+	}
+	checkUnstable(t, err, accounts0, "bank-accounts-0", timeout, func(o store.OpenTransaction) bool {
+		return o.Partition == snaps0 && o.StartOffset > 0 && o.TransactionalID == ""
+	}, logs)
+	if err2 := r.Step(context.Background()); !errors.Is(err2, store.ErrOffsetUnstable) {
+		t.Fatalf("the next Step returned %v, want the same error again", err2)
+	}
+	w.recoverAfterAbort(r)
+}
+
+// A held offset at assignment: the first acquisition waits too (the
+// callback returns at once; franz-go and the sim's source hold back the
+// fetch of the whole assignment meanwhile, as Kafka's clients do), and the
+// wait ends with the typed error.
+func TestAHeldCommittedOffsetAtAssignmentFailsLoudlyOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	if err := w.c.CreateTopic("accounts-snapshots", sim.TopicConfig{Partitions: 2, Compacted: true}); err != nil {
+		t.Fatal(err)
+	}
+	w.produce("dave=+1", "bob=+5", "erin=+2", "alice=+3")
+	w.forgetHeldTransaction(accounts0, snaps0)
+	logs := &logCount{}
+	const timeout = 30 * time.Second
+	r := w.runner(w.unstableEngine(timeout, logs))
+	err := w.stepUntilError(r, 3*timeout, nil)
+	checkUnstable(t, err, accounts0, "bank-accounts-0", timeout, func(o store.OpenTransaction) bool {
+		return o.Partition == snaps0 && o.StartOffset == 0 && o.TransactionalID == ""
+	}, logs)
+	w.recoverAfterAbort(r)
+}
+
+// recoverAfterAbort closes r, runs the operator's abort, and checks that a
+// new runner recovers every key exactly.
+func (w *simWorld) recoverAfterAbort(r *engine.Runner[int]) {
+	w.t.Helper()
+	if err := r.Close(context.Background()); err != nil {
+		w.t.Fatal(err)
+	}
+	w.c.AbortForgotten()
+	r = w.runner(w.engine())
+	w.drain(r)
+	w.check(r)
+	if errs := r.Errors(); len(errs) > 0 {
+		w.t.Fatal(errs)
+	}
+}
+
+func (w *simWorld) committedAtEnd(tp store.TopicPartition) bool {
+	_, _, end, _ := w.c.Offsets(tp)
+	off, _ := w.c.CommittedOffset("bank", tp)
+	return off == end
+}
+
+// holdCommittedOffset opens a transaction of another transactional.id
+// (txnID, as with a prefix shared by another application) that writes a
+// record to snap and commits group's offset of in, and leaves it open: the
+// takeover of in's own transactional.id does not end it. It returns the
+// producer id and a func that aborts it.
+func holdCommittedOffset(t *testing.T, opts []kgo.Opt, txnID, group string, in, snap store.TopicPartition) (int64, func()) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := kgo.NewClient(append(opts, kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Minute),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	rec := &kgo.Record{Topic: snap.Topic, Partition: snap.Partition, Key: []byte("intruder"), Value: []byte("1")}
+	if err := p.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	pid, epoch, err := p.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topics, err := kadm.NewClient(p).ListTopics(ctx, in.Topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch, req.Generation = txnID, group, pid, epoch, -1
+	rt := kmsg.NewTxnOffsetCommitRequestTopic()
+	rt.Topic, rt.TopicID = in.Topic, topics[in.Topic].ID // v6+ names the topic by id
+	rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset, rp.LeaderEpoch = in.Partition, 1, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode); err != nil {
+		t.Fatalf("the foreign offset commit: %v", err)
+	}
+	var once sync.Once
+	abort := func() error {
+		var err error
+		once.Do(func() { err = p.EndTransaction(ctx, kgo.TryAbort) })
+		return err
+	}
+	t.Cleanup(func() { _ = abort() }) // before p.Close: a failed test leaves nothing open
+	return pid, func() {
+		if err := abort(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// fenceProducer initialises transactional.id txnID in a client of its own,
+// which fences the producer that holds it (as a prefix shared with another
+// application would).
+func fenceProducer(t *testing.T, opts []kgo.Opt, txnID string) {
+	t.Helper()
+	cl, err := kgo.NewClient(append(opts, kgo.TransactionalID(txnID))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, _, err := cl.ProducerID(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The sim's restart case on kfake with store/kafka and a franz-go
+// consumer, in virtual time: the offset is held by another
+// transactional.id's open transaction, which the takeover cannot end
+// either, and the partition's producer is fenced, so its flow restarts
+// into the held offset.
+func TestAHeldCommittedOffsetStopsOnlyItsPartitionOnKfake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		w.produce("dave=+1", "bob=+5")
+		logs := &logCount{}
+		const timeout = time.Minute
+		r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.UnstableOffsetTimeout, c.Logger = timeout, slog.New(logs) }),
+			protocols["classic-cooperative"])
+		w.drain(r)
+		pid, release := holdCommittedOffset(t, w.opts(), "intruder", "bank", accounts0, snaps0)
+		fenceProducer(t, w.opts(), "bank-accounts-0")
+		w.produce("erin=+2", "alice=+3")
+		ctx := context.Background()
+		var err error
+		p1Done := false
+		for start := time.Now(); time.Since(start) < 5*timeout; { // virtual time
+			if err = r.Step(ctx); err != nil {
+				break
+			}
+			if !p1Done && !slices.Contains(r.Flows(), accounts0) && w.committedAtEnd(accounts1) {
+				p1Done = true
+				w.produce("carol=+4") // accounts/1 goes on while accounts/0 waits
+			}
+		}
+		if !p1Done {
+			t.Fatalf("accounts/1 was not committed to its end while accounts/0 waited (flows %v, err %v); logs:\n%s", r.Flows(), err, logs)
+		}
+		checkUnstable(t, err, accounts0, "bank-accounts-0", timeout, func(o store.OpenTransaction) bool {
+			return o.Partition == snaps0 && o.ProducerID == pid && o.TransactionalID == "intruder"
+		}, logs)
+		if err := r.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		release()
+		r = w.runner(w.engine(), protocols["classic-cooperative"])
+		w.drain(r)
+		w.check(r)
+		if err := r.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// stableAsKafka makes kfake answer a RequireStable offset fetch as Kafka
+// does (KIP-447): UNSTABLE_OFFSET_COMMIT only for the partitions a pending
+// transactional commit holds (here: held alone). kfake answers it for every
+// partition of a group with any pending commit; where kfake and Kafka
+// disagree, Kafka is right.
+func (w *fakeWorld) stableAsKafka(held store.TopicPartition) {
+	w.t.Helper()
+	topics, err := w.adm.ListTopics(context.Background(), held.Topic)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	id := topics[held.Topic].ID // OffsetFetch v10 names topics by id
+	names := func(topic string, tid [16]byte, ps []int32) bool {
+		return (topic == held.Topic || tid == id) && slices.Contains(ps, held.Partition)
+	}
+	w.c.ControlKey(int16(kmsg.OffsetFetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		w.c.KeepControl()
+		req := kr.(*kmsg.OffsetFetchRequest)
+		holds := false
+		for _, t := range req.Topics {
+			holds = holds || names(t.Topic, [16]byte{}, t.Partitions)
+		}
+		for _, g := range req.Groups {
+			for _, t := range g.Topics {
+				holds = holds || names(t.Topic, t.TopicID, t.Partitions)
+			}
+		}
+		if !holds {
+			req.RequireStable = false // nothing it names is held
+		}
+		return nil, nil, false
+	})
+}
+
+// A held offset at assignment on kfake: the typed error ends the runner
+// after the timeout, in virtual time.
+func TestAHeldCommittedOffsetAtAssignmentFailsLoudlyOnKfake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		w.produce("dave=+1", "bob=+5")
+		pid, release := holdCommittedOffset(t, w.opts(), "intruder", "bank", accounts0, snaps0)
+		w.stableAsKafka(accounts0)
+		logs := &logCount{}
+		const timeout = time.Minute
+		r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.UnstableOffsetTimeout, c.Logger = timeout, slog.New(logs) }),
+			protocols["classic-cooperative"])
+		ctx := context.Background()
+		var err error
+		for start := time.Now(); time.Since(start) < 5*timeout && err == nil; { // virtual time
+			err = r.Step(ctx)
+		}
+		checkUnstable(t, err, accounts0, "bank-accounts-0", timeout, func(o store.OpenTransaction) bool {
+			return o.Partition == snaps0 && o.ProducerID == pid && o.TransactionalID == "intruder"
+		}, logs)
+		if err := r.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		release()
+		r = w.runner(w.engine(), protocols["classic-cooperative"])
+		w.drain(r)
+		w.check(r)
+		if err := r.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
