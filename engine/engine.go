@@ -124,8 +124,28 @@ type Config[S any] struct {
 	Codec Codec[S]
 	// Store is the snapshot store; required.
 	Store store.Backend
-	// Dir is the Pebble directory of the local cache; empty keeps the
-	// cache in memory. Its content is rebuilt by recovery on every start.
+	// Dir is where the local cache lives on disk; empty keeps the cache
+	// in memory. The engine creates Dir if it is missing and keeps the
+	// cache in Dir/snapfence-cache (CacheDirName), a Pebble directory it
+	// creates and marks as its own with a file SNAPFENCE in it
+	// (CacheMarkerName). It never deletes or writes anything else in Dir,
+	// so Dir may be shared: ".", a data directory, a volume with
+	// lost+found.
+	//
+	// New refuses, touching nothing, a Dir/snapfence-cache that is not
+	// the engine's (a file, or a directory with anything in it and no
+	// marker: ErrCacheDirNotOwned), whose marker names a format it does
+	// not know (ErrCacheDirFormat), or that another engine, in this
+	// process or another, has open (ErrCacheDirInUse): each engine needs
+	// a Dir of its own. Each is a *CacheDirError naming the directory.
+	//
+	// The cache starts empty: New deletes every key in the engine's
+	// Pebble database (a cache left by a crash may hold uncommitted
+	// state), and recovery rebuilds what a partition needs. Only that
+	// database is cleared; no file of Dir is removed. (A Dir an older
+	// snapfence used directly holds that version's Pebble files at its
+	// top; the engine leaves them, as it cannot tell them from the
+	// user's.)
 	Dir string
 	// HotKeys bounds the decoded states kept in memory per partition; the
 	// rest live in Pebble. Default core.DefaultHotKeys.

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"iter"
 	"sync/atomic"
 
@@ -16,6 +18,9 @@ import (
 // nothing in it is ever taken for committed state.
 type PebbleKV struct {
 	db *pebble.DB
+	// lock is the on-disk cache's directory lock, held from before the
+	// cache is cleared until after the database is closed; nil in memory.
+	lock *pebble.Lock
 	// failed is the first iteration error; once set every call returns
 	// it, so the flow using the cache stops instead of reading wrong state.
 	failed atomic.Pointer[error]
@@ -34,22 +39,81 @@ func (k *PebbleKV) check() error {
 	return nil
 }
 
-// OpenPebble opens (and empties) the cache in dir, or in memory if dir is
-// empty.
+// OpenPebble opens the cache, in memory if dir is empty. Otherwise the
+// cache lives in dir/snapfence-cache (CacheDirName), which the engine
+// creates (dir too, if missing) and marks as its own with a file
+// SNAPFENCE (CacheMarkerName); nothing else in dir is ever touched. It
+// refuses, touching nothing, a dir/snapfence-cache that is not the
+// engine's (ErrCacheDirNotOwned), of a format it does not know
+// (ErrCacheDirFormat), or that another engine has open (ErrCacheDirInUse),
+// each as a *CacheDirError naming the directory.
+//
+// The cache starts empty: every key of the engine's database is deleted
+// at open (a cache left by a crash may hold uncommitted state), through
+// the database, so no file is removed but those Pebble itself retires.
 func OpenPebble(dir string) (*PebbleKV, error) {
 	opts := &pebble.Options{DisableWAL: true, Logger: quietLogger{}}
 	if dir == "" {
 		opts.FS = vfs.NewMem()
-		dir = "cache"
-	} else if err := vfs.Default.RemoveAll(dir); err != nil {
-		// A cache left by a crash holds uncommitted state: never reuse it.
-		return nil, fmt.Errorf("engine: clearing the cache in %s: %w", dir, err)
+		db, err := pebble.Open("cache", opts)
+		if err != nil {
+			return nil, fmt.Errorf("engine: opening the cache in memory: %w", err)
+		}
+		return &PebbleKV{db: db}, nil
 	}
-	db, err := pebble.Open(dir, opts)
+	owned, err := claimCacheDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("engine: opening the cache in %s: %w", dir, err)
+		return nil, err
 	}
-	return &PebbleKV{db: db}, nil
+	lock, err := pebble.LockDirectory(owned, vfs.Default)
+	if err != nil {
+		// The lock file is created, then locked: a failure to create it is
+		// the file system's (a *fs.PathError); a failure to lock it is
+		// another process's lock (EAGAIN or EACCES from fcntl) or, in this
+		// process, Pebble's own record of the lock.
+		var pathErr *fs.PathError
+		if errors.As(err, &pathErr) {
+			return nil, &CacheDirError{Path: owned, Detail: "creating its lock file", Err: err}
+		}
+		return nil, &CacheDirError{Path: owned, Kind: ErrCacheDirInUse,
+			Detail: "another engine has it open (each engine needs a Config.Dir of its own)", Err: err}
+	}
+	opts.Lock = lock
+	db, err := pebble.Open(owned, opts)
+	if err != nil {
+		_ = lock.Close()
+		return nil, &CacheDirError{Path: owned, Detail: "opening the cache", Err: err}
+	}
+	kv := &PebbleKV{db: db, lock: lock}
+	if err := kv.clear(); err != nil {
+		_ = kv.Close()
+		return nil, &CacheDirError{Path: owned, Detail: "clearing the cache", Err: err}
+	}
+	return kv, nil
+}
+
+// clear deletes every key of the cache and compacts the range away, so
+// the disk space is returned too. (A warm restart would skip it.)
+func (k *PebbleKV) clear() error {
+	it, err := k.db.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	var first, last []byte
+	if it.First() {
+		first = bytes.Clone(it.Key())
+		if it.Last() {
+			last = bytes.Clone(it.Key())
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil || first == nil || last == nil {
+		return err
+	}
+	end := append(last, 0) // the smallest key after last
+	if err := k.db.DeleteRange(first, end, pebble.NoSync); err != nil {
+		return err
+	}
+	return k.db.Compact(context.Background(), first, end, true)
 }
 
 // Get implements core.KV.
@@ -119,8 +183,14 @@ func (k *PebbleKV) DeletePrefix(prefix []byte) error {
 	return nil
 }
 
-// Close closes the database.
-func (k *PebbleKV) Close() error { return k.db.Close() }
+// Close closes the database and releases its directory.
+func (k *PebbleKV) Close() error {
+	err := k.db.Close()
+	if k.lock != nil {
+		err = errors.Join(err, k.lock.Close())
+	}
+	return err
+}
 
 func prefixEnd(prefix []byte) []byte {
 	end := bytes.Clone(prefix)
