@@ -73,6 +73,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if len(cfg.SeedBrokers) == 0 {
 		return nil, errors.New("kafka: SeedBrokers is required")
 	}
+	if err := cfg.checkOpts(); err != nil {
+		return nil, err
+	}
 	admin, err := kgo.NewClient(cfg.clientOpts()...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: admin client: %w", err)

@@ -26,6 +26,8 @@ package kafka
 
 import (
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -72,9 +74,25 @@ type Config struct {
 	SASL sasl.Mechanism
 	// ClientOpts are appended to the options of every client the backend
 	// creates (producers, readers, the admin client): a dialer, a logger,
-	// timeouts.
+	// timeouts. They may be the options of the user's own consumer: none
+	// of the backend's clients joins a group or consumes a topic because
+	// of them. Every group option (kgo.ConsumerGroup, kgo.ShareGroup, the
+	// auto-commit settings, the partition callbacks, balancers, session
+	// timeouts: every kgo.GroupOpt) is left out, and the subscription
+	// options (kgo.ConsumeTopics, kgo.ConsumePartitions) are overridden:
+	// a committed offset of a recovery reader would shorten the next
+	// recovery, and a backend client in the user's group would take its
+	// partitions. kgo.ConsumeRegex, which franz-go cannot turn off again,
+	// is refused by New (an *OptionError).
 	ClientOpts []kgo.Opt
-	// ReaderOpts are appended to the options of recovery readers only.
+	// ReaderOpts are appended to the options of recovery readers only,
+	// after ClientOpts: fetch sizes, a dialer of their own. As for
+	// ClientOpts, group options are left out and kgo.ConsumeRegex is
+	// refused; what a recovery read rests on is applied after both and
+	// cannot be changed: the snapshot partition read directly from its
+	// start (kgo.ConsumePartitions, and kgo.ConsumeStartOffset and
+	// kgo.ConsumeResetOffset at the start), read_committed in
+	// Transactional mode (kgo.FetchIsolationLevel), control records kept.
 	ReaderOpts []kgo.Opt
 	// Observer receives every finished transaction.
 	Observer store.Observer
@@ -113,7 +131,8 @@ func (cfg *Config) setDefaults() {
 
 // clientOpts are the options every client starts from: connection
 // settings, snapfence's defaults, then the user's ClientOpts, which may
-// override the defaults.
+// override the defaults, without their group options and with no
+// subscription (userOpts).
 func (cfg *Config) clientOpts() []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.SeedBrokers...),
@@ -129,5 +148,105 @@ func (cfg *Config) clientOpts() []kgo.Opt {
 	if cfg.SASL != nil {
 		opts = append(opts, kgo.SASL(cfg.SASL))
 	}
-	return append(opts, cfg.ClientOpts...)
+	return append(opts, userOpts(cfg.ClientOpts)...)
+}
+
+// userOpts are the user's options as a backend client takes them: none
+// of the backend's clients is a group member or subscribes to anything.
+// franz-go's options are last-wins, but forcing a group off after them
+// is not enough: kgo.ConsumerGroup("") clears the group, yet the
+// auto-commit and callback options (kgo.DisableAutoCommit,
+// kgo.AutoCommitMarks, kgo.GreedyAutoCommit, kgo.AutoCommitCallback,
+// kgo.OnPartitionsAssigned and the like) cannot be unset, and franz-go
+// rejects them on a client without a group. So every kgo.GroupOpt is
+// left out (each has a meaning only in a group), and the subscription,
+// which is a ConsumerOpt among fetch settings that must stay, is
+// overridden: kgo.ConsumeTopics() with no topics empties it,
+// kgo.ConsumePartitions(nil) too (the recovery reader sets its own after
+// these). kgo.ConsumeRegex cannot be undone (no option sets it false):
+// checkOpts refuses it, and franz-go itself kgo.ConsumeExcludeTopics
+// without it.
+func userOpts(opts []kgo.Opt) []kgo.Opt {
+	out := make([]kgo.Opt, 0, len(opts)+2)
+	for _, o := range opts {
+		if _, group := o.(kgo.GroupOpt); !group {
+			out = append(out, o)
+		}
+	}
+	return append(out, kgo.ConsumeTopics(), kgo.ConsumePartitions(nil))
+}
+
+// ErrUnsupportedOption: an option of Config.ClientOpts or
+// Config.ReaderOpts that the backend's clients cannot take. An
+// *OptionError matches it.
+var ErrUnsupportedOption = errors.New("kafka: unsupported client option")
+
+// OptionError names an option of Config.ClientOpts or Config.ReaderOpts
+// that New refuses, and why.
+type OptionError struct {
+	// Field is "ClientOpts" or "ReaderOpts".
+	Field string
+	// Option is the option, as "kgo.ConsumeRegex".
+	Option string
+	// Reason says why the backend cannot take it.
+	Reason string
+	// Err is franz-go's error when it rejected the options itself.
+	Err error
+}
+
+func (e *OptionError) Error() string {
+	msg := fmt.Sprintf("kafka: Config.%s: %s: %s", e.Field, e.Option, e.Reason)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns ErrUnsupportedOption and Err, if set.
+func (e *OptionError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrUnsupportedOption, e.Err}
+	}
+	return []error{ErrUnsupportedOption}
+}
+
+// checkOpts refuses the consumer options userOpts cannot neutralise:
+// kgo.ConsumeRegex, which no option turns off again and which franz-go
+// does not allow with the recovery reader's direct partition. kgo.Opt
+// values are opaque, so a client that is never used holds the user's
+// consumer options (kgo.ConsumerOpt: fetch settings and subscriptions;
+// no dialer, no hooks, nothing that connects) and says what they set. It
+// is made only when the field has a consumer option.
+func (cfg *Config) checkOpts() error {
+	for _, f := range []struct {
+		name string
+		opts []kgo.Opt
+	}{{"ClientOpts", cfg.ClientOpts}, {"ReaderOpts", cfg.ReaderOpts}} {
+		var consumer []kgo.Opt
+		for _, o := range f.opts {
+			if _, ok := o.(kgo.ConsumerOpt); ok {
+				consumer = append(consumer, o)
+			}
+		}
+		if len(consumer) == 0 {
+			continue
+		}
+		// With the largest broker read size franz-go allows, its check that
+		// the fetch size fits does not depend on a ClientOpt the probe
+		// lacks; without a subscription it triggers no metadata request.
+		probe, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(cfg.SeedBrokers...), kgo.BrokerMaxReadBytes(1 << 30)},
+			consumer...), kgo.ConsumeTopics(), kgo.ConsumePartitions(nil))...)
+		if err != nil {
+			return &OptionError{Field: f.name, Option: "its consumer options", Reason: "franz-go rejects them", Err: err}
+		}
+		regex, _ := probe.OptValue(kgo.ConsumeRegex).(bool)
+		probe.Close()
+		if regex {
+			return &OptionError{Field: f.name, Option: "kgo.ConsumeRegex",
+				Reason: "the backend's clients never subscribe (the recovery reader reads one snapshot partition directly), " +
+					"and franz-go has no option that turns regex consuming off again; leave the consumer's subscription " +
+					"options (kgo.ConsumeRegex, kgo.ConsumeExcludeTopics) out of the backend's options"}
+		}
+	}
+	return nil
 }

@@ -17,7 +17,10 @@ import (
 
 // recoverPartition reads a snapshot partition with a group-less consumer of
 // its own: no group, no offset commits, since a committed offset would
-// shorten the next recovery.
+// shorten the next recovery. The user's options come first, without their
+// group options (userOpts), and what the read rests on after them, so
+// that they cannot change it (last wins): the partition from its start,
+// the isolation level, the control records.
 func (b *Backend) recoverPartition(ctx context.Context, snap store.TopicPartition) iter.Seq2[store.Snapshot, error] {
 	return func(yield func(store.Snapshot, error) bool) {
 		readCommitted := b.cfg.Mode == store.Transactional
@@ -25,8 +28,13 @@ func (b *Backend) recoverPartition(ctx context.Context, snap store.TopicPartitio
 		if readCommitted {
 			level = kgo.ReadCommitted()
 		}
-		opts := append(b.cfg.clientOpts(),
-			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{snap.Topic: {snap.Partition: kgo.NewOffset().AtStart()}}),
+		start := kgo.NewOffset().AtStart()
+		opts := append(b.cfg.clientOpts(), userOpts(b.cfg.ReaderOpts)...)
+		opts = append(opts,
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{snap.Topic: {snap.Partition: start}}),
+			// An offset out of range (the log start moved past the
+			// position) resumes at the start, never at the end.
+			kgo.ConsumeStartOffset(start), kgo.ConsumeResetOffset(start),
 			kgo.FetchIsolationLevel(level),
 			// franz-go hands neither control records nor aborted data to
 			// the caller by default, so a partition that ends in markers
@@ -34,7 +42,6 @@ func (b *Backend) recoverPartition(ctx context.Context, snap store.TopicPartitio
 			// carry the position over them.
 			kgo.KeepControlRecords(),
 		)
-		opts = append(opts, b.cfg.ReaderOpts...)
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			yield(store.Snapshot{}, fmt.Errorf("kafka: recovery reader for %s: %w", snap, err))
