@@ -142,7 +142,8 @@ type Config[S any] struct {
 	// The cache starts empty: New deletes every key in the engine's
 	// Pebble database (a cache left by a crash may hold uncommitted
 	// state), and recovery rebuilds what a partition needs. Only that
-	// database is cleared; no file of Dir is removed. (A Dir an older
+	// database is cleared, through Pebble (which deletes its own retired
+	// files); nothing else in Dir is removed. (A Dir an older
 	// snapfence used directly holds that version's Pebble files at its
 	// top; the engine leaves them, as it cannot tell them from the
 	// user's.)
