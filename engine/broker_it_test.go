@@ -67,6 +67,22 @@ func (w *brokerWorld) runner(protocol kgo.Opt) *engine.Runner[int] {
 // runnerWith is runner with its engine's configuration changed by mod (if
 // set).
 func (w *brokerWorld) runnerWith(protocol kgo.Opt, mod func(*engine.Config[int])) *engine.Runner[int] {
+	return w.runnerOf(protocol, mod, nil)
+}
+
+// killableRunnerWith is runnerWith with a kill switch (crashAndLeave).
+func (w *brokerWorld) killableRunnerWith(protocol kgo.Opt, mod func(*engine.Config[int])) (*engine.Runner[int], *killSwitch) {
+	var k *killSwitch
+	r := w.runnerOf(protocol, mod, func(newSource func(engine.Handler) (engine.Source, error)) func(engine.Handler) (engine.Source, error) {
+		newSource, k = killable(newSource)
+		return newSource
+	})
+	return r, k
+}
+
+// runnerOf is runnerWith with its source factory wrapped by wrap (if set).
+func (w *brokerWorld) runnerOf(protocol kgo.Opt, mod func(*engine.Config[int]),
+	wrap func(func(engine.Handler) (engine.Source, error)) func(engine.Handler) (engine.Source, error)) *engine.Runner[int] {
 	b, err := kafka.New(context.Background(), kafka.Config{Mode: store.Transactional, SeedBrokers: w.brokers, TransactionalIDPrefix: w.topic})
 	if err != nil {
 		w.t.Fatal(err)
@@ -82,10 +98,14 @@ func (w *brokerWorld) runnerWith(protocol kgo.Opt, mod func(*engine.Config[int])
 		w.t.Fatal(err)
 	}
 	w.t.Cleanup(func() { _ = e.Close() })
-	r, err := e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
+	newSource := engine.NewKafkaSource(engine.KafkaConfig{
 		SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic},
 		ClientOpts: []kgo.Opt{protocol, kgo.SessionTimeout(6 * time.Second)},
-	}))
+	})
+	if wrap != nil {
+		newSource = wrap(newSource)
+	}
+	r, err := e.NewRunner(newSource)
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -171,8 +171,8 @@ func runDeterminismScenario(t *testing.T, protocol sim.Protocol, seed uint64) sc
 				start(0)
 			}
 			crashed = pick(anySlot)
-			slots[crashed].r.Crash()
-			stop(crashed)
+			crashOnSim(t, slots[crashed].r)
+			stop(crashed) // its cache goes with its engine
 			continue
 		case op == ops/2 && slots[crashed] == nil: // and its restart
 			start(crashed)

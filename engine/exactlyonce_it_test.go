@@ -19,9 +19,13 @@ import (
 // eosRunner is a runner of the broker world with the audited fold,
 // exactly once, committing every commitEvery.
 func (w *brokerWorld) eosRunner(protocol kgo.Opt, commitEvery time.Duration) *engine.Runner[int] {
-	return w.runnerWith(protocol, func(c *engine.Config[int]) {
+	return w.runnerWith(protocol, w.eosConfig(commitEvery))
+}
+
+func (w *brokerWorld) eosConfig(commitEvery time.Duration) func(*engine.Config[int]) {
+	return func(c *engine.Config[int]) {
 		c.Fold, c.ExactlyOnce, c.CommitInterval = auditedTo(w.topic+"-audit", w.topic+"-balances"), true, commitEvery
-	})
+	}
 }
 
 // The kfake test of a lost batch, on Kafka 4.3.1 under each protocol: a
@@ -43,7 +47,7 @@ func TestExactlyOnceOutputsThroughACrashOnKafka(t *testing.T) {
 			a := w.eosRunner(protocol, 100*time.Millisecond)
 			w.produce("alice=+10", "bob=+5", "alice=+1", "dave=+1")
 			w.drain(a)
-			slow := w.eosRunner(protocol, time.Hour)
+			slow, kill := w.killableRunnerWith(protocol, w.eosConfig(time.Hour))
 			if err := a.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -69,10 +73,7 @@ func TestExactlyOnceOutputsThroughACrashOnKafka(t *testing.T) {
 				v, ok, _ := slow.State(p1, []byte("carol"))
 				return ok && v == 7
 			})
-			slow.Crash()
-			if err := slow.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
+			crashAndLeave(t, slow, kill) // its open batch is lost; b takes both partitions at once
 			b := w.eosRunner(protocol, 100*time.Millisecond)
 			w.drain(b)
 			w.check(b)

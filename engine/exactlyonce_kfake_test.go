@@ -89,7 +89,8 @@ func (w *fakeWorld) inputs() []string {
 // A member crashes with a batch folded and not committed; the next owner
 // folds those records again. (A crash that leaves the member in the group
 // until its session expires is the worlds' business: kfakeworld freezes
-// its connections.) On kfake, with franz-go, under each protocol,
+// its connections; here the dead member's consumer leaves.) On kfake,
+// with franz-go, under each protocol,
 // a read_committed consumer of the output topic sees every input's output
 // exactly once.
 func TestExactlyOnceOutputsThroughACrashOnKfake(t *testing.T) {
@@ -106,7 +107,7 @@ func TestExactlyOnceOutputsThroughACrashOnKfake(t *testing.T) {
 				a := w.runner(w.eosEngine(100*time.Millisecond), protocol)
 				w.produce("alice=+10", "bob=+5", "alice=+1", "dave=+1") // both partitions
 				w.drain(a)
-				slow := w.runner(w.eosEngine(time.Hour), protocol)
+				slow, kill := w.killableRunner(w.eosEngine(time.Hour), protocol)
 				_ = a.Close(context.Background()) // slow takes both partitions
 				w.drain(slow)
 				w.produce("bob=+2", "carol=+7", "dave=+3")
@@ -122,14 +123,11 @@ func TestExactlyOnceOutputsThroughACrashOnKfake(t *testing.T) {
 						t.Fatal("the batch the crash loses was never folded")
 					}
 				}
-				// A crash, as far as the batch goes: the flows and their
-				// open batch are gone, nothing is flushed, and the leave
-				// (no flow left to revoke) hands the partitions over
-				// without the session timeout's wait.
-				slow.Crash()
-				if err := slow.Close(context.Background()); err != nil {
-					t.Fatal(err)
-				}
+				// A crash: slow is never stepped or closed again, so its
+				// open batch is lost and nothing is flushed, and its
+				// consumer's leave (which reaches no runner) hands the
+				// partitions over without the session timeout's wait.
+				crashAndLeave(t, slow, kill)
 				b := w.runner(w.eosEngine(100*time.Millisecond), protocol)
 				w.drain(b)
 				w.check(b)

@@ -258,8 +258,8 @@ func TestExactlyOnceOutputsThroughACrashOnSim(t *testing.T) {
 	if err := a.Step(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a.Crash()
-	w.c.Advance(time.Minute)
+	crashOnSim(t, a)
+	w.c.Advance(time.Minute) // session timeout: a is evicted
 	b := w.runner(w.engine(time.Second))
 	w.drain(b)
 	w.check(b)

@@ -165,8 +165,11 @@ func ExampleEngine_NewRunner() {
 	_ = first.Step(ctx) // the snapshot {15, 2} is written at offset 1; offset 0 stays committed
 	_, _ = cluster.Produce(tp, store.WireRecord{Key: []byte("alice"), Value: []byte("-1")})
 	_ = first.Step(ctx) // folded, never written
-	first.Crash()
-	cluster.Advance(time.Minute) // the session times out; the group drops the crashed member
+	// The first process dies: its member never polls nor heartbeats
+	// again, and its runner is never stepped or closed (no flush, no
+	// commit, no revoke).
+	first.Source().(*engine.SimSource).Member().Stall()
+	cluster.Advance(time.Minute) // the session times out; the group drops the dead member
 	committed, _ := cluster.CommittedOffset("bank", tp)
 	fmt.Println("committed offset after the crash:", committed)
 

@@ -108,14 +108,28 @@ var protocols = map[string]kgo.Opt{
 }
 
 func (w *fakeWorld) runner(e *engine.Engine[int], protocol kgo.Opt) *engine.Runner[int] {
-	r, err := e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
-		SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
-		ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext), protocol},
-	}))
+	r, err := e.NewRunner(w.source(protocol))
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	return r
+}
+
+// killableRunner is runner with a kill switch (crashAndLeave).
+func (w *fakeWorld) killableRunner(e *engine.Engine[int], protocol kgo.Opt) (*engine.Runner[int], *killSwitch) {
+	newSource, k := killable(w.source(protocol))
+	r, err := e.NewRunner(newSource)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return r, k
+}
+
+func (w *fakeWorld) source(protocol kgo.Opt) func(engine.Handler) (engine.Source, error) {
+	return engine.NewKafkaSource(engine.KafkaConfig{
+		SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
+		ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext), protocol},
+	})
 }
 
 func (w *fakeWorld) caughtUp() bool {

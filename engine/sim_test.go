@@ -224,7 +224,7 @@ func TestCrashReplaysExactlyOnceOnSim(t *testing.T) {
 			t.Fatalf("partition %d committed %d: the scenario needs snapshots ahead of the commit", p, off)
 		}
 	}
-	a.Crash()
+	crashOnSim(t, a)
 	w.c.Advance(time.Minute) // session timeout: a is evicted
 	b := w.runner(w.engine())
 	w.drain(b)
