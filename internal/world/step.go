@@ -59,7 +59,8 @@ const (
 	// Evict removes Member from the group: it misses its session (a pause
 	// past the session timeout) and wakes a zombie.
 	Evict Kind = "evict"
-	// Crash kills Member: no revoke, and a transaction of its flush left
+	// Crash kills Member: no revoke, no flush, no leave (the group evicts
+	// it when its session expires), and a transaction of its flush left
 	// open on each snapshot partition it owned.
 	Crash Kind = "crash"
 	// ForeignOpen opens a transaction of another producer on snapshot

@@ -494,7 +494,10 @@ func (w *World) leave(m *member) {
 	m.state = absent
 }
 
-// crash kills m: no revoke; a transaction of its flush is left open on
+// crash kills m: its member stalls for good (no poll, no heartbeat, no
+// leave: the group evicts it when its session expires), and its runner is
+// never stepped or closed again (no flush, no commit, no revoke); its
+// cache goes with its engine. A transaction of its flush is left open on
 // every snapshot partition it owned, under the partition's
 // transactional.id (a takeover must abort it; a reader must never see
 // it).
@@ -507,7 +510,7 @@ func (w *World) crash(m *member) {
 	if current, _ := w.c.MemberEpochs(Group, id.MemberID); current >= 0 && current == id.Generation {
 		owned = m.src.Member().Owned()
 	}
-	m.r.Crash()
+	m.src.Member().Stall()
 	_ = m.eng.Close()
 	m.state = crashed
 	if w.cfg.Mode != store.Transactional {
@@ -764,7 +767,8 @@ func (w *World) memberErrors() []string {
 	return out
 }
 
-// Close stops every member; the world is done.
+// Close stops every member, as processes killed at once (no revoke, no
+// flush), and closes their engines; the world is done.
 func (w *World) Close() {
 	if w.foreign != nil {
 		w.endForeign(false)
@@ -772,7 +776,7 @@ func (w *World) Close() {
 	for _, m := range w.members {
 		if m.state == running || m.state == paused {
 			w.stop(m)
-			m.r.Crash()
+			m.src.Member().Stall()
 			_ = m.eng.Close()
 			m.state = absent
 		}
