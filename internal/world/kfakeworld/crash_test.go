@@ -2,12 +2,14 @@ package kfakeworld
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/snapfence/snapfence/internal/world"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
 )
 
 // joining is a scenario's start in which m1's JoinGroup is parked at the
@@ -131,8 +133,8 @@ func TestKfakeKeepsAJoinerWhoseConnectionClosed(t *testing.T) {
 			m, p := w.members[1], w.members[1].p
 			p.consumer.Kill()
 			p.store.Kill()
+			p.cbs.die()
 			w.retire(m, crashed, func() {
-				p.r.Crash()
 				_ = p.r.Source().Close(context.Background())
 			})
 			w.Apply(world.Step{Kind: world.Advance, D: 3 * time.Second})
@@ -154,4 +156,143 @@ func TestKfakeKeepsAJoinerWhoseConnectionClosed(t *testing.T) {
 		}
 	}
 	t.Fatal("in 40 runs, kfake always removed a member whose connection closed while its JoinGroup was parked: kfake now arms its session as Kafka does")
+}
+
+// keyOn is the first of a, b, c, ... that lands on input partition p.
+func keyOn(t *testing.T, p int32) string {
+	t.Helper()
+	for c := 'a'; c <= 'z'; c++ {
+		if world.PartitionOf(string(c), Partitions) == p {
+			return string(c)
+		}
+	}
+	t.Fatalf("no one-letter key on partition %d", p)
+	return ""
+}
+
+// members is how many members the world's group has, under its protocol.
+func members(t *testing.T, w *World) int {
+	t.Helper()
+	if w.cfg.Protocol == sim.Consumer {
+		gs, err := w.adm.DescribeConsumerGroups(context.Background(), world.Group)
+		if err == nil {
+			err = gs.Error()
+		}
+		if err != nil {
+			t.Fatalf("describing the group: %v", err)
+		}
+		return len(gs[world.Group].Members)
+	}
+	_, n := group(t, w)
+	return n
+}
+
+// flows are the partitions m's runner has flows for, once m is idle: a
+// poll with nothing to fold goes on in the background until its next
+// flush is due, and a recovery in a callback holds the runner, so time
+// is advanced a second at a time until neither is in flight (at most
+// 20 s).
+func flows(t *testing.T, w *World, m *member) []store.TopicPartition {
+	t.Helper()
+	for range 20 {
+		if m.p.idle() {
+			return m.p.r.Flows()
+		}
+		apply(t, w, world.Step{Kind: world.Advance, D: time.Second})
+	}
+	t.Fatalf("m%d was still busy after 20 s", m.slot)
+	return nil
+}
+
+// A crashed member stays in the group until its session expires, as on
+// Kafka: its consumer's connections fall silent, so nothing more of it
+// reaches the group (no heartbeat, no leave). Then the group evicts it,
+// and the survivor takes its partition over and replays what it had
+// folded, in virtual time. The crashed member writes, commits, reads and
+// emits nothing after its crash.
+func TestACrashedMemberIsEvictedWhenItsSessionExpiresOnKfake(t *testing.T) {
+	for _, protocol := range []sim.Protocol{sim.ClassicEager, sim.ClassicCooperative, sim.Consumer} {
+		t.Run(protocol.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w, err := New(Config{Mode: store.Transactional, Protocol: protocol})
+				if err != nil {
+					t.Fatal(err)
+				}
+				closed := false
+				defer func() {
+					if !closed {
+						w.Close()
+					}
+				}()
+				m0, m1 := w.members[0], w.members[1]
+				k0, k1 := keyOn(t, 0), keyOn(t, 1)
+				apply(t, w, world.Step{Kind: world.Produce, Key: k0, Delta: 1}, world.Step{Kind: world.Produce, Key: k1, Delta: 1},
+					world.Step{Kind: world.Join, Member: 0}, world.Step{Kind: world.Poll, Member: 0},
+					world.Step{Kind: world.Join, Member: 1})
+				var lost []store.TopicPartition
+				for range 20 {
+					apply(t, w, world.Step{Kind: world.Poll, Member: 1}, world.Step{Kind: world.Poll, Member: 0})
+					if lost = flows(t, w, m0); len(lost) == 1 && len(flows(t, w, m1)) == 1 {
+						break
+					}
+					apply(t, w, world.Step{Kind: world.Advance, D: time.Second})
+				}
+				if len(lost) != 1 || len(flows(t, w, m1)) != 1 {
+					t.Fatalf("the group did not split: m0 has flows %v, m1 %v", lost, flows(t, w, m1))
+				}
+				// Folded, and neither flushed nor committed: m0's last
+				// poll has just flushed, so the next flush is not due.
+				key := map[int32]string{0: k0, 1: k1}[lost[0].Partition]
+				apply(t, w, world.Step{Kind: world.Produce, Key: k0, Delta: 2}, world.Step{Kind: world.Produce, Key: k1, Delta: 2},
+					world.Step{Kind: world.Poll, Member: 0}, world.Step{Kind: world.Poll, Member: 1})
+				if !m0.p.idle() {
+					t.Fatal("m0's poll of the new events did not return")
+				}
+				if v, ok, err := m0.p.r.State(lost[0], []byte(key)); err != nil || !ok || v != 3 {
+					t.Fatalf("m0's state of %s is %d (%t, %v), want 3: the new event is not folded", key, v, ok, err)
+				}
+				p := lost[0].Partition
+				if committed, _ := w.committedOffsets(); committed[p] >= w.endOffsets()[p] {
+					t.Fatalf("m0 committed partition %d to its end (%d) before the crash: nothing for a crash to lose", p, committed[p])
+				}
+
+				from := len(w.History().Ops())
+				apply(t, w, world.Step{Kind: world.Crash, Member: 0})
+				apply(t, w, world.Step{Kind: world.Advance, D: w.cfg.SessionTimeout - 2*time.Second}, world.Step{Kind: world.Poll, Member: 1})
+				if n := members(t, w); n != 2 {
+					t.Fatalf("%s after the crash, within the session timeout (%s), the group has %d members, want m1 and the crashed m0", w.cfg.SessionTimeout-2*time.Second, w.cfg.SessionTimeout, n)
+				}
+				if !m1.p.idle() {
+					t.Fatal("m1's poll did not return")
+				}
+				if got := m1.p.r.Flows(); slices.Contains(got, lost[0]) {
+					t.Fatalf("m1 has the flows %v before m0's session expired", got)
+				}
+				apply(t, w, world.Step{Kind: world.Advance, D: 3 * time.Second})
+				if n := members(t, w); n != 1 {
+					t.Fatalf("%s after the crash, past the session timeout (%s), the group has %d members, want m1 alone", w.cfg.SessionTimeout+time.Second, w.cfg.SessionTimeout, n)
+				}
+				for range 20 {
+					apply(t, w, world.Step{Kind: world.Poll, Member: 1})
+					if len(flows(t, w, m1)) == Partitions {
+						break
+					}
+					apply(t, w, world.Step{Kind: world.Advance, D: time.Second})
+				}
+				if got := flows(t, w, m1); len(got) != Partitions {
+					t.Fatalf("m0's session expired, and m1 has the flows %v, not every partition's", got)
+				}
+				for _, v := range w.Quiesce() {
+					t.Errorf("%s", v)
+				}
+				w.Close() // the dead consumer's client closes: its revoke reaches no runner
+				closed = true
+				for _, op := range w.History().Ops()[from:] { // the quiescence's and the close's too
+					if op.Member == 0 {
+						t.Errorf("m0 has crashed, and it made a %s call: %v", op.Kind, op)
+					}
+				}
+			})
+		})
+	}
 }

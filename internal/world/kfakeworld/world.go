@@ -748,8 +748,13 @@ func (w *World) leave(m *member) {
 
 // crash kills m: its store connections die (no transaction is ended),
 // its consumer's fall silent for good (no leave, no heartbeat, no
-// rejoin reaches the group), then its runner crashes and its clients
-// close, the consumer once the world closes and kills its connections.
+// rejoin reaches the group, which evicts the member when its session
+// expires), and its runner is never stepped or closed again: its
+// rebalance callbacks in flight are cancelled and later ones no longer
+// reach it (callbacks.die), so nothing is flushed, committed or revoked.
+// Its clients close, the consumer once the world closes and kills its
+// connections (the leave franz-go tries then reaches nobody), and its
+// engine's cache with it.
 //
 // The consumer's connections are frozen, not closed: Kafka's group
 // coordinator never acts on a closed connection (it expires members by
@@ -769,7 +774,6 @@ func (w *World) crash(m *member) {
 	p.cbs.die()
 	p.crashed = true
 	w.retire(m, crashed, func() {
-		p.r.Crash()
 		_ = p.r.Source().Close(context.Background())
 	})
 }
@@ -1021,7 +1025,7 @@ type callbacks struct {
 	// died is closed when the process crashes: a dead process runs
 	// nothing, so a callback in flight (a recovery behind a truncated log
 	// or dead connections would go on until its stall deadline) has its
-	// context cancelled.
+	// context cancelled, and a later one does not reach the runner.
 	died     chan struct{}
 	diedOnce sync.Once
 }
@@ -1054,13 +1058,23 @@ func (c *callbacks) context(ctx context.Context) (context.Context, context.Cance
 	return ctx, cancel
 }
 
-func (c *callbacks) enter() {
+// enter counts a callback in, unless the process has died: then it
+// reports false, and the callback must not run.
+func (c *callbacks) enter() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.died != nil {
+		select {
+		case <-c.died:
+			return false
+		default:
+		}
+	}
 	if c.n == 0 {
 		c.idle = make(chan struct{})
 	}
 	c.n++
+	return true
 }
 
 func (c *callbacks) exit() {
@@ -1091,14 +1105,17 @@ func (c *callbacks) waitIdle() {
 	}
 }
 
-// trackedHandler counts the runner's rebalance callbacks.
+// trackedHandler counts the runner's rebalance callbacks, and keeps them
+// from the runner once its process has died.
 type trackedHandler struct {
 	h   engine.Handler
 	cbs *callbacks
 }
 
 func (t *trackedHandler) Assigned(ctx context.Context, tps []store.TopicPartition) {
-	t.cbs.enter()
+	if !t.cbs.enter() {
+		return
+	}
 	defer t.cbs.exit()
 	ctx, cancel := t.cbs.context(ctx)
 	defer cancel()
@@ -1106,7 +1123,9 @@ func (t *trackedHandler) Assigned(ctx context.Context, tps []store.TopicPartitio
 }
 
 func (t *trackedHandler) Revoked(ctx context.Context, tps []store.TopicPartition) {
-	t.cbs.enter()
+	if !t.cbs.enter() {
+		return
+	}
 	defer t.cbs.exit()
 	ctx, cancel := t.cbs.context(ctx)
 	defer cancel()
@@ -1114,7 +1133,9 @@ func (t *trackedHandler) Revoked(ctx context.Context, tps []store.TopicPartition
 }
 
 func (t *trackedHandler) Lost(ctx context.Context, tps []store.TopicPartition) {
-	t.cbs.enter()
+	if !t.cbs.enter() {
+		return
+	}
 	defer t.cbs.exit()
 	ctx, cancel := t.cbs.context(ctx)
 	defer cancel()
