@@ -46,9 +46,10 @@
 // their outputs were only in its memory, in the open batch; at least once,
 // they are in "enriched_orders" already. A killed process's session would
 // expire after the session timeout; to spare the wait the dead instance's
-// consumer leaves the group, and instance B takes A's partitions over
-// (aborting any transaction A left open) and replays them from the
-// committed offsets. Then "enriched_orders" is read read_committed and
+// consumer leaves the group (its revoke reaches no engine: the process is
+// dead), and instance B takes A's partitions over (aborting any
+// transaction A left open) and replays them from the committed offsets.
+// Then "enriched_orders" is read read_committed and
 // checked against the input: every input event must have exactly one
 // enriched record (counted by input position), with the right content (the
 // seller joined from the table, the order's state as folding the order's
@@ -400,6 +401,9 @@ type instance struct {
 	// whose sequence number is at least killAt (0: never).
 	killAt atomic.Int64
 	dying  atomic.Bool
+	// dead is set when the instance is killed: its consumer's rebalance
+	// callbacks no longer reach its runner (deadHandler).
+	dead atomic.Bool
 
 	mu       sync.Mutex
 	folded   map[int32][]int64 // input offsets folded, per partition
@@ -463,9 +467,12 @@ func (s *service) start(ctx context.Context, name string) (*instance, error) {
 		_ = backend.Close()
 		return nil, err
 	}
-	in.r, err = in.e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
+	newSource := engine.NewKafkaSource(engine.KafkaConfig{
 		SeedBrokers: s.seeds, Group: s.t.group, Topics: []string{s.t.input},
-	}))
+	})
+	in.r, err = in.e.NewRunner(func(h engine.Handler) (engine.Source, error) {
+		return newSource(deadHandler{h: h, dead: &in.dead})
+	})
 	if err != nil {
 		_ = in.e.Close()
 		_ = backend.Close()
@@ -504,13 +511,16 @@ func (in *instance) wait() error {
 	return in.err
 }
 
-// crash kills the instance as a killed process: its step loop ends, its
-// flows are dropped without a flush or a commit, and its consumer leaves
-// the group (a dead process's session would expire; leaving spares the
-// wait). It returns how many folded events its commits did not cover.
+// crash kills the instance as a killed process: its step loop ends and
+// its runner is never stepped or closed again (no flush, no commit, no
+// revoke). A dead process's consumer would stay in the group until its
+// session expired; to spare the wait it leaves the group here, its revoke
+// reaching no runner (deadHandler). Its engine (the cache, with the
+// folded state never committed) and its store backend are closed. It
+// returns how many folded events its commits did not cover.
 func (in *instance) crash() int {
 	_ = in.wait()
-	in.r.Crash()
+	in.dead.Store(true)
 	in.mu.Lock()
 	pending := 0
 	for p, offs := range in.folded {
@@ -521,8 +531,37 @@ func (in *instance) crash() int {
 		}
 	}
 	in.mu.Unlock()
-	in.close()
+	_ = in.r.Source().Close(context.Background())
+	_ = in.e.Close()
+	_ = in.backend.Close()
+	in.r = nil
 	return pending
+}
+
+// deadHandler passes a consumer's rebalance callbacks on to its runner
+// while the process lives; once it is dead (killed), they reach nothing,
+// as nothing runs in a dead process.
+type deadHandler struct {
+	h    engine.Handler
+	dead *atomic.Bool
+}
+
+func (d deadHandler) Assigned(ctx context.Context, tps []store.TopicPartition) {
+	if !d.dead.Load() {
+		d.h.Assigned(ctx, tps)
+	}
+}
+
+func (d deadHandler) Revoked(ctx context.Context, tps []store.TopicPartition) {
+	if !d.dead.Load() {
+		d.h.Revoked(ctx, tps)
+	}
+}
+
+func (d deadHandler) Lost(ctx context.Context, tps []store.TopicPartition) {
+	if !d.dead.Load() {
+		d.h.Lost(ctx, tps)
+	}
 }
 
 // stop stops the instance cleanly: it leaves the group, and the revoke
