@@ -782,21 +782,6 @@ func (r *Runner[S]) Close(ctx context.Context) error {
 	return err
 }
 
-// Crash stops the runner as a killed process would: no flush, no revoke,
-// no leave. The group evicts the member when its session expires. (For a
-// simulated member the member stalls for good.)
-func (r *Runner[S]) Crash() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, f := range r.sortedFlows() {
-		_ = f.core.Drop()
-		delete(r.flows, f.tp)
-	}
-	if c, ok := r.src.(interface{ Crash() }); ok {
-		c.Crash()
-	}
-}
-
 // Source is the runner's source.
 func (r *Runner[S]) Source() Source { return r.src }
 

@@ -65,7 +65,10 @@ func NewSimSource(c *sim.Cluster, group string, protocol sim.Protocol, maxPoll i
 	}
 }
 
-// Member is the simulated group member, for faults (Stall, Resume).
+// Member is the simulated group member, for faults (Stall, Resume). A
+// crash is a Stall never resumed, with the runner never stepped or closed
+// again: the group evicts the member when its session expires, and
+// nothing is flushed, committed or revoked.
 func (s *SimSource) Member() *sim.Member { return s.m }
 
 func (s *SimSource) forget(tps []store.TopicPartition) {
@@ -159,6 +162,3 @@ func (s *SimSource) Close(ctx context.Context) error {
 	s.m.Leave(s.callback)
 	return nil
 }
-
-// Crash stalls the member for good, as a killed process.
-func (s *SimSource) Crash() { s.m.Stall() }
