@@ -11,6 +11,12 @@
 // member's step has finished or parked on the cluster (sim.Cluster.Parked):
 // nothing moves between two steps of the driver.
 //
+// A crash is simulated with what a killed process leaves behind: its
+// member stalls for good (the group evicts it when its session expires),
+// its runner is never stepped or closed again (no flush, no commit, no
+// revoke), and its engine, with its cache, is closed. The engine has no
+// call for it.
+//
 // The variants in Config (CachedIdentity, LSOBoundRecovery) are broken
 // designs, there for the negative controls; this package is internal, so
 // they are never user options.

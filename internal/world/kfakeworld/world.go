@@ -91,9 +91,11 @@
 //   - crash kills the process's store connections and silences its
 //     consumer's for good (frozen until the world closes: nothing more
 //     reaches the group, which evicts the member when its session
-//     expires); a transaction its flush had open stays open until the
-//     next owner's takeover or its timeout. The simulated crash also
-//     opens one on every partition the member owned. The consumer's
+//     expires), and its runner is never stepped or closed again, its
+//     rebalance callbacks cut off from it; a transaction its flush had
+//     open stays open until the next owner's takeover or its timeout.
+//     The simulated crash stalls the member instead, and also opens a
+//     transaction on every partition the member owned. The consumer's
 //     connections are not closed because kfake, unlike Kafka, may then
 //     never expire a member crashed while its JoinGroup was parked (see
 //     crash and TestKfakeKeepsAJoinerWhoseConnectionClosed).
