@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -224,17 +223,25 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 			return noID, fmt.Errorf("%w: snapshot topic %q of input topic %q does not exist; create it with cleanup.policy=compact and at least %d partitions, or set CreateTopics",
 				ErrTopicMissing, snap.Topic, input.Topic, len(in.Partitions))
 		}
+		// CreateTopic returns once every partition is served, and leaves
+		// b.admin's cached metadata of the topic fresh. That matters here:
+		// the ListTopics above cached "unknown topic" for it, and kadm's
+		// requests (ListTopics, DescribeTopicConfigs) and the recovery's
+		// sharded ListOffsets read that cache for the metadata min age (5 s
+		// by default). A wait that listed the topic through kadm saw it
+		// only once that entry expired: every acquisition that created its
+		// snapshot topic took over 5 s.
 		compact := "compact"
-		resp, err := b.adm.CreateTopic(ctx, int32(len(in.Partitions)), -1, map[string]*string{"cleanup.policy": &compact}, snap.Topic)
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-			return noID, fmt.Errorf("kafka: creating snapshot topic %q: %w", snap.Topic, err)
+		start := b.cfg.Now()
+		created, err := createTopic(ctx, b.admin, snap.Topic, int32(len(in.Partitions)), -1, map[string]*string{"cleanup.policy": &compact})
+		if err != nil {
+			return noID, fmt.Errorf("kafka: snapshot topic of input topic %q: %w", input.Topic, err)
 		}
-		b.cfg.Logger.Info("created snapshot topic", "topic", snap.Topic, "partitions", len(in.Partitions))
-		// A new topic's partitions are not served at once; a recovery
-		// that starts before they are fails with UNKNOWN_TOPIC_OR_PARTITION.
-		if err := b.awaitTopic(ctx, snap.Topic, len(in.Partitions)); err != nil {
-			return noID, err
+		msg := "created snapshot topic"
+		if !created {
+			msg = "snapshot topic was created meanwhile"
 		}
+		b.cfg.Logger.Info(msg, "topic", snap.Topic, "partitions", len(in.Partitions), "served_after", b.cfg.Now().Sub(start))
 		return in.ID, nil
 	}
 	if sd.Err != nil {
@@ -296,36 +303,6 @@ func (b *Backend) outputPartitions(ctx context.Context, topic string) (int, erro
 	b.outputTopics[topic] = len(td.Partitions)
 	b.mu.Unlock()
 	return len(td.Partitions), nil
-}
-
-// awaitTopic waits, with a growing backoff bounded by ctx and ~30 s, until
-// the topic's metadata lists every partition with a leader.
-func (b *Backend) awaitTopic(ctx context.Context, topic string, partitions int) error {
-	backoff := 10 * time.Millisecond
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		details, err := b.adm.ListTopics(ctx, topic)
-		if err == nil {
-			if td, ok := details[topic]; ok && td.Err == nil && len(td.Partitions) >= partitions {
-				ready := true
-				for _, p := range td.Partitions {
-					ready = ready && p.Err == nil && p.Leader >= 0
-				}
-				if ready {
-					return nil
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("kafka: created snapshot topic %q is not served after 30s (last error: %v)", topic, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
-	}
 }
 
 // Close releases every partition and client.

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 )
@@ -149,6 +150,55 @@ func TestTopicChecksNameWhatIsWrong(t *testing.T) {
 		if err != nil || len(td["fresh-snapshots"].Partitions) != 2 {
 			t.Fatalf("created snapshot topic: %v %v", td, err)
 		}
+	})
+}
+
+// An acquisition that creates the snapshot topic (CreateTopics) returns
+// once the topic is served, and without waiting out the admin client's
+// metadata min age (franz-go's default, 5 s). The new topic is served
+// late (kafkatest.ServeLate: three ListOffsets refused, as Kafka refuses
+// them for a moment after it answers CreateTopics), so a recovery that
+// started before it is served would fail. And the topic check lists the
+// snapshot topic before it exists, so the admin client caches "unknown
+// topic" for it; a wait that reads the cache, or a ListOffsets sharded by
+// it, sees the topic only once that entry is 5 s old. In virtual time the
+// duration is exact: kfake answers at once, so anything near the min age
+// is the cache.
+func TestAnAcquisitionThatCreatesItsSnapshotTopicReturnsOnceItIsServed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		ctx := context.Background()
+		if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, "fresh"); err != nil {
+			t.Fatal(err)
+		}
+		late := kafkatest.ServeLate(w.c, 3)
+		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix, CreateTopics: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := store.IdentityFunc(func() store.GroupIdentity { return store.GroupIdentity{Group: group} })
+		start := time.Now()
+		p, err := b.Acquire(ctx, store.Acquisition{Input: store.TopicPartition{Topic: "fresh", Partition: 1}, Identity: id})
+		if err != nil {
+			t.Fatalf("CreateTopics: %v", err)
+		}
+		acquired := time.Since(start)
+		if !late.Served("fresh-snapshots") {
+			t.Errorf("the acquisition returned after %d of 3 refused ListOffsets, before its new snapshot topic was served", late.Refused("fresh-snapshots"))
+		}
+		if acquired >= time.Second {
+			t.Errorf("acquiring a partition whose snapshot topic it created took %v of virtual time; the metadata min age is 5s, and kfake answers at once", acquired)
+		}
+		for _, err := range p.Recover(ctx) {
+			if err != nil {
+				t.Fatalf("recovering a just-created snapshot topic: %v", err)
+			}
+		}
+		recovered := time.Since(start)
+		if recovered-acquired >= time.Second {
+			t.Errorf("recovering a just-created snapshot topic took %v of virtual time", recovered-acquired)
+		}
+		t.Logf("acquired after %v, recovered after %v (virtual time)", acquired, recovered)
 	})
 }
 
