@@ -43,7 +43,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -100,7 +99,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer cl.Close()
-	if err := createTopics(ctx, kadm.NewClient(cl)); err != nil {
+	if err := createTopics(ctx, cl); err != nil {
 		return err
 	}
 
@@ -396,19 +395,19 @@ func report(out io.Writer, got, want map[string]int) error {
 	return nil
 }
 
-func createTopics(ctx context.Context, adm *kadm.Client) error {
+// createTopics creates the program's topics (an existing one is kept)
+// and returns once each is served: kafka.CreateTopic waits until every
+// partition answers, as a broker answers UNKNOWN_TOPIC_OR_PARTITION for
+// a moment after it created a topic.
+func createTopics(ctx context.Context, cl *kgo.Client) error {
 	compact := "compact"
 	for topic, configs := range map[string]map[string]*string{
 		inputTopic:    nil,
 		snapshotTopic: {"cleanup.policy": &compact},
 		outputTopic:   nil,
 	} {
-		resp, err := adm.CreateTopic(ctx, partitions, -1, configs, topic)
-		if err == nil {
-			err = resp.Err
-		}
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("creating %s: %w", topic, err)
+		if err := kafka.CreateTopic(ctx, cl, topic, partitions, -1, configs); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -11,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/snapfence/snapfence/internal/kafkatest"
 )
 
 // The default mode end to end, in process: kfake, two engine runs, the
@@ -122,4 +126,35 @@ func TestReportFailsOnMismatch(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", row, out.String())
 		}
 	}
+}
+
+// On a cluster that serves new topics late, as Kafka does for a moment
+// after it answers CreateTopics (kafkatest.ServeLate: a new topic's first
+// three ListOffsets are refused), the program waits until its topics are
+// served before it uses them (issue 14).
+func TestItsTopicsAreServedBeforeItUsesThem(t *testing.T) {
+	before := goroutineIDs()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	late := kafkatest.ServeLate(c, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	if err := run(ctx, []string{"-brokers", strings.Join(c.ListenAddrs(), ",")}, &out); err != nil {
+		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
+	}
+	if want := fmt.Sprintf("all %d accounts match", len(accounts)); !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q\noutput:\n%s", want, out.String())
+	}
+	// The fault was met: every topic's refusals were used up.
+	for _, topic := range []string{inputTopic, snapshotTopic, outputTopic} {
+		if !late.Served(topic) {
+			t.Errorf("%s: only %d of its 3 ListOffsets were refused", topic, late.Refused(topic))
+		}
+	}
+	c.Close()
+	checkNoLeak(t, before)
 }

@@ -70,7 +70,8 @@
 //	go run ./examples/enrichment -brokers 127.0.0.1:9092
 //
 // Against a cluster the topics are created if missing (3 partitions,
-// "sellers" 1; the broker's default replication), under a prefix: -prefix, by default
+// "sellers" 1; the broker's default replication; kafka.CreateTopic returns
+// once a new topic is served), under a prefix: -prefix, by default
 // "enrichment-<UTC time>-" so that runs do not meet. A run leaves behind the
 // topics <prefix>order_events, <prefix>order_events-snapshots (compacted),
 // <prefix>enriched_orders and <prefix>sellers (compacted), the consumer
@@ -98,7 +99,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -188,7 +188,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer cl.Close()
-	if err := createTopics(ctx, kadm.NewClient(cl), t); err != nil {
+	if err := createTopics(ctx, cl, t); err != nil {
 		return err
 	}
 	sellers, err := loadSellers(ctx, seeds, cl, t.sellers, out)
@@ -978,7 +978,11 @@ func (r *result) report(out io.Writer, exactlyOnce bool) error {
 	return nil
 }
 
-func createTopics(ctx context.Context, adm *kadm.Client, t topics) error {
+// createTopics creates the program's topics (an existing one is kept)
+// and returns once each is served: kafka.CreateTopic waits until every
+// partition answers, as a broker answers UNKNOWN_TOPIC_OR_PARTITION for
+// a moment after it created a topic.
+func createTopics(ctx context.Context, cl *kgo.Client, t topics) error {
 	compact := "compact"
 	for topic, configs := range map[string]map[string]*string{
 		t.input:     nil,
@@ -990,12 +994,8 @@ func createTopics(ctx context.Context, adm *kadm.Client, t topics) error {
 		if topic == t.sellers {
 			n = 1
 		}
-		resp, err := adm.CreateTopic(ctx, n, -1, configs, topic)
-		if err == nil {
-			err = resp.Err
-		}
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("creating %s: %w", topic, err)
+		if err := kafka.CreateTopic(ctx, cl, topic, n, -1, configs); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/internal/kafkatest"
 )
 
 // The default mode end to end, in process: kfake, two instances, one
@@ -230,4 +233,32 @@ func checkNoLeak(t *testing.T, before map[string]bool) {
 		}
 		runtime.Gosched()
 	}
+}
+
+// On a cluster that serves new topics late, as Kafka does for a moment
+// after it answers CreateTopics (kafkatest.ServeLate: a new topic's first
+// three ListOffsets are refused), the program waits until its topics are
+// served: issue 14 saw "end offsets of ...-sellers:
+// UNKNOWN_TOPIC_OR_PARTITION" 2 runs in 3 on a fresh broker.
+func TestItsTopicsAreServedBeforeItUsesThem(t *testing.T) {
+	before := goroutineIDs()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	late := kafkatest.ServeLate(c, 3)
+	printed := runOK(t, "-brokers", strings.Join(c.ListenAddrs(), ","), "-prefix", "late-")
+	if !strings.Contains(printed, "exactly once: every input event") {
+		t.Errorf("output lacks the exactly-once verdict\noutput:\n%s", printed)
+	}
+	// The fault was met: every topic's refusals were used up.
+	n := names("late-")
+	for _, topic := range []string{n.input, n.snapshots, n.output, n.sellers} {
+		if !late.Served(topic) {
+			t.Errorf("%s: only %d of its 3 ListOffsets were refused", topic, late.Refused(topic))
+		}
+	}
+	c.Close()
+	checkNoLeak(t, before)
 }
