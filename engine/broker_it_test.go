@@ -39,10 +39,10 @@ func newBrokerWorld(t *testing.T) *brokerWorld {
 	w.prod, w.adm = prod, kadm.NewClient(prod)
 	compact := "compact"
 	ctx := context.Background()
-	if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, w.topic); err != nil {
+	if err := kafka.CreateTopic(ctx, w.prod, w.topic, 2, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.adm.CreateTopic(ctx, 2, 1, map[string]*string{"cleanup.policy": &compact}, w.topic+"-snapshots"); err != nil {
+	if err := kafka.CreateTopic(ctx, w.prod, w.topic+"-snapshots", 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.adm.DeleteTopics(context.Background(), w.topic, w.topic+"-snapshots") })

@@ -126,11 +126,7 @@ func runOutputs(b *testing.B, brokers []string, eos bool, interval time.Duration
 		name string
 		cfg  map[string]*string
 	}{{w.input, nil}, {w.output, nil}, {w.snaps, map[string]*string{"cleanup.policy": &compact}}} {
-		r, err := w.adm.CreateTopic(ctx, outputsPartitions, 1, t.cfg, t.name)
-		if err == nil {
-			err = r.Err
-		}
-		if err != nil {
+		if err := kafka.CreateTopic(ctx, w.prod, t.name, outputsPartitions, 1, t.cfg); err != nil {
 			b.Fatalf("create topic %s: %v", t.name, err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
 )
 
 // eosRunner is a runner of the broker world with the audited fold,
@@ -37,10 +38,10 @@ func TestExactlyOnceOutputsThroughACrashOnKafka(t *testing.T) {
 			w := newBrokerWorld(t)
 			audit := w.topic + "-audit"
 			ctx := context.Background()
-			if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, audit); err != nil {
+			if err := kafka.CreateTopic(ctx, w.prod, audit, 2, 1, nil); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, w.topic+"-balances"); err != nil {
+			if err := kafka.CreateTopic(ctx, w.prod, w.topic+"-balances", 2, 1, nil); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { w.adm.DeleteTopics(context.Background(), audit, w.topic+"-balances") })

@@ -12,6 +12,7 @@ import (
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
 )
 
 // eosEngine is an engine of the kfake world with the audited fold, exactly
@@ -98,10 +99,10 @@ func TestExactlyOnceOutputsThroughACrashOnKfake(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := newFakeWorld(t)
-				if _, err := w.adm.CreateTopic(context.Background(), 2, 1, nil, "audit"); err != nil {
+				if err := kafka.CreateTopic(context.Background(), w.prod, "audit", 2, 1, nil); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := w.adm.CreateTopic(context.Background(), 2, 1, nil, "balances"); err != nil {
+				if err := kafka.CreateTopic(context.Background(), w.prod, "balances", 2, 1, nil); err != nil {
 					t.Fatal(err)
 				}
 				a := w.runner(w.eosEngine(100*time.Millisecond), protocol)

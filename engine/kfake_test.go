@@ -38,11 +38,11 @@ func newFakeWorld(t *testing.T) *fakeWorld {
 	w.prod = w.client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	w.adm = kadm.NewClient(w.prod)
 	ctx := context.Background()
-	if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, "accounts"); err != nil {
+	if err := kafka.CreateTopic(ctx, w.prod, "accounts", 2, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	compact := "compact"
-	if _, err := w.adm.CreateTopic(ctx, 2, 1, map[string]*string{"cleanup.policy": &compact}, "accounts-snapshots"); err != nil {
+	if err := kafka.CreateTopic(ctx, w.prod, "accounts-snapshots", 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		t.Fatal(err)
 	}
 	return w

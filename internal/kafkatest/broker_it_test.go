@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/snapfence/snapfence/internal/kafkatest"
+	"github.com/snapfence/snapfence/store/kafka"
 )
 
 // TestBrokerTransactions is the smoke test of the shared broker: it runs
@@ -49,12 +50,8 @@ func TestBrokerTransactions(t *testing.T) {
 	}
 
 	topic := fmt.Sprintf("kafkatest-smoke-%d", time.Now().UnixNano())
-	created, err := adm.CreateTopic(ctx, 1, 1, nil, topic)
-	if err == nil {
-		err = created.Err
-	}
-	if err != nil {
-		t.Fatalf("create topic %s: %v", topic, err)
+	if err := kafka.CreateTopic(ctx, admin, topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
 	}
 	defer func() {
 		if _, err := adm.DeleteTopics(context.Background(), topic); err != nil {

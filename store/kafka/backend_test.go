@@ -93,20 +93,20 @@ func TestTopicChecksNameWhatIsWrong(t *testing.T) {
 		w := newFakeWorld(t)
 		ctx := context.Background()
 		del := "delete"
-		if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, "plainly"); err != nil {
+		if err := kafka.CreateTopic(ctx, w.admin, "plainly", 2, 1, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.adm.CreateTopic(ctx, 2, 1, map[string]*string{"cleanup.policy": &del}, "plainly-snapshots"); err != nil {
+		if err := kafka.CreateTopic(ctx, w.admin, "plainly-snapshots", 2, 1, map[string]*string{"cleanup.policy": &del}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.adm.CreateTopic(ctx, 3, 1, nil, "wide"); err != nil {
+		if err := kafka.CreateTopic(ctx, w.admin, "wide", 3, 1, nil); err != nil {
 			t.Fatal(err)
 		}
 		compact := "compact"
-		if _, err := w.adm.CreateTopic(ctx, 2, 1, map[string]*string{"cleanup.policy": &compact}, "wide-snapshots"); err != nil {
+		if err := kafka.CreateTopic(ctx, w.admin, "wide-snapshots", 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, "fresh"); err != nil {
+		if err := kafka.CreateTopic(ctx, w.admin, "fresh", 2, 1, nil); err != nil {
 			t.Fatal(err)
 		}
 		id := joinGroup(t, w, group)
@@ -168,7 +168,7 @@ func TestAnAcquisitionThatCreatesItsSnapshotTopicReturnsOnceItIsServed(t *testin
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
 		ctx := context.Background()
-		if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, "fresh"); err != nil {
+		if err := kafka.CreateTopic(ctx, w.admin, "fresh", 2, 1, nil); err != nil {
 			t.Fatal(err)
 		}
 		late := kafkatest.ServeLate(w.c, 3)

@@ -129,11 +129,11 @@ func (bc *benchCluster) newOwner(b *testing.B, be *kafka.Backend) *owner {
 	bc.seq++
 	input := fmt.Sprintf("in-%s-%d", bc.run, bc.seq)
 	group := fmt.Sprintf("flow-%s-%d", bc.run, bc.seq)
-	if _, err := bc.adm.CreateTopic(ctx, 1, 1, nil, input); err != nil {
+	if err := kafka.CreateTopic(ctx, bc.admin, input, 1, 1, nil); err != nil {
 		b.Fatalf("creating %s: %v", input, err)
 	}
 	compact := "compact"
-	if _, err := bc.adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": &compact}, kafka.DefaultSnapshotTopic(input)); err != nil {
+	if err := kafka.CreateTopic(ctx, bc.admin, kafka.DefaultSnapshotTopic(input), 1, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		b.Fatalf("creating %s: %v", kafka.DefaultSnapshotTopic(input), err)
 	}
 

@@ -131,8 +131,9 @@ func TestCreateTopicGivesUpNamingTheTopicAndTheLastError(t *testing.T) {
 // A client that asked about a topic before creating it caches "unknown
 // topic" for the metadata min age (5 s). CreateTopic neither waits for
 // that entry to age nor leaves it: it returns at once, and the same
-// client sees the topic, through kadm and through a sharded ListOffsets. After a plain CreateTopics it does not (franz-go
-// v1.22.3; this pins why the backend's acquisition stalled 5 s).
+// client sees the topic, through kadm and through a sharded ListOffsets.
+// After a plain CreateTopics it does not (franz-go v1.22.3; this pins why
+// the backend's acquisition stalled 5 s).
 func TestCreateTopicLeavesTheClientsCachedMetadataFresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, client := lateCluster(t, 0)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/sim"
 )
 
@@ -83,7 +84,7 @@ func identityMatrix(t *testing.T, protocol sim.Protocol) {
 	adm := kadm.NewClient(admin)
 	topic := fmt.Sprintf("identity-%d", time.Now().UnixNano())
 	group := topic + "-group"
-	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+	if err := kafka.CreateTopic(ctx, admin, topic, 1, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	defer adm.DeleteTopics(context.Background(), topic)
@@ -98,7 +99,7 @@ func identityMatrix(t *testing.T, protocol sim.Protocol) {
 	// epoch is above its first; then another member subscribed only to
 	// the second topic joins and leaves: two more generations, and the
 	// committed partition never moves.
-	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic+"-other"); err != nil {
+	if err := kafka.CreateTopic(ctx, admin, topic+"-other", 1, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	defer adm.DeleteTopics(context.Background(), topic+"-other")

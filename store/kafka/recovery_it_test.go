@@ -85,10 +85,10 @@ func newRealWorld(t *testing.T) *realWorld {
 	w.group = name + "-group"
 	ctx := context.Background()
 	compact := "compact"
-	if _, err := w.adm.CreateTopic(ctx, 1, 1, nil, name); err != nil {
+	if err := kafka.CreateTopic(ctx, cl, name, 1, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": &compact}, w.snaps.Topic); err != nil {
+	if err := kafka.CreateTopic(ctx, cl, w.snaps.Topic, 1, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.adm.DeleteTopics(context.Background(), name, w.snaps.Topic) })

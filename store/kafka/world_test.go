@@ -65,14 +65,14 @@ func (w *world) createTopics(t *testing.T) {
 	w.admin = w.client(t)
 	w.adm = kadm.NewClient(w.admin)
 	ctx := context.Background()
-	if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, w.input); err != nil {
+	if err := kafka.CreateTopic(ctx, w.admin, w.input, 2, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	compact := "compact"
-	if _, err := w.adm.CreateTopic(ctx, 2, 1, map[string]*string{"cleanup.policy": &compact}, kafka.DefaultSnapshotTopic(w.input)); err != nil {
+	if err := kafka.CreateTopic(ctx, w.admin, kafka.DefaultSnapshotTopic(w.input), 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.adm.CreateTopic(ctx, 2, 1, nil, w.OutputTopic()); err != nil {
+	if err := kafka.CreateTopic(ctx, w.admin, w.OutputTopic(), 2, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 }
