@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -50,6 +51,9 @@ const (
 // realBroker is a world's real-broker state.
 type realBroker struct {
 	snapshot string // the world's snapshot topic
+	// created are the topics the world created, which it deletes when it
+	// closes.
+	created []string
 	// background are the poll steps left running past pollTimeout (by
 	// their process, the step's busy channel): settle does not wait for
 	// them, as synctest.Wait does not for a poll blocked waiting for
@@ -327,8 +331,10 @@ func (w *World) checkBroker(ctx context.Context) error {
 
 // createTopics creates the input topic and its compacted snapshot topic
 // (store/kafka checks cleanup.policy=compact and the partition count),
-// with the broker's default replication, and waits until the metadata
-// shows every partition with a leader.
+// and the output topic if any, with the broker's default replication,
+// each served before the next (kafka.CreateTopic). A topic that already
+// exists is refused: the world counts on topics of its own, and deletes
+// only those it created.
 func (w *World) createTopics(ctx context.Context) error {
 	compact := "compact"
 	type topic struct {
@@ -340,39 +346,20 @@ func (w *World) createTopics(ctx context.Context) error {
 		topics = append(topics, topic{w.output, nil})
 	}
 	for _, t := range topics {
-		resp, err := w.adm.CreateTopic(ctx, Partitions, -1, t.configs, t.name)
-		if err == nil {
-			err = resp.Err
-		}
+		listed, err := w.adm.ListTopics(ctx, t.name)
 		if err != nil {
-			return fmt.Errorf("creating topic %s: %w", t.name, err)
+			return fmt.Errorf("describing topic %s: %w", t.name, err)
+		}
+		if td, ok := listed[t.name]; ok && !errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+			return fmt.Errorf("creating topic %s: it already exists (%v)", t.name, td.Err)
+		}
+		err = kafka.CreateTopic(ctx, w.cl, t.name, Partitions, -1, t.configs)
+		w.real.created = append(w.real.created, t.name) // it may exist even if it is not served
+		if err != nil {
+			return err
 		}
 	}
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		names := []string{w.input, w.real.snapshot}
-		if w.output != "" {
-			names = append(names, w.output)
-		}
-		md, err := w.adm.Metadata(ctx, names...)
-		ready := err == nil
-		for _, name := range names {
-			td, ok := md.Topics[name]
-			ready = ready && ok && td.Err == nil && len(td.Partitions) == Partitions
-			for _, pd := range td.Partitions {
-				ready = ready && pd.Err == nil && pd.Leader >= 0
-			}
-		}
-		if ready {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("topics %s and %s created but not ready in %s (metadata: %v)", w.input, w.real.snapshot, connectTimeout, err)
-		case <-tick.C:
-		}
-	}
+	return nil
 }
 
 // consumerGroupConfig sets the consumer protocol's session timeout and
@@ -413,14 +400,14 @@ func (w *World) consumerGroupConfig(ctx context.Context) {
 	w.logf("the consumer protocol's session timeout could not be set for group %s (%v): the broker's, %s, applies", w.group, err, w.cfg.SessionTimeout)
 }
 
-// closeReal deletes the world's topics and closes its client.
+// closeReal deletes the topics the world created and closes its client.
 func (w *World) closeReal() {
 	defer w.cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
-	topics := []string{w.input, w.real.snapshot}
-	if w.output != "" {
-		topics = append(topics, w.output)
+	topics := w.real.created
+	if len(topics) == 0 {
+		return
 	}
 	resps, err := w.adm.DeleteTopics(ctx, topics...)
 	if err == nil {

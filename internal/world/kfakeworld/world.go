@@ -406,19 +406,19 @@ func New(cfg Config) (*World, error) {
 	}
 	w.adm = kadm.NewClient(w.cl)
 	ctx := context.Background()
-	if _, err := w.adm.CreateTopic(ctx, Partitions, 1, nil, world.InputTopic); err != nil {
+	if err := kafka.CreateTopic(ctx, w.cl, world.InputTopic, Partitions, 1, nil); err != nil {
 		w.closeCluster()
-		return nil, fmt.Errorf("kfakeworld: creating %s: %w", world.InputTopic, err)
+		return nil, fmt.Errorf("kfakeworld: %w", err)
 	}
 	compact := "compact"
-	if _, err := w.adm.CreateTopic(ctx, Partitions, 1, map[string]*string{"cleanup.policy": &compact}, w.snapshotTopic); err != nil {
+	if err := kafka.CreateTopic(ctx, w.cl, w.snapshotTopic, Partitions, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		w.closeCluster()
-		return nil, fmt.Errorf("kfakeworld: creating %s: %w", w.snapshotTopic, err)
+		return nil, fmt.Errorf("kfakeworld: %w", err)
 	}
 	if w.output != "" {
-		if _, err := w.adm.CreateTopic(ctx, Partitions, 1, nil, w.output); err != nil {
+		if err := kafka.CreateTopic(ctx, w.cl, w.output, Partitions, 1, nil); err != nil {
 			w.closeCluster()
-			return nil, fmt.Errorf("kfakeworld: creating %s: %w", w.output, err)
+			return nil, fmt.Errorf("kfakeworld: %w", err)
 		}
 	}
 	w.members = make([]*member, cfg.Members)
