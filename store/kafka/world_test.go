@@ -31,6 +31,8 @@ type world struct {
 	input, group, prefix string
 	// foreignID is the transactional.id of ForeignTransaction.
 	foreignID string
+	// now is the backends' clock (kafka.Config.Now); nil: time.Now.
+	now func() time.Time
 
 	admin *kgo.Client
 	adm   *kadm.Client
@@ -140,6 +142,7 @@ func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend
 		MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
 		RecoveryStallTimeout:    cfg.RecoveryStallTimeout,
 		Observer:                cfg.Observer,
+		Now:                     w.now,
 		ClientOpts:              []kgo.Opt{kgo.Dialer(w.dial)},
 		// One batch per fetch, so SlowFetches slows progress without
 		// stopping it. (Only the partition limit: kfake answers a fetch
