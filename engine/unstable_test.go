@@ -302,54 +302,6 @@ func fenceProducer(t *testing.T, opts []kgo.Opt, txnID string) {
 	}
 }
 
-// The sim's restart case on kfake with store/kafka and a franz-go
-// consumer, in virtual time: the offset is held by another
-// transactional.id's open transaction, which the takeover cannot end
-// either, and the partition's producer is fenced, so its flow restarts
-// into the held offset.
-func TestAHeldCommittedOffsetStopsOnlyItsPartitionOnKfake(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		w := newFakeWorld(t)
-		w.produce("dave=+1", "bob=+5")
-		logs := &logCount{}
-		const timeout = time.Minute
-		r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.UnstableOffsetTimeout, c.Logger = timeout, slog.New(logs) }),
-			protocols["classic-cooperative"])
-		w.drain(r)
-		pid, release := holdCommittedOffset(t, w.opts(), "intruder", "bank", accounts0, snaps0)
-		fenceProducer(t, w.opts(), "bank-accounts-0")
-		w.produce("erin=+2", "alice=+3")
-		ctx := context.Background()
-		var err error
-		p1Done := false
-		for start := time.Now(); time.Since(start) < 5*timeout; { // virtual time
-			if err = r.Step(ctx); err != nil {
-				break
-			}
-			if !p1Done && !slices.Contains(r.Flows(), accounts0) && w.committedAtEnd(accounts1) {
-				p1Done = true
-				w.produce("carol=+4") // accounts/1 goes on while accounts/0 waits
-			}
-		}
-		if !p1Done {
-			t.Fatalf("accounts/1 was not committed to its end while accounts/0 waited (flows %v, err %v); logs:\n%s", r.Flows(), err, logs)
-		}
-		checkUnstable(t, err, accounts0, "bank-accounts-0", timeout, func(o store.OpenTransaction) bool {
-			return o.Partition == snaps0 && o.ProducerID == pid && o.TransactionalID == "intruder"
-		}, logs)
-		if err := r.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		release()
-		r = w.runner(w.engine(), protocols["classic-cooperative"])
-		w.drain(r)
-		w.check(r)
-		if err := r.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
-}
-
 // stableAsKafka makes kfake answer a RequireStable offset fetch as Kafka
 // does (KIP-447): UNSTABLE_OFFSET_COMMIT only for the partitions a pending
 // transactional commit holds (here: held alone). kfake answers it for every
@@ -384,22 +336,45 @@ func (w *fakeWorld) stableAsKafka(held store.TopicPartition) {
 	})
 }
 
-// A held offset at assignment on kfake: the typed error ends the runner
-// after the timeout, in virtual time.
-func TestAHeldCommittedOffsetAtAssignmentFailsLoudlyOnKfake(t *testing.T) {
+// heldOffsetOnKfake is the sim cases' script on kfake with store/kafka and
+// a franz-go consumer, in virtual time. The offset is held by another
+// transactional.id's open transaction, which the takeover cannot end
+// either. atAssignment holds it before the runner starts; otherwise while
+// it runs, and the partition's producer is fenced, so its flow restarts
+// into the held offset while accounts/1 goes on.
+func heldOffsetOnKfake(t *testing.T, atAssignment bool) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
 		w.produce("dave=+1", "bob=+5")
-		pid, release := holdCommittedOffset(t, w.opts(), "intruder", "bank", accounts0, snaps0)
-		w.stableAsKafka(accounts0)
 		logs := &logCount{}
 		const timeout = time.Minute
-		r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.UnstableOffsetTimeout, c.Logger = timeout, slog.New(logs) }),
-			protocols["classic-cooperative"])
+		mod := func(c *engine.Config[int]) { c.UnstableOffsetTimeout, c.Logger = timeout, slog.New(logs) }
+		var r *engine.Runner[int]
+		var pid int64
+		var release func()
+		if atAssignment {
+			pid, release = holdCommittedOffset(t, w.opts(), "intruder", "bank", accounts0, snaps0)
+			w.stableAsKafka(accounts0)
+			r = w.runner(w.engineWith(mod), protocols["classic-cooperative"])
+		} else {
+			r = w.runner(w.engineWith(mod), protocols["classic-cooperative"])
+			w.drain(r)
+			pid, release = holdCommittedOffset(t, w.opts(), "intruder", "bank", accounts0, snaps0)
+			fenceProducer(t, w.opts(), "bank-accounts-0")
+			w.produce("erin=+2", "alice=+3")
+		}
 		ctx := context.Background()
 		var err error
+		p1Done := false
 		for start := time.Now(); time.Since(start) < 5*timeout && err == nil; { // virtual time
 			err = r.Step(ctx)
+			if !atAssignment && !p1Done && !slices.Contains(r.Flows(), accounts0) && w.committedAtEnd(accounts1) {
+				p1Done = true
+				w.produce("carol=+4") // accounts/1 goes on while accounts/0 waits
+			}
+		}
+		if !atAssignment && !p1Done {
+			t.Fatalf("accounts/1 was not committed to its end while accounts/0 waited (flows %v, err %v); logs:\n%s", r.Flows(), err, logs)
 		}
 		checkUnstable(t, err, accounts0, "bank-accounts-0", timeout, func(o store.OpenTransaction) bool {
 			return o.Partition == snaps0 && o.ProducerID == pid && o.TransactionalID == "intruder"
@@ -416,3 +391,7 @@ func TestAHeldCommittedOffsetAtAssignmentFailsLoudlyOnKfake(t *testing.T) {
 		}
 	})
 }
+
+func TestAHeldCommittedOffsetStopsOnlyItsPartitionOnKfake(t *testing.T) { heldOffsetOnKfake(t, false) }
+
+func TestAHeldCommittedOffsetAtAssignmentFailsLoudlyOnKfake(t *testing.T) { heldOffsetOnKfake(t, true) }
