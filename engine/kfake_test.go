@@ -182,13 +182,19 @@ func TestRestartsRecoverStateOnKfake(t *testing.T) {
 // committedAtEnd reports whether the group's stable committed offset of tp
 // is at the partition's end.
 func (w *fakeWorld) committedAtEnd(tp store.TopicPartition) bool {
+	return committedAtEnd(w.adm, "bank", tp)
+}
+
+// committedAtEnd reports whether group's committed offset of tp is at the
+// partition's end, as adm's cluster answers.
+func committedAtEnd(adm *kadm.Client, group string, tp store.TopicPartition) bool {
 	ctx := context.Background()
-	ends, err := w.adm.ListEndOffsets(ctx, tp.Topic)
+	ends, err := adm.ListEndOffsets(ctx, tp.Topic)
 	if err != nil {
 		return false
 	}
 	end, ok := ends.Lookup(tp.Topic, tp.Partition)
-	committed, err := w.adm.FetchOffsets(ctx, "bank")
+	committed, err := adm.FetchOffsets(ctx, group)
 	if err != nil || !ok {
 		return false
 	}

@@ -19,18 +19,7 @@ import (
 // committedAtEnd reports whether the group's committed offset of tp is at
 // the partition's end.
 func (w *brokerWorld) committedAtEnd(tp store.TopicPartition) bool {
-	ctx := context.Background()
-	ends, err := w.adm.ListEndOffsets(ctx, tp.Topic)
-	if err != nil {
-		return false
-	}
-	end, ok := ends.Lookup(tp.Topic, tp.Partition)
-	committed, err := w.adm.FetchOffsets(ctx, w.topic+"-group")
-	if err != nil || !ok {
-		return false
-	}
-	c, found := committed.Lookup(tp.Topic, tp.Partition)
-	return found && c.At == end.Offset
+	return committedAtEnd(w.adm, w.topic+"-group", tp)
 }
 
 // heldOffsetOnKafka is the kfake cases' script on Kafka 4.3.1: another
