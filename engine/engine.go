@@ -272,6 +272,14 @@ func (e *Engine[S]) coreFold() core.FoldFunc[S] {
 	return core.FoldFunc[S](e.cfg.Fold)
 }
 
+// tickInterval is the tick's period; 0: no tick.
+func (e *Engine[S]) tickInterval() time.Duration {
+	if e.cfg.Tick == nil {
+		return 0
+	}
+	return max(e.cfg.TickInterval, 0)
+}
+
 func (e *Engine[S]) coreTick() core.TickFunc[S] {
 	if e.cfg.Tick == nil {
 		return nil

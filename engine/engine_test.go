@@ -37,11 +37,11 @@ func TestGenerationBumpKeepingPartitionsDoesNotFence(t *testing.T) {
 			w.produce("alice=+1", "bob=+2")
 			r := w.runnerWith(w.engine(), protocol, nil)
 			w.drain(r)
-			before := r.CurrentIdentity().Generation
+			before := r.Source().Identity().Generation
 			w.c.Rebalance("bank")
 			w.produce("alice=+3", "bob=+4")
 			w.drain(r)
-			if after := r.CurrentIdentity().Generation; after <= before {
+			if after := r.Source().Identity().Generation; after <= before {
 				t.Fatalf("generation %d -> %d: the rebalance did not bump it", before, after)
 			}
 			if errs := r.Errors(); len(errs) > 0 {
@@ -52,35 +52,18 @@ func TestGenerationBumpKeepingPartitionsDoesNotFence(t *testing.T) {
 	}
 }
 
-// Before the first join nothing is published, and the store refuses to
-// commit with what it reads.
-func TestWriteBeforeTheFirstJoinFailsLoudly(t *testing.T) {
-	w := newSimWorld(t)
-	r := w.runner(w.engine())
-	p, err := w.store.Acquire(context.Background(), store.Acquisition{
-		Input: store.TopicPartition{Topic: "accounts", Partition: 0}, Identity: r,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	err = p.Write(context.Background(), store.Snapshot{Key: []byte("k"), Value: []byte("1"), Offset: 0})
-	if !errors.Is(err, store.ErrMissingIdentity) {
-		t.Fatalf("write before the first join: %v, want ErrMissingIdentity", err)
-	}
-}
-
 // revokeWatch checks, as each revoke callback returns, that the runner has
 // no flow left for the revoked partitions.
 type revokeWatch struct {
 	engine.Handler
+	r       *engine.Runner[int]
 	t       *testing.T
 	revoked []store.TopicPartition
 }
 
 func (h *revokeWatch) Revoked(ctx context.Context, tps []store.TopicPartition) {
 	h.Handler.Revoked(ctx, tps)
-	r := h.Handler.(*engine.Runner[int])
+	r := h.r
 	for _, tp := range tps {
 		if slices.Contains(r.Flows(), tp) {
 			h.t.Errorf("the revoke of %s returned with its flow still running", tp)
@@ -102,6 +85,7 @@ func TestRevokeTearsTheFlowDownBeforeReturning(t *testing.T) {
 		watch = &revokeWatch{Handler: h, t: t}
 		return watch
 	})
+	watch.r = a
 	w.drain(a)
 	w.produce("alice=+10", "bob=+20")
 	if err := a.Step(context.Background()); err != nil { // folded, not flushed

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,9 +52,15 @@ type Handler interface {
 
 // Runner runs an engine over one source: one group member. Step it, or
 // let Engine.Run loop it.
+//
+// The runner is the runtime around the scheduler: it polls, folds, and
+// carries out the scheduler's actions (takeovers, recoveries, flushes,
+// commits, teardowns), reporting each outcome back. It decides nothing
+// about a partition's life itself.
 type Runner[S any] struct {
-	e   *Engine[S]
-	src Source
+	e    *Engine[S]
+	src  Source
+	mode outputMode[S]
 	// published is the identity read after the last poll, once valid: the
 	// store reads it for every transaction.
 	published atomic.Pointer[store.GroupIdentity]
@@ -64,67 +69,51 @@ type Runner[S any] struct {
 	// and may call the handler, before its constructor returns.
 	ready chan struct{}
 
-	mu       chanMutex
-	flows    map[store.TopicPartition]*flow[S]
-	assigned map[store.TopicPartition]bool
-	restart  map[store.TopicPartition]bool
-	// due are the restarts the poll in progress makes due once it
-	// returns. A rebalance callback during that poll deletes its
-	// partitions from it: what the poll revoked, lost or assigned anew is
-	// no longer the failed flow that was to restart (a poll can last
-	// minutes, a recovery inside it waiting; the member may have been
-	// evicted and rejoined meanwhile).
-	due map[store.TopicPartition]bool
-	// unstable are the assigned partitions whose acquisition waits for
-	// their committed offset to be released by a transaction the takeover
-	// did not end. They are retried after a poll, with a growing backoff,
-	// while the other partitions fold and commit; past
-	// Config.UnstableOffsetTimeout the wait ends in fatal.
-	unstable map[store.TopicPartition]*unstableWait
-	// fatal is an error that ends the runner: Step returns it from now on.
-	fatal error
+	mu    chanMutex
+	sched *scheduler[*flow[S]]
 	errs  []error
-
-	lastPersist, lastCommit, lastTick time.Time
 }
 
+// flow is a running partition's state: its core and its acquired store
+// partition.
 type flow[S any] struct {
 	tp   store.TopicPartition
 	part store.Partition
 	core *core.Core[S]
-	// pending are the outputs of the open exactly-once batch, in fold
-	// order, and pendingBytes their keys' and values' size. They leave
-	// memory only inside the batch's transaction, or with the flow.
-	pending      []Output
-	pendingBytes int
-	// gone is set when the flow is torn down: records of its partition
-	// later in the same poll are not folded.
-	gone bool
+	// batch is the open exactly-once batch (exactlyOnce only).
+	batch openBatch
 }
 
 // NewRunner returns a runner over the source that newSource makes with the
-// runner as its handler.
+// runner's rebalance handler.
 func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[S], error) {
-	r := &Runner[S]{e: e, flows: map[store.TopicPartition]*flow[S]{},
-		assigned: map[store.TopicPartition]bool{}, restart: map[store.TopicPartition]bool{},
-		unstable: map[store.TopicPartition]*unstableWait{}, ready: make(chan struct{}),
-		mu: make(chanMutex, 1)}
-	src, err := newSource(r)
+	r := &Runner[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1)}
+	r.mode = newOutputMode(r)
+	r.sched = newScheduler[*flow[S]](schedulerConfig{
+		persistInterval: r.mode.persistInterval(),
+		commitInterval:  e.cfg.CommitInterval,
+		tickInterval:    e.tickInterval(),
+		flushOnRevoke:   !e.cfg.NoFlushOnRevoke,
+		unstableTimeout: e.cfg.UnstableOffsetTimeout,
+	}, time.Time{})
+	src, err := newSource(rebalanceHandler[S]{r})
 	if err != nil {
 		return nil, err
 	}
 	r.src = src
-	close(r.ready)
 	now := src.Now()
-	r.lastPersist, r.lastCommit, r.lastTick = now, now, now
+	r.sched.lastPersist, r.sched.lastCommit, r.sched.lastTick = now, now, now
+	close(r.ready)
 	return r, nil
 }
 
-// CurrentIdentity implements store.IdentityReader: the identity published
+// identity is the runner's store.IdentityReader: the identity published
 // after the last poll.
-func (r *Runner[S]) CurrentIdentity() store.GroupIdentity {
-	if id := r.published.Load(); id != nil {
-		return *id
+type identity[S any] struct{ r *Runner[S] }
+
+func (id identity[S]) CurrentIdentity() store.GroupIdentity {
+	if p := id.r.published.Load(); p != nil {
+		return *p
 	}
 	return store.GroupIdentity{Generation: -1}
 }
@@ -162,423 +151,227 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 func (r *Runner[S]) fatalErr() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.fatal
+	return r.sched.fatal
 }
 
+// step is one poll and what follows it. The poll's callbacks run while it
+// is out (inside Poll for the sim, between PollDone and the next Poll for
+// franz-go), each under r.mu.
 func (r *Runner[S]) step(ctx context.Context) error {
-	// Restarts scheduled before this poll are due after it, and only for
-	// partitions the poll leaves assigned: the poll may tell the member it
-	// lost them. A member that restarted a flow without asking (a zombie
-	// back from a pause, its recovery just failed) would take the
-	// partition's producer from its new owner. Restarts scheduled during
-	// the poll wait for the next one, and the poll's callbacks void the
-	// due restarts of the partitions they touch (r.due).
 	r.mu.Lock()
-	r.due = r.restart
-	r.restart = map[store.TopicPartition]bool{}
+	wait := r.sched.pollStarting(r.src.Now())
 	r.mu.Unlock()
-	recs, pollErr := r.src.Poll(ctx, max(r.nextDue().Sub(r.src.Now()), time.Millisecond))
+	recs, pollErr := r.src.Poll(ctx, wait)
 	r.publish()
 	defer r.src.PollDone()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	due := r.due
-	r.due = nil
-	if err := ctx.Err(); err != nil || (pollErr != nil && len(recs) == 0) {
-		// A dead context: the polled records are not folded, so nothing
-		// commits them.
-		if err == nil {
-			err = pollErr
-		}
-		for tp, again := range due {
-			if _, newer := r.restart[tp]; !newer {
-				r.restart[tp] = again
-			}
-		}
+	// A dead context: the polled records are not folded, so nothing
+	// commits them. A fetch error comes with the records of the
+	// partitions that fetched well, and the client has moved past them:
+	// they are folded (dropped, they would be lost, as the next record's
+	// offset commits past them), and the error is returned once the step
+	// is done.
+	dead := ctx.Err()
+	if dead == nil && pollErr != nil && len(recs) == 0 {
+		dead = pollErr
+	}
+	r.do(ctx, r.sched.polled(r.src.Now(), dead == nil))
+	if dead != nil {
+		return dead
+	}
+	if err := r.fold(ctx, recs); err != nil {
 		return err
-	}
-	// A fetch error comes with the records of the partitions that fetched
-	// well, and the client has moved past them: they are folded (dropped,
-	// they would be lost, as the next record's offset commits past them),
-	// and the error is returned once the step is done.
-	for _, tp := range sortedKeys(due) { // acquisitions reach the store: in a fixed order
-		if due[tp] && r.assigned[tp] && r.flows[tp] == nil {
-			if w := r.unstable[tp]; w != nil && r.src.Now().Before(w.retry) {
-				r.restart[tp] = true // not yet: its backoff runs
-				continue
-			}
-			r.startFlow(ctx, tp, true)
-		}
-	}
-	var outs []Output
-	var f *flow[S]
-	folded := 0
-	eos := r.e.cfg.ExactlyOnce
-	for i := range recs {
-		rec := &recs[i]
-		if f == nil || f.tp.Partition != rec.Partition || f.tp.Topic != rec.Topic {
-			// a poll's records come in runs of one partition
-			if f != nil {
-				r.e.cfg.Metrics.addFolded(f.tp.Topic, folded)
-			}
-			f, folded = r.flows[store.TopicPartition{Topic: rec.Topic, Partition: rec.Partition}], 0
-			if f == nil {
-				continue
-			}
-		}
-		if f.core.Stopped() != nil || f.gone {
-			continue // stopped during this poll: it restarts from the committed state
-		}
-		o, err := f.core.Fold(rec)
-		if err != nil {
-			r.stopFlow(f, err)
-			continue
-		}
-		folded++
-		if !eos {
-			outs = append(outs, o...)
-			continue
-		}
-		f.buffer(o)
-		if f.full(r.e.cfg) {
-			r.sealBatch(ctx, f)
-		}
-	}
-	if f != nil {
-		r.e.cfg.Metrics.addFolded(f.tp.Topic, folded)
-	}
-	if len(outs) > 0 && r.e.cfg.Emit != nil {
-		if err := r.e.cfg.Emit(ctx, outs); err != nil {
-			// The outputs are lost with the folds that made them: stop
-			// those flows, so nothing commits past them, and restart
-			// them from the committed state, which replays the records.
-			err = fmt.Errorf("engine: emitting outputs: %w", err)
-			for _, rec := range recs {
-				tp := store.TopicPartition{Topic: rec.Topic, Partition: rec.Partition}
-				if f := r.flows[tp]; f != nil {
-					r.stopFlow(f, err)
-					r.restart[tp] = true
-				}
-			}
-			return err
-		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err // no flush with a dead context; the revoke flushes
 	}
-	now := r.src.Now()
-	if r.e.cfg.Tick != nil && r.e.cfg.TickInterval > 0 && now.Sub(r.lastTick) >= r.e.cfg.TickInterval {
-		r.lastTick = now
-		r.tickAll(ctx, now)
-	}
-	if eos {
-		if now.Sub(r.lastCommit) >= r.e.cfg.CommitInterval {
-			r.lastCommit = now
-			for _, f := range r.sortedFlows() {
-				r.sealBatch(ctx, f)
-			}
-		}
-		return pollErr
-	}
-	if now.Sub(r.lastPersist) >= r.e.cfg.PersistInterval {
-		r.lastPersist = now
-		r.forEachFlow(func(f *flow[S]) error { return r.flush(ctx, f) })
-	}
-	if now.Sub(r.lastCommit) >= r.e.cfg.CommitInterval {
-		r.lastCommit = now
-		r.forEachFlow(func(f *flow[S]) error { return r.flushAndCommit(ctx, f) })
-	}
+	r.do(ctx, r.sched.timers(r.src.Now()))
 	return pollErr
 }
 
-func (r *Runner[S]) tickAll(ctx context.Context, now time.Time) {
-	var outs []Output
-	for _, f := range r.sortedFlows() { // outputs in a fixed order
-		o, err := f.core.Tick(now.UnixMilli())
-		if err != nil {
-			r.stopFlow(f, err)
-			continue
-		}
-		if r.e.cfg.ExactlyOnce {
-			f.buffer(o)
-			continue
-		}
-		outs = append(outs, o...)
+// fold folds a poll's records, run by run (a poll's records come in runs
+// of one partition), and emits their outputs.
+func (r *Runner[S]) fold(ctx context.Context, recs []Record) error {
+	for i := 0; i < len(recs); {
+		n := runLength(recs[i:])
+		r.foldRun(ctx, recs[i:i+n])
+		i += n
 	}
-	if len(outs) > 0 && r.e.cfg.Emit != nil {
-		if err := r.e.cfg.Emit(ctx, outs); err != nil {
-			r.errs = append(r.errs, fmt.Errorf("engine: emitting tick outputs: %w", err))
+	if err := r.mode.emit(ctx); err != nil {
+		// The outputs are lost with the folds that made them: their
+		// flows stop, so nothing commits past them, and restart from
+		// the committed state, which replays the records.
+		err = fmt.Errorf("engine: emitting outputs: %w", err)
+		for i := 0; i < len(recs); {
+			n := runLength(recs[i:])
+			r.do(ctx, r.sched.failed(recordTP(&recs[i]), causeEmit, err))
+			i += n
 		}
-	}
-}
-
-// forEachFlow runs fn on every flow, in partition order (fn writes to the
-// store); a fence stops the flow loudly and schedules its restart from the
-// committed state.
-func (r *Runner[S]) forEachFlow(fn func(*flow[S]) error) {
-	for _, f := range r.sortedFlows() {
-		err := fn(f)
-		switch {
-		case err == nil:
-		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-			// Interrupted, not failed: the keys stay dirty for the next
-			// flush (the revoke's, on shutdown).
-		default:
-			r.stopFlow(f, err)
-			if retriable(err) {
-				r.restart[f.tp] = true
-			}
-		}
-	}
-}
-
-// flush writes every dirty key of f, a batch at a time, and awaits each
-// batch (the store group-commits its writes).
-//
-// A batch goes to the store in one WriteBatch call when the partition
-// implements store.BatchWriter: its writes join the group commit's queue
-// in the core's order (by key) with none between them, so which writes
-// share a transaction, and their order in the log, are the same on every
-// run. That is what makes a run over the simulated cluster a function of
-// its seed and its calls. Otherwise each write runs in a goroutine of its
-// own, and the scheduler decides the order in which they queue.
-func (r *Runner[S]) flush(ctx context.Context, f *flow[S]) error {
-	start := time.Now() // metrics only
-	total := 0
-	defer func() {
-		if total > 0 {
-			r.e.cfg.Metrics.flushed(total, time.Since(start))
-		}
-	}()
-	bw, batched := f.part.(store.BatchWriter)
-	for {
-		snaps, err := f.core.Flush(r.e.cfg.FlushBatch)
-		if err != nil || len(snaps) == 0 {
-			return err
-		}
-		total += len(snaps)
-		var errs []error
-		if batched {
-			errs = bw.WriteBatch(ctx, snaps)
-		} else {
-			errs = make([]error, len(snaps))
-			var wg sync.WaitGroup
-			for i, s := range snaps {
-				wg.Go(func() { errs[i] = f.part.Write(ctx, s) })
-			}
-			wg.Wait()
-		}
-		var first error
-		for i, s := range snaps {
-			if err := f.core.WriteDone(s.Key, errs[i]); err != nil && first == nil {
-				first = err
-			}
-			if errs[i] != nil && first == nil {
-				first = errs[i]
-			}
-		}
-		if first != nil {
-			return first
-		}
-	}
-}
-
-// buffer adds a fold's or a tick's outputs to the open exactly-once batch.
-func (f *flow[S]) buffer(outs []Output) {
-	for _, o := range outs {
-		f.pendingBytes += len(o.Key) + len(o.Value)
-	}
-	f.pending = append(f.pending, outs...)
-}
-
-// full reports whether the open exactly-once batch reached a cap.
-func (f *flow[S]) full(cfg Config[S]) bool {
-	return len(f.pending)+f.core.DirtyKeys() >= cfg.MaxTransactionRecords || f.pendingBytes >= cfg.MaxTransactionBytes
-}
-
-// sealBatch commits f's open exactly-once batch; if that fails, for any
-// reason, f is rewound: stopped now, its cache dropped, and restarted from
-// the committed state after the next poll (if the member still owns it).
-// Called with r.mu held.
-func (r *Runner[S]) sealBatch(ctx context.Context, f *flow[S]) {
-	if err := r.commitBatch(ctx, f); err != nil {
-		r.stopFlow(f, fmt.Errorf("engine: exactly-once batch of %s failed; rewinding to the committed state: %w", f.tp, err))
-		r.restart[f.tp] = retriable(err)
-	}
-}
-
-// commitBatch writes f's open exactly-once batch as one transaction: the
-// snapshot of every dirty key, the outputs folded since the last batch
-// and the commit of the offset after the last record folded. Every dirty
-// key is in the batch, so that offset covers the whole batch.
-//
-// On error the batch's outcome is unknown to the engine (an EndTxn may
-// time out after the commit landed), and its outputs stay in f.pending:
-// the caller must rewind f, never send them again.
-func (r *Runner[S]) commitBatch(ctx context.Context, f *flow[S]) error {
-	if err := f.core.Stopped(); err != nil {
 		return err
 	}
-	offset := f.core.Consumed()
-	if !f.core.Dirty() && len(f.pending) == 0 && offset <= f.part.CommittedOffset() {
-		return nil // nothing to commit
-	}
-	start := time.Now() // metrics only
-	snaps, err := f.core.Flush(0)
-	if err != nil {
-		return err
-	}
-	// recoverFlow started no flow under ExactlyOnce whose partition is not
-	// a BatchCommitter.
-	err = f.part.(store.BatchCommitter).CommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.pending, Offset: offset})
-	for _, s := range snaps {
-		if werr := f.core.WriteDone(s.Key, err); werr != nil && err == nil {
-			err = werr
-		}
-	}
-	if err != nil {
-		return err
-	}
-	f.pending, f.pendingBytes = nil, 0
-	r.e.cfg.Metrics.flushed(len(snaps), time.Since(start))
-	r.e.cfg.Metrics.lag(f.tp, 0)
 	return nil
 }
 
-// flushAndCommit writes every dirty key of f, then commits its
-// committable offset. Under ExactlyOnce it commits the open batch.
-func (r *Runner[S]) flushAndCommit(ctx context.Context, f *flow[S]) error {
-	if r.e.cfg.ExactlyOnce {
-		return r.commitBatch(ctx, f)
-	}
-	if err := r.flush(ctx, f); err != nil {
-		return err
-	}
-	return r.commit(ctx, f)
-}
-
-func (r *Runner[S]) commit(ctx context.Context, f *flow[S]) error {
-	c := f.core.Committable()
-	f.part.SetCommittable(c)
-	if err := f.part.Commit(ctx); err != nil {
-		return err
-	}
-	r.e.cfg.Metrics.lag(f.tp, f.core.Consumed()-c)
-	return nil
-}
-
-// nextDue is when the next flush, commit or tick is due: a poll waits no
-// longer than that.
-func (r *Runner[S]) nextDue() time.Time {
-	due := r.lastCommit.Add(r.e.cfg.CommitInterval)
-	if p := r.lastPersist.Add(r.e.cfg.PersistInterval); p.Before(due) && !r.e.cfg.ExactlyOnce {
-		due = p
-	}
-	if r.e.cfg.Tick != nil && r.e.cfg.TickInterval > 0 {
-		if t := r.lastTick.Add(r.e.cfg.TickInterval); t.Before(due) {
-			due = t
-		}
-	}
-	for _, w := range r.unstable {
-		if w.retry.Before(due) {
-			due = w.retry
-		}
-	}
-	return due
-}
-
-// startFlow acquires tp's store (the takeover), recovers its snapshots
-// into the cache and, when restarting a flow (seek), positions the input at
-// the committed offset; on assignment the consumer starts there itself.
-// Called with r.mu held.
-func (r *Runner[S]) startFlow(ctx context.Context, tp store.TopicPartition, seek bool) {
-	start := time.Now()
-	if part := r.acquire(ctx, tp); part != nil {
-		r.recoverFlow(ctx, tp, part, seek, start)
-	}
-}
-
-// acquire takes tp over (the store's takeover); on failure it records the
-// error, schedules a restart if one can help, and returns nil.
-func (r *Runner[S]) acquire(ctx context.Context, tp store.TopicPartition) store.Partition {
-	part, err := r.e.cfg.Store.Acquire(ctx, store.Acquisition{
-		Input: tp, Identity: r,
-		ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
-	})
-	if errors.Is(err, store.ErrOffsetUnstable) {
-		r.awaitStableOffset(tp, err)
-		return nil
-	}
-	delete(r.unstable, tp)
-	if err != nil {
-		r.fail(tp, fmt.Errorf("engine: acquiring %s: %w", tp, err))
-		r.restart[tp] = retriable(err)
-		return nil
-	}
-	return part
-}
-
-// unstableWait is an acquisition waiting for its committed offset.
-type unstableWait struct {
-	since, retry time.Time
-	backoff      time.Duration
-}
-
-// Backoff of the acquisition retries of a partition whose committed offset
-// a transaction holds.
-const (
-	unstableFirstRetry = 100 * time.Millisecond
-	unstableMaxRetry   = 5 * time.Second
-)
-
-// awaitStableOffset handles an acquisition refused because a transaction
-// holds tp's committed offset. The partition stays paused and its
-// acquisition is retried after a later poll, so the other partitions fold
-// and commit meanwhile; the first refusal is logged at once (it names the
-// transaction and the command that aborts it), and a wait longer than
-// UnstableOffsetTimeout ends the runner with the typed error.
-func (r *Runner[S]) awaitStableOffset(tp store.TopicPartition, err error) {
-	now := r.src.Now()
-	r.src.Pause(tp)
-	w := r.unstable[tp]
-	if w == nil {
-		w = &unstableWait{since: now, backoff: unstableFirstRetry}
-		r.unstable[tp] = w
-		r.e.log.Warn("partition waits: a transaction its takeover did not end holds its committed offset; retrying",
-			"input", tp.String(), "timeout", r.e.cfg.UnstableOffsetTimeout, "err", err)
-	}
-	if waited := now.Sub(w.since); waited >= r.e.cfg.UnstableOffsetTimeout {
-		delete(r.unstable, tp)
-		if ue, ok := errors.AsType[*store.UnstableOffsetError](err); ok {
-			e := *ue
-			e.Waited = waited
-			err = &e
-		} else {
-			err = fmt.Errorf("engine: %s: its committed offset has been held by an open transaction for %s: %w", tp, waited, err)
-		}
-		r.fail(tp, err)
-		r.fatal = err
+// foldRun folds one partition's run of records into its flow, if it runs.
+// A failed fold, or a failed commit of a full batch, stops the flow: the
+// rest of the run is not folded (it restarts from the committed state).
+func (r *Runner[S]) foldRun(ctx context.Context, run []Record) {
+	tp := recordTP(&run[0])
+	f, ok := r.sched.flow(tp)
+	if !ok {
 		return
 	}
-	w.retry = now.Add(w.backoff)
-	w.backoff = min(2*w.backoff, unstableMaxRetry)
-	r.restart[tp] = true
+	folded := 0
+	defer func() { r.e.cfg.Metrics.addFolded(tp.Topic, folded) }()
+	for i := range run {
+		if f.core.Stopped() != nil {
+			return
+		}
+		o, err := f.core.Fold(&run[i])
+		if err != nil {
+			r.do(ctx, r.sched.failed(tp, causeFold, err))
+			return
+		}
+		folded++
+		if r.mode.folded(f, o) && !r.commit(ctx, f) {
+			return
+		}
+	}
 }
 
-// recoverFlow recovers an acquired partition's state and starts its flow.
-func (r *Runner[S]) recoverFlow(ctx context.Context, tp store.TopicPartition, part store.Partition, seek bool, start time.Time) {
-	log := r.e.log.With("input", tp.String())
+// runLength is the length of the run of one partition's records that
+// starts recs.
+func runLength(recs []Record) int {
+	n := 1
+	for n < len(recs) && recs[n].Partition == recs[0].Partition && recs[n].Topic == recs[0].Topic {
+		n++
+	}
+	return n
+}
+
+func recordTP(rec *Record) store.TopicPartition {
+	return store.TopicPartition{Topic: rec.Topic, Partition: rec.Partition}
+}
+
+// do carries out the scheduler's actions, in order.
+func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
+	for _, a := range acts {
+		switch a.kind {
+		case actStart:
+			r.start(ctx, a.tps, a.seek)
+		case actTeardown:
+			if a.flush {
+				r.flushOnRevoke(ctx, a.flow)
+			}
+			r.teardown(a.flow)
+		case actStop:
+			r.stop(a)
+		case actHold:
+			r.src.Pause(a.tp)
+			if a.first {
+				r.e.log.Warn("partition waits: a transaction its takeover did not end holds its committed offset; retrying",
+					"input", a.tp.String(), "timeout", r.e.cfg.UnstableOffsetTimeout, "err", a.err)
+			}
+		case actTick:
+			r.tick(ctx, a.at)
+		case actPersist:
+			for _, f := range r.sched.running() {
+				if err := r.mode.persist(ctx, f); err != nil {
+					r.failed(ctx, f, err)
+				}
+			}
+		case actCommit:
+			r.commitAll(ctx)
+		}
+	}
+}
+
+// commit commits f; on failure the scheduler decides what becomes of it.
+// It reports whether f still runs.
+func (r *Runner[S]) commit(ctx context.Context, f *flow[S]) bool {
+	if err := r.mode.commit(ctx, f); err != nil {
+		r.failed(ctx, f, err)
+		cur, ok := r.sched.flow(f.tp)
+		return ok && cur == f
+	}
+	return true
+}
+
+func (r *Runner[S]) commitAll(ctx context.Context) {
+	for _, f := range r.sched.running() {
+		r.commit(ctx, f)
+	}
+}
+
+// failed reports a failed persist or commit of f.
+func (r *Runner[S]) failed(ctx context.Context, f *flow[S], err error) {
+	c, err := r.mode.failure(f, err)
+	r.do(ctx, r.sched.failed(f.tp, c, err))
+}
+
+func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
+	for _, f := range r.sched.running() { // outputs in a fixed order
+		o, err := f.core.Tick(now.UnixMilli())
+		if err != nil {
+			r.do(ctx, r.sched.failed(f.tp, causeTick, err))
+			continue
+		}
+		r.mode.ticked(f, o)
+	}
+	if err := r.mode.emit(ctx); err != nil {
+		r.errs = append(r.errs, fmt.Errorf("engine: emitting tick outputs: %w", err))
+	}
+}
+
+// flushOnRevoke flushes and commits a revoked flow. A fence here is logged
+// and swallowed: the new owner replays.
+func (r *Runner[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
+	if err := r.mode.commit(ctx, f); err != nil {
+		if errors.Is(err, store.ErrFenced) {
+			r.e.cfg.Metrics.fenced()
+		}
+		r.e.log.Warn("revoke-time flush failed; the new owner replays", "input", f.tp.String(), "err", err)
+	}
+}
+
+// start takes tps over, in order, then recovers each one taken, reporting
+// every outcome to the scheduler (actStart).
+func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, seek bool) {
+	begin := r.src.Now()
+	parts := make([]store.Partition, len(tps))
+	for i, tp := range tps {
+		part, err := r.e.cfg.Store.Acquire(ctx, store.Acquisition{
+			Input: tp, Identity: identity[S]{r},
+			ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
+		})
+		r.do(ctx, r.sched.acquired(tp, err, r.src.Now()))
+		if err == nil {
+			parts[i] = part
+		}
+	}
+	for i, tp := range tps {
+		if parts[i] != nil {
+			r.recover(ctx, tp, parts[i], seek, begin)
+		}
+	}
+}
+
+// recover recovers an acquired partition's state into a new flow, and
+// positions the input at the committed offset when restarting (seek).
+func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part store.Partition, seek bool, begin time.Time) {
 	assigned := part.CommittedOffset()
 	c, err := core.New(core.Config[S]{Input: tp, Fold: r.e.coreFold(), Tick: r.e.coreTick(), Codec: r.e.cfg.Codec,
 		Assigned: assigned, HotKeys: r.e.cfg.HotKeys}, r.e.kv)
 	if err != nil {
 		_ = part.Close()
-		r.fail(tp, err)
+		r.do(ctx, r.sched.failed(tp, causeSetup, err))
 		return
 	}
-	if _, ok := part.(store.BatchCommitter); r.e.cfg.ExactlyOnce && !ok {
+	f := &flow[S]{tp: tp, part: part, core: c}
+	if err := r.mode.check(f); err != nil {
 		_ = part.Close()
-		r.fail(tp, fmt.Errorf("engine: %s: ExactlyOnce needs a store whose partitions commit batches (store.BatchCommitter)", tp))
+		r.do(ctx, r.sched.failed(tp, causeSetup, err))
 		return
 	}
 	n := 0
@@ -594,54 +387,33 @@ func (r *Runner[S]) recoverFlow(ctx context.Context, tp store.TopicPartition, pa
 		if err != nil {
 			_ = c.Drop()
 			_ = part.Close()
-			r.fail(tp, fmt.Errorf("engine: recovering %s: %w", tp, err))
-			r.restart[tp] = retriable(err)
+			r.do(ctx, r.sched.failed(tp, causeRecover, fmt.Errorf("engine: recovering %s: %w", tp, err)))
 			return
 		}
 		n++
 	}
-	r.flows[tp] = &flow[S]{tp: tp, part: part, core: c}
+	r.sched.recovered(tp, f)
 	if seek {
 		r.src.Seek(tp, assigned)
 	}
 	r.src.Resume(tp)
-	r.e.cfg.Metrics.recovered(n, time.Since(start))
-	log.Info("partition recovered", "snapshots", n, "keys", c.Keys(), "assigned_offset", assigned,
+	r.e.cfg.Metrics.recovered(n, r.src.Now().Sub(begin))
+	r.e.log.Info("partition recovered", "input", tp.String(), "snapshots", n, "keys", c.Keys(), "assigned_offset", assigned,
 		"generation", r.src.Identity().Generation)
 }
 
-// retriable reports whether a flow stopped by err may be started again
-// from the committed state. A record or state that cannot be read, or a
-// fold that fails on a record, fails again on replay: those partitions stay
-// stopped until an operator acts.
-//
-// So does a snapshot or output the store refuses before sending it (too
-// large, a reserved key, an output without a topic or for the snapshot
-// topic): the fold makes it again on replay.
-func retriable(err error) bool {
-	var fe *core.FoldError
-	var se *core.StateError
-	for _, again := range []error{store.ErrCorruptRecord, store.ErrValueTooLarge, store.ErrReservedKey, store.ErrInvalidOutput} {
-		if errors.Is(err, again) {
-			return false
+// stop carries out actStop: the flow, if any, is torn down, leaving
+// nothing in the cache; the error is recorded and the partition paused.
+func (r *Runner[S]) stop(a action[*flow[S]]) {
+	if a.flow != nil {
+		if errors.Is(a.err, store.ErrFenced) {
+			r.e.cfg.Metrics.fenced()
 		}
+		r.teardown(a.flow)
 	}
-	return !errors.As(err, &fe) && !errors.As(err, &se)
-}
-
-func (r *Runner[S]) fail(tp store.TopicPartition, err error) {
-	r.errs = append(r.errs, err)
-	r.src.Pause(tp)
-	r.e.log.Error("partition stopped", "input", tp.String(), "err", err)
-}
-
-// stopFlow tears a flow down after an error, leaving nothing in the cache.
-func (r *Runner[S]) stopFlow(f *flow[S], err error) {
-	if errors.Is(err, store.ErrFenced) {
-		r.e.cfg.Metrics.fenced()
-	}
-	r.teardown(f)
-	r.fail(f.tp, err)
+	r.errs = append(r.errs, a.err)
+	r.src.Pause(a.tp)
+	r.e.log.Error("partition stopped", "input", a.tp.String(), "err", a.err)
 }
 
 func (r *Runner[S]) teardown(f *flow[S]) {
@@ -649,94 +421,50 @@ func (r *Runner[S]) teardown(f *flow[S]) {
 		r.e.log.Error("dropping the cache", "input", f.tp.String(), "err", err)
 	}
 	_ = f.part.Close()
-	delete(r.flows, f.tp)
-	f.gone = true
 }
 
-// Assigned implements Handler.
-func (r *Runner[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
-	<-r.ready
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	// Take every partition over before recovering any. A recovery can
-	// wait (for an open transaction), and a member evicted meanwhile must
-	// not, once it goes on, take a later partition's producer from that
-	// partition's new owner: the takeovers all happen while the
-	// assignment is fresh.
-	parts := make([]store.Partition, len(tps))
-	for i, tp := range tps {
-		r.assigned[tp] = true
-		delete(r.due, tp)
-		if r.flows[tp] == nil {
-			parts[i] = r.acquire(ctx, tp)
-		}
-	}
-	for i, tp := range tps {
-		if parts[i] != nil {
-			r.recoverFlow(ctx, tp, parts[i], false, time.Now())
-		}
-	}
+// rebalanceHandler is the runner's Handler: the source calls it, the user
+// never does.
+type rebalanceHandler[S any] struct{ r *Runner[S] }
+
+// Assigned starts every assigned partition without a running flow.
+func (h rebalanceHandler[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
+	h.callback(ctx, func() []action[*flow[S]] { return h.r.sched.assigned(tps) })
 }
 
-// Revoked implements Handler: flush and commit (unless NoFlushOnRevoke),
-// then tear the flow down before returning. A fence here is logged and
-// swallowed: the new owner replays.
-func (r *Runner[S]) Revoked(ctx context.Context, tps []store.TopicPartition) {
-	<-r.ready
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, tp := range tps {
-		delete(r.assigned, tp)
-		delete(r.restart, tp)
-		delete(r.due, tp)
-		delete(r.unstable, tp)
-		f := r.flows[tp]
-		if f == nil {
-			continue
-		}
-		if !r.e.cfg.NoFlushOnRevoke {
-			if err := r.flushAndCommit(ctx, f); err != nil {
-				if errors.Is(err, store.ErrFenced) {
-					r.e.cfg.Metrics.fenced()
-				}
-				r.e.log.Warn("revoke-time flush failed; the new owner replays", "input", tp.String(), "err", err)
-			}
-		}
-		r.teardown(f)
-	}
+// Revoked flushes and commits (unless NoFlushOnRevoke), then tears the
+// flows down before returning.
+func (h rebalanceHandler[S]) Revoked(ctx context.Context, tps []store.TopicPartition) {
+	h.callback(ctx, func() []action[*flow[S]] { return h.r.sched.revoked(tps) })
 }
 
-// Lost implements Handler: the partitions may already have new owners, so
-// nothing is flushed.
-func (r *Runner[S]) Lost(ctx context.Context, tps []store.TopicPartition) {
-	<-r.ready
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, tp := range tps {
-		delete(r.assigned, tp)
-		delete(r.restart, tp)
-		delete(r.due, tp)
-		delete(r.unstable, tp)
-		if f := r.flows[tp]; f != nil {
-			r.teardown(f)
-		}
-	}
+// Lost tears the flows down: the partitions may already have new owners,
+// so nothing is flushed.
+func (h rebalanceHandler[S]) Lost(ctx context.Context, tps []store.TopicPartition) {
+	h.callback(ctx, func() []action[*flow[S]] { return h.r.sched.lost(tps) })
+}
+
+func (h rebalanceHandler[S]) callback(ctx context.Context, input func() []action[*flow[S]]) {
+	<-h.r.ready
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	h.r.do(ctx, input())
 }
 
 // Flows lists the partitions with a running flow, in order.
 func (r *Runner[S]) Flows() []store.TopicPartition {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return sortedKeys(r.flows)
+	return r.sched.runningPartitions()
 }
 
 // State reads a key's current state in a partition's flow.
 func (r *Runner[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var zero S
-	f := r.flows[tp]
-	if f == nil {
+	f, ok := r.sched.flow(tp)
+	if !ok {
+		var zero S
 		return zero, false, fmt.Errorf("engine: no flow for %s", tp)
 	}
 	return f.core.State(key)
@@ -747,13 +475,7 @@ func (r *Runner[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) 
 func (r *Runner[S]) FlushAll(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.e.cfg.ExactlyOnce {
-		for _, f := range r.sortedFlows() {
-			r.sealBatch(ctx, f)
-		}
-		return
-	}
-	r.forEachFlow(func(f *flow[S]) error { return r.flushAndCommit(ctx, f) })
+	r.commitAll(ctx)
 }
 
 // Persist flushes every flow's dirty keys now without advancing the
@@ -762,13 +484,9 @@ func (r *Runner[S]) FlushAll(ctx context.Context) {
 // ExactlyOnce snapshots are written only with their batch, so it commits
 // the open batches, as FlushAll does.
 func (r *Runner[S]) Persist(ctx context.Context) {
-	if r.e.cfg.ExactlyOnce {
-		r.FlushAll(ctx)
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.forEachFlow(func(f *flow[S]) error { return r.flush(ctx, f) })
+	r.do(ctx, []action[*flow[S]]{{kind: actPersist}})
 }
 
 // Close leaves the group; the revoke callbacks flush and tear down.
@@ -776,26 +494,12 @@ func (r *Runner[S]) Close(ctx context.Context) error {
 	err := r.src.Close(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, f := range r.sortedFlows() {
-		r.teardown(f)
-	}
+	r.do(ctx, r.sched.closing())
 	return err
 }
 
 // Source is the runner's source.
 func (r *Runner[S]) Source() Source { return r.src }
-
-// sortedFlows is the flows in partition order. Whatever the runner does to
-// every flow reaches the store, the cluster's history or the outputs in
-// the order it does it, so it never follows the map's random order: the
-// same calls on the simulated cluster must give the same run.
-func (r *Runner[S]) sortedFlows() []*flow[S] {
-	out := make([]*flow[S], 0, len(r.flows))
-	for _, tp := range sortedKeys(r.flows) {
-		out = append(out, r.flows[tp])
-	}
-	return out
-}
 
 // sortedKeys is m's partitions by topic, then partition.
 func sortedKeys[V any](m map[store.TopicPartition]V) []store.TopicPartition {

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// atLeastOnce is the default output mode: outputs go to Config.Emit after
+// each poll (a replay emits them again), dirty keys are written every
+// PersistInterval, and the committable offset is committed every
+// CommitInterval, each write and commit fenced by the store.
+type atLeastOnce[S any] struct {
+	r *Runner[S]
+	// outs are the outputs taken since the last emit, in fold order.
+	outs []Output
+}
+
+func (m *atLeastOnce[S]) persistInterval() time.Duration { return m.r.e.cfg.PersistInterval }
+
+func (m *atLeastOnce[S]) check(*flow[S]) error { return nil }
+
+func (m *atLeastOnce[S]) folded(_ *flow[S], outs []Output) bool {
+	m.outs = append(m.outs, outs...)
+	return false
+}
+
+func (m *atLeastOnce[S]) ticked(_ *flow[S], outs []Output) { m.outs = append(m.outs, outs...) }
+
+func (m *atLeastOnce[S]) emit(ctx context.Context) error {
+	outs := m.outs
+	m.outs = nil
+	if len(outs) == 0 || m.r.e.cfg.Emit == nil {
+		return nil
+	}
+	return m.r.e.cfg.Emit(ctx, outs)
+}
+
+func (m *atLeastOnce[S]) persist(ctx context.Context, f *flow[S]) error { return m.flush(ctx, f) }
+
+// commit writes every dirty key of f, then commits its committable offset.
+func (m *atLeastOnce[S]) commit(ctx context.Context, f *flow[S]) error {
+	if err := m.flush(ctx, f); err != nil {
+		return err
+	}
+	c := f.core.Committable()
+	f.part.SetCommittable(c)
+	if err := f.part.Commit(ctx); err != nil {
+		return err
+	}
+	m.r.e.cfg.Metrics.lag(f.tp, f.core.Consumed()-c)
+	return nil
+}
+
+// failure: a failed write or commit leaves the keys dirty; the scheduler
+// decides whether the flow stops.
+func (m *atLeastOnce[S]) failure(_ *flow[S], err error) (cause, error) { return causeWrite, err }
+
+// flush writes every dirty key of f, a batch at a time, and awaits each
+// batch (the store group-commits its writes).
+//
+// A batch goes to the store in one WriteBatch call when the partition
+// implements store.BatchWriter: its writes join the group commit's queue
+// in the core's order (by key) with none between them, so which writes
+// share a transaction, and their order in the log, are the same on every
+// run. That is what makes a run over the simulated cluster a function of
+// its seed and its calls. Otherwise each write runs in a goroutine of its
+// own, and the scheduler decides the order in which they queue.
+func (m *atLeastOnce[S]) flush(ctx context.Context, f *flow[S]) error {
+	start := time.Now() // metrics only
+	total := 0
+	defer func() {
+		if total > 0 {
+			m.r.e.cfg.Metrics.flushed(total, time.Since(start))
+		}
+	}()
+	bw, batched := f.part.(store.BatchWriter)
+	for {
+		snaps, err := f.core.Flush(m.r.e.cfg.FlushBatch)
+		if err != nil || len(snaps) == 0 {
+			return err
+		}
+		total += len(snaps)
+		var errs []error
+		if batched {
+			errs = bw.WriteBatch(ctx, snaps)
+		} else {
+			errs = make([]error, len(snaps))
+			var wg sync.WaitGroup
+			for i, s := range snaps {
+				wg.Go(func() { errs[i] = f.part.Write(ctx, s) })
+			}
+			wg.Wait()
+		}
+		var first error
+		for i, s := range snaps {
+			if err := f.core.WriteDone(s.Key, errs[i]); err != nil && first == nil {
+				first = err
+			}
+			if errs[i] != nil && first == nil {
+				first = errs[i]
+			}
+		}
+		if first != nil {
+			return first
+		}
+	}
+}

@@ -1,0 +1,103 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// exactlyOnce is Config.ExactlyOnce: a partition's outputs wait in its open
+// batch, and the batch goes to the store as one transaction with the
+// snapshots of every key it changed and the fenced commit of the offset
+// after it. A batch is sealed every CommitInterval, when it reaches
+// MaxTransactionRecords or MaxTransactionBytes, and on revoke; there is no
+// persist timer. A batch that fails, for any reason, rewinds its flow
+// (causeBatch): its outputs are never sent again from memory.
+type exactlyOnce[S any] struct {
+	r *Runner[S]
+}
+
+func (m *exactlyOnce[S]) persistInterval() time.Duration { return 0 }
+
+// check: only a partition that commits batches runs exactly-once.
+func (m *exactlyOnce[S]) check(f *flow[S]) error {
+	if _, ok := f.part.(store.BatchCommitter); !ok {
+		return fmt.Errorf("engine: %s: ExactlyOnce needs a store whose partitions commit batches (store.BatchCommitter)", f.tp)
+	}
+	return nil
+}
+
+// folded adds a fold's outputs to f's open batch and asks for its commit
+// once the batch reaches a cap (one fold's outputs are never split).
+func (m *exactlyOnce[S]) folded(f *flow[S], outs []Output) bool {
+	m.ticked(f, outs)
+	cfg := &m.r.e.cfg
+	return len(f.batch.outputs)+f.core.DirtyKeys() >= cfg.MaxTransactionRecords || f.batch.bytes >= cfg.MaxTransactionBytes
+}
+
+// ticked adds a tick's outputs to f's open batch.
+func (m *exactlyOnce[S]) ticked(f *flow[S], outs []Output) {
+	for _, o := range outs {
+		f.batch.bytes += len(o.Key) + len(o.Value)
+	}
+	f.batch.outputs = append(f.batch.outputs, outs...)
+}
+
+// emit: the outputs leave with their batch's transaction only.
+func (m *exactlyOnce[S]) emit(context.Context) error { return nil }
+
+// persist: snapshots are written with their batch only, so it commits the
+// open batch.
+func (m *exactlyOnce[S]) persist(ctx context.Context, f *flow[S]) error { return m.commit(ctx, f) }
+
+// commit writes f's open batch as one transaction: the snapshot of every
+// dirty key, the outputs folded since the last batch and the commit of the
+// offset after the last record folded. Every dirty key is in the batch, so
+// that offset covers the whole batch.
+//
+// On error the batch's outcome is unknown to the engine (an EndTxn may
+// time out after the commit landed), and its outputs stay in f.batch: the
+// flow must be rewound, its outputs never sent again.
+func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
+	if err := f.core.Stopped(); err != nil {
+		return err
+	}
+	offset := f.core.Consumed()
+	if !f.core.Dirty() && len(f.batch.outputs) == 0 && offset <= f.part.CommittedOffset() {
+		return nil // nothing to commit
+	}
+	start := time.Now() // metrics only
+	snaps, err := f.core.Flush(0)
+	if err != nil {
+		return err
+	}
+	// check refused every partition that is not a BatchCommitter.
+	err = f.part.(store.BatchCommitter).CommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.batch.outputs, Offset: offset})
+	for _, s := range snaps {
+		if werr := f.core.WriteDone(s.Key, err); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	f.batch = openBatch{}
+	m.r.e.cfg.Metrics.flushed(len(snaps), time.Since(start))
+	m.r.e.cfg.Metrics.lag(f.tp, 0)
+	return nil
+}
+
+// failure: a failed batch rewinds its flow.
+func (m *exactlyOnce[S]) failure(f *flow[S], err error) (cause, error) {
+	return causeBatch, fmt.Errorf("engine: exactly-once batch of %s failed; rewinding to the committed state: %w", f.tp, err)
+}
+
+// openBatch is the outputs of a flow's open exactly-once batch, in fold
+// order, and their keys' and values' size. They leave memory only inside
+// the batch's transaction, or with the flow.
+type openBatch struct {
+	outputs []Output
+	bytes   int
+}

@@ -1,0 +1,62 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/snapfence/snapfence/engine/core"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
+)
+
+// unjoined is a source whose member has not joined its group yet.
+type unjoined struct{ now time.Time }
+
+func (unjoined) Poll(context.Context, time.Duration) ([]Record, error) { return nil, nil }
+func (unjoined) PollDone()                                             {}
+func (unjoined) Identity() store.GroupIdentity                         { return store.GroupIdentity{Generation: -1} }
+func (unjoined) CommittedOffset(context.Context, store.TopicPartition) (int64, error) {
+	return 0, nil
+}
+func (unjoined) Seek(store.TopicPartition, int64) {}
+func (unjoined) Pause(store.TopicPartition)       {}
+func (unjoined) Resume(store.TopicPartition)      {}
+func (u unjoined) Now() time.Time                 { return u.now }
+func (unjoined) Close(context.Context) error      { return nil }
+
+// Before the first join nothing is published, and the store refuses to
+// commit with what the runner's identity reader reads.
+func TestWriteBeforeTheFirstJoinFailsLoudly(t *testing.T) {
+	c := sim.New(sim.Config{Seed: 3})
+	if err := c.CreateTopic("accounts", sim.TopicConfig{Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.NewBackend(sim.BackendConfig{Mode: store.Transactional, TransactionalIDPrefix: "bank", CreateTopics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	e, err := New(Config[[]byte]{Fold: func([]byte, []byte, bool, Record) (Result[[]byte], error) { return Result[[]byte]{Keep: true}, nil },
+		Codec: core.BytesCodec{}, Store: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	r, err := e.NewRunner(func(Handler) (Source, error) { return unjoined{}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Acquire(context.Background(), store.Acquisition{
+		Input: store.TopicPartition{Topic: "accounts", Partition: 0}, Identity: identity[[]byte]{r},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	err = p.Write(context.Background(), store.Snapshot{Key: []byte("k"), Value: []byte("1"), Offset: 0})
+	if !errors.Is(err, store.ErrMissingIdentity) {
+		t.Fatalf("write before the first join: %v, want ErrMissingIdentity", err)
+	}
+}

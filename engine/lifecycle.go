@@ -1,0 +1,143 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// phase is where an assigned partition is in its life on this member. A
+// partition not assigned to the member has no record at all: revoking or
+// losing it deletes its record, whatever its phase.
+//
+//	            assigned                 recovered
+//	(none) ──────────────▶ starting ─────────────────▶ running
+//	                          │ ▲                         │
+//	  acquisition or recovery │ │ the poll after          │ fold, tick, write,
+//	  failed                  ▼ │ (unless its callbacks   │ batch or emit failed
+//	              restart pending ─▶ restart due          │
+//	                          ▲  poll starts              │
+//	                          └─────────── retriable ─────┤
+//	                                                      ▼
+//	                             stopped ◀── not retriable (a restart would fail again)
+//
+// revoked or lost: any phase ──▶ (none), the flow torn down (revoked: after
+// its flush and commit).
+type phase uint8
+
+const (
+	// starting: the takeover and the recovery run (a start action is out).
+	phaseStarting phase = iota + 1
+	// running: the flow folds the partition's records.
+	phaseRunning
+	// restartPending: stopped by an error a restart may get past, or
+	// refused because a transaction holds the committed offset; it is
+	// started again after the next poll, if that poll leaves it assigned.
+	phaseRestartPending
+	// restartDue: a poll is in progress; the partition restarts when it
+	// returns, unless one of its callbacks touched the partition.
+	phaseRestartDue
+	// stopped: stopped by an error that a restart would meet again (a
+	// fold that fails on a record, a state that does not decode); it
+	// stays stopped until the partition is revoked or lost.
+	phaseStopped
+)
+
+func (p phase) String() string {
+	switch p {
+	case phaseStarting:
+		return "starting"
+	case phaseRunning:
+		return "running"
+	case phaseRestartPending:
+		return "restart-pending"
+	case phaseRestartDue:
+		return "restart-due"
+	case phaseStopped:
+		return "stopped"
+	}
+	return fmt.Sprintf("phase(%d)", uint8(p))
+}
+
+// partition is the one record of an assigned partition's life. F is the
+// runtime's flow (a core and an acquired store partition); the scheduler
+// only holds it.
+type partition[F any] struct {
+	tp    store.TopicPartition
+	phase phase
+	// flow is set in phaseRunning only.
+	flow F
+	// err is why the partition left phaseRunning or phaseStarting:
+	// set in phaseRestartPending (unless only held), phaseRestartDue and
+	// phaseStopped.
+	err error
+	// held is set while the partition's acquisitions are refused because
+	// a transaction its takeover did not end holds its committed offset:
+	// in phaseRestartPending, phaseRestartDue, and phaseStarting (a retry).
+	held *heldOffset
+}
+
+// heldOffset is the wait of an acquisition for its committed offset.
+type heldOffset struct {
+	since, retry time.Time
+	backoff      time.Duration
+}
+
+// The transitions. Each keeps the invariants of the fields above; nothing
+// else writes phase, flow or held.
+
+// start: a partition (new, or any phase but running) begins its takeover.
+// Its flow is not set: starting holds none. held stays: a wait for a held
+// offset lasts across its retries.
+func (p *partition[F]) start() {
+	var zero F
+	p.phase, p.flow, p.err = phaseStarting, zero, nil
+}
+
+// run: the recovery finished; the flow folds from now on. A wait for a
+// held offset is over.
+func (p *partition[F]) run(f F) {
+	p.phase, p.flow, p.err, p.held = phaseRunning, f, nil, nil
+}
+
+// acquired: the takeover succeeded (the recovery runs next); a wait for
+// a held offset is over.
+func (p *partition[F]) acquired() {
+	p.held = nil
+}
+
+// stop: the partition leaves running or starting on err; it returns the
+// flow to tear down (zero if it had none). restart says whether a later
+// poll starts it again. Any wait for a held offset is over: it ended in
+// err.
+func (p *partition[F]) stop(err error, restart bool) (flow F) {
+	var zero F
+	flow, p.flow, p.err, p.held = p.flow, zero, err, nil
+	p.phase = phaseStopped
+	if restart {
+		p.phase = phaseRestartPending
+	}
+	return flow
+}
+
+// await: the acquisition was refused for a held offset; it is retried
+// after a poll once retry has passed. Only a starting partition awaits.
+func (p *partition[F]) await(h *heldOffset) {
+	p.phase, p.held = phaseRestartPending, h
+}
+
+// due: a poll starts; a pending restart is due after it.
+func (p *partition[F]) due() {
+	if p.phase == phaseRestartPending {
+		p.phase = phaseRestartDue
+	}
+}
+
+// undue: the poll ended without folding (a dead context, a failed poll):
+// its due restarts wait for the next one.
+func (p *partition[F]) undue() {
+	if p.phase == phaseRestartDue {
+		p.phase = phaseRestartPending
+	}
+}

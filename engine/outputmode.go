@@ -1,0 +1,41 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// outputMode is how a partition's outputs, snapshots and offset commits
+// reach the store: atLeastOnce or exactlyOnce (Config.ExactlyOnce). It is
+// the only place that knows the mode: the scheduler and the runtime call
+// it and never branch on the mode themselves.
+type outputMode[S any] interface {
+	// persistInterval is the persist timer's period; 0: no persist timer.
+	persistInterval() time.Duration
+	// check refuses a store partition the mode cannot run on.
+	check(f *flow[S]) error
+	// folded takes a fold's outputs; commitNow asks for the partition's
+	// commit before its next record (a full exactly-once batch).
+	folded(f *flow[S], outs []Output) (commitNow bool)
+	// ticked takes a tick's outputs.
+	ticked(f *flow[S], outs []Output)
+	// emit hands over the outputs taken since the last emit, if the mode
+	// emits them outside the store.
+	emit(ctx context.Context) error
+	// persist writes f's dirty keys without advancing the committed
+	// offset.
+	persist(ctx context.Context, f *flow[S]) error
+	// commit makes what f folded durable and commits its offset.
+	commit(ctx context.Context, f *flow[S]) error
+	// failure is how a failed persist or commit of f is reported to the
+	// scheduler: its cause, and the error as the user sees it.
+	failure(f *flow[S], err error) (cause, error)
+}
+
+// newOutputMode is the mode r's configuration asks for.
+func newOutputMode[S any](r *Runner[S]) outputMode[S] {
+	if r.e.cfg.ExactlyOnce {
+		return &exactlyOnce[S]{r: r}
+	}
+	return &atLeastOnce[S]{r: r}
+}

@@ -1,0 +1,401 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/snapfence/snapfence/engine/core"
+	"github.com/snapfence/snapfence/store"
+)
+
+// The scheduler makes every decision of a runner: when a partition starts,
+// restarts, waits, stops or is torn down, and when the tick, the persist
+// and the commit run. It is a deterministic function of its inputs (the
+// poll's start and end, the rebalance callbacks, the outcome of each store
+// call, the time) with no I/O and no clock, in the manner of etcd-io/raft:
+// each input returns the actions the runtime carries out, in order, and
+// the runtime reports their outcomes as further inputs. Its tests are the
+// scripts in testdata/scheduler.
+//
+// F is the runtime's flow; the scheduler holds it in the partition's
+// record and hands it back in actions, and never looks inside it.
+type scheduler[F any] struct {
+	cfg   schedulerConfig
+	parts map[store.TopicPartition]*partition[F]
+	// lastPersist, lastCommit and lastTick are when each timer last fired.
+	lastPersist, lastCommit, lastTick time.Time
+	// fatal ends the runner: set once, by a wait for a held offset that
+	// outlasted its timeout.
+	fatal error
+}
+
+// schedulerConfig is what the scheduler decides with.
+type schedulerConfig struct {
+	// persistInterval is the persist timer's period; 0: no persist timer
+	// (exactly-once writes snapshots with its batches only).
+	persistInterval time.Duration
+	commitInterval  time.Duration
+	// tickInterval is the tick's period; 0: no tick.
+	tickInterval time.Duration
+	// flushOnRevoke: a revoked partition is flushed and committed before
+	// its flow is torn down.
+	flushOnRevoke bool
+	// unstableTimeout bounds a wait for a held committed offset.
+	unstableTimeout time.Duration
+}
+
+// Backoff of the acquisition retries of a partition whose committed offset
+// a transaction holds.
+const (
+	unstableFirstRetry = 100 * time.Millisecond
+	unstableMaxRetry   = 5 * time.Second
+)
+
+func newScheduler[F any](cfg schedulerConfig, now time.Time) *scheduler[F] {
+	return &scheduler[F]{cfg: cfg, parts: map[store.TopicPartition]*partition[F]{},
+		lastPersist: now, lastCommit: now, lastTick: now}
+}
+
+// actionKind is what the runtime is asked to do.
+type actionKind uint8
+
+const (
+	// actStart: take tps over, in order, then recover each one taken
+	// (all takeovers first: a recovery can wait, and a member evicted
+	// meanwhile must not take a later partition's producer from its new
+	// owner). seek: a restart, so the input is positioned at the committed
+	// offset (on assignment the consumer starts there itself). Report
+	// each takeover with acquired and each recovery with recovered or
+	// failed.
+	actStart actionKind = iota + 1
+	// actTeardown: drop flow's cache and release its store partition;
+	// with flush, flush and commit it first (a revoke), swallowing a
+	// failure (the new owner replays).
+	actTeardown
+	// actStop: the partition stopped on err: tear flow down if set, record
+	// err, pause the partition, log it. fatal: err ends the runner.
+	actStop
+	// actHold: an acquisition was refused because a transaction holds the
+	// committed offset: pause the partition; first: log the wait.
+	actHold
+	// actTick: tick every running flow at the action's time.
+	actTick
+	// actPersist: write every running flow's dirty keys.
+	actPersist
+	// actCommit: commit every running flow.
+	actCommit
+)
+
+// action is one thing for the runtime to do.
+type action[F any] struct {
+	kind  actionKind
+	tps   []store.TopicPartition // actStart
+	seek  bool                   // actStart
+	tp    store.TopicPartition   // actTeardown, actStop, actHold
+	flow  F                      // actTeardown, actStop (zero: none)
+	flush bool                   // actTeardown
+	err   error                  // actStop, actHold
+	first bool                   // actHold
+	fatal bool                   // actStop
+	at    time.Time              // actTick
+}
+
+// cause is what failed, for the decision whether a restart can help.
+type cause uint8
+
+const (
+	// causeAcquire: the takeover failed.
+	causeAcquire cause = iota + 1
+	// causeRecover: the recovery read failed.
+	causeRecover
+	// causeSetup: the flow could not be set up (its cache, the store's
+	// mode): a restart meets the same.
+	causeSetup
+	// causeFold: a fold failed on a record, or the cache under it: the
+	// replay feeds it the same record.
+	causeFold
+	// causeTick: a tick failed.
+	causeTick
+	// causeWrite: an at-least-once snapshot write or offset commit failed;
+	// the keys stay dirty.
+	causeWrite
+	// causeBatch: an exactly-once batch failed; its outcome is unknown, so
+	// the flow must rewind to the committed state.
+	causeBatch
+	// causeEmit: the poll's outputs were not emitted; the replay emits
+	// them again.
+	causeEmit
+)
+
+func (c cause) String() string {
+	return [...]string{"?", "acquire", "recover", "setup", "fold", "tick", "write", "batch", "emit"}[c]
+}
+
+// pollStarting: a poll is about to start. Pending restarts become due
+// after it; the poll waits at most until the next timer or retry.
+func (s *scheduler[F]) pollStarting(now time.Time) (wait time.Duration) {
+	for _, p := range s.parts {
+		p.due()
+	}
+	return max(s.nextDue().Sub(now), time.Millisecond)
+}
+
+// nextDue is when the next timer fires or a held offset is retried.
+func (s *scheduler[F]) nextDue() time.Time {
+	due := s.lastCommit.Add(s.cfg.commitInterval)
+	if s.cfg.persistInterval > 0 {
+		if t := s.lastPersist.Add(s.cfg.persistInterval); t.Before(due) {
+			due = t
+		}
+	}
+	if s.cfg.tickInterval > 0 {
+		if t := s.lastTick.Add(s.cfg.tickInterval); t.Before(due) {
+			due = t
+		}
+	}
+	for _, p := range s.parts {
+		if p.held != nil && p.held.retry.Before(due) {
+			due = p.held.retry
+		}
+	}
+	return due
+}
+
+// polled: the poll returned. folding is false when its records are not
+// folded (a dead context, a poll that failed with no records): its due
+// restarts wait for the next poll. Otherwise the restarts still due start,
+// each on its own and in partition order (they reach the store), except a
+// held offset's retry whose backoff runs.
+//
+// A restart is due only if the poll's callbacks left the partition alone:
+// the poll may have told the member it lost the partition, or assigned it
+// anew (a poll can last minutes, a recovery inside it waiting; the member
+// may have been evicted and rejoined meanwhile). A member that restarted
+// a flow without asking would take the partition's producer from its new
+// owner.
+func (s *scheduler[F]) polled(now time.Time, folding bool) []action[F] {
+	var acts []action[F]
+	for _, tp := range sortedKeys(s.parts) {
+		p := s.parts[tp]
+		if p.phase != phaseRestartDue {
+			continue
+		}
+		if !folding || (p.held != nil && now.Before(p.held.retry)) {
+			p.undue()
+			continue
+		}
+		p.start()
+		acts = append(acts, action[F]{kind: actStart, tps: []store.TopicPartition{tp}, seek: true})
+	}
+	return acts
+}
+
+// assigned: the callback assigned tps. Each one without a running flow
+// starts, whatever its phase: a due restart is void (this start replaces
+// it), a stopped partition gets a new chance.
+func (s *scheduler[F]) assigned(tps []store.TopicPartition) []action[F] {
+	var start []store.TopicPartition
+	for _, tp := range tps {
+		p := s.parts[tp]
+		if p == nil {
+			p = &partition[F]{tp: tp}
+			s.parts[tp] = p
+		}
+		if p.phase == phaseRunning {
+			continue
+		}
+		p.start()
+		start = append(start, tp)
+	}
+	if len(start) == 0 {
+		return nil
+	}
+	return []action[F]{{kind: actStart, tps: start}}
+}
+
+// revoked: the callback revoked tps. Their records go; a running flow is
+// flushed and committed (with flushOnRevoke), then torn down, before the
+// callback returns.
+func (s *scheduler[F]) revoked(tps []store.TopicPartition) []action[F] {
+	return s.release(tps, s.cfg.flushOnRevoke)
+}
+
+// lost: the callback lost tps: they may have new owners already, so
+// nothing is flushed.
+func (s *scheduler[F]) lost(tps []store.TopicPartition) []action[F] {
+	return s.release(tps, false)
+}
+
+// closing: the runner closes; every flow left is torn down, unflushed.
+func (s *scheduler[F]) closing() []action[F] {
+	return s.release(sortedKeys(s.parts), false)
+}
+
+func (s *scheduler[F]) release(tps []store.TopicPartition, flush bool) []action[F] {
+	var acts []action[F]
+	for _, tp := range tps {
+		p := s.parts[tp]
+		if p == nil {
+			continue
+		}
+		delete(s.parts, tp)
+		if p.phase == phaseRunning {
+			acts = append(acts, action[F]{kind: actTeardown, tp: tp, flow: p.flow, flush: flush})
+		}
+	}
+	return acts
+}
+
+// acquired: a takeover of an actStart ended. A refusal for a held
+// committed offset waits: the partition is paused and retried after a later
+// poll, with a growing backoff, while the other partitions fold and
+// commit; a wait past unstableTimeout ends the runner with the error.
+func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Time) []action[F] {
+	p := s.parts[tp]
+	if p == nil || p.phase != phaseStarting {
+		return nil // released meanwhile: the outcome is the runtime's to undo
+	}
+	switch {
+	case err == nil:
+		p.acquired()
+		return nil
+	case !errors.Is(err, store.ErrOffsetUnstable):
+		return s.failed(tp, causeAcquire, fmt.Errorf("engine: acquiring %s: %w", tp, err))
+	}
+	h := p.held
+	acts := []action[F]{{kind: actHold, tp: tp, err: err, first: h == nil}}
+	if h == nil {
+		h = &heldOffset{since: now, backoff: unstableFirstRetry}
+	}
+	if waited := now.Sub(h.since); waited >= s.cfg.unstableTimeout {
+		err = withWaited(tp, err, waited)
+		p.stop(err, false)
+		s.fatal = err
+		return append(acts, action[F]{kind: actStop, tp: tp, err: err, fatal: true})
+	}
+	h.retry = now.Add(h.backoff)
+	h.backoff = min(2*h.backoff, unstableMaxRetry)
+	p.await(h)
+	return acts
+}
+
+// withWaited is err with how long the offset was held.
+func withWaited(tp store.TopicPartition, err error, waited time.Duration) error {
+	if ue, ok := errors.AsType[*store.UnstableOffsetError](err); ok {
+		e := *ue
+		e.Waited = waited
+		return &e
+	}
+	return fmt.Errorf("engine: %s: its committed offset has been held by an open transaction for %s: %w", tp, waited, err)
+}
+
+// recovered: the recovery of an actStart finished; the flow runs.
+func (s *scheduler[F]) recovered(tp store.TopicPartition, f F) {
+	if p := s.parts[tp]; p != nil && p.phase == phaseStarting {
+		p.run(f)
+	}
+}
+
+// failed: a call for tp failed with err. Whether the partition restarts
+// from the committed state depends on what failed (c) and on err: see
+// retriable. A failure of a partition that is not starting or running
+// (released meanwhile, or stopped earlier in the same poll) changes
+// nothing.
+func (s *scheduler[F]) failed(tp store.TopicPartition, c cause, err error) []action[F] {
+	p := s.parts[tp]
+	if p == nil || (p.phase != phaseRunning && p.phase != phaseStarting) {
+		return nil
+	}
+	var restart bool
+	switch c {
+	case causeWrite:
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			// Interrupted, not failed: the keys stay dirty for the
+			// next flush (the revoke's, on shutdown).
+			return nil
+		}
+		restart = retriable(err)
+	case causeAcquire, causeRecover, causeBatch:
+		restart = retriable(err)
+	case causeEmit:
+		restart = true
+	case causeSetup, causeFold, causeTick:
+		restart = false
+	}
+	f := p.stop(err, restart)
+	return []action[F]{{kind: actStop, tp: tp, flow: f, err: err}}
+}
+
+// timers: the poll's records are folded; the timers that are due fire, in
+// the order tick, persist, commit.
+func (s *scheduler[F]) timers(now time.Time) []action[F] {
+	var acts []action[F]
+	if s.cfg.tickInterval > 0 && now.Sub(s.lastTick) >= s.cfg.tickInterval {
+		s.lastTick = now
+		acts = append(acts, action[F]{kind: actTick, at: now})
+	}
+	if s.cfg.persistInterval > 0 && now.Sub(s.lastPersist) >= s.cfg.persistInterval {
+		s.lastPersist = now
+		acts = append(acts, action[F]{kind: actPersist})
+	}
+	if now.Sub(s.lastCommit) >= s.cfg.commitInterval {
+		s.lastCommit = now
+		acts = append(acts, action[F]{kind: actCommit})
+	}
+	return acts
+}
+
+// flow is tp's running flow.
+func (s *scheduler[F]) flow(tp store.TopicPartition) (F, bool) {
+	if p := s.parts[tp]; p != nil && p.phase == phaseRunning {
+		return p.flow, true
+	}
+	var zero F
+	return zero, false
+}
+
+// running is the running flows in partition order. Whatever the runtime
+// does to every flow reaches the store, the cluster's history or the
+// outputs in the order it does it, so it never follows the map's random
+// order: the same calls on the simulated cluster must give the same run.
+func (s *scheduler[F]) running() []F {
+	var out []F
+	for _, tp := range sortedKeys(s.parts) {
+		if p := s.parts[tp]; p.phase == phaseRunning {
+			out = append(out, p.flow)
+		}
+	}
+	return out
+}
+
+// runningPartitions is the partitions with a running flow, in order.
+func (s *scheduler[F]) runningPartitions() []store.TopicPartition {
+	var out []store.TopicPartition
+	for _, tp := range sortedKeys(s.parts) {
+		if s.parts[tp].phase == phaseRunning {
+			out = append(out, tp)
+		}
+	}
+	return out
+}
+
+// retriable reports whether a flow stopped by err may be started again
+// from the committed state. A record or state that cannot be read, or a
+// fold that fails on a record, fails again on replay: those partitions stay
+// stopped until an operator acts.
+//
+// So does a snapshot or output the store refuses before sending it (too
+// large, a reserved key, an output without a topic or for the snapshot
+// topic): the fold makes it again on replay.
+func retriable(err error) bool {
+	var fe *core.FoldError
+	var se *core.StateError
+	for _, again := range []error{store.ErrCorruptRecord, store.ErrValueTooLarge, store.ErrReservedKey, store.ErrInvalidOutput} {
+		if errors.Is(err, again) {
+			return false
+		}
+	}
+	return !errors.As(err, &fe) && !errors.As(err, &se)
+}
