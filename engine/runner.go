@@ -345,9 +345,13 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, seek 
 			Input: tp, Identity: identity[S]{r},
 			ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
 		})
-		r.do(ctx, r.sched.acquired(tp, err, r.src.Now()))
-		if err == nil {
+		proceed, acts := r.sched.acquired(tp, err, r.src.Now())
+		r.do(ctx, acts)
+		switch {
+		case proceed:
 			parts[i] = part
+		case err == nil:
+			_ = part.Close() // released meanwhile
 		}
 	}
 	for i, tp := range tps {
@@ -392,7 +396,10 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		}
 		n++
 	}
-	r.sched.recovered(tp, f)
+	if acts := r.sched.recovered(tp, f); acts != nil {
+		r.do(ctx, acts) // released meanwhile
+		return
+	}
 	if seek {
 		r.src.Seek(tp, assigned)
 	}

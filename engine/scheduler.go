@@ -248,24 +248,28 @@ func (s *scheduler[F]) release(tps []store.TopicPartition, flush bool) []action[
 	return acts
 }
 
-// acquired: a takeover of an actStart ended. A refusal for a held
-// committed offset waits: the partition is paused and retried after a later
-// poll, with a growing backoff, while the other partitions fold and
-// commit; a wait past unstableTimeout ends the runner with the error.
-func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Time) []action[F] {
+// acquired: a takeover of an actStart ended. proceed says whether the
+// runtime goes on to recover the partition; a takeover that succeeded for a
+// partition released meanwhile is the runtime's to release.
+//
+// A refusal for a held committed offset waits: the partition is paused
+// and retried after a later poll, with a growing backoff, while the other
+// partitions fold and commit; a wait past unstableTimeout ends the runner
+// with the error.
+func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Time) (proceed bool, acts []action[F]) {
 	p := s.parts[tp]
 	if p == nil || p.phase != phaseStarting {
-		return nil // released meanwhile: the outcome is the runtime's to undo
+		return false, nil
 	}
 	switch {
 	case err == nil:
 		p.acquired()
-		return nil
+		return true, nil
 	case !errors.Is(err, store.ErrOffsetUnstable):
-		return s.failed(tp, causeAcquire, fmt.Errorf("engine: acquiring %s: %w", tp, err))
+		return false, s.failed(tp, causeAcquire, fmt.Errorf("engine: acquiring %s: %w", tp, err))
 	}
 	h := p.held
-	acts := []action[F]{{kind: actHold, tp: tp, err: err, first: h == nil}}
+	acts = []action[F]{{kind: actHold, tp: tp, err: err, first: h == nil}}
 	if h == nil {
 		h = &heldOffset{since: now, backoff: unstableFirstRetry}
 	}
@@ -273,12 +277,12 @@ func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Tim
 		err = withWaited(tp, err, waited)
 		p.stop(err, false)
 		s.fatal = err
-		return append(acts, action[F]{kind: actStop, tp: tp, err: err, fatal: true})
+		return false, append(acts, action[F]{kind: actStop, tp: tp, err: err, fatal: true})
 	}
 	h.retry = now.Add(h.backoff)
 	h.backoff = min(2*h.backoff, unstableMaxRetry)
 	p.await(h)
-	return acts
+	return false, acts
 }
 
 // withWaited is err with how long the offset was held.
@@ -291,11 +295,14 @@ func withWaited(tp store.TopicPartition, err error, waited time.Duration) error 
 	return fmt.Errorf("engine: %s: its committed offset has been held by an open transaction for %s: %w", tp, waited, err)
 }
 
-// recovered: the recovery of an actStart finished; the flow runs.
-func (s *scheduler[F]) recovered(tp store.TopicPartition, f F) {
+// recovered: the recovery of an actStart finished; the flow runs. A flow
+// recovered for a partition released meanwhile is torn down.
+func (s *scheduler[F]) recovered(tp store.TopicPartition, f F) []action[F] {
 	if p := s.parts[tp]; p != nil && p.phase == phaseStarting {
 		p.run(f)
+		return nil
 	}
+	return []action[F]{{kind: actTeardown, tp: tp, flow: f}}
 }
 
 // failed: a call for tp failed with err. Whether the partition restarts

@@ -1,0 +1,255 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/snapfence/snapfence/engine/core"
+	"github.com/snapfence/snapfence/store"
+)
+
+// The scheduler's tests are scripts under testdata/scheduler, one command
+// a step, each followed by what the scheduler answered: the actions it
+// asked for ("do: ...") and every partition's record after the step.
+// Rewrite them after an intended change with
+//
+//	go test ./engine -run TestSchedulerScripts -rewrite
+//
+// and review the diff. The commands:
+//
+//	config [commit=D] [persist=D] [tick=D] [no-flush-on-revoke] [unstable-timeout=D]
+//	                            a new scheduler at time 0 (defaults: commit and
+//	                            persist 1m, no tick, 3m); persist=0: none
+//	poll-start at=D             a poll starts; answers how long it may wait
+//	polled at=D [dead]          the poll returned (dead: its records are not folded)
+//	assigned|revoked|lost pN... a rebalance callback
+//	acquired pN at=D [err=E]    a takeover of a start action ended
+//	recovered pN                a recovery ended well: a new flow pN#k runs
+//	failed pN cause=C err=E     a call failed (C: acquire, recover, setup, fold,
+//	                            tick, write, batch, emit)
+//	timers at=D                 the poll's records are folded
+//	close                       the runner closes
+//
+// Errors E: fenced, io, unstable, corrupt, canceled, fold, state.
+func TestSchedulerScripts(t *testing.T) {
+	datadriven.Walk(t, "testdata/scheduler", func(t *testing.T, path string) {
+		h := &schedulerHarness{}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			out, err := h.step(d)
+			if err != nil {
+				d.Fatalf(t, "%v", err)
+			}
+			return out
+		})
+	})
+}
+
+// testFlow stands for a runtime's flow: the scheduler only holds it.
+type testFlow struct{ name string }
+
+type schedulerHarness struct {
+	s      *scheduler[*testFlow]
+	starts map[store.TopicPartition]int
+}
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
+	if d.Cmd != "config" && h.s == nil {
+		return "", errors.New("config first")
+	}
+	args := map[string]string{}
+	var tps []store.TopicPartition
+	for _, a := range d.CmdArgs {
+		if strings.HasPrefix(a.Key, "p") && len(a.Vals) == 0 {
+			n, err := strconv.Atoi(a.Key[1:])
+			if err == nil {
+				tps = append(tps, store.TopicPartition{Topic: "in", Partition: int32(n)})
+				continue
+			}
+		}
+		args[a.Key] = strings.Join(a.Vals, ",")
+	}
+	dur := func(k, def string) (time.Duration, error) {
+		v, ok := args[k]
+		if !ok {
+			v = def
+		}
+		return time.ParseDuration(v)
+	}
+	at, err := dur("at", "0s")
+	if err != nil {
+		return "", err
+	}
+	now := epoch.Add(at)
+	one := func() (store.TopicPartition, error) {
+		if len(tps) != 1 {
+			return store.TopicPartition{}, fmt.Errorf("%s takes one partition", d.Cmd)
+		}
+		return tps[0], nil
+	}
+	var acts []action[*testFlow]
+	var b strings.Builder
+	switch d.Cmd {
+	case "config":
+		var cfg schedulerConfig
+		if cfg.commitInterval, err = dur("commit", "1m"); err != nil {
+			return "", err
+		}
+		if cfg.persistInterval, err = dur("persist", "1m"); err != nil {
+			return "", err
+		}
+		if cfg.tickInterval, err = dur("tick", "0s"); err != nil {
+			return "", err
+		}
+		if cfg.unstableTimeout, err = dur("unstable-timeout", "3m"); err != nil {
+			return "", err
+		}
+		_, noFlush := args["no-flush-on-revoke"]
+		cfg.flushOnRevoke = !noFlush
+		h.s = newScheduler[*testFlow](cfg, epoch)
+		h.starts = map[store.TopicPartition]int{}
+	case "poll-start":
+		fmt.Fprintf(&b, "wait %s\n", h.s.pollStarting(now))
+	case "polled":
+		_, dead := args["dead"]
+		acts = h.s.polled(now, !dead)
+	case "assigned":
+		acts = h.s.assigned(tps)
+	case "revoked":
+		acts = h.s.revoked(tps)
+	case "lost":
+		acts = h.s.lost(tps)
+	case "close":
+		acts = h.s.closing()
+	case "acquired":
+		tp, err := one()
+		if err != nil {
+			return "", err
+		}
+		var proceed bool
+		proceed, acts = h.s.acquired(tp, namedError(args["err"], tp), now)
+		if proceed {
+			b.WriteString("recover next\n")
+		}
+	case "recovered":
+		tp, err := one()
+		if err != nil {
+			return "", err
+		}
+		h.starts[tp]++
+		acts = h.s.recovered(tp, &testFlow{name: fmt.Sprintf("%s#%d", short(tp), h.starts[tp])})
+	case "failed":
+		tp, err := one()
+		if err != nil {
+			return "", err
+		}
+		c, ok := map[string]cause{"acquire": causeAcquire, "recover": causeRecover, "setup": causeSetup,
+			"fold": causeFold, "tick": causeTick, "write": causeWrite, "batch": causeBatch, "emit": causeEmit}[args["cause"]]
+		if !ok {
+			return "", fmt.Errorf("cause %q", args["cause"])
+		}
+		acts = h.s.failed(tp, c, namedError(args["err"], tp))
+	case "timers":
+		acts = h.s.timers(now)
+	default:
+		return "", fmt.Errorf("unknown command %q", d.Cmd)
+	}
+	for _, a := range acts {
+		fmt.Fprintf(&b, "do: %s\n", describe(a))
+	}
+	for _, tp := range sortedKeys(h.s.parts) {
+		fmt.Fprintf(&b, "%s\n", describePartition(h.s.parts[tp]))
+	}
+	if h.s.fatal != nil {
+		fmt.Fprintf(&b, "fatal: %v\n", h.s.fatal)
+	}
+	return b.String(), nil
+}
+
+// namedError is the script's error E for tp ("": none).
+func namedError(name string, tp store.TopicPartition) error {
+	switch name {
+	case "":
+		return nil
+	case "fenced":
+		return fmt.Errorf("store: %s fenced: %w", tp, store.ErrFenced)
+	case "io":
+		return errors.New("broker unreachable")
+	case "unstable":
+		return fmt.Errorf("store: %s: %w", tp, store.ErrOffsetUnstable)
+	case "corrupt":
+		return fmt.Errorf("store: %s: %w", tp, store.ErrCorruptRecord)
+	case "canceled":
+		return context.Canceled
+	case "fold":
+		return &core.FoldError{Input: tp, Offset: 7, Key: []byte("k"), Err: errors.New("bad op")}
+	case "state":
+		return &core.StateError{Input: tp, Key: []byte("k"), Offset: 7, Err: errors.New("bad state")}
+	}
+	return fmt.Errorf("unknown error %q", name)
+}
+
+func short(tp store.TopicPartition) string { return fmt.Sprintf("p%d", tp.Partition) }
+
+func describe(a action[*testFlow]) string {
+	var b strings.Builder
+	switch a.kind {
+	case actStart:
+		b.WriteString("start")
+		for _, tp := range a.tps {
+			b.WriteString(" " + short(tp))
+		}
+		if a.seek {
+			b.WriteString(" (seek)")
+		}
+	case actTeardown:
+		fmt.Fprintf(&b, "teardown %s", a.flow.name)
+		if a.flush {
+			b.WriteString(" (flush and commit first)")
+		}
+	case actStop:
+		fmt.Fprintf(&b, "stop %s", short(a.tp))
+		if a.flow != nil {
+			fmt.Fprintf(&b, ", tear down %s", a.flow.name)
+		}
+		fmt.Fprintf(&b, ": %v", a.err)
+		if a.fatal {
+			b.WriteString(" (fatal)")
+		}
+	case actHold:
+		fmt.Fprintf(&b, "hold %s", short(a.tp))
+		if a.first {
+			b.WriteString(" (warn)")
+		}
+	case actTick:
+		fmt.Fprintf(&b, "tick at %s", a.at.Sub(epoch))
+	case actPersist:
+		b.WriteString("persist")
+	case actCommit:
+		b.WriteString("commit")
+	}
+	return b.String()
+}
+
+func describePartition(p *partition[*testFlow]) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", short(p.tp), p.phase)
+	if p.flow != nil {
+		fmt.Fprintf(&b, " %s", p.flow.name)
+	}
+	if p.held != nil {
+		fmt.Fprintf(&b, " (held since %s, retry at %s)", p.held.since.Sub(epoch), p.held.retry.Sub(epoch))
+	}
+	if p.err != nil {
+		fmt.Fprintf(&b, " [%v]", p.err)
+	}
+	return b.String()
+}
