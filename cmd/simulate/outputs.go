@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/snapfence/snapfence/cmd/simulate/internal/timeline"
 	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/internal/world"
 )
@@ -20,7 +21,7 @@ func writeOutputs(o options, rep report, stdout io.Writer) error {
 		}
 	}
 	if o.htmlOut != "" {
-		if err := writeTo(o.htmlOut, stdout, func(w io.Writer) error { return writeHTML(w, rep) }); err != nil {
+		if err := writeTo(o.htmlOut, stdout, func(w io.Writer) error { return timeline.Write(w, timelinePage(rep)) }); err != nil {
 			return fmt.Errorf("-html: %w", err)
 		}
 	}

@@ -7,28 +7,48 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/datadriven"
+
 	"github.com/snapfence/snapfence/store"
 )
 
-// The core's tests are scripts: each line is a step, and "->" gives what
-// the step must answer. The fold sums integers per key; "+N" adds N, "del"
-// deletes, "boom" panics. Every fold emits "key:sum" as an output.
+// The core's scripts are datadriven files under testdata/, one per
+// behaviour, each run on a fresh core: a directive is a step, and what
+// follows "----" is what the step must answer. `go test ./engine/core
+// -rewrite` writes the answers the core gives now; the diff is the review.
+// The fold sums integers per key: op=N adds N, op=del deletes, op=boom
+// panics. Every fold emits "key:sum" as an output.
 //
-//	assign N           a new core resuming at input offset N
-//	recover K=V@O      a recovered snapshot (K=~@O for a tombstone)
-//	fold K@O OP        feed a record; answers the outputs, or "skip"
-//	flush [N]          the snapshots to write (at most N)
-//	done K ok|fail     a write's outcome
-//	committable        the committable offset
-//	state K            the key's state
-//	tick               add 100 to every live key
-//	drop               drop the partition's cache
-func runScript(t *testing.T, script string) {
-	t.Helper()
-	var c *Core[[]byte]
-	kv := NewMemKV()
-	in := store.TopicPartition{Topic: "in", Partition: 3}
-	fold := func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
+//	assign offset=N                   a new core resuming at input offset N
+//	recover key=K value=V offset=O    a recovered snapshot
+//	recover key=K tombstone offset=O  a recovered tombstone
+//	fold key=K offset=O op=OP         feed a record; answers the outputs, or "skip"
+//	flush [max=N]                     the snapshots to write (at most N)
+//	done key=K ok|fail                a write's outcome
+//	committable                       the committable offset
+//	state key=K                       the key's state
+//	tick                              add 100 to every live key
+//	drop                              drop the partition's cache
+//	keys                              the number of keys the partition holds
+func TestScripts(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		s := newScript()
+		datadriven.RunTest(t, path, s.step)
+	})
+}
+
+// script is one file's core, its fold and its tick.
+type script struct {
+	c    *Core[[]byte]
+	kv   *MemKV
+	in   store.TopicPartition
+	fold FoldFunc[[]byte]
+	tick TickFunc[[]byte]
+}
+
+func newScript() *script {
+	s := &script{kv: NewMemKV(), in: store.TopicPartition{Topic: "in", Partition: 3}}
+	s.fold = func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
 		op := string(rec.Value)
 		if op == "boom" {
 			panic("boom")
@@ -48,90 +68,91 @@ func runScript(t *testing.T, script string) {
 		v := strconv.Itoa(sum)
 		return Change[[]byte]{State: []byte(v), Outputs: []Output{{Key: key, Value: []byte(v)}}}, nil
 	}
-	tick := func(key, state []byte, now int64) (Change[[]byte], error) {
+	s.tick = func(key, state []byte, now int64) (Change[[]byte], error) {
 		sum, _ := strconv.Atoi(string(state))
 		return Change[[]byte]{State: []byte(strconv.Itoa(sum + 100))}, nil
 	}
-	for i, line := range strings.Split(strings.TrimSpace(script), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		step, want, _ := strings.Cut(line, "->")
-		step, want = strings.TrimSpace(step), strings.TrimSpace(want)
-		f := strings.Fields(step)
-		var got string
-		switch f[0] {
-		case "assign":
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			var err error
-			c, err = New(Config[[]byte]{Input: in, Fold: fold, Tick: tick, Codec: BytesCodec{}, Assigned: n}, kv)
-			got = errString(err)
-		case "recover":
-			kvs, off, _ := strings.Cut(f[1], "@")
-			k, v, _ := strings.Cut(kvs, "=")
-			o, _ := strconv.ParseInt(off, 10, 64)
-			s := store.Snapshot{Key: []byte(k), Value: []byte(v), Offset: o, Tombstone: v == "~"}
-			if s.Tombstone {
-				s.Value = nil
-			}
-			got = errString(c.Recovered(s))
-		case "fold":
-			k, off, _ := strings.Cut(f[1], "@")
-			o, _ := strconv.ParseInt(off, 10, 64)
-			outs, err := c.Fold(&Record{Offset: o, Key: []byte(k), Value: []byte(f[2])})
-			switch {
-			case err != nil:
-				got = err.Error()
-			case outs == nil:
-				got = "skip"
-			default:
-				got = outputs(outs)
-			}
-		case "flush":
-			limit := 0
-			if len(f) > 1 {
-				limit, _ = strconv.Atoi(f[1])
-			}
-			snaps, err := c.Flush(limit)
-			got = errString(err)
-			if err == nil {
-				var parts []string
-				for _, s := range snaps {
-					if s.Tombstone {
-						parts = append(parts, fmt.Sprintf("%s=~@%d", s.Key, s.Offset))
-					} else {
-						parts = append(parts, fmt.Sprintf("%s=%s@%d", s.Key, s.Value, s.Offset))
-					}
-				}
-				got = "[" + strings.Join(parts, " ") + "]"
-			}
-		case "done":
-			var werr error
-			if f[2] == "fail" {
-				werr = errors.New("fenced")
-			}
-			got = errString(c.WriteDone([]byte(f[1]), werr))
-		case "committable":
-			got = strconv.FormatInt(c.Committable(), 10)
-		case "state":
-			v, ok, err := c.State([]byte(f[1]))
-			got = fmt.Sprintf("%s %t %s", v, ok, errString(err))
-			got = strings.TrimSpace(got)
-		case "tick":
-			_, err := c.Tick(0)
-			got = errString(err)
-		case "drop":
-			got = errString(c.Drop())
-		case "keys":
-			got = strconv.Itoa(c.Keys())
-		default:
-			t.Fatalf("line %d: unknown step %q", i+1, f[0])
-		}
-		if want != "" && got != want {
-			t.Fatalf("line %d: %s\n got: %s\nwant: %s", i+1, step, got, want)
-		}
+	return s
+}
+
+// step runs one directive and returns its answer.
+func (s *script) step(t *testing.T, d *datadriven.TestData) string {
+	if d.Cmd != "assign" && s.c == nil {
+		d.Fatalf(t, "%s before assign", d.Cmd)
 	}
+	var key string
+	var offset int64
+	switch d.Cmd {
+	case "assign":
+		d.ScanArgs(t, "offset", &offset)
+		var err error
+		s.c, err = New(Config[[]byte]{Input: s.in, Fold: s.fold, Tick: s.tick, Codec: BytesCodec{}, Assigned: offset}, s.kv)
+		return errString(err)
+	case "recover":
+		d.ScanArgs(t, "key", &key)
+		d.ScanArgs(t, "offset", &offset)
+		snap := store.Snapshot{Key: []byte(key), Offset: offset, Tombstone: d.HasArg("tombstone")}
+		if !snap.Tombstone {
+			var v string
+			d.ScanArgs(t, "value", &v)
+			snap.Value = []byte(v)
+		}
+		return errString(s.c.Recovered(snap))
+	case "fold":
+		var op string
+		d.ScanArgs(t, "key", &key)
+		d.ScanArgs(t, "offset", &offset)
+		d.ScanArgs(t, "op", &op)
+		outs, err := s.c.Fold(&Record{Offset: offset, Key: []byte(key), Value: []byte(op)})
+		switch {
+		case err != nil:
+			return err.Error()
+		case outs == nil:
+			return "skip"
+		}
+		return outputs(outs)
+	case "flush":
+		limit := 0
+		d.MaybeScanArgs(t, "max", &limit)
+		snaps, err := s.c.Flush(limit)
+		if err != nil {
+			return err.Error()
+		}
+		var parts []string
+		for _, s := range snaps {
+			if s.Tombstone {
+				parts = append(parts, fmt.Sprintf("%s=~@%d", s.Key, s.Offset))
+			} else {
+				parts = append(parts, fmt.Sprintf("%s=%s@%d", s.Key, s.Value, s.Offset))
+			}
+		}
+		return "[" + strings.Join(parts, " ") + "]"
+	case "done":
+		d.ScanArgs(t, "key", &key)
+		var werr error
+		switch {
+		case d.HasArg("fail") == d.HasArg("ok"):
+			d.Fatalf(t, "done wants ok or fail")
+		case d.HasArg("fail"):
+			werr = errors.New("fenced")
+		}
+		return errString(s.c.WriteDone([]byte(key), werr))
+	case "committable":
+		return strconv.FormatInt(s.c.Committable(), 10)
+	case "state":
+		d.ScanArgs(t, "key", &key)
+		v, ok, err := s.c.State([]byte(key))
+		return strings.TrimSpace(fmt.Sprintf("%s %t %s", v, ok, errString(err)))
+	case "tick":
+		_, err := s.c.Tick(0)
+		return errString(err)
+	case "drop":
+		return errString(s.c.Drop())
+	case "keys":
+		return strconv.Itoa(s.c.Keys())
+	}
+	d.Fatalf(t, "unknown command %q", d.Cmd)
+	return ""
 }
 
 func errString(err error) string {
@@ -147,155 +168,6 @@ func outputs(outs []Output) string {
 		parts = append(parts, fmt.Sprintf("%s:%s", o.Key, o.Value))
 	}
 	return strings.Join(parts, " ")
-}
-
-func TestFoldFlushCommit(t *testing.T) {
-	runScript(t, `
-		assign 10
-		committable      -> 10
-		fold a@10 1      -> a:1
-		fold b@11 5      -> b:5
-		fold a@12 2      -> a:3
-		# a holds 10, b holds 11: nothing is durable yet
-		committable      -> 10
-		flush            -> [a=3@12 b=5@11]
-		done b ok
-		committable      -> 10
-		done a ok
-		committable      -> 13
-		flush            -> []
-	`)
-}
-
-// A flush round is the keys dirty when it begins, in key order, handed out
-// a batch at a time: the same keys share a batch on every run.
-func TestFlushTakesRoundsInKeyOrder(t *testing.T) {
-	runScript(t, `
-		assign 0
-		fold e@0 1       -> e:1
-		fold c@1 1       -> c:1
-		fold a@2 1       -> a:1
-		fold d@3 1       -> d:1
-		fold b@4 1       -> b:1
-		flush 2          -> [a=1@2 b=1@4]
-		done a ok
-		done b ok
-		# dirtied during the round: they wait for the next one
-		fold 0@5 1       -> 0:1
-		fold a@6 1       -> a:2
-		flush 2          -> [c=1@1 d=1@3]
-		done c fail
-		done d ok
-		# the round's last batch is short
-		flush 2          -> [e=1@0]
-		done e ok
-		committable      -> 1
-		# the next round: what is dirty now, the failed write included
-		flush 2          -> [0=1@5 a=2@6]
-		flush 2          -> [c=1@1]
-		done 0 ok
-		done a ok
-		done c ok
-		committable      -> 7
-		flush 2          -> []
-	`)
-}
-
-func TestReplayAfterRecoveryIsSkipped(t *testing.T) {
-	runScript(t, `
-		assign 5
-		recover a=7@8
-		recover b=~@9
-		# the consumer resumes at the committed 5: a's 5..8 and b's 9 are in
-		# the snapshots already
-		fold a@6 100     -> skip
-		fold a@8 100     -> skip
-		fold b@9 1       -> skip
-		fold a@10 1      -> a:8
-		fold b@11 2      -> b:2
-		state a          -> 8 true ok
-	`)
-}
-
-func TestAKeyChangedDuringItsWriteStaysDirty(t *testing.T) {
-	runScript(t, `
-		assign 0
-		fold a@0 1       -> a:1
-		flush            -> [a=1@0]
-		fold a@1 1       -> a:2
-		# taken but not yet durable: a second flush does not take it again
-		flush            -> []
-		done a ok
-		# the write covered offset 0 only; a still holds 1
-		committable      -> 1
-		flush            -> [a=2@1]
-		done a ok
-		committable      -> 2
-	`)
-}
-
-func TestFailedWriteKeepsTheKeyDirty(t *testing.T) {
-	runScript(t, `
-		assign 0
-		fold a@0 1       -> a:1
-		flush            -> [a=1@0]
-		done a fail
-		committable      -> 0
-		flush            -> [a=1@0]
-		done a ok
-		committable      -> 1
-	`)
-}
-
-func TestDeleteKeepsItsOffset(t *testing.T) {
-	runScript(t, `
-		assign 0
-		fold a@0 4       -> a:4
-		fold a@1 del     -> a:deleted
-		state a          -> false ok
-		flush            -> [a=~@1]
-		done a ok
-		fold a@1 9       -> skip
-		fold a@2 3       -> a:3
-	`)
-}
-
-func TestFoldPanicNamesTheRecordAndCommitsNothingPastIt(t *testing.T) {
-	runScript(t, `
-		assign 0
-		fold a@0 1       -> a:1
-		fold k@1 boom    -> engine: fold of in/3 offset 1 key "k" failed: panic: boom
-		# the partition is stopped at the bad record
-		fold a@2 1       -> engine: fold of in/3 offset 1 key "k" failed: panic: boom
-		committable      -> 0
-	`)
-}
-
-func TestTickChangesAreFlushed(t *testing.T) {
-	runScript(t, `
-		assign 0
-		fold a@0 1       -> a:1
-		flush            -> [a=1@0]
-		done a ok
-		tick
-		state a          -> 101 true ok
-		flush            -> [a=101@0]
-		done a ok
-		committable      -> 1
-	`)
-}
-
-func TestDropLeavesNothingBehind(t *testing.T) {
-	runScript(t, `
-		assign 0
-		fold a@0 1       -> a:1
-		fold b@1 1       -> b:1
-		keys             -> 2
-		drop
-		keys             -> 0
-		flush            -> []
-		committable      -> 2
-	`)
 }
 
 // Two partitions share one KV without seeing each other's keys.

@@ -27,7 +27,7 @@ import (
 )
 
 // The real-broker mode (Config.Brokers): the same world on a Kafka
-// cluster, in real time. See the package doc.
+// cluster, in real time. See docs/testing.md, "On a real broker".
 
 // Real-time bounds of the real-broker mode.
 const (

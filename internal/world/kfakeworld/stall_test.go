@@ -274,7 +274,7 @@ func completeJoinWithB(t *testing.T, c *kfake.Cluster, a, b *rawMember) {
 // can keep a classic group in PreparingRebalance for good, every member
 // waiting in JoinGroup: the seed-508 liveness failure of
 // TestRandomScenariosOnKfake's generator (3 or 4 runs in 30; the world
-// now avoids it, see the package doc and start).
+// now avoids it, see docs/testing.md, "The kfake world", and start).
 //
 //  1. kfake expires a member waiting in SyncGroup when its session runs
 //     out (the timer updateHeartbeat, groups.go:1504, armed when

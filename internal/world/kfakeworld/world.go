@@ -1,136 +1,9 @@
 // Package kfakeworld is the second world of the property tests: the step
 // vocabulary of internal/world, carried out by real franz-go clients and
-// store/kafka against kfake, on a kfake.VirtualNetwork inside a
-// testing/synctest bubble (virtual time). Fewer scenarios than the
-// simulated cluster, but the real client code paths: franz-go's group
-// management and rebalance callbacks, its transactional producer, the
-// store's recovery reader.
-//
-// A World must be created, driven and closed inside one synctest bubble
-// (synctest.Test), by one goroutine. After every step it waits until every
-// goroutine of the bubble is durably blocked (synctest.Wait): nothing
-// moves between two steps of the driver, and virtual time passes only in
-// advance steps (and up to a few milliseconds in a poll, see Apply).
-//
-// # On a real broker
-//
-// With Config.Brokers the same world (steps, invariants, history) runs on
-// a real Kafka cluster, in real time, outside any bubble (cmd/simulate
-// -world kafka). No kfake cluster: the world dials the brokers itself,
-// TLS handshake and SASL authentication included (Config.TLS, SASL), under
-// each process's freezers, so pause and crash freeze and kill a process's
-// connections as on kfake. New reaches the cluster (at most
-// connectTimeout), checks the broker's session and transaction timeout
-// bounds against the world's, and creates topics of the world's own
-// ("snapfence-simulate-<Name>" and its "-snapshots", compacted, the
-// broker's default replication), with a group and transactional.ids of
-// their own; Close deletes the topics, whatever happened before (the
-// group and the transactional.ids expire by the broker's retention). What differs
-// from kfake:
-//
-//   - after a step the world waits, at most settleTimeout, until every
-//     running process is idle (no runner step in flight, no rebalance
-//     callback running) and every leaving one is down (settle), where
-//     kfake waits for synctest.Wait. A poll waits pollTimeout for its
-//     runner step, which then goes on in the background, as on kfake.
-//     Real time passes during steps too (a few milliseconds to a few
-//     hundred), and what kfake does at once the broker does soon: a
-//     join, a fetch, the markers of a transaction.
-//   - advance sleeps; the members' clients heartbeat by themselves.
-//   - Close lets the steps in flight end before it crashes the processes
-//     (on kfake nothing is in flight then but what is durably blocked),
-//     and ends the crashed processes' store clients (endStoreClients):
-//     a step of a process crashed while it was producing would otherwise
-//     wait for good, franz-go retrying the dead connections.
-//   - compact and truncate do nothing: Kafka's cleaner runs on its own
-//     (on closed segments only, so never in a world's lifetime) and
-//     nothing cuts a broker's log.
-//   - the consumer protocol's session timeout and heartbeat interval are
-//     the broker's: the world sets them for its group (the group configs
-//     consumer.session.timeout.ms and consumer.heartbeat.interval.ms),
-//     which needs them within the broker's group.consumer.min and max
-//     bounds (the default minimum session is 45 s; it/kafka's 1 s) and
-//     the right to alter the group's configs. Failing that, the broker's
-//     session timeout is the world's SessionTimeout (Logf says so), and
-//     the scenarios that time an expiry by the default 10 s (an advance
-//     of 11 s) see it later.
-//   - the classic protocols need group.min.session.timeout.ms at most
-//     SessionTimeout (10 s; Kafka's default 6 s) and a broker's
-//     group.initial.rebalance.delay.ms (3 s by default, 0 in it/kafka)
-//     delays a first member's join past a poll's pollTimeout.
-//
-// What differs from internal/world:
-//
-//   - compact runs kfake's log cleaner, in place, only while no
-//     transaction is open on any snapshot partition (kfake's cleaner,
-//     unlike Kafka's, would clean past the last stable offset) and only
-//     when it would not remove an abort marker a reader still needs; it
-//     cleans every snapshot partition at once, whichever the step names.
-//   - truncate (with the simulated world's preconditions: the snapshot
-//     partition's tail above its last stable offset holds only records of
-//     open transactions) closes the cluster, cuts the partition's segment
-//     files at the last stable offset and restarts the cluster from its
-//     data directory on the same address, as the store/kafka contract
-//     tests do; the clients reconnect. kfake keeps no transaction state
-//     across a restart: it aborts every transaction a log shows open and
-//     bumps its producer's epoch, so the restart also ends every open
-//     transaction (a crashed member's, a paused one's, the foreign one,
-//     even a hanging one) as if it had timed out, where the simulated
-//     world's (and Kafka's) stay open.
-//   - resume thaws the member's store connections at once and its
-//     consumer's at its next poll or the next advance: a process waking
-//     from a pause runs its application thread (a flush that came due)
-//     before its heartbeat thread hears what the group did, the
-//     kafka-flow#732 window; the simulated member likewise learns at its
-//     next poll.
-//   - a member whose rebalance callback is still running (an assignment
-//     whose recovery waits, in virtual time) takes no poll, flush or leave
-//     until it returns: the runner is locked by the callback, and a
-//     goroutine blocked on a mutex stops a synctest bubble's clock. The
-//     simulated member is busy then too (its callbacks run inside Poll).
-//   - crash kills the process's store connections and silences its
-//     consumer's for good (frozen until the world closes: nothing more
-//     reaches the group, which evicts the member when its session
-//     expires), and its runner is never stepped or closed again, its
-//     rebalance callbacks cut off from it; a transaction its flush had
-//     open stays open until the next owner's takeover or its timeout.
-//     The simulated crash stalls the member instead, and also opens a
-//     transaction on every partition the member owned. The consumer's
-//     connections are not closed because kfake, unlike Kafka, may then
-//     never expire a member crashed while its JoinGroup was parked (see
-//     crash and TestKfakeKeepsAJoinerWhoseConnectionClosed).
-//   - the classic protocols' rebalance timeout is a few seconds
-//     (rebalanceTimeout: 3.3 s by default; franz-go's, and the consumer
-//     protocol's here, is 1 min), below the session timeout and below
-//     franz-go's request timeout overhead (10 s) / (Members-1). kfake's
-//     classic coordinator differs from Kafka's in two ways that together
-//     can hold a group in PreparingRebalance for good, every member
-//     waiting in JoinGroup (TestKfakeMiscountsAMemberExpiredWhileSyncing):
-//     it expires a member waiting in SyncGroup when its session runs out
-//     (a leader paused before its SyncGroup leaves the others waiting)
-//     and then counts one rejoined member too few, so the round ends only
-//     at its deadline; and every JoinGroup restarts that deadline, while
-//     franz-go sends a JoinGroup that was not answered again every
-//     rebalance timeout plus 10 s. Kafka keeps a member alive while its
-//     JoinGroup or SyncGroup waits, and sets the deadline once, when the
-//     round begins. Below the session timeout, kfake's deadline for the
-//     leader's SyncGroup removes a leader that does not sync before a
-//     waiting member's session runs out; below 10 s / (Members-1), the
-//     JoinGroups sent again always leave the deadline time to pass. A
-//     member must rejoin within the rebalance timeout, or is removed from
-//     the round, as on Kafka with this setting.
-//   - the invariants checked are 1 and 2 after every step and 3, 6
-//     (reaching the ends of the input) and 7 at quiescence; 4, 5 and the
-//     rest of 6 are the simulated world's (they need its log's entries).
-//     At quiescence the world's history (internal/history: every input
-//     event, every Store call of the members with its outcome, and a
-//     final read_committed read of every snapshot partition) is checked
-//     too, its anomalies reported as the invariants they break.
-//     Invariant 2 reads the snapshots read_committed, up to the last
-//     stable offset, and is skipped while a foreign transaction is open
-//     (what it pins is committed but not readable) and for partitions
-//     whose committed offset is unstable (an offset commit pending in an
-//     open transaction).
+// store/kafka against kfake in virtual time (a testing/synctest bubble),
+// or with Config.Brokers on a real Kafka cluster in real time. How it is
+// driven and how it differs from the simulated world and from kfake:
+// docs/testing.md, "The kfake world".
 package kfakeworld
 
 import (
@@ -199,8 +72,8 @@ type Config struct {
 	ExactlyOnce, ProduceOutputs bool
 
 	// Brokers, if set, runs the world on a real Kafka cluster in real
-	// time instead of kfake (the seed brokers, host:port; see the
-	// package doc). Outside a synctest bubble.
+	// time instead of kfake (the seed brokers, host:port; see
+	// docs/testing.md, "On a real broker"). Outside a synctest bubble.
 	Brokers []string
 	// TLS and SASL, if set, secure every connection to Brokers.
 	TLS  *tls.Config
@@ -254,8 +127,9 @@ const requestTimeoutOverhead = 10 * time.Second
 // default (1 min) under the consumer protocol; under the classic ones
 // min(SessionTimeout, requestTimeoutOverhead) / max(Members, 2), 3.3 s by
 // default, below the session timeout and below requestTimeoutOverhead /
-// (Members-1), which keeps kfake's classic groups from stalling (see the
-// package doc and TestKfakeMiscountsAMemberExpiredWhileSyncing).
+// (Members-1), which keeps kfake's classic groups from stalling (see
+// docs/testing.md, "The kfake world", and
+// TestKfakeMiscountsAMemberExpiredWhileSyncing).
 func (cfg Config) rebalanceTimeout() time.Duration {
 	if cfg.Protocol == sim.Consumer {
 		return time.Minute
