@@ -9,8 +9,8 @@ package engine_test
 //     folding the same input into a Go map, on one kfake cluster (one
 //     broker, loopback TCP, real time).
 //   - BenchmarkEngineMemory: the peak memory of 1M keys of 100-byte states
-//     in the engine's Pebble cache, written through engine/core, against a
-//     Go map[string][]byte of the same keys and values.
+//     in the engine's Pebble cache, written through engine/internal/core,
+//     against a Go map[string][]byte of the same keys and values.
 //
 // They are benchmarks only; `go test` without -bench runs none of them.
 
@@ -36,7 +36,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
-	"github.com/snapfence/snapfence/engine/core"
+	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 )

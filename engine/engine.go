@@ -65,7 +65,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/snapfence/snapfence/engine/core"
+	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snapfence/snapfence/engine/core"
+	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )

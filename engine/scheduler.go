@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/snapfence/snapfence/engine/core"
+	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 )
 

@@ -14,7 +14,7 @@ import (
 
 // The core's scripts are datadriven files under testdata/, one per
 // behaviour, each run on a fresh core: a directive is a step, and what
-// follows "----" is what the step must answer. `go test ./engine/core
+// follows "----" is what the step must answer. `go test ./engine/internal/core
 // -rewrite` writes the answers the core gives now; the diff is the review.
 // The fold sums integers per key: op=N adds N, op=del deletes, op=boom
 // panics. Every fold emits "key:sum" as an output.
