@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -20,7 +21,7 @@ import (
 // engine's cache goes when its engine is closed.
 func crashOnSim[S any](t *testing.T, r *engine.Runner[S]) {
 	t.Helper()
-	s, ok := r.Source().(*engine.SimSource)
+	s, ok := r.Source().(*simsource.Source)
 	if !ok {
 		t.Fatalf("source %T", r.Source())
 	}

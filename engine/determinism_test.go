@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -118,7 +119,7 @@ func runDeterminismScenario(t *testing.T, protocol sim.Protocol, seed uint64) sc
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := e.NewRunner(engine.NewSimSource(c, detGroup, protocol, 7, detTopic))
+		r, err := e.NewRunner(simsource.New(c, detGroup, protocol, 7, detTopic))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -19,7 +20,7 @@ func (w *simWorld) runnerWith(e *engine.Engine[int], protocol sim.Protocol, wrap
 		if wrap != nil {
 			h = wrap(h)
 		}
-		return engine.NewSimSource(w.c, "bank", protocol, 0, "accounts")(h)
+		return simsource.New(w.c, "bank", protocol, 0, "accounts")(h)
 	})
 	if err != nil {
 		w.t.Fatal(err)
@@ -166,9 +167,9 @@ func TestFenceOnThePeriodicPathStopsTheFlow(t *testing.T) {
 	w.check(b)
 }
 
-func sourceOf(t *testing.T, r *engine.Runner[int]) *engine.SimSource {
+func sourceOf(t *testing.T, r *engine.Runner[int]) *simsource.Source {
 	t.Helper()
-	s, ok := r.Source().(*engine.SimSource)
+	s, ok := r.Source().(*simsource.Source)
 	if !ok {
 		t.Fatalf("source %T", r.Source())
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -152,7 +153,7 @@ func zombieScript(t *testing.T, w *eosWorld) (zombieErrs []error) {
 	if err := a.Step(ctx); err != nil { // folds (and, at least once, emits); commits nothing
 		t.Fatal(err)
 	}
-	member := a.Source().(*engine.SimSource).Member()
+	member := a.Source().(*simsource.Source).Member()
 	member.Stall()
 	w.c.Advance(time.Minute) // a's session expires
 	b := w.runner(w.engine(time.Second))

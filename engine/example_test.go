@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -90,7 +91,7 @@ func ExampleRunner_Step() {
 		return
 	}
 	defer e.Close()
-	r, _ := e.NewRunner(engine.NewSimSource(cluster, "bank", sim.ClassicEager, 0, "accounts"))
+	r, _ := e.NewRunner(simsource.New(cluster, "bank", sim.ClassicEager, 0, "accounts"))
 
 	tp := store.TopicPartition{Topic: "accounts", Partition: 0}
 	for _, v := range []string{"+10", "-3", "+5"} {
@@ -152,7 +153,7 @@ func ExampleEngine_NewRunner() {
 			panic(err)
 		}
 		closers = append(closers, e.Close)
-		r, _ := e.NewRunner(engine.NewSimSource(cluster, "bank", sim.ClassicEager, 0, "accounts"))
+		r, _ := e.NewRunner(simsource.New(cluster, "bank", sim.ClassicEager, 0, "accounts"))
 		return r
 	}
 
@@ -168,7 +169,7 @@ func ExampleEngine_NewRunner() {
 	// The first process dies: its member never polls nor heartbeats
 	// again, and its runner is never stepped or closed (no flush, no
 	// commit, no revoke).
-	first.Source().(*engine.SimSource).Member().Stall()
+	first.Source().(*simsource.Source).Member().Stall()
 	cluster.Advance(time.Minute) // the session times out; the group drops the dead member
 	committed, _ := cluster.CommittedOffset("bank", tp)
 	fmt.Println("committed offset after the crash:", committed)

@@ -16,7 +16,7 @@ import (
 )
 
 // Source is the group consumer a Runner drives: franz-go against Kafka
-// (NewKafkaSource), or a member of a simulated cluster (NewSimSource).
+// (NewKafkaSource), or a member of a simulated cluster (simsource.New).
 type Source interface {
 	// Poll polls once, waiting at most wait for records, and returns the
 	// records fetched. Rebalance

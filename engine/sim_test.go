@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -91,7 +92,7 @@ func (w *simWorld) engine() *engine.Engine[int] {
 }
 
 func (w *simWorld) runner(e *engine.Engine[int]) *engine.Runner[int] {
-	r, err := e.NewRunner(engine.NewSimSource(w.c, "bank", sim.ClassicEager, 0, "accounts"))
+	r, err := e.NewRunner(simsource.New(w.c, "bank", sim.ClassicEager, 0, "accounts"))
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
@@ -153,7 +154,7 @@ type member struct {
 	state  memberState
 	eng    *engine.Engine[int]
 	r      *engine.Runner[int]
-	src    *engine.SimSource
+	src    *simsource.Source
 	cancel context.CancelFunc
 	ctx    context.Context
 	// busy is the result of a step still in flight (parked on the
@@ -391,13 +392,13 @@ func (w *World) start(m *member) {
 	if err != nil {
 		panic(fmt.Sprintf("world: engine: %v", err))
 	}
-	r, err := eng.NewRunner(engine.NewSimSource(w.c, Group, w.cfg.Protocol, 0, InputTopic))
+	r, err := eng.NewRunner(simsource.New(w.c, Group, w.cfg.Protocol, 0, InputTopic))
 	if err != nil {
 		panic(fmt.Sprintf("world: runner: %v", err))
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.recovered = map[int32]error{}
-	m.eng, m.r, m.src, m.state = eng, r, r.Source().(*engine.SimSource), running
+	m.eng, m.r, m.src, m.state = eng, r, r.Source().(*simsource.Source), running
 }
 
 // emitPlain is at-least-once output: a plain producer appends m's

@@ -1,4 +1,8 @@
-package engine
+// Package simsource is an engine.Source over a member of a simulated
+// cluster (store/sim): a runner over it folds the cluster's input
+// deterministically, in virtual time. It is a package of its own so that
+// the engine, which users link into their services, imports no backend.
+package simsource
 
 import (
 	"context"
@@ -6,18 +10,23 @@ import (
 	"slices"
 	"time"
 
+	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
 
-// SimSource is a member of a simulated cluster's consumer group, as a
-// Source: rebalance callbacks run inside Poll, on the caller's goroutine,
-// and time is the cluster's virtual time.
-type SimSource struct {
+// DefaultMaxPoll is how many records a poll fetches at most when New is
+// given 0.
+const DefaultMaxPoll = 500
+
+// Source is a member of a simulated cluster's consumer group, as an
+// engine.Source: rebalance callbacks run inside Poll, on the caller's
+// goroutine, and time is the cluster's virtual time.
+type Source struct {
 	c      *sim.Cluster
 	m      *sim.Member
 	group  string
-	h      Handler
+	h      engine.Handler
 	pos    map[store.TopicPartition]int64
 	paused map[store.TopicPartition]bool
 	// unresolved are assigned partitions whose committed offsets are not
@@ -31,15 +40,15 @@ type SimSource struct {
 	callback   sim.Callbacks
 }
 
-// NewSimSource returns a factory for Engine.NewRunner: a new member of
+// New returns a factory for engine.Engine.NewRunner: a new member of
 // group on c, subscribed to topics, fetching at most maxPoll records a
-// poll (0: 500).
-func NewSimSource(c *sim.Cluster, group string, protocol sim.Protocol, maxPoll int, topics ...string) func(Handler) (Source, error) {
-	return func(h Handler) (Source, error) {
+// poll (0: DefaultMaxPoll).
+func New(c *sim.Cluster, group string, protocol sim.Protocol, maxPoll int, topics ...string) func(engine.Handler) (engine.Source, error) {
+	return func(h engine.Handler) (engine.Source, error) {
 		if maxPoll <= 0 {
-			maxPoll = 500
+			maxPoll = DefaultMaxPoll
 		}
-		s := &SimSource{c: c, m: c.NewMember(group, protocol, topics...), group: group, h: h,
+		s := &Source{c: c, m: c.NewMember(group, protocol, topics...), group: group, h: h,
 			pos: map[store.TopicPartition]int64{}, paused: map[store.TopicPartition]bool{}, maxPoll: maxPoll}
 		s.callback = sim.Callbacks{
 			Assigned: func(_ *sim.Member, tps []store.TopicPartition) {
@@ -69,9 +78,9 @@ func NewSimSource(c *sim.Cluster, group string, protocol sim.Protocol, maxPoll i
 // crash is a Stall never resumed, with the runner never stepped or closed
 // again: the group evicts the member when its session expires, and
 // nothing is flushed, committed or revoked.
-func (s *SimSource) Member() *sim.Member { return s.m }
+func (s *Source) Member() *sim.Member { return s.m }
 
-func (s *SimSource) forget(tps []store.TopicPartition) {
+func (s *Source) forget(tps []store.TopicPartition) {
 	for _, tp := range tps {
 		delete(s.pos, tp)
 		delete(s.paused, tp)
@@ -81,7 +90,7 @@ func (s *SimSource) forget(tps []store.TopicPartition) {
 
 // resolve reads the committed offsets of the unresolved partitions, all or
 // none: while one is held by an open transaction, none is fetched.
-func (s *SimSource) resolve() {
+func (s *Source) resolve() {
 	offs := make([]int64, len(s.unresolved))
 	for i, tp := range s.unresolved {
 		off, err := s.CommittedOffset(s.ctx, tp)
@@ -96,14 +105,14 @@ func (s *SimSource) resolve() {
 	s.unresolved = nil
 }
 
-// Poll implements Source: one poll of the member (a stalled member does
+// Poll implements engine.Source: one poll of the member (a stalled member does
 // nothing), then a read_committed fetch of every owned partition. It never
 // waits: virtual time moves only when the caller advances it.
-func (s *SimSource) Poll(ctx context.Context, _ time.Duration) ([]Record, error) {
+func (s *Source) Poll(ctx context.Context, _ time.Duration) ([]engine.Record, error) {
 	s.ctx = ctx
 	s.m.Poll(s.callback)
 	s.resolve()
-	var out []Record
+	var out []engine.Record
 	for _, tp := range s.m.Owned() {
 		pos, ok := s.pos[tp]
 		if !ok || s.paused[tp] || len(out) >= s.maxPoll {
@@ -114,7 +123,7 @@ func (s *SimSource) Poll(ctx context.Context, _ time.Duration) ([]Record, error)
 			return out, err
 		}
 		for _, e := range ents {
-			out = append(out, Record{
+			out = append(out, engine.Record{
 				Topic: tp.Topic, Partition: tp.Partition, Offset: e.Offset, Key: e.Record.Key, Value: e.Record.Value, Headers: e.Record.Headers,
 			})
 		}
@@ -123,15 +132,15 @@ func (s *SimSource) Poll(ctx context.Context, _ time.Duration) ([]Record, error)
 	return out, nil
 }
 
-// PollDone implements Source.
-func (s *SimSource) PollDone() {}
+// PollDone implements engine.Source.
+func (s *Source) PollDone() {}
 
-// Identity implements Source.
-func (s *SimSource) Identity() store.GroupIdentity { return s.m.Identity() }
+// Identity implements engine.Source.
+func (s *Source) Identity() store.GroupIdentity { return s.m.Identity() }
 
-// CommittedOffset implements Source: the committed offset, or 0; an error
+// CommittedOffset implements engine.Source: the committed offset, or 0; an error
 // wrapping store.ErrOffsetUnstable while a transaction holds it.
-func (s *SimSource) CommittedOffset(_ context.Context, tp store.TopicPartition) (int64, error) {
+func (s *Source) CommittedOffset(_ context.Context, tp store.TopicPartition) (int64, error) {
 	off, _, err := s.c.StableCommittedOffset(s.group, tp)
 	if err != nil {
 		return 0, fmt.Errorf("engine: committed offset of %s in group %s: %w: %w", tp, s.group, store.ErrOffsetUnstable, err)
@@ -139,25 +148,25 @@ func (s *SimSource) CommittedOffset(_ context.Context, tp store.TopicPartition) 
 	return off, nil
 }
 
-// Seek implements Source. Like franz-go's SetOffsets it skips a partition
+// Seek implements engine.Source. Like franz-go's SetOffsets it skips a partition
 // whose committed offset is not read yet.
-func (s *SimSource) Seek(tp store.TopicPartition, offset int64) {
+func (s *Source) Seek(tp store.TopicPartition, offset int64) {
 	if !slices.Contains(s.unresolved, tp) {
 		s.pos[tp] = offset
 	}
 }
 
-// Resume implements Source.
-func (s *SimSource) Resume(tp store.TopicPartition) { delete(s.paused, tp) }
+// Resume implements engine.Source.
+func (s *Source) Resume(tp store.TopicPartition) { delete(s.paused, tp) }
 
-// Pause implements Source.
-func (s *SimSource) Pause(tp store.TopicPartition) { s.paused[tp] = true }
+// Pause implements engine.Source.
+func (s *Source) Pause(tp store.TopicPartition) { s.paused[tp] = true }
 
-// Now implements Source.
-func (s *SimSource) Now() time.Time { return s.c.Now() }
+// Now implements engine.Source.
+func (s *Source) Now() time.Time { return s.c.Now() }
 
-// Close implements Source: a clean leave.
-func (s *SimSource) Close(ctx context.Context) error {
+// Close implements engine.Source: a clean leave.
+func (s *Source) Close(ctx context.Context) error {
 	s.ctx = ctx
 	s.m.Leave(s.callback)
 	return nil
