@@ -343,7 +343,7 @@ const (
 // (incompressible bytes) and measures the peak memory it took.
 //
 //   - map: a map[string][]byte.
-//   - pebble: engine.OpenPebble on a temp dir (the engine's cache as
+//   - pebble: the engine's cache (openPebble) on a temp dir (the engine's cache as
 //     Config.Dir makes it), written through core.Core with a fold that sets
 //     the 100-byte state, so the cache holds what the engine stores (a
 //     9-byte entry header, dirty and held markers until a flush). Every

@@ -54,7 +54,7 @@ func writeFiles(t *testing.T, root string, files map[string]string) {
 
 // fill writes keys to the cache and flushes them to sstables, so they are
 // on disk when it closes (without a WAL, unflushed keys would not be).
-func fill(t *testing.T, kv *PebbleKV, keys ...string) {
+func fill(t *testing.T, kv *pebbleKV, keys ...string) {
 	t.Helper()
 	for _, k := range keys {
 		if err := kv.Set([]byte(k), []byte("v-"+k)); err != nil {
@@ -66,7 +66,7 @@ func fill(t *testing.T, kv *PebbleKV, keys ...string) {
 	}
 }
 
-func keysOf(kv *PebbleKV) []string {
+func keysOf(kv *pebbleKV) []string {
 	var keys []string
 	for k := range kv.Scan(nil) {
 		keys = append(keys, string(k))
@@ -74,16 +74,16 @@ func keysOf(kv *PebbleKV) []string {
 	return keys
 }
 
-func open(t *testing.T, dir string) *PebbleKV {
+func open(t *testing.T, dir string) *pebbleKV {
 	t.Helper()
-	kv, err := OpenPebble(dir)
+	kv, err := openPebble(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return kv
 }
 
-func closeKV(t *testing.T, kv *PebbleKV) {
+func closeKV(t *testing.T, kv *pebbleKV) {
 	t.Helper()
 	if err := kv.Close(); err != nil {
 		t.Fatal(err)
@@ -162,7 +162,7 @@ func TestCacheRefusesADirectoryNotItsOwn(t *testing.T) {
 			writeFiles(t, dir, c.files)
 			writeFiles(t, dir, map[string]string{"important.txt": "keep me"})
 			before := tree(t, dir)
-			kv, err := OpenPebble(dir)
+			kv, err := openPebble(dir)
 			if err == nil {
 				closeKV(t, kv)
 				t.Fatal("opened")
@@ -219,7 +219,7 @@ func TestSecondCacheOnTheSameDirFails(t *testing.T) {
 	dir := t.TempDir()
 	first := open(t, dir)
 	fill(t, first, "s1a")
-	second, err := OpenPebble(dir)
+	second, err := openPebble(dir)
 	if err == nil {
 		closeKV(t, second)
 		t.Fatal("a second cache opened the same directory")
@@ -291,7 +291,7 @@ func TestCacheHeldByAnotherProcess(t *testing.T) {
 	if lines.Err() != nil || lines.Text() != "HOLDING" {
 		t.Fatalf("the holder did not open the cache: %v", lines.Err())
 	}
-	kv, err := OpenPebble(dir)
+	kv, err := openPebble(dir)
 	if err == nil {
 		closeKV(t, kv)
 		t.Fatal("opened a cache another process holds")

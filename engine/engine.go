@@ -221,7 +221,7 @@ type Config[S any] struct {
 // Run it against Kafka with Run, or drive it step by step with a Runner.
 type Engine[S any] struct {
 	cfg Config[S]
-	kv  *PebbleKV
+	kv  *pebbleKV
 	log *slog.Logger
 }
 
@@ -257,7 +257,7 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	if cfg.FlushBatch <= 0 {
 		cfg.FlushBatch = 1024
 	}
-	kv, err := OpenPebble(cfg.Dir)
+	kv, err := openPebble(cfg.Dir)
 	if err != nil {
 		return nil, err
 	}

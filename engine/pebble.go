@@ -13,10 +13,10 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// PebbleKV is the local cache on Pebble. It is a cache, rebuilt by
+// pebbleKV is the local cache on Pebble. It is a cache, rebuilt by
 // recovery on every start, so it writes without a WAL and without syncs;
 // nothing in it is ever taken for committed state.
-type PebbleKV struct {
+type pebbleKV struct {
 	db *pebble.DB
 	// lock is the on-disk cache's directory lock, held from before the
 	// cache is cleared until after the database is closed; nil in memory.
@@ -26,20 +26,20 @@ type PebbleKV struct {
 	failed atomic.Pointer[error]
 }
 
-func (k *PebbleKV) fail(err error) error {
+func (k *pebbleKV) fail(err error) error {
 	err = fmt.Errorf("engine: cache: %w", err)
 	k.failed.CompareAndSwap(nil, &err)
 	return *k.failed.Load()
 }
 
-func (k *PebbleKV) check() error {
+func (k *pebbleKV) check() error {
 	if p := k.failed.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-// OpenPebble opens the cache, in memory if dir is empty. Otherwise the
+// openPebble opens the cache, in memory if dir is empty. Otherwise the
 // cache lives in dir/snapfence-cache (CacheDirName), which the engine
 // creates (dir too, if missing) and marks as its own with a file
 // SNAPFENCE (CacheMarkerName); nothing else in dir is ever touched. It
@@ -51,7 +51,7 @@ func (k *PebbleKV) check() error {
 // The cache starts empty: every key of the engine's database is deleted
 // at open (a cache left by a crash may hold uncommitted state), through
 // the database, so no file is removed but those Pebble itself retires.
-func OpenPebble(dir string) (*PebbleKV, error) {
+func openPebble(dir string) (*pebbleKV, error) {
 	opts := &pebble.Options{DisableWAL: true, Logger: quietLogger{}}
 	if dir == "" {
 		opts.FS = vfs.NewMem()
@@ -59,7 +59,7 @@ func OpenPebble(dir string) (*PebbleKV, error) {
 		if err != nil {
 			return nil, fmt.Errorf("engine: opening the cache in memory: %w", err)
 		}
-		return &PebbleKV{db: db}, nil
+		return &pebbleKV{db: db}, nil
 	}
 	owned, err := claimCacheDir(dir)
 	if err != nil {
@@ -84,7 +84,7 @@ func OpenPebble(dir string) (*PebbleKV, error) {
 		_ = lock.Close()
 		return nil, &CacheDirError{Path: owned, Detail: "opening the cache", Err: err}
 	}
-	kv := &PebbleKV{db: db, lock: lock}
+	kv := &pebbleKV{db: db, lock: lock}
 	if err := kv.clear(); err != nil {
 		_ = kv.Close()
 		return nil, &CacheDirError{Path: owned, Detail: "clearing the cache", Err: err}
@@ -94,7 +94,7 @@ func OpenPebble(dir string) (*PebbleKV, error) {
 
 // clear deletes every key of the cache and compacts the range away, so
 // the disk space is returned too. (A warm restart would skip it.)
-func (k *PebbleKV) clear() error {
+func (k *pebbleKV) clear() error {
 	it, err := k.db.NewIter(nil)
 	if err != nil {
 		return err
@@ -117,7 +117,7 @@ func (k *PebbleKV) clear() error {
 }
 
 // Get implements core.KV.
-func (k *PebbleKV) Get(key []byte) ([]byte, bool, error) {
+func (k *pebbleKV) Get(key []byte) ([]byte, bool, error) {
 	if err := k.check(); err != nil {
 		return nil, false, err
 	}
@@ -133,7 +133,7 @@ func (k *PebbleKV) Get(key []byte) ([]byte, bool, error) {
 }
 
 // Set implements core.KV.
-func (k *PebbleKV) Set(key, value []byte) error {
+func (k *pebbleKV) Set(key, value []byte) error {
 	if err := k.check(); err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func (k *PebbleKV) Set(key, value []byte) error {
 }
 
 // Delete implements core.KV.
-func (k *PebbleKV) Delete(key []byte) error {
+func (k *pebbleKV) Delete(key []byte) error {
 	if err := k.db.Delete(key, pebble.NoSync); err != nil {
 		return fmt.Errorf("engine: cache delete: %w", err)
 	}
@@ -152,7 +152,7 @@ func (k *PebbleKV) Delete(key []byte) error {
 }
 
 // Scan implements core.KV.
-func (k *PebbleKV) Scan(prefix []byte) iter.Seq2[[]byte, []byte] {
+func (k *pebbleKV) Scan(prefix []byte) iter.Seq2[[]byte, []byte] {
 	return func(yield func([]byte, []byte) bool) {
 		if k.check() != nil {
 			return
@@ -176,7 +176,7 @@ func (k *PebbleKV) Scan(prefix []byte) iter.Seq2[[]byte, []byte] {
 }
 
 // DeletePrefix implements core.KV.
-func (k *PebbleKV) DeletePrefix(prefix []byte) error {
+func (k *pebbleKV) DeletePrefix(prefix []byte) error {
 	if err := k.db.DeleteRange(prefix, prefixEnd(prefix), pebble.NoSync); err != nil {
 		return fmt.Errorf("engine: cache delete: %w", err)
 	}
@@ -184,7 +184,7 @@ func (k *PebbleKV) DeletePrefix(prefix []byte) error {
 }
 
 // Close closes the database and releases its directory.
-func (k *PebbleKV) Close() error {
+func (k *pebbleKV) Close() error {
 	err := k.db.Close()
 	if k.lock != nil {
 		err = errors.Join(err, k.lock.Close())
