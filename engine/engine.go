@@ -34,8 +34,8 @@
 // yet is never published, so a flush before the first join fails loudly.
 //
 // Revoke: the partitions-revoked callback flushes the partition's dirty keys
-// and commits (with FlushOnRevoke), then tears the flow down before it
-// returns. A fence there is logged and swallowed: the new owner replays. A
+// and commits (unless Config.NoFlushOnRevoke), then tears the flow down
+// before it returns. A fence there is logged and swallowed: the new owner replays. A
 // fence on the periodic path stops the partition's flow loudly and restarts
 // it from the committed state if the member still owns it.
 //
@@ -96,6 +96,12 @@ type Codec[S any] = core.Codec[S]
 const (
 	DefaultPersistInterval = time.Minute
 	DefaultCommitInterval  = time.Minute
+	// DefaultHotKeys is HotKeys' default: the decoded states kept in
+	// memory per partition.
+	DefaultHotKeys = 1 << 16
+	// DefaultFlushBatch is FlushBatch's default: the snapshots one flush
+	// hands to the store at once.
+	DefaultFlushBatch = 1024
 	// DefaultExactlyOnceCommitInterval is CommitInterval's default under
 	// ExactlyOnce, as Kafka Streams' commit.interval.ms under
 	// exactly_once_v2: outputs wait for their transaction, so the
@@ -149,18 +155,19 @@ type Config[S any] struct {
 	// user's.)
 	Dir string
 	// HotKeys bounds the decoded states kept in memory per partition; the
-	// rest live in Pebble. Default core.DefaultHotKeys.
+	// rest live in Pebble. Default DefaultHotKeys (65536).
 	HotKeys int
 	// FlushBatch bounds the snapshots one flush writes at once; default
-	// 1024. A batch goes to the store at once (store.BatchWriter, or
+	// DefaultFlushBatch (1024). A batch goes to the store at once (store.BatchWriter, or
 	// concurrent writes), so the store's group commit packs it into few
 	// transactions.
 	FlushBatch int
-	// PersistInterval is how often dirty keys are flushed; default 1 min.
+	// PersistInterval is how often dirty keys are flushed; default
+	// DefaultPersistInterval (1 min).
 	PersistInterval time.Duration
 	// CommitInterval is how often the committable offset is committed;
-	// default 1 min, or DefaultExactlyOnceCommitInterval (100 ms) under
-	// ExactlyOnce.
+	// default DefaultCommitInterval (1 min), or
+	// DefaultExactlyOnceCommitInterval (100 ms) under ExactlyOnce.
 	CommitInterval time.Duration
 	// NoFlushOnRevoke skips the flush and commit on revoke (default: flush).
 	NoFlushOnRevoke bool
@@ -255,7 +262,10 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.FlushBatch <= 0 {
-		cfg.FlushBatch = 1024
+		cfg.FlushBatch = DefaultFlushBatch
+	}
+	if cfg.HotKeys <= 0 {
+		cfg.HotKeys = DefaultHotKeys
 	}
 	kv, err := openPebble(cfg.Dir)
 	if err != nil {

@@ -21,7 +21,8 @@ type KafkaConfig struct {
 	SeedBrokers []string
 	Group       string
 	Topics      []string
-	// MaxPollRecords bounds one poll; default 10000.
+	// MaxPollRecords bounds one poll; default DefaultMaxPollRecords
+	// (10000).
 	MaxPollRecords int
 	// ClientOpts are appended to the consumer's options (so they override
 	// the engine's, e.g. kgo.FetchMaxWait, default DefaultFetchMaxWait):
@@ -32,8 +33,21 @@ type KafkaConfig struct {
 	ClientOpts []kgo.Opt
 }
 
-// DefaultFetchMaxWait is the consumer's fetch wait (Java's default).
-const DefaultFetchMaxWait = 500 * time.Millisecond
+// Defaults of KafkaConfig.
+const (
+	// DefaultMaxPollRecords is MaxPollRecords' default.
+	DefaultMaxPollRecords = 10000
+	// DefaultFetchMaxWait is the consumer's fetch wait (Java's default).
+	DefaultFetchMaxWait = 500 * time.Millisecond
+)
+
+// The source's wait for a committed offset that a transaction holds
+// (UNSTABLE_OFFSET_COMMIT): 5 ms doubling, ~75 ms in all, long enough for
+// the markers of the transaction the takeover just ended.
+const (
+	committedOffsetFirstRetry = 5 * time.Millisecond
+	committedOffsetLastRetry  = 40 * time.Millisecond
+)
 
 // kafkaSource is a franz-go group consumer as a Source. Offsets are never
 // committed through it: the store commits them inside its transactions.
@@ -52,7 +66,7 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 			return nil, errors.New("engine: SeedBrokers, Group and Topics are required")
 		}
 		if cfg.MaxPollRecords <= 0 {
-			cfg.MaxPollRecords = 10000
+			cfg.MaxPollRecords = DefaultMaxPollRecords
 		}
 		opts := []kgo.Opt{
 			kgo.SeedBrokers(cfg.SeedBrokers...),
@@ -153,13 +167,13 @@ func (s *kafkaSource) Identity() store.GroupIdentity {
 // without holding up the other partitions, up to
 // Config.UnstableOffsetTimeout.
 func (s *kafkaSource) CommittedOffset(ctx context.Context, tp store.TopicPartition) (int64, error) {
-	for backoff := 5 * time.Millisecond; ; backoff *= 2 {
+	for backoff := committedOffsetFirstRetry; ; backoff *= 2 {
 		o, ok, err := s.fetchCommitted(ctx, tp)
 		if err != nil {
 			return 0, err
 		}
 		if ok && errors.Is(o.Err, kerr.UnstableOffsetCommit) {
-			if backoff > 40*time.Millisecond {
+			if backoff > committedOffsetLastRetry {
 				return 0, fmt.Errorf("engine: committed offset of %s in group %s: %w: %w", tp, s.group, store.ErrOffsetUnstable, o.Err)
 			}
 			select {
