@@ -80,7 +80,7 @@ func (m *atLeastOnce[S]) flush(ctx context.Context, f *flow[S]) error {
 	for {
 		snaps, err := f.core.Flush(m.r.e.cfg.FlushBatch)
 		if err != nil || len(snaps) == 0 {
-			return err
+			return fromCore(err)
 		}
 		total += len(snaps)
 		var errs []error
@@ -97,7 +97,7 @@ func (m *atLeastOnce[S]) flush(ctx context.Context, f *flow[S]) error {
 		var first error
 		for i, s := range snaps {
 			if err := f.core.WriteDone(s.Key, errs[i]); err != nil && first == nil {
-				first = err
+				first = fromCore(err)
 			}
 			if errs[i] != nil && first == nil {
 				first = errs[i]

@@ -213,7 +213,7 @@ func benchEngine(b *testing.B, admin *kgo.Client, addrs []string, input string, 
 			if folded.Add(1) == benchEvents {
 				close(allFolded)
 			}
-			return engine.Result[int]{State: benchSum(sum, rec.Value)}, nil
+			return engine.Set(benchSum(sum, rec.Value)), nil
 		},
 		Codec: benchDecimal{}, Store: backend, Dir: b.TempDir(),
 		Logger:          slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -411,8 +411,8 @@ func benchPebbleLoad(b *testing.B, dir string, value func(int) []byte) (benchPea
 	}
 	defer kv.Close()
 	tp := store.TopicPartition{Topic: "accounts", Partition: 0}
-	c, err := core.New(core.Config[[]byte]{Input: tp, Codec: core.BytesCodec{}, Fold: func(_, _ []byte, _ bool, rec core.Record) (core.Change[[]byte], error) {
-		return core.Change[[]byte]{State: rec.Value}, nil // the record carries the key's 100-byte state
+	c, err := core.New(core.Config[[]byte, engine.Output]{Input: tp, Codec: core.BytesCodec{}, Fold: func(_, _ []byte, _ bool, rec *core.Record) (core.Change[[]byte, engine.Output], error) {
+		return core.Change[[]byte, engine.Output]{Op: core.Set, State: rec.Value}, nil // the record carries the key's 100-byte state
 	}}, kv)
 	if err != nil {
 		b.Fatal(err)

@@ -101,10 +101,10 @@ func runDeterminismScenario(t *testing.T, protocol sim.Protocol, seed uint64) sc
 			Fold: balance, Codec: intCodec{}, Store: b,
 			Tick: func(key []byte, state int, now time.Time) (engine.Result[int], error) {
 				if state%3 != 0 {
-					return engine.Result[int]{Keep: true}, nil
+					return engine.Keep[int](), nil
 				}
-				return engine.Result[int]{Keep: true, Outputs: []engine.Output{{Topic: "ticks", Key: key,
-					Value: []byte(strconv.Itoa(state) + "@" + strconv.FormatInt(now.Sub(sim.Epoch).Milliseconds(), 10))}}}, nil
+				return engine.Keep[int]().With(engine.Output{Topic: "ticks", Key: key,
+					Value: []byte(strconv.Itoa(state) + "@" + strconv.FormatInt(now.Sub(sim.Epoch).Milliseconds(), 10))}), nil
 			},
 			TickInterval:    1500 * time.Millisecond,
 			PersistInterval: 500 * time.Millisecond, CommitInterval: time.Second,

@@ -63,6 +63,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
@@ -70,19 +71,28 @@ import (
 )
 
 // Record is an input record as the fold sees it.
-type Record = core.Record
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Timestamp time.Time
+	Headers   []store.Header
+}
 
-// Output is a record the fold asks to emit.
-type Output = core.Output
-
-// Result is what a fold or tick made of a key's state: a new State, a
-// Delete, or Keep (unchanged), and Outputs, emitted at least once (exactly
-// once to read_committed consumers under Config.ExactlyOnce).
-type Result[S any] = core.Change[S]
+// Output is a record the fold asks to emit: to Config.Emit, or under
+// Config.ExactlyOnce into the partition's transactions.
+type Output struct {
+	Topic   string
+	Key     []byte
+	Value   []byte
+	Headers []store.Header
+}
 
 // FoldFunc folds one record into a key's state; exists is false for a new
 // or deleted key.
-type FoldFunc[S any] = core.FoldFunc[S]
+type FoldFunc[S any] func(key []byte, state S, exists bool, rec Record) (Result[S], error)
 
 // TickFunc is called for every live key every TickInterval.
 type TickFunc[S any] func(key []byte, state S, now time.Time) (Result[S], error)
@@ -90,7 +100,10 @@ type TickFunc[S any] func(key []byte, state S, now time.Time) (Result[S], error)
 // Codec encodes a state for the snapshot store and the local cache. The
 // engine decodes a key's state when it is first touched and encodes it only
 // for a snapshot write or when memory runs over HotKeys.
-type Codec[S any] = core.Codec[S]
+type Codec[S any] interface {
+	Encode(S) ([]byte, error)
+	Decode([]byte) (S, error)
+}
 
 // Defaults of Config.
 const (
@@ -277,9 +290,16 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 // Close closes the local cache.
 func (e *Engine[S]) Close() error { return e.kv.Close() }
 
-// coreFold is the user's fold, as the core calls it.
-func (e *Engine[S]) coreFold() core.FoldFunc[S] {
-	return core.FoldFunc[S](e.cfg.Fold)
+// coreFold is the user's fold, as the core calls it. The record is the
+// runner's, converted in place ((*core.Record)(rec), the same fields), and
+// copied once into the user's argument, as the core did before; the
+// Result's change and outputs pass through without a copy.
+func (e *Engine[S]) coreFold() core.FoldFunc[S, Output] {
+	fold := e.cfg.Fold
+	return func(key []byte, state S, exists bool, rec *core.Record) (core.Change[S, Output], error) {
+		res, err := fold(key, state, exists, Record(*rec))
+		return res.change, err
+	}
 }
 
 // tickInterval is the tick's period; 0: no tick.
@@ -290,16 +310,23 @@ func (e *Engine[S]) tickInterval() time.Duration {
 	return max(e.cfg.TickInterval, 0)
 }
 
-func (e *Engine[S]) coreTick() core.TickFunc[S] {
+func (e *Engine[S]) coreTick() core.TickFunc[S, Output] {
 	if e.cfg.Tick == nil {
 		return nil
 	}
-	return func(key []byte, state S, now int64) (core.Change[S], error) {
+	return func(key []byte, state S, now int64) (core.Change[S, Output], error) {
 		res, err := e.cfg.Tick(key, state, time.UnixMilli(now))
-		return core.Change[S](res), err
+		return res.change, err
 	}
 }
 
-// RecoveredStateError names a recovered snapshot whose state does not
-// decode: its partition, key and input offset.
-type RecoveredStateError = core.StateError
+// appendStoreOutputs appends outs to dst as the store's outputs, for an
+// exactly-once batch: the same fields, so each is converted as it is
+// copied in, and none is copied twice.
+func appendStoreOutputs(dst []store.Output, outs []Output) []store.Output {
+	dst = slices.Grow(dst, len(outs))
+	for _, o := range outs {
+		dst = append(dst, store.Output(o))
+	}
+	return dst
+}

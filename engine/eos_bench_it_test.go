@@ -290,7 +290,7 @@ func (w *outputsRun) fold(key []byte, n int, _ bool, rec engine.Record) (engine.
 	w.firstFold.CompareAndSwap(0, time.Now().UnixNano())
 	n++
 	v := append(append(slices.Clip(rec.Value), ' '), strconv.Itoa(n)...)
-	return engine.Result[int]{State: n, Outputs: []engine.Output{{Topic: w.output, Key: slices.Clone(key), Value: v}}}, nil
+	return engine.Set(n).With(engine.Output{Topic: w.output, Key: slices.Clone(key), Value: v}), nil
 }
 
 // emit is the at-least-once Emit: a plain producer, awaited.

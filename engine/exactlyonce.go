@@ -42,7 +42,7 @@ func (m *exactlyOnce[S]) ticked(f *flow[S], outs []Output) {
 	for _, o := range outs {
 		f.batch.bytes += len(o.Key) + len(o.Value)
 	}
-	f.batch.outputs = append(f.batch.outputs, outs...)
+	f.batch.outputs = appendStoreOutputs(f.batch.outputs, outs)
 }
 
 // emit: the outputs leave with their batch's transaction only.
@@ -62,7 +62,7 @@ func (m *exactlyOnce[S]) persist(ctx context.Context, f *flow[S]) error { return
 // flow must be rewound, its outputs never sent again.
 func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	if err := f.core.Stopped(); err != nil {
-		return err
+		return fromCore(err)
 	}
 	offset := f.core.Consumed()
 	if !f.core.Dirty() && len(f.batch.outputs) == 0 && offset <= f.part.CommittedOffset() {
@@ -71,13 +71,13 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	start := time.Now() // metrics only
 	snaps, err := f.core.Flush(0)
 	if err != nil {
-		return err
+		return fromCore(err)
 	}
 	// check refused every partition that is not a BatchCommitter.
 	err = f.part.(store.BatchCommitter).CommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.batch.outputs, Offset: offset})
 	for _, s := range snaps {
 		if werr := f.core.WriteDone(s.Key, err); werr != nil && err == nil {
-			err = werr
+			err = fromCore(werr)
 		}
 	}
 	if err != nil {
@@ -98,6 +98,6 @@ func (m *exactlyOnce[S]) failure(f *flow[S], err error) (cause, error) {
 // order, and their keys' and values' size. They leave memory only inside
 // the batch's transaction, or with the flow.
 type openBatch struct {
-	outputs []Output
+	outputs []store.Output
 	bytes   int
 }

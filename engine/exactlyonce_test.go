@@ -26,10 +26,10 @@ func auditedTo(audit, balances string) engine.FoldFunc[int] {
 	return func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
 		res, err := balance(key, state, exists, rec)
 		if err == nil {
-			for i := range res.Outputs {
-				res.Outputs[i].Topic = balances
+			for i := range res.Outputs() {
+				res.Outputs()[i].Topic = balances
 			}
-			res.Outputs = append(res.Outputs, engine.Output{Topic: audit, Key: key,
+			res = res.With(engine.Output{Topic: audit, Key: key,
 				Value: fmt.Appendf(nil, "%d:%d", rec.Partition, rec.Offset)})
 		}
 		return res, err
@@ -405,7 +405,7 @@ func TestExactlyOnceRefusesAPlainStore(t *testing.T) {
 func TestExactlyOnceRefusesAnOutputToTheSnapshotTopicOnSim(t *testing.T) {
 	w := newEOSWorld(t, true)
 	bad := func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
-		return engine.Result[int]{State: state + 1, Outputs: []engine.Output{{Topic: "accounts-snapshots", Key: key}}}, nil
+		return engine.Set(state + 1).With(engine.Output{Topic: "accounts-snapshots", Key: key}), nil
 	}
 	r := w.runner(w.engine(time.Second, func(c *engine.Config[int]) { c.Fold = bad }))
 	w.produce("bob=+1")

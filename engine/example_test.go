@@ -33,7 +33,7 @@ func (exampleJSON[S]) Decode(b []byte) (S, error) {
 // balance; "close" deletes the account.
 func exampleFold(key []byte, acct exampleAccount, exists bool, rec engine.Record) (engine.Result[exampleAccount], error) {
 	if string(rec.Value) == "close" {
-		return engine.Result[exampleAccount]{Delete: true}, nil
+		return engine.Delete[exampleAccount](), nil
 	}
 	n, err := strconv.Atoi(string(rec.Value))
 	if err != nil {
@@ -42,10 +42,7 @@ func exampleFold(key []byte, acct exampleAccount, exists bool, rec engine.Record
 	}
 	acct.Balance += n // a new key (exists == false) starts from the zero state
 	acct.Txns++
-	return engine.Result[exampleAccount]{
-		State:   acct,
-		Outputs: []engine.Output{{Topic: "balances", Key: key, Value: []byte(strconv.Itoa(acct.Balance))}},
-	}, nil
+	return engine.Set(acct).With(engine.Output{Topic: "balances", Key: key, Value: []byte(strconv.Itoa(acct.Balance))}), nil
 }
 
 // The codec turns a state into the bytes of its snapshot (and of the local

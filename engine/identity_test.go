@@ -38,7 +38,7 @@ func TestWriteBeforeTheFirstJoinFailsLoudly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	e, err := New(Config[[]byte]{Fold: func([]byte, []byte, bool, Record) (Result[[]byte], error) { return Result[[]byte]{Keep: true}, nil },
+	e, err := New(Config[[]byte]{Fold: func([]byte, []byte, bool, Record) (Result[[]byte], error) { return Keep[[]byte](), nil },
 		Codec: core.BytesCodec{}, Store: b})
 	if err != nil {
 		t.Fatal(err)

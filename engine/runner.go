@@ -79,7 +79,7 @@ type Runner[S any] struct {
 type flow[S any] struct {
 	tp   store.TopicPartition
 	part store.Partition
-	core *core.Core[S]
+	core *core.Core[S, Output]
 	// batch is the open exactly-once batch (exactlyOnce only).
 	batch openBatch
 }
@@ -228,9 +228,9 @@ func (r *Runner[S]) foldRun(ctx context.Context, run []Record) {
 		if f.core.Stopped() != nil {
 			return
 		}
-		o, err := f.core.Fold(&run[i])
+		o, err := f.core.Fold((*core.Record)(&run[i]))
 		if err != nil {
-			r.do(ctx, r.sched.failed(tp, causeFold, err))
+			r.do(ctx, r.sched.failed(tp, causeFold, fromCore(err)))
 			return
 		}
 		folded++
@@ -314,7 +314,7 @@ func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
 	for _, f := range r.sched.running() { // outputs in a fixed order
 		o, err := f.core.Tick(now.UnixMilli())
 		if err != nil {
-			r.do(ctx, r.sched.failed(f.tp, causeTick, err))
+			r.do(ctx, r.sched.failed(f.tp, causeTick, fromCore(err)))
 			continue
 		}
 		r.mode.ticked(f, o)
@@ -365,11 +365,11 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, seek 
 // positions the input at the committed offset when restarting (seek).
 func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part store.Partition, seek bool, begin time.Time) {
 	assigned := part.CommittedOffset()
-	c, err := core.New(core.Config[S]{Input: tp, Fold: r.e.coreFold(), Tick: r.e.coreTick(), Codec: r.e.cfg.Codec,
+	c, err := core.New(core.Config[S, Output]{Input: tp, Fold: r.e.coreFold(), Tick: r.e.coreTick(), Codec: r.e.cfg.Codec,
 		Assigned: assigned, HotKeys: r.e.cfg.HotKeys}, r.e.kv)
 	if err != nil {
 		_ = part.Close()
-		r.do(ctx, r.sched.failed(tp, causeSetup, err))
+		r.do(ctx, r.sched.failed(tp, causeSetup, fromCore(err)))
 		return
 	}
 	f := &flow[S]{tp: tp, part: part, core: c}
@@ -386,7 +386,7 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 			}
 		}
 		if err == nil {
-			err = c.Recovered(s)
+			err = fromCore(c.Recovered(s))
 		}
 		if err != nil {
 			_ = c.Drop()
@@ -474,7 +474,8 @@ func (r *Runner[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) 
 		var zero S
 		return zero, false, fmt.Errorf("engine: no flow for %s", tp)
 	}
-	return f.core.State(key)
+	s, ok, err := f.core.State(key)
+	return s, ok, fromCore(err)
 }
 
 // FlushAll flushes and commits every flow now (under ExactlyOnce: commits

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -397,8 +396,8 @@ func (s *scheduler[F]) runningPartitions() []store.TopicPartition {
 // large, a reserved key, an output without a topic or for the snapshot
 // topic): the fold makes it again on replay.
 func retriable(err error) bool {
-	var fe *core.FoldError
-	var se *core.StateError
+	var fe *FoldError
+	var se *RecoveredStateError
 	for _, again := range []error{store.ErrCorruptRecord, store.ErrValueTooLarge, store.ErrReservedKey, store.ErrInvalidOutput} {
 		if errors.Is(err, again) {
 			return false

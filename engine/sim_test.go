@@ -26,13 +26,13 @@ func (intCodec) Decode(b []byte) (int, error) { return strconv.Atoi(string(b)) }
 func balance(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
 	v := string(rec.Value)
 	if v == "close" {
-		return engine.Result[int]{Delete: true}, nil
+		return engine.Delete[int](), nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {
 		return engine.Result[int]{}, fmt.Errorf("bad amount %q", v)
 	}
-	return engine.Result[int]{State: state + n, Outputs: []engine.Output{{Topic: "balances", Key: key, Value: []byte(strconv.Itoa(state + n))}}}, nil
+	return engine.Set(state + n).With(engine.Output{Topic: "balances", Key: key, Value: []byte(strconv.Itoa(state + n))}), nil
 }
 
 // ledger is the test's own account of what the state must be.

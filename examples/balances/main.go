@@ -159,16 +159,16 @@ func fold(key []byte, balance int, exists bool, rec engine.Record) (engine.Resul
 	acct := string(key)
 	if string(rec.Value) == "close" {
 		if !exists {
-			return engine.Result[int]{Keep: true}, nil
+			return engine.Keep[int](), nil
 		}
-		return engine.Result[int]{Delete: true, Outputs: []engine.Output{output(acct, "closed")}}, nil
+		return engine.Delete[int]().With(output(acct, "closed")), nil
 	}
 	n, err := strconv.Atoi(string(rec.Value))
 	if err != nil {
 		return engine.Result[int]{}, fmt.Errorf("bad amount %q", rec.Value)
 	}
 	balance += n
-	return engine.Result[int]{State: balance, Outputs: []engine.Output{output(acct, strconv.Itoa(balance))}}, nil
+	return engine.Set(balance).With(output(acct, strconv.Itoa(balance))), nil
 }
 
 func output(acct, balance string) engine.Output {

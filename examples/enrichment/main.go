@@ -372,9 +372,9 @@ func (s *service) fold(key []byte, o Order, exists bool, rec engine.Record) (eng
 	}
 	outs := []engine.Output{{Topic: s.t.output, Key: key, Value: v}}
 	if !folded {
-		return engine.Result[Order]{Keep: true, Outputs: outs}, nil
+		return engine.Keep[Order]().With(outs...), nil
 	}
-	return engine.Result[Order]{State: o, Outputs: outs}, nil
+	return engine.Set(o).With(outs...), nil
 }
 
 // emit is the at-least-once output: a plain producer.

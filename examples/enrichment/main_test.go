@@ -98,11 +98,11 @@ func TestFoldMarksUnknownSellerAndInvalidEvent(t *testing.T) {
 	}
 	decode := func(res engine.Result[Order]) Enriched {
 		t.Helper()
-		if len(res.Outputs) != 1 {
-			t.Fatalf("%d outputs, want 1", len(res.Outputs))
+		if len(res.Outputs()) != 1 {
+			t.Fatalf("%d outputs, want 1", len(res.Outputs()))
 		}
 		var e Enriched
-		if err := json.Unmarshal(res.Outputs[0].Value, &e); err != nil {
+		if err := json.Unmarshal(res.Outputs()[0].Value, &e); err != nil {
 			t.Fatal(err)
 		}
 		return e
@@ -116,16 +116,16 @@ func TestFoldMarksUnknownSellerAndInvalidEvent(t *testing.T) {
 	if !e.UnknownSeller || e.Seller != nil || e.Commission != 0 || e.Input != "1:7" {
 		t.Errorf("unknown seller: %+v", e)
 	}
-	if want := (Order{Status: "created", Seller: "s-9", Amount: 5000, Events: 1}); res.State != want {
-		t.Errorf("state %+v, want %+v", res.State, want)
+	if want := (Order{Status: "created", Seller: "s-9", Amount: 5000, Events: 1}); res.State() != want {
+		t.Errorf("state %+v, want %+v", res.State(), want)
 	}
 
-	res, err = s.fold([]byte("o-1"), res.State, true, rec(8, `not json`))
+	res, err = s.fold([]byte("o-1"), res.State(), true, rec(8, `not json`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := decode(res); e.Invalid == "" || !res.Keep {
-		t.Errorf("invalid event: %+v, keep %v", e, res.Keep)
+	if e := decode(res); e.Invalid == "" || !res.Kept() {
+		t.Errorf("invalid event: %+v, keep %v", e, res.Kept())
 	}
 
 	res, err = s.fold([]byte("o-1"), Order{Status: "created", Seller: "s-1", Amount: 5000, Events: 1}, true, rec(9, `{"id":"ev-2","order":"o-1","type":"paid"}`))

@@ -18,13 +18,13 @@ import (
 func Fold(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
 	out := []engine.Output{{Topic: OutputTopic, Key: key, Value: []byte(history.OutputValue(rec.Partition, rec.Offset))}}
 	if string(rec.Value) == "close" {
-		return engine.Result[int]{Delete: true, Outputs: out}, nil
+		return engine.Delete[int]().With(out...), nil
 	}
 	n, err := strconv.Atoi(string(rec.Value))
 	if err != nil {
 		return engine.Result[int]{}, fmt.Errorf("bad amount %q", rec.Value)
 	}
-	return engine.Result[int]{State: state + n, Outputs: out}, nil
+	return engine.Set(state + n).With(out...), nil
 }
 
 // IntCodec encodes the fold's state as decimal text.

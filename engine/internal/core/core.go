@@ -21,7 +21,9 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// Record is one input record.
+// Record is one input record. The engine's Record has the same fields in
+// the same order, so the engine hands its records over by a pointer
+// conversion.
 type Record struct {
 	Topic     string
 	Partition int32
@@ -32,27 +34,37 @@ type Record struct {
 	Headers   []store.Header
 }
 
-// Output is a record a fold asks to emit.
-type Output = store.Output
+// Op is what a Change does to a key's state. The zero Op is Keep, so a
+// zero Change changes nothing: a fold that forgets to say what it did
+// cannot reset a key to its zero state.
+type Op uint8
 
-// Change is what a fold or tick made of a key's state.
-type Change[S any] struct {
-	// State is the new state; ignored when Delete or Keep.
-	State S
+const (
+	// Keep leaves the state as it was (the Change may still carry outputs).
+	Keep Op = iota
+	// Set replaces the state with Change.State.
+	Set
 	// Delete removes the key's state (a tombstone keeps its offset).
-	Delete bool
-	// Keep leaves the state as it was (only outputs, if any).
-	Keep    bool
-	Outputs []Output
+	Delete
+)
+
+// Change is what a fold or tick made of a key's state. O is the type of
+// the outputs, which the core only passes on: the engine's own Output, so
+// that outputs are never converted on their way out.
+type Change[S, O any] struct {
+	Op Op
+	// State is the new state when Op is Set; ignored otherwise.
+	State   S
+	Outputs []O
 }
 
 // FoldFunc folds one record into a key's state (exists is false for a new
-// or deleted key).
-type FoldFunc[S any] func(key []byte, state S, exists bool, rec Record) (Change[S], error)
+// or deleted key). rec is the core's: the fold must not keep it.
+type FoldFunc[S, O any] func(key []byte, state S, exists bool, rec *Record) (Change[S, O], error)
 
 // TickFunc is called for every live key on a tick, with the time in Unix
 // milliseconds.
-type TickFunc[S any] func(key []byte, state S, nowMillis int64) (Change[S], error)
+type TickFunc[S, O any] func(key []byte, state S, nowMillis int64) (Change[S, O], error)
 
 // Codec encodes states for snapshots and for the KV.
 type Codec[S any] interface {
@@ -117,10 +129,10 @@ func (e *StateError) Unwrap() error { return e.Err }
 const DefaultHotKeys = 1 << 16
 
 // Config configures a Core.
-type Config[S any] struct {
+type Config[S, O any] struct {
 	Input store.TopicPartition
-	Fold  FoldFunc[S]
-	Tick  TickFunc[S]
+	Fold  FoldFunc[S, O]
+	Tick  TickFunc[S, O]
 	Codec Codec[S]
 	// Assigned is the offset the input resumes from.
 	Assigned int64
@@ -135,8 +147,8 @@ type Config[S any] struct {
 // (hot) while it is used; it is encoded only for a snapshot write, and
 // written to the KV when its snapshot is durable or when memory runs over
 // HotKeys. So a fold costs a map lookup, not a KV read and write.
-type Core[S any] struct {
-	cfg Config[S]
+type Core[S, O any] struct {
+	cfg Config[S, O]
 	kv  KV
 	// statePrefix keeps this partition's entries apart in a shared KV.
 	statePrefix []byte
@@ -177,11 +189,11 @@ type written struct {
 }
 
 // New returns a core for one partition, with an empty state for it in kv.
-func New[S any](cfg Config[S], kv KV) (*Core[S], error) {
+func New[S, O any](cfg Config[S, O], kv KV) (*Core[S, O], error) {
 	if cfg.HotKeys <= 0 {
 		cfg.HotKeys = DefaultHotKeys
 	}
-	c := &Core[S]{
+	c := &Core[S, O]{
 		cfg: cfg, kv: kv, consumed: cfg.Assigned,
 		statePrefix: append([]byte{'s'}, partitionPrefix(cfg.Input)...),
 		hot:         map[string]*slot[S]{}, dirty: map[string]int64{}, inflight: map[string]written{},
@@ -214,12 +226,12 @@ func encodeEntry(live bool, offset int64, state []byte) []byte {
 	return append(b, state...)
 }
 
-func (c *Core[S]) stateKey(k []byte) []byte {
+func (c *Core[S, O]) stateKey(k []byte) []byte {
 	return append(append(make([]byte, 0, len(c.statePrefix)+len(k)), c.statePrefix...), k...)
 }
 
 // decodeEntry decodes a KV entry of key k.
-func (c *Core[S]) decodeEntry(k, v []byte) (*slot[S], error) {
+func (c *Core[S, O]) decodeEntry(k, v []byte) (*slot[S], error) {
 	if len(v) < entryHeader {
 		return nil, fmt.Errorf("engine: corrupt cache entry of key %q", k)
 	}
@@ -236,7 +248,7 @@ func (c *Core[S]) decodeEntry(k, v []byte) (*slot[S], error) {
 
 // load returns the key's slot, reading it from the KV if it is not hot
 // (and keeping it hot); nil if the key has no state at all.
-func (c *Core[S]) load(k []byte) (*slot[S], error) {
+func (c *Core[S, O]) load(k []byte) (*slot[S], error) {
 	sl, cold, err := c.peek(k)
 	if err == nil && cold {
 		c.makeHot(string(k), sl)
@@ -244,14 +256,14 @@ func (c *Core[S]) load(k []byte) (*slot[S], error) {
 	return sl, err
 }
 
-func (c *Core[S]) makeHot(k string, sl *slot[S]) {
+func (c *Core[S, O]) makeHot(k string, sl *slot[S]) {
 	c.hot[k] = sl
 	c.hotOrder = append(c.hotOrder, hotEntry[S]{key: k, slot: sl})
 }
 
 // peek is load without keeping a cold key hot: for flushes, which touch
 // every dirty key once.
-func (c *Core[S]) peek(k []byte) (sl *slot[S], cold bool, err error) {
+func (c *Core[S, O]) peek(k []byte) (sl *slot[S], cold bool, err error) {
 	if sl, ok := c.hot[string(k)]; ok {
 		return sl, false, nil
 	}
@@ -266,7 +278,7 @@ func (c *Core[S]) peek(k []byte) (sl *slot[S], cold bool, err error) {
 // Recovered loads one recovered snapshot. Snapshots arrive in log order; a
 // later one of a key replaces an earlier one. It goes to the KV as it came,
 // encoded: a key is decoded when first touched.
-func (c *Core[S]) Recovered(s store.Snapshot) error {
+func (c *Core[S, O]) Recovered(s store.Snapshot) error {
 	delete(c.hot, string(s.Key))
 	return c.kv.Set(c.stateKey(s.Key), encodeEntry(!s.Tombstone, s.Offset, s.Value))
 }
@@ -274,7 +286,7 @@ func (c *Core[S]) Recovered(s store.Snapshot) error {
 // Fold feeds one input record. A record at or below the key's last folded
 // offset was already folded (a replay after recovery) and is skipped: the
 // exactly-once state effect. It returns the outputs to emit.
-func (c *Core[S]) Fold(rec *Record) ([]Output, error) {
+func (c *Core[S, O]) Fold(rec *Record) ([]O, error) {
 	if c.stopped != nil {
 		return nil, c.stopped
 	}
@@ -305,13 +317,13 @@ func (c *Core[S]) Fold(rec *Record) ([]Output, error) {
 	return ch.Outputs, nil
 }
 
-func (c *Core[S]) callFold(rec *Record, state S, exists bool) (ch Change[S], err error) {
+func (c *Core[S, O]) callFold(rec *Record, state S, exists bool) (ch Change[S, O], err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &FoldError{Input: c.cfg.Input, Offset: rec.Offset, Key: rec.Key, Panic: p}
 		}
 	}()
-	ch, err = c.cfg.Fold(rec.Key, state, exists, *rec)
+	ch, err = c.cfg.Fold(rec.Key, state, exists, rec)
 	if err != nil {
 		err = &FoldError{Input: c.cfg.Input, Offset: rec.Offset, Key: rec.Key, Err: err}
 	}
@@ -321,19 +333,19 @@ func (c *Core[S]) callFold(rec *Record, state S, exists bool) (ch Change[S], err
 // apply records a change of key k folded at offset (-1 for a tick) and
 // marks the key dirty, holding the first offset not yet in a durable
 // snapshot.
-func (c *Core[S]) apply(k []byte, sl *slot[S], ch Change[S], offset int64) error {
-	if ch.Keep {
-		return nil
+func (c *Core[S, O]) apply(k []byte, sl *slot[S], ch Change[S, O], offset int64) error {
+	if ch.Op != Set && ch.Op != Delete {
+		return nil // Keep, the zero Op
 	}
 	if sl == nil {
 		sl = &slot[S]{offset: -1}
 		c.makeHot(string(k), sl)
 	}
-	sl.live = !ch.Delete
+	sl.live = ch.Op == Set
 	sl.offset = max(offset, sl.offset)
 	var zero S
 	sl.state = zero
-	if !ch.Delete {
+	if sl.live {
 		sl.state = ch.State
 	}
 	if _, dirty := c.dirty[string(k)]; !dirty {
@@ -351,7 +363,7 @@ func (c *Core[S]) apply(k []byte, sl *slot[S], ch Change[S], offset int64) error
 // Keys go in the order they became hot, oldest first, never in the map's
 // random order: which states pass through the codec, and when, is the
 // same on every run.
-func (c *Core[S]) evict() error {
+func (c *Core[S, O]) evict() error {
 	over := len(c.hot) - c.cfg.HotKeys
 	if over <= 0 {
 		return nil
@@ -393,7 +405,7 @@ func (c *Core[S]) evict() error {
 	return nil
 }
 
-func (c *Core[S]) encode(k []byte, sl *slot[S]) ([]byte, error) {
+func (c *Core[S, O]) encode(k []byte, sl *slot[S]) ([]byte, error) {
 	if !sl.live {
 		return encodeEntry(false, sl.offset, nil), nil
 	}
@@ -405,7 +417,7 @@ func (c *Core[S]) encode(k []byte, sl *slot[S]) ([]byte, error) {
 }
 
 // Tick runs the tick function over every live key.
-func (c *Core[S]) Tick(nowMillis int64) ([]Output, error) {
+func (c *Core[S, O]) Tick(nowMillis int64) ([]O, error) {
 	if c.stopped != nil || c.cfg.Tick == nil {
 		return nil, c.stopped
 	}
@@ -422,7 +434,7 @@ func (c *Core[S]) Tick(nowMillis int64) ([]Output, error) {
 	// In key order: the tick function sees the keys, and the outputs come
 	// out, in the same order on every run.
 	slices.SortFunc(keys, bytes.Compare)
-	var outs []Output
+	var outs []O
 	for _, k := range keys {
 		sl, err := c.load(k)
 		if err != nil {
@@ -443,7 +455,7 @@ func (c *Core[S]) Tick(nowMillis int64) ([]Output, error) {
 	return outs, nil
 }
 
-func (c *Core[S]) callTick(key []byte, state S, now int64) (ch Change[S], err error) {
+func (c *Core[S, O]) callTick(key []byte, state S, now int64) (ch Change[S, O], err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &FoldError{Input: c.cfg.Input, Offset: -1, Key: key, Panic: p}
@@ -464,7 +476,7 @@ func (c *Core[S]) callTick(key []byte, state S, now int64) (ch Change[S], err er
 // short); a key dirtied meanwhile waits for the next round. So which keys
 // share a batch is the same on every run, and a flush of n keys sorts them
 // once. Flush(0) always takes every dirty key, in key order.
-func (c *Core[S]) Flush(limit int) ([]store.Snapshot, error) {
+func (c *Core[S, O]) Flush(limit int) ([]store.Snapshot, error) {
 	if c.stopped != nil {
 		return nil, c.stopped
 	}
@@ -506,7 +518,7 @@ func (c *Core[S]) Flush(limit int) ([]store.Snapshot, error) {
 
 // takeFlushRound takes up to limit (0: all) keys of the current round that
 // are still dirty and not being written.
-func (c *Core[S]) takeFlushRound(limit int) []string {
+func (c *Core[S, O]) takeFlushRound(limit int) []string {
 	var keys []string
 	n := 0
 	for ; n < len(c.flushRound) && (limit <= 0 || len(keys) < limit); n++ {
@@ -530,7 +542,7 @@ func (c *Core[S]) takeFlushRound(limit int) []string {
 // success the key is clean, and its state goes to the KV, unless it
 // changed meanwhile: then it stays dirty, holding the first offset after
 // what was written.
-func (c *Core[S]) WriteDone(key []byte, err error) error {
+func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	w, ok := c.inflight[string(key)]
 	if !ok {
 		return fmt.Errorf("engine: write of %q reported but not taken", key)
@@ -558,7 +570,7 @@ func (c *Core[S]) WriteDone(key []byte, err error) error {
 // held by a key whose change is not yet durable, or the offset after the
 // last record fed when nothing is held. It never passes a change that is
 // not in a durable snapshot.
-func (c *Core[S]) Committable() int64 {
+func (c *Core[S, O]) Committable() int64 {
 	m := c.consumed
 	for _, held := range c.dirty {
 		m = min(m, held)
@@ -567,17 +579,17 @@ func (c *Core[S]) Committable() int64 {
 }
 
 // Consumed is the offset after the last record fed.
-func (c *Core[S]) Consumed() int64 { return c.consumed }
+func (c *Core[S, O]) Consumed() int64 { return c.consumed }
 
 // Dirty reports whether any change is not yet durable.
-func (c *Core[S]) Dirty() bool { return len(c.dirty) > 0 }
+func (c *Core[S, O]) Dirty() bool { return len(c.dirty) > 0 }
 
 // DirtyKeys counts the keys whose change is not yet durable: the snapshots
 // the next full flush writes.
-func (c *Core[S]) DirtyKeys() int { return len(c.dirty) }
+func (c *Core[S, O]) DirtyKeys() int { return len(c.dirty) }
 
 // State returns a key's state.
-func (c *Core[S]) State(key []byte) (state S, exists bool, err error) {
+func (c *Core[S, O]) State(key []byte) (state S, exists bool, err error) {
 	sl, err := c.load(key)
 	if err != nil || sl == nil || !sl.live {
 		return state, false, err
@@ -586,7 +598,7 @@ func (c *Core[S]) State(key []byte) (state S, exists bool, err error) {
 }
 
 // Keys counts the keys with live state.
-func (c *Core[S]) Keys() int {
+func (c *Core[S, O]) Keys() int {
 	n := 0
 	for k, v := range c.kv.Scan(c.statePrefix) {
 		if _, hot := c.hot[string(k[len(c.statePrefix):])]; !hot && len(v) > 0 && v[0]&flagLive != 0 {
@@ -604,7 +616,7 @@ func (c *Core[S]) Keys() int {
 // Drop removes every trace of the partition from memory and the KV: after
 // a revoke or a fence, the cache holds nothing the next owner might mistake
 // for committed.
-func (c *Core[S]) Drop() error {
+func (c *Core[S, O]) Drop() error {
 	clear(c.hot)
 	clear(c.dirty)
 	clear(c.inflight)
@@ -613,9 +625,9 @@ func (c *Core[S]) Drop() error {
 }
 
 // Stopped is the error that stopped the core, if any.
-func (c *Core[S]) Stopped() error { return c.stopped }
+func (c *Core[S, O]) Stopped() error { return c.stopped }
 
-func (c *Core[S]) stop(err error) error {
+func (c *Core[S, O]) stop(err error) error {
 	if err != nil && c.stopped == nil {
 		c.stopped = err
 	}

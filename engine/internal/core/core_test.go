@@ -12,6 +12,10 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
+// Output is the type of the outputs in these tests: the core only passes
+// its outputs on, whatever their type.
+type Output = store.Output
+
 // The core's scripts are datadriven files under testdata/, one per
 // behaviour, each run on a fresh core: a directive is a step, and what
 // follows "----" is what the step must answer. `go test ./engine/internal/core
@@ -39,22 +43,22 @@ func TestScripts(t *testing.T) {
 
 // script is one file's core, its fold and its tick.
 type script struct {
-	c    *Core[[]byte]
+	c    *Core[[]byte, Output]
 	kv   *MemKV
 	in   store.TopicPartition
-	fold FoldFunc[[]byte]
-	tick TickFunc[[]byte]
+	fold FoldFunc[[]byte, Output]
+	tick TickFunc[[]byte, Output]
 }
 
 func newScript() *script {
 	s := &script{kv: NewMemKV(), in: store.TopicPartition{Topic: "in", Partition: 3}}
-	s.fold = func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
+	s.fold = func(key, state []byte, exists bool, rec *Record) (Change[[]byte, Output], error) {
 		op := string(rec.Value)
 		if op == "boom" {
 			panic("boom")
 		}
 		if op == "del" {
-			return Change[[]byte]{Delete: true, Outputs: []Output{{Key: key, Value: []byte("deleted")}}}, nil
+			return Change[[]byte, Output]{Op: Delete, Outputs: []Output{{Key: key, Value: []byte("deleted")}}}, nil
 		}
 		sum := 0
 		if exists {
@@ -62,15 +66,15 @@ func newScript() *script {
 		}
 		n, err := strconv.Atoi(op)
 		if err != nil {
-			return Change[[]byte]{}, fmt.Errorf("bad op %q", op)
+			return Change[[]byte, Output]{}, fmt.Errorf("bad op %q", op)
 		}
 		sum += n
 		v := strconv.Itoa(sum)
-		return Change[[]byte]{State: []byte(v), Outputs: []Output{{Key: key, Value: []byte(v)}}}, nil
+		return Change[[]byte, Output]{Op: Set, State: []byte(v), Outputs: []Output{{Key: key, Value: []byte(v)}}}, nil
 	}
-	s.tick = func(key, state []byte, now int64) (Change[[]byte], error) {
+	s.tick = func(key, state []byte, now int64) (Change[[]byte, Output], error) {
 		sum, _ := strconv.Atoi(string(state))
-		return Change[[]byte]{State: []byte(strconv.Itoa(sum + 100))}, nil
+		return Change[[]byte, Output]{Op: Set, State: []byte(strconv.Itoa(sum + 100))}, nil
 	}
 	return s
 }
@@ -86,7 +90,7 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 	case "assign":
 		d.ScanArgs(t, "offset", &offset)
 		var err error
-		s.c, err = New(Config[[]byte]{Input: s.in, Fold: s.fold, Tick: s.tick, Codec: BytesCodec{}, Assigned: offset}, s.kv)
+		s.c, err = New(Config[[]byte, Output]{Input: s.in, Fold: s.fold, Tick: s.tick, Codec: BytesCodec{}, Assigned: offset}, s.kv)
 		return errString(err)
 	case "recover":
 		d.ScanArgs(t, "key", &key)
@@ -173,11 +177,11 @@ func outputs(outs []Output) string {
 // Two partitions share one KV without seeing each other's keys.
 func TestPartitionsAreKeptApart(t *testing.T) {
 	kv := NewMemKV()
-	sum := func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
-		return Change[[]byte]{State: rec.Value}, nil
+	sum := func(key, state []byte, exists bool, rec *Record) (Change[[]byte, Output], error) {
+		return Change[[]byte, Output]{Op: Set, State: rec.Value}, nil
 	}
-	a, _ := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t", Partition: 1}, Fold: sum, Codec: BytesCodec{}}, kv)
-	b, _ := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t", Partition: 10}, Fold: sum, Codec: BytesCodec{}}, kv)
+	a, _ := New(Config[[]byte, Output]{Input: store.TopicPartition{Topic: "t", Partition: 1}, Fold: sum, Codec: BytesCodec{}}, kv)
+	b, _ := New(Config[[]byte, Output]{Input: store.TopicPartition{Topic: "t", Partition: 10}, Fold: sum, Codec: BytesCodec{}}, kv)
 	a.Fold(&Record{Offset: 0, Key: []byte("k"), Value: []byte("a")})
 	b.Fold(&Record{Offset: 0, Key: []byte("k"), Value: []byte("b")})
 	if err := a.Drop(); err != nil {
@@ -205,10 +209,10 @@ func (f *failingKV) Set(k, v []byte) error {
 // silently wrong state, and nothing committable past it.
 func TestCacheFailureStopsThePartition(t *testing.T) {
 	kv := &failingKV{MemKV: NewMemKV(), n: 0}
-	sum := func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
-		return Change[[]byte]{State: rec.Value}, nil
+	sum := func(key, state []byte, exists bool, rec *Record) (Change[[]byte, Output], error) {
+		return Change[[]byte, Output]{Op: Set, State: rec.Value}, nil
 	}
-	c, err := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t"}, Fold: sum, Codec: BytesCodec{}, HotKeys: 1}, kv)
+	c, err := New(Config[[]byte, Output]{Input: store.TopicPartition{Topic: "t"}, Fold: sum, Codec: BytesCodec{}, HotKeys: 1}, kv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,12 +235,12 @@ func TestCacheFailureStopsThePartition(t *testing.T) {
 // folds, flushes and the committable offset do not notice.
 func TestEvictedKeysAreFlushedFromTheKV(t *testing.T) {
 	kv := NewMemKV()
-	add := func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
+	add := func(key, state []byte, exists bool, rec *Record) (Change[[]byte, Output], error) {
 		n, _ := strconv.Atoi(string(state))
 		d, _ := strconv.Atoi(string(rec.Value))
-		return Change[[]byte]{State: []byte(strconv.Itoa(n + d))}, nil
+		return Change[[]byte, Output]{Op: Set, State: []byte(strconv.Itoa(n + d))}, nil
 	}
-	c, err := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t"}, Fold: add, Codec: BytesCodec{}, HotKeys: 4}, kv)
+	c, err := New(Config[[]byte, Output]{Input: store.TopicPartition{Topic: "t"}, Fold: add, Codec: BytesCodec{}, HotKeys: 4}, kv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,14 +282,14 @@ func TestEvictedKeysAreFlushedFromTheKV(t *testing.T) {
 // come out in the same order on every run.
 func TestTickVisitsKeysInKeyOrder(t *testing.T) {
 	var seen []string
-	set := func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
-		return Change[[]byte]{State: rec.Value}, nil
+	set := func(key, state []byte, exists bool, rec *Record) (Change[[]byte, Output], error) {
+		return Change[[]byte, Output]{Op: Set, State: rec.Value}, nil
 	}
-	tick := func(key, state []byte, now int64) (Change[[]byte], error) {
+	tick := func(key, state []byte, now int64) (Change[[]byte, Output], error) {
 		seen = append(seen, string(key))
-		return Change[[]byte]{Keep: true, Outputs: []Output{{Key: key, Value: state}}}, nil
+		return Change[[]byte, Output]{Op: Keep, Outputs: []Output{{Key: key, Value: state}}}, nil
 	}
-	c, err := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t"}, Fold: set, Tick: tick, Codec: BytesCodec{}, HotKeys: 2}, NewMemKV())
+	c, err := New(Config[[]byte, Output]{Input: store.TopicPartition{Topic: "t"}, Fold: set, Tick: tick, Codec: BytesCodec{}, HotKeys: 2}, NewMemKV())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,10 +316,10 @@ func TestTickVisitsKeysInKeyOrder(t *testing.T) {
 // Eviction takes the keys that became hot first, skipping those being
 // written, never the map's random order.
 func TestEvictionTakesTheOldestHotKeys(t *testing.T) {
-	set := func(key, state []byte, exists bool, rec Record) (Change[[]byte], error) {
-		return Change[[]byte]{State: rec.Value}, nil
+	set := func(key, state []byte, exists bool, rec *Record) (Change[[]byte, Output], error) {
+		return Change[[]byte, Output]{Op: Set, State: rec.Value}, nil
 	}
-	c, err := New(Config[[]byte]{Input: store.TopicPartition{Topic: "t"}, Fold: set, Codec: BytesCodec{}, HotKeys: 8}, NewMemKV())
+	c, err := New(Config[[]byte, Output]{Input: store.TopicPartition{Topic: "t"}, Fold: set, Codec: BytesCodec{}, HotKeys: 8}, NewMemKV())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -533,9 +533,9 @@ func (w *World) emitted(outs []engine.Output) {
 // fold is world.Fold with its outputs sent to the world's output topic.
 func (w *World) fold(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
 	res, err := world.Fold(key, state, exists, rec)
-	for i := range res.Outputs {
+	for i := range res.Outputs() {
 		if w.output != "" {
-			res.Outputs[i].Topic = w.output
+			res.Outputs()[i].Topic = w.output
 		}
 	}
 	return res, err

@@ -1,0 +1,57 @@
+package engine
+
+import (
+	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/store"
+)
+
+// FoldError names the record a fold or tick failed on; match it with
+// errors.As. Nothing past the record is committed: it is not consumed, and
+// its partition stays stopped (a replay would fail again) until an
+// operator acts.
+type FoldError struct {
+	Input store.TopicPartition
+	// Offset is the record's input offset; -1 for a tick.
+	Offset int64
+	Key    []byte
+	// Panic is the recovered value if the fold panicked.
+	Panic any
+	Err   error
+}
+
+func (e *FoldError) Error() string { return (*core.FoldError)(e).Error() }
+
+func (e *FoldError) Unwrap() error { return e.Err }
+
+// RecoveredStateError names a state that does not decode with the
+// Codec: a recovered snapshot's, or a state the cache kept. It gives the
+// partition, the key and the input offset of the state; match it with
+// errors.As. The partition stays stopped (a replay would fail again) until
+// an operator acts.
+type RecoveredStateError struct {
+	Input  store.TopicPartition
+	Key    []byte
+	Offset int64
+	Err    error
+}
+
+func (e *RecoveredStateError) Error() string { return (*core.StateError)(e).Error() }
+
+func (e *RecoveredStateError) Unwrap() error { return e.Err }
+
+// fromCore converts an error the core returned into the engine's exported
+// types: *core.FoldError into *FoldError, *core.StateError into
+// *RecoveredStateError (a pointer conversion: the same fields, nothing
+// copied); any other error is returned as it is. The core returns its
+// typed errors unwrapped, so the runtime calls this on every error that
+// comes out of a core call, before it wraps, stores or returns it: users
+// match only the engine's types.
+func fromCore(err error) error {
+	switch e := err.(type) {
+	case *core.FoldError:
+		return (*FoldError)(e)
+	case *core.StateError:
+		return (*RecoveredStateError)(e)
+	}
+	return err
+}
