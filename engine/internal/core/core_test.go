@@ -369,3 +369,48 @@ func TestEvictionTakesTheOldestHotKeys(t *testing.T) {
 		t.Fatalf("hot = %s, want efghijkb", got)
 	}
 }
+
+// The zero Change is Keep: a fold or tick that returns it leaves the key's
+// state as it was and dirties nothing, so no snapshot is written for it.
+func TestZeroChangeKeepsTheState(t *testing.T) {
+	zero := false
+	fold := func(key, state []byte, exists bool, rec *Record) (Change[[]byte, Output], error) {
+		if zero {
+			return Change[[]byte, Output]{}, nil
+		}
+		return Change[[]byte, Output]{Op: Set, State: rec.Value}, nil
+	}
+	tick := func(key, state []byte, now int64) (Change[[]byte, Output], error) {
+		return Change[[]byte, Output]{}, nil
+	}
+	c, err := New(Config[[]byte, Output]{Input: store.TopicPartition{Topic: "t"}, Fold: fold, Tick: tick, Codec: BytesCodec{}}, NewMemKV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Fold(&Record{Offset: 0, Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := c.Flush(0)
+	if err != nil || len(snaps) != 1 {
+		t.Fatalf("flush: %v, %v", snaps, err)
+	}
+	if err := c.WriteDone(snaps[0].Key, nil); err != nil {
+		t.Fatal(err)
+	}
+	zero = true
+	if _, err := c.Fold(&Record{Offset: 1, Key: []byte("k"), Value: []byte("w")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Tick(0); err != nil {
+		t.Fatal(err)
+	}
+	if c.Dirty() || c.Committable() != 2 {
+		t.Fatalf("dirty %t, committable %d after zero changes; want clean at 2", c.Dirty(), c.Committable())
+	}
+	if snaps, err := c.Flush(0); err != nil || len(snaps) != 0 {
+		t.Fatalf("flush after zero changes: %v, %v; want nothing", snaps, err)
+	}
+	if s, ok, err := c.State([]byte("k")); err != nil || !ok || string(s) != "v" {
+		t.Fatalf("state %q (%t, %v), want v", s, ok, err)
+	}
+}
