@@ -152,9 +152,8 @@ type Config[S any] struct {
 	// rest live in Pebble. Default core.DefaultHotKeys.
 	HotKeys int
 	// FlushBatch bounds the snapshots one flush writes at once; default
-	// 1024. A batch goes to the store at once (store.BatchWriter, or
-	// concurrent writes), so the store's group commit packs it into few
-	// transactions.
+	// 1024. A batch goes to the store at once (Partition.WriteBatch), so
+	// the store's group commit packs it into few transactions.
 	FlushBatch int
 	// PersistInterval is how often dirty keys are flushed; default 1 min.
 	PersistInterval time.Duration

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -335,13 +334,11 @@ func (r *Runner[S]) forEachFlow(fn func(*flow[S]) error) {
 // flush writes every dirty key of f, a batch at a time, and awaits each
 // batch (the store group-commits its writes).
 //
-// A batch goes to the store in one WriteBatch call when the partition
-// implements store.BatchWriter: its writes join the group commit's queue
-// in the core's order (by key) with none between them, so which writes
-// share a transaction, and their order in the log, are the same on every
-// run. That is what makes a run over the simulated cluster a function of
-// its seed and its calls. Otherwise each write runs in a goroutine of its
-// own, and the scheduler decides the order in which they queue.
+// A batch goes to the store in one WriteBatch call: its writes join the
+// group commit's queue in the core's order (by key) with none between
+// them, so which writes share a transaction, and their order in the log,
+// are the same on every run. That is what makes a run over the simulated
+// cluster a function of its seed and its calls.
 func (r *Runner[S]) flush(ctx context.Context, f *flow[S]) error {
 	start := time.Now() // metrics only
 	total := 0
@@ -350,24 +347,13 @@ func (r *Runner[S]) flush(ctx context.Context, f *flow[S]) error {
 			r.e.cfg.Metrics.flushed(total, time.Since(start))
 		}
 	}()
-	bw, batched := f.part.(store.BatchWriter)
 	for {
 		snaps, err := f.core.Flush(r.e.cfg.FlushBatch)
 		if err != nil || len(snaps) == 0 {
 			return err
 		}
 		total += len(snaps)
-		var errs []error
-		if batched {
-			errs = bw.WriteBatch(ctx, snaps)
-		} else {
-			errs = make([]error, len(snaps))
-			var wg sync.WaitGroup
-			for i, s := range snaps {
-				wg.Go(func() { errs[i] = f.part.Write(ctx, s) })
-			}
-			wg.Wait()
-		}
+		errs := f.part.WriteBatch(ctx, snaps)
 		var first error
 		for i, s := range snaps {
 			if err := f.core.WriteDone(s.Key, errs[i]); err != nil && first == nil {
@@ -428,9 +414,14 @@ func (r *Runner[S]) commitBatch(ctx context.Context, f *flow[S]) error {
 	if err != nil {
 		return err
 	}
-	// recoverFlow started no flow under ExactlyOnce whose partition is not
-	// a BatchCommitter.
-	err = f.part.(store.BatchCommitter).CommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.pending, Offset: offset})
+	// engine.New refuses ExactlyOnce over a store that is not
+	// Transactional, so ErrNotTransactional here means a store whose Mode
+	// does not match its partitions: say so. It fails again on replay
+	// (retriable), so the partition stays stopped.
+	err = f.part.CommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.pending, Offset: offset})
+	if errors.Is(err, store.ErrNotTransactional) {
+		err = fmt.Errorf("engine: %s: ExactlyOnce needs a Transactional store: %w", f.tp, err)
+	}
 	for _, s := range snaps {
 		if werr := f.core.WriteDone(s.Key, err); werr != nil && err == nil {
 			err = werr
@@ -459,8 +450,7 @@ func (r *Runner[S]) flushAndCommit(ctx context.Context, f *flow[S]) error {
 
 func (r *Runner[S]) commit(ctx context.Context, f *flow[S]) error {
 	c := f.core.Committable()
-	f.part.SetCommittable(c)
-	if err := f.part.Commit(ctx); err != nil {
+	if err := f.part.Commit(ctx, c); err != nil {
 		return err
 	}
 	r.e.cfg.Metrics.lag(f.tp, f.core.Consumed()-c)
@@ -576,11 +566,6 @@ func (r *Runner[S]) recoverFlow(ctx context.Context, tp store.TopicPartition, pa
 		r.fail(tp, err)
 		return
 	}
-	if _, ok := part.(store.BatchCommitter); r.e.cfg.ExactlyOnce && !ok {
-		_ = part.Close()
-		r.fail(tp, fmt.Errorf("engine: %s: ExactlyOnce needs a store whose partitions commit batches (store.BatchCommitter)", tp))
-		return
-	}
 	n := 0
 	for s, err := range part.Recover(ctx) {
 		if err == nil && !s.Tombstone {
@@ -621,7 +606,7 @@ func (r *Runner[S]) recoverFlow(ctx context.Context, tp store.TopicPartition, pa
 func retriable(err error) bool {
 	var fe *core.FoldError
 	var se *core.StateError
-	for _, again := range []error{store.ErrCorruptRecord, store.ErrValueTooLarge, store.ErrReservedKey, store.ErrInvalidOutput} {
+	for _, again := range []error{store.ErrCorruptRecord, store.ErrValueTooLarge, store.ErrReservedKey, store.ErrInvalidOutput, store.ErrNotTransactional} {
 		if errors.Is(err, again) {
 			return false
 		}

@@ -51,9 +51,8 @@ type Backend struct {
 }
 
 var (
-	_ store.Backend        = (*Backend)(nil)
-	_ store.BatchWriter    = (*partition)(nil)
-	_ store.BatchCommitter = (*partition)(nil)
+	_ store.Backend   = (*Backend)(nil)
+	_ store.Partition = (*partition)(nil)
 )
 
 // New connects to the cluster and returns a backend. It checks the

@@ -42,32 +42,28 @@ func (p *partition) Input() store.TopicPartition { return p.input }
 
 // writePath is what a partition writes and commits through.
 type writePath interface {
-	Write(ctx context.Context, s store.Snapshot) error
 	WriteBatch(ctx context.Context, snaps []store.Snapshot) []error
-	SetCommittable(offset int64)
-	Commit(ctx context.Context) error
+	Commit(ctx context.Context, offset int64) error
 	Committed() int64
 	Pending() int
 	Close()
 }
 
-func (p *partition) Write(ctx context.Context, s store.Snapshot) error { return p.w.Write(ctx, s) }
-func (p *partition) SetCommittable(offset int64)                       { p.w.SetCommittable(offset) }
-func (p *partition) Commit(ctx context.Context) error                  { return p.w.Commit(ctx) }
-func (p *partition) CommittedOffset() int64                            { return p.w.Committed() }
+func (p *partition) Commit(ctx context.Context, offset int64) error { return p.w.Commit(ctx, offset) }
+func (p *partition) CommittedOffset() int64                         { return p.w.Committed() }
 
-// WriteBatch implements store.BatchWriter: in Transactional mode the
+// WriteBatch implements store.Partition: in Transactional mode the
 // writes join the group commit's queue in order, in one step; in Plain
 // mode they are produced in order and awaited together.
 func (p *partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
 	return p.w.WriteBatch(ctx, snaps)
 }
 
-// CommitBatch implements store.BatchCommitter (Transactional mode only).
+// CommitBatch implements store.Partition (Transactional mode only).
 func (p *partition) CommitBatch(ctx context.Context, b store.Batch) error {
 	gc, ok := p.w.(*groupcommit.Committer)
 	if !ok {
-		return fmt.Errorf("kafka: %s: exactly-once batches need Transactional mode (this backend is %v)", p.input, p.b.cfg.Mode)
+		return fmt.Errorf("kafka: %s: exactly-once batches need Transactional mode (this backend is %v): %w", p.input, p.b.cfg.Mode, store.ErrNotTransactional)
 	}
 	return gc.CommitBatch(ctx, b)
 }

@@ -37,31 +37,6 @@ func newPlainPath(p *partition, assigned int64) *plainPath {
 // Pending is 0: Plain writes go straight to the producer.
 func (w *plainPath) Pending() int { return 0 }
 
-func (w *plainPath) Write(ctx context.Context, s store.Snapshot) error {
-	p := w.p
-	if err := store.CheckWrite(p.input, s, p.b.cfg.MaxValueBytes); err != nil {
-		return err
-	}
-	w.inflight.RLock()
-	defer w.inflight.RUnlock()
-	w.mu.Lock()
-	closed := w.closed
-	w.mu.Unlock()
-	if closed {
-		return store.ErrClosed
-	}
-	start := p.b.cfg.Now()
-	done := make(chan error, 1)
-	p.b.plain.Produce(ctx, p.record(store.EncodeSnapshot(s)), func(_ *kgo.Record, err error) { done <- err })
-	err := <-done
-	if err != nil {
-		err = fmt.Errorf("kafka: %s: write: %w", p.input, err)
-	}
-	w.observe(store.TransactionEvent{Input: p.input, Writes: []store.Snapshot{s}, Offset: w.Committed(), Err: err,
-		Duration: p.b.cfg.Now().Sub(start)})
-	return err
-}
-
 // WriteBatch produces every snapshot, in order, then awaits them all: the
 // shared producer keeps the order of one partition's records, so they land
 // in the log in the order given. The in-flight lock is held shared across
@@ -108,25 +83,21 @@ func (w *plainPath) WriteBatch(ctx context.Context, snaps []store.Snapshot) []er
 	return errs
 }
 
-func (w *plainPath) SetCommittable(offset int64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.staged = max(w.staged, offset)
-}
-
 func (w *plainPath) Committed() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.committed
 }
 
-// Commit commits the staged offset through the group, once the writes in
-// flight have landed.
-func (w *plainPath) Commit(ctx context.Context) error {
+// Commit stages offset (the staged offset never moves back) and commits
+// the staged offset through the group, once the writes in flight have
+// landed.
+func (w *plainPath) Commit(ctx context.Context, offset int64) error {
 	p := w.p
 	w.inflight.Lock()
 	defer w.inflight.Unlock()
 	w.mu.Lock()
+	w.staged = max(w.staged, offset)
 	offset, closed := w.staged, w.closed
 	w.mu.Unlock()
 	if closed {

@@ -58,9 +58,8 @@ type Backend struct {
 }
 
 var (
-	_ store.Backend        = (*Backend)(nil)
-	_ store.BatchWriter    = (*partition)(nil)
-	_ store.BatchCommitter = (*partition)(nil)
+	_ store.Backend   = (*Backend)(nil)
+	_ store.Partition = (*partition)(nil)
 )
 
 // NewBackend returns a store backend over c.
@@ -222,26 +221,26 @@ type partition struct {
 	fenced error // a fatal producer error: the partition must be re-acquired
 }
 
-func (p *partition) Input() store.TopicPartition                       { return p.input }
-func (p *partition) Write(ctx context.Context, s store.Snapshot) error { return p.gc.Write(ctx, s) }
-func (p *partition) SetCommittable(offset int64)                       { p.gc.SetCommittable(offset) }
-func (p *partition) Commit(ctx context.Context) error                  { return p.gc.Commit(ctx) }
-func (p *partition) CommittedOffset() int64                            { return p.gc.Committed() }
+func (p *partition) Input() store.TopicPartition { return p.input }
+func (p *partition) Commit(ctx context.Context, offset int64) error {
+	return p.gc.Commit(ctx, offset)
+}
+func (p *partition) CommittedOffset() int64 { return p.gc.Committed() }
 
 // Pending is the number of writes and commits queued behind the
 // transaction in flight.
 func (p *partition) Pending() int { return p.gc.Pending() }
 
-// WriteBatch implements store.BatchWriter: the writes queue in order, in
+// WriteBatch implements store.Partition: the writes queue in order, in
 // one step, so the same calls make the same transactions on every run.
 func (p *partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
 	return p.gc.WriteBatch(ctx, snaps)
 }
 
-// CommitBatch implements store.BatchCommitter (Transactional mode only).
+// CommitBatch implements store.Partition (Transactional mode only).
 func (p *partition) CommitBatch(ctx context.Context, b store.Batch) error {
 	if p.b.cfg.Mode != store.Transactional {
-		return fmt.Errorf("sim: %s: exactly-once batches need Transactional mode (this backend is %v)", p.input, p.b.cfg.Mode)
+		return fmt.Errorf("sim: %s: exactly-once batches need Transactional mode (this backend is %v): %w", p.input, p.b.cfg.Mode, store.ErrNotTransactional)
 	}
 	return p.gc.CommitBatch(ctx, b)
 }
