@@ -15,6 +15,15 @@ type TopicPartition struct {
 
 func (tp TopicPartition) String() string { return fmt.Sprintf("%s/%d", tp.Topic, tp.Partition) }
 
+// TransactionalID is the transactional.id of input partition's producer in
+// Transactional mode: "<prefix>-<input topic>-<partition>". It is stable,
+// with nothing per assignment in it, so every owner of the partition shares
+// it and a new owner's initialisation aborts what the previous one left
+// open (I7). Every backend names its producers so.
+func TransactionalID(prefix string, input TopicPartition) string {
+	return fmt.Sprintf("%s-%s-%d", prefix, input.Topic, input.Partition)
+}
+
 // Mode selects how a backend binds snapshot writes to offset commits.
 type Mode int8
 
