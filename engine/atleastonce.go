@@ -2,10 +2,7 @@ package engine
 
 import (
 	"context"
-	"sync"
 	"time"
-
-	"github.com/snapfence/snapfence/store"
 )
 
 // atLeastOnce is the default output mode: outputs go to Config.Emit after
@@ -46,8 +43,7 @@ func (m *atLeastOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 		return err
 	}
 	c := f.core.Committable()
-	f.part.SetCommittable(c)
-	if err := f.part.Commit(ctx); err != nil {
+	if err := f.part.Commit(ctx, c); err != nil {
 		return err
 	}
 	m.r.e.cfg.Metrics.lag(f.tp, f.core.Consumed()-c)
@@ -61,13 +57,11 @@ func (m *atLeastOnce[S]) failure(_ *flow[S], err error) (cause, error) { return 
 // flush writes every dirty key of f, a batch at a time, and awaits each
 // batch (the store group-commits its writes).
 //
-// A batch goes to the store in one WriteBatch call when the partition
-// implements store.BatchWriter: its writes join the group commit's queue
-// in the core's order (by key) with none between them, so which writes
-// share a transaction, and their order in the log, are the same on every
-// run. That is what makes a run over the simulated cluster a function of
-// its seed and its calls. Otherwise each write runs in a goroutine of its
-// own, and the scheduler decides the order in which they queue.
+// A batch goes to the store in one WriteBatch call: its writes join the
+// group commit's queue in the core's order (by key) with none between
+// them, so which writes share a transaction, and their order in the log,
+// are the same on every run. That is what makes a run over the simulated
+// cluster a function of its seed and its calls.
 func (m *atLeastOnce[S]) flush(ctx context.Context, f *flow[S]) error {
 	start := time.Now() // metrics only
 	total := 0
@@ -76,24 +70,13 @@ func (m *atLeastOnce[S]) flush(ctx context.Context, f *flow[S]) error {
 			m.r.e.cfg.Metrics.flushed(total, time.Since(start))
 		}
 	}()
-	bw, batched := f.part.(store.BatchWriter)
 	for {
 		snaps, err := f.core.Flush(m.r.e.cfg.FlushBatch)
 		if err != nil || len(snaps) == 0 {
 			return fromCore(err)
 		}
 		total += len(snaps)
-		var errs []error
-		if batched {
-			errs = bw.WriteBatch(ctx, snaps)
-		} else {
-			errs = make([]error, len(snaps))
-			var wg sync.WaitGroup
-			for i, s := range snaps {
-				wg.Go(func() { errs[i] = f.part.Write(ctx, s) })
-			}
-			wg.Wait()
-		}
+		errs := f.part.WriteBatch(ctx, snaps)
 		var first error
 		for i, s := range snaps {
 			if err := f.core.WriteDone(s.Key, errs[i]); err != nil && first == nil {

@@ -171,9 +171,9 @@ type Config[S any] struct {
 	// rest live in Pebble. Default DefaultHotKeys (65536).
 	HotKeys int
 	// FlushBatch bounds the snapshots one flush writes at once; default
-	// DefaultFlushBatch (1024). A batch goes to the store at once (store.BatchWriter, or
-	// concurrent writes), so the store's group commit packs it into few
-	// transactions.
+	// DefaultFlushBatch (1024). A batch goes to the store at once
+	// (Partition.WriteBatch), so the store's group commit packs it into
+	// few transactions.
 	FlushBatch int
 	// PersistInterval is how often dirty keys are flushed; default
 	// DefaultPersistInterval (1 min).

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,13 +22,10 @@ type exactlyOnce[S any] struct {
 
 func (m *exactlyOnce[S]) persistInterval() time.Duration { return 0 }
 
-// check: only a partition that commits batches runs exactly-once.
-func (m *exactlyOnce[S]) check(f *flow[S]) error {
-	if _, ok := f.part.(store.BatchCommitter); !ok {
-		return fmt.Errorf("engine: %s: ExactlyOnce needs a store whose partitions commit batches (store.BatchCommitter)", f.tp)
-	}
-	return nil
-}
+// check: engine.New refused ExactlyOnce over a store that is not
+// Transactional; a partition that is not answers its first batch with
+// store.ErrNotTransactional (see commit).
+func (m *exactlyOnce[S]) check(*flow[S]) error { return nil }
 
 // folded adds a fold's outputs to f's open batch and asks for its commit
 // once the batch reaches a cap (one fold's outputs are never split).
@@ -73,8 +71,13 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	if err != nil {
 		return fromCore(err)
 	}
-	// check refused every partition that is not a BatchCommitter.
-	err = f.part.(store.BatchCommitter).CommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.batch.outputs, Offset: offset})
+	// ErrNotTransactional here means a store whose Mode does not match its
+	// partitions: say so. It fails again on replay (not retriable), so the
+	// partition stays stopped.
+	err = f.part.CommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.batch.outputs, Offset: offset})
+	if errors.Is(err, store.ErrNotTransactional) {
+		err = fmt.Errorf("engine: %s: ExactlyOnce needs a Transactional store: %w", f.tp, err)
+	}
 	for _, s := range snaps {
 		if werr := f.core.WriteDone(s.Key, err); werr != nil && err == nil {
 			err = fromCore(werr)

@@ -299,7 +299,7 @@ func (p *flakyPartition) CommitBatch(ctx context.Context, batch store.Batch) err
 	if before {
 		return errors.New("flaky: the transaction failed before it began")
 	}
-	err := p.Partition.(store.BatchCommitter).CommitBatch(ctx, batch)
+	err := p.Partition.CommitBatch(ctx, batch)
 	if err == nil && after {
 		return errLostAnswer
 	}

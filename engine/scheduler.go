@@ -398,7 +398,7 @@ func (s *scheduler[F]) runningPartitions() []store.TopicPartition {
 func retriable(err error) bool {
 	var fe *FoldError
 	var se *RecoveredStateError
-	for _, again := range []error{store.ErrCorruptRecord, store.ErrValueTooLarge, store.ErrReservedKey, store.ErrInvalidOutput} {
+	for _, again := range []error{store.ErrCorruptRecord, store.ErrValueTooLarge, store.ErrReservedKey, store.ErrInvalidOutput, store.ErrNotTransactional} {
 		if errors.Is(err, again) {
 			return false
 		}

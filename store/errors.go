@@ -31,6 +31,10 @@ var (
 	ErrInvalidOutput = errors.New("store: invalid output record")
 	// ErrClosed: the partition or backend is closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrNotTransactional: an exactly-once batch (Partition.CommitBatch)
+	// asked of a Plain-mode partition, which has no transaction to put it
+	// in. The error that wraps it names the partition.
+	ErrNotTransactional = errors.New("store: the partition is not transactional")
 	// ErrOffsetUnstable: the group's committed offset of an input
 	// partition is held by a transaction that has not ended (Kafka answers
 	// a RequireStable offset fetch with UNSTABLE_OFFSET_COMMIT), so the

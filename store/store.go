@@ -15,6 +15,15 @@ type TopicPartition struct {
 
 func (tp TopicPartition) String() string { return fmt.Sprintf("%s/%d", tp.Topic, tp.Partition) }
 
+// TransactionalID is the transactional.id of input partition's producer in
+// Transactional mode: "<prefix>-<input topic>-<partition>". It is stable,
+// with nothing per assignment in it, so every owner of the partition shares
+// it and a new owner's initialisation aborts what the previous one left
+// open (I7). Every backend names its producers so.
+func TransactionalID(prefix string, input TopicPartition) string {
+	return fmt.Sprintf("%s-%s-%d", prefix, input.Topic, input.Partition)
+}
+
 // Mode selects how a backend binds snapshot writes to offset commits.
 type Mode int8
 
@@ -130,7 +139,8 @@ func (a Acquisition) Resolve(ctx context.Context) (int64, error) {
 }
 
 // Partition is one acquired input partition's snapshot store. Its methods are
-// safe for concurrent use; Write calls of distinct keys are group-committed.
+// safe for concurrent use; writes of distinct keys, from one call or from
+// concurrent calls, are group-committed.
 type Partition interface {
 	// Input is the input topic-partition this store serves.
 	Input() TopicPartition
@@ -140,43 +150,46 @@ type Partition interface {
 	// after the first error. See RecoveryStalledError and
 	// CorruptRecordError.
 	Recover(ctx context.Context) iter.Seq2[Snapshot, error]
-	// Write stores one key's snapshot (or tombstone) and returns once it is
-	// durable, or with the error that stopped it.
-	Write(ctx context.Context, s Snapshot) error
-	// SetCommittable stages the committable offset: every input event below
-	// it is covered by a durable snapshot of its key. Staging does not
-	// commit; the staged value is carried by the next Commit. Values below
-	// the current staged offset are ignored.
-	SetCommittable(offset int64)
-	// Commit makes the staged offset the committed one. It rides with
-	// queued writes or, when none are queued, commits the offset alone.
-	// It returns once the offset is committed.
-	Commit(ctx context.Context) error
+	// WriteBatch stores snaps (snapshots or tombstones), queued in order,
+	// as if written one after another with no other write between them,
+	// and returns when every one is durable or has failed; errs[i] is
+	// snaps[i]'s (nil: durable), and len(errs) is len(snaps). A write
+	// refused before queueing (ErrReservedKey, a ValueTooLargeError, ...)
+	// fails alone. If ctx ends, the writes not yet in a transaction leave
+	// the queue and fail with ctx's error; those already in one fail with
+	// it too, as their outcome is unknown to the caller. A batch queued in
+	// one call makes the same transactions on every run, where concurrent
+	// calls reach the queue in whatever order the scheduler runs them:
+	// the engine flushes through one call per batch, which keeps a run
+	// over the simulated cluster reproducible from its seed.
+	WriteBatch(ctx context.Context, snaps []Snapshot) (errs []error)
+	// Commit stages offset as the committable offset (every input event
+	// below it is covered by a durable snapshot of its key) and commits
+	// it. An offset below the one already staged is ignored: the staged
+	// offset is committed again. The commit rides with queued writes (never
+	// ahead of a write queued before it, I2) or, when none are queued,
+	// commits the offset alone. It returns once the offset is committed.
+	Commit(ctx context.Context, offset int64) error
+	// CommitBatch runs b as one transaction of its own: its snapshots,
+	// its outputs and the fenced commit of b.Offset; it is the write path
+	// of exactly-once output (consume-transform-produce). It returns nil
+	// only when the transaction committed. Any error means the outcome is
+	// not known to have committed: the caller must rewind to the committed
+	// state (Acquire again, Recover, resume from CommittedOffset) and fold
+	// the input again, never re-send b's outputs. The per-transaction
+	// write cap does not apply: the caller sizes its batches. A batch
+	// with an invalid record (ErrReservedKey, a ValueTooLargeError, an
+	// output without a topic or for the snapshot topic) is refused whole,
+	// before anything is sent. A Plain-mode partition has no transaction
+	// to put it in and refuses every batch with an error wrapping
+	// ErrNotTransactional.
+	CommitBatch(ctx context.Context, b Batch) error
 	// CommittedOffset is the offset most recently committed through this
 	// partition, or the assigned offset if none was.
 	CommittedOffset() int64
 	// Close releases the partition without committing anything. Queued
 	// writes fail with ErrClosed.
 	Close() error
-}
-
-// BatchWriter is implemented by partitions that can queue several writes
-// at once, in order. Concurrent Write calls reach the group commit in
-// whatever order the scheduler runs them, so which writes share a
-// transaction, and their order in the log, vary from run to run; a batch
-// queued in one call does not. The engine flushes through it when the
-// partition has it, which keeps a run over the simulated cluster
-// reproducible from its seed.
-type BatchWriter interface {
-	// WriteBatch queues snaps in order, as if written one after another
-	// with no other write between them, and returns when every one has an
-	// outcome; errs[i] is snaps[i]'s (nil: durable), and len(errs) is
-	// len(snaps). Each write keeps Write's contract; a write refused
-	// before queueing (ErrReservedKey, a ValueTooLargeError, ...) fails
-	// alone. If ctx ends, the writes not yet in a transaction leave the
-	// queue and fail with ctx's error; those already in one fail with it
-	// too, as their outcome is unknown to the caller.
-	WriteBatch(ctx context.Context, snaps []Snapshot) (errs []error)
 }
 
 // Output is a record for an output topic, produced by the partition's
@@ -200,22 +213,6 @@ type Batch struct {
 	// Offset is the input offset the transaction commits, with the group
 	// identity read for it, so a stale owner's batch aborts.
 	Offset int64
-}
-
-// BatchCommitter is implemented by Transactional partitions: it is the
-// write path of exactly-once output (consume-transform-produce).
-type BatchCommitter interface {
-	// CommitBatch runs b as one transaction of its own: its snapshots,
-	// its outputs and the fenced commit of b.Offset. It returns nil only
-	// when the transaction committed. Any error means the outcome is not
-	// known to have committed: the caller must rewind to the committed
-	// state (Acquire again, Recover, resume from CommittedOffset) and fold
-	// the input again, never re-send b's outputs. The per-transaction
-	// write cap does not apply: the caller sizes its batches. A batch
-	// with an invalid record (ErrReservedKey, a ValueTooLargeError, an
-	// output without a topic or for the snapshot topic) is refused whole,
-	// before anything is sent.
-	CommitBatch(ctx context.Context, b Batch) error
 }
 
 // TransactionEvent describes one finished transaction of a partition (in

@@ -3,7 +3,6 @@ package history
 import (
 	"context"
 	"errors"
-	"fmt"
 	"iter"
 	"sync"
 
@@ -63,42 +62,25 @@ func (p *partition) recordWrite(s store.Snapshot, err error) {
 		Generation: p.generation(), Outcome: outcome, Err: errString(err)})
 }
 
-func (p *partition) Write(ctx context.Context, s store.Snapshot) error {
-	err := p.Partition.Write(ctx, s)
-	p.recordWrite(s, err)
-	return err
-}
-
-// WriteBatch keeps the batch a batch (store.BatchWriter), so a recorded
-// run is the same run as an unrecorded one.
+// WriteBatch records each write of the batch with its outcome; the batch
+// goes to the store as one call, so a recorded run is the same run as an
+// unrecorded one.
 func (p *partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
-	var errs []error
-	if bw, ok := p.Partition.(store.BatchWriter); ok {
-		errs = bw.WriteBatch(ctx, snaps)
-	} else {
-		errs = make([]error, len(snaps))
-		for i, s := range snaps {
-			errs[i] = p.Partition.Write(ctx, s)
-		}
-	}
+	errs := p.Partition.WriteBatch(ctx, snaps)
 	for i, s := range snaps {
 		p.recordWrite(s, errs[i])
 	}
 	return errs
 }
 
-func (p *partition) SetCommittable(offset int64) {
+// Commit records the offset committed, or, on failure, the offset staged:
+// the highest asked for, as the store stages it.
+func (p *partition) Commit(ctx context.Context, offset int64) error {
 	p.mu.Lock()
 	p.staged = max(p.staged, offset)
-	p.mu.Unlock()
-	p.Partition.SetCommittable(offset)
-}
-
-func (p *partition) Commit(ctx context.Context) error {
-	p.mu.Lock()
 	staged := p.staged
 	p.mu.Unlock()
-	err := p.Partition.Commit(ctx)
+	err := p.Partition.Commit(ctx, offset)
 	off := staged
 	if err == nil {
 		off = p.CommittedOffset()
@@ -108,17 +90,13 @@ func (p *partition) Commit(ctx context.Context) error {
 	return err
 }
 
-// CommitBatch records an exactly-once batch (store.BatchCommitter): its
-// snapshots as writes, its outputs as emits and its offset as a commit,
-// all with the transaction's outcome. A failure other than the fence is
-// recorded as unknown: the transaction may have committed (an answer
-// lost), as store.BatchCommitter says.
+// CommitBatch records an exactly-once batch: its snapshots as writes, its
+// outputs as emits and its offset as a commit, all with the transaction's
+// outcome. A failure other than the fence is recorded as unknown: the
+// transaction may have committed (an answer lost), as
+// store.Partition.CommitBatch says.
 func (p *partition) CommitBatch(ctx context.Context, b store.Batch) error {
-	bc, ok := p.Partition.(store.BatchCommitter)
-	if !ok {
-		return fmt.Errorf("history: %s: the store's partition cannot commit batches (no store.BatchCommitter)", p.Input())
-	}
-	err := bc.CommitBatch(ctx, b)
+	err := p.Partition.CommitBatch(ctx, b)
 	outcome := outcomeOf(err)
 	if outcome == Failed {
 		outcome = Unknown

@@ -406,25 +406,3 @@ func (p *checkedPartition) readToLSO() iter.Seq2[store.Snapshot, error] {
 		}
 	}
 }
-
-// CommitBatch forwards an exactly-once batch (store.BatchCommitter).
-func (p *checkedPartition) CommitBatch(ctx context.Context, b store.Batch) error {
-	bc, ok := p.Partition.(store.BatchCommitter)
-	if !ok {
-		return fmt.Errorf("world: %s: the store's partition cannot commit batches", p.snap)
-	}
-	return bc.CommitBatch(ctx, b)
-}
-
-// WriteBatch forwards to the store's batch write (store.BatchWriter), so
-// the engine's flush queues its writes in order, as it does unwrapped.
-func (p *checkedPartition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
-	if bw, ok := p.Partition.(store.BatchWriter); ok {
-		return bw.WriteBatch(ctx, snaps)
-	}
-	errs := make([]error, len(snaps))
-	for i, s := range snaps {
-		errs[i] = p.Partition.Write(ctx, s)
-	}
-	return errs
-}

@@ -518,7 +518,7 @@ func (w *World) crash(m *member) {
 		return
 	}
 	for _, tp := range owned {
-		p := w.c.InitProducerID(fmt.Sprintf("%s-%s-%d", Prefix, tp.Topic, tp.Partition), w.cfg.TransactionTimeout)
+		p := w.c.InitProducerID(store.TransactionalID(Prefix, tp), w.cfg.TransactionTimeout)
 		snap := store.TopicPartition{Topic: snapshotTopic, Partition: tp.Partition}
 		s := store.Snapshot{Key: []byte("crash-" + strconv.Itoa(m.slot)), Value: []byte("-999999"), Offset: 1 << 40}
 		if _, err := p.Produce(snap, store.EncodeSnapshot(s)); err == nil {

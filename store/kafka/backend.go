@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/snapfence/snapfence/store"
-	"github.com/snapfence/snapfence/store/internal/groupcommit"
+	"github.com/snapfence/snapfence/store/internal/backend"
 )
 
 // Errors of the start-up checks; they wrap what was found.
@@ -25,24 +25,24 @@ var (
 	ErrTopicConfig = errors.New("kafka: wrong topic configuration")
 )
 
-// Backend is a store.Backend on a Kafka cluster.
+// Backend is a store.Backend on a Kafka cluster: the shared backend
+// skeleton (store/internal/backend) over the cluster's seam, a broker of
+// franz-go clients (this type) and a link per acquired partition.
 type Backend struct {
-	cfg   Config
+	core *backend.Backend
+	cfg  Config
+	// set is the checked configuration every backend shares, defaults
+	// filled in; the rest of cfg is Kafka's own.
+	set   backend.Config
 	admin *kgo.Client
 	adm   *kadm.Client
 	// tv2: the cluster runs transactions under KIP-890 part 2, so a
 	// TxnOffsetCommit (v5+) adds the offsets partition itself and no
 	// AddOffsetsToTxn is sent.
-	tv2 bool
+	tv2   bool
+	plain *kgo.Client // the shared producer of Plain mode
 
-	life   context.Context
-	cancel context.CancelFunc
-
-	mu     sync.Mutex
-	plain  *kgo.Client // the shared producer of Plain mode
-	parts  map[*partition]struct{}
-	held   map[store.TopicPartition]*partition // Transactional: one producer per input partition
-	closed bool
+	mu sync.Mutex
 	// outputTopics caches the partition counts of exactly-once output
 	// topics. (A topic that grows partitions keeps its old count here:
 	// keyed outputs keep their partition, as with a producer whose
@@ -51,23 +51,26 @@ type Backend struct {
 }
 
 var (
-	_ store.Backend        = (*Backend)(nil)
-	_ store.BatchWriter    = (*partition)(nil)
-	_ store.BatchCommitter = (*partition)(nil)
+	_ store.Backend  = (*Backend)(nil)
+	_ backend.Broker = (*broker)(nil)
 )
+
+// broker is the Backend as the skeleton's backend.Broker, kept off the
+// Backend's exported method set.
+type broker struct{ b *Backend }
 
 // New connects to the cluster and returns a backend. It checks the
 // configuration, not the topics: those are checked at each Acquire.
 func New(ctx context.Context, cfg Config) (*Backend, error) {
-	cfg.setDefaults()
-	switch cfg.Mode {
-	case store.Transactional:
-		if cfg.TransactionalIDPrefix == "" {
-			return nil, errors.New("kafka: TransactionalIDPrefix is required in transactional mode (it is cluster-scoped, like a group id)")
-		}
-	case store.Plain:
-	default:
-		return nil, fmt.Errorf("kafka: invalid mode %v", cfg.Mode)
+	set, err := backend.Config{
+		Name: "kafka", Mode: cfg.Mode, TransactionalIDPrefix: cfg.TransactionalIDPrefix,
+		SnapshotTopic: cfg.SnapshotTopic, MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
+		MaxValueBytes: cfg.MaxValueBytes, TransactionTimeout: cfg.TransactionTimeout,
+		RecoveryStallTimeout: cfg.RecoveryStallTimeout, Observer: cfg.Observer, Logger: cfg.Logger, Now: cfg.Now,
+		ReleaseSuperseded: true,
+	}.Check()
+	if err != nil {
+		return nil, err
 	}
 	if len(cfg.SeedBrokers) == 0 {
 		return nil, errors.New("kafka: SeedBrokers is required")
@@ -79,9 +82,8 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: admin client: %w", err)
 	}
-	b := &Backend{cfg: cfg, admin: admin, adm: kadm.NewClient(admin),
-		parts: map[*partition]struct{}{}, held: map[store.TopicPartition]*partition{}, outputTopics: map[string]int{}}
-	if cfg.Mode == store.Transactional {
+	b := &Backend{cfg: cfg, set: set, admin: admin, adm: kadm.NewClient(admin), outputTopics: map[string]int{}}
+	if set.Mode == store.Transactional {
 		if b.tv2, err = transactionVersion2(ctx, admin); err != nil {
 			admin.Close()
 			return nil, err
@@ -93,7 +95,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("kafka: plain producer: %w", err)
 		}
 	}
-	b.life, b.cancel = context.WithCancel(context.Background())
+	b.core = backend.New(set, &broker{b})
 	return b, nil
 }
 
@@ -122,80 +124,53 @@ func transactionVersion2(ctx context.Context, cl *kgo.Client) (bool, error) {
 }
 
 // Mode reports the backend's mode.
-func (b *Backend) Mode() store.Mode { return b.cfg.Mode }
+func (b *Backend) Mode() store.Mode { return b.set.Mode }
 
 // TransactionalID is the transactional.id of an input partition's
-// producer: stable, with nothing per assignment in it, so every owner of the
-// partition shares it and a new owner's initialisation aborts what the
-// previous one left open.
+// producer (store.TransactionalID): stable, with nothing per assignment in
+// it, so every owner of the partition shares it and a new owner's
+// initialisation aborts what the previous one left open.
 func (b *Backend) TransactionalID(input store.TopicPartition) string {
-	return fmt.Sprintf("%s-%s-%d", b.cfg.TransactionalIDPrefix, input.Topic, input.Partition)
+	return b.core.TransactionalID(input)
 }
 
 // SnapshotPartition is the snapshot partition of an input partition.
 func (b *Backend) SnapshotPartition(input store.TopicPartition) store.TopicPartition {
-	return store.TopicPartition{Topic: b.cfg.SnapshotTopic(input.Topic), Partition: input.Partition}
+	return b.core.SnapshotPartition(input)
 }
 
 // Acquire implements store.Backend: it checks the topics, and in
 // Transactional mode initialises the partition's producer before it returns,
 // which fences the previous owner and aborts its unfinished transaction.
 func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Partition, error) {
-	if a.Identity == nil {
-		return nil, fmt.Errorf("kafka: acquire %s: an identity reader is required", a.Input)
-	}
-	b.mu.Lock()
-	closed := b.closed
-	b.mu.Unlock()
-	if closed {
-		return nil, store.ErrClosed
-	}
-	snap := b.SnapshotPartition(a.Input)
-	inputID, err := b.checkTopics(ctx, a.Input, snap)
+	return b.core.Acquire(ctx, a)
+}
+
+// Close releases every partition and client.
+func (b *Backend) Close() error { return b.core.Close() }
+
+// Open implements backend.Broker: the topic checks.
+func (br *broker) Open(ctx context.Context, input, snap store.TopicPartition) (backend.Link, error) {
+	inputID, err := br.b.checkTopics(ctx, input, snap)
 	if err != nil {
 		return nil, err
 	}
-	p := &partition{b: b, input: a.Input, inputID: inputID, snap: snap, identity: a.Identity}
-	if b.cfg.Mode == store.Transactional {
-		if err := p.initProducer(ctx); err != nil {
-			return nil, err
-		}
+	return &partition{b: br.b, input: input, inputID: inputID, snap: snap}, nil
+}
+
+// Unstable implements backend.Broker.
+func (br *broker) Unstable(ctx context.Context, a store.Acquisition, snap store.TopicPartition, txnID string, err error) error {
+	return br.b.unstableOffset(ctx, a, snap, txnID, err)
+}
+
+// Close implements backend.Broker: the skeleton has released every
+// partition.
+func (br *broker) Close() error {
+	if br.b.plain != nil {
+		br.b.plain.Close()
 	}
-	assigned, err := a.Resolve(ctx)
-	if err != nil {
-		p.closeProducer()
-		if errors.Is(err, store.ErrOffsetUnstable) {
-			err = b.unstableOffset(ctx, a, snap, err)
-		}
-		return nil, err
-	}
-	if b.cfg.Mode == store.Transactional {
-		p.w = groupcommit.New(b.life, groupcommit.Config{
-			Input: a.Input, SnapshotTopic: snap.Topic, AssignedOffset: assigned,
-			MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
-			Now: b.cfg.Now, Observer: b.cfg.Observer,
-		}, p.exec)
-	} else {
-		p.w = newPlainPath(p, assigned)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		p.closeProducer()
-		return nil, store.ErrClosed
-	}
-	if prev := b.held[a.Input]; prev != nil {
-		// This process re-acquired the partition: the old handle's
-		// producer is fenced by the new one's init; release it.
-		prev.release()
-	}
-	if b.cfg.Mode == store.Transactional {
-		b.held[a.Input] = p
-	}
-	b.parts[p] = struct{}{}
-	b.cfg.Logger.Info("acquired snapshot partition", "input", a.Input.String(), "snapshots", snap.String(),
-		"assigned_offset", a.AssignedOffset, "mode", b.cfg.Mode.String())
-	return p, nil
+	br.b.admin.Close()
+	return nil
 }
 
 // checkTopics checks that the input topic exists and that its snapshot
@@ -232,7 +207,7 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 		// only once that entry expired: every acquisition that created its
 		// snapshot topic took over 5 s.
 		compact := "compact"
-		start := b.cfg.Now()
+		start := b.set.Now()
 		created, err := createTopic(ctx, b.admin, snap.Topic, int32(len(in.Partitions)), -1, map[string]*string{"cleanup.policy": &compact})
 		if err != nil {
 			return noID, fmt.Errorf("kafka: snapshot topic of input topic %q: %w", input.Topic, err)
@@ -241,7 +216,7 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 		if !created {
 			msg = "snapshot topic was created meanwhile"
 		}
-		b.cfg.Logger.Info(msg, "topic", snap.Topic, "partitions", len(in.Partitions), "served_after", b.cfg.Now().Sub(start))
+		b.set.Logger.Info(msg, "topic", snap.Topic, "partitions", len(in.Partitions), "served_after", b.set.Now().Sub(start))
 		return in.ID, nil
 	}
 	if sd.Err != nil {
@@ -303,32 +278,4 @@ func (b *Backend) outputPartitions(ctx context.Context, topic string) (int, erro
 	b.outputTopics[topic] = len(td.Partitions)
 	b.mu.Unlock()
 	return len(td.Partitions), nil
-}
-
-// Close releases every partition and client.
-func (b *Backend) Close() error {
-	b.mu.Lock()
-	b.closed = true
-	parts := b.parts
-	b.parts = map[*partition]struct{}{}
-	b.held = map[store.TopicPartition]*partition{}
-	b.mu.Unlock()
-	for p := range parts {
-		p.release()
-	}
-	b.cancel()
-	if b.plain != nil {
-		b.plain.Close()
-	}
-	b.admin.Close()
-	return nil
-}
-
-func (b *Backend) forget(p *partition) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.parts, p)
-	if b.held[p.input] == p {
-		delete(b.held, p.input)
-	}
 }

@@ -63,13 +63,13 @@ func TestPrefixCollisionIsLoud(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := a.Write(context.Background(), store.Snapshot{Key: []byte("k"), Value: []byte("a1"), Offset: 1}); err != nil {
+		if err := writeOne(context.Background(), a, store.Snapshot{Key: []byte("k"), Value: []byte("a1"), Offset: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := flowB.Acquire(context.Background(), store.Acquisition{Input: in, Identity: joinGroup(t, w, "flow-b")}); err != nil {
 			t.Fatal(err)
 		}
-		err = a.Write(context.Background(), store.Snapshot{Key: []byte("k"), Value: []byte("a2"), Offset: 2})
+		err = writeOne(context.Background(), a, store.Snapshot{Key: []byte("k"), Value: []byte("a2"), Offset: 2})
 		var fe *store.FencedError
 		if !errors.As(err, &fe) || !errors.Is(err, kerr.ProducerFenced) && !errors.Is(err, kerr.InvalidProducerEpoch) {
 			t.Fatalf("err = %v, want a FencedError for a fenced producer", err)
@@ -79,7 +79,7 @@ func TestPrefixCollisionIsLoud(t *testing.T) {
 		}
 		// Fenced is final for this handle: no silent re-initialisation
 		// that would fence the other flow back.
-		if err := a.Write(context.Background(), store.Snapshot{Key: []byte("k"), Value: []byte("a3"), Offset: 3}); !errors.Is(err, store.ErrFenced) {
+		if err := writeOne(context.Background(), a, store.Snapshot{Key: []byte("k"), Value: []byte("a3"), Offset: 3}); !errors.Is(err, store.ErrFenced) {
 			t.Fatalf("second write after the fence: %v", err)
 		}
 		if got := w.ReadSnapshots(t, in); len(got) != 1 || string(got[0].Value) != "a1" {
@@ -143,7 +143,7 @@ func TestTopicChecksNameWhatIsWrong(t *testing.T) {
 				t.Fatalf("recovering a just-created snapshot topic: %v", err)
 			}
 		}
-		if err := p.Write(ctx, store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 0}); err != nil {
+		if err := writeOne(ctx, p, store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 0}); err != nil {
 			t.Fatal(err)
 		}
 		td, err := w.adm.ListTopics(ctx, "fresh-snapshots")

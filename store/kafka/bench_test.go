@@ -192,7 +192,7 @@ func snapshots(n, size int) []store.Snapshot {
 	return out
 }
 
-// writeAll writes every snapshot, one Write at a time or each from a
+// writeAll writes every snapshot, one write (a WriteBatch of one) at a time or each from a
 // goroutine of its own, and times only the writes. The goroutines are
 // started and parked before the timer starts; the timer is stopped on
 // return.
@@ -203,7 +203,7 @@ func writeAll(b *testing.B, p store.Partition, snaps []store.Snapshot, concurren
 	if !concurrent {
 		b.StartTimer()
 		for _, s := range snaps {
-			if err := p.Write(ctx, s); err != nil {
+			if err := writeOne(ctx, p, s); err != nil {
 				b.StopTimer()
 				b.Fatalf("write %s: %v", s.Key, err)
 			}
@@ -217,7 +217,7 @@ func writeAll(b *testing.B, p store.Partition, snaps []store.Snapshot, concurren
 	for i, s := range snaps {
 		wg.Go(func() {
 			<-start
-			errs[i] = p.Write(ctx, s)
+			errs[i] = writeOne(ctx, p, s)
 		})
 	}
 	b.StartTimer()

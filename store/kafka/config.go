@@ -35,6 +35,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/backend"
 )
 
 // Config configures a Backend. Zero values take the defaults given.
@@ -103,31 +104,7 @@ type Config struct {
 }
 
 // DefaultSnapshotTopic is the default snapshot topic of an input topic.
-func DefaultSnapshotTopic(input string) string { return input + "-snapshots" }
-
-func (cfg *Config) setDefaults() {
-	if cfg.SnapshotTopic == nil {
-		cfg.SnapshotTopic = DefaultSnapshotTopic
-	}
-	if cfg.MaxWritesPerTransaction <= 0 {
-		cfg.MaxWritesPerTransaction = store.DefaultMaxWritesPerTransaction
-	}
-	if cfg.MaxValueBytes <= 0 {
-		cfg.MaxValueBytes = store.DefaultMaxValueBytes
-	}
-	if cfg.TransactionTimeout <= 0 {
-		cfg.TransactionTimeout = store.DefaultTransactionTimeout
-	}
-	if cfg.RecoveryStallTimeout <= 0 {
-		cfg.RecoveryStallTimeout = store.DefaultRecoveryStallTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-}
+func DefaultSnapshotTopic(input string) string { return backend.DefaultSnapshotTopic(input) }
 
 // clientOpts are the options every client starts from: connection
 // settings, snapfence's defaults, then the user's ClientOpts, which may

@@ -154,7 +154,7 @@ func testGroupOptionsIgnored(t *testing.T, w *world, c groupOptsCase, block bool
 	want := []string{"a=1@1", "b=2@2", "c=3@3"}
 	for i, k := range []string{"a", "b", "c"} {
 		s := store.Snapshot{Key: []byte(k), Value: fmt.Appendf(nil, "%d", i+1), Offset: int64(i + 1)}
-		if err := p.Write(ctx, s); err != nil {
+		if err := writeOne(ctx, p, s); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"slices"
 	"sync"
 	"time"
@@ -14,19 +13,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/backend"
 	"github.com/snapfence/snapfence/store/internal/groupcommit"
 )
 
-// partition is one acquired input partition.
+// partition is one acquired input partition's link to the cluster
+// (backend.Link): its transactional producer, the raw requests of its
+// transactions, its plain writes and offset commits, its recovery reader.
 type partition struct {
-	b        *Backend
-	input    store.TopicPartition
-	inputID  [16]byte
-	snap     store.TopicPartition
-	identity store.IdentityReader
-	// w is the write path: the group commit in Transactional mode, the
-	// shared producer in Plain mode.
-	w writePath
+	b       *Backend
+	input   store.TopicPartition
+	inputID [16]byte
+	snap    store.TopicPartition
 
 	mu   sync.Mutex
 	prod *kgo.Client // Transactional: this partition's producer
@@ -38,57 +36,10 @@ type partition struct {
 	fatal error
 }
 
-func (p *partition) Input() store.TopicPartition { return p.input }
+var _ backend.Link = (*partition)(nil)
 
-// writePath is what a partition writes and commits through.
-type writePath interface {
-	Write(ctx context.Context, s store.Snapshot) error
-	WriteBatch(ctx context.Context, snaps []store.Snapshot) []error
-	SetCommittable(offset int64)
-	Commit(ctx context.Context) error
-	Committed() int64
-	Pending() int
-	Close()
-}
-
-func (p *partition) Write(ctx context.Context, s store.Snapshot) error { return p.w.Write(ctx, s) }
-func (p *partition) SetCommittable(offset int64)                       { p.w.SetCommittable(offset) }
-func (p *partition) Commit(ctx context.Context) error                  { return p.w.Commit(ctx) }
-func (p *partition) CommittedOffset() int64                            { return p.w.Committed() }
-
-// WriteBatch implements store.BatchWriter: in Transactional mode the
-// writes join the group commit's queue in order, in one step; in Plain
-// mode they are produced in order and awaited together.
-func (p *partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
-	return p.w.WriteBatch(ctx, snaps)
-}
-
-// CommitBatch implements store.BatchCommitter (Transactional mode only).
-func (p *partition) CommitBatch(ctx context.Context, b store.Batch) error {
-	gc, ok := p.w.(*groupcommit.Committer)
-	if !ok {
-		return fmt.Errorf("kafka: %s: exactly-once batches need Transactional mode (this backend is %v)", p.input, p.b.cfg.Mode)
-	}
-	return gc.CommitBatch(ctx, b)
-}
-
-// Pending is the number of writes and commits queued behind the
-// transaction in flight (always 0 in Plain mode, where nothing queues).
-func (p *partition) Pending() int { return p.w.Pending() }
-
-// Close releases the partition without committing.
-func (p *partition) Close() error {
-	p.b.forget(p)
-	p.release()
-	return nil
-}
-
-func (p *partition) release() {
-	p.w.Close()
-	p.closeProducer()
-}
-
-func (p *partition) closeProducer() {
+// Release implements backend.Link: it closes the producer, once.
+func (p *partition) Release() {
 	p.mu.Lock()
 	prod := p.prod
 	p.prod = nil
@@ -98,16 +49,15 @@ func (p *partition) closeProducer() {
 	}
 }
 
-// initProducer creates the partition's transactional producer and
-// initialises its producer id: the takeover. franz-go retries
-// CONCURRENT_TRANSACTIONS while the broker aborts the previous owner's
-// transaction, so this returns once that abort is done.
-func (p *partition) initProducer(ctx context.Context) error {
+// Takeover implements backend.Link: it creates the partition's
+// transactional producer and initialises its producer id. franz-go
+// retries CONCURRENT_TRANSACTIONS while the broker aborts the previous
+// owner's transaction, so this returns once that abort is done.
+func (p *partition) Takeover(ctx context.Context, txnID string) error {
 	cfg := &p.b.cfg
-	txnID := p.b.TransactionalID(p.input)
 	opts := append(cfg.clientOpts(),
 		kgo.TransactionalID(txnID),
-		kgo.TransactionTimeout(cfg.TransactionTimeout),
+		kgo.TransactionTimeout(p.b.set.TransactionTimeout),
 		// Record.Partition is honoured only with the manual partitioner:
 		// snapshot partition N must get input partition N's keys.
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -129,42 +79,37 @@ func (p *partition) initProducer(ctx context.Context) error {
 	return nil
 }
 
-// exec runs one transaction of the group commit.
-func (p *partition) exec(ctx context.Context, batch groupcommit.Batch) (store.GroupIdentity, error) {
-	id := p.identity.CurrentIdentity() // read live, for this transaction (I1)
-	if !id.Valid() {
-		// Kafka does not validate a TxnOffsetCommit that carries no
-		// member id and generation -1: it would land unfenced (I4).
-		return id, &store.MissingIdentityError{Input: p.input, Identity: id}
-	}
+// Transact implements backend.Link: one transaction of the group commit,
+// with id read live and checked by the skeleton (I1, I4).
+func (p *partition) Transact(ctx context.Context, batch groupcommit.Batch, id store.GroupIdentity) error {
 	p.mu.Lock()
 	prod, fatal := p.prod, p.fatal
 	p.mu.Unlock()
 	if fatal != nil {
-		return id, p.fenced(id, fatal)
+		return p.fenced(id, fatal)
 	}
 	if prod == nil {
-		return id, store.ErrClosed
+		return store.ErrClosed
 	}
 	err := p.transact(ctx, prod, batch, id)
 	if err == nil {
-		return id, nil
+		return nil
 	}
 	if isFatal(err) {
 		p.mu.Lock()
 		p.fatal = err
 		p.mu.Unlock()
-		p.b.cfg.Logger.Warn("snapshot producer fenced; the partition must be re-acquired",
+		p.b.set.Logger.Warn("snapshot producer fenced; the partition must be re-acquired",
 			"input", p.input.String(), "transactional_id", p.b.TransactionalID(p.input), "err", err)
 	}
 	var fe *store.FencedError
 	if errors.As(err, &fe) {
-		return id, fe
+		return fe
 	}
 	if isFatal(err) {
-		return id, p.fenced(id, err)
+		return p.fenced(id, err)
 	}
-	return id, fmt.Errorf("kafka: %s: transaction failed: %w", p.input, err)
+	return fmt.Errorf("kafka: %s: transaction failed: %w", p.input, err)
 }
 
 func (p *partition) fenced(id store.GroupIdentity, reason error) *store.FencedError {
@@ -288,7 +233,7 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 // behaviour; when it fails, this can go. Output topics meet the same
 // window at their first produce, and are awaited the same way.
 func (p *partition) awaitPublished(ctx context.Context, prod *kgo.Client, tp store.TopicPartition) error {
-	ctx, cancel := context.WithTimeout(ctx, p.b.cfg.TransactionTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.b.set.TransactionTimeout)
 	defer cancel()
 	backoff := concurrentTxnBackoff
 	for logged := false; ; logged = true {
@@ -296,7 +241,7 @@ func (p *partition) awaitPublished(ctx context.Context, prod *kgo.Client, tp sto
 			return nil
 		}
 		if !logged {
-			p.b.cfg.Logger.Debug(msgAwaitPublished, "input", p.input.String(), "partition", tp.String())
+			p.b.set.Logger.Debug(msgAwaitPublished, "input", p.input.String(), "partition", tp.String())
 		}
 		if err := pause(ctx, &backoff); err != nil {
 			return fmt.Errorf("%s: %w", msgAwaitPublished, err)
@@ -435,9 +380,4 @@ func isFatal(err error) bool {
 		}
 	}
 	return false
-}
-
-// Recover implements store.Partition.
-func (p *partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {
-	return p.b.recoverPartition(ctx, p.snap)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -15,50 +14,37 @@ import (
 	"github.com/snapfence/snapfence/store/internal/readloop"
 )
 
-// recoverPartition reads a snapshot partition with a group-less consumer of
-// its own: no group, no offset commits, since a committed offset would
-// shorten the next recovery. The user's options come first, without their
-// group options (userOpts), and what the read rests on after them, so
-// that they cannot change it (last wins): the partition from its start,
+// Source implements backend.Link: a group-less consumer of its own for
+// one recovery read: no group, no offset commits, since a committed offset
+// would shorten the next recovery. The user's options come first, without
+// their group options (userOpts), and what the read rests on after them,
+// so that they cannot change it (last wins): the partition from its start,
 // the isolation level, the control records.
-func (b *Backend) recoverPartition(ctx context.Context, snap store.TopicPartition) iter.Seq2[store.Snapshot, error] {
-	return func(yield func(store.Snapshot, error) bool) {
-		readCommitted := b.cfg.Mode == store.Transactional
-		level := kgo.ReadUncommitted()
-		if readCommitted {
-			level = kgo.ReadCommitted()
-		}
-		start := kgo.NewOffset().AtStart()
-		opts := append(b.cfg.clientOpts(), userOpts(b.cfg.ReaderOpts)...)
-		opts = append(opts,
-			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{snap.Topic: {snap.Partition: start}}),
-			// An offset out of range (the log start moved past the
-			// position) resumes at the start, never at the end.
-			kgo.ConsumeStartOffset(start), kgo.ConsumeResetOffset(start),
-			kgo.FetchIsolationLevel(level),
-			// franz-go hands neither control records nor aborted data to
-			// the caller by default, so a partition that ends in markers
-			// never shows a record at target-1. Kept control records
-			// carry the position over them.
-			kgo.KeepControlRecords(),
-		)
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			yield(store.Snapshot{}, fmt.Errorf("kafka: recovery reader for %s: %w", snap, err))
-			return
-		}
-		defer cl.Close()
-		cfg := readloop.Config{Snapshots: snap, StallTimeout: b.cfg.RecoveryStallTimeout, Now: b.cfg.Now, Logger: b.cfg.Logger}
-		if o, ok := b.cfg.Observer.(store.RecoveryObserver); ok {
-			cfg.Progress = o.OnRecovery
-		}
-		src := &source{admin: b.admin, reader: cl, tp: snap}
-		for s, err := range readloop.Read(ctx, cfg, src) {
-			if !yield(s, err) {
-				return
-			}
-		}
+func (p *partition) Source(context.Context) (readloop.Source, func(), error) {
+	b, snap := p.b, p.snap
+	level := kgo.ReadUncommitted()
+	if b.set.Mode == store.Transactional {
+		level = kgo.ReadCommitted()
 	}
+	start := kgo.NewOffset().AtStart()
+	opts := append(b.cfg.clientOpts(), userOpts(b.cfg.ReaderOpts)...)
+	opts = append(opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{snap.Topic: {snap.Partition: start}}),
+		// An offset out of range (the log start moved past the
+		// position) resumes at the start, never at the end.
+		kgo.ConsumeStartOffset(start), kgo.ConsumeResetOffset(start),
+		kgo.FetchIsolationLevel(level),
+		// franz-go hands neither control records nor aborted data to
+		// the caller by default, so a partition that ends in markers
+		// never shows a record at target-1. Kept control records
+		// carry the position over them.
+		kgo.KeepControlRecords(),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka: recovery reader for %s: %w", snap, err)
+	}
+	return &source{admin: b.admin, reader: cl, tp: snap}, cl.Close, nil
 }
 
 type source struct {

@@ -177,11 +177,11 @@ func TestRecoveryWaitsOutAForeignTransactionOnKafka(t *testing.T) {
 	started := &signalOn{Handler: slog.DiscardHandler, prefix: "recovery target is above the last stable offset", ch: make(chan struct{})}
 	p := w.partition(time.Minute, slog.New(started))
 	ctx := context.Background()
-	if err := p.Write(ctx, store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 1}); err != nil {
+	if err := writeOne(ctx, p, store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 1}); err != nil {
 		t.Fatal(err)
 	}
 	foreign := w.foreign(time.Minute, store.EncodeSnapshot(store.Snapshot{Key: []byte("foreign"), Value: []byte("x"), Offset: 2}))
-	if err := p.Write(ctx, store.Snapshot{Key: []byte("b"), Value: []byte("2"), Offset: 3}); err != nil {
+	if err := writeOne(ctx, p, store.Snapshot{Key: []byte("b"), Value: []byte("2"), Offset: 3}); err != nil {
 		t.Fatal(err)
 	}
 	res := make(chan recoveredSnaps, 1)
@@ -207,7 +207,7 @@ func TestStallDeadlineNamesAnOpenTransactionOnKafka(t *testing.T) {
 	w := newRealWorld(t)
 	p := w.partition(3*time.Second, nil)
 	ctx := context.Background()
-	if err := p.Write(ctx, store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 1}); err != nil {
+	if err := writeOne(ctx, p, store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 1}); err != nil {
 		t.Fatal(err)
 	}
 	foreign := w.foreign(time.Minute, store.EncodeSnapshot(store.Snapshot{Key: []byte("foreign"), Value: []byte("x"), Offset: 2}))

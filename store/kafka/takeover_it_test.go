@@ -52,7 +52,7 @@ func TestTakeoverAfterSIGKILLOnKafka(t *testing.T) {
 	w := newRealWorld(t)
 	p := w.partition(time.Minute, nil)
 	ctx := context.Background()
-	if err := p.Write(ctx, store.Snapshot{Key: []byte("k"), Value: []byte("committed"), Offset: 1}); err != nil {
+	if err := writeOne(ctx, p, store.Snapshot{Key: []byte("k"), Value: []byte("committed"), Offset: 1}); err != nil {
 		t.Fatal(err)
 	}
 	p.Close()

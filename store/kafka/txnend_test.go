@@ -243,7 +243,7 @@ func TestAFirstTransactionCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
 		w.holdNextMetadata()
 		written := make(chan error, 1)
 		go func() {
-			written <- p.Write(context.Background(), store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 4})
+			written <- writeOne(context.Background(), p, store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 4})
 		}()
 		unwedge := w.wedge(t, w.producer(t))
 		// No synctest.Wait while the window is open: the wedge's sink
@@ -277,7 +277,7 @@ func TestAFirstTransactionCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
 		}
 		// The next transaction's batch starts the new epoch at sequence 0
 		// (with the reset missed: OUT_OF_ORDER_SEQUENCE_NUMBER).
-		if err := p.Write(context.Background(), store.Snapshot{Key: []byte("a"), Value: []byte("2"), Offset: 6}); err != nil {
+		if err := writeOne(context.Background(), p, store.Snapshot{Key: []byte("a"), Value: []byte("2"), Offset: 6}); err != nil {
 			t.Fatalf("the next write: %v", err)
 		}
 	})

@@ -22,8 +22,7 @@ const offsetsTopic = "__consumer_offsets"
 // partition and the group's offsets partition), with the commands that
 // abort them. Diagnosing never fails the acquisition any further: what it
 // cannot learn is said in DiagnoseErr.
-func (b *Backend) unstableOffset(ctx context.Context, a store.Acquisition, snap store.TopicPartition, err error) error {
-	txnID := b.TransactionalID(a.Input)
+func (b *Backend) unstableOffset(ctx context.Context, a store.Acquisition, snap store.TopicPartition, txnID string, err error) error {
 	e := &store.UnstableOffsetError{Input: a.Input, Group: a.Identity.CurrentIdentity().Group,
 		TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0], Err: err}
 	var errs []error

@@ -397,3 +397,8 @@ func cutSegments(t *testing.T, tp store.TopicPartition, pattern string, end int6
 		t.Fatalf("cutting %s: %v", tp, err)
 	}
 }
+
+// writeOne is one write: a batch of one snapshot.
+func writeOne(ctx context.Context, p store.Partition, s store.Snapshot) error {
+	return p.WriteBatch(ctx, []store.Snapshot{s})[0]
+}

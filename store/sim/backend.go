@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"sync"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/backend"
 	"github.com/snapfence/snapfence/store/internal/groupcommit"
 	"github.com/snapfence/snapfence/store/internal/readloop"
 )
@@ -43,122 +43,76 @@ type BackendConfig struct {
 }
 
 // DefaultSnapshotTopic is the default snapshot topic of an input topic.
-func DefaultSnapshotTopic(input string) string { return input + "-snapshots" }
+func DefaultSnapshotTopic(input string) string { return backend.DefaultSnapshotTopic(input) }
 
-// Backend is a store.Backend over a simulated cluster.
+// Backend is a store.Backend over a simulated cluster: the shared backend
+// skeleton (store/internal/backend) over the cluster's seam (broker, link).
 type Backend struct {
-	c      *Cluster
-	cfg    BackendConfig
-	life   context.Context
-	cancel context.CancelFunc
-
-	mu     sync.Mutex
-	parts  map[*partition]struct{}
-	closed bool
+	core *backend.Backend
 }
 
-var (
-	_ store.Backend        = (*Backend)(nil)
-	_ store.BatchWriter    = (*partition)(nil)
-	_ store.BatchCommitter = (*partition)(nil)
-)
+var _ store.Backend = (*Backend)(nil)
 
 // NewBackend returns a store backend over c.
 func (c *Cluster) NewBackend(cfg BackendConfig) (*Backend, error) {
-	switch cfg.Mode {
-	case store.Transactional:
-		if cfg.TransactionalIDPrefix == "" {
-			return nil, errors.New("sim: TransactionalIDPrefix is required in transactional mode")
-		}
-	case store.Plain:
-	default:
-		return nil, fmt.Errorf("sim: invalid mode %v", cfg.Mode)
+	set, err := backend.Config{
+		Name: "sim", Mode: cfg.Mode, TransactionalIDPrefix: cfg.TransactionalIDPrefix,
+		SnapshotTopic: cfg.SnapshotTopic, MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
+		MaxValueBytes: cfg.MaxValueBytes, TransactionTimeout: cfg.TransactionTimeout,
+		RecoveryStallTimeout: cfg.RecoveryStallTimeout, Observer: cfg.Observer, Logger: cfg.Logger,
+		Now: c.Now, // virtual time
+	}.Check()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.SnapshotTopic == nil {
-		cfg.SnapshotTopic = DefaultSnapshotTopic
-	}
-	if cfg.MaxWritesPerTransaction <= 0 {
-		cfg.MaxWritesPerTransaction = store.DefaultMaxWritesPerTransaction
-	}
-	if cfg.MaxValueBytes <= 0 {
-		cfg.MaxValueBytes = store.DefaultMaxValueBytes
-	}
-	if cfg.TransactionTimeout <= 0 {
-		cfg.TransactionTimeout = store.DefaultTransactionTimeout
-	}
-	if cfg.RecoveryStallTimeout <= 0 {
-		cfg.RecoveryStallTimeout = store.DefaultRecoveryStallTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	life, cancel := context.WithCancel(context.Background())
-	return &Backend{c: c, cfg: cfg, life: life, cancel: cancel, parts: map[*partition]struct{}{}}, nil
+	return &Backend{core: backend.New(set, &broker{c: c, cfg: cfg, set: set})}, nil
 }
 
 // Mode reports the backend's mode.
-func (b *Backend) Mode() store.Mode { return b.cfg.Mode }
+func (b *Backend) Mode() store.Mode { return b.core.Mode() }
 
-// TransactionalID is the transactional.id of an input partition.
+// TransactionalID is the transactional.id of an input partition
+// (store.TransactionalID).
 func (b *Backend) TransactionalID(input store.TopicPartition) string {
-	return fmt.Sprintf("%s-%s-%d", b.cfg.TransactionalIDPrefix, input.Topic, input.Partition)
+	return b.core.TransactionalID(input)
 }
 
 // SnapshotPartition is the snapshot partition of an input partition.
 func (b *Backend) SnapshotPartition(input store.TopicPartition) store.TopicPartition {
-	return store.TopicPartition{Topic: b.cfg.SnapshotTopic(input.Topic), Partition: input.Partition}
+	return b.core.SnapshotPartition(input)
 }
 
-// Acquire implements store.Backend.
+// Acquire implements store.Backend: the topic checks, then in
+// Transactional mode the takeover, before it returns.
 func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Partition, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if a.Identity == nil {
-		return nil, fmt.Errorf("sim: acquire %s: an identity reader is required", a.Input)
-	}
-	b.mu.Lock()
-	closed := b.closed
-	b.mu.Unlock()
-	if closed {
-		return nil, store.ErrClosed
-	}
-	snap := b.SnapshotPartition(a.Input)
-	if err := b.checkTopics(a.Input, snap); err != nil {
-		return nil, err
-	}
-	p := &partition{b: b, input: a.Input, snap: snap, identity: a.Identity}
-	if b.cfg.Mode == store.Transactional {
-		// The takeover: fence the previous owner's producer and abort
-		// its unfinished transaction before anything reads (I7).
-		p.prod = b.c.InitProducerID(b.TransactionalID(a.Input), b.cfg.TransactionTimeout)
-	}
-	assigned, err := a.Resolve(ctx)
-	if errors.Is(err, store.ErrOffsetUnstable) {
-		return nil, b.unstableOffset(a, snap, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	p.gc = groupcommit.New(b.life, groupcommit.Config{
-		Input: a.Input, SnapshotTopic: snap.Topic, AssignedOffset: assigned,
-		MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
-		Now: b.c.Now, Observer: b.cfg.Observer,
-	}, p.exec)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, store.ErrClosed
-	}
-	b.parts[p] = struct{}{}
-	return p, nil
+	return b.core.Acquire(ctx, a)
 }
 
-// unstableOffset diagnoses an acquisition whose committed offset a
-// transaction holds: what the coordinator knows of the partition's
-// transactional.id, and the transactions open on its snapshot partition.
-func (b *Backend) unstableOffset(a store.Acquisition, snap store.TopicPartition, err error) error {
-	txnID := b.TransactionalID(a.Input)
+// Close releases every partition.
+func (b *Backend) Close() error { return b.core.Close() }
+
+// broker is the simulated cluster as the skeleton's backend.Broker.
+type broker struct {
+	c   *Cluster
+	cfg BackendConfig
+	set backend.Config
+}
+
+// Open implements backend.Broker: the topic checks.
+func (b *broker) Open(ctx context.Context, input, snap store.TopicPartition) (backend.Link, error) {
+	if err := b.checkTopics(input, snap); err != nil {
+		return nil, err
+	}
+	return &link{b: b, input: input, snap: snap}, nil
+}
+
+// Close implements backend.Broker: the cluster is the caller's.
+func (b *broker) Close() error { return nil }
+
+// Unstable implements backend.Broker: what the coordinator knows of the
+// partition's transactional.id, and the transactions open on its snapshot
+// partition.
+func (b *broker) Unstable(_ context.Context, a store.Acquisition, snap store.TopicPartition, txnID string, err error) error {
 	return &store.UnstableOffsetError{
 		Input: a.Input, Group: a.Identity.CurrentIdentity().Group, TransactionalID: txnID,
 		Coordinator: b.c.DescribeTransaction(txnID), Open: b.c.OpenTransactionsOn(snap),
@@ -166,7 +120,7 @@ func (b *Backend) unstableOffset(a store.Acquisition, snap store.TopicPartition,
 	}
 }
 
-func (b *Backend) checkTopics(input, snap store.TopicPartition) error {
+func (b *broker) checkTopics(input, snap store.TopicPartition) error {
 	in, ok := b.c.Topic(input.Topic)
 	if !ok {
 		return fmt.Errorf("sim: input topic %q does not exist", input.Topic)
@@ -195,79 +149,34 @@ func (b *Backend) checkTopics(input, snap store.TopicPartition) error {
 	return nil
 }
 
-// Close releases every partition.
-func (b *Backend) Close() error {
-	b.mu.Lock()
-	b.closed = true
-	parts := b.parts
-	b.parts = map[*partition]struct{}{}
-	b.mu.Unlock()
-	for p := range parts {
-		p.gc.Close()
-	}
-	b.cancel()
-	return nil
-}
-
-// partition is one acquired input partition.
-type partition struct {
-	b        *Backend
-	input    store.TopicPartition
-	snap     store.TopicPartition
-	identity store.IdentityReader
-	prod     *Producer // Transactional only
-	gc       *groupcommit.Committer
+// link is one acquired input partition's seam to the cluster.
+type link struct {
+	b     *broker
+	input store.TopicPartition
+	snap  store.TopicPartition
+	prod  *Producer // Transactional only
 
 	mu     sync.Mutex
 	fenced error // a fatal producer error: the partition must be re-acquired
 }
 
-func (p *partition) Input() store.TopicPartition                       { return p.input }
-func (p *partition) Write(ctx context.Context, s store.Snapshot) error { return p.gc.Write(ctx, s) }
-func (p *partition) SetCommittable(offset int64)                       { p.gc.SetCommittable(offset) }
-func (p *partition) Commit(ctx context.Context) error                  { return p.gc.Commit(ctx) }
-func (p *partition) CommittedOffset() int64                            { return p.gc.Committed() }
-
-// Pending is the number of writes and commits queued behind the
-// transaction in flight.
-func (p *partition) Pending() int { return p.gc.Pending() }
-
-// WriteBatch implements store.BatchWriter: the writes queue in order, in
-// one step, so the same calls make the same transactions on every run.
-func (p *partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
-	return p.gc.WriteBatch(ctx, snaps)
-}
-
-// CommitBatch implements store.BatchCommitter (Transactional mode only).
-func (p *partition) CommitBatch(ctx context.Context, b store.Batch) error {
-	if p.b.cfg.Mode != store.Transactional {
-		return fmt.Errorf("sim: %s: exactly-once batches need Transactional mode (this backend is %v)", p.input, p.b.cfg.Mode)
-	}
-	return p.gc.CommitBatch(ctx, b)
-}
-
-func (p *partition) Close() error {
-	p.b.mu.Lock()
-	delete(p.b.parts, p)
-	p.b.mu.Unlock()
-	p.gc.Close()
+// Takeover implements backend.Link: fence the previous owner's producer
+// and abort its unfinished transaction before anything reads (I7).
+func (p *link) Takeover(_ context.Context, txnID string) error {
+	p.prod = p.b.c.InitProducerID(txnID, p.b.set.TransactionTimeout)
 	return nil
 }
 
-// exec runs one transaction of the group commit.
-func (p *partition) exec(ctx context.Context, batch groupcommit.Batch) (store.GroupIdentity, error) {
-	id := p.identity.CurrentIdentity() // read live, for this transaction (I1)
-	if p.b.cfg.Mode == store.Plain {
-		return id, p.execPlain(batch, id)
-	}
-	if !id.Valid() {
-		return id, &store.MissingIdentityError{Input: p.input, Identity: id} // I4
-	}
+// Release implements backend.Link: a simulated producer holds nothing.
+func (p *link) Release() {}
+
+// Transact implements backend.Link: one transaction of the group commit.
+func (p *link) Transact(_ context.Context, batch groupcommit.Batch, id store.GroupIdentity) error {
 	p.mu.Lock()
 	dead := p.fenced
 	p.mu.Unlock()
 	if dead != nil {
-		return id, &store.FencedError{Input: p.input, Identity: id, TransactionalID: p.prod.TransactionalID(), Reason: dead}
+		return &store.FencedError{Input: p.input, Identity: id, TransactionalID: p.prod.TransactionalID(), Reason: dead}
 	}
 	recs := make([]store.WireRecord, 0, max(len(batch.Writes), 1))
 	for _, w := range batch.Writes {
@@ -277,30 +186,30 @@ func (p *partition) exec(ctx context.Context, batch groupcommit.Batch) (store.Gr
 		recs = append(recs, store.EncodeOffsetMarker(batch.Offset, id))
 	}
 	if _, err := p.prod.Produce(p.snap, recs...); err != nil {
-		return id, p.fail(id, err)
+		return p.fail(id, err)
 	}
 	if err := p.produceOutputs(id, batch.Outputs); err != nil {
 		if aerr := p.prod.EndTxn(false); aerr != nil {
-			return id, p.fail(id, errors.Join(err, aerr))
+			return p.fail(id, errors.Join(err, aerr))
 		}
-		return id, err
+		return err
 	}
 	if err := p.prod.TxnOffsetCommit(id, map[store.TopicPartition]int64{p.input: batch.Offset}); err != nil {
 		if aerr := p.prod.EndTxn(false); aerr != nil {
-			return id, p.fail(id, errors.Join(err, aerr))
+			return p.fail(id, errors.Join(err, aerr))
 		}
-		return id, &store.FencedError{Input: p.input, Identity: id, Reason: err}
+		return &store.FencedError{Input: p.input, Identity: id, Reason: err}
 	}
 	if err := p.prod.EndTxn(true); err != nil {
-		return id, p.fail(id, err)
+		return p.fail(id, err)
 	}
-	return id, nil
+	return nil
 }
 
 // produceOutputs produces an exactly-once batch's outputs in the open
 // transaction, each to the partition Kafka's default partitioner gives its
 // key.
-func (p *partition) produceOutputs(id store.GroupIdentity, outs []store.Output) error {
+func (p *link) produceOutputs(id store.GroupIdentity, outs []store.Output) error {
 	for _, o := range outs {
 		cfg, ok := p.b.c.Topic(o.Topic)
 		if !ok {
@@ -317,7 +226,7 @@ func (p *partition) produceOutputs(id store.GroupIdentity, outs []store.Output) 
 
 // fail turns a producer error into the partition's error. A fenced
 // producer is fatal: the partition stays fenced until re-acquired.
-func (p *partition) fail(id store.GroupIdentity, err error) error {
+func (p *link) fail(id store.GroupIdentity, err error) error {
 	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
 		p.mu.Lock()
 		p.fenced = err
@@ -327,37 +236,37 @@ func (p *partition) fail(id store.GroupIdentity, err error) error {
 	return fmt.Errorf("sim: %s: transaction failed: %w", p.input, err)
 }
 
-// execPlain writes with the shared non-transactional producer and commits
-// the offset through the group, with no binding between the two.
-func (p *partition) execPlain(batch groupcommit.Batch, id store.GroupIdentity) error {
-	if batch.Advances && !id.Valid() {
-		return &store.MissingIdentityError{Input: p.input, Identity: id}
+// Produce implements backend.Link (Plain): the cluster's
+// non-transactional append, all of recs or none.
+func (p *link) Produce(ctx context.Context, recs []store.WireRecord) []error {
+	err := ctx.Err()
+	if err == nil {
+		_, err = p.b.c.Produce(p.snap, recs...)
 	}
-	if len(batch.Writes) > 0 {
-		recs := make([]store.WireRecord, len(batch.Writes))
-		for i, w := range batch.Writes {
-			recs[i] = store.EncodeSnapshot(w)
-		}
-		if _, err := p.b.c.Produce(p.snap, recs...); err != nil {
-			return fmt.Errorf("sim: %s: write failed: %w", p.input, err)
-		}
+	errs := make([]error, len(recs))
+	for i := range errs {
+		errs[i] = err
 	}
-	if batch.Advances {
-		if err := p.b.c.OffsetCommit(id, map[store.TopicPartition]int64{p.input: batch.Offset}); err != nil {
-			return &store.FencedError{Input: p.input, Identity: id, Reason: err}
-		}
+	return errs
+}
+
+// CommitOffset implements backend.Link (Plain): a group offset commit,
+// validated by the coordinator like any other, with no binding to the
+// writes.
+func (p *link) CommitOffset(ctx context.Context, id store.GroupIdentity, offset int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := p.b.c.OffsetCommit(id, map[store.TopicPartition]int64{p.input: offset}); err != nil {
+		return &store.FencedError{Input: p.input, Identity: id, Reason: err}
 	}
 	return nil
 }
 
-// Recover implements store.Partition.
-func (p *partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {
-	cfg := readloop.Config{Snapshots: p.snap, StallTimeout: p.b.cfg.RecoveryStallTimeout, Now: p.b.c.Now, Logger: p.b.cfg.Logger}
-	readCommitted := p.b.cfg.Mode == store.Transactional
-	if o, ok := p.b.cfg.Observer.(store.RecoveryObserver); ok {
-		cfg.Progress = o.OnRecovery
-	}
-	return readloop.Read(ctx, cfg, &source{c: p.b.c, tp: p.snap, readCommitted: readCommitted})
+// Source implements backend.Link: a reader of the snapshot partition,
+// read_committed in Transactional mode.
+func (p *link) Source(context.Context) (readloop.Source, func(), error) {
+	return &source{c: p.b.c, tp: p.snap, readCommitted: p.b.set.Mode == store.Transactional}, func() {}, nil
 }
 
 // source reads a snapshot partition of the simulated cluster.

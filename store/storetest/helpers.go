@@ -146,6 +146,17 @@ type owner struct {
 	rec *recorder
 }
 
+// Write is one write: a batch of one snapshot. Concurrent calls are
+// concurrent writers of one partition (kafka-flow flushes a partition's
+// keys in parallel), which the group commit batches.
+func (o *owner) Write(ctx context.Context, s store.Snapshot) error {
+	return writeOne(ctx, o.Partition, s)
+}
+
+func writeOne(ctx context.Context, p store.Partition, s store.Snapshot) error {
+	return p.WriteBatch(ctx, []store.Snapshot{s})[0]
+}
+
 // awaitQueued returns once n writes or commits wait in o's (Transactional)
 // partition behind the transaction in flight; a partition that does not report its
 // queue (Pending) is trusted to have queued them once the world settles.
@@ -187,13 +198,13 @@ func snap(key string, value string, offset int64) store.Snapshot {
 // writeAsync starts a write and returns where its result arrives.
 func writeAsync(p store.Partition, s store.Snapshot) <-chan error {
 	ch := make(chan error, 1)
-	go func() { ch <- p.Write(context.Background(), s) }()
+	go func() { ch <- writeOne(context.Background(), p, s) }()
 	return ch
 }
 
-func commitAsync(p store.Partition) <-chan error {
+func commitAsync(p store.Partition, offset int64) <-chan error {
 	ch := make(chan error, 1)
-	go func() { ch <- p.Commit(context.Background()) }()
+	go func() { ch <- p.Commit(context.Background(), offset) }()
 	return ch
 }
 

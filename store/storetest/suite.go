@@ -44,8 +44,8 @@ func Run(t *testing.T, h Harness) {
 		{"TakeoverAbortsCrashedOwnerTransaction", takeoverAborts},
 		{"AssignedOffsetResolvedAfterTheTakeover", assignedOffsetResolvedAfterTakeover},
 		{"ConcurrentDistinctKeysAllDurable", concurrentDistinctKeys},
-		{"BatchWriter/Transactional/InOrderInCappedBatches", batchWritesInOrder(store.Transactional)},
-		{"BatchWriter/Plain/InOrder", batchWritesInOrder(store.Plain)},
+		{"WriteBatch/Transactional/InOrderInCappedBatches", batchWritesInOrder(store.Transactional)},
+		{"WriteBatch/Plain/InOrder", batchWritesInOrder(store.Plain)},
 		{"Issue732/Plain/StaleFlushCorrupts", issue732(store.Plain)},
 		{"Issue732/Transactional/NewerSnapshotSurvives", issue732(store.Transactional)},
 		{"TombstoneKeepsItsOffset", tombstoneKeepsOffset},
@@ -158,8 +158,7 @@ func offsetOnlyCommit(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 0, m.Identity())
-	o.SetCommittable(10)
-	mustNil(t, "commit", o.Commit(context.Background()))
+	mustNil(t, "commit", o.Commit(context.Background(), 10))
 	if off, ok := w.CommittedOffset(t, in); !ok || off != 10 {
 		t.Fatalf("group committed offset = %d (%t), want 10", off, ok)
 	}
@@ -193,8 +192,7 @@ func offsetCommitsRide(t *testing.T, w World) {
 	o.awaitQueued(t, w, 1)
 	w2 := writeAsync(o, snap("k2", "v", 2))
 	o.awaitQueued(t, w, 2)
-	o.SetCommittable(3)
-	c := commitAsync(o)
+	c := commitAsync(o, 3)
 	o.awaitQueued(t, w, 3)
 	w3 := writeAsync(o, snap("k3", "v", 3))
 	o.awaitQueued(t, w, 4)
@@ -221,12 +219,18 @@ func firstWriteCommitsSeededOffset(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 42, m.Identity())
-	o.SetCommittable(100) // staged, not committed
+	// Stage 100 without committing it: a commit refused before anything is
+	// sent (no identity, I4) leaves its offset staged.
+	o.id.publish(store.GroupIdentity{Group: m.Identity().Group, Generation: -1})
+	if err := o.Commit(context.Background(), 100); !errors.Is(err, store.ErrMissingIdentity) {
+		t.Fatalf("commit without an identity: err = %v, want ErrMissingIdentity", err)
+	}
+	o.id.publish(m.Identity())
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 99)))
 	if off, ok := w.CommittedOffset(t, in); !ok || off != 42 {
 		t.Fatalf("committed offset after the first write = %d (%t), want the seeded 42", off, ok)
 	}
-	mustNil(t, "commit", o.Commit(context.Background()))
+	mustNil(t, "commit", o.Commit(context.Background(), 100))
 	if off, _ := w.CommittedOffset(t, in); off != 100 {
 		t.Fatalf("committed offset after Commit = %d, want 100", off)
 	}
@@ -246,8 +250,7 @@ func committedOffsetNeverLeads(t *testing.T, w World) {
 		ws = append(ws, writeAsync(o, snap(fmt.Sprintf("k%d", i), "v", int64(i))))
 		o.awaitQueued(t, w, i)
 	}
-	o.SetCommittable(4)
-	c := commitAsync(o)
+	c := commitAsync(o, 4)
 	o.awaitQueued(t, w, 4)
 	release()
 	mustNil(t, "first", <-first)
@@ -289,13 +292,11 @@ func missingIdentityFailsLoudly(t *testing.T, w World) {
 		if !errors.Is(err, store.ErrMissingIdentity) || !errors.As(err, &mi) || mi.Input != in {
 			t.Fatalf("write with %v: err = %v, want a MissingIdentityError naming %s", id, err, in)
 		}
-		o.SetCommittable(7)
-		if err := o.Commit(context.Background()); !errors.Is(err, store.ErrMissingIdentity) {
+		if err := o.Commit(context.Background(), 7); !errors.Is(err, store.ErrMissingIdentity) {
 			t.Fatalf("commit with %v: err = %v, want ErrMissingIdentity", id, err)
 		}
 		plain := acquire(t, w, BackendConfig{Mode: store.Plain}, in, 5, id)
-		plain.SetCommittable(7)
-		if err := plain.Commit(context.Background()); !errors.Is(err, store.ErrMissingIdentity) {
+		if err := plain.Commit(context.Background(), 7); !errors.Is(err, store.ErrMissingIdentity) {
 			t.Fatalf("plain commit with %v: err = %v, want ErrMissingIdentity", id, err)
 		}
 	}
@@ -611,8 +612,7 @@ func staleOffsetOnlyRejected(t *testing.T, w World) {
 	in := input(w, 0)
 	stale, _ := staleSetup(t, w, transactional, 0)
 	w.Rebalance(t)
-	stale.SetCommittable(9)
-	if err := stale.Commit(context.Background()); !errors.Is(err, store.ErrFenced) {
+	if err := stale.Commit(context.Background(), 9); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("stale commit: err = %v, want ErrFenced", err)
 	}
 	if off, ok := w.CommittedOffset(t, in); ok {
@@ -678,7 +678,7 @@ func assignedOffsetResolvedAfterTakeover(t *testing.T, w World) {
 	if lso != hw {
 		t.Fatalf("resolved before the takeover: lso %d, hw %d", lso, hw)
 	}
-	mustNil(t, "write", p.Write(context.Background(), snap("k", "v", 40)))
+	mustNil(t, "write", writeOne(context.Background(), p, snap("k", "v", 40)))
 	if off, _ := w.CommittedOffset(t, in); off != 33 {
 		t.Fatalf("first write committed %d, want the resolved 33", off)
 	}
@@ -720,7 +720,7 @@ func concurrentDistinctKeys(t *testing.T, w World) {
 	}
 }
 
-// A batch written with store.BatchWriter lands in the order given, as
+// A batch written with Partition.WriteBatch lands in the order given, as
 // consecutive writes: in Transactional mode the queue drains it in FIFO
 // transactions of the cap. A write refused before queueing fails alone; a
 // commit after the batch follows all of it.
@@ -729,16 +729,12 @@ func batchWritesInOrder(mode store.Mode) func(t *testing.T, w World) {
 		m := w.Join(t)
 		in := input(w, 0)
 		o := acquire(t, w, BackendConfig{Mode: mode, MaxWritesPerTransaction: 3}, in, 0, m.Identity())
-		bw, ok := o.Partition.(store.BatchWriter)
-		if !ok {
-			t.Skip("the backend's partitions do not implement store.BatchWriter")
-		}
 		var snaps []store.Snapshot
 		for i := range 8 {
 			snaps = append(snaps, snap(fmt.Sprintf("k%d", i), "v", int64(i)))
 		}
 		snaps[4] = store.Snapshot{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 4}
-		errs := bw.WriteBatch(context.Background(), snaps)
+		errs := o.WriteBatch(context.Background(), snaps)
 		if len(errs) != len(snaps) {
 			t.Fatalf("WriteBatch of %d returned %d errors", len(snaps), len(errs))
 		}
@@ -751,8 +747,7 @@ func batchWritesInOrder(mode store.Mode) func(t *testing.T, w World) {
 			}
 			mustNil(t, fmt.Sprintf("k%d", i), err)
 		}
-		o.SetCommittable(8)
-		mustNil(t, "commit", o.Commit(context.Background()))
+		mustNil(t, "commit", o.Commit(context.Background(), 8))
 		if got, want := describe(w.ReadSnapshots(t, in)), "[k0=v@0 k1=v@1 k2=v@2 k3=v@3 k5=v@5 k6=v@6 k7=v@7]"; got != want {
 			t.Fatalf("snapshots = %s, want %s in batch order", got, want)
 		}
@@ -786,8 +781,7 @@ func issue732(mode store.Mode) func(t *testing.T, w World) {
 		a := w.Join(t)
 		old := acquire(t, w, cfg, in, 0, a.Identity())
 		mustNil(t, "old owner folds events 0..9", old.Write(context.Background(), snap("k", "sum(0..9)", 9)))
-		old.SetCommittable(10)
-		mustNil(t, "old owner commits 10", old.Commit(context.Background()))
+		mustNil(t, "old owner commits 10", old.Commit(context.Background(), 10))
 		t.Logf("%s: member A owns %s, folds events 0..9 into k, writes it and commits offset 10", mode, in)
 
 		// a pauses; b joins and takes the partition.
@@ -796,8 +790,7 @@ func issue732(mode store.Mode) func(t *testing.T, w World) {
 		r := collect(fresh.Recover(context.Background()))
 		mustNil(t, "new owner recovers", r.err)
 		mustNil(t, "new owner folds events 10..19", fresh.Write(context.Background(), snap("k", "sum(0..19)", 19)))
-		fresh.SetCommittable(20)
-		mustNil(t, "new owner commits 20", fresh.Commit(context.Background()))
+		mustNil(t, "new owner commits 20", fresh.Commit(context.Background(), 20))
 		t.Logf("%s: A pauses; B joins, takes %s, recovers, folds 10..19, writes k=sum(0..19) and commits 20", mode, in)
 
 		// a wakes and flushes what it had folded during its pause.
@@ -919,12 +912,8 @@ func batchCommitsTogether(t *testing.T, w World) {
 	in := input(w, 0)
 	rec := &recorder{}
 	o := acquire(t, w, BackendConfig{Mode: store.Transactional, Observer: rec}, in, 0, m.Identity())
-	bc, ok := o.Partition.(store.BatchCommitter)
-	if !ok {
-		t.Fatalf("%T does not implement store.BatchCommitter", o.Partition)
-	}
 	outs := outputs(w, "o1", "o2", "o3", "o4")
-	mustNil(t, "batch", bc.CommitBatch(context.Background(), store.Batch{
+	mustNil(t, "batch", o.CommitBatch(context.Background(), store.Batch{
 		Snapshots: []store.Snapshot{snap("a", "1", 3), snap("b", "2", 6)}, Outputs: outs, Offset: 7,
 	}))
 	if got := latest(w.ReadSnapshots(t, in)); string(got["a"].Value) != "1" || string(got["b"].Value) != "2" {
@@ -957,7 +946,7 @@ func staleBatchLeavesNothing(t *testing.T, w World) {
 	in := input(w, 0)
 	stale, _ := staleSetup(t, w, transactional, 0)
 	w.Rebalance(t)
-	err := stale.Partition.(store.BatchCommitter).CommitBatch(context.Background(), store.Batch{
+	err := stale.CommitBatch(context.Background(), store.Batch{
 		Snapshots: []store.Snapshot{snap("k", "stale", 3)}, Outputs: outputs(w, "stale"), Offset: 4,
 	})
 	if !errors.Is(err, store.ErrFenced) {
@@ -983,14 +972,14 @@ func invalidOutputRefusesBatch(t *testing.T, w World) {
 	o := acquire(t, w, BackendConfig{Mode: store.Transactional, Observer: rec}, in, 0, m.Identity())
 	snapTopic := in.Topic + "-snapshots" // the default of both backends
 	bad := append(outputs(w, "fine"), store.Output{Topic: snapTopic, Key: []byte("k"), Value: []byte("v")})
-	err := o.Partition.(store.BatchCommitter).CommitBatch(context.Background(), store.Batch{
+	err := o.CommitBatch(context.Background(), store.Batch{
 		Snapshots: []store.Snapshot{snap("k", "1", 1)}, Outputs: bad, Offset: 2,
 	})
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%s: output record of key \"k\" is for the snapshot topic %q", in, snapTopic)) {
 		t.Fatalf("err = %v, want a refusal naming %s, the key and the snapshot topic", err, in)
 	}
 	big := store.Output{Topic: w.OutputTopic(), Key: []byte("big"), Value: make([]byte, store.DefaultMaxValueBytes)}
-	err = o.Partition.(store.BatchCommitter).CommitBatch(context.Background(), store.Batch{Outputs: []store.Output{big}, Offset: 2})
+	err = o.CommitBatch(context.Background(), store.Batch{Outputs: []store.Output{big}, Offset: 2})
 	var tl *store.ValueTooLargeError
 	if !errors.As(err, &tl) || tl.OutputTopic != w.OutputTopic() || string(tl.Key) != "big" {
 		t.Fatalf("err = %v, want a ValueTooLargeError naming the output topic and key", err)
@@ -1009,7 +998,7 @@ func missingOutputTopic(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 0, m.Identity())
-	err := o.Partition.(store.BatchCommitter).CommitBatch(context.Background(), store.Batch{
+	err := o.CommitBatch(context.Background(), store.Batch{
 		Snapshots: []store.Snapshot{snap("k", "1", 1)},
 		Outputs:   []store.Output{{Topic: "no-such-output-topic", Key: []byte("k")}}, Offset: 2,
 	})
@@ -1031,7 +1020,7 @@ func outputsWithoutSnapshots(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 0, m.Identity())
-	mustNil(t, "batch", o.Partition.(store.BatchCommitter).CommitBatch(context.Background(),
+	mustNil(t, "batch", o.CommitBatch(context.Background(),
 		store.Batch{Outputs: outputs(w, "o1", "o2"), Offset: 3}))
 	if got := w.ReadOutputs(t, true); len(got) != 2 {
 		t.Fatalf("read_committed outputs %s, want the batch's 2", describeOutputs(got))
@@ -1045,13 +1034,13 @@ func outputsWithoutSnapshots(t *testing.T, w World) {
 func plainRefusesBatch(t *testing.T, w World) {
 	m := w.Join(t)
 	o := acquire(t, w, BackendConfig{Mode: store.Plain}, input(w, 0), 0, m.Identity())
-	bc, ok := o.Partition.(store.BatchCommitter)
-	if !ok {
-		return // not offering it is refusing it
-	}
-	err := bc.CommitBatch(context.Background(), store.Batch{Outputs: outputs(w, "x"), Offset: 1})
+	in := input(w, 0)
+	err := o.CommitBatch(context.Background(), store.Batch{Outputs: outputs(w, "x"), Offset: 1})
 	if err == nil || !strings.Contains(err.Error(), "exactly-once batches need Transactional mode") {
 		t.Fatalf("err = %v, want a refusal that names Transactional mode", err)
+	}
+	if !errors.Is(err, store.ErrNotTransactional) || !strings.Contains(err.Error(), in.String()) {
+		t.Fatalf("err = %v, want store.ErrNotTransactional naming %s", err, in)
 	}
 }
 
@@ -1079,7 +1068,7 @@ func crashedBatchReadUncommitted(t *testing.T, w World) {
 	if got := w.ReadOutputs(t, true); len(got) != 0 {
 		t.Fatalf("read_committed sees %s of an aborted batch", describeOutputs(got))
 	}
-	mustNil(t, "the new owner's batch", next.Partition.(store.BatchCommitter).CommitBatch(context.Background(),
+	mustNil(t, "the new owner's batch", next.CommitBatch(context.Background(),
 		store.Batch{Snapshots: []store.Snapshot{snap("k", "1", 2)}, Outputs: outs, Offset: 3}))
 	if got := w.ReadOutputs(t, true); len(got) != 3 {
 		t.Fatalf("read_committed sees %s, want the new owner's 3 outputs once", describeOutputs(got))

@@ -87,18 +87,10 @@ func New(life context.Context, cfg Config, exec Executor) *Committer {
 	return &Committer{cfg: cfg, exec: exec, life: life, staged: cfg.AssignedOffset, committed: cfg.AssignedOffset}
 }
 
-// Write queues s and waits until its transaction ends.
-func (c *Committer) Write(ctx context.Context, s store.Snapshot) error {
-	if err := store.CheckWrite(c.cfg.Input, s, c.cfg.MaxValueBytes); err != nil {
-		return err
-	}
-	return c.submit(ctx, []*entry{newEntry(&s, 0)})[0]
-}
-
 // CommitBatch queues b as a transaction of its own (behind what is
-// queued before it) and waits until it ends; see store.BatchCommitter. A
-// committed batch makes b.Offset the committed offset, and the staged one
-// if it was lower.
+// queued before it) and waits until it ends; see
+// store.Partition.CommitBatch. A committed batch makes b.Offset the
+// committed offset, and the staged one if it was lower.
 func (c *Committer) CommitBatch(ctx context.Context, b store.Batch) error {
 	for _, s := range b.Snapshots {
 		if err := store.CheckWrite(c.cfg.Input, s, c.cfg.MaxValueBytes); err != nil {
@@ -114,24 +106,20 @@ func (c *Committer) CommitBatch(ctx context.Context, b store.Batch) error {
 	e.sealed = &b
 	err := c.submit(ctx, []*entry{e})[0]
 	if err == nil {
-		c.SetCommittable(b.Offset)
+		c.mu.Lock()
+		c.staged = max(c.staged, b.Offset)
+		c.mu.Unlock()
 	}
 	return err
 }
 
-// SetCommittable stages offset if it is above the staged one.
-func (c *Committer) SetCommittable(offset int64) {
+// Commit stages offset, if it is above the staged one, then queues a
+// commit of the staged offset and waits until it is committed. The staged
+// offset never moves back, so a lower offset commits the staged one again.
+// Queued behind earlier writes, it never leads them (I2).
+func (c *Committer) Commit(ctx context.Context, offset int64) error {
 	c.mu.Lock()
-	if offset > c.staged {
-		c.staged = offset
-	}
-	c.mu.Unlock()
-}
-
-// Commit queues a commit of the staged offset and waits until it is
-// committed. Queued behind earlier writes, it never leads them (I2).
-func (c *Committer) Commit(ctx context.Context) error {
-	c.mu.Lock()
+	c.staged = max(c.staged, offset)
 	off := c.staged
 	c.mu.Unlock()
 	return c.submit(ctx, []*entry{newEntry(nil, off)})[0]

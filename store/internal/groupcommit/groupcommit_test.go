@@ -67,21 +67,26 @@ var tp = store.TopicPartition{Topic: "in", Partition: 0}
 func write(c *Committer, key string, off int64) <-chan error {
 	ch := make(chan error, 1)
 	go func() {
-		ch <- c.Write(context.Background(), store.Snapshot{Key: []byte(key), Value: []byte("v"), Offset: off})
+		ch <- writeOne(c, context.Background(), store.Snapshot{Key: []byte(key), Value: []byte("v"), Offset: off})
 	}()
 	return ch
 }
 
-func commit(c *Committer) <-chan error {
+func commit(c *Committer, offset int64) <-chan error {
 	ch := make(chan error, 1)
-	go func() { ch <- c.Commit(context.Background()) }()
+	go func() { ch <- c.Commit(context.Background(), offset) }()
 	return ch
+}
+
+// writeOne is one write: a batch of one snapshot.
+func writeOne(c *Committer, ctx context.Context, s store.Snapshot) error {
+	return c.WriteBatch(ctx, []store.Snapshot{s})[0]
 }
 
 func TestLoneWriteCommitsAtOnceWithSeededOffset(t *testing.T) {
 	f := &fakeTxns{}
 	c := New(context.Background(), Config{Input: tp, AssignedOffset: 17}, f.exec)
-	if err := c.Write(context.Background(), store.Snapshot{Key: []byte("a"), Value: []byte("v"), Offset: 20}); err != nil {
+	if err := writeOne(c, context.Background(), store.Snapshot{Key: []byte("a"), Value: []byte("v"), Offset: 20}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.shape(); got != "[a@17]" {
@@ -103,8 +108,7 @@ func TestQueuedWritesDrainInCappedFIFOBatches(t *testing.T) {
 			results = append(results, write(c, k, int64(i+1)))
 			synctest.Wait()
 		}
-		c.SetCommittable(5)
-		results = append(results, commit(c))
+		results = append(results, commit(c, 5))
 		synctest.Wait()
 		results = append(results, write(c, "e", 4))
 		synctest.Wait()
@@ -131,8 +135,7 @@ func TestFailureReachesEveryWaiterOfTheBatch(t *testing.T) {
 		first := write(c, "a", 0)
 		<-entered
 		b, d := write(c, "b", 1), write(c, "d", 2)
-		c.SetCommittable(3)
-		cm := commit(c)
+		cm := commit(c, 3)
 		synctest.Wait()
 		boom := errors.New("boom")
 		f.mu.Lock()
@@ -159,7 +162,7 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 		<-entered
 		ctx, cancel := context.WithCancel(context.Background())
 		gone := make(chan error, 1)
-		go func() { gone <- c.Write(ctx, store.Snapshot{Key: []byte("x"), Value: []byte("v")}) }()
+		go func() { gone <- writeOne(c, ctx, store.Snapshot{Key: []byte("x"), Value: []byte("v")}) }()
 		synctest.Wait()
 		later := write(c, "b", 1)
 		synctest.Wait()
@@ -206,7 +209,7 @@ func TestRandomCancellationsNeverStrandWaiters(t *testing.T) {
 				go cancel()
 			}
 			key := fmt.Sprint(i)
-			if err := c.Write(ctx, store.Snapshot{Key: []byte(key), Value: []byte("v")}); err == nil {
+			if err := writeOne(c, ctx, store.Snapshot{Key: []byte(key), Value: []byte("v")}); err == nil {
 				ok <- key
 			}
 			cancel()
@@ -253,7 +256,7 @@ func TestCloseFailsQueuedAndWaitsForInFlight(t *testing.T) {
 		if err := <-first; err != nil {
 			t.Fatalf("in-flight write: %v", err)
 		}
-		if err := c.Write(context.Background(), store.Snapshot{Key: []byte("c")}); !errors.Is(err, store.ErrClosed) {
+		if err := writeOne(c, context.Background(), store.Snapshot{Key: []byte("c")}); !errors.Is(err, store.ErrClosed) {
 			t.Fatalf("write after Close: %v", err)
 		}
 	})
@@ -262,8 +265,7 @@ func TestCloseFailsQueuedAndWaitsForInFlight(t *testing.T) {
 func TestStagedOffsetNeverMovesBack(t *testing.T) {
 	f := &fakeTxns{}
 	c := New(context.Background(), Config{Input: tp, AssignedOffset: 10}, f.exec)
-	c.SetCommittable(5)
-	if err := c.Commit(context.Background()); err != nil {
+	if err := c.Commit(context.Background(), 5); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.shape(); got != "[+commit@10]" {
@@ -274,7 +276,7 @@ func TestStagedOffsetNeverMovesBack(t *testing.T) {
 func TestWriteChecksBeforeQueueing(t *testing.T) {
 	f := &fakeTxns{}
 	c := New(context.Background(), Config{Input: tp, MaxValueBytes: 8}, f.exec)
-	err := c.Write(context.Background(), store.Snapshot{Key: []byte("key"), Value: []byte("123456"), Offset: 1})
+	err := writeOne(c, context.Background(), store.Snapshot{Key: []byte("key"), Value: []byte("123456"), Offset: 1})
 	var tl *store.ValueTooLargeError
 	if !errors.As(err, &tl) || tl.Size != 9 || tl.Limit != 8 || string(tl.Key) != "key" {
 		t.Fatalf("err = %v, want ValueTooLargeError{key, 9, 8}", err)
@@ -333,8 +335,7 @@ func TestWriteBatchIsTheSameEveryRun(t *testing.T) {
 		f := &fakeTxns{}
 		c := New(context.Background(), Config{Input: tp, MaxWrites: 3}, f.exec)
 		mustAllNil(t, c.WriteBatch(context.Background(), snaps("a", "b", "c", "d", "e", "f", "g")))
-		c.SetCommittable(7)
-		if err := c.Commit(context.Background()); err != nil {
+		if err := c.Commit(context.Background(), 7); err != nil {
 			t.Fatal(err)
 		}
 		if first == "" {
@@ -366,8 +367,7 @@ func TestWriteBatchQueuesWholeAmongSingleWrites(t *testing.T) {
 		}
 		after := write(c, "y", 9)
 		synctest.Wait()
-		c.SetCommittable(6)
-		cm := commit(c)
+		cm := commit(c, 6)
 		synctest.Wait()
 		release()
 		for _, ch := range []<-chan error{first, before, after, cm} {

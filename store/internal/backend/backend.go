@@ -1,0 +1,272 @@
+// Package backend is the skeleton every store backend shares: the checked
+// configuration with its defaults, the acquire sequence, the
+// transactional.id rule, and the partition built from the shared pieces
+// (the group commit of store/internal/groupcommit in Transactional mode,
+// the plain write path in Plain mode, the recovery read of
+// store/internal/readloop). A backend supplies only what talks to its
+// cluster: a Broker, and a Link per acquired partition.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/groupcommit"
+	"github.com/snapfence/snapfence/store/internal/readloop"
+)
+
+// Config is what every backend's configuration holds. Check validates it
+// and fills in the defaults; the rest of the package reads it checked.
+type Config struct {
+	// Name prefixes the skeleton's errors ("kafka", "sim").
+	Name                  string
+	Mode                  store.Mode
+	TransactionalIDPrefix string
+	// SnapshotTopic: default DefaultSnapshotTopic.
+	SnapshotTopic func(input string) string
+	// MaxWritesPerTransaction: default store.DefaultMaxWritesPerTransaction.
+	MaxWritesPerTransaction int
+	// MaxValueBytes: default store.DefaultMaxValueBytes.
+	MaxValueBytes int
+	// TransactionTimeout: default store.DefaultTransactionTimeout.
+	TransactionTimeout time.Duration
+	// RecoveryStallTimeout: default store.DefaultRecoveryStallTimeout, in
+	// both modes: a Plain read never waits for a transaction, but a log
+	// cut below the high watermark it captured would hold it for good.
+	RecoveryStallTimeout time.Duration
+	Observer             store.Observer
+	// Logger: default discards.
+	Logger *slog.Logger
+	// Now is the backend's clock (observer durations, the stall deadline);
+	// default time.Now.
+	Now func() time.Time
+	// ReleaseSuperseded releases a partition's previous handle when this
+	// backend acquires the partition again (Transactional mode): the new
+	// handle's takeover has fenced the old one's producer, and store/kafka's
+	// producer is a franz-go client with connections and goroutines. The
+	// sim's producer holds nothing, and it keeps the old handle open, so
+	// an owner superseded within one backend sees the fence
+	// (PRODUCER_FENCED) as an owner in another process would, not
+	// ErrClosed: the engine's sim tests run two runners on one backend
+	// and pin that.
+	ReleaseSuperseded bool
+}
+
+// DefaultSnapshotTopic is the default snapshot topic of an input topic.
+func DefaultSnapshotTopic(input string) string { return input + "-snapshots" }
+
+// Check validates cfg and returns it with the defaults filled in.
+func (cfg Config) Check() (Config, error) {
+	switch cfg.Mode {
+	case store.Transactional:
+		if cfg.TransactionalIDPrefix == "" {
+			return cfg, fmt.Errorf("%s: TransactionalIDPrefix is required in transactional mode (it is cluster-scoped, like a group id)", cfg.Name)
+		}
+	case store.Plain:
+	default:
+		return cfg, fmt.Errorf("%s: invalid mode %v", cfg.Name, cfg.Mode)
+	}
+	if cfg.SnapshotTopic == nil {
+		cfg.SnapshotTopic = DefaultSnapshotTopic
+	}
+	if cfg.MaxWritesPerTransaction <= 0 {
+		cfg.MaxWritesPerTransaction = store.DefaultMaxWritesPerTransaction
+	}
+	if cfg.MaxValueBytes <= 0 {
+		cfg.MaxValueBytes = store.DefaultMaxValueBytes
+	}
+	if cfg.TransactionTimeout <= 0 {
+		cfg.TransactionTimeout = store.DefaultTransactionTimeout
+	}
+	if cfg.RecoveryStallTimeout <= 0 {
+		cfg.RecoveryStallTimeout = store.DefaultRecoveryStallTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return cfg, nil
+}
+
+// Broker is a backend's cluster, as the skeleton needs it.
+type Broker interface {
+	// Open checks the input partition and its snapshot topic (creating the
+	// snapshot topic if the backend is configured to) and returns the
+	// partition's link to the cluster. Nothing is taken over yet.
+	Open(ctx context.Context, input, snap store.TopicPartition) (Link, error)
+	// Unstable diagnoses an acquisition whose assigned offset is held by a
+	// transaction the takeover did not end (err wraps
+	// store.ErrOffsetUnstable): it returns a *store.UnstableOffsetError
+	// naming txnID and what holds the offset. It never fails further.
+	Unstable(ctx context.Context, a store.Acquisition, snap store.TopicPartition, txnID string, err error) error
+	// Close releases the broker's clients, once every partition is
+	// released.
+	Close() error
+}
+
+// Link is one acquired partition's connection to the cluster.
+type Link interface {
+	// Takeover initialises the partition's transactional producer under
+	// txnID, which fences the previous owner's producer and aborts its
+	// unfinished transaction (I7). Transactional mode only; called once,
+	// before the assigned offset is resolved.
+	Takeover(ctx context.Context, txnID string) error
+	// Transact runs one transaction of the group commit with id, already
+	// read live and checked valid (I1, I4): all of b becomes durable with
+	// the fenced commit of b.Offset, or none of it. Transactional mode.
+	Transact(ctx context.Context, b groupcommit.Batch, id store.GroupIdentity) error
+	// Produce writes recs to the snapshot partition, in order, with a
+	// non-transactional producer, and returns each one's outcome once
+	// every one has landed or failed. Plain mode.
+	Produce(ctx context.Context, recs []store.WireRecord) []error
+	// CommitOffset commits offset through the consumer group with id (a
+	// plain OffsetCommit, no transaction). Plain mode.
+	CommitOffset(ctx context.Context, id store.GroupIdentity, offset int64) error
+	// Source returns a reader of the snapshot partition for one recovery,
+	// read_committed in Transactional mode, and what releases it.
+	Source(ctx context.Context) (readloop.Source, func(), error)
+	// Release closes what the link holds (its producer), after the
+	// partition's write path is closed, or when an acquisition fails after
+	// Open. A partition released on re-acquisition is closed again by its
+	// caller: later calls must do nothing.
+	Release()
+}
+
+// Backend is the shared half of a store.Backend.
+type Backend struct {
+	cfg    Config
+	broker Broker
+	life   context.Context
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	parts map[*Partition]struct{}
+	// held is the handle this process holds per input partition in
+	// Transactional mode. A re-acquisition's takeover fences the old
+	// handle's producer, so the old handle is released then.
+	held   map[store.TopicPartition]*Partition
+	closed bool
+}
+
+// New returns the skeleton of a backend over broker; cfg must be checked
+// (Config.Check).
+func New(cfg Config, broker Broker) *Backend {
+	life, cancel := context.WithCancel(context.Background())
+	return &Backend{cfg: cfg, broker: broker, life: life, cancel: cancel,
+		parts: map[*Partition]struct{}{}, held: map[store.TopicPartition]*Partition{}}
+}
+
+// Config is the checked configuration.
+func (b *Backend) Config() Config { return b.cfg }
+
+// Mode reports the backend's mode.
+func (b *Backend) Mode() store.Mode { return b.cfg.Mode }
+
+// TransactionalID is the transactional.id of an input partition's producer.
+func (b *Backend) TransactionalID(input store.TopicPartition) string {
+	return store.TransactionalID(b.cfg.TransactionalIDPrefix, input)
+}
+
+// SnapshotPartition is the snapshot partition of an input partition:
+// partition N of the snapshot topic holds input partition N's keys.
+func (b *Backend) SnapshotPartition(input store.TopicPartition) store.TopicPartition {
+	return store.TopicPartition{Topic: b.cfg.SnapshotTopic(input.Topic), Partition: input.Partition}
+}
+
+// Acquire takes one input partition over: the topic checks, the takeover
+// (Transactional: before anything reads, I7), the assigned offset resolved
+// after it (so the seed is never older than a commit that landed, I3),
+// then the write path seeded with that offset.
+func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Partition, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if a.Identity == nil {
+		return nil, fmt.Errorf("%s: acquire %s: an identity reader is required", b.cfg.Name, a.Input)
+	}
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, store.ErrClosed
+	}
+	snap := b.SnapshotPartition(a.Input)
+	link, err := b.broker.Open(ctx, a.Input, snap)
+	if err != nil {
+		return nil, err
+	}
+	txnID := b.TransactionalID(a.Input)
+	if b.cfg.Mode == store.Transactional {
+		if err := link.Takeover(ctx, txnID); err != nil {
+			link.Release()
+			return nil, err
+		}
+	}
+	assigned, err := a.Resolve(ctx)
+	if err != nil {
+		link.Release()
+		if errors.Is(err, store.ErrOffsetUnstable) {
+			err = b.broker.Unstable(ctx, a, snap, txnID, err)
+		}
+		return nil, err
+	}
+	p := &Partition{b: b, input: a.Input, snap: snap, identity: a.Identity, link: link}
+	if b.cfg.Mode == store.Transactional {
+		p.w = groupcommit.New(b.life, groupcommit.Config{
+			Input: a.Input, SnapshotTopic: snap.Topic, AssignedOffset: assigned,
+			MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
+			Now: b.cfg.Now, Observer: b.cfg.Observer,
+		}, p.exec)
+	} else {
+		p.w = newPlainPath(p, assigned)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		p.release()
+		return nil, store.ErrClosed
+	}
+	if prev := b.held[a.Input]; prev != nil && b.cfg.ReleaseSuperseded {
+		// This process re-acquired the partition: the old handle's
+		// producer is fenced by the new one's init; release it.
+		prev.release()
+	}
+	if b.cfg.Mode == store.Transactional {
+		b.held[a.Input] = p
+	}
+	b.parts[p] = struct{}{}
+	b.cfg.Logger.Info("acquired snapshot partition", "input", a.Input.String(), "snapshots", snap.String(),
+		"assigned_offset", assigned, "mode", b.cfg.Mode.String())
+	return p, nil
+}
+
+// Close releases every partition, then the broker's clients.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	parts := b.parts
+	b.parts = map[*Partition]struct{}{}
+	b.held = map[store.TopicPartition]*Partition{}
+	b.mu.Unlock()
+	for p := range parts {
+		p.release()
+	}
+	b.cancel()
+	return b.broker.Close()
+}
+
+func (b *Backend) forget(p *Partition) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.parts, p)
+	if b.held[p.input] == p {
+		delete(b.held, p.input)
+	}
+}

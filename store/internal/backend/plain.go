@@ -1,0 +1,132 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// plainPath is the baseline write path of every backend: writes go
+// straight to the link's non-transactional producer, which batches across
+// writes (and, in store/kafka, across partitions), and the offset is a
+// plain group commit with no binding to the writes. Nothing queues here:
+// this is the non-transactional producer the spec measures against and
+// the one that reproduces kafka-flow#732.
+type plainPath struct {
+	p *Partition
+	// inflight is held shared by every batch in flight and exclusively by
+	// a commit, so an offset commit follows the writes issued before it
+	// (I2 holds in Plain mode too; it is the fence that is missing).
+	inflight sync.RWMutex
+
+	mu        sync.Mutex
+	staged    int64
+	committed int64
+	closed    bool
+}
+
+func newPlainPath(p *Partition, assigned int64) *plainPath {
+	return &plainPath{p: p, staged: assigned, committed: assigned}
+}
+
+// Pending is 0: Plain writes go straight to the producer.
+func (w *plainPath) Pending() int { return 0 }
+
+// WriteBatch produces every snapshot, in order, then awaits them all: the
+// producer keeps the order of one partition's records, so they land in
+// the log in the order given. The in-flight lock is held shared across
+// the whole batch, so a Commit issued after WriteBatch was called follows
+// every write of the batch (I2). Each write is observed as a transaction
+// of its own (there is none), once all have landed.
+func (w *plainPath) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
+	p, cfg := w.p, w.p.b.cfg
+	errs := make([]error, len(snaps))
+	w.inflight.RLock()
+	defer w.inflight.RUnlock()
+	w.mu.Lock()
+	closed := w.closed
+	w.mu.Unlock()
+	start := cfg.Now()
+	var recs []store.WireRecord
+	var at []int // recs[k] is snaps[at[k]]
+	for i, s := range snaps {
+		if err := store.CheckWrite(p.input, s, cfg.MaxValueBytes); err != nil {
+			errs[i] = err
+			continue
+		}
+		if closed {
+			errs[i] = store.ErrClosed
+			continue
+		}
+		recs = append(recs, store.EncodeSnapshot(s))
+		at = append(at, i)
+	}
+	if len(recs) == 0 {
+		return errs
+	}
+	for k, err := range p.link.Produce(ctx, recs) {
+		if err != nil {
+			errs[at[k]] = fmt.Errorf("%s: %s: write: %w", cfg.Name, p.input, err)
+		}
+	}
+	dur, committed := cfg.Now().Sub(start), w.Committed()
+	for _, i := range at {
+		w.observe(store.TransactionEvent{Input: p.input, Writes: []store.Snapshot{snaps[i]}, Offset: committed, Err: errs[i], Duration: dur})
+	}
+	return errs
+}
+
+func (w *plainPath) Committed() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.committed
+}
+
+// Commit stages offset (the staged offset never moves back) and commits
+// the staged offset through the group, once the writes in flight have
+// landed.
+func (w *plainPath) Commit(ctx context.Context, offset int64) error {
+	p, cfg := w.p, w.p.b.cfg
+	w.inflight.Lock()
+	defer w.inflight.Unlock()
+	w.mu.Lock()
+	w.staged = max(w.staged, offset)
+	offset, closed := w.staged, w.closed
+	w.mu.Unlock()
+	if closed {
+		return store.ErrClosed
+	}
+	start := cfg.Now()
+	id := p.identity.CurrentIdentity()
+	var err error
+	if !id.Valid() {
+		err = &store.MissingIdentityError{Input: p.input, Identity: id}
+	} else {
+		err = p.link.CommitOffset(ctx, id, offset)
+	}
+	if err == nil {
+		w.mu.Lock()
+		w.committed = max(w.committed, offset)
+		w.mu.Unlock()
+	}
+	w.observe(store.TransactionEvent{Input: p.input, Offset: offset, OffsetAdvanced: true, Identity: id, Err: err,
+		Duration: cfg.Now().Sub(start)})
+	return err
+}
+
+func (w *plainPath) observe(e store.TransactionEvent) {
+	if o := w.p.b.cfg.Observer; o != nil {
+		o.OnTransaction(e)
+	}
+}
+
+// Close refuses new writes and waits for those in flight.
+func (w *plainPath) Close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.inflight.Lock()
+	defer w.inflight.Unlock()
+}
