@@ -24,6 +24,9 @@ type pebbleKV struct {
 	// failed is the first iteration error; once set every call returns
 	// it, so the flow using the cache stops instead of reading wrong state.
 	failed atomic.Pointer[error]
+	// compactions gets a signal when a compaction ends (one slot: a
+	// signal not taken yet stands for any number).
+	compactions chan struct{}
 }
 
 func (k *pebbleKV) fail(err error) error {
@@ -52,14 +55,22 @@ func (k *pebbleKV) check() error {
 // at open (a cache left by a crash may hold uncommitted state), through
 // the database, so no file is removed but those Pebble itself retires.
 func openPebble(dir string) (*pebbleKV, error) {
-	opts := &pebble.Options{DisableWAL: true, Logger: quietLogger{}}
+	compactions := make(chan struct{}, 1)
+	opts := &pebble.Options{DisableWAL: true, Logger: quietLogger{}, EventListener: &pebble.EventListener{
+		CompactionEnd: func(pebble.CompactionInfo) {
+			select {
+			case compactions <- struct{}{}:
+			default:
+			}
+		},
+	}}
 	if dir == "" {
 		opts.FS = vfs.NewMem()
 		db, err := pebble.Open("cache", opts)
 		if err != nil {
 			return nil, fmt.Errorf("engine: opening the cache in memory: %w", err)
 		}
-		return &pebbleKV{db: db}, nil
+		return &pebbleKV{db: db, compactions: compactions}, nil
 	}
 	owned, err := claimCacheDir(dir)
 	if err != nil {
@@ -84,7 +95,7 @@ func openPebble(dir string) (*pebbleKV, error) {
 		_ = lock.Close()
 		return nil, &CacheDirError{Path: owned, Detail: "opening the cache", Err: err}
 	}
-	kv := &pebbleKV{db: db, lock: lock}
+	kv := &pebbleKV{db: db, lock: lock, compactions: compactions}
 	if err := kv.clear(); err != nil {
 		_ = kv.Close()
 		return nil, &CacheDirError{Path: owned, Detail: "clearing the cache", Err: err}
@@ -113,7 +124,32 @@ func (k *pebbleKV) clear() error {
 	if err := k.db.DeleteRange(first, end, pebble.NoSync); err != nil {
 		return err
 	}
-	return k.db.Compact(context.Background(), first, end, true)
+	// A manual compaction can return while a delete-only compaction it
+	// set off still holds the last table of the range (Pebble moves the
+	// tombstone's table to the bottom level, then deletes it in the
+	// background): while tables remain and a compaction runs, wait for a
+	// compaction to end and look again. Bounded: the cache is usable
+	// either way, only its disk space is at stake.
+	for range 10 {
+		drain(k.compactions)
+		if err := k.db.Compact(context.Background(), first, end, true); err != nil {
+			return err
+		}
+		m := k.db.Metrics()
+		if m.Total().TablesCount == 0 || m.Compact.NumInProgress == 0 {
+			return nil
+		}
+		<-k.compactions
+	}
+	return nil
+}
+
+// drain empties a signal channel.
+func drain(c chan struct{}) {
+	select {
+	case <-c:
+	default:
+	}
 }
 
 // Get implements core.KV.
