@@ -17,8 +17,6 @@ type atLeastOnce[S any] struct {
 
 func (m *atLeastOnce[S]) persistInterval() time.Duration { return m.r.e.cfg.PersistInterval }
 
-func (m *atLeastOnce[S]) check(*flow[S]) error { return nil }
-
 func (m *atLeastOnce[S]) folded(_ *flow[S], outs []Output) bool {
 	m.outs = append(m.outs, outs...)
 	return false

@@ -22,11 +22,6 @@ type exactlyOnce[S any] struct {
 
 func (m *exactlyOnce[S]) persistInterval() time.Duration { return 0 }
 
-// check: engine.New refused ExactlyOnce over a store that is not
-// Transactional; a partition that is not answers its first batch with
-// store.ErrNotTransactional (see commit).
-func (m *exactlyOnce[S]) check(*flow[S]) error { return nil }
-
 // folded adds a fold's outputs to f's open batch and asks for its commit
 // once the batch reaches a cap (one fold's outputs are never split).
 func (m *exactlyOnce[S]) folded(f *flow[S], outs []Output) bool {

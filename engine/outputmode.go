@@ -12,8 +12,6 @@ import (
 type outputMode[S any] interface {
 	// persistInterval is the persist timer's period; 0: no persist timer.
 	persistInterval() time.Duration
-	// check refuses a store partition the mode cannot run on.
-	check(f *flow[S]) error
 	// folded takes a fold's outputs; commitNow asks for the partition's
 	// commit before its next record (a full exactly-once batch).
 	folded(f *flow[S], outs []Output) (commitNow bool)

@@ -373,11 +373,6 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		return
 	}
 	f := &flow[S]{tp: tp, part: part, core: c}
-	if err := r.mode.check(f); err != nil {
-		_ = part.Close()
-		r.do(ctx, r.sched.failed(tp, causeSetup, err))
-		return
-	}
 	n := 0
 	for s, err := range part.Recover(ctx) {
 		if err == nil && !s.Tombstone {

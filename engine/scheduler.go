@@ -109,8 +109,8 @@ const (
 	causeAcquire cause = iota + 1
 	// causeRecover: the recovery read failed.
 	causeRecover
-	// causeSetup: the flow could not be set up (its cache, the store's
-	// mode): a restart meets the same.
+	// causeSetup: the flow could not be set up (its cache): a restart
+	// meets the same.
 	causeSetup
 	// causeFold: a fold failed on a record, or the cache under it: the
 	// replay feeds it the same record.
