@@ -42,7 +42,48 @@ var (
 	// ResolveAssignedOffset returns it (wrapped) rather than wait; the
 	// backend's Acquire turns it into an *UnstableOffsetError.
 	ErrOffsetUnstable = errors.New("store: committed offset held by an open transaction")
+	// ErrMisconfigured: a permanent configuration problem (a missing or
+	// wrongly configured topic, an option that cannot work, a
+	// transactional.id prefix another application uses). Retrying cannot
+	// help: the engine's Run returns it. Backends' own sentinels for such
+	// problems (kafka.ErrTopicMissing, kafka.ErrTopicConfig) match it,
+	// and so does every *ConfigError.
+	ErrMisconfigured = errors.New("store: misconfigured")
 )
+
+// ConfigError names a permanent configuration problem: what is wrong
+// (Subject: a topic, an option, a transactional.id), what was found, and
+// the fix. It matches ErrMisconfigured and Err.
+type ConfigError struct {
+	// Subject is what is misconfigured, as the user names it: `topic
+	// "orders"`, "Config.DeadLetterTopic", `transactional.id prefix "app"`.
+	Subject string
+	// Problem is what was found.
+	Problem string
+	// Fix is what to do about it.
+	Fix string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+func (e *ConfigError) Error() string {
+	s := fmt.Sprintf("misconfigured: %s: %s", e.Subject, e.Problem)
+	if e.Fix != "" {
+		s += "; fix: " + e.Fix
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns ErrMisconfigured and Err, if set.
+func (e *ConfigError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrMisconfigured, e.Err}
+	}
+	return []error{ErrMisconfigured}
+}
 
 // FencedError reports a rejected transaction. Reason is the coordinator's
 // answer (for example kerr.IllegalGeneration); errors.Is matches both

@@ -17,13 +17,21 @@ import (
 	"github.com/snapfence/snapfence/store/internal/backend"
 )
 
-// Errors of the start-up checks; they wrap what was found.
+// Errors of the start-up checks; they wrap what was found. Both are
+// permanent configuration problems: they match store.ErrMisconfigured too.
 var (
-	// ErrTopicMissing: the input or snapshot topic does not exist.
-	ErrTopicMissing = errors.New("kafka: topic missing")
+	// ErrTopicMissing: the input, snapshot or output topic does not exist.
+	ErrTopicMissing error = misconfigured("kafka: topic missing")
 	// ErrTopicConfig: the snapshot topic is configured wrongly.
-	ErrTopicConfig = errors.New("kafka: wrong topic configuration")
+	ErrTopicConfig error = misconfigured("kafka: wrong topic configuration")
 )
+
+// misconfigured is a sentinel that also matches store.ErrMisconfigured.
+type misconfigured string
+
+func (e misconfigured) Error() string { return string(e) }
+
+func (e misconfigured) Is(target error) bool { return target == store.ErrMisconfigured }
 
 // Backend is a store.Backend on a Kafka cluster: the shared backend
 // skeleton (store/internal/backend) over the cluster's seam, a broker of
