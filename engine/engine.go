@@ -231,6 +231,15 @@ type Config[S any] struct {
 	// which names the transaction and the command that aborts it. Default
 	// DefaultUnstableOffsetTimeout (3 min).
 	UnstableOffsetTimeout time.Duration
+	// Poison is what a record that the fold fails or panics on (or a key
+	// whose tick fails) does: StopOnPoison (the default) commits what came
+	// before it and makes Run return the *FoldError; SkipPoison and
+	// DeadLetterPoison go past it. See PoisonPolicy.
+	Poison PoisonPolicy
+	// DeadLetterTopic is where DeadLetterPoison sends poison records;
+	// required with it, and only with it. Outside ExactlyOnce dead
+	// letters go out through Emit, which is then required too.
+	DeadLetterTopic string
 	// Logger; default discards.
 	Logger *slog.Logger
 	// Metrics, if set, receives the engine's measurements.

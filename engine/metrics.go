@@ -16,7 +16,8 @@ type Metrics struct {
 	flushSize        prometheus.Histogram
 	flushDuration    prometheus.Histogram
 	transactions     *prometheus.CounterVec
-	fences           prometheus.Counter
+	fences           *prometheus.CounterVec
+	poison           *prometheus.CounterVec
 	recoveryDuration prometheus.Histogram
 	snapshotsRead    prometheus.Counter
 	offsetLag        *prometheus.GaugeVec
@@ -39,9 +40,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snapfence_transactions_total", Help: "Snapshot-store transactions by outcome.",
 		}, []string{"outcome"}),
-		fences: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "snapfence_fences_total", Help: "Writes or commits rejected because this owner was fenced.",
-		}),
+		fences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snapfence_fences_total", Help: "Writes or commits rejected because this owner was fenced, by the coordinator's reason.",
+		}, []string{"reason"}),
+		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snapfence_poison_records_total", Help: "Records (or ticks) a fold failed on, by what the poison policy did: stopped, skipped, dead_lettered.",
+		}, []string{"topic", "action"}),
 		recoveryDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "snapfence_recovery_seconds", Help: "Time a partition's recovery took.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
@@ -53,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "snapfence_committable_offset_lag", Help: "Consumed offset minus committable offset, per partition.",
 		}, []string{"topic", "partition"}),
 	}
-	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.transactions, m.fences,
+	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.transactions, m.fences, m.poison,
 		m.recoveryDuration, m.snapshotsRead, m.offsetLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -90,9 +94,15 @@ func (m *Metrics) flushed(keys int, d time.Duration) {
 	}
 }
 
-func (m *Metrics) fenced() {
+func (m *Metrics) fenced(reason string) {
 	if m != nil {
-		m.fences.Inc()
+		m.fences.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) poisoned(tp store.TopicPartition, action string) {
+	if m != nil {
+		m.poison.WithLabelValues(tp.Topic, action).Inc()
 	}
 }
 

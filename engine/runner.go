@@ -72,6 +72,8 @@ type Runner[S any] struct {
 	mu    chanMutex
 	sched *scheduler[*flow[S]]
 	errs  []error
+	// logs bounds the rate of the log lines of repeated failures.
+	logs *logLimiter
 }
 
 // flow is a running partition's state: its core and its acquired store
@@ -87,7 +89,7 @@ type flow[S any] struct {
 // NewRunner returns a runner over the source that newSource makes with the
 // runner's rebalance handler.
 func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[S], error) {
-	r := &Runner[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1)}
+	r := &Runner[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1), logs: newLogLimiter()}
 	r.mode = newOutputMode(r)
 	r.sched = newScheduler[*flow[S]](schedulerConfig{
 		persistInterval: r.mode.persistInterval(),
@@ -95,6 +97,7 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 		tickInterval:    e.tickInterval(),
 		flushOnRevoke:   !e.cfg.NoFlushOnRevoke,
 		unstableTimeout: e.cfg.UnstableOffsetTimeout,
+		skipPoison:      e.cfg.Poison != StopOnPoison,
 	}, time.Time{})
 	src, err := newSource(rebalanceHandler[S]{r})
 	if err != nil {
@@ -205,7 +208,7 @@ func (r *Runner[S]) fold(ctx context.Context, recs []Record) error {
 		err = fmt.Errorf("engine: emitting outputs: %w", err)
 		for i := 0; i < len(recs); {
 			n := runLength(recs[i:])
-			r.do(ctx, r.sched.failed(recordTP(&recs[i]), causeEmit, err))
+			r.do(ctx, r.sched.failed(recordTP(&recs[i]), causeEmit, err, r.src.Now()))
 			i += n
 		}
 		return err
@@ -229,8 +232,14 @@ func (r *Runner[S]) foldRun(ctx context.Context, run []Record) {
 			return
 		}
 		o, err := f.core.Fold((*core.Record)(&run[i]))
+		if fe, ok := err.(*core.FoldError); ok {
+			if !r.poisoned(ctx, f, &run[i], fe) {
+				return
+			}
+			o, err = r.deadLetters(&run[i], fe), nil
+		}
 		if err != nil {
-			r.do(ctx, r.sched.failed(tp, causeFold, fromCore(err)))
+			r.do(ctx, r.sched.failed(tp, causeFold, fromCore(err), r.src.Now()))
 			return
 		}
 		folded++
@@ -238,6 +247,46 @@ func (r *Runner[S]) foldRun(ctx context.Context, run []Record) {
 			return
 		}
 	}
+}
+
+// poisoned hands a fold's or tick's failure on rec (nil for a tick) to
+// the poison policy, through the scheduler. It reports whether f goes on:
+// the record is skipped (counted, logged at a bounded rate, and the caller
+// sends its dead letter); otherwise f committed what it folded before the
+// record and stopped, and the runner ends with the error.
+func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *core.FoldError) bool {
+	fe := (*FoldError)(cfe)
+	skip, acts := r.sched.poisoned(f.tp, fe)
+	if !skip {
+		r.e.cfg.Metrics.poisoned(f.tp, "stopped")
+		r.do(ctx, acts)
+		return false
+	}
+	if rec != nil {
+		if err := f.core.Skip(cfe); err != nil {
+			r.do(ctx, r.sched.failed(f.tp, causeFold, err, r.src.Now()))
+			return false
+		}
+	}
+	action := "skipped"
+	if r.e.cfg.Poison == DeadLetterPoison {
+		action = "dead_lettered"
+	}
+	r.e.cfg.Metrics.poisoned(f.tp, action)
+	if ok, n := r.logs.allow("poison "+f.tp.String(), r.src.Now()); ok {
+		r.e.log.Warn("poison record "+action+" (Config.Poison)", "input", f.tp.String(), "offset", fe.Offset,
+			"key", fe.Key, "err", fe, "not_logged_since_last", n)
+	}
+	return true
+}
+
+// deadLetters is the dead letter of a record, or nil if the policy sends
+// none.
+func (r *Runner[S]) deadLetters(rec *Record, cfe *core.FoldError) []Output {
+	if r.e.cfg.Poison != DeadLetterPoison {
+		return nil
+	}
+	return []Output{deadLetter(r.e.cfg.DeadLetterTopic, rec, (*FoldError)(cfe))}
 }
 
 // runLength is the length of the run of one partition's records that
@@ -266,7 +315,7 @@ func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
 			}
 			r.teardown(a.flow)
 		case actStop:
-			r.stop(a)
+			r.stop(ctx, a)
 		case actHold:
 			r.src.Pause(a.tp)
 			if a.first {
@@ -307,17 +356,23 @@ func (r *Runner[S]) commitAll(ctx context.Context) {
 // failed reports a failed persist or commit of f.
 func (r *Runner[S]) failed(ctx context.Context, f *flow[S], err error) {
 	c, err := r.mode.failure(f, err)
-	r.do(ctx, r.sched.failed(f.tp, c, err))
+	r.do(ctx, r.sched.failed(f.tp, c, err, r.src.Now()))
 }
 
 func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
 	for _, f := range r.sched.running() { // outputs in a fixed order
-		o, err := f.core.Tick(now.UnixMilli())
+		o, failed, err := f.core.Tick(now.UnixMilli())
 		if err != nil {
-			r.do(ctx, r.sched.failed(f.tp, causeTick, fromCore(err)))
+			r.do(ctx, r.sched.failed(f.tp, causeTick, fromCore(err), r.src.Now()))
 			continue
 		}
 		r.mode.ticked(f, o)
+		for _, fe := range failed {
+			if !r.poisoned(ctx, f, nil, fe) {
+				break
+			}
+			r.mode.ticked(f, r.deadLetters(nil, fe))
+		}
 	}
 	if err := r.mode.emit(ctx); err != nil {
 		r.errs = append(r.errs, fmt.Errorf("engine: emitting tick outputs: %w", err))
@@ -326,11 +381,19 @@ func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
 
 // flushOnRevoke flushes and commits a revoked flow. A fence here is logged
 // and swallowed: the new owner replays.
+//
+// A fence is expected here (under classic cooperative the member has
+// moved to the new generation by revoke time): it is counted and logged
+// at INFO. Anything else is logged at WARN: the new owner still replays,
+// but the revoke-time commit that would spare it the replay was lost.
 func (r *Runner[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
-	if err := r.mode.commit(ctx, f); err != nil {
-		if errors.Is(err, store.ErrFenced) {
-			r.e.cfg.Metrics.fenced()
-		}
+	err := r.mode.commit(ctx, f)
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrFenced):
+		r.e.cfg.Metrics.fenced(fenceReason(err))
+		r.e.log.Info("revoke-time flush fenced (expected in a rebalance); the new owner replays", "input", f.tp.String(), "err", err)
+	default:
 		r.e.log.Warn("revoke-time flush failed; the new owner replays", "input", f.tp.String(), "err", err)
 	}
 }
@@ -369,7 +432,7 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		Assigned: assigned, HotKeys: r.e.cfg.HotKeys}, r.e.kv)
 	if err != nil {
 		_ = part.Close()
-		r.do(ctx, r.sched.failed(tp, causeSetup, fromCore(err)))
+		r.do(ctx, r.sched.failed(tp, causeSetup, fromCore(err), r.src.Now()))
 		return
 	}
 	f := &flow[S]{tp: tp, part: part, core: c}
@@ -386,12 +449,12 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		if err != nil {
 			_ = c.Drop()
 			_ = part.Close()
-			r.do(ctx, r.sched.failed(tp, causeRecover, fmt.Errorf("engine: recovering %s: %w", tp, err)))
+			r.do(ctx, r.sched.failed(tp, causeRecover, fmt.Errorf("engine: recovering %s: %w", tp, err), r.src.Now()))
 			return
 		}
 		n++
 	}
-	if acts := r.sched.recovered(tp, f); acts != nil {
+	if acts := r.sched.recovered(tp, f, r.src.Now()); acts != nil {
 		r.do(ctx, acts) // released meanwhile
 		return
 	}
@@ -404,18 +467,55 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		"generation", r.src.Identity().Generation)
 }
 
-// stop carries out actStop: the flow, if any, is torn down, leaving
-// nothing in the cache; the error is recorded and the partition paused.
-func (r *Runner[S]) stop(a action[*flow[S]]) {
+// stop carries out actStop: the flow, if any, commits what it folded
+// first (a poison record's partition) and is torn down, leaving nothing
+// in the cache; the error is recorded and the partition paused. The log
+// line's level is the failure's class: ERROR only for what ends the
+// runner, WARN for a fence (expected in a rebalance) and for a transient
+// failure's restart, whose lines come at a bounded rate.
+func (r *Runner[S]) stop(ctx context.Context, a action[*flow[S]]) {
 	if a.flow != nil {
-		if errors.Is(a.err, store.ErrFenced) {
-			r.e.cfg.Metrics.fenced()
+		if a.commit {
+			if err := r.mode.commit(ctx, a.flow); err != nil {
+				r.e.log.Error("committing what was folded before the poison record failed; it is replayed",
+					"input", a.tp.String(), "err", err)
+			}
 		}
 		r.teardown(a.flow)
 	}
+	if a.class == classExpected {
+		r.e.cfg.Metrics.fenced(fenceReason(a.err))
+	}
 	r.errs = append(r.errs, a.err)
 	r.src.Pause(a.tp)
-	r.e.log.Error("partition stopped", "input", a.tp.String(), "err", a.err)
+	switch {
+	case a.fatal:
+		r.e.log.Error("partition stopped; the engine stops", "input", a.tp.String(), "class", a.class.String(), "err", a.err)
+	case a.class == classExpected:
+		r.e.log.Warn("partition fenced (expected in a rebalance); restarting from the committed state if still owned",
+			"input", a.tp.String(), "err", a.err)
+	default:
+		if ok, n := r.logs.allow("restart "+a.tp.String(), r.src.Now()); ok {
+			r.e.log.Warn("partition failed; restarting from the committed state", "input", a.tp.String(),
+				"class", a.class.String(), "retry_at", a.retry, "not_logged_since_last", n, "err", a.err)
+		}
+	}
+}
+
+// fenceReason is a fence's reason for the fences metric: the coordinator's
+// error name (ILLEGAL_GENERATION, PRODUCER_FENCED, ...), or "fenced".
+func fenceReason(err error) string {
+	fe, ok := errors.AsType[*store.FencedError](err)
+	if !ok || fe.Reason == nil {
+		return "fenced"
+	}
+	// Kafka's errors read "NAME: description"; anything else is "other",
+	// so that the label's values stay few.
+	name, _, _ := strings.Cut(fe.Reason.Error(), ":")
+	if name == "" || strings.TrimFunc(name, func(c rune) bool { return c == '_' || c >= 'A' && c <= 'Z' }) != "" {
+		return "other"
+	}
+	return name
 }
 
 func (r *Runner[S]) teardown(f *flow[S]) {
