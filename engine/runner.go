@@ -489,8 +489,10 @@ func (r *Runner[S]) stop(ctx context.Context, a action[*flow[S]]) {
 	r.errs = append(r.errs, a.err)
 	r.src.Pause(a.tp)
 	switch {
-	case a.fatal:
+	case a.fatal && a.first:
 		r.e.log.Error("partition stopped; the engine stops", "input", a.tp.String(), "class", a.class.String(), "err", a.err)
+	case a.fatal:
+		r.e.log.Warn("partition stopped as the engine stops", "input", a.tp.String(), "class", a.class.String(), "err", a.err)
 	case a.class == classExpected:
 		r.e.log.Warn("partition fenced (expected in a rebalance); restarting from the committed state if still owned",
 			"input", a.tp.String(), "err", a.err)

@@ -113,7 +113,7 @@ type action[F any] struct {
 	flow  F                      // actTeardown, actStop (zero: none)
 	flush bool                   // actTeardown
 	err   error                  // actStop, actHold
-	first bool                   // actHold
+	first bool                   // actHold; actStop: the runner's fatal error
 	fatal bool                   // actStop
 	class class                  // actStop
 	// commit (actStop): commit what flow folded before err first (a
@@ -347,8 +347,11 @@ func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Tim
 	if waited := now.Sub(h.since); waited >= s.cfg.unstableTimeout {
 		err = withWaited(tp, err, waited)
 		p.stop(err, false)
-		s.fatal = err
-		return false, append(acts, action[F]{kind: actStop, tp: tp, err: err, fatal: true, class: classPermanent})
+		first := s.fatal == nil
+		if first {
+			s.fatal = err
+		}
+		return false, append(acts, action[F]{kind: actStop, tp: tp, err: err, fatal: true, class: classPermanent, first: first})
 	}
 	h.retry = now.Add(h.backoff)
 	h.backoff = min(2*h.backoff, unstableMaxRetry)
@@ -419,12 +422,17 @@ func (s *scheduler[F]) poisoned(tp store.TopicPartition, err error) (skip bool, 
 // end stops p for good on err and ends the runner with it (the first such
 // error is the one the runner returns); commit: p's flow commits what it
 // folded before it is torn down.
+//
+// first marks the error the runner ends with: the runtime logs it at
+// ERROR, the others (partitions stopping on the same misconfiguration, as
+// the runner ends) at WARN.
 func (s *scheduler[F]) end(p *partition[F], k class, err error, commit bool) []action[F] {
-	if s.fatal == nil {
+	first := s.fatal == nil
+	if first {
 		s.fatal = err
 	}
 	f := p.stop(err, false)
-	return []action[F]{{kind: actStop, tp: p.tp, flow: f, err: err, class: k, fatal: true, commit: commit}}
+	return []action[F]{{kind: actStop, tp: p.tp, flow: f, err: err, class: k, fatal: true, commit: commit, first: first}}
 }
 
 // timers: the poll's records are folded; the timers that are due fire, in

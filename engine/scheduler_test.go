@@ -239,7 +239,9 @@ func describe(a action[*testFlow]) string {
 			b.WriteString(" (commit first)")
 		}
 		fmt.Fprintf(&b, ": %v [%s]", a.err, a.class)
-		if a.fatal {
+		if a.fatal && a.first {
+			b.WriteString(" (fatal, first)")
+		} else if a.fatal {
 			b.WriteString(" (fatal)")
 		} else if !a.retry.IsZero() {
 			fmt.Fprintf(&b, " (restart at %s)", a.retry.Sub(epoch))
