@@ -147,7 +147,7 @@ func (b *broker) checkTopics(input, snap store.TopicPartition) error {
 	if cfg.Partitions < in.Partitions {
 		return &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", snap.Topic),
 			Problem: fmt.Sprintf("has %d partitions, fewer than the %d of input topic %q", cfg.Partitions, in.Partitions, input.Topic),
-			Fix: "add partitions to the snapshot topic: partition N holds input partition N's keys"}
+			Fix:     "add partitions to the snapshot topic: partition N holds input partition N's keys"}
 	}
 	return nil
 }
