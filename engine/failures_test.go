@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -440,4 +441,46 @@ func TestUncompactedSnapshotTopicEndsRunOnSim(t *testing.T) {
 	if n := logs.errorLines(); n != 1 {
 		t.Fatalf("%d ERROR lines, want 1:\n%s", n, logs)
 	}
+}
+
+// Two applications (two groups) with one transactional.id prefix on the
+// same input fence each other's producers at every takeover. It used to
+// go on forever; now an application whose producer is fenced three times
+// in a row while it owns the partition in one generation stops, and Run
+// returns a *store.ConfigError naming the transactional.id.
+func TestSharedTransactionalIDPrefixEndsRunOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	other, err := w.c.NewBackend(sim.BackendConfig{Mode: store.Transactional, TransactionalIDPrefix: "bank", CreateTopics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	a := w.runner(w.engine())
+	eb, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: other,
+		PersistInterval: time.Second, CommitInterval: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eb.Close() })
+	b, err := eb.NewRunner(simsource.New(w.c, "audit", sim.ClassicEager, 0, "accounts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var ended error
+	for i := 0; i < 600 && ended == nil; i++ {
+		w.produce("alice=+1", "dave=+1")
+		for _, r := range []*engine.Runner[int]{a, b} {
+			if err := r.Step(ctx); err != nil {
+				ended = err
+				break
+			}
+		}
+		w.c.Advance(time.Second)
+	}
+	ce, ok := errors.AsType[*store.ConfigError](ended)
+	if !ok || !strings.HasPrefix(ce.Subject, `transactional.id "bank-accounts-`) || !strings.Contains(ce.Fix, "TransactionalIDPrefix") {
+		t.Fatalf("the runners ended with %v, want a *store.ConfigError naming a bank-accounts transactional.id", ended)
+	}
+	t.Logf("ended with: %v", ended)
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"time"
@@ -83,6 +84,10 @@ type partition[F any] struct {
 	restarts int
 	retry    time.Time
 	since    time.Time
+	// fencedAs and producerFences count the fences of the partition's
+	// producer in a row as one group identity (see sharedIDFences).
+	fencedAs       store.GroupIdentity
+	producerFences int
 }
 
 // heldOffset is the wait of an acquisition for its committed offset.
@@ -174,5 +179,33 @@ func (p *partition[F]) due() {
 func (p *partition[F]) undue() {
 	if p.phase == phaseRestartDue {
 		p.phase = phaseRestartPending
+	}
+}
+
+// producerFenced counts a fence: one of the partition's producer (another
+// producer initialised its transactional.id) while the member owns the
+// partition as the same group identity as at the last such fence, adds to
+// a run; any other fence, or a new identity, starts the run again. A run
+// of sharedIDFences means another application uses the transactional.id:
+// the returned error says so (nil before that).
+func (p *partition[F]) producerFenced(err error) error {
+	fe, ok := errors.AsType[*store.FencedError](err)
+	if !ok || fe.TransactionalID == "" || !fe.Identity.Valid() {
+		p.producerFences = 0
+		return nil
+	}
+	if p.producerFences == 0 || fe.Identity != p.fencedAs {
+		p.fencedAs, p.producerFences = fe.Identity, 0
+	}
+	p.producerFences++
+	if p.producerFences < sharedIDFences {
+		return nil
+	}
+	return &store.ConfigError{
+		Subject: fmt.Sprintf("transactional.id %q", fe.TransactionalID),
+		Problem: fmt.Sprintf("its producer was fenced %d times in a row while this member owned %s as %s: "+
+			"another application initialises the same transactional.id", p.producerFences, p.tp, fe.Identity),
+		Fix: "give every application its own TransactionalIDPrefix (it is cluster-scoped, like a group id)",
+		Err: err,
 	}
 }

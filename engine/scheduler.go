@@ -55,6 +55,14 @@ const (
 	unstableMaxRetry   = 5 * time.Second
 )
 
+// sharedIDFences is how many times a partition's producer may be fenced
+// in a row while this member owns the partition in one generation before
+// the fences are taken for another application initialising the same
+// transactional.id (a prefix used twice on the cluster): a new owner in
+// this group would have moved the member to a new generation, or out of
+// the group, by the second.
+const sharedIDFences = 3
+
 // Backoff of the restarts of a partition that failed on a transient or
 // expected error: the first restart follows the next poll at once (a fence
 // in a rebalance, a coordinator that moved), later ones wait
@@ -396,6 +404,11 @@ func (s *scheduler[F]) failed(tp store.TopicPartition, c cause, err error, now t
 		return nil
 	}
 	k := classify(c, err)
+	if k == classExpected {
+		if shared := p.producerFenced(err); shared != nil {
+			err, k = shared, classPermanent
+		}
+	}
 	if k == classPoison || k == classPermanent {
 		return s.end(p, k, err, false)
 	}

@@ -39,7 +39,8 @@ import (
 //	close                       the runner closes
 //
 // Errors E: fenced, io, unstable, corrupt, canceled, fold, state,
-// missing-topic.
+// missing-topic, producer-fenced (as member m of group g in generation 1),
+// producer-fenced-gen2.
 func TestSchedulerScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/scheduler", func(t *testing.T, path string) {
 		h := &schedulerHarness{}
@@ -206,6 +207,13 @@ func namedError(name string, tp store.TopicPartition) error {
 		return &FoldError{Input: tp, Offset: 7, Key: []byte("k"), Err: errors.New("bad op")}
 	case "state":
 		return &RecoveredStateError{Input: tp, Key: []byte("k"), Offset: 7, Err: errors.New("bad state")}
+	case "producer-fenced", "producer-fenced-gen2":
+		gen := int32(1)
+		if name == "producer-fenced-gen2" {
+			gen = 2
+		}
+		return &store.FencedError{Input: tp, Identity: store.GroupIdentity{Group: "g", MemberID: "m", Generation: gen},
+			TransactionalID: store.TransactionalID("app", tp), Reason: errors.New("PRODUCER_FENCED")}
 	case "missing-topic":
 		return &store.ConfigError{Subject: `topic "in-snapshots"`, Problem: "does not exist", Fix: "create it"}
 	}
