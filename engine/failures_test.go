@@ -484,3 +484,45 @@ func TestSharedTransactionalIDPrefixEndsRunOnSim(t *testing.T) {
 	}
 	t.Logf("ended with: %v", ended)
 }
+
+// A recovered state that does not decode, under DeadLetterPoison and
+// ExactlyOnce: the key is deleted (a tombstone replaces the snapshot), the
+// state's bytes go to the dead-letter topic once, in the batch's
+// transaction, and the key folds on from empty.
+func TestUndecodableStateIsDeadLetteredAndDeletedOnSim(t *testing.T) {
+	w := newDeadLetterWorld(t, true)
+	tp := store.TopicPartition{Topic: "accounts", Partition: 1}
+	p, err := w.store.Acquire(context.Background(), store.Acquisition{Input: tp,
+		Identity: store.IdentityFunc(func() store.GroupIdentity { return store.GroupIdentity{} })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	w.produce("alice=+2") // offset 0 of accounts/1
+	snaps := store.TopicPartition{Topic: "accounts-snapshots", Partition: 1}
+	if _, err := w.c.Produce(snaps, store.EncodeSnapshot(store.Snapshot{Key: []byte("bob"), Value: []byte("not-a-number"), Offset: 0})); err != nil {
+		t.Fatal(err)
+	}
+	w.produce("bob=+1")
+	r := w.runner(w.engine(time.Second))
+	w.drain(r)
+	w.check(r) // bob is 1: folded from empty
+	ents, err := w.c.Read(store.TopicPartition{Topic: "dead", Partition: store.OutputPartition([]byte("bob"), 2)}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var letters []string
+	for _, e := range ents {
+		if e.Control == sim.NoControl {
+			h := map[string]string{}
+			for _, x := range e.Record.Headers {
+				h[x.Key] = string(x.Value)
+			}
+			letters = append(letters, fmt.Sprintf("%s=%s kind=%s from=%s/%s", e.Record.Key, e.Record.Value,
+				h[engine.HeaderDeadLetterKind], h[engine.HeaderDeadLetterTopic], h[engine.HeaderDeadLetterPartition]))
+		}
+	}
+	if want := []string{"bob=not-a-number kind=state from=accounts/1"}; !slices.Equal(letters, want) {
+		t.Fatalf("dead letters %q, want %q", letters, want)
+	}
+}

@@ -11,9 +11,17 @@ import (
 
 // PoisonPolicy is what the engine does with a poison record: one its fold
 // fails or panics on (a record the fold cannot decode, an input it
-// refuses), or a key whose tick fails. Replaying such a record fails
-// again, so retrying cannot help: the choice is to stop or to go past it,
-// as with Kafka Streams' exception handlers.
+// refuses), a key whose tick fails, or a recovered state that the Codec
+// cannot decode. Replaying such a record fails again, so retrying cannot
+// help: the choice is to stop or to go past it, as with Kafka Streams'
+// exception handlers.
+//
+// Going past a state that does not decode deletes its key: the key starts
+// empty, and a tombstone replaces the snapshot with the next flush (under
+// DeadLetterPoison the state's bytes are in the dead letter). A codec
+// change that cannot read the old states would delete every key, so
+// choose a skipping policy with care; the default stops with the
+// *RecoveredStateError before anything is deleted.
 type PoisonPolicy uint8
 
 const (
@@ -63,7 +71,25 @@ const (
 	// HeaderDeadLetterError is the error's text; for a panic, "panic: "
 	// and the value.
 	HeaderDeadLetterError = "snapfence.dlt.error"
+	// HeaderDeadLetterKind is what failed: "record" (a fold; the letter
+	// is the record), "tick" (a key's tick; no value) or "state" (a
+	// recovered state that does not decode; the value is the state's
+	// bytes, the offset the input offset its snapshot held, and the key
+	// was deleted).
+	HeaderDeadLetterKind = "snapfence.dlt.kind"
 )
+
+// stateDeadLetter is the dead letter of a recovered state that does not
+// decode.
+func stateDeadLetter(topic string, se *RecoveredStateError) Output {
+	return Output{Topic: topic, Key: bytes.Clone(se.Key), Value: bytes.Clone(se.value), Headers: []store.Header{
+		{Key: HeaderDeadLetterTopic, Value: []byte(se.Input.Topic)},
+		{Key: HeaderDeadLetterPartition, Value: strconv.AppendInt(nil, int64(se.Input.Partition), 10)},
+		{Key: HeaderDeadLetterOffset, Value: strconv.AppendInt(nil, se.Offset, 10)},
+		{Key: HeaderDeadLetterError, Value: []byte(se.Err.Error())},
+		{Key: HeaderDeadLetterKind, Value: []byte("state")},
+	}}
+}
 
 // deadLetter is the dead letter of a record (nil for a tick) that failed
 // with fe.
@@ -76,7 +102,9 @@ func deadLetter(topic string, rec *Record, fe *FoldError) Output {
 	// records they came from.
 	o := Output{Topic: topic, Key: bytes.Clone(fe.Key)}
 	var ts time.Time
+	kind := "tick"
 	if rec != nil {
+		kind = "record"
 		o.Value = bytes.Clone(rec.Value)
 		for _, h := range rec.Headers {
 			o.Headers = append(o.Headers, store.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
@@ -88,6 +116,7 @@ func deadLetter(topic string, rec *Record, fe *FoldError) Output {
 		store.Header{Key: HeaderDeadLetterPartition, Value: strconv.AppendInt(nil, int64(fe.Input.Partition), 10)},
 		store.Header{Key: HeaderDeadLetterOffset, Value: strconv.AppendInt(nil, fe.Offset, 10)},
 		store.Header{Key: HeaderDeadLetterError, Value: []byte(what)},
+		store.Header{Key: HeaderDeadLetterKind, Value: []byte(kind)},
 	)
 	if !ts.IsZero() {
 		o.Headers = append(o.Headers, store.Header{Key: HeaderDeadLetterTimestamp, Value: strconv.AppendInt(nil, ts.UnixMilli(), 10)})

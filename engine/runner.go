@@ -280,6 +280,31 @@ func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *
 	return true
 }
 
+// discarded reports the recovered states of f that did not decode and
+// that the poison policy skipped: each key is deleted (its tombstone goes
+// with the next flush or batch), counted, logged at a bounded rate, and
+// under DeadLetterPoison its snapshot's bytes go to the dead-letter topic.
+func (r *Runner[S]) discarded(f *flow[S], bad []*RecoveredStateError) {
+	action := "skipped"
+	if r.e.cfg.Poison == DeadLetterPoison {
+		action = "dead_lettered"
+	}
+	var dls []Output
+	for _, se := range bad {
+		r.e.cfg.Metrics.poisoned(f.tp, action)
+		if ok, n := r.logs.allow("poison "+f.tp.String(), r.src.Now()); ok {
+			r.e.log.Warn("undecodable state "+action+" and its key deleted (Config.Poison)", "input", f.tp.String(),
+				"key", se.Key, "offset", se.Offset, "err", se, "not_logged_since_last", n)
+		}
+		if r.e.cfg.Poison == DeadLetterPoison {
+			dls = append(dls, stateDeadLetter(r.e.cfg.DeadLetterTopic, se))
+		}
+	}
+	if len(dls) > 0 {
+		r.mode.ticked(f, dls)
+	}
+}
+
 // deadLetters is the dead letter of a record, or nil if the policy sends
 // none.
 func (r *Runner[S]) deadLetters(rec *Record, cfe *core.FoldError) []Output {
@@ -437,10 +462,15 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 	}
 	f := &flow[S]{tp: tp, part: part, core: c}
 	n := 0
+	var bad []*RecoveredStateError // skipped by the poison policy
 	for s, err := range part.Recover(ctx) {
 		if err == nil && !s.Tombstone {
 			if _, derr := r.e.cfg.Codec.Decode(s.Value); derr != nil {
-				err = &RecoveredStateError{Input: tp, Key: s.Key, Offset: s.Offset, Err: derr}
+				err = &RecoveredStateError{Input: tp, Key: s.Key, Offset: s.Offset, Err: derr, value: s.Value}
+				if r.e.cfg.Poison != StopOnPoison {
+					bad = append(bad, err.(*RecoveredStateError))
+					s, err = store.Snapshot{Key: s.Key, Offset: s.Offset, Tombstone: true}, nil
+				}
 			}
 		}
 		if err == nil {
@@ -454,10 +484,19 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		}
 		n++
 	}
+	for _, se := range bad {
+		if err := c.Discard(se.Key); err != nil {
+			_ = c.Drop()
+			_ = part.Close()
+			r.do(ctx, r.sched.failed(tp, causeRecover, fmt.Errorf("engine: recovering %s: %w", tp, fromCore(err)), r.src.Now()))
+			return
+		}
+	}
 	if acts := r.sched.recovered(tp, f, r.src.Now()); acts != nil {
 		r.do(ctx, acts) // released meanwhile
 		return
 	}
+	r.discarded(f, bad)
 	if seek {
 		r.src.Seek(tp, assigned)
 	}

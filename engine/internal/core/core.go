@@ -348,6 +348,18 @@ func (c *Core[S, O]) Skip(fe *FoldError) error {
 	return nil
 }
 
+// Discard deletes key, whose recovered state the engine could not decode
+// (the poison policy skips it): the key is absent from now on, and its
+// tombstone goes with the next flush. Recover the key as a tombstone at
+// its snapshot's offset first, so that replays below it stay skipped.
+func (c *Core[S, O]) Discard(key []byte) error {
+	sl, err := c.load(key)
+	if err != nil {
+		return c.stop(err)
+	}
+	return c.stop(c.apply(key, sl, Change[S, O]{Op: Delete}, -1))
+}
+
 // Poisoned is the record a fold failed on, if the core waits for it to be
 // skipped.
 func (c *Core[S, O]) Poisoned() *FoldError { return c.poisoned }
