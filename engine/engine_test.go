@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -140,7 +141,8 @@ func TestUndecodableRecoveredStateNamesIt(t *testing.T) {
 func TestFenceOnThePeriodicPathStopsTheFlow(t *testing.T) {
 	w := newSimWorld(t)
 	w.produce("alice=+1", "bob=+2")
-	a := w.runner(w.engine())
+	logs := &logCount{}
+	a := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Logger = slog.New(logs) }))
 	w.drain(a)
 	w.produce("alice=+5", "dave=+3") // both partitions have a change to flush
 	if err := a.Step(context.Background()); err != nil {
@@ -162,6 +164,10 @@ func TestFenceOnThePeriodicPathStopsTheFlow(t *testing.T) {
 	}
 	if len(a.Flows()) != 0 {
 		t.Fatalf("a's fenced flows still run: %v", a.Flows())
+	}
+	// A fence is expected in a rebalance: WARN, never ERROR.
+	if n, warned := logs.errorLines(), logs.count(slog.LevelWarn, "accounts/1"); n != 0 || warned == 0 {
+		t.Fatalf("%d ERROR lines and %d WARN lines for the fenced partition, want 0 and some:\n%s", n, warned, logs)
 	}
 	w.drain(b)
 	w.check(b)
