@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -16,20 +17,91 @@ import (
 )
 
 // KafkaConfig configures the franz-go consumer of Run and NewKafkaSource.
+// Zero values take the defaults given; NewKafkaSource checks the whole
+// configuration before it connects, and a value that cannot work is a
+// *store.ConfigError naming the field and the fix.
+//
+// The group settings (SessionTimeout, HeartbeatInterval, RebalanceTimeout)
+// are those of the classic group protocol (the default, and the balancers
+// of ClientOpts). Under the consumer protocol (KIP-848,
+// kgo.ServerSideBalancer) the broker sets the session timeout and
+// heartbeat interval: group.consumer.session.timeout.ms (45 s by default)
+// and group.consumer.heartbeat.interval.ms (5 s), or the group's own
+// consumer.session.timeout.ms and consumer.heartbeat.interval.ms
+// (kafka-configs.sh --entity-type groups); SessionTimeout and
+// HeartbeatInterval are not sent.
 type KafkaConfig struct {
 	// SeedBrokers, Group and Topics are required.
 	SeedBrokers []string
 	Group       string
-	Topics      []string
+	// Topics are the input topics. Each must exist when the source starts
+	// (or CreateTopics is set): a missing one is a *store.ConfigError
+	// naming it.
+	Topics []string
 	// MaxPollRecords bounds one poll; default DefaultMaxPollRecords
 	// (10000).
 	MaxPollRecords int
+
+	// SessionTimeout is how long the group coordinator waits for a
+	// heartbeat before it declares this member dead and moves its
+	// partitions (session.timeout.ms); default DefaultSessionTimeout
+	// (10 s). It bounds the failover after a crash: the survivors take
+	// over a dead member's partitions about SessionTimeout after it died.
+	// It must lie within the broker's group.min.session.timeout.ms and
+	// group.max.session.timeout.ms (6 s and 30 min by default); outside,
+	// Poll returns a *store.ConfigError.
+	SessionTimeout time.Duration
+	// HeartbeatInterval is the time between heartbeats
+	// (heartbeat.interval.ms); default DefaultHeartbeatInterval (1 s), or
+	// a third of SessionTimeout if that is shorter. It must be below
+	// SessionTimeout. Under the classic protocol the other members learn of
+	// a rebalance from a heartbeat's answer, so it adds up to one interval
+	// to every takeover.
+	HeartbeatInterval time.Duration
+	// RebalanceTimeout is how long the group waits for its members to
+	// rejoin once a rebalance started (rebalance.timeout.ms, also sent
+	// under the consumer protocol); default DefaultRebalanceTimeout
+	// (1 min). A member rejoins after the poll it is folding and the
+	// revoke-time flush of the partitions it gives up; one that takes
+	// longer is dropped from the group (safe: its writes are fenced, but
+	// its partitions recover again). A long timeout costs nothing while
+	// members are healthy.
+	RebalanceTimeout time.Duration
+	// InstanceID turns on static membership (group.instance.id, KIP-345):
+	// a member that restarts with the same InstanceID within
+	// SessionTimeout gets its partitions back without a rebalance. Default
+	// "" (dynamic membership). It must be unique in the group and stable
+	// across restarts of one instance (a StatefulSet pod name, say); a
+	// second running process with the same id fences the first, whose Poll
+	// then returns a *store.ConfigError. Close does not leave the group
+	// with an InstanceID, so a clean stop moves the partitions only after
+	// SessionTimeout: raise SessionTimeout to cover a restart (30 s to a
+	// few minutes) when setting it.
+	InstanceID string
+
+	// CreateTopics creates missing input topics, with CreatePartitions
+	// partitions and CreateReplicationFactor replicas, instead of failing
+	// with a *store.ConfigError. Default false: an input topic is usually
+	// another application's, and a wrong name should fail, not create an
+	// empty topic.
+	CreateTopics bool
+	// CreatePartitions is the partition count of an input topic that
+	// CreateTopics creates; default -1, the broker's num.partitions (1
+	// unless configured). Choose it with care: the partition count of an
+	// input topic is the engine's parallelism, and changing it later moves
+	// keys between partitions, away from their snapshots.
+	CreatePartitions int32
+	// CreateReplicationFactor is the replication factor of an input topic
+	// that CreateTopics creates; default -1, the broker's
+	// default.replication.factor.
+	CreateReplicationFactor int16
+
 	// ClientOpts are appended to the consumer's options (so they override
-	// the engine's, e.g. kgo.FetchMaxWait, default DefaultFetchMaxWait):
-	// TLS, SASL, a
+	// the engine's, e.g. kgo.FetchMaxWait, default DefaultFetchMaxWait,
+	// and the fields above): TLS, SASL, a
 	// balancer (default franz-go's cooperative-sticky; kgo.RangeBalancer()
 	// for classic eager), or kgo.ServerSideBalancer... for the consumer
-	// protocol (KIP-848).
+	// protocol (KIP-848). The input-topic check at start uses them too.
 	ClientOpts []kgo.Opt
 }
 
@@ -39,7 +111,119 @@ const (
 	DefaultMaxPollRecords = 10000
 	// DefaultFetchMaxWait is the consumer's fetch wait (Java's default).
 	DefaultFetchMaxWait = 500 * time.Millisecond
+	// DefaultSessionTimeout is SessionTimeout's default: 10 s, Kafka's
+	// default before 3.0. Kafka 3.0 raised session.timeout.ms to 45 s
+	// (KIP-735) to ride out long pauses of Java clients; franz-go's
+	// heartbeats run on their own goroutine, so a long fold does not
+	// miss them, and a member dropped by mistake is safe here (its stale
+	// writes are fenced). What a long timeout costs a stateful consumer
+	// is the failover after a crash: its partitions stand still for the
+	// whole timeout. 10 s is within every broker's default range (6 s to
+	// 30 min).
+	DefaultSessionTimeout = 10 * time.Second
+	// DefaultHeartbeatInterval is HeartbeatInterval's default: 1 s, a
+	// tenth of the default session (Kafka asks for at most a third), so
+	// that a rebalance reaches the other members within a second.
+	DefaultHeartbeatInterval = time.Second
+	// DefaultRebalanceTimeout is RebalanceTimeout's default (franz-go's).
+	DefaultRebalanceTimeout = time.Minute
 )
+
+// The bounds franz-go puts on the group timeouts.
+const (
+	minGroupTimeout = 100 * time.Millisecond
+	maxGroupTimeout = math.MaxInt32 * time.Millisecond
+)
+
+// topicCheckTimeout bounds the input-topic check at start while the
+// brokers do not answer.
+const topicCheckTimeout = 30 * time.Second
+
+// resolve returns cfg with its defaults applied, or a *store.ConfigError
+// for the first field that cannot work. It is the one place KafkaConfig
+// is checked.
+func (cfg KafkaConfig) resolve() (KafkaConfig, error) {
+	bad := func(field, problem, fix string) (KafkaConfig, error) {
+		return KafkaConfig{}, &store.ConfigError{Subject: "KafkaConfig." + field, Problem: problem, Fix: fix}
+	}
+	switch {
+	case len(cfg.SeedBrokers) == 0:
+		return bad("SeedBrokers", "empty", `name at least one broker, "host:port"`)
+	case cfg.Group == "":
+		return bad("Group", "empty", "name the consumer group (it owns the committed offsets)")
+	case len(cfg.Topics) == 0:
+		return bad("Topics", "empty", "name at least one input topic")
+	}
+	for _, t := range cfg.Topics {
+		if p := kafkaNameProblem(t); p != "" {
+			return bad("Topics", fmt.Sprintf("topic %q: %s", t, p), "use the input topic's name as Kafka spells it")
+		}
+	}
+	if cfg.MaxPollRecords < 0 {
+		return bad("MaxPollRecords", fmt.Sprintf("%d is negative", cfg.MaxPollRecords), "leave it 0 for the default (10000) or set a positive bound")
+	}
+	if cfg.MaxPollRecords == 0 {
+		cfg.MaxPollRecords = DefaultMaxPollRecords
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.SessionTimeout < minGroupTimeout || cfg.SessionTimeout > maxGroupTimeout {
+		return bad("SessionTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.SessionTimeout, minGroupTimeout, maxGroupTimeout),
+			"leave it 0 for the default (10s) or set a value within the broker's group.min.session.timeout.ms and group.max.session.timeout.ms")
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = min(DefaultHeartbeatInterval, cfg.SessionTimeout/3)
+	}
+	if cfg.HeartbeatInterval < 0 || cfg.HeartbeatInterval >= cfg.SessionTimeout {
+		return bad("HeartbeatInterval", fmt.Sprintf("%v is not between 0 and the session timeout %v", cfg.HeartbeatInterval, cfg.SessionTimeout),
+			"leave it 0 for the default (1s, or a third of SessionTimeout if shorter) or set at most a third of SessionTimeout")
+	}
+	if cfg.RebalanceTimeout == 0 {
+		cfg.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if cfg.RebalanceTimeout < minGroupTimeout || cfg.RebalanceTimeout > maxGroupTimeout {
+		return bad("RebalanceTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.RebalanceTimeout, minGroupTimeout, maxGroupTimeout),
+			"leave it 0 for the default (1m) or set how long a member may take to finish its poll and revoke-time flush")
+	}
+	if cfg.InstanceID != "" {
+		if p := kafkaNameProblem(cfg.InstanceID); p != "" {
+			return bad("InstanceID", fmt.Sprintf("%q: %s", cfg.InstanceID, p), "use letters, digits, '.', '_' and '-' (a pod name, say), or leave it empty for dynamic membership")
+		}
+	}
+	switch {
+	case cfg.CreatePartitions == 0:
+		cfg.CreatePartitions = -1
+	case cfg.CreatePartitions < -1:
+		return bad("CreatePartitions", fmt.Sprintf("%d is negative", cfg.CreatePartitions), "set a partition count, or 0 or -1 for the broker's num.partitions")
+	}
+	switch {
+	case cfg.CreateReplicationFactor == 0:
+		cfg.CreateReplicationFactor = -1
+	case cfg.CreateReplicationFactor < -1:
+		return bad("CreateReplicationFactor", fmt.Sprintf("%d is negative", cfg.CreateReplicationFactor), "set a replication factor, or 0 or -1 for the broker's default.replication.factor")
+	}
+	return cfg, nil
+}
+
+// kafkaNameProblem is what makes name an invalid topic name or
+// group.instance.id for Kafka ("" if nothing).
+func kafkaNameProblem(name string) string {
+	switch {
+	case name == "":
+		return "empty"
+	case name == "." || name == "..":
+		return "not allowed"
+	case len(name) > 249:
+		return fmt.Sprintf("%d characters, more than 249", len(name))
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Sprintf("%q is not allowed (letters, digits, '.', '_' and '-' are)", c)
+		}
+	}
+	return ""
+}
 
 // The source's wait for a committed offset that a transaction holds
 // (UNSTABLE_OFFSET_COMMIT): 5 ms doubling, ~75 ms in all, long enough for
@@ -59,19 +243,30 @@ type kafkaSource struct {
 	buf   []Record // reused by every Poll: valid until the next
 }
 
-// NewKafkaSource returns a factory for Engine.NewRunner.
+// NewKafkaSource returns a factory for Engine.NewRunner. The factory
+// checks cfg (a *store.ConfigError names a field that cannot work), then
+// that every input topic exists, creating the missing ones if
+// cfg.CreateTopics is set: a missing topic is a *store.ConfigError naming
+// it, returned as soon as a broker answers (the check waits up to 30 s for
+// one). Only then does the consumer join the group.
 func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 	return func(h Handler) (Source, error) {
-		if len(cfg.SeedBrokers) == 0 || cfg.Group == "" || len(cfg.Topics) == 0 {
-			return nil, errors.New("engine: SeedBrokers, Group and Topics are required")
+		cfg, err := cfg.resolve()
+		if err != nil {
+			return nil, err
 		}
-		if cfg.MaxPollRecords <= 0 {
-			cfg.MaxPollRecords = DefaultMaxPollRecords
+		ctx, cancel := context.WithTimeout(context.Background(), topicCheckTimeout)
+		defer cancel()
+		if err := checkInputTopics(ctx, cfg); err != nil {
+			return nil, err
 		}
 		opts := []kgo.Opt{
 			kgo.SeedBrokers(cfg.SeedBrokers...),
 			kgo.ConsumerGroup(cfg.Group),
 			kgo.ConsumeTopics(cfg.Topics...),
+			kgo.SessionTimeout(cfg.SessionTimeout),
+			kgo.HeartbeatInterval(cfg.HeartbeatInterval),
+			kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 			// The store commits offsets, inside its transactions.
 			kgo.DisableAutoCommit(),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -93,12 +288,127 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 				h.Lost(ctx, tps(m))
 			}),
 		}
+		if cfg.InstanceID != "" {
+			opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+		}
 		cl, err := kgo.NewClient(append(opts, cfg.ClientOpts...)...)
 		if err != nil {
 			return nil, fmt.Errorf("engine: consumer: %w", err)
 		}
 		return &kafkaSource{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), group: cfg.Group}, nil
 	}
+}
+
+// checkInputTopics makes sure every input topic exists, creating the
+// missing ones if cfg.CreateTopics is set, with a client of its own (the
+// consumer does not join the group with a topic missing). It retries
+// while no broker answers, until ctx ends.
+func checkInputTopics(ctx context.Context, cfg KafkaConfig) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.SeedBrokers...)}, cfg.ClientOpts...)...)
+	if err != nil {
+		return fmt.Errorf("engine: input topic check: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	created := false
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		missing, err := missingTopics(ctx, adm, cfg.Topics)
+		if err == nil && len(missing) == 0 {
+			return nil
+		}
+		var cerr *store.ConfigError
+		if errors.As(err, &cerr) {
+			return err
+		}
+		if err == nil && !cfg.CreateTopics {
+			return &store.ConfigError{
+				Subject: fmt.Sprintf("topic %q", missing[0]),
+				Problem: fmt.Sprintf("the input topic does not exist (KafkaConfig.Topics %q, brokers %v)", cfg.Topics, cfg.SeedBrokers),
+				Fix: fmt.Sprintf("create it (kafka-topics.sh --create --topic %s --partitions N), correct KafkaConfig.Topics, "+
+					"or set KafkaConfig.CreateTopics", missing[0]),
+			}
+		}
+		if err == nil && !created {
+			if err := createInputTopics(ctx, adm, cfg, missing); err != nil {
+				return err
+			}
+			created = true // now wait until the metadata lists them
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("created topics %q not served yet", missing)
+			}
+			return fmt.Errorf("engine: input topic check %q: no answer in %v: %w", cfg.Topics, topicCheckTimeout, err)
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// missingTopics returns the topics that the cluster's metadata does not
+// list, or does not yet list with a leader for every partition after a
+// creation. A topic this client may not describe is a *store.ConfigError.
+func missingTopics(ctx context.Context, adm *kadm.Client, topics []string) ([]string, error) {
+	tds, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, t := range topics {
+		td, ok := tds[t]
+		switch {
+		case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+			missing = append(missing, t)
+		case errors.Is(td.Err, kerr.TopicAuthorizationFailed):
+			return nil, &store.ConfigError{Subject: fmt.Sprintf("topic %q", t), Problem: "the consumer may not describe the input topic",
+				Fix: "grant the principal DESCRIBE and READ on the topic (kafka-acls.sh)", Err: td.Err}
+		case td.Err != nil:
+			return nil, fmt.Errorf("topic %q: %w", t, td.Err)
+		case len(td.Partitions) == 0:
+			missing = append(missing, t)
+		default:
+			for _, p := range td.Partitions {
+				if p.Err != nil || p.Leader < 0 {
+					missing = append(missing, t)
+					break
+				}
+			}
+		}
+	}
+	return missing, nil
+}
+
+// createInputTopics creates the missing input topics. A request the
+// broker refuses for good (bad partition count or replication, a policy,
+// no ACL) is a *store.ConfigError.
+func createInputTopics(ctx context.Context, adm *kadm.Client, cfg KafkaConfig, topics []string) error {
+	resps, err := adm.CreateTopics(ctx, cfg.CreatePartitions, cfg.CreateReplicationFactor, nil, topics...)
+	if err != nil {
+		return fmt.Errorf("engine: creating input topics %q: %w", topics, err)
+	}
+	for _, t := range topics {
+		r, ok := resps[t]
+		if !ok || r.Err == nil || errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			continue
+		}
+		subject := fmt.Sprintf("topic %q", t)
+		switch {
+		case errors.Is(r.Err, kerr.InvalidPartitions):
+			return &store.ConfigError{Subject: subject, Problem: fmt.Sprintf("the broker refused to create it with %d partitions", cfg.CreatePartitions),
+				Fix: "set KafkaConfig.CreatePartitions to a positive count (or -1 for the broker's num.partitions)", Err: r.Err}
+		case errors.Is(r.Err, kerr.InvalidReplicationFactor), errors.Is(r.Err, kerr.InvalidReplicaAssignment):
+			return &store.ConfigError{Subject: subject, Problem: fmt.Sprintf("the broker refused to create it with replication factor %d", cfg.CreateReplicationFactor),
+				Fix: "set KafkaConfig.CreateReplicationFactor to at most the number of brokers (or -1 for default.replication.factor)", Err: r.Err}
+		case errors.Is(r.Err, kerr.TopicAuthorizationFailed), errors.Is(r.Err, kerr.ClusterAuthorizationFailed),
+			errors.Is(r.Err, kerr.PolicyViolation), errors.Is(r.Err, kerr.InvalidTopicException), errors.Is(r.Err, kerr.InvalidConfig):
+			return &store.ConfigError{Subject: subject, Problem: "the broker refused to create the missing input topic",
+				Fix: "create it yourself (kafka-topics.sh --create), or grant the principal CREATE on it", Err: r.Err}
+		default:
+			return fmt.Errorf("engine: creating input topic %q: %w", t, r.Err)
+		}
+	}
+	return nil
 }
 
 // tps flattens a callback's partitions, in order: the handler acquires and
@@ -126,7 +436,11 @@ func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]Record, e
 		if _, ok := errors.AsType[*kgo.ErrGroupSession](e); ok {
 			// The member was kicked from the group (or could not join):
 			// the client rejoins by itself, and the lost-partitions
-			// callback has dropped the flows. News, not a failure.
+			// callback has dropped the flows. News, not a failure,
+			// unless the broker refuses the configuration for good.
+			if cerr := s.groupConfigError(e); cerr != nil && err == nil {
+				err = cerr
+			}
 			return
 		}
 		if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) && err == nil {
@@ -262,7 +576,37 @@ func (s *kafkaSource) Pause(tp store.TopicPartition) {
 
 func (s *kafkaSource) Now() time.Time { return time.Now() }
 
-// Close leaves the group: the revoke callback flushes and tears down.
+// groupConfigError is the *store.ConfigError of a group error that
+// rejoining cannot cure (nil for the others).
+func (s *kafkaSource) groupConfigError(err error) error {
+	cerr := &store.ConfigError{Err: err}
+	switch {
+	case errors.Is(err, kerr.InvalidSessionTimeout):
+		cerr.Subject, cerr.Problem = "KafkaConfig.SessionTimeout", fmt.Sprintf("the broker refuses %v", s.cfg.SessionTimeout)
+		cerr.Fix = "set it within the broker's group.min.session.timeout.ms and group.max.session.timeout.ms (6s and 30m by default)"
+	case errors.Is(err, kerr.FencedInstanceID):
+		cerr.Subject, cerr.Problem = "KafkaConfig.InstanceID", fmt.Sprintf("another member of group %q joined with instance id %q and replaced this one", s.group, s.cfg.InstanceID)
+		cerr.Fix = "give every running instance its own InstanceID"
+	case errors.Is(err, kerr.GroupAuthorizationFailed):
+		cerr.Subject, cerr.Problem = "KafkaConfig.Group", fmt.Sprintf("the consumer may not join group %q", s.group)
+		cerr.Fix = "grant the principal READ on the group (kafka-acls.sh --group)"
+	default:
+		return nil
+	}
+	return cerr
+}
+
+// Close leaves the group: the revoke callback flushes, commits and tears
+// down, then franz-go sends LeaveGroup, so the group moves the partitions
+// at once. With an InstanceID (static membership) franz-go does not leave:
+// the revoke callback still flushes and commits, but the member stays in
+// the group, holding its partitions until it rejoins with the same id
+// (and gets them back without a rebalance) or SessionTimeout passes. (Two
+// exceptions, franz-go's: under the classic protocol with a cooperative
+// balancer, a static member that revoked partitions in a rebalance and
+// closes before rejoining does leave, so that they are assigned; under
+// the consumer protocol, a static member sends its temporary leave,
+// member epoch -2, which keeps its partitions reserved the same way.)
 func (s *kafkaSource) Close(ctx context.Context) error {
 	s.cl.AllowRebalance()
 	s.cl.Close()

@@ -1,0 +1,203 @@
+//go:build it
+
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/internal/kafkatest"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
+)
+
+// brokerEngine is an engine over a fresh Transactional store/kafka backend
+// on the integration broker, creating missing snapshot topics.
+func brokerEngine(t *testing.T, brokers []string, prefix string) *engine.Engine[int] {
+	t.Helper()
+	b, err := kafka.New(context.Background(), kafka.Config{Mode: store.Transactional, SeedBrokers: brokers,
+		TransactionalIDPrefix: prefix, CreateTopics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b, Dir: t.TempDir(),
+		PersistInterval: 200 * time.Millisecond, CommitInterval: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+func brokerAdmin(t *testing.T, brokers []string) (*kgo.Client, *kadm.Client) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl, kadm.NewClient(cl)
+}
+
+// A missing input topic on Kafka: NewRunner and Run return a
+// *store.ConfigError naming it within seconds, and nothing joins the group.
+func TestMissingInputTopicOnKafka(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	_, adm := brokerAdmin(t, brokers)
+	topic := fmt.Sprintf("missing-%d", time.Now().UnixNano())
+	cfg := engine.KafkaConfig{SeedBrokers: brokers, Group: topic + "-group", Topics: []string{topic}}
+	start := time.Now()
+	_, err := brokerEngine(t, brokers, topic).NewRunner(engine.NewKafkaSource(cfg))
+	cerr, ok := errors.AsType[*store.ConfigError](err)
+	if !ok || cerr.Subject != fmt.Sprintf("topic %q", topic) || !strings.Contains(cerr.Fix, "CreateTopics") {
+		t.Fatalf("NewRunner: %v, want a *store.ConfigError naming %s", err, topic)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := brokerEngine(t, brokers, topic).Run(ctx, cfg); !errors.Is(err, store.ErrMisconfigured) {
+		t.Fatalf("Run: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the two checks took %v", d)
+	}
+	t.Logf("NewRunner and Run failed in %v: %v", time.Since(start), err)
+	dg, err := adm.DescribeGroups(context.Background(), cfg.Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := dg[cfg.Group]; len(g.Members) != 0 {
+		t.Fatalf("group %s has members %v", cfg.Group, g.Members)
+	}
+}
+
+// CreateTopics creates the missing input topic on Kafka with the partitions
+// asked for, and the engine folds what is produced to it.
+func TestCreateInputTopicsOnKafka(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	prod, adm := brokerAdmin(t, brokers)
+	topic := fmt.Sprintf("created-%d", time.Now().UnixNano())
+	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, topic+"-snapshots") })
+	r, err := brokerEngine(t, brokers, topic).NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
+		SeedBrokers: brokers, Group: topic + "-group", Topics: []string{topic},
+		CreateTopics: true, CreatePartitions: 3, CreateReplicationFactor: 1,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	tds, err := adm.ListTopics(context.Background(), topic)
+	if err != nil || tds[topic].Err != nil || len(tds[topic].Partitions) != 3 {
+		t.Fatalf("created topic: %+v %v", tds[topic], err)
+	}
+	tp := store.TopicPartition{Topic: topic, Partition: 2}
+	for _, v := range []string{"10", "5", "-3"} {
+		if err := prod.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Partition: 2, Key: []byte("alice"), Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for !committedAtEnd(adm, topic+"-group", tp) {
+		if err := r.Step(ctx); err != nil {
+			t.Fatalf("%v (errors: %v)", err, r.Errors())
+		}
+	}
+	if got, ok, err := r.State(tp, []byte("alice")); err != nil || !ok || got != 12 {
+		t.Fatalf("alice: %d %v %v, want 12", got, ok, err)
+	}
+}
+
+// newTopicRunner is a runner on a fresh two-partition topic of the
+// broker, with cfg's group settings.
+func newTopicRunner(t *testing.T, brokers []string, topic string, mod func(*engine.KafkaConfig)) (*engine.Runner[int], error) {
+	t.Helper()
+	cfg := engine.KafkaConfig{SeedBrokers: brokers, Group: topic + "-group", Topics: []string{topic}}
+	mod(&cfg)
+	return brokerEngine(t, brokers, topic).NewRunner(engine.NewKafkaSource(cfg))
+}
+
+// stepUntilErr steps r until a step fails, at most a minute.
+func stepUntilErr(t *testing.T, r *engine.Runner[int]) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		if err := r.Step(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// A session timeout the broker refuses (above group.max.session.timeout.ms,
+// 30 min by default) fails the poll with a *store.ConfigError naming
+// KafkaConfig.SessionTimeout, not a rejoin loop.
+func TestRefusedSessionTimeoutOnKafka(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	cl, adm := brokerAdmin(t, brokers)
+	topic := fmt.Sprintf("session-%d", time.Now().UnixNano())
+	if err := kafka.CreateTopic(context.Background(), cl, topic, 2, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, topic+"-snapshots") })
+	r, err := newTopicRunner(t, brokers, topic, func(c *engine.KafkaConfig) { c.SessionTimeout = 2 * time.Hour })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	err = stepUntilErr(t, r)
+	cerr, ok := errors.AsType[*store.ConfigError](err)
+	if !ok || cerr.Subject != "KafkaConfig.SessionTimeout" {
+		t.Fatalf("got %v, want a *store.ConfigError naming KafkaConfig.SessionTimeout", err)
+	}
+	t.Log(err)
+}
+
+// Two processes with one InstanceID: the second fences the first, whose
+// poll fails with a *store.ConfigError naming KafkaConfig.InstanceID.
+func TestDuplicateInstanceIDOnKafka(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	cl, adm := brokerAdmin(t, brokers)
+	topic := fmt.Sprintf("instance-%d", time.Now().UnixNano())
+	if err := kafka.CreateTopic(context.Background(), cl, topic, 2, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, topic+"-snapshots") })
+	static := func(c *engine.KafkaConfig) { c.InstanceID = "pod-0" }
+	first, err := newTopicRunner(t, brokers, topic, static)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = first.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for len(first.Flows()) != 2 {
+		if err := first.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second, err := newTopicRunner(t, brokers, topic, static)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = second.Close(context.Background()) })
+	for len(second.Flows()) != 2 {
+		if err := second.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = stepUntilErr(t, first)
+	cerr, ok := errors.AsType[*store.ConfigError](err)
+	if !ok || cerr.Subject != "KafkaConfig.InstanceID" {
+		t.Fatalf("got %v, want a *store.ConfigError naming KafkaConfig.InstanceID", err)
+	}
+	t.Log(err)
+}

@@ -1,0 +1,535 @@
+// Command failover measures how long the partitions of a failed engine
+// process stand still on a real Kafka broker: two engine processes (this
+// program, run as children with -member) share a group and an input topic
+// that a producer writes to all the time; one of them is SIGKILLed, stopped
+// cleanly (SIGTERM: Close), or SIGKILLed and started again at once; the
+// time from the fault until the survivor (or the restarted process) has
+// the moved partitions assigned, and until it has recovered them and folds
+// their records, is read from the children's event lines.
+//
+// It runs every fault under each consumer setting: "old" (franz-go's
+// defaults, which the engine used before KafkaConfig had the fields:
+// session 45 s, heartbeat 3 s), "new" (KafkaConfig's defaults: 10 s, 1 s),
+// "static" (the new defaults and an InstanceID per process) and, with
+// -consumer-protocol, the consumer protocol (KIP-848), whose session the
+// broker sets.
+//
+//	make failover                                   # all of it, on a broker of its own
+//	it/kafka/broker run go run ./it/failover -runs 3 -settings new,static -faults kill
+//
+// The broker's address comes from -brokers or SNAPFENCE_KAFKA_BROKERS
+// (it/kafka/broker run sets it). Each measurement uses a fresh topic and
+// group. Nothing here waits a fixed time for something to happen: every
+// step waits for the event that shows it, with a deadline that fails the
+// run.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
+)
+
+const partitions = 6
+
+// event is one line a member writes on stdout.
+type event struct {
+	Member string  `json:"member"`
+	Ev     string  `json:"ev"` // up, assigned, revoked, lost, fold, exit
+	Parts  []int32 `json:"parts,omitempty"`
+	At     int64   `json:"at"` // unix nanoseconds
+	Err    string  `json:"err,omitempty"`
+}
+
+func main() {
+	var (
+		member   = flag.String("member", "", "run as a member process with this name (used by the measuring parent)")
+		brokers  = flag.String("brokers", os.Getenv("SNAPFENCE_KAFKA_BROKERS"), "bootstrap brokers, comma-separated (default $SNAPFENCE_KAFKA_BROKERS)")
+		topic    = flag.String("topic", "", "member: input topic")
+		session  = flag.Duration("session", 0, "member: KafkaConfig.SessionTimeout (0: default)")
+		hb       = flag.Duration("heartbeat", 0, "member: KafkaConfig.HeartbeatInterval (0: default)")
+		instance = flag.String("instance", "", "member: KafkaConfig.InstanceID")
+		proto    = flag.String("protocol", "classic", "member: classic (cooperative-sticky) or consumer (KIP-848)")
+		dir      = flag.String("dir", "", "member: cache directory")
+		runs     = flag.Int("runs", 2, "measurements per setting and fault")
+		settings = flag.String("settings", "old,new,static", "settings to measure: old, new, static, consumer")
+		faults   = flag.String("faults", "kill,stop,restart", "faults: kill (SIGKILL), stop (SIGTERM: a clean Close), restart (SIGKILL, then the same member again at once)")
+		verbose  = flag.Bool("v", false, "print every member event")
+	)
+	flag.Parse()
+	if *brokers == "" {
+		fmt.Fprintln(os.Stderr, "failover: no broker: set -brokers or SNAPFENCE_KAFKA_BROKERS (it/kafka/broker run does)")
+		os.Exit(2)
+	}
+	seeds := strings.Split(*brokers, ",")
+	if *member != "" {
+		if err := runMember(*member, seeds, *topic, *session, *hb, *instance, *proto, *dir); err != nil {
+			emit(event{Member: *member, Ev: "exit", Err: err.Error()})
+			os.Exit(1)
+		}
+		emit(event{Member: *member, Ev: "exit"})
+		return
+	}
+	m := &measurer{seeds: seeds, verbose: *verbose}
+	if err := m.all(strings.Split(*settings, ","), strings.Split(*faults, ","), *runs); err != nil {
+		fmt.Fprintln(os.Stderr, "failover:", err)
+		os.Exit(1)
+	}
+}
+
+var emitMu sync.Mutex
+
+func emit(ev event) {
+	if ev.At == 0 {
+		ev.At = time.Now().UnixNano()
+	}
+	b, _ := json.Marshal(ev)
+	emitMu.Lock()
+	defer emitMu.Unlock()
+	os.Stdout.Write(append(b, '\n'))
+}
+
+// ---- the member process ----
+
+// watch reports the member's assignments and the first record it folds of
+// each partition after the partition's assignment.
+type watch struct {
+	name   string
+	h      engine.Handler
+	mu     sync.Mutex
+	folded map[int32]bool
+}
+
+func (w *watch) Assigned(ctx context.Context, tps []store.TopicPartition) {
+	w.mu.Lock()
+	for _, tp := range tps {
+		w.folded[tp.Partition] = false
+	}
+	w.mu.Unlock()
+	emit(event{Member: w.name, Ev: "assigned", Parts: parts(tps)})
+	w.h.Assigned(ctx, tps)
+}
+
+func (w *watch) Revoked(ctx context.Context, tps []store.TopicPartition) {
+	w.forget(tps)
+	emit(event{Member: w.name, Ev: "revoked", Parts: parts(tps)})
+	w.h.Revoked(ctx, tps)
+}
+
+func (w *watch) Lost(ctx context.Context, tps []store.TopicPartition) {
+	w.forget(tps)
+	emit(event{Member: w.name, Ev: "lost", Parts: parts(tps)})
+	w.h.Lost(ctx, tps)
+}
+
+func (w *watch) forget(tps []store.TopicPartition) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, tp := range tps {
+		delete(w.folded, tp.Partition)
+	}
+}
+
+func (w *watch) fold(key []byte, state int, _ bool, rec engine.Record) (engine.Result[int], error) {
+	w.mu.Lock()
+	first := !w.folded[rec.Partition]
+	w.folded[rec.Partition] = true
+	w.mu.Unlock()
+	if first {
+		emit(event{Member: w.name, Ev: "fold", Parts: []int32{rec.Partition}})
+	}
+	return engine.Set(state + 1), nil
+}
+
+func parts(tps []store.TopicPartition) []int32 {
+	out := make([]int32, 0, len(tps))
+	for _, tp := range tps {
+		out = append(out, tp.Partition)
+	}
+	return out
+}
+
+type intCodec struct{}
+
+func (intCodec) Encode(n int) ([]byte, error) { return []byte(strconv.Itoa(n)), nil }
+func (intCodec) Decode(b []byte) (int, error) { return strconv.Atoi(string(b)) }
+
+func runMember(name string, seeds []string, topic string, session, hb time.Duration, instance, proto, dir string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	b, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: seeds, TransactionalIDPrefix: topic, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	w := &watch{name: name, folded: map[int32]bool{}}
+	e, err := engine.New(engine.Config[int]{Fold: w.fold, Codec: intCodec{}, Store: b, Dir: dir,
+		PersistInterval: 200 * time.Millisecond, CommitInterval: 500 * time.Millisecond, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	cfg := engine.KafkaConfig{SeedBrokers: seeds, Group: topic + "-group", Topics: []string{topic},
+		SessionTimeout: session, HeartbeatInterval: hb, InstanceID: instance}
+	if proto == "consumer" {
+		cfg.ClientOpts = []kgo.Opt{kgo.ServerSideBalancer()}
+	}
+	newSource := engine.NewKafkaSource(cfg)
+	r, err := e.NewRunner(func(h engine.Handler) (engine.Source, error) {
+		w.h = h
+		return newSource(w)
+	})
+	if err != nil {
+		return err
+	}
+	emit(event{Member: name, Ev: "up"})
+	for ctx.Err() == nil {
+		if err := r.Step(ctx); err != nil && ctx.Err() == nil {
+			_ = r.Close(context.WithoutCancel(ctx))
+			return err
+		}
+	}
+	return r.Close(context.WithoutCancel(ctx))
+}
+
+// ---- the measuring parent ----
+
+type setting struct {
+	name             string
+	session, hb      time.Duration
+	static, consumer bool
+}
+
+var allSettings = map[string]setting{
+	"old":      {name: "old (45s/3s, franz-go's defaults)", session: 45 * time.Second, hb: 3 * time.Second},
+	"new":      {name: "new (10s/1s, KafkaConfig's defaults)"},
+	"static":   {name: "static (10s/1s + InstanceID)", static: true},
+	"consumer": {name: "consumer protocol (KIP-848; the broker's session)", consumer: true},
+}
+
+type measurer struct {
+	seeds   []string
+	verbose bool
+	adm     *kadm.Client
+}
+
+// result is one measurement: from the fault until the moved partitions
+// were all assigned again, and until each had a record folded.
+type result struct {
+	assigned, folded time.Duration
+	moved            []int32
+}
+
+func (m *measurer) all(settings, faults []string, runs int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(m.seeds...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	m.adm = kadm.NewClient(cl)
+	type row struct {
+		setting, fault string
+		res            []result
+	}
+	var rows []row
+	for _, sn := range settings {
+		s, ok := allSettings[sn]
+		if !ok {
+			return fmt.Errorf("unknown setting %q", sn)
+		}
+		for _, f := range faults {
+			rw := row{setting: s.name, fault: f}
+			for i := range runs {
+				res, err := m.one(cl, s, f)
+				if err != nil {
+					return fmt.Errorf("%s, %s, run %d: %w", s.name, f, i+1, err)
+				}
+				fmt.Printf("%-52s %-8s run %d: moved %v assigned after %6.2fs, folding after %6.2fs\n",
+					s.name, f, i+1, res.moved, res.assigned.Seconds(), res.folded.Seconds())
+				rw.res = append(rw.res, res)
+			}
+			rows = append(rows, rw)
+		}
+	}
+	fmt.Printf("\nfailover on %v, %d partitions, classic protocol with cooperative-sticky unless named; seconds from the fault (min / median / max of %d)\n", m.seeds, partitions, runs)
+	fmt.Printf("%-52s %-8s %-22s %-22s\n", "setting", "fault", "moved partitions assigned", "recovered and folding")
+	for _, rw := range rows {
+		var a, f []float64
+		for _, r := range rw.res {
+			a, f = append(a, r.assigned.Seconds()), append(f, r.folded.Seconds())
+		}
+		fmt.Printf("%-52s %-8s %-22s %-22s\n", rw.setting, rw.fault, stats(a), stats(f))
+	}
+	return nil
+}
+
+func stats(xs []float64) string {
+	slices.Sort(xs)
+	return fmt.Sprintf("%.1f / %.1f / %.1f", xs[0], xs[len(xs)/2], xs[len(xs)-1])
+}
+
+// proc is a running member process and its events.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when its stdout ends (it exited)
+}
+
+// one measures one fault: a fresh topic and group, a producer, members a
+// and b; b fails.
+func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) {
+	ctx := context.Background()
+	topic := fmt.Sprintf("failover-%d", time.Now().UnixNano())
+	compact := "compact"
+	if err := kafka.CreateTopic(ctx, cl, topic, partitions, 1, nil); err != nil {
+		return result{}, err
+	}
+	if err := kafka.CreateTopic(ctx, cl, topic+"-snapshots", partitions, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+		return result{}, err
+	}
+	defer m.adm.DeleteTopics(context.Background(), topic, topic+"-snapshots")
+	tmp, err := os.MkdirTemp("", "failover-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(tmp)
+
+	// The producer: a record on every partition every 20 ms, so that a
+	// partition that is consumed folds within one fetch.
+	pctx, stopProducing := context.WithCancel(ctx)
+	defer stopProducing()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(m.seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		return result{}, err
+	}
+	defer prod.Close()
+	go func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for n := 0; pctx.Err() == nil; n++ {
+			for p := range int32(partitions) {
+				prod.Produce(pctx, &kgo.Record{Partition: p, Key: fmt.Appendf(nil, "k%d", n%50), Value: []byte("1")}, nil)
+			}
+			select {
+			case <-pctx.Done():
+			case <-t.C:
+			}
+		}
+	}()
+
+	evs := make(chan event, 1024)
+	start := func(name, instance string) (*proc, error) {
+		args := []string{"-member", name, "-brokers", strings.Join(m.seeds, ","), "-topic", topic,
+			"-session", s.session.String(), "-heartbeat", s.hb.String(), "-dir", tmp + "/" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 10)}
+		if s.static {
+			args = append(args, "-instance", topic+"-"+instance)
+		}
+		if s.consumer {
+			args = append(args, "-protocol", "consumer")
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(exe, args...)
+		logf, err := os.Create(tmp + "/" + name + ".log")
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stderr = logf
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				var ev event
+				if json.Unmarshal(sc.Bytes(), &ev) == nil {
+					evs <- ev
+				}
+			}
+			_, _ = io.Copy(io.Discard, out)
+		}()
+		return &proc{name: name, cmd: cmd, done: done}, nil
+	}
+	procs := map[string]*proc{}
+	defer func() {
+		for _, p := range procs {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+	}()
+	for _, name := range []string{"a", "b"} {
+		p, err := start(name, name)
+		if err != nil {
+			return result{}, err
+		}
+		procs[name] = p
+	}
+
+	// owner: the member each partition is assigned to; folding: whether its
+	// owner has folded a record of it since the assignment.
+	owner := map[int32]string{}
+	folding := map[int32]bool{}
+	// ownedAt, foldAt: when (the member's clock, this machine's) the
+	// partition was assigned to its owner, and first folded by it.
+	ownedAt, foldAt := map[int32]int64{}, map[int32]int64{}
+	live := map[string]bool{"a": true, "b": true}
+	apply := func(ev event) error {
+		if !live[ev.Member] {
+			return nil // the failed member's last words
+		}
+		if m.verbose {
+			fmt.Printf("  %s %-8s %v %s\n", ev.Member, ev.Ev, ev.Parts, ev.Err)
+		}
+		switch ev.Ev {
+		case "assigned":
+			for _, p := range ev.Parts {
+				owner[p], folding[p], ownedAt[p] = ev.Member, false, ev.At
+			}
+		case "revoked", "lost":
+			for _, p := range ev.Parts {
+				if owner[p] == ev.Member {
+					delete(owner, p)
+					delete(folding, p)
+				}
+			}
+		case "fold":
+			if p := ev.Parts[0]; owner[p] == ev.Member && !folding[p] {
+				folding[p], foldAt[p] = true, ev.At
+			}
+		case "exit":
+			live[ev.Member] = false
+			if ev.Err != "" && ev.Member != "b" {
+				return fmt.Errorf("member %s failed: %s", ev.Member, ev.Err)
+			}
+		}
+		return nil
+	}
+	// waitFor applies events until cond holds, at most d.
+	waitFor := func(d time.Duration, what string, cond func() bool) (event, error) {
+		deadline := time.NewTimer(d)
+		defer deadline.Stop()
+		var last event
+		for !cond() {
+			select {
+			case ev := <-evs:
+				if err := apply(ev); err != nil {
+					return last, err
+				}
+				last = ev
+			case <-deadline.C:
+				return last, fmt.Errorf("no %s within %v (owners %v, folding %v)", what, d, owner, folding)
+			}
+		}
+		return last, nil
+	}
+	balanced := func() bool {
+		n := map[string]int{}
+		for p := range int32(partitions) {
+			if !folding[p] {
+				return false
+			}
+			n[owner[p]]++
+		}
+		return n["a"] > 0 && n["b"] > 0
+	}
+	if _, err := waitFor(2*time.Minute, "steady state (both members folding, every partition)", balanced); err != nil {
+		return result{}, err
+	}
+	var moved []int32
+	for p, o := range owner {
+		if o == "b" {
+			moved = append(moved, p)
+		}
+	}
+	slices.Sort(moved)
+
+	// The fault, then the wait for every moved partition to be owned by a
+	// live member and folding again.
+	b := procs["b"]
+	var faultAt time.Time
+	switch fault {
+	case "kill", "restart":
+		faultAt = time.Now()
+		if err := b.cmd.Process.Kill(); err != nil {
+			return result{}, err
+		}
+	case "stop":
+		faultAt = time.Now()
+		if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			return result{}, err
+		}
+	default:
+		return result{}, fmt.Errorf("unknown fault %q", fault)
+	}
+	if fault != "stop" {
+		// A clean stop's revoke and leave are part of the failover: b's
+		// events count until it exits. A killed b says nothing more.
+		live["b"] = false
+		for p, o := range owner {
+			if o == "b" {
+				delete(owner, p)
+			}
+		}
+	}
+	if fault == "restart" {
+		// The same member started again at once, once the killed one is
+		// gone (with the same InstanceID if static).
+		<-b.done
+		p, err := start("b2", "b")
+		if err != nil {
+			return result{}, err
+		}
+		procs["b2"] = p
+		live["b2"] = true
+	}
+	const deadline = 3 * time.Minute
+	res := result{moved: moved}
+	since := func(at map[int32]int64) time.Duration {
+		var last int64
+		for _, p := range moved {
+			last = max(last, at[p])
+		}
+		return time.Unix(0, last).Sub(faultAt)
+	}
+	if _, err := waitFor(deadline, "folding on the moved partitions", func() bool {
+		for _, p := range moved {
+			if o := owner[p]; o == "b" || !live[o] || !folding[p] || ownedAt[p] < faultAt.UnixNano() {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return res, err
+	}
+	res.assigned, res.folded = since(ownedAt), since(foldAt)
+	return res, nil
+}
