@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/backend"
 )
@@ -216,7 +217,7 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 		// snapshot topic took over 5 s.
 		compact := "compact"
 		start := b.set.Now()
-		created, err := createTopic(ctx, b.admin, snap.Topic, int32(len(in.Partitions)), -1, map[string]*string{"cleanup.policy": &compact})
+		created, err := kafkatopic.Create(ctx, b.admin, snap.Topic, int32(len(in.Partitions)), -1, map[string]*string{"cleanup.policy": &compact})
 		if err != nil {
 			return noID, fmt.Errorf("kafka: snapshot topic of input topic %q: %w", input.Topic, err)
 		}
