@@ -213,7 +213,8 @@ func (p *link) produceOutputs(id store.GroupIdentity, outs []store.Output) error
 	for _, o := range outs {
 		cfg, ok := p.b.c.Topic(o.Topic)
 		if !ok {
-			return fmt.Errorf("sim: %s: output topic %q does not exist", p.input, o.Topic)
+			return fmt.Errorf("sim: %s: %w", p.input, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", o.Topic),
+				Problem: "does not exist", Fix: "create it (Cluster.CreateTopic)"})
 		}
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, cfg.Partitions)}
 		rec := store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}
