@@ -19,7 +19,8 @@ type exampleAccount struct {
 	Txns    int `json:"txns"`
 }
 
-// exampleJSON is a Codec that stores any state as JSON.
+// exampleJSON is a Codec of one's own that stores any state as JSON (as
+// the built-in engine.JSON does).
 type exampleJSON[S any] struct{}
 
 func (exampleJSON[S]) Encode(s S) ([]byte, error) { return json.Marshal(s) }
@@ -46,7 +47,8 @@ func exampleFold(key []byte, acct exampleAccount, exists bool, rec engine.Record
 }
 
 // The codec turns a state into the bytes of its snapshot (and of the local
-// cache) and back.
+// cache) and back. This one is written by hand; the built-in codecs
+// (JSON, String, Bytes, Int64, Uint64) cover the common states.
 func ExampleCodec() {
 	var codec engine.Codec[exampleAccount] = exampleJSON[exampleAccount]{}
 	b, _ := codec.Encode(exampleAccount{Balance: 10, Txns: 1})
@@ -72,7 +74,7 @@ func ExampleRunner_Step() {
 
 	e, err := engine.New(engine.Config[exampleAccount]{
 		Fold:            exampleFold,
-		Codec:           exampleJSON[exampleAccount]{},
+		Codec:           engine.JSON[exampleAccount](),
 		Store:           backend,
 		PersistInterval: time.Second,
 		CommitInterval:  time.Second,
@@ -141,7 +143,7 @@ func ExampleEngine_NewRunner() {
 				fmt.Printf("%s folds offset %d: %s\n", name, rec.Offset, rec.Value)
 				return exampleFold(key, acct, exists, rec)
 			},
-			Codec:           exampleJSON[exampleAccount]{},
+			Codec:           engine.JSON[exampleAccount](),
 			Store:           backend,
 			PersistInterval: time.Second,
 			CommitInterval:  time.Hour, // never, in this example

@@ -273,3 +273,45 @@ type ObserverFunc func(TransactionEvent)
 
 // OnTransaction calls f.
 func (f ObserverFunc) OnTransaction(e TransactionEvent) { f(e) }
+
+// Observers returns an Observer that passes every event to each of obs,
+// in order, so several observers (the engine's metrics, a test's watch, an
+// audit log) can watch one backend. It implements RecoveryObserver too:
+// a recovery event goes to each of obs that implements RecoveryObserver.
+// Nil observers are skipped; an Observers value among obs is flattened.
+// The calls keep the backend's rules: none may block, and each call
+// returns once every observer has had the event.
+func Observers(obs ...Observer) Observer {
+	var f fanOut
+	for _, o := range obs {
+		switch o := o.(type) {
+		case nil:
+		case fanOut:
+			f = append(f, o...)
+		default:
+			f = append(f, o)
+		}
+	}
+	return f
+}
+
+// fanOut is Observers' observer.
+type fanOut []Observer
+
+var _ RecoveryObserver = fanOut(nil)
+
+// OnTransaction passes e to each observer.
+func (f fanOut) OnTransaction(e TransactionEvent) {
+	for _, o := range f {
+		o.OnTransaction(e)
+	}
+}
+
+// OnRecovery passes e to each observer that implements RecoveryObserver.
+func (f fanOut) OnRecovery(e RecoveryEvent) {
+	for _, o := range f {
+		if r, ok := o.(RecoveryObserver); ok {
+			r.OnRecovery(e)
+		}
+	}
+}

@@ -2,9 +2,11 @@
 // balances folded from a topic of transactions.
 //
 // Input topic "transactions": key = account, value = "+N", "-N" or "close".
-// The fold keeps each account's balance (an int, encoded as decimal text),
-// and emits "account: balance" (or "account: closed") to topic "balances"
-// for every change. Snapshots go to the compacted topic
+// The fold keeps each account's balance (an int64, encoded as decimal text
+// by the built-in engine.Int64 codec), and emits "account: balance" (or
+// "account: closed") to topic "balances" for every change, through the
+// built-in at-least-once emitter (engine.KafkaEmitter), which creates the
+// topic if it is missing. Snapshots go to the compacted topic
 // "transactions-snapshots" in Kafka transactions that also commit the input
 // offsets (store/kafka, Transactional mode), so the state survives
 // restarts exactly once; the outputs are at-least-once.
@@ -155,31 +157,25 @@ func produce(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
 }
 
 // fold is the user's logic: one transaction into one account's balance.
-func fold(key []byte, balance int, exists bool, rec engine.Record) (engine.Result[int], error) {
+func fold(key []byte, balance int64, exists bool, rec engine.Record) (engine.Result[int64], error) {
 	acct := string(key)
 	if string(rec.Value) == "close" {
 		if !exists {
-			return engine.Keep[int](), nil
+			return engine.Keep[int64](), nil
 		}
-		return engine.Delete[int]().With(output(acct, "closed")), nil
+		return engine.Delete[int64]().With(output(acct, "closed")), nil
 	}
-	n, err := strconv.Atoi(string(rec.Value))
+	n, err := strconv.ParseInt(string(rec.Value), 10, 64)
 	if err != nil {
-		return engine.Result[int]{}, fmt.Errorf("bad amount %q", rec.Value)
+		return engine.Result[int64]{}, fmt.Errorf("bad amount %q", rec.Value)
 	}
 	balance += n
-	return engine.Set(balance).With(output(acct, strconv.Itoa(balance))), nil
+	return engine.Set(balance).With(output(acct, strconv.FormatInt(balance, 10))), nil
 }
 
 func output(acct, balance string) engine.Output {
 	return engine.Output{Topic: outputTopic, Key: []byte(acct), Value: []byte(acct + ": " + balance)}
 }
-
-// decimal is the state's codec: the balance as decimal text.
-type decimal struct{}
-
-func (decimal) Encode(n int) ([]byte, error) { return strconv.AppendInt(nil, int64(n), 10), nil }
-func (decimal) Decode(b []byte) (int, error) { return strconv.Atoi(string(b)) }
 
 // runEngine runs one engine, as one process would, until every input offset
 // is committed, then stops it (a clean leave). It returns how many records
@@ -202,13 +198,22 @@ func runEngine(ctx context.Context, seeds []string, cl *kgo.Client, out io.Write
 		return 0, err
 	}
 	defer backend.Close()
+	// The outputs' producer: idempotent, each output in the partition of
+	// its key; a delivery failure fails the poll, which is replayed.
+	emitter, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{
+		SeedBrokers: seeds, CreateTopics: true, TopicPartitions: partitions,
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer emitter.Close() // after the engine's Run has returned
 	var folded atomic.Int64
-	e, err := engine.New(engine.Config[int]{
-		Fold: func(key []byte, balance int, exists bool, rec engine.Record) (engine.Result[int], error) {
+	e, err := engine.New(engine.Config[int64]{
+		Fold: func(key []byte, balance int64, exists bool, rec engine.Record) (engine.Result[int64], error) {
 			folded.Add(1)
 			return fold(key, balance, exists, rec)
 		},
-		Codec: decimal{},
+		Codec: engine.Int64(),
 		Store: backend,
 		// No Dir: the local cache is in memory. It is rebuilt from the
 		// snapshots on every start either way.
@@ -216,13 +221,7 @@ func runEngine(ctx context.Context, seeds []string, cl *kgo.Client, out io.Write
 		CommitInterval:  time.Second,
 		// Outputs are produced before the offsets that cover them are
 		// committed; a crash in between emits them again.
-		Emit: func(ctx context.Context, outs []engine.Output) error {
-			recs := make([]*kgo.Record, len(outs))
-			for i, o := range outs {
-				recs[i] = &kgo.Record{Topic: o.Topic, Key: o.Key, Value: o.Value}
-			}
-			return cl.ProduceSync(ctx, recs...).FirstErr()
-		},
+		Emit:   emitter.Emit,
 		Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{ReplaceAttr: dropTime})),
 	})
 	if err != nil {
@@ -395,16 +394,17 @@ func report(out io.Writer, got, want map[string]int) error {
 	return nil
 }
 
-// createTopics creates the program's topics (an existing one is kept)
-// and returns once each is served: kafka.CreateTopic waits until every
-// partition answers, as a broker answers UNKNOWN_TOPIC_OR_PARTITION for
-// a moment after it created a topic.
+// createTopics creates the program's input and snapshot topics (an
+// existing one is kept) and returns once each is served: kafka.CreateTopic
+// waits until every partition answers, as a broker answers
+// UNKNOWN_TOPIC_OR_PARTITION for a moment after it created a topic. (The
+// emitter creates the output topic; the backend could create the snapshot
+// topic too, with kafka.Config.CreateTopics.)
 func createTopics(ctx context.Context, cl *kgo.Client) error {
 	compact := "compact"
 	for topic, configs := range map[string]map[string]*string{
 		inputTopic:    nil,
 		snapshotTopic: {"cleanup.policy": &compact},
-		outputTopic:   nil,
 	} {
 		if err := kafka.CreateTopic(ctx, cl, topic, partitions, -1, configs); err != nil {
 			return err

@@ -31,9 +31,11 @@
 // Transactional store/kafka backend): they are produced by the input
 // partition's transactional producer in the transaction that also writes
 // the snapshots of the orders the batch changed and commits the input
-// offset after it. With -at-least-once they go out through Emit and a
-// plain producer instead, before the offsets that cover them are
-// committed, for comparison.
+// offset after it. With -at-least-once they go out through Emit and the
+// built-in at-least-once emitter (engine.KafkaEmitter, an idempotent
+// producer) instead, before the offsets that cover them are committed, for
+// comparison. The state is an Order, stored as JSON by the built-in
+// engine.JSON codec.
 //
 // The run: two instances of the service (two engines in one consumer
 // group) share the three input partitions. A first batch of order events
@@ -148,7 +150,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.SetOutput(stdout)
 	brokers := fs.String("brokers", "", "Kafka brokers, host:port[,host:port...] (default: an embedded kfake cluster)")
 	prefix := fs.String("prefix", "", `prefix of the topics, group and transactional ids (default: none embedded, "enrichment-<UTC time>-" with -brokers)`)
-	atLeastOnce := fs.Bool("at-least-once", false, "emit the outputs with a plain producer (Emit) instead of in the input's transactions")
+	atLeastOnce := fs.Bool("at-least-once", false, "emit the outputs with the at-least-once emitter (Emit) instead of in the input's transactions")
 	verbose := fs.Bool("v", false, "print the engine's logs")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -197,7 +199,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	s := &service{seeds: seeds, t: t, sellers: sellers, exactlyOnce: !*atLeastOnce,
-		plain: cl, logger: logger, committed: newCommitWatch()}
+		logger: logger, committed: newCommitWatch()}
 	a, err := s.start(ctx, "A")
 	if err != nil {
 		return err
@@ -358,7 +360,6 @@ type service struct {
 	t           topics
 	sellers     map[string]Seller
 	exactlyOnce bool
-	plain       *kgo.Client // the at-least-once producer
 	logger      *slog.Logger
 	committed   *commitWatch
 }
@@ -377,20 +378,12 @@ func (s *service) fold(key []byte, o Order, exists bool, rec engine.Record) (eng
 	return engine.Set(o).With(outs...), nil
 }
 
-// emit is the at-least-once output: a plain producer.
-func (s *service) emit(ctx context.Context, outs []engine.Output) error {
-	recs := make([]*kgo.Record, len(outs))
-	for i, o := range outs {
-		recs[i] = &kgo.Record{Topic: o.Topic, Key: o.Key, Value: o.Value}
-	}
-	return s.plain.ProduceSync(ctx, recs...).FirstErr()
-}
-
 // instance is one process of the service: its store backend, engine and
 // group member, stepped by a goroutine of its own.
 type instance struct {
 	name    string
 	backend *kafka.Backend
+	emitter *engine.KafkaEmitter // at least once: the outputs' producer
 	e       *engine.Engine[Order]
 	r       *engine.Runner[Order]
 	cancel  context.CancelFunc
@@ -441,7 +434,7 @@ func (s *service) start(ctx context.Context, name string) (*instance, error) {
 			}
 			return s.fold(key, o, exists, rec)
 		},
-		Codec:       jsonCodec[Order]{},
+		Codec:       engine.JSON[Order](),
 		Store:       backend,
 		ExactlyOnce: s.exactlyOnce, // CommitInterval: 100 ms by default
 		Logger:      s.logger.With("instance", name),
@@ -450,8 +443,15 @@ func (s *service) start(ctx context.Context, name string) (*instance, error) {
 		// The exactly-once default, for a like-for-like comparison.
 		cfg.PersistInterval = engine.DefaultExactlyOnceCommitInterval
 		cfg.CommitInterval = engine.DefaultExactlyOnceCommitInterval
+		// The instance's own producer: idempotent, each output in the
+		// partition of its key (as the exactly-once path puts it).
+		in.emitter, err = engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: s.seeds, Logger: s.logger.With("instance", name)})
+		if err != nil {
+			_ = backend.Close()
+			return nil, err
+		}
 		cfg.Emit = func(ctx context.Context, outs []engine.Output) error {
-			if err := s.emit(ctx, outs); err != nil {
+			if err := in.emitter.Emit(ctx, outs); err != nil {
 				return err
 			}
 			if in.dying.Load() {
@@ -464,6 +464,7 @@ func (s *service) start(ctx context.Context, name string) (*instance, error) {
 	}
 	in.e, err = engine.New(cfg)
 	if err != nil {
+		in.closeEmitter()
 		_ = backend.Close()
 		return nil, err
 	}
@@ -475,6 +476,7 @@ func (s *service) start(ctx context.Context, name string) (*instance, error) {
 	})
 	if err != nil {
 		_ = in.e.Close()
+		in.closeEmitter()
 		_ = backend.Close()
 		return nil, err
 	}
@@ -533,6 +535,7 @@ func (in *instance) crash() int {
 	in.mu.Unlock()
 	_ = in.r.Source().Close(context.Background())
 	_ = in.e.Close()
+	in.closeEmitter()
 	_ = in.backend.Close()
 	in.r = nil
 	return pending
@@ -581,18 +584,17 @@ func (in *instance) close() {
 	}
 	_ = in.r.Close(context.Background())
 	_ = in.e.Close()
+	in.closeEmitter()
 	_ = in.backend.Close()
 	in.r = nil
 }
 
-// jsonCodec is the state's codec.
-type jsonCodec[S any] struct{}
-
-func (jsonCodec[S]) Encode(s S) ([]byte, error) { return json.Marshal(s) }
-func (jsonCodec[S]) Decode(b []byte) (S, error) {
-	var s S
-	err := json.Unmarshal(b, &s)
-	return s, err
+// closeEmitter closes the instance's emitter, if it has one, after its
+// engine.
+func (in *instance) closeEmitter() {
+	if in.emitter != nil {
+		_ = in.emitter.Close()
+	}
 }
 
 // ---- committing ----

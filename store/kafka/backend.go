@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/backend"
 )
@@ -85,6 +86,11 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	if err := cfg.checkOpts(); err != nil {
 		return nil, err
+	}
+	if cfg.OutputTopicPartitions < 0 || cfg.OutputTopicReplicationFactor < 0 {
+		return nil, &store.ConfigError{Subject: "Config.OutputTopicPartitions and OutputTopicReplicationFactor",
+			Problem: fmt.Sprintf("are %d and %d", cfg.OutputTopicPartitions, cfg.OutputTopicReplicationFactor),
+			Fix:     "give a positive count, or 0 for the broker's default"}
 	}
 	admin, err := kgo.NewClient(cfg.clientOpts()...)
 	if err != nil {
@@ -216,7 +222,7 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 		// snapshot topic took over 5 s.
 		compact := "compact"
 		start := b.set.Now()
-		created, err := createTopic(ctx, b.admin, snap.Topic, int32(len(in.Partitions)), -1, map[string]*string{"cleanup.policy": &compact})
+		created, err := kafkatopic.Create(ctx, b.admin, snap.Topic, int32(len(in.Partitions)), -1, map[string]*string{"cleanup.policy": &compact})
 		if err != nil {
 			return noID, fmt.Errorf("kafka: snapshot topic of input topic %q: %w", input.Topic, err)
 		}
@@ -260,7 +266,29 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 	return in.ID, nil
 }
 
-// outputPartitions returns the partition count of an output topic.
+// outputCounts returns the partition count of every topic of outs
+// (outputPartitions).
+func (b *Backend) outputCounts(ctx context.Context, outs []store.Output) (map[string]int, error) {
+	if len(outs) == 0 {
+		return nil, nil
+	}
+	counts := map[string]int{}
+	for _, o := range outs {
+		if _, ok := counts[o.Topic]; ok {
+			continue
+		}
+		n, err := b.outputPartitions(ctx, o.Topic)
+		if err != nil {
+			return nil, err
+		}
+		counts[o.Topic] = n
+	}
+	return counts, nil
+}
+
+// outputPartitions returns the partition count of an output topic, which
+// it checks once (and with Config.CreateOutputTopics creates): a missing
+// topic is a *store.ConfigError wrapping ErrTopicMissing.
 func (b *Backend) outputPartitions(ctx context.Context, topic string) (int, error) {
 	b.mu.Lock()
 	n, ok := b.outputTopics[topic]
@@ -268,22 +296,73 @@ func (b *Backend) outputPartitions(ctx context.Context, topic string) (int, erro
 	if ok {
 		return n, nil
 	}
+	n, err := b.describeOutput(ctx, topic)
+	if errors.Is(err, ErrTopicMissing) && b.cfg.CreateOutputTopics {
+		n, err = b.createOutput(ctx, topic)
+	}
+	if err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	b.outputTopics[topic] = n
+	b.mu.Unlock()
+	return n, nil
+}
+
+// describeOutput returns the partition count of an output topic.
+func (b *Backend) describeOutput(ctx context.Context, topic string) (int, error) {
 	details, err := b.adm.ListTopics(ctx, topic)
 	if err != nil {
 		return 0, fmt.Errorf("kafka: describing output topic %q: %w", topic, err)
 	}
 	td, ok := details[topic]
 	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
-		return 0, fmt.Errorf("%w: output topic %q does not exist", ErrTopicMissing, topic)
+		return 0, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", topic), Problem: "does not exist",
+			Fix: fmt.Sprintf("create it (kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions N), or set Config.CreateOutputTopics",
+				b.cfg.SeedBrokers[0], topic),
+			Err: ErrTopicMissing}
+	}
+	if errors.Is(td.Err, kerr.TopicAuthorizationFailed) {
+		return 0, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", topic), Problem: "the producer may not describe it",
+			Fix: "grant the principal Describe and Write on the topic", Err: td.Err}
 	}
 	if td.Err != nil {
 		return 0, fmt.Errorf("kafka: output topic %q: %w", topic, td.Err)
 	}
 	if len(td.Partitions) == 0 {
-		return 0, fmt.Errorf("%w: output topic %q has no partitions", ErrTopicMissing, topic)
+		return 0, fmt.Errorf("kafka: output topic %q lists no partitions", topic)
 	}
-	b.mu.Lock()
-	b.outputTopics[topic] = len(td.Partitions)
-	b.mu.Unlock()
 	return len(td.Partitions), nil
+}
+
+// createOutput creates a missing output topic (Config.CreateOutputTopics)
+// and returns its partition count once it is served.
+func (b *Backend) createOutput(ctx context.Context, topic string) (int, error) {
+	partitions, replicas := b.cfg.OutputTopicPartitions, b.cfg.OutputTopicReplicationFactor
+	if partitions == 0 {
+		partitions = -1
+	}
+	if replicas == 0 {
+		replicas = -1
+	}
+	start := b.set.Now()
+	created, err := kafkatopic.Create(ctx, b.admin, topic, partitions, replicas, nil)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		return 0, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", topic), Problem: "does not exist, and the backend may not create it",
+			Fix: "create it, or grant the principal Create on the topic", Err: err}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kafka: output topic: %w", err)
+	}
+	// Create left the admin client's metadata of the topic fresh.
+	n, err := b.describeOutput(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	msg := "created output topic"
+	if !created {
+		msg = "output topic was created meanwhile"
+	}
+	b.set.Logger.Info(msg, "topic", topic, "partitions", n, "served_after", b.set.Now().Sub(start))
+	return n, nil
 }

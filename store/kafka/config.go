@@ -55,6 +55,22 @@ type Config struct {
 	// input topic's partition count and the broker's default replication)
 	// instead of failing.
 	CreateTopics bool
+	// CreateOutputTopics creates a missing output topic of an
+	// exactly-once batch (store.Batch.Outputs), with
+	// OutputTopicPartitions partitions and OutputTopicReplicationFactor
+	// replicas, before the batch's transaction begins. Off by default: the
+	// batch fails, before any transaction, with a *store.ConfigError
+	// wrapping ErrTopicMissing that names the topic. CreateTopics does not
+	// apply to output topics.
+	CreateOutputTopics bool
+	// OutputTopicPartitions is the partition count of an output topic
+	// CreateOutputTopics creates; 0 (the default) takes the broker's
+	// num.partitions.
+	OutputTopicPartitions int32
+	// OutputTopicReplicationFactor is the replication factor of an output
+	// topic CreateOutputTopics creates; 0 (the default) takes the broker's
+	// default.replication.factor.
+	OutputTopicReplicationFactor int16
 	// MaxWritesPerTransaction caps the writes of one transaction; default
 	// store.DefaultMaxWritesPerTransaction (256).
 	MaxWritesPerTransaction int

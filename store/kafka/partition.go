@@ -91,7 +91,13 @@ func (p *partition) Transact(ctx context.Context, batch groupcommit.Batch, id st
 	if prod == nil {
 		return store.ErrClosed
 	}
-	err := p.transact(ctx, prod, batch, id)
+	// The output topics are checked before the transaction begins: a
+	// missing one (a *store.ConfigError) opens and aborts nothing.
+	counts, err := p.b.outputCounts(ctx, batch.Outputs)
+	if err != nil {
+		return fmt.Errorf("kafka: %s: %w", p.input, err)
+	}
+	err = p.transact(ctx, prod, batch, id, counts)
 	if err == nil {
 		return nil
 	}
@@ -135,7 +141,7 @@ func (p *partition) fenced(id store.GroupIdentity, reason error) *store.FencedEr
 // from ~20 ms to ~3 ms (docs/benchmarks.md). And a stale owner learns it
 // is fenced before it has written anything: its aborted records never
 // reach the snapshot log.
-func (p *partition) transact(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity) error {
+func (p *partition) transact(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity, counts map[string]int) error {
 	if err := prod.BeginTransaction(); err != nil {
 		return err
 	}
@@ -143,7 +149,7 @@ func (p *partition) transact(ctx context.Context, prod *kgo.Client, batch groupc
 	err := p.commitOffset(ctx, prod, batch, id)
 	if err == nil {
 		produced = true
-		err = p.produce(ctx, prod, batch, id)
+		err = p.produce(ctx, prod, batch, id, counts)
 	}
 	if err != nil {
 		if !produced {
@@ -152,7 +158,7 @@ func (p *partition) transact(ctx context.Context, prod *kgo.Client, batch groupc
 			// attempt; a marker (aborted with the rest) makes it send one.
 			// Otherwise the broker's transaction would stay open and the
 			// next one, same epoch, would join it.
-			_ = p.produce(ctx, prod, batch, id)
+			_ = p.produce(ctx, prod, batch, id, counts)
 		}
 		if aerr := prod.EndTransaction(ctx, kgo.TryAbort); aerr != nil {
 			return errors.Join(err, fmt.Errorf("aborting: %w", aerr))
@@ -162,18 +168,15 @@ func (p *partition) transact(ctx context.Context, prod *kgo.Client, batch groupc
 	return prod.EndTransaction(ctx, kgo.TryCommit)
 }
 
-// produce writes the batch's records, or an offset marker if it has none.
-func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity) error {
+// produce writes the batch's records, or an offset marker if it has none;
+// counts are the partition counts of the outputs' topics (outputCounts).
+func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity, counts map[string]int) error {
 	recs := make([]*kgo.Record, 0, max(len(batch.Writes)+len(batch.Outputs), 1))
 	for _, w := range batch.Writes {
 		recs = append(recs, p.record(store.EncodeSnapshot(w)))
 	}
 	for _, o := range batch.Outputs {
-		n, err := p.b.outputPartitions(ctx, o.Topic)
-		if err != nil {
-			return fmt.Errorf("kafka: %s: %w", p.input, err)
-		}
-		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, n)}
+		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, counts[o.Topic])}
 		recs = append(recs, kgoRecord(tp, store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}))
 	}
 	if len(recs) == 0 {

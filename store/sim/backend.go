@@ -216,8 +216,8 @@ func (p *link) produceOutputs(id store.GroupIdentity, outs []store.Output) error
 	for _, o := range outs {
 		cfg, ok := p.b.c.Topic(o.Topic)
 		if !ok {
-			return &store.ConfigError{Subject: fmt.Sprintf("output topic %q", o.Topic), Problem: fmt.Sprintf("does not exist (an output of %s)", p.input),
-				Fix: "create it, or stop the fold from writing to it"}
+			return fmt.Errorf("sim: %s: %w", p.input, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", o.Topic),
+				Problem: "does not exist", Fix: "create it (Cluster.CreateTopic)"})
 		}
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, cfg.Partitions)}
 		rec := store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}

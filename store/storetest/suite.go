@@ -993,8 +993,8 @@ func invalidOutputRefusesBatch(t *testing.T, w World) {
 }
 
 // 12. An output for a topic that does not exist fails the batch with a
-// permanent configuration error naming the topic; nothing of the batch
-// commits.
+// permanent configuration error (a *store.ConfigError) naming the topic;
+// nothing of the batch commits.
 func missingOutputTopic(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
@@ -1003,8 +1003,9 @@ func missingOutputTopic(t *testing.T, w World) {
 		Snapshots: []store.Snapshot{snap("k", "1", 1)},
 		Outputs:   []store.Output{{Topic: "no-such-output-topic", Key: []byte("k")}}, Offset: 2,
 	})
-	if !errors.Is(err, store.ErrMisconfigured) || !strings.Contains(err.Error(), `"no-such-output-topic"`) || !strings.Contains(err.Error(), "does not exist") {
-		t.Fatalf("err = %v, want a permanent configuration error (store.ErrMisconfigured) naming the missing output topic", err)
+	var ce *store.ConfigError
+	if !errors.As(err, &ce) || ce.Subject != `output topic "no-such-output-topic"` || ce.Problem != "does not exist" {
+		t.Fatalf("err = %v, want a *store.ConfigError naming the missing output topic", err)
 	}
 	if got := w.ReadSnapshots(t, in); len(got) != 0 {
 		t.Fatalf("the failed batch's snapshots are visible: %s", describe(got))

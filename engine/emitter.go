@@ -1,0 +1,385 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snapfence/snapfence/internal/kafkatopic"
+	"github.com/snapfence/snapfence/store"
+)
+
+// DefaultDeliveryTimeout is KafkaEmitterConfig.DeliveryTimeout's default.
+// Emit runs on the engine's poll loop, so it must not block for longer
+// than a rebalance may wait for the loop (franz-go's default rebalance
+// timeout is 60 s); Kafka's own delivery.timeout.ms is 2 min, for
+// producers that do not hold a group up.
+const DefaultDeliveryTimeout = 30 * time.Second
+
+// KafkaEmitterConfig configures a KafkaEmitter. Zero values take the
+// defaults given.
+type KafkaEmitterConfig struct {
+	// SeedBrokers are the bootstrap brokers, "host:port". Required.
+	SeedBrokers []string
+	// ClientOpts are appended to the producer's options: TLS, SASL, a
+	// dialer, a logger, batching (kgo.ProducerLinger, default 10 ms;
+	// kgo.ProducerBatchMaxBytes) and the like. They may be the options of
+	// the engine's consumer (KafkaConfig.ClientOpts): group options
+	// (every kgo.GroupOpt) are left out, and the consumer's subscription
+	// is emptied. Options the emitter rests on are applied after them and
+	// cannot be changed: the partitioner (store.OutputPartition's, by key)
+	// and the delivery timeout (DeliveryTimeout). Idempotence is
+	// franz-go's default; kgo.DisableIdempotentWrite turns it off (and
+	// with it the protection against duplicates from the producer's own
+	// retries).
+	ClientOpts []kgo.Opt
+	// DeliveryTimeout bounds the delivery of one output record, retries
+	// included (kgo.RecordDeliveryTimeout, Kafka's delivery.timeout.ms),
+	// and each Emit's topic check; default DefaultDeliveryTimeout (30 s).
+	// A record not delivered by then fails its Emit.
+	DeliveryTimeout time.Duration
+	// CreateTopics creates a missing output topic (off by default: a
+	// missing topic fails Emit with a *store.ConfigError). It is created
+	// with TopicPartitions partitions, TopicReplicationFactor replicas
+	// and TopicConfigs, and Emit returns once it is served.
+	CreateTopics bool
+	// TopicPartitions is the partition count of a topic CreateTopics
+	// creates; 0 (the default) takes the broker's num.partitions.
+	TopicPartitions int32
+	// TopicReplicationFactor is the replication factor of a topic
+	// CreateTopics creates; 0 (the default) takes the broker's
+	// default.replication.factor.
+	TopicReplicationFactor int16
+	// TopicConfigs are the topic configs of a topic CreateTopics creates
+	// ("retention.ms", "cleanup.policy", ...); default none (the broker's
+	// defaults).
+	TopicConfigs map[string]string
+	// Logger receives the emitter's logs (a topic created); default
+	// discards.
+	Logger *slog.Logger
+}
+
+// KafkaEmitter is the built-in at-least-once output: an idempotent
+// franz-go producer whose Emit is a Config.Emit. Each output goes to its
+// Topic, with its key, value and headers, to the partition that Kafka's
+// default partitioner gives its key (store.OutputPartition): the same
+// partition an exactly-once batch, or a Java producer, would write it to,
+// so a keyed downstream sees one key's outputs in order.
+//
+// Emit returns once every output is acknowledged by all in-sync replicas,
+// or with an error, which makes the engine replay the batch: outputs are
+// at least once. Before the first output to a topic it checks the topic
+// (one Metadata request, then the partition count is cached; a topic that
+// later grows partitions keeps its old count, as exactly-once batches do):
+// a missing topic is a permanent configuration error, returned at once, or
+// created with CreateTopics.
+//
+// A KafkaEmitter is safe for concurrent use. Close it after the engine.
+type KafkaEmitter struct {
+	cfg KafkaEmitterConfig
+	cl  *kgo.Client
+	adm *kadm.Client
+	log *slog.Logger
+
+	mu         sync.Mutex
+	closed     bool
+	partitions map[string]int // checked topics' partition counts
+}
+
+// ErrEmitterClosed: Emit on a KafkaEmitter after Close.
+var ErrEmitterClosed = errors.New("engine: emitter closed")
+
+// EmitError reports outputs that a KafkaEmitter did not deliver. Others
+// of the same call may have been delivered: the engine replays the batch,
+// and they are emitted again (at least once). errors.Is and errors.As
+// see Err: franz-go's or the broker's error (a kerr.Error), a
+// *store.ConfigError for a permanent configuration problem (a missing
+// topic, a denied write), or the context's error.
+type EmitError struct {
+	// Failed of Total outputs of the call were not delivered.
+	Failed, Total int
+	// Topic, Partition and Key are the first failed output's (Partition
+	// is -1 when the failure came before partitioning).
+	Topic     string
+	Partition int32
+	Key       []byte
+	// Err is the first failure's cause.
+	Err error
+}
+
+func (e *EmitError) Error() string {
+	where := fmt.Sprintf("topic %q", e.Topic)
+	if e.Partition >= 0 {
+		where = fmt.Sprintf("%s partition %d", where, e.Partition)
+	}
+	return fmt.Sprintf("engine: emitter: %d of %d outputs not delivered; the first, to %s with key %q: %v",
+		e.Failed, e.Total, where, printableKey(e.Key), e.Err)
+}
+
+// Unwrap returns Err.
+func (e *EmitError) Unwrap() error { return e.Err }
+
+// NewKafkaEmitter returns an emitter; it connects on the first Emit.
+func NewKafkaEmitter(cfg KafkaEmitterConfig) (*KafkaEmitter, error) {
+	if len(cfg.SeedBrokers) == 0 {
+		return nil, &store.ConfigError{Subject: "KafkaEmitterConfig.SeedBrokers", Problem: "is empty",
+			Fix: `give the bootstrap brokers, "host:port"`}
+	}
+	if cfg.DeliveryTimeout <= 0 {
+		cfg.DeliveryTimeout = DefaultDeliveryTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.TopicPartitions < 0 || cfg.TopicReplicationFactor < 0 {
+		return nil, &store.ConfigError{Subject: "KafkaEmitterConfig.TopicPartitions and TopicReplicationFactor",
+			Problem: fmt.Sprintf("are %d and %d", cfg.TopicPartitions, cfg.TopicReplicationFactor),
+			Fix:     "give a positive count, or 0 for the broker's default"}
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(cfg.SeedBrokers...)}
+	for _, o := range cfg.ClientOpts {
+		if _, group := o.(kgo.GroupOpt); !group {
+			opts = append(opts, o)
+		}
+	}
+	opts = append(opts,
+		kgo.ConsumeTopics(), kgo.ConsumePartitions(nil), // never a consumer
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), // store.OutputPartition, set per record
+		kgo.RecordDeliveryTimeout(cfg.DeliveryTimeout),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, &store.ConfigError{Subject: "KafkaEmitterConfig.ClientOpts", Problem: "franz-go refuses them",
+			Fix: "remove the conflicting option", Err: err}
+	}
+	return &KafkaEmitter{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), log: cfg.Logger, partitions: map[string]int{}}, nil
+}
+
+// Emit produces outs and returns once each is delivered; it is a
+// Config.Emit. An output without a topic fails the call before anything is
+// sent (store.ErrInvalidOutput), and so does a topic that does not exist
+// (without CreateTopics: a *store.ConfigError naming it) or cannot be
+// described. Otherwise every output is sent, and the error, if any, is an
+// *EmitError.
+func (em *KafkaEmitter) Emit(ctx context.Context, outs []Output) error {
+	if len(outs) == 0 {
+		return nil
+	}
+	em.mu.Lock()
+	closed := em.closed
+	em.mu.Unlock()
+	if closed {
+		return ErrEmitterClosed
+	}
+	counts, err := em.topicPartitions(ctx, outs)
+	if err != nil {
+		return err
+	}
+	recs := make([]*kgo.Record, len(outs))
+	for i, o := range outs {
+		r := &kgo.Record{Topic: o.Topic, Partition: store.OutputPartition(o.Key, counts[o.Topic]), Key: o.Key, Value: o.Value}
+		if len(o.Headers) > 0 {
+			r.Headers = make([]kgo.RecordHeader, len(o.Headers))
+			for j, h := range o.Headers {
+				r.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+			}
+		}
+		recs[i] = r
+	}
+	var first *EmitError
+	failed := 0
+	for _, res := range em.cl.ProduceSync(ctx, recs...) {
+		if res.Err == nil {
+			continue
+		}
+		failed++
+		if errors.Is(res.Err, kerr.UnknownTopicOrPartition) {
+			// Deleted since it was checked: check it again next time.
+			em.forget(res.Record.Topic)
+		}
+		if first == nil {
+			first = &EmitError{Topic: res.Record.Topic, Partition: res.Record.Partition, Key: res.Record.Key,
+				Err: produceError(res.Record.Topic, res.Err)}
+		}
+	}
+	if first != nil {
+		first.Failed, first.Total = failed, len(outs)
+		return first
+	}
+	return nil
+}
+
+// produceError is err, or a *store.ConfigError wrapping it when it is a
+// permanent configuration problem.
+func produceError(topic string, err error) error {
+	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		return &store.ConfigError{Subject: fmt.Sprintf("output topic %q", topic), Problem: "the emitter may not write to it",
+			Fix: "grant the producer's principal Write and Describe on the topic (and IdempotentWrite on the cluster, for Kafka before 3.0)", Err: err}
+	}
+	return err
+}
+
+// topicPartitions returns the partition count of every topic of outs,
+// checking (and with CreateTopics creating) each topic it has not seen.
+func (em *KafkaEmitter) topicPartitions(ctx context.Context, outs []Output) (map[string]int, error) {
+	counts := map[string]int{}
+	var unknown []string
+	em.mu.Lock()
+	for i, o := range outs {
+		if o.Topic == "" {
+			em.mu.Unlock()
+			return nil, &EmitError{Failed: len(outs), Total: len(outs), Partition: -1, Key: o.Key,
+				Err: fmt.Errorf("output %d has no topic: %w", i, store.ErrInvalidOutput)}
+		}
+		if _, ok := counts[o.Topic]; ok {
+			continue
+		}
+		n, ok := em.partitions[o.Topic]
+		counts[o.Topic] = n
+		if !ok {
+			unknown = append(unknown, o.Topic)
+		}
+	}
+	em.mu.Unlock()
+	if len(unknown) == 0 {
+		return counts, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, em.cfg.DeliveryTimeout)
+	defer cancel()
+	found, err := em.describe(cctx, unknown)
+	if err != nil {
+		return nil, em.failAll(outs, unknown[0], err)
+	}
+	for _, topic := range unknown {
+		n, ok := found[topic]
+		if !ok {
+			if !em.cfg.CreateTopics {
+				return nil, em.failAll(outs, topic, &store.ConfigError{
+					Subject: fmt.Sprintf("output topic %q", topic), Problem: "does not exist",
+					Fix: fmt.Sprintf("create it (kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions N), "+
+						"or set KafkaEmitterConfig.CreateTopics", em.cfg.SeedBrokers[0], topic),
+					Err: kerr.UnknownTopicOrPartition})
+			}
+			if n, err = em.create(cctx, topic); err != nil {
+				return nil, em.failAll(outs, topic, err)
+			}
+		}
+		counts[topic] = n
+		em.mu.Lock()
+		em.partitions[topic] = n
+		em.mu.Unlock()
+	}
+	return counts, nil
+}
+
+// failAll is an *EmitError for a failure before anything was sent.
+func (em *KafkaEmitter) failAll(outs []Output, topic string, err error) *EmitError {
+	e := &EmitError{Failed: len(outs), Total: len(outs), Topic: topic, Partition: -1, Err: err}
+	if i := slices.IndexFunc(outs, func(o Output) bool { return o.Topic == topic }); i >= 0 {
+		e.Key = outs[i].Key
+	}
+	return e
+}
+
+// describe returns the partition counts of the topics that exist.
+func (em *KafkaEmitter) describe(ctx context.Context, topics []string) (map[string]int, error) {
+	details, err := em.adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("describing output topics %q: %w", topics, err)
+	}
+	found := map[string]int{}
+	for _, topic := range topics {
+		td, ok := details[topic]
+		switch {
+		case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+		case errors.Is(td.Err, kerr.TopicAuthorizationFailed):
+			return nil, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", topic), Problem: "the emitter may not describe it",
+				Fix: "grant the producer's principal Describe and Write on the topic", Err: td.Err}
+		case td.Err != nil:
+			return nil, fmt.Errorf("describing output topic %q: %w", topic, td.Err)
+		case len(td.Partitions) == 0:
+			return nil, fmt.Errorf("output topic %q lists no partitions", topic)
+		default:
+			found[topic] = len(td.Partitions)
+		}
+	}
+	return found, nil
+}
+
+// create creates topic (CreateTopics), waits until it is served, and
+// returns its partition count.
+func (em *KafkaEmitter) create(ctx context.Context, topic string) (int, error) {
+	partitions, replicas := em.cfg.TopicPartitions, em.cfg.TopicReplicationFactor
+	if partitions == 0 {
+		partitions = -1
+	}
+	if replicas == 0 {
+		replicas = -1
+	}
+	var configs map[string]*string
+	for k, v := range em.cfg.TopicConfigs {
+		if configs == nil {
+			configs = map[string]*string{}
+		}
+		configs[k] = &v
+	}
+	created, err := kafkatopic.Create(ctx, em.cl, topic, partitions, replicas, configs)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		return 0, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", topic), Problem: "does not exist, and the emitter may not create it",
+			Fix: "create it, or grant the producer's principal Create on the topic", Err: err}
+	}
+	if err != nil {
+		return 0, err
+	}
+	// Create left the client's metadata of the topic fresh: this reads it.
+	found, err := em.describe(ctx, []string{topic})
+	if err != nil {
+		return 0, err
+	}
+	n, ok := found[topic]
+	if !ok {
+		return 0, fmt.Errorf("output topic %q is not listed after its creation", topic)
+	}
+	msg := "created output topic"
+	if !created {
+		msg = "output topic was created meanwhile"
+	}
+	em.log.Info(msg, "topic", topic, "partitions", n)
+	return n, nil
+}
+
+func (em *KafkaEmitter) forget(topic string) {
+	em.mu.Lock()
+	delete(em.partitions, topic)
+	em.mu.Unlock()
+}
+
+// Close closes the producer. An Emit in flight fails (kgo.ErrClientClosed);
+// later ones return ErrEmitterClosed. Close is idempotent and returns nil.
+func (em *KafkaEmitter) Close() error {
+	em.mu.Lock()
+	closed := em.closed
+	em.closed = true
+	em.mu.Unlock()
+	if !closed {
+		em.cl.Close()
+	}
+	return nil
+}
+
+// printableKey is a key for an error message, cut to 64 bytes.
+func printableKey(k []byte) string {
+	const max = 64
+	if len(k) > max {
+		return string(k[:max]) + "..."
+	}
+	return string(k)
+}
