@@ -57,6 +57,9 @@ type kafkaSource struct {
 	adm   *kadm.Client
 	group string
 	buf   []Record // reused by every Poll: valid until the next
+	// logEnd is each partition's high watermark from the last fetch
+	// response that carried it (Poll and LogEnd run on one goroutine).
+	logEnd map[store.TopicPartition]int64
 }
 
 // NewKafkaSource returns a factory for Engine.NewRunner.
@@ -97,7 +100,7 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 		if err != nil {
 			return nil, fmt.Errorf("engine: consumer: %w", err)
 		}
-		return &kafkaSource{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), group: cfg.Group}, nil
+		return &kafkaSource{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), group: cfg.Group, logEnd: map[store.TopicPartition]int64{}}, nil
 	}
 }
 
@@ -131,6 +134,11 @@ func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]Record, e
 		}
 		if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) && err == nil {
 			err = fmt.Errorf("engine: fetching %s/%d: %w", t, p, e)
+		}
+	})
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		if p.Err == nil && p.HighWatermark >= 0 {
+			s.logEnd[store.TopicPartition{Topic: p.Topic, Partition: p.Partition}] = p.HighWatermark
 		}
 	})
 	out := s.buf[:0]
@@ -262,6 +270,14 @@ func (s *kafkaSource) Pause(tp store.TopicPartition) {
 
 func (s *kafkaSource) Now() time.Time { return time.Now() }
 
+// LogEnd is tp's high watermark from the last fetch response that carried
+// it. franz-go passes on only fetches with records or errors, so a
+// partition with nothing fetched since its assignment has none yet.
+func (s *kafkaSource) LogEnd(tp store.TopicPartition) (int64, bool) {
+	o, ok := s.logEnd[tp]
+	return o, ok
+}
+
 // Close leaves the group: the revoke callback flushes and tears down.
 func (s *kafkaSource) Close(ctx context.Context) error {
 	s.cl.AllowRebalance()
@@ -271,7 +287,8 @@ func (s *kafkaSource) Close(ctx context.Context) error {
 
 // Run runs the engine against Kafka until ctx ends, then leaves the group
 // cleanly (the revoke callback flushes and commits).
-func (e *Engine[S]) Run(ctx context.Context, cfg KafkaConfig) error {
+func (e *Engine[S]) Run(ctx context.Context, cfg KafkaConfig) (err error) {
+	defer e.trackRun()(&err)
 	r, err := e.NewRunner(NewKafkaSource(cfg))
 	if err != nil {
 		return err

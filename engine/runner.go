@@ -37,6 +37,10 @@ type Source interface {
 	Resume(tp store.TopicPartition)
 	// Now is the source's clock (virtual for the sim).
 	Now() time.Time
+	// LogEnd is tp's log end offset (high watermark) as the source last
+	// learnt it; ok is false while it knows none. The runner calls it
+	// after each poll, on the polling goroutine, for its status and lag.
+	LogEnd(tp store.TopicPartition) (offset int64, ok bool)
 	// Close leaves the group (running the revoke callbacks).
 	Close(ctx context.Context) error
 }
@@ -72,6 +76,8 @@ type Runner[S any] struct {
 	mu    chanMutex
 	sched *scheduler[*flow[S]]
 	errs  []error
+	// status is what Status reports; it has a lock of its own.
+	status *statusBoard
 }
 
 // flow is a running partition's state: its core and its acquired store
@@ -89,6 +95,7 @@ type flow[S any] struct {
 func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[S], error) {
 	r := &Runner[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1)}
 	r.mode = newOutputMode(r)
+	r.status = r.newStatusBoard()
 	r.sched = newScheduler[*flow[S]](schedulerConfig{
 		persistInterval: r.mode.persistInterval(),
 		commitInterval:  e.cfg.CommitInterval,
@@ -143,6 +150,7 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	}
 	err := r.step(ctx)
 	if fatal := r.fatalErr(); fatal != nil {
+		r.status.failed(fatal)
 		return fatal
 	}
 	return err
@@ -163,6 +171,7 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	r.mu.Unlock()
 	recs, pollErr := r.src.Poll(ctx, wait)
 	r.publish()
+	r.status.polled(r.src)
 	defer r.src.PollDone()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -256,6 +265,7 @@ func recordTP(rec *Record) store.TopicPartition {
 
 // do carries out the scheduler's actions, in order.
 func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
+	syncStatus(r.status, r.sched, acts)
 	for _, a := range acts {
 		switch a.kind {
 		case actStart:
@@ -329,7 +339,7 @@ func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
 func (r *Runner[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
 	if err := r.mode.commit(ctx, f); err != nil {
 		if errors.Is(err, store.ErrFenced) {
-			r.e.cfg.Metrics.fenced()
+			r.e.cfg.Metrics.fenced(fenceReason(err))
 		}
 		r.e.log.Warn("revoke-time flush failed; the new owner replays", "input", f.tp.String(), "err", err)
 	}
@@ -344,6 +354,7 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, seek 
 		part, err := r.e.cfg.Store.Acquire(ctx, store.Acquisition{
 			Input: tp, Identity: identity[S]{r},
 			ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
+			Progress:              r.status.progress(tp),
 		})
 		proceed, acts := r.sched.acquired(tp, err, r.src.Now())
 		r.do(ctx, acts)
@@ -400,6 +411,7 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 	}
 	r.src.Resume(tp)
 	r.e.cfg.Metrics.recovered(n, r.src.Now().Sub(begin))
+	r.status.recovered(tp, assigned, n, r.src.Now().Sub(begin))
 	r.e.log.Info("partition recovered", "input", tp.String(), "snapshots", n, "keys", c.Keys(), "assigned_offset", assigned,
 		"generation", r.src.Identity().Generation)
 }
@@ -409,7 +421,7 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 func (r *Runner[S]) stop(a action[*flow[S]]) {
 	if a.flow != nil {
 		if errors.Is(a.err, store.ErrFenced) {
-			r.e.cfg.Metrics.fenced()
+			r.e.cfg.Metrics.fenced(fenceReason(a.err))
 		}
 		r.teardown(a.flow)
 	}
@@ -431,6 +443,7 @@ type rebalanceHandler[S any] struct{ r *Runner[S] }
 
 // Assigned starts every assigned partition without a running flow.
 func (h rebalanceHandler[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
+	h.r.status.assignment()
 	h.callback(ctx, func() []action[*flow[S]] { return h.r.sched.assigned(tps) })
 }
 
@@ -494,6 +507,7 @@ func (r *Runner[S]) Persist(ctx context.Context) {
 
 // Close leaves the group; the revoke callbacks flush and tear down.
 func (r *Runner[S]) Close(ctx context.Context) error {
+	r.status.close()
 	err := r.src.Close(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
