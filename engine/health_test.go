@@ -12,9 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
@@ -336,5 +339,116 @@ func TestLivezAfterRunReturns(t *testing.T) {
 	}
 	if st := e.Status(); st.Live || !errors.Is(st.Err, err) || st.Ready() {
 		t.Fatalf("status %+v after Run returned %v", st, err)
+	}
+}
+
+// serveHealthOn serves e's HealthHandler over net (a kfake virtual
+// network, so a synctest bubble can wait on it), with a real HTTP client
+// that dials it.
+func serveHealthOn[S any](t *testing.T, net *kfake.VirtualNetwork, e *engine.Engine[S], reg prometheus.Gatherer) healthClient {
+	l, err := net.Listen("tcp", "127.0.0.1:9090") // the virtual network takes ports as given
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: e.HealthHandler(reg)}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	tr := &http.Transport{DialContext: net.DialContext, DisableKeepAlives: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	return healthClient{t: t, c: &http.Client{Transport: tr}, base: "http://" + l.Addr().String()}
+}
+
+// ends is the log end of every partition of accounts.
+func (w *fakeWorld) ends() map[int32]int64 {
+	w.t.Helper()
+	ends, err := w.adm.ListEndOffsets(context.Background(), "accounts")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
+
+// On kfake with franz-go and store/kafka, under each consumer protocol,
+// through a real HTTP client: not ready before the runner; ready
+// once both partitions are recovered, with the log ends the fetches
+// reported; lag while records are folded and not committed, 0 after the
+// commit.
+func TestHealthHandlerOnKfake(t *testing.T) {
+	for name, protocol := range protocols {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newFakeWorld(t)
+				reg := prometheus.NewPedanticRegistry()
+				m, err := engine.NewMetrics(reg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Commits only when the test asks (FlushAll).
+				e := w.engineWith(func(c *engine.Config[int]) {
+					c.Metrics, c.PersistInterval, c.CommitInterval = m, time.Hour, time.Hour
+				})
+				h := serveHealthOn(t, w.net, e, reg)
+				w.produce("alice=+1", "bob=+2", "dave=+4", "erin=+5")
+				if code, rb := h.ready(); code != http.StatusServiceUnavailable || rb.Joined || len(rb.Partitions) != 0 {
+					t.Fatalf("/readyz %d %+v before the runner, want 503, not joined", code, rb)
+				}
+				// (franz-go joins, and may run the assignment
+				// callback, before the first poll.)
+				r := w.runner(e, protocol)
+				ends := w.ends()
+				// Step until both partitions run and their fetches
+				// have reported the log ends.
+				for i := 0; ; i++ {
+					if i == 200 {
+						t.Fatalf("not both partitions running with their log ends known: %+v", r.Status())
+					}
+					if err := r.Step(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					st := r.Status()
+					known := len(st.Partitions) == 2
+					for _, p := range st.Partitions {
+						known = known && p.LogEndOffset == ends[p.Input.Partition]
+					}
+					if st.Ready() && known {
+						break
+					}
+				}
+				code, rb := h.ready()
+				if code != http.StatusOK || rb.Group != "bank" || rb.Generation < 0 {
+					t.Fatalf("/readyz %d %+v, want ready in group bank", code, rb)
+				}
+				for _, p := range rb.Partitions {
+					if p.Lag != ends[p.Partition] || p.CommittedOffset != 0 {
+						t.Fatalf("partition %+v: nothing committed yet, want lag %d", p, ends[p.Partition])
+					}
+				}
+				h.wantMetric(`snapfence_consumer_lag{partition="1",topic="accounts"}`, float64(ends[1]))
+				r.FlushAll(context.Background())
+				h.wantCaughtUp("accounts", ends, true)
+
+				w.produce("bob=+7", "bob=+8", "bob=+9") // partition 1
+				ends = w.ends()
+				for i := 0; r.Status().Partitions[1].LogEndOffset != ends[1]; i++ {
+					if i == 200 {
+						t.Fatalf("the new log end %d never reported: %+v", ends[1], r.Status())
+					}
+					if err := r.Step(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				h.wantMetric(`snapfence_consumer_lag{partition="1",topic="accounts"}`, 3)
+				r.FlushAll(context.Background())
+				h.wantCaughtUp("accounts", ends, true)
+				if err := r.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if code, _ := h.live(); code != http.StatusServiceUnavailable {
+					t.Fatalf("/livez %d after Close, want 503", code)
+				}
+			})
+		})
 	}
 }
