@@ -36,7 +36,12 @@ func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 func (m *atLeastOnce[S]) persist(ctx context.Context, f *flow[S]) error { return m.flush(ctx, f) }
 
 // commit writes every dirty key of f, then commits its committable offset.
+// A partition with nothing to write whose committable offset is already
+// committed sends nothing: an idle partition costs no transaction.
 func (m *atLeastOnce[S]) commit(ctx context.Context, f *flow[S]) error {
+	if !f.core.Dirty() && f.core.Committable() <= f.part.CommittedOffset() {
+		return nil
+	}
 	if err := m.flush(ctx, f); err != nil {
 		return err
 	}

@@ -60,7 +60,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -138,7 +137,8 @@ const (
 type Config[S any] struct {
 	// Fold is required.
 	Fold FoldFunc[S]
-	// Tick is optional; it runs every TickInterval (0: never).
+	// Tick is optional; it runs every TickInterval, which must then be
+	// above 0 (and 0 without a Tick).
 	Tick         TickFunc[S]
 	TickInterval time.Duration
 	// Codec is required.
@@ -233,6 +233,15 @@ type Config[S any] struct {
 	// which names the transaction and the command that aborts it. Default
 	// DefaultUnstableOffsetTimeout (3 min).
 	UnstableOffsetTimeout time.Duration
+	// Poison is what a record that the fold fails or panics on (or a key
+	// whose tick fails) does: StopOnPoison (the default) commits what came
+	// before it and makes Run return the *FoldError; SkipPoison and
+	// DeadLetterPoison go past it. See PoisonPolicy.
+	Poison PoisonPolicy
+	// DeadLetterTopic is where DeadLetterPoison sends poison records;
+	// required with it, and only with it. Outside ExactlyOnce dead
+	// letters go out through Emit, which is then required too.
+	DeadLetterTopic string
 	// Logger; default discards.
 	Logger *slog.Logger
 	// Metrics, if set, receives the engine's measurements.
@@ -253,39 +262,38 @@ type Engine[S any] struct {
 	runErr   error
 }
 
-// New opens the local cache and returns an engine.
+// New checks the configuration, opens the local cache and returns an
+// engine. A configuration that cannot work is refused with a
+// *store.ConfigError naming the field (errors.Is store.ErrMisconfigured).
 func New[S any](cfg Config[S]) (*Engine[S], error) {
-	if cfg.Fold == nil || cfg.Codec == nil || cfg.Store == nil {
-		return nil, errors.New("engine: Fold, Codec and Store are required")
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
-	if cfg.PersistInterval <= 0 {
+	if cfg.PersistInterval == 0 {
 		cfg.PersistInterval = DefaultPersistInterval
 	}
-	if cfg.CommitInterval <= 0 {
+	if cfg.CommitInterval == 0 {
 		cfg.CommitInterval = DefaultCommitInterval
 		if cfg.ExactlyOnce {
 			cfg.CommitInterval = DefaultExactlyOnceCommitInterval
 		}
 	}
-	if cfg.MaxTransactionRecords <= 0 {
+	if cfg.MaxTransactionRecords == 0 {
 		cfg.MaxTransactionRecords = DefaultMaxTransactionRecords
 	}
-	if cfg.MaxTransactionBytes <= 0 {
+	if cfg.MaxTransactionBytes == 0 {
 		cfg.MaxTransactionBytes = DefaultMaxTransactionBytes
 	}
-	if cfg.UnstableOffsetTimeout <= 0 {
+	if cfg.UnstableOffsetTimeout == 0 {
 		cfg.UnstableOffsetTimeout = DefaultUnstableOffsetTimeout
-	}
-	if cfg.ExactlyOnce && cfg.Store.Mode() != store.Transactional {
-		return nil, fmt.Errorf("engine: ExactlyOnce needs a Transactional store (this one is %v)", cfg.Store.Mode())
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.FlushBatch <= 0 {
+	if cfg.FlushBatch == 0 {
 		cfg.FlushBatch = DefaultFlushBatch
 	}
-	if cfg.HotKeys <= 0 {
+	if cfg.HotKeys == 0 {
 		cfg.HotKeys = DefaultHotKeys
 	}
 	kv, err := openPebble(cfg.Dir)
@@ -293,6 +301,59 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 		return nil, err
 	}
 	return &Engine[S]{cfg: cfg, kv: kv, log: cfg.Logger}, nil
+}
+
+// check is every check of a Config, in one place: the first field that
+// cannot work, as a *store.ConfigError.
+func (cfg *Config[S]) check() error {
+	bad := func(field, problem, fix string) error {
+		return &store.ConfigError{Subject: "engine.Config." + field, Problem: problem, Fix: fix}
+	}
+	switch {
+	case cfg.Fold == nil:
+		return bad("Fold", "is nil", "set the fold function")
+	case cfg.Codec == nil:
+		return bad("Codec", "is nil", "set a codec (engine.JSON, engine.StringCodec, ...)")
+	case cfg.Store == nil:
+		return bad("Store", "is nil", "set a snapshot store (store/kafka.New)")
+	case cfg.ExactlyOnce && cfg.Store.Mode() != store.Transactional:
+		return bad("ExactlyOnce", fmt.Sprintf("needs a Transactional store (this one is %v)", cfg.Store.Mode()),
+			"use a store in store.Transactional mode")
+	case cfg.Tick != nil && cfg.TickInterval <= 0:
+		return bad("TickInterval", fmt.Sprintf("is %v with Tick set, so Tick would never run", cfg.TickInterval),
+			"set TickInterval above 0, or leave Tick nil")
+	case cfg.Tick == nil && cfg.TickInterval != 0:
+		return bad("TickInterval", "is set without a Tick", "set Tick, or leave TickInterval 0")
+	case cfg.Poison > DeadLetterPoison:
+		return bad("Poison", fmt.Sprintf("is %v, not a PoisonPolicy", cfg.Poison), "use StopOnPoison, SkipPoison or DeadLetterPoison")
+	case cfg.Poison == DeadLetterPoison && cfg.DeadLetterTopic == "":
+		return bad("DeadLetterTopic", "is empty under DeadLetterPoison", "name the dead-letter topic")
+	case cfg.Poison != DeadLetterPoison && cfg.DeadLetterTopic != "":
+		return bad("DeadLetterTopic", fmt.Sprintf("is set but Poison is %v, so nothing is sent to it", cfg.Poison),
+			"set Poison to DeadLetterPoison, or leave DeadLetterTopic empty")
+	case cfg.Poison == DeadLetterPoison && !cfg.ExactlyOnce && cfg.Emit == nil:
+		return bad("Emit", "is nil under DeadLetterPoison without ExactlyOnce, so dead letters have no way out",
+			"set Emit (engine.NewKafkaEmitter), or ExactlyOnce")
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"PersistInterval", cfg.PersistInterval}, {"CommitInterval", cfg.CommitInterval},
+		{"UnstableOffsetTimeout", cfg.UnstableOffsetTimeout}} {
+		if d.v < 0 {
+			return bad(d.field, fmt.Sprintf("is negative (%v)", d.v), "leave it 0 for the default, or set a positive duration")
+		}
+	}
+	for _, n := range []struct {
+		field string
+		v     int
+	}{{"HotKeys", cfg.HotKeys}, {"FlushBatch", cfg.FlushBatch},
+		{"MaxTransactionRecords", cfg.MaxTransactionRecords}, {"MaxTransactionBytes", cfg.MaxTransactionBytes}} {
+		if n.v < 0 {
+			return bad(n.field, fmt.Sprintf("is negative (%d)", n.v), "leave it 0 for the default, or set a positive number")
+		}
+	}
+	return nil
 }
 
 // Close closes the local cache.

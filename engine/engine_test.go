@@ -142,7 +142,7 @@ func TestFenceOnThePeriodicPathStopsTheFlow(t *testing.T) {
 	w.produce("alice=+1", "bob=+2")
 	a := w.runner(w.engine())
 	w.drain(a)
-	w.produce("alice=+5")
+	w.produce("alice=+5", "dave=+3") // both partitions have a change to flush
 	if err := a.Step(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -33,16 +33,19 @@ type RecoveredStateError struct {
 	Key    []byte
 	Offset int64
 	Err    error
+	// value is the undecodable state, for its dead letter.
+	value []byte
 }
 
-func (e *RecoveredStateError) Error() string { return (*core.StateError)(e).Error() }
+func (e *RecoveredStateError) Error() string {
+	return (&core.StateError{Input: e.Input, Key: e.Key, Offset: e.Offset, Err: e.Err}).Error()
+}
 
 func (e *RecoveredStateError) Unwrap() error { return e.Err }
 
 // fromCore converts an error the core returned into the engine's exported
 // types: *core.FoldError into *FoldError, *core.StateError into
-// *RecoveredStateError (a pointer conversion: the same fields, nothing
-// copied); any other error is returned as it is. The core returns its
+// *RecoveredStateError (a copy of its fields); any other error is returned as it is. The core returns its
 // typed errors unwrapped, so the runtime calls this on every error that
 // comes out of a core call, before it wraps, stores or returns it: users
 // match only the engine's types.
@@ -51,7 +54,7 @@ func fromCore(err error) error {
 	case *core.FoldError:
 		return (*FoldError)(e)
 	case *core.StateError:
-		return (*RecoveredStateError)(e)
+		return &RecoveredStateError{Input: e.Input, Key: e.Key, Offset: e.Offset, Err: e.Err}
 	}
 	return err
 }

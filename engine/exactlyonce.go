@@ -90,6 +90,9 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 
 // failure: a failed batch rewinds its flow.
 func (m *exactlyOnce[S]) failure(f *flow[S], err error) (cause, error) {
+	if classify(causeBatch, err) != classTransient && !errors.Is(err, store.ErrFenced) {
+		return causeBatch, fmt.Errorf("engine: exactly-once batch of %s failed: %w", f.tp, err)
+	}
 	return causeBatch, fmt.Errorf("engine: exactly-once batch of %s failed; rewinding to the committed state: %w", f.tp, err)
 }
 

@@ -42,6 +42,8 @@ func auditedTo(audit, balances string) engine.FoldFunc[int] {
 type eosWorld struct {
 	*simWorld
 	exactlyOnce bool
+	// mods change every engine's configuration.
+	mods []func(*engine.Config[int])
 }
 
 func newEOSWorld(t *testing.T, exactlyOnce bool) *eosWorld {
@@ -60,7 +62,7 @@ func (w *eosWorld) engine(commitEvery time.Duration, mod ...func(*engine.Config[
 	if !w.exactlyOnce {
 		cfg.Emit = w.emitPlain
 	}
-	for _, m := range mod {
+	for _, m := range append(slices.Clone(w.mods), mod...) {
 		m(&cfg)
 	}
 	e, err := engine.New(cfg)
@@ -77,7 +79,7 @@ func (w *eosWorld) emitPlain(_ context.Context, outs []engine.Output) error {
 	for _, o := range outs {
 		cfg, _ := w.c.Topic(o.Topic)
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, cfg.Partitions)}
-		if _, err := w.c.Produce(tp, store.WireRecord{Key: o.Key, Value: o.Value}); err != nil {
+		if _, err := w.c.Produce(tp, store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}); err != nil {
 			return err
 		}
 	}
@@ -394,8 +396,9 @@ func TestExactlyOnceRefusesAPlainStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = engine.New(engine.Config[int]{Fold: audited, Codec: intCodec{}, Store: b, ExactlyOnce: true})
-	if err == nil || !strings.Contains(err.Error(), "ExactlyOnce needs a Transactional store (this one is plain)") {
-		t.Fatalf("got %v", err)
+	var ce *store.ConfigError
+	if !errors.As(err, &ce) || ce.Subject != "engine.Config.ExactlyOnce" || !strings.Contains(err.Error(), "needs a Transactional store (this one is plain)") {
+		t.Fatalf("got %v, want a *store.ConfigError naming engine.Config.ExactlyOnce", err)
 	}
 }
 

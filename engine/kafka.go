@@ -286,18 +286,71 @@ func (s *kafkaSource) Close(ctx context.Context) error {
 }
 
 // Run runs the engine against Kafka until ctx ends, then leaves the group
-// cleanly (the revoke callback flushes and commits).
+// cleanly (the revoke callback flushes and commits), and returns nil; or
+// until a failure that retrying cannot fix, which it returns after
+// leaving the group the same way (docs/operations.md, the failure model):
+//
+//   - a configuration that cannot work (a missing topic, a snapshot topic
+//     that is not compacted, an option): an error matching
+//     store.ErrMisconfigured, most of them a *store.ConfigError naming
+//     the topic or option and the fix;
+//   - a poison record under StopOnPoison: the *FoldError naming its topic,
+//     partition, offset and key, after everything before it is committed;
+//   - a state that does not decode (*RecoveredStateError), a snapshot
+//     record that is not snapfence's (*store.CorruptRecordError), a
+//     snapshot over the size limit (*store.ValueTooLargeError);
+//   - a committed offset held past UnstableOffsetTimeout
+//     (*store.UnstableOffsetError).
+//
+// Everything else is transient or expected and is retried: a failed poll
+// after a backoff, a partition's failure by restarting it from its
+// committed state (see Config). Those are logged at a bounded rate and
+// counted in Metrics; none is returned.
 func (e *Engine[S]) Run(ctx context.Context, cfg KafkaConfig) (err error) {
 	defer e.trackRun()(&err)
 	r, err := e.NewRunner(NewKafkaSource(cfg))
 	if err != nil {
 		return err
 	}
+	return r.Run(ctx)
+}
+
+// Backoff of Run after a poll that failed (a broker down, a network
+// partition): pollFirstBackoff doubling up to pollMaxBackoff.
+const (
+	pollFirstBackoff = 100 * time.Millisecond
+	pollMaxBackoff   = 5 * time.Second
+)
+
+// Run steps the runner until ctx ends, then closes it and returns nil; or
+// until a failure ends the runner, which it returns after closing it. A
+// step that fails otherwise (a poll) is retried after a backoff. This is
+// Engine.Run's loop, over any source (a simsource member, in tests).
+func (r *Runner[S]) Run(ctx context.Context) error {
+	backoff := pollFirstBackoff
 	for ctx.Err() == nil {
-		if err := r.Step(ctx); err != nil && ctx.Err() == nil {
+		err := r.Step(ctx)
+		if fatal := r.fatalErr(); fatal != nil {
 			_ = r.Close(context.WithoutCancel(ctx))
-			return err
+			return fatal
 		}
+		if err == nil || ctx.Err() != nil {
+			backoff = pollFirstBackoff
+			continue
+		}
+		r.mu.Lock()
+		ok, n := r.logs.allow("poll", r.src.Now())
+		r.mu.Unlock()
+		if ok {
+			r.e.log.Warn("poll failed; retrying", "backoff", backoff, "not_logged_since_last", n, "err", err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, pollMaxBackoff)
 	}
 	return r.Close(context.WithoutCancel(ctx))
 }

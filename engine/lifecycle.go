@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/snapfence/snapfence/store"
@@ -76,6 +78,16 @@ type partition[F any] struct {
 	// a transaction its takeover did not end holds its committed offset:
 	// in phaseRestartPending, phaseRestartDue, and phaseStarting (a retry).
 	held *heldOffset
+	// restarts counts the restarts since the partition last ran for
+	// restartResetAfter; retry is when the pending restart is due (zero:
+	// after the next poll). since is when the flow began to run.
+	restarts int
+	retry    time.Time
+	since    time.Time
+	// fencedAs and producerFences count the fences of the partition's
+	// producer in a row as one group identity (see sharedIDFences).
+	fencedAs       store.GroupIdentity
+	producerFences int
 }
 
 // heldOffset is the wait of an acquisition for its committed offset.
@@ -97,8 +109,36 @@ func (p *partition[F]) start() {
 
 // run: the recovery finished; the flow folds from now on. A wait for a
 // held offset is over.
-func (p *partition[F]) run(f F) {
+func (p *partition[F]) run(f F, now time.Time) {
 	p.phase, p.flow, p.err, p.held = phaseRunning, f, nil, nil
+	p.since = now
+}
+
+// backoff is when the restart of a partition failing at now is due: the
+// next poll for the first restart, then restartFirstDelay doubling up to
+// restartMaxDelay, jittered. A partition that had run for
+// restartResetAfter starts over. It counts the restart.
+//
+// The jitter is a hash of the partition and the restart's number, not a
+// random draw: the scheduler stays a function of its inputs (the sim's
+// runs are reproducible), and partitions still spread out.
+func (p *partition[F]) backoff(now time.Time) time.Time {
+	if p.phase == phaseRunning && now.Sub(p.since) >= restartResetAfter {
+		p.restarts = 0
+	}
+	p.restarts++
+	if p.restarts == 1 {
+		p.retry = time.Time{}
+		return p.retry
+	}
+	d := restartFirstDelay << min(p.restarts-2, 20)
+	d = min(d, restartMaxDelay)
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d#%d", p.tp.Topic, p.tp.Partition, p.restarts)
+	// d × [0.5, 1.5)
+	d = d/2 + time.Duration((uint64(d)>>16)*uint64(h.Sum32()>>16))
+	p.retry = now.Add(d)
+	return p.retry
 }
 
 // acquired: the takeover succeeded (the recovery runs next); a wait for
@@ -139,5 +179,33 @@ func (p *partition[F]) due() {
 func (p *partition[F]) undue() {
 	if p.phase == phaseRestartDue {
 		p.phase = phaseRestartPending
+	}
+}
+
+// producerFenced counts a fence: one of the partition's producer (another
+// producer initialised its transactional.id) while the member owns the
+// partition as the same group identity as at the last such fence, adds to
+// a run; any other fence, or a new identity, starts the run again. A run
+// of sharedIDFences means another application uses the transactional.id:
+// the returned error says so (nil before that).
+func (p *partition[F]) producerFenced(err error) error {
+	fe, ok := errors.AsType[*store.FencedError](err)
+	if !ok || fe.TransactionalID == "" || !fe.Identity.Valid() {
+		p.producerFences = 0
+		return nil
+	}
+	if p.producerFences == 0 || fe.Identity != p.fencedAs {
+		p.fencedAs, p.producerFences = fe.Identity, 0
+	}
+	p.producerFences++
+	if p.producerFences < sharedIDFences {
+		return nil
+	}
+	return &store.ConfigError{
+		Subject: fmt.Sprintf("transactional.id %q", fe.TransactionalID),
+		Problem: fmt.Sprintf("its producer was fenced %d times in a row while this member owned %s as %s: "+
+			"another application initialises the same transactional.id", p.producerFences, p.tp, fe.Identity),
+		Fix: "give every application its own TransactionalIDPrefix (it is cluster-scoped, like a group id)",
+		Err: err,
 	}
 }

@@ -1,12 +1,10 @@
 package engine
 
 import (
-	"errors"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/snapfence/snapfence/store"
 )
@@ -139,21 +137,6 @@ func (m *Metrics) fenced(reason string) {
 	if m != nil {
 		m.fences.WithLabelValues(reason).Inc()
 	}
-}
-
-// fenceReason is a fence's reason label: the coordinator's error name
-// (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, PRODUCER_FENCED, ...), "other"
-// for a *store.FencedError whose reason is not a Kafka error, "unknown"
-// for any other error.
-func fenceReason(err error) string {
-	fe, ok := errors.AsType[*store.FencedError](err)
-	if !ok {
-		return "unknown"
-	}
-	if ke, ok := errors.AsType[*kerr.Error](fe.Reason); ok {
-		return ke.Message
-	}
-	return "other"
 }
 
 // poisoned counts a record a fold, tick or decode failed on, and what was

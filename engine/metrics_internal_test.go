@@ -13,7 +13,7 @@ import (
 )
 
 // A fence's reason label is the coordinator's error name, found through
-// any wrapping; errors that are no *store.FencedError have a bounded
+// any wrapping of the *store.FencedError; anything else has a bounded
 // label too.
 func TestFenceReason(t *testing.T) {
 	tp := store.TopicPartition{Topic: "accounts", Partition: 1}
@@ -22,9 +22,9 @@ func TestFenceReason(t *testing.T) {
 		want string
 	}{
 		{&store.FencedError{Input: tp, Reason: kerr.IllegalGeneration}, "ILLEGAL_GENERATION"},
-		{fmt.Errorf("engine: batch: %w", &store.FencedError{Input: tp, Reason: fmt.Errorf("txn: %w", kerr.ProducerFenced)}), "PRODUCER_FENCED"},
+		{fmt.Errorf("engine: batch: %w", &store.FencedError{Input: tp, Reason: kerr.ProducerFenced}), "PRODUCER_FENCED"},
 		{&store.FencedError{Input: tp, Reason: errors.New("gone")}, "other"},
-		{store.ErrFenced, "unknown"},
+		{store.ErrFenced, "fenced"},
 	} {
 		if got := fenceReason(c.err); got != c.want {
 			t.Errorf("fenceReason(%v) = %q, want %q", c.err, got, c.want)

@@ -78,6 +78,8 @@ type Runner[S any] struct {
 	errs  []error
 	// status is what Status reports; it has a lock of its own.
 	status *statusBoard
+	// logs bounds the rate of the log lines of repeated failures.
+	logs *logLimiter
 }
 
 // flow is a running partition's state: its core and its acquired store
@@ -93,7 +95,7 @@ type flow[S any] struct {
 // NewRunner returns a runner over the source that newSource makes with the
 // runner's rebalance handler.
 func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[S], error) {
-	r := &Runner[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1)}
+	r := &Runner[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1), logs: newLogLimiter()}
 	r.mode = newOutputMode(r)
 	r.status = r.newStatusBoard()
 	r.sched = newScheduler[*flow[S]](schedulerConfig{
@@ -102,6 +104,7 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 		tickInterval:    e.tickInterval(),
 		flushOnRevoke:   !e.cfg.NoFlushOnRevoke,
 		unstableTimeout: e.cfg.UnstableOffsetTimeout,
+		skipPoison:      e.cfg.Poison != StopOnPoison,
 	}, time.Time{})
 	src, err := newSource(rebalanceHandler[S]{r})
 	if err != nil {
@@ -214,7 +217,7 @@ func (r *Runner[S]) fold(ctx context.Context, recs []Record) error {
 		err = fmt.Errorf("engine: emitting outputs: %w", err)
 		for i := 0; i < len(recs); {
 			n := runLength(recs[i:])
-			r.do(ctx, r.sched.failed(recordTP(&recs[i]), causeEmit, err))
+			r.do(ctx, r.sched.failed(recordTP(&recs[i]), causeEmit, err, r.src.Now()))
 			i += n
 		}
 		return err
@@ -238,8 +241,14 @@ func (r *Runner[S]) foldRun(ctx context.Context, run []Record) {
 			return
 		}
 		o, err := f.core.Fold((*core.Record)(&run[i]))
+		if fe, ok := err.(*core.FoldError); ok {
+			if !r.poisoned(ctx, f, &run[i], fe) {
+				return
+			}
+			o, err = r.deadLetters(&run[i], fe), nil
+		}
 		if err != nil {
-			r.do(ctx, r.sched.failed(tp, causeFold, fromCore(err)))
+			r.do(ctx, r.sched.failed(tp, causeFold, fromCore(err), r.src.Now()))
 			return
 		}
 		folded++
@@ -247,6 +256,71 @@ func (r *Runner[S]) foldRun(ctx context.Context, run []Record) {
 			return
 		}
 	}
+}
+
+// poisoned hands a fold's or tick's failure on rec (nil for a tick) to
+// the poison policy, through the scheduler. It reports whether f goes on:
+// the record is skipped (counted, logged at a bounded rate, and the caller
+// sends its dead letter); otherwise f committed what it folded before the
+// record and stopped, and the runner ends with the error.
+func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *core.FoldError) bool {
+	fe := (*FoldError)(cfe)
+	skip, acts := r.sched.poisoned(f.tp, fe)
+	if !skip {
+		r.e.cfg.Metrics.poisoned(f.tp, "stopped")
+		r.do(ctx, acts)
+		return false
+	}
+	if rec != nil {
+		if err := f.core.Skip(cfe); err != nil {
+			r.do(ctx, r.sched.failed(f.tp, causeFold, err, r.src.Now()))
+			return false
+		}
+	}
+	action := "skipped"
+	if r.e.cfg.Poison == DeadLetterPoison {
+		action = "dead_lettered"
+	}
+	r.e.cfg.Metrics.poisoned(f.tp, action)
+	if ok, n := r.logs.allow("poison "+f.tp.String(), r.src.Now()); ok {
+		r.e.log.Warn("poison record "+action+" (Config.Poison)", "input", f.tp.String(), "offset", fe.Offset,
+			"key", fe.Key, "err", fe, "not_logged_since_last", n)
+	}
+	return true
+}
+
+// discarded reports the recovered states of f that did not decode and
+// that the poison policy skipped: each key is deleted (its tombstone goes
+// with the next flush or batch), counted, logged at a bounded rate, and
+// under DeadLetterPoison its snapshot's bytes go to the dead-letter topic.
+func (r *Runner[S]) discarded(f *flow[S], bad []*RecoveredStateError) {
+	action := "skipped"
+	if r.e.cfg.Poison == DeadLetterPoison {
+		action = "dead_lettered"
+	}
+	var dls []Output
+	for _, se := range bad {
+		r.e.cfg.Metrics.poisoned(f.tp, action)
+		if ok, n := r.logs.allow("poison "+f.tp.String(), r.src.Now()); ok {
+			r.e.log.Warn("undecodable state "+action+" and its key deleted (Config.Poison)", "input", f.tp.String(),
+				"key", se.Key, "offset", se.Offset, "err", se, "not_logged_since_last", n)
+		}
+		if r.e.cfg.Poison == DeadLetterPoison {
+			dls = append(dls, stateDeadLetter(r.e.cfg.DeadLetterTopic, se))
+		}
+	}
+	if len(dls) > 0 {
+		r.mode.ticked(f, dls)
+	}
+}
+
+// deadLetters is the dead letter of a record, or nil if the policy sends
+// none.
+func (r *Runner[S]) deadLetters(rec *Record, cfe *core.FoldError) []Output {
+	if r.e.cfg.Poison != DeadLetterPoison {
+		return nil
+	}
+	return []Output{deadLetter(r.e.cfg.DeadLetterTopic, rec, (*FoldError)(cfe))}
 }
 
 // runLength is the length of the run of one partition's records that
@@ -276,7 +350,7 @@ func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
 			}
 			r.teardown(a.flow)
 		case actStop:
-			r.stop(a)
+			r.stop(ctx, a)
 		case actHold:
 			r.src.Pause(a.tp)
 			if a.first {
@@ -317,17 +391,23 @@ func (r *Runner[S]) commitAll(ctx context.Context) {
 // failed reports a failed persist or commit of f.
 func (r *Runner[S]) failed(ctx context.Context, f *flow[S], err error) {
 	c, err := r.mode.failure(f, err)
-	r.do(ctx, r.sched.failed(f.tp, c, err))
+	r.do(ctx, r.sched.failed(f.tp, c, err, r.src.Now()))
 }
 
 func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
 	for _, f := range r.sched.running() { // outputs in a fixed order
-		o, err := f.core.Tick(now.UnixMilli())
+		o, failed, err := f.core.Tick(now.UnixMilli())
 		if err != nil {
-			r.do(ctx, r.sched.failed(f.tp, causeTick, fromCore(err)))
+			r.do(ctx, r.sched.failed(f.tp, causeTick, fromCore(err), r.src.Now()))
 			continue
 		}
 		r.mode.ticked(f, o)
+		for _, fe := range failed {
+			if !r.poisoned(ctx, f, nil, fe) {
+				break
+			}
+			r.mode.ticked(f, r.deadLetters(nil, fe))
+		}
 	}
 	if err := r.mode.emit(ctx); err != nil {
 		r.errs = append(r.errs, fmt.Errorf("engine: emitting tick outputs: %w", err))
@@ -336,11 +416,19 @@ func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
 
 // flushOnRevoke flushes and commits a revoked flow. A fence here is logged
 // and swallowed: the new owner replays.
+//
+// A fence is expected here (under classic cooperative the member has
+// moved to the new generation by revoke time): it is counted and logged
+// at INFO. Anything else is logged at WARN: the new owner still replays,
+// but the revoke-time commit that would spare it the replay was lost.
 func (r *Runner[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
-	if err := r.mode.commit(ctx, f); err != nil {
-		if errors.Is(err, store.ErrFenced) {
-			r.e.cfg.Metrics.fenced(fenceReason(err))
-		}
+	err := r.mode.commit(ctx, f)
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrFenced):
+		r.e.cfg.Metrics.fenced(fenceReason(err))
+		r.e.log.Info("revoke-time flush fenced (expected in a rebalance); the new owner replays", "input", f.tp.String(), "err", err)
+	default:
 		r.e.log.Warn("revoke-time flush failed; the new owner replays", "input", f.tp.String(), "err", err)
 	}
 }
@@ -380,15 +468,20 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		Assigned: assigned, HotKeys: r.e.cfg.HotKeys}, r.e.kv)
 	if err != nil {
 		_ = part.Close()
-		r.do(ctx, r.sched.failed(tp, causeSetup, fromCore(err)))
+		r.do(ctx, r.sched.failed(tp, causeSetup, fromCore(err), r.src.Now()))
 		return
 	}
 	f := &flow[S]{tp: tp, part: part, core: c}
 	n := 0
+	var bad []*RecoveredStateError // skipped by the poison policy
 	for s, err := range part.Recover(ctx) {
 		if err == nil && !s.Tombstone {
 			if _, derr := r.e.cfg.Codec.Decode(s.Value); derr != nil {
-				err = &RecoveredStateError{Input: tp, Key: s.Key, Offset: s.Offset, Err: derr}
+				err = &RecoveredStateError{Input: tp, Key: s.Key, Offset: s.Offset, Err: derr, value: s.Value}
+				if r.e.cfg.Poison != StopOnPoison {
+					bad = append(bad, err.(*RecoveredStateError))
+					s, err = store.Snapshot{Key: s.Key, Offset: s.Offset, Tombstone: true}, nil
+				}
 			}
 		}
 		if err == nil {
@@ -397,15 +490,24 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		if err != nil {
 			_ = c.Drop()
 			_ = part.Close()
-			r.do(ctx, r.sched.failed(tp, causeRecover, fmt.Errorf("engine: recovering %s: %w", tp, err)))
+			r.do(ctx, r.sched.failed(tp, causeRecover, fmt.Errorf("engine: recovering %s: %w", tp, err), r.src.Now()))
 			return
 		}
 		n++
 	}
-	if acts := r.sched.recovered(tp, f); acts != nil {
+	for _, se := range bad {
+		if err := c.Discard(se.Key); err != nil {
+			_ = c.Drop()
+			_ = part.Close()
+			r.do(ctx, r.sched.failed(tp, causeRecover, fmt.Errorf("engine: recovering %s: %w", tp, fromCore(err)), r.src.Now()))
+			return
+		}
+	}
+	if acts := r.sched.recovered(tp, f, r.src.Now()); acts != nil {
 		r.do(ctx, acts) // released meanwhile
 		return
 	}
+	r.discarded(f, bad)
 	if seek {
 		r.src.Seek(tp, assigned)
 	}
@@ -416,18 +518,57 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		"generation", r.src.Identity().Generation)
 }
 
-// stop carries out actStop: the flow, if any, is torn down, leaving
-// nothing in the cache; the error is recorded and the partition paused.
-func (r *Runner[S]) stop(a action[*flow[S]]) {
+// stop carries out actStop: the flow, if any, commits what it folded
+// first (a poison record's partition) and is torn down, leaving nothing
+// in the cache; the error is recorded and the partition paused. The log
+// line's level is the failure's class: ERROR only for what ends the
+// runner, WARN for a fence (expected in a rebalance) and for a transient
+// failure's restart, whose lines come at a bounded rate.
+func (r *Runner[S]) stop(ctx context.Context, a action[*flow[S]]) {
 	if a.flow != nil {
-		if errors.Is(a.err, store.ErrFenced) {
-			r.e.cfg.Metrics.fenced(fenceReason(a.err))
+		if a.commit {
+			if err := r.mode.commit(ctx, a.flow); err != nil {
+				r.e.log.Error("committing what was folded before the poison record failed; it is replayed",
+					"input", a.tp.String(), "err", err)
+			}
 		}
 		r.teardown(a.flow)
 	}
+	if a.class == classExpected {
+		r.e.cfg.Metrics.fenced(fenceReason(a.err))
+	}
 	r.errs = append(r.errs, a.err)
 	r.src.Pause(a.tp)
-	r.e.log.Error("partition stopped", "input", a.tp.String(), "err", a.err)
+	switch {
+	case a.fatal && a.first:
+		r.e.log.Error("partition stopped; the engine stops", "input", a.tp.String(), "class", a.class.String(), "err", a.err)
+	case a.fatal:
+		r.e.log.Warn("partition stopped as the engine stops", "input", a.tp.String(), "class", a.class.String(), "err", a.err)
+	case a.class == classExpected:
+		r.e.log.Warn("partition fenced (expected in a rebalance); restarting from the committed state if still owned",
+			"input", a.tp.String(), "err", a.err)
+	default:
+		if ok, n := r.logs.allow("restart "+a.tp.String(), r.src.Now()); ok {
+			r.e.log.Warn("partition failed; restarting from the committed state", "input", a.tp.String(),
+				"class", a.class.String(), "retry_at", a.retry, "not_logged_since_last", n, "err", a.err)
+		}
+	}
+}
+
+// fenceReason is a fence's reason for the fences metric: the coordinator's
+// error name (ILLEGAL_GENERATION, PRODUCER_FENCED, ...), or "fenced".
+func fenceReason(err error) string {
+	fe, ok := errors.AsType[*store.FencedError](err)
+	if !ok || fe.Reason == nil {
+		return "fenced"
+	}
+	// Kafka's errors read "NAME: description"; anything else is "other",
+	// so that the label's values stay few.
+	name, _, _ := strings.Cut(fe.Reason.Error(), ":")
+	if name == "" || strings.TrimFunc(name, func(c rune) bool { return c == '_' || c >= 'A' && c <= 'Z' }) != "" {
+		return "other"
+	}
+	return name
 }
 
 func (r *Runner[S]) teardown(f *flow[S]) {

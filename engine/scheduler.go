@@ -43,6 +43,9 @@ type schedulerConfig struct {
 	flushOnRevoke bool
 	// unstableTimeout bounds a wait for a held committed offset.
 	unstableTimeout time.Duration
+	// skipPoison: a record a fold fails on is skipped (Config.Poison is
+	// SkipPoison or DeadLetterPoison); otherwise it ends the runner.
+	skipPoison bool
 }
 
 // Backoff of the acquisition retries of a partition whose committed offset
@@ -50,6 +53,27 @@ type schedulerConfig struct {
 const (
 	unstableFirstRetry = 100 * time.Millisecond
 	unstableMaxRetry   = 5 * time.Second
+)
+
+// sharedIDFences is how many times a partition's producer may be fenced
+// in a row while this member owns the partition in one generation before
+// the fences are taken for another application initialising the same
+// transactional.id (a prefix used twice on the cluster): a new owner in
+// this group would have moved the member to a new generation, or out of
+// the group, by the second.
+const sharedIDFences = 3
+
+// Backoff of the restarts of a partition that failed on a transient or
+// expected error: the first restart follows the next poll at once (a fence
+// in a rebalance, a coordinator that moved), later ones wait
+// restartFirstDelay doubling up to restartMaxDelay, each with a jitter of
+// ±50% so that partitions failing together do not retry together. A
+// partition that ran for restartResetAfter before it failed starts over
+// at an immediate restart.
+const (
+	restartFirstDelay = 200 * time.Millisecond
+	restartMaxDelay   = 30 * time.Second
+	restartResetAfter = time.Minute
 )
 
 func newScheduler[F any](cfg schedulerConfig, now time.Time) *scheduler[F] {
@@ -73,8 +97,9 @@ const (
 	// with flush, flush and commit it first (a revoke), swallowing a
 	// failure (the new owner replays).
 	actTeardown
-	// actStop: the partition stopped on err: tear flow down if set, record
-	// err, pause the partition, log it. fatal: err ends the runner.
+	// actStop: the partition stopped on err: commit flow first if commit,
+	// tear flow down if set, record err, pause the partition, log it as
+	// its class says. fatal: err ends the runner.
 	actStop
 	// actHold: an acquisition was refused because a transaction holds the
 	// committed offset: pause the partition; first: log the wait.
@@ -96,9 +121,15 @@ type action[F any] struct {
 	flow  F                      // actTeardown, actStop (zero: none)
 	flush bool                   // actTeardown
 	err   error                  // actStop, actHold
-	first bool                   // actHold
+	first bool                   // actHold; actStop: the runner's fatal error
 	fatal bool                   // actStop
-	at    time.Time              // actTick
+	class class                  // actStop
+	// commit (actStop): commit what flow folded before err first (a
+	// poison record: everything before it is committed).
+	commit bool
+	at     time.Time // actTick
+	// retry (actStop, a restart): when the restart is due.
+	retry time.Time
 }
 
 // cause is what failed, for the decision whether a restart can help.
@@ -132,6 +163,52 @@ func (c cause) String() string {
 	return [...]string{"?", "acquire", "recover", "setup", "fold", "tick", "write", "batch", "emit"}[c]
 }
 
+// class is a failure's class in the failure model (docs/operations.md):
+// each class has one behaviour.
+type class uint8
+
+const (
+	// classTransient: the broker, the network, a coordinator that moved:
+	// the partition restarts from the committed state, with backoff.
+	classTransient class = iota + 1
+	// classExpected: a fence in a rebalance: another member owns the
+	// partition now, or this one rejoins. It restarts as a transient
+	// failure does (if the member still owns the partition), and is
+	// counted and logged at WARN, never ERROR.
+	classExpected
+	// classPoison: a record the fold fails on, a state that does not
+	// decode, a snapshot or output the store refuses: a restart would meet
+	// it again. Unless the poison policy skips it, it ends the runner.
+	classPoison
+	// classPermanent: a configuration that cannot work (a missing topic,
+	// a snapshot topic that is not compacted, an option): it ends the
+	// runner at once.
+	classPermanent
+)
+
+func (c class) String() string {
+	return [...]string{"?", "transient", "expected", "poison", "permanent"}[c]
+}
+
+// classify is err's class, failed in c.
+func classify(c cause, err error) class {
+	switch {
+	case errors.Is(err, store.ErrMisconfigured), errors.Is(err, store.ErrNotTransactional):
+		return classPermanent
+	case errors.Is(err, store.ErrFenced):
+		return classExpected
+	case c == causeSetup:
+		return classPermanent // the cache cannot be set up
+	case c == causeEmit:
+		// Outputs Emit could not take are replayed, whatever the error
+		// (unless Emit says the configuration is wrong, above).
+		return classTransient
+	case !retriable(err):
+		return classPoison
+	}
+	return classTransient
+}
+
 // pollStarting: a poll is about to start. Pending restarts become due
 // after it; the poll waits at most until the next timer or retry.
 func (s *scheduler[F]) pollStarting(now time.Time) (wait time.Duration) {
@@ -158,6 +235,9 @@ func (s *scheduler[F]) nextDue() time.Time {
 		if p.held != nil && p.held.retry.Before(due) {
 			due = p.held.retry
 		}
+		if (p.phase == phaseRestartPending || p.phase == phaseRestartDue) && p.held == nil && !p.retry.IsZero() && p.retry.Before(due) {
+			due = p.retry
+		}
 	}
 	return due
 }
@@ -181,7 +261,7 @@ func (s *scheduler[F]) polled(now time.Time, folding bool) []action[F] {
 		if p.phase != phaseRestartDue {
 			continue
 		}
-		if !folding || (p.held != nil && now.Before(p.held.retry)) {
+		if !folding || (p.held != nil && now.Before(p.held.retry)) || (p.held == nil && now.Before(p.retry)) {
 			p.undue()
 			continue
 		}
@@ -265,7 +345,7 @@ func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Tim
 		p.acquired()
 		return true, nil
 	case !errors.Is(err, store.ErrOffsetUnstable):
-		return false, s.failed(tp, causeAcquire, fmt.Errorf("engine: acquiring %s: %w", tp, err))
+		return false, s.failed(tp, causeAcquire, fmt.Errorf("engine: acquiring %s: %w", tp, err), now)
 	}
 	h := p.held
 	acts = []action[F]{{kind: actHold, tp: tp, err: err, first: h == nil}}
@@ -275,8 +355,11 @@ func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Tim
 	if waited := now.Sub(h.since); waited >= s.cfg.unstableTimeout {
 		err = withWaited(tp, err, waited)
 		p.stop(err, false)
-		s.fatal = err
-		return false, append(acts, action[F]{kind: actStop, tp: tp, err: err, fatal: true})
+		first := s.fatal == nil
+		if first {
+			s.fatal = err
+		}
+		return false, append(acts, action[F]{kind: actStop, tp: tp, err: err, fatal: true, class: classPermanent, first: first})
 	}
 	h.retry = now.Add(h.backoff)
 	h.backoff = min(2*h.backoff, unstableMaxRetry)
@@ -296,42 +379,73 @@ func withWaited(tp store.TopicPartition, err error, waited time.Duration) error 
 
 // recovered: the recovery of an actStart finished; the flow runs. A flow
 // recovered for a partition released meanwhile is torn down.
-func (s *scheduler[F]) recovered(tp store.TopicPartition, f F) []action[F] {
+func (s *scheduler[F]) recovered(tp store.TopicPartition, f F, now time.Time) []action[F] {
 	if p := s.parts[tp]; p != nil && p.phase == phaseStarting {
-		p.run(f)
+		p.run(f, now)
 		return nil
 	}
 	return []action[F]{{kind: actTeardown, tp: tp, flow: f}}
 }
 
-// failed: a call for tp failed with err. Whether the partition restarts
-// from the committed state depends on what failed (c) and on err: see
-// retriable. A failure of a partition that is not starting or running
-// (released meanwhile, or stopped earlier in the same poll) changes
-// nothing.
-func (s *scheduler[F]) failed(tp store.TopicPartition, c cause, err error) []action[F] {
+// failed: a call for tp failed with err at now. What becomes of the
+// partition depends on the failure's class (classify): a transient or
+// expected failure restarts it from the committed state after a backoff;
+// a poison or permanent one stops it and ends the runner. A failure of a
+// partition that is not starting or running (released meanwhile, or
+// stopped earlier in the same poll) changes nothing.
+func (s *scheduler[F]) failed(tp store.TopicPartition, c cause, err error, now time.Time) []action[F] {
 	p := s.parts[tp]
 	if p == nil || (p.phase != phaseRunning && p.phase != phaseStarting) {
 		return nil
 	}
-	var restart bool
-	switch c {
-	case causeWrite:
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			// Interrupted, not failed: the keys stay dirty for the
-			// next flush (the revoke's, on shutdown).
-			return nil
-		}
-		restart = retriable(err)
-	case causeAcquire, causeRecover, causeBatch:
-		restart = retriable(err)
-	case causeEmit:
-		restart = true
-	case causeSetup, causeFold, causeTick:
-		restart = false
+	if c == causeWrite && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// Interrupted, not failed: the keys stay dirty for the next
+		// flush (the revoke's, on shutdown).
+		return nil
 	}
-	f := p.stop(err, restart)
-	return []action[F]{{kind: actStop, tp: tp, flow: f, err: err}}
+	k := classify(c, err)
+	if k == classExpected {
+		if shared := p.producerFenced(err); shared != nil {
+			err, k = shared, classPermanent
+		}
+	}
+	if k == classPoison || k == classPermanent {
+		return s.end(p, k, err, false)
+	}
+	retry := p.backoff(now)
+	f := p.stop(err, true)
+	return []action[F]{{kind: actStop, tp: tp, flow: f, err: err, class: k, retry: retry}}
+}
+
+// poisoned: a fold or tick of tp failed on a record (a *FoldError). It
+// reports whether the runtime skips the record (the poison policy);
+// otherwise the partition commits what it folded before the record and
+// stops, and the runner ends with err.
+func (s *scheduler[F]) poisoned(tp store.TopicPartition, err error) (skip bool, acts []action[F]) {
+	p := s.parts[tp]
+	if p == nil || p.phase != phaseRunning {
+		return false, nil
+	}
+	if s.cfg.skipPoison {
+		return true, nil
+	}
+	return false, s.end(p, classPoison, err, true)
+}
+
+// end stops p for good on err and ends the runner with it (the first such
+// error is the one the runner returns); commit: p's flow commits what it
+// folded before it is torn down.
+//
+// first marks the error the runner ends with: the runtime logs it at
+// ERROR, the others (partitions stopping on the same misconfiguration, as
+// the runner ends) at WARN.
+func (s *scheduler[F]) end(p *partition[F], k class, err error, commit bool) []action[F] {
+	first := s.fatal == nil
+	if first {
+		s.fatal = err
+	}
+	f := p.stop(err, false)
+	return []action[F]{{kind: actStop, tp: p.tp, flow: f, err: err, class: k, fatal: true, commit: commit, first: first}}
 }
 
 // timers: the poll's records are folded; the timers that are due fire, in

@@ -11,7 +11,6 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
-	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -24,20 +23,24 @@ import (
 //
 // and review the diff. The commands:
 //
-//	config [commit=D] [persist=D] [tick=D] [no-flush-on-revoke] [unstable-timeout=D]
+//	config [commit=D] [persist=D] [tick=D] [no-flush-on-revoke] [unstable-timeout=D] [skip-poison]
 //	                            a new scheduler at time 0 (defaults: commit and
 //	                            persist 1m, no tick, 3m); persist=0: none
 //	poll-start at=D             a poll starts; answers how long it may wait
 //	polled at=D [dead]          the poll returned (dead: its records are not folded)
 //	assigned|revoked|lost pN... a rebalance callback
 //	acquired pN at=D [err=E]    a takeover of a start action ended
-//	recovered pN                a recovery ended well: a new flow pN#k runs
-//	failed pN cause=C err=E     a call failed (C: acquire, recover, setup, fold,
+//	recovered pN [at=D]         a recovery ended well: a new flow pN#k runs
+//	failed pN cause=C err=E [at=D]
+//	                            a call failed (C: acquire, recover, setup, fold,
 //	                            tick, write, batch, emit)
+//	poisoned pN                 a fold failed on a record (a *FoldError)
 //	timers at=D                 the poll's records are folded
 //	close                       the runner closes
 //
-// Errors E: fenced, io, unstable, corrupt, canceled, fold, state.
+// Errors E: fenced, io, unstable, corrupt, canceled, fold, state,
+// missing-topic, producer-fenced (as member m of group g in generation 1),
+// producer-fenced-gen2.
 func TestSchedulerScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/scheduler", func(t *testing.T, path string) {
 		h := &schedulerHarness{}
@@ -114,6 +117,7 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		}
 		_, noFlush := args["no-flush-on-revoke"]
 		cfg.flushOnRevoke = !noFlush
+		_, cfg.skipPoison = args["skip-poison"]
 		h.s = newScheduler[*testFlow](cfg, epoch)
 		h.starts = map[store.TopicPartition]int{}
 	case "poll-start":
@@ -145,7 +149,7 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 			return "", err
 		}
 		h.starts[tp]++
-		acts = h.s.recovered(tp, &testFlow{name: fmt.Sprintf("%s#%d", short(tp), h.starts[tp])})
+		acts = h.s.recovered(tp, &testFlow{name: fmt.Sprintf("%s#%d", short(tp), h.starts[tp])}, now)
 	case "failed":
 		tp, err := one()
 		if err != nil {
@@ -156,7 +160,17 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("cause %q", args["cause"])
 		}
-		acts = h.s.failed(tp, c, namedError(args["err"], tp))
+		acts = h.s.failed(tp, c, namedError(args["err"], tp), now)
+	case "poisoned":
+		tp, err := one()
+		if err != nil {
+			return "", err
+		}
+		var skip bool
+		skip, acts = h.s.poisoned(tp, namedError("fold", tp))
+		if skip {
+			b.WriteString("skip the record\n")
+		}
 	case "timers":
 		acts = h.s.timers(now)
 	default:
@@ -190,9 +204,18 @@ func namedError(name string, tp store.TopicPartition) error {
 	case "canceled":
 		return context.Canceled
 	case "fold":
-		return &core.FoldError{Input: tp, Offset: 7, Key: []byte("k"), Err: errors.New("bad op")}
+		return &FoldError{Input: tp, Offset: 7, Key: []byte("k"), Err: errors.New("bad op")}
 	case "state":
-		return &core.StateError{Input: tp, Key: []byte("k"), Offset: 7, Err: errors.New("bad state")}
+		return &RecoveredStateError{Input: tp, Key: []byte("k"), Offset: 7, Err: errors.New("bad state")}
+	case "producer-fenced", "producer-fenced-gen2":
+		gen := int32(1)
+		if name == "producer-fenced-gen2" {
+			gen = 2
+		}
+		return &store.FencedError{Input: tp, Identity: store.GroupIdentity{Group: "g", MemberID: "m", Generation: gen},
+			TransactionalID: store.TransactionalID("app", tp), Reason: errors.New("PRODUCER_FENCED")}
+	case "missing-topic":
+		return &store.ConfigError{Subject: `topic "in-snapshots"`, Problem: "does not exist", Fix: "create it"}
 	}
 	return fmt.Errorf("unknown error %q", name)
 }
@@ -220,9 +243,16 @@ func describe(a action[*testFlow]) string {
 		if a.flow != nil {
 			fmt.Fprintf(&b, ", tear down %s", a.flow.name)
 		}
-		fmt.Fprintf(&b, ": %v", a.err)
-		if a.fatal {
+		if a.commit {
+			b.WriteString(" (commit first)")
+		}
+		fmt.Fprintf(&b, ": %v [%s]", a.err, a.class)
+		if a.fatal && a.first {
+			b.WriteString(" (fatal, first)")
+		} else if a.fatal {
 			b.WriteString(" (fatal)")
+		} else if !a.retry.IsZero() {
+			fmt.Fprintf(&b, " (restart at %s)", a.retry.Sub(epoch))
 		}
 	case actHold:
 		fmt.Fprintf(&b, "hold %s", short(a.tp))
@@ -247,6 +277,9 @@ func describePartition(p *partition[*testFlow]) string {
 	}
 	if p.held != nil {
 		fmt.Fprintf(&b, " (held since %s, retry at %s)", p.held.since.Sub(epoch), p.held.retry.Sub(epoch))
+	}
+	if p.phase == phaseRestartPending && p.held == nil && !p.retry.IsZero() {
+		fmt.Fprintf(&b, " (restart %d at %s)", p.restarts, p.retry.Sub(epoch))
 	}
 	if p.err != nil {
 		fmt.Fprintf(&b, " [%v]", p.err)

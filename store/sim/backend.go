@@ -123,16 +123,17 @@ func (b *broker) Unstable(_ context.Context, a store.Acquisition, snap store.Top
 func (b *broker) checkTopics(input, snap store.TopicPartition) error {
 	in, ok := b.c.Topic(input.Topic)
 	if !ok {
-		return fmt.Errorf("sim: input topic %q does not exist", input.Topic)
+		return &store.ConfigError{Subject: fmt.Sprintf("input topic %q", input.Topic), Problem: "does not exist", Fix: "create it"}
 	}
 	if int(input.Partition) >= in.Partitions || input.Partition < 0 {
-		return fmt.Errorf("sim: input partition %s does not exist (the topic has %d)", input, in.Partitions)
+		return &store.ConfigError{Subject: "input partition " + input.String(), Problem: fmt.Sprintf("does not exist (the topic has %d)", in.Partitions),
+			Fix: "consume only the topic's partitions"}
 	}
 	cfg, ok := b.c.Topic(snap.Topic)
 	if !ok {
 		if !b.cfg.CreateTopics {
-			return fmt.Errorf("sim: snapshot topic %q of input topic %q does not exist (create it compacted with at least %d partitions, or set CreateTopics)",
-				snap.Topic, input.Topic, in.Partitions)
+			return &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", snap.Topic), Problem: fmt.Sprintf("of input topic %q does not exist", input.Topic),
+				Fix: fmt.Sprintf("create it compacted with at least %d partitions, or set CreateTopics", in.Partitions)}
 		}
 		if err := b.c.CreateTopic(snap.Topic, TopicConfig{Partitions: in.Partitions, Compacted: true}); err != nil {
 			return err
@@ -140,11 +141,13 @@ func (b *broker) checkTopics(input, snap store.TopicPartition) error {
 		cfg, _ = b.c.Topic(snap.Topic)
 	}
 	if !cfg.Compacted {
-		return fmt.Errorf("sim: snapshot topic %q is not compacted (cleanup.policy=compact is required)", snap.Topic)
+		return &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", snap.Topic), Problem: "is not compacted",
+			Fix: "set cleanup.policy=compact on it: retention would delete old snapshots"}
 	}
 	if cfg.Partitions < in.Partitions {
-		return fmt.Errorf("sim: snapshot topic %q has %d partitions, fewer than the %d of input topic %q",
-			snap.Topic, cfg.Partitions, in.Partitions, input.Topic)
+		return &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", snap.Topic),
+			Problem: fmt.Sprintf("has %d partitions, fewer than the %d of input topic %q", cfg.Partitions, in.Partitions, input.Topic),
+			Fix:     "add partitions to the snapshot topic: partition N holds input partition N's keys"}
 	}
 	return nil
 }
@@ -213,7 +216,8 @@ func (p *link) produceOutputs(id store.GroupIdentity, outs []store.Output) error
 	for _, o := range outs {
 		cfg, ok := p.b.c.Topic(o.Topic)
 		if !ok {
-			return fmt.Errorf("sim: %s: output topic %q does not exist", p.input, o.Topic)
+			return &store.ConfigError{Subject: fmt.Sprintf("output topic %q", o.Topic), Problem: fmt.Sprintf("does not exist (an output of %s)", p.input),
+				Fix: "create it, or stop the fold from writing to it"}
 		}
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, cfg.Partitions)}
 		rec := store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}

@@ -106,6 +106,9 @@ func (e *FoldError) Error() string {
 	if e.Panic != nil {
 		what = fmt.Sprintf("panic: %v", e.Panic)
 	}
+	if e.Offset < 0 {
+		return fmt.Sprintf("engine: tick of %s key %q failed: %s", e.Input, e.Key, what)
+	}
 	return fmt.Sprintf("engine: fold of %s offset %d key %q failed: %s", e.Input, e.Offset, e.Key, what)
 }
 
@@ -169,6 +172,9 @@ type Core[S, O any] struct {
 	// consumed is the offset after the last record fed.
 	consumed int64
 	stopped  error
+	// poisoned is the record a fold failed on: no later record is fed
+	// until Skip passes it.
+	poisoned *FoldError
 }
 
 // hotEntry is a key of hotOrder with the slot it was made hot with.
@@ -286,9 +292,18 @@ func (c *Core[S, O]) Recovered(s store.Snapshot) error {
 // Fold feeds one input record. A record at or below the key's last folded
 // offset was already folded (a replay after recovery) and is skipped: the
 // exactly-once state effect. It returns the outputs to emit.
+//
+// A fold that fails or panics returns a *FoldError naming the record, and
+// the core refuses every later record with it (nothing past the record is
+// consumed, so nothing past it is committable) until Skip passes it.
+// Flush, WriteDone and Committable go on working: what was folded before
+// the record is intact.
 func (c *Core[S, O]) Fold(rec *Record) ([]O, error) {
 	if c.stopped != nil {
 		return nil, c.stopped
+	}
+	if c.poisoned != nil {
+		return nil, c.poisoned
 	}
 	if rec.Offset < c.cfg.Assigned {
 		return nil, nil // before the resume point
@@ -308,7 +323,11 @@ func (c *Core[S, O]) Fold(rec *Record) ([]O, error) {
 	}
 	ch, err := c.callFold(rec, state, exists)
 	if err != nil {
-		return nil, c.stop(err)
+		// The record is poison, not the cache: what was folded before it
+		// can still be flushed and committed (the engine commits it before
+		// it stops, or skips the record), so the core is not stopped.
+		c.poisoned = err.(*FoldError)
+		return nil, err
 	}
 	if err := c.apply(rec.Key, sl, ch, rec.Offset); err != nil {
 		return nil, c.stop(err)
@@ -316,6 +335,34 @@ func (c *Core[S, O]) Fold(rec *Record) ([]O, error) {
 	c.consumed = max(c.consumed, rec.Offset+1)
 	return ch.Outputs, nil
 }
+
+// Skip passes the record a fold failed on (the poison policy skips it):
+// the key keeps its state, the record counts as consumed, and the core
+// folds again from the next record.
+func (c *Core[S, O]) Skip(fe *FoldError) error {
+	if c.poisoned == nil || fe != c.poisoned {
+		return fmt.Errorf("engine: %s: skip of offset %d, which did not fail", c.cfg.Input, fe.Offset)
+	}
+	c.poisoned = nil
+	c.consumed = max(c.consumed, fe.Offset+1)
+	return nil
+}
+
+// Discard deletes key, whose recovered state the engine could not decode
+// (the poison policy skips it): the key is absent from now on, and its
+// tombstone goes with the next flush. Recover the key as a tombstone at
+// its snapshot's offset first, so that replays below it stay skipped.
+func (c *Core[S, O]) Discard(key []byte) error {
+	sl, err := c.load(key)
+	if err != nil {
+		return c.stop(err)
+	}
+	return c.stop(c.apply(key, sl, Change[S, O]{Op: Delete}, -1))
+}
+
+// Poisoned is the record a fold failed on, if the core waits for it to be
+// skipped.
+func (c *Core[S, O]) Poisoned() *FoldError { return c.poisoned }
 
 func (c *Core[S, O]) callFold(rec *Record, state S, exists bool) (ch Change[S, O], err error) {
 	defer func() {
@@ -416,10 +463,13 @@ func (c *Core[S, O]) encode(k []byte, sl *slot[S]) ([]byte, error) {
 	return encodeEntry(true, sl.offset, b), nil
 }
 
-// Tick runs the tick function over every live key.
-func (c *Core[S, O]) Tick(nowMillis int64) ([]O, error) {
+// Tick runs the tick function over every live key. A key whose tick fails
+// or panics keeps its state, and the tick goes on with the next key: the
+// failures come back in key order, for the engine's poison policy. err is
+// a failure of the cache, which stops the core.
+func (c *Core[S, O]) Tick(nowMillis int64) (outs []O, failed []*FoldError, err error) {
 	if c.stopped != nil || c.cfg.Tick == nil {
-		return nil, c.stopped
+		return nil, nil, c.stopped
 	}
 	var cold [][]byte
 	for k := range c.kv.Scan(c.statePrefix) {
@@ -434,25 +484,25 @@ func (c *Core[S, O]) Tick(nowMillis int64) ([]O, error) {
 	// In key order: the tick function sees the keys, and the outputs come
 	// out, in the same order on every run.
 	slices.SortFunc(keys, bytes.Compare)
-	var outs []O
 	for _, k := range keys {
 		sl, err := c.load(k)
 		if err != nil {
-			return nil, c.stop(err)
+			return nil, nil, c.stop(err)
 		}
 		if sl == nil || !sl.live {
 			continue
 		}
 		ch, err := c.callTick(k, sl.state, nowMillis)
 		if err != nil {
-			return nil, c.stop(err)
+			failed = append(failed, err.(*FoldError))
+			continue
 		}
 		if err := c.apply(k, sl, ch, -1); err != nil {
-			return nil, c.stop(err)
+			return nil, nil, c.stop(err)
 		}
 		outs = append(outs, ch.Outputs...)
 	}
-	return outs, nil
+	return outs, failed, nil
 }
 
 func (c *Core[S, O]) callTick(key []byte, state S, now int64) (ch Change[S, O], err error) {

@@ -148,8 +148,21 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 		v, ok, err := s.c.State([]byte(key))
 		return strings.TrimSpace(fmt.Sprintf("%s %t %s", v, ok, errString(err)))
 	case "tick":
-		_, err := s.c.Tick(0)
+		_, failed, err := s.c.Tick(0)
+		if err == nil && len(failed) > 0 {
+			var parts []string
+			for _, fe := range failed {
+				parts = append(parts, fe.Error())
+			}
+			return strings.Join(parts, "\n")
+		}
 		return errString(err)
+	case "skip":
+		fe := s.c.Poisoned()
+		if fe == nil {
+			return "nothing to skip"
+		}
+		return errString(s.c.Skip(fe))
 	case "drop":
 		return errString(s.c.Drop())
 	case "keys":
@@ -301,7 +314,7 @@ func TestTickVisitsKeysInKeyOrder(t *testing.T) {
 	if len(c.hot) == 6 {
 		t.Fatal("nothing was evicted: the test needs cold keys")
 	}
-	outs, err := c.Tick(0)
+	outs, _, err := c.Tick(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +414,7 @@ func TestZeroChangeKeepsTheState(t *testing.T) {
 	if _, err := c.Fold(&Record{Offset: 1, Key: []byte("k"), Value: []byte("w")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Tick(0); err != nil {
+	if _, _, err := c.Tick(0); err != nil {
 		t.Fatal(err)
 	}
 	if c.Dirty() || c.Committable() != 2 {

@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// PoisonPolicy is what the engine does with a poison record: one its fold
+// fails or panics on (a record the fold cannot decode, an input it
+// refuses), a key whose tick fails, or a recovered state that the Codec
+// cannot decode. Replaying such a record fails again, so retrying cannot
+// help: the choice is to stop or to go past it, as with Kafka Streams'
+// exception handlers.
+//
+// Going past a state that does not decode deletes its key: the key starts
+// empty, and a tombstone replaces the snapshot with the next flush (under
+// DeadLetterPoison the state's bytes are in the dead letter). A codec
+// change that cannot read the old states would delete every key, so
+// choose a skipping policy with care; the default stops with the
+// *RecoveredStateError before anything is deleted.
+type PoisonPolicy uint8
+
+const (
+	// StopOnPoison, the default: the partition commits everything it
+	// folded before the record, and Run returns the *FoldError, which
+	// names the topic, partition, offset and key. The record is not
+	// consumed: a restarted engine meets it again.
+	StopOnPoison PoisonPolicy = iota
+	// SkipPoison skips the record: the key keeps its state, the record
+	// counts as consumed, and the failure is logged (at a bounded rate)
+	// and counted in snapfence_poison_records_total.
+	SkipPoison
+	// DeadLetterPoison skips the record as SkipPoison does and sends it to
+	// Config.DeadLetterTopic: its key, its value and its headers, plus
+	// headers naming its origin and the error (HeaderDeadLetterTopic and
+	// the others). Under ExactlyOnce the dead letter goes into the
+	// partition's transaction with the rest of the batch, so a
+	// read_committed reader sees it exactly once; otherwise it goes to
+	// Config.Emit with the poll's outputs, at least once.
+	DeadLetterPoison
+)
+
+func (p PoisonPolicy) String() string {
+	switch p {
+	case StopOnPoison:
+		return "stop"
+	case SkipPoison:
+		return "skip"
+	case DeadLetterPoison:
+		return "dead-letter"
+	}
+	return fmt.Sprintf("PoisonPolicy(%d)", uint8(p))
+}
+
+// The headers a dead letter carries besides the record's own.
+const (
+	// HeaderDeadLetterTopic, HeaderDeadLetterPartition and
+	// HeaderDeadLetterOffset name the record's origin; the offset is -1
+	// for a tick's failure (the dead letter then has the key and no
+	// value).
+	HeaderDeadLetterTopic     = "snapfence.dlt.topic"
+	HeaderDeadLetterPartition = "snapfence.dlt.partition"
+	HeaderDeadLetterOffset    = "snapfence.dlt.offset"
+	// HeaderDeadLetterTimestamp is the record's timestamp, Unix
+	// milliseconds.
+	HeaderDeadLetterTimestamp = "snapfence.dlt.timestamp"
+	// HeaderDeadLetterError is the error's text; for a panic, "panic: "
+	// and the value.
+	HeaderDeadLetterError = "snapfence.dlt.error"
+	// HeaderDeadLetterKind is what failed: "record" (a fold; the letter
+	// is the record), "tick" (a key's tick; no value) or "state" (a
+	// recovered state that does not decode; the value is the state's
+	// bytes, the offset the input offset its snapshot held, and the key
+	// was deleted).
+	HeaderDeadLetterKind = "snapfence.dlt.kind"
+)
+
+// stateDeadLetter is the dead letter of a recovered state that does not
+// decode.
+func stateDeadLetter(topic string, se *RecoveredStateError) Output {
+	return Output{Topic: topic, Key: bytes.Clone(se.Key), Value: bytes.Clone(se.value), Headers: []store.Header{
+		{Key: HeaderDeadLetterTopic, Value: []byte(se.Input.Topic)},
+		{Key: HeaderDeadLetterPartition, Value: strconv.AppendInt(nil, int64(se.Input.Partition), 10)},
+		{Key: HeaderDeadLetterOffset, Value: strconv.AppendInt(nil, se.Offset, 10)},
+		{Key: HeaderDeadLetterError, Value: []byte(se.Err.Error())},
+		{Key: HeaderDeadLetterKind, Value: []byte("state")},
+	}}
+}
+
+// deadLetter is the dead letter of a record (nil for a tick) that failed
+// with fe.
+func deadLetter(topic string, rec *Record, fe *FoldError) Output {
+	what := fmt.Sprint(fe.Err)
+	if fe.Panic != nil {
+		what = fmt.Sprintf("panic: %v", fe.Panic)
+	}
+	// Copies: an exactly-once batch keeps its outputs past the poll whose
+	// records they came from.
+	o := Output{Topic: topic, Key: bytes.Clone(fe.Key)}
+	var ts time.Time
+	kind := "tick"
+	if rec != nil {
+		kind = "record"
+		o.Value = bytes.Clone(rec.Value)
+		for _, h := range rec.Headers {
+			o.Headers = append(o.Headers, store.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
+		}
+		ts = rec.Timestamp
+	}
+	o.Headers = append(o.Headers,
+		store.Header{Key: HeaderDeadLetterTopic, Value: []byte(fe.Input.Topic)},
+		store.Header{Key: HeaderDeadLetterPartition, Value: strconv.AppendInt(nil, int64(fe.Input.Partition), 10)},
+		store.Header{Key: HeaderDeadLetterOffset, Value: strconv.AppendInt(nil, fe.Offset, 10)},
+		store.Header{Key: HeaderDeadLetterError, Value: []byte(what)},
+		store.Header{Key: HeaderDeadLetterKind, Value: []byte(kind)},
+	)
+	if !ts.IsZero() {
+		o.Headers = append(o.Headers, store.Header{Key: HeaderDeadLetterTimestamp, Value: strconv.AppendInt(nil, ts.UnixMilli(), 10)})
+	}
+	return o
+}
