@@ -50,6 +50,7 @@ func (m *atLeastOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 		return err
 	}
 	m.r.e.cfg.Metrics.lag(f.tp, f.core.Consumed()-c)
+	m.r.status.committed(f.tp, f.part.CommittedOffset())
 	return nil
 }
 

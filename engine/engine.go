@@ -63,6 +63,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
@@ -252,6 +254,12 @@ type Engine[S any] struct {
 	cfg Config[S]
 	kv  *pebbleKV
 	log *slog.Logger
+	// board is the status of the runner made last (Status).
+	board atomic.Pointer[statusBoard]
+	// runEnded and runErr: Run returned, with runErr (Status).
+	runMu    sync.Mutex
+	runEnded bool
+	runErr   error
 }
 
 // New checks the configuration, opens the local cache and returns an

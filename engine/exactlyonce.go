@@ -84,6 +84,7 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	f.batch = openBatch{}
 	m.r.e.cfg.Metrics.flushed(len(snaps), time.Since(start))
 	m.r.e.cfg.Metrics.lag(f.tp, 0)
+	m.r.status.committed(f.tp, f.part.CommittedOffset())
 	return nil
 }
 

@@ -20,11 +20,12 @@ func (unjoined) Identity() store.GroupIdentity                         { return 
 func (unjoined) CommittedOffset(context.Context, store.TopicPartition) (int64, error) {
 	return 0, nil
 }
-func (unjoined) Seek(store.TopicPartition, int64) {}
-func (unjoined) Pause(store.TopicPartition)       {}
-func (unjoined) Resume(store.TopicPartition)      {}
-func (u unjoined) Now() time.Time                 { return u.now }
-func (unjoined) Close(context.Context) error      { return nil }
+func (unjoined) Seek(store.TopicPartition, int64)          {}
+func (unjoined) Pause(store.TopicPartition)                {}
+func (unjoined) Resume(store.TopicPartition)               {}
+func (u unjoined) Now() time.Time                          { return u.now }
+func (unjoined) Close(context.Context) error               { return nil }
+func (unjoined) LogEnd(store.TopicPartition) (int64, bool) { return 0, false }
 
 // Before the first join nothing is published, and the store refuses to
 // commit with what the runner's identity reader reads.

@@ -241,6 +241,9 @@ type kafkaSource struct {
 	adm   *kadm.Client
 	group string
 	buf   []Record // reused by every Poll: valid until the next
+	// logEnd is each partition's high watermark from the last fetch
+	// response that carried it (Poll and LogEnd run on one goroutine).
+	logEnd map[store.TopicPartition]int64
 }
 
 // NewKafkaSource returns a factory for Engine.NewRunner. The factory
@@ -295,7 +298,7 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 		if err != nil {
 			return nil, fmt.Errorf("engine: consumer: %w", err)
 		}
-		return &kafkaSource{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), group: cfg.Group}, nil
+		return &kafkaSource{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), group: cfg.Group, logEnd: map[store.TopicPartition]int64{}}, nil
 	}
 }
 
@@ -447,6 +450,11 @@ func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]Record, e
 			err = fmt.Errorf("engine: fetching %s/%d: %w", t, p, e)
 		}
 	})
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		if p.Err == nil && p.HighWatermark >= 0 {
+			s.logEnd[store.TopicPartition{Topic: p.Topic, Partition: p.Partition}] = p.HighWatermark
+		}
+	})
 	out := s.buf[:0]
 	fs.EachRecord(func(r *kgo.Record) {
 		out = append(out, Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
@@ -576,6 +584,14 @@ func (s *kafkaSource) Pause(tp store.TopicPartition) {
 
 func (s *kafkaSource) Now() time.Time { return time.Now() }
 
+// LogEnd is tp's high watermark from the last fetch response that carried
+// it. franz-go passes on only fetches with records or errors, so a
+// partition with nothing fetched since its assignment has none yet.
+func (s *kafkaSource) LogEnd(tp store.TopicPartition) (int64, bool) {
+	o, ok := s.logEnd[tp]
+	return o, ok
+}
+
 // groupConfigError is the *store.ConfigError of a group error that
 // rejoining cannot cure (nil for the others).
 func (s *kafkaSource) groupConfigError(err error) error {
@@ -634,7 +650,8 @@ func (s *kafkaSource) Close(ctx context.Context) error {
 // after a backoff, a partition's failure by restarting it from its
 // committed state (see Config). Those are logged at a bounded rate and
 // counted in Metrics; none is returned.
-func (e *Engine[S]) Run(ctx context.Context, cfg KafkaConfig) error {
+func (e *Engine[S]) Run(ctx context.Context, cfg KafkaConfig) (err error) {
+	defer e.trackRun()(&err)
 	r, err := e.NewRunner(NewKafkaSource(cfg))
 	if err != nil {
 		return err

@@ -9,19 +9,34 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// Metrics are the engine's Prometheus metrics. A nil *Metrics records
-// nothing and costs nothing.
+// Metrics are the engine's Prometheus metrics (docs/operations.md lists
+// them with what to alert on). A nil *Metrics records nothing and costs
+// nothing. Several runners may share one: the per-partition series are
+// each partition's owner's, and snapfence_partitions counts every
+// runner's partitions.
 type Metrics struct {
-	folded           *prometheus.CounterVec
-	flushSize        prometheus.Histogram
-	flushDuration    prometheus.Histogram
-	transactions     *prometheus.CounterVec
-	fences           *prometheus.CounterVec
-	poison           *prometheus.CounterVec
-	recoveryDuration prometheus.Histogram
-	snapshotsRead    prometheus.Counter
-	offsetLag        *prometheus.GaugeVec
+	folded              *prometheus.CounterVec
+	flushSize           prometheus.Histogram
+	flushDuration       prometheus.Histogram
+	transactions        *prometheus.CounterVec
+	transactionDuration *prometheus.HistogramVec
+	fences              *prometheus.CounterVec
+	recoveryDuration    prometheus.Histogram
+	recoveryLeft        *prometheus.GaugeVec
+	snapshotsRead       prometheus.Counter
+	offsetLag           *prometheus.GaugeVec
+	consumerLag         *prometheus.GaugeVec
+	partitions          *prometheus.GaugeVec
+	poison              *prometheus.CounterVec
 }
+
+// The poison-record actions (the action label of
+// snapfence_poison_records_total).
+const (
+	PoisonStopped      = "stopped"
+	PoisonSkipped      = "skipped"
+	PoisonDeadLettered = "dead_lettered"
+)
 
 // NewMetrics registers the engine's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -38,27 +53,48 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
 		transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "snapfence_transactions_total", Help: "Snapshot-store transactions by outcome.",
+			Name: "snapfence_transactions_total", Help: "Snapshot-store transactions by outcome (committed, aborted).",
+		}, []string{"outcome"}),
+		transactionDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "snapfence_transaction_seconds", Help: "Time one snapshot-store transaction took, by outcome (committed, aborted).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"outcome"}),
 		fences: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "snapfence_fences_total", Help: "Writes or commits rejected because this owner was fenced, by the coordinator's reason.",
+			Name: "snapfence_fences_total",
+			Help: "Writes or commits rejected because this owner was fenced, by the coordinator's error (reason).",
 		}, []string{"reason"}),
-		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "snapfence_poison_records_total", Help: "Records (or ticks) a fold failed on, by what the poison policy did: stopped, skipped, dead_lettered.",
-		}, []string{"topic", "action"}),
 		recoveryDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "snapfence_recovery_seconds", Help: "Time a partition's recovery took.",
+			Name: "snapfence_recovery_seconds", Help: "Time a partition's recovery took, takeover and snapshot read.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 		}),
+		recoveryLeft: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "snapfence_recovery_records_left",
+			Help: "Snapshot-partition offsets a partition's recovery has still to read (0 once recovered), per input partition.",
+		}, []string{"topic", "partition"}),
 		snapshotsRead: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "snapfence_snapshots_recovered_total", Help: "Snapshots read by recoveries.",
 		}),
 		offsetLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "snapfence_committable_offset_lag", Help: "Consumed offset minus committable offset, per partition.",
 		}, []string{"topic", "partition"}),
+		consumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "snapfence_consumer_lag",
+			Help: "Input records not covered by a commit: log end offset minus committed offset, per assigned partition.",
+		}, []string{"topic", "partition"}),
+		partitions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "snapfence_partitions",
+			Help: "Assigned partitions by state (starting, recovering, running, waiting, stopped).",
+		}, []string{"state"}),
+		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snapfence_poison_records_total",
+			Help: "Records a fold, a tick or a decode failed on, by what was done (stopped, skipped, dead_lettered).",
+		}, []string{"topic", "action"}),
 	}
-	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.transactions, m.fences, m.poison,
-		m.recoveryDuration, m.snapshotsRead, m.offsetLag} {
+	for _, s := range partitionStates {
+		m.partitions.WithLabelValues(string(s)) // every state has a series, 0 included
+	}
+	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.transactions, m.transactionDuration,
+		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -66,8 +102,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// StoreObserver counts the store's transactions by outcome; pass it as the
-// backend's Observer.
+// StoreObserver counts the store's transactions by outcome and measures
+// their duration; pass it as the backend's Observer (with others through
+// a fan-out).
 func (m *Metrics) StoreObserver() store.Observer {
 	return store.ObserverFunc(func(e store.TransactionEvent) {
 		if m == nil {
@@ -78,6 +115,7 @@ func (m *Metrics) StoreObserver() store.Observer {
 			outcome = "aborted"
 		}
 		m.transactions.WithLabelValues(outcome).Inc()
+		m.transactionDuration.WithLabelValues(outcome).Observe(e.Duration.Seconds())
 	})
 }
 
@@ -94,12 +132,15 @@ func (m *Metrics) flushed(keys int, d time.Duration) {
 	}
 }
 
+// fenced counts a fence; reason is fenceReason's.
 func (m *Metrics) fenced(reason string) {
 	if m != nil {
 		m.fences.WithLabelValues(reason).Inc()
 	}
 }
 
+// poisoned counts a record a fold, tick or decode failed on, and what was
+// done with it (PoisonStopped, PoisonSkipped, PoisonDeadLettered).
 func (m *Metrics) poisoned(tp store.TopicPartition, action string) {
 	if m != nil {
 		m.poison.WithLabelValues(tp.Topic, action).Inc()
@@ -115,6 +156,45 @@ func (m *Metrics) recovered(snapshots int, d time.Duration) {
 
 func (m *Metrics) lag(tp store.TopicPartition, lag int64) {
 	if m != nil {
-		m.offsetLag.WithLabelValues(tp.Topic, strconv.Itoa(int(tp.Partition))).Set(float64(lag))
+		m.offsetLag.WithLabelValues(tp.Topic, partitionLabel(tp)).Set(float64(lag))
 	}
 }
+
+func (m *Metrics) setConsumerLag(tp store.TopicPartition, lag int64) {
+	if m != nil {
+		m.consumerLag.WithLabelValues(tp.Topic, partitionLabel(tp)).Set(float64(lag))
+	}
+}
+
+func (m *Metrics) setRecoveryLeft(tp store.TopicPartition, left int64) {
+	if m != nil {
+		m.recoveryLeft.WithLabelValues(tp.Topic, partitionLabel(tp)).Set(float64(left))
+	}
+}
+
+// partitionMoved counts a partition leaving state from ("": it was not
+// assigned) for state to ("": it is no longer).
+func (m *Metrics) partitionMoved(from, to PartitionState) {
+	if m == nil {
+		return
+	}
+	if from != "" {
+		m.partitions.WithLabelValues(string(from)).Dec()
+	}
+	if to != "" {
+		m.partitions.WithLabelValues(string(to)).Inc()
+	}
+}
+
+// forget drops a released partition's series: a partition this member no
+// longer owns has no lag here (its new owner reports it).
+func (m *Metrics) forget(tp store.TopicPartition) {
+	if m != nil {
+		p := partitionLabel(tp)
+		m.offsetLag.DeleteLabelValues(tp.Topic, p)
+		m.consumerLag.DeleteLabelValues(tp.Topic, p)
+		m.recoveryLeft.DeleteLabelValues(tp.Topic, p)
+	}
+}
+
+func partitionLabel(tp store.TopicPartition) string { return strconv.Itoa(int(tp.Partition)) }

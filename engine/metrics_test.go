@@ -37,11 +37,13 @@ func TestMetricsCountFoldsFlushesTransactionsAndRecoveries(t *testing.T) {
 	w.produce("alice=+1", "bob=+2", "alice=+3")
 	r := w.runner(e)
 	w.drain(r)
-	if err := r.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	// Gathered while the runner owns its partitions: a released
+	// partition's series go with it.
 	families, err := reg.Gather()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]float64{}

@@ -37,6 +37,10 @@ type Source interface {
 	Resume(tp store.TopicPartition)
 	// Now is the source's clock (virtual for the sim).
 	Now() time.Time
+	// LogEnd is tp's log end offset (high watermark) as the source last
+	// learnt it; ok is false while it knows none. The runner calls it
+	// after each poll, on the polling goroutine, for its status and lag.
+	LogEnd(tp store.TopicPartition) (offset int64, ok bool)
 	// Close leaves the group (running the revoke callbacks).
 	Close(ctx context.Context) error
 }
@@ -72,6 +76,8 @@ type Runner[S any] struct {
 	mu    chanMutex
 	sched *scheduler[*flow[S]]
 	errs  []error
+	// status is what Status reports; it has a lock of its own.
+	status *statusBoard
 	// logs bounds the rate of the log lines of repeated failures.
 	logs *logLimiter
 }
@@ -91,6 +97,7 @@ type flow[S any] struct {
 func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[S], error) {
 	r := &Runner[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1), logs: newLogLimiter()}
 	r.mode = newOutputMode(r)
+	r.status = r.newStatusBoard()
 	r.sched = newScheduler[*flow[S]](schedulerConfig{
 		persistInterval: r.mode.persistInterval(),
 		commitInterval:  e.cfg.CommitInterval,
@@ -146,6 +153,7 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	}
 	err := r.step(ctx)
 	if fatal := r.fatalErr(); fatal != nil {
+		r.status.failed(fatal)
 		return fatal
 	}
 	return err
@@ -166,6 +174,7 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	r.mu.Unlock()
 	recs, pollErr := r.src.Poll(ctx, wait)
 	r.publish()
+	r.status.polled(r.src)
 	defer r.src.PollDone()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -330,6 +339,7 @@ func recordTP(rec *Record) store.TopicPartition {
 
 // do carries out the scheduler's actions, in order.
 func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
+	syncStatus(r.status, r.sched, acts)
 	for _, a := range acts {
 		switch a.kind {
 		case actStart:
@@ -432,6 +442,7 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, seek 
 		part, err := r.e.cfg.Store.Acquire(ctx, store.Acquisition{
 			Input: tp, Identity: identity[S]{r},
 			ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
+			Progress:              r.status.progress(tp),
 		})
 		proceed, acts := r.sched.acquired(tp, err, r.src.Now())
 		r.do(ctx, acts)
@@ -502,6 +513,7 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 	}
 	r.src.Resume(tp)
 	r.e.cfg.Metrics.recovered(n, r.src.Now().Sub(begin))
+	r.status.recovered(tp, assigned, n, r.src.Now().Sub(begin))
 	r.e.log.Info("partition recovered", "input", tp.String(), "snapshots", n, "keys", c.Keys(), "assigned_offset", assigned,
 		"generation", r.src.Identity().Generation)
 }
@@ -572,6 +584,7 @@ type rebalanceHandler[S any] struct{ r *Runner[S] }
 
 // Assigned starts every assigned partition without a running flow.
 func (h rebalanceHandler[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
+	h.r.status.assignment()
 	h.callback(ctx, func() []action[*flow[S]] { return h.r.sched.assigned(tps) })
 }
 
@@ -635,6 +648,7 @@ func (r *Runner[S]) Persist(ctx context.Context) {
 
 // Close leaves the group; the revoke callbacks flush and tear down.
 func (r *Runner[S]) Close(ctx context.Context) error {
+	r.status.close()
 	err := r.src.Close(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -123,6 +123,12 @@ type Acquisition struct {
 	// then fails with an *UnstableOffsetError that diagnoses the holder,
 	// and the caller retries later.
 	ResolveAssignedOffset func(ctx context.Context) (int64, error)
+	// Progress, if set, hears every recovery read of the acquired
+	// partition: its start, each advance and its end, as a Backend's
+	// RecoveryObserver does (both hear each event). It is called on the
+	// goroutine that iterates Partition.Recover, serially; it must not
+	// block. The engine shows a partition's recovery progress with it.
+	Progress func(RecoveryEvent)
 }
 
 // Resolve returns the assigned offset, resolving it after the takeover if
@@ -253,6 +259,9 @@ type RecoveryEvent struct {
 	Target int64
 	// Position is the next offset the read will return.
 	Position int64
+	// Records is how many snapshots (tombstones included) the read has
+	// returned so far.
+	Records int64
 	// Done marks the last event of a read: it reached Target (Err nil) or
 	// failed with Err. A read its caller stops early reports no end.
 	Done bool

@@ -162,6 +162,13 @@ func (s *Source) Resume(tp store.TopicPartition) { delete(s.paused, tp) }
 // Pause implements engine.Source.
 func (s *Source) Pause(tp store.TopicPartition) { s.paused[tp] = true }
 
+// LogEnd implements engine.Source: the partition's high watermark as the
+// cluster answers now.
+func (s *Source) LogEnd(tp store.TopicPartition) (int64, bool) {
+	_, _, end, err := s.c.Offsets(tp)
+	return end, err == nil
+}
+
 // Now implements engine.Source.
 func (s *Source) Now() time.Time { return s.c.Now() }
 

@@ -32,6 +32,7 @@ func Run(t *testing.T, h Harness) {
 		{"CommitFailureReachesEveryWaiter", commitFailureReachesEveryWaiter},
 		{"RecoveryDrainsToTheHighWatermark", recoveryDrainsToHighWatermark},
 		{"RecoveryOfAnEmptyPartitionEndsAtOnce", recoveryOfEmptyPartition},
+		{"RecoveryProgressReachesTheAcquisitionHook", recoveryProgressHook},
 		{"StalledRecovery/OpenTransaction", stalledOpenTransaction},
 		{"StalledRecovery/Truncation", stalledTruncation},
 		{"StalledRecovery/PlainTruncation", stalledTruncationPlain},
@@ -388,6 +389,46 @@ func recoveryOfEmptyPartition(t *testing.T, w World) {
 	mustNil(t, "recover", r.err)
 	if len(r.snaps) != 0 || w.Now().Sub(start) >= time.Second {
 		t.Fatalf("recovered %s after %s from an empty partition", describe(r.snaps), w.Now().Sub(start))
+	}
+}
+
+// 7b. The acquisition's Progress hook hears every event of the read the
+// backend's RecoveryObserver hears, in the same order, with the snapshots
+// returned so far counted (tombstones included, offset markers not).
+func recoveryProgressHook(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
+	mustNil(t, "delete b", o.Write(context.Background(), store.Snapshot{Key: []byte("b"), Offset: 2, Tombstone: true}))
+	mustNil(t, "commit", o.Commit(context.Background(), 3))
+	rec := &recorder{}
+	b := w.Backend(t, transactional)
+	p, err := b.Acquire(context.Background(), store.Acquisition{Input: in, AssignedOffset: 3, Identity: newIdentity(m.Identity()),
+		Progress: rec.OnRecovery})
+	if err != nil {
+		t.Fatalf("acquire %s: %v", in, err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	r := collect(p.Recover(context.Background()))
+	mustNil(t, "recover", r.err)
+	rec.mu.Lock()
+	evs := rec.recoveries
+	rec.mu.Unlock()
+	if len(evs) == 0 {
+		t.Fatal("the acquisition's Progress hook heard nothing")
+	}
+	first, last := evs[0], evs[len(evs)-1]
+	if first.Records != 0 || first.Done || first.Target < 3 {
+		t.Fatalf("first event %+v, want the read's start (0 records, target past the 2 writes and the commit)", first)
+	}
+	if !last.Done || last.Err != nil || last.Position < last.Target || last.Records != int64(len(r.snaps)) || len(r.snaps) != 2 {
+		t.Fatalf("last event %+v after recovering %s, want done at the target with 2 records", last, describe(r.snaps))
+	}
+	for i := 1; i < len(evs); i++ {
+		if evs[i].Position < evs[i-1].Position || evs[i].Records < evs[i-1].Records {
+			t.Fatalf("progress went back: %+v then %+v", evs[i-1], evs[i])
+		}
 	}
 }
 

@@ -217,7 +217,7 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 		}
 		return nil, err
 	}
-	p := &Partition{b: b, input: a.Input, snap: snap, identity: a.Identity, link: link}
+	p := &Partition{b: b, input: a.Input, snap: snap, identity: a.Identity, progress: a.Progress, link: link}
 	if b.cfg.Mode == store.Transactional {
 		p.w = groupcommit.New(b.life, groupcommit.Config{
 			Input: a.Input, SnapshotTopic: snap.Topic, AssignedOffset: assigned,

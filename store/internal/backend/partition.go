@@ -17,6 +17,8 @@ type Partition struct {
 	input    store.TopicPartition
 	snap     store.TopicPartition
 	identity store.IdentityReader
+	// progress is the acquisition's recovery hook (nil: none).
+	progress func(store.RecoveryEvent)
 	link     Link
 	// w is the write path: the group commit in Transactional mode, the
 	// plain path in Plain mode.
@@ -100,8 +102,12 @@ func (p *Partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error
 		defer release()
 		cfg := p.b.cfg
 		rc := readloop.Config{Snapshots: p.snap, StallTimeout: cfg.RecoveryStallTimeout, Now: cfg.Now, Logger: cfg.Logger}
+		rc.Progress = p.progress
 		if o, ok := cfg.Observer.(store.RecoveryObserver); ok {
 			rc.Progress = o.OnRecovery
+			if hook := p.progress; hook != nil {
+				rc.Progress = func(e store.RecoveryEvent) { o.OnRecovery(e); hook(e) }
+			}
 		}
 		for s, err := range readloop.Read(ctx, rc, src) {
 			if !yield(s, err) {

@@ -73,9 +73,10 @@ func Read(ctx context.Context, cfg Config, src Source) iter.Seq2[store.Snapshot,
 			yield(store.Snapshot{}, err)
 			return
 		}
+		var read int64 // snapshots returned
 		progress := func(done bool, err error) {
 			if cfg.Progress != nil {
-				cfg.Progress(store.RecoveryEvent{Snapshots: cfg.Snapshots, Target: target, Position: pos, Done: done, Err: err})
+				cfg.Progress(store.RecoveryEvent{Snapshots: cfg.Snapshots, Target: target, Position: pos, Records: read, Done: done, Err: err})
 			}
 		}
 		// fail ends the read with err.
@@ -107,6 +108,7 @@ func Read(ctx context.Context, cfg Config, src Source) iter.Seq2[store.Snapshot,
 				if kind == store.KindOffsetMarker {
 					continue
 				}
+				read++
 				if !yield(s, nil) {
 					return
 				}

@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// HealthHandler serves the engine's health for Kubernetes probes and
+// Prometheus, at three paths (mount it at the root, or under a prefix
+// with http.StripPrefix):
+//
+//   - /livez: 200 while the engine is live, 503 once an error has ended
+//     its runner, Run has returned, or the runner was closed (see
+//     Status.Live). Point a liveness probe here: a restart helps only
+//     when the engine has stopped; a partition that is waiting or
+//     stopped does not fail it (readiness and the metrics show those).
+//   - /readyz: 200 when Status.Ready holds (the member has joined its
+//     group and every partition assigned to it is recovered and
+//     running), 503 otherwise; the body is the Status as JSON either way
+//     (Status.MarshalJSON), with each partition's state, recovery
+//     progress, offsets, lag, last commit and error.
+//   - /metrics: the metrics g gathers, in the Prometheus exposition
+//     format (promhttp.HandlerFor); with g nil there is no /metrics (404),
+//     so nothing global is served by default. Pass the registry the
+//     engine's Metrics were registered on, or prometheus.DefaultGatherer.
+//
+// /livez also answers in JSON: {"live":true} or {"live":false,"error":"..."}.
+// Both are computed per request from Status, which never waits for the
+// runner, so a probe answers at once even while a recovery holds it in a
+// rebalance callback. Any other path is 404.
+func (e *Engine[S]) HealthHandler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+		st := e.Status()
+		body := struct {
+			Live  bool   `json:"live"`
+			Error string `json:"error,omitempty"`
+		}{Live: st.Live}
+		if st.Err != nil {
+			body.Error = st.Err.Error()
+		}
+		writeJSON(w, st.Live, body)
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		st := e.Status()
+		writeJSON(w, st.Ready(), st)
+	})
+	if g != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	}
+	return mux
+}
+
+// writeJSON writes v with 200 if ok, else 503.
+func writeJSON(w http.ResponseWriter, ok bool, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_, _ = w.Write(append(b, '\n'))
+}

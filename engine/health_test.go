@@ -1,0 +1,454 @@
+package engine_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
+)
+
+// healthClient is a real HTTP client of an engine's HealthHandler.
+type healthClient struct {
+	t    *testing.T
+	c    *http.Client
+	base string
+}
+
+// serveHealth serves e's HealthHandler (with reg's metrics) on a real
+// local server.
+func serveHealth[S any](t *testing.T, e *engine.Engine[S], reg prometheus.Gatherer) healthClient {
+	srv := httptest.NewServer(e.HealthHandler(reg))
+	t.Cleanup(srv.Close)
+	return healthClient{t: t, c: srv.Client(), base: srv.URL}
+}
+
+func (h healthClient) get(path string) (int, []byte) {
+	h.t.Helper()
+	resp, err := h.c.Get(h.base + path)
+	if err != nil {
+		h.t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp.StatusCode, body
+}
+
+// readyBody is /readyz's JSON, as a client reads it.
+type readyBody struct {
+	Live       bool   `json:"live"`
+	Ready      bool   `json:"ready"`
+	Joined     bool   `json:"joined"`
+	Error      string `json:"error"`
+	Group      string `json:"group"`
+	Generation int32  `json:"generation"`
+	Partitions []struct {
+		Topic           string `json:"topic"`
+		Partition       int32  `json:"partition"`
+		State           string `json:"state"`
+		CommittedOffset int64  `json:"committed_offset"`
+		LogEndOffset    int64  `json:"log_end_offset"`
+		Lag             int64  `json:"lag"`
+		LastCommit      string `json:"last_commit"`
+		Recovery        struct {
+			Target    int64 `json:"target"`
+			Position  int64 `json:"position"`
+			Snapshots int64 `json:"snapshots"`
+			Done      bool  `json:"done"`
+		} `json:"recovery"`
+		Error string `json:"error"`
+	} `json:"partitions"`
+}
+
+func (h healthClient) ready() (int, readyBody) {
+	h.t.Helper()
+	code, body := h.get("/readyz")
+	var rb readyBody
+	if err := json.Unmarshal(body, &rb); err != nil {
+		h.t.Fatalf("/readyz answered %d with %q: %v", code, body, err)
+	}
+	if (code == http.StatusOK) != rb.Ready {
+		h.t.Fatalf("/readyz answered %d with ready=%v", code, rb.Ready)
+	}
+	return code, rb
+}
+
+func (h healthClient) live() (int, string) {
+	h.t.Helper()
+	code, body := h.get("/livez")
+	var lb struct {
+		Live  bool   `json:"live"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(body, &lb); err != nil {
+		h.t.Fatalf("/livez answered %d with %q: %v", code, body, err)
+	}
+	if (code == http.StatusOK) != lb.Live {
+		h.t.Fatalf("/livez answered %d with live=%v", code, lb.Live)
+	}
+	return code, lb.Error
+}
+
+// metric reads one sample from /metrics: series is the name with its
+// labels as the text format writes them (sorted by name), e.g.
+// snapfence_consumer_lag{partition="0",topic="accounts"}.
+func (h healthClient) metric(series string) (float64, bool) {
+	h.t.Helper()
+	code, body := h.get("/metrics")
+	if code != http.StatusOK {
+		h.t.Fatalf("/metrics answered %d: %s", code, body)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				h.t.Fatalf("%s: %v", sc.Text(), err)
+			}
+			return f, true
+		}
+	}
+	return 0, false
+}
+
+func (h healthClient) wantMetric(series string, want float64) {
+	h.t.Helper()
+	if got, ok := h.metric(series); !ok || got != want {
+		h.t.Fatalf("%s = %v (present %v), want %v", series, got, ok, want)
+	}
+}
+
+// wantCaughtUp checks that /readyz is 200 with every partition of topic
+// running at lag 0, its committed offset at its log end, ends[p] (and,
+// with committed, committed by this member: a member that resumed at the
+// end has nothing to commit).
+func (h healthClient) wantCaughtUp(topic string, ends map[int32]int64, committed bool) {
+	h.t.Helper()
+	code, rb := h.ready()
+	if code != http.StatusOK || !rb.Live || !rb.Joined || len(rb.Partitions) != len(ends) {
+		h.t.Fatalf("/readyz %d: %+v, want ready with %d partitions", code, rb, len(ends))
+	}
+	for _, p := range rb.Partitions {
+		if p.Topic != topic || p.State != "running" || p.Lag != 0 || p.CommittedOffset != ends[p.Partition] ||
+			p.LogEndOffset != ends[p.Partition] || !p.Recovery.Done || (committed && p.LastCommit == "") || p.Error != "" {
+			h.t.Fatalf("partition %+v, want running at lag 0, committed at the log end %d", p, ends[p.Partition])
+		}
+		h.wantMetric(`snapfence_consumer_lag{partition="`+strconv.Itoa(int(p.Partition))+`",topic="`+topic+`"}`, 0)
+	}
+}
+
+func simEnds(t *testing.T, c *sim.Cluster, topic string, n int32) map[int32]int64 {
+	ends := map[int32]int64{}
+	for p := range n {
+		_, _, end, err := c.Offsets(store.TopicPartition{Topic: topic, Partition: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends[p] = end
+	}
+	return ends
+}
+
+// On the simulated cluster, through a real HTTP client: before any runner
+// the engine is live and not ready; after recovery and a drain it is ready
+// with every partition at lag 0; records fetched and not committed show
+// as lag; a recovery in progress is visible while it holds the runner
+// inside the rebalance callback (the status never waits for the runner);
+// a closed runner is not live.
+func TestHealthHandlerOnSim(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := engine.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sim.New(sim.Config{Seed: 5})
+	if err := c.CreateTopic("accounts", sim.TopicConfig{Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.NewBackend(sim.BackendConfig{Mode: store.Transactional, TransactionalIDPrefix: "bank", CreateTopics: true,
+		Observer: m.StoreObserver()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	w := &simWorld{t: t, c: c, store: b, want: ledger{}}
+	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b,
+		PersistInterval: 10 * time.Second, CommitInterval: 10 * time.Second, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	h := serveHealth(t, e, reg)
+
+	if code, _ := h.live(); code != http.StatusOK {
+		t.Fatalf("/livez %d before any runner, want 200", code)
+	}
+	if code, rb := h.ready(); code != http.StatusServiceUnavailable || rb.Joined || len(rb.Partitions) != 0 {
+		t.Fatalf("/readyz %d %+v before any runner, want 503, not joined", code, rb)
+	}
+	if code, _ := h.get("/nothing"); code != http.StatusNotFound {
+		t.Fatalf("/nothing answered %d, want 404", code)
+	}
+
+	w.produce("alice=+1", "bob=+2", "carol=+3", "dave=+4", "erin=+5", "alice=+6")
+	r := w.runner(e)
+	w.drain(r)
+	h.wantCaughtUp("accounts", simEnds(t, c, "accounts", 2), true)
+	h.wantMetric(`snapfence_partitions{state="running"}`, 2)
+	h.wantMetric(`snapfence_partitions{state="stopped"}`, 0)
+	if n, ok := h.metric(`snapfence_transaction_seconds_count{outcome="committed"}`); !ok || n < 1 {
+		t.Fatalf("transaction durations observed: %v (present %v), want at least 1", n, ok)
+	}
+
+	// Fetched, folded, not committed yet (the commit interval is 10 s,
+	// the drain committed a second ago): the log end is ahead.
+	w.produce("bob=+7", "bob=+8", "bob=+9") // partition 1
+	if err := r.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := r.Status()
+	if p := st.Partitions[1]; p.Lag != 3 || p.LogEndOffset != p.CommittedOffset+3 {
+		t.Fatalf("after fetching 3 records and committing none: %+v, want lag 3", p)
+	}
+	h.wantMetric(`snapfence_consumer_lag{partition="1",topic="accounts"}`, 3)
+	if code, _ := h.ready(); code != http.StatusOK {
+		t.Fatalf("/readyz %d with lag, want 200: lag is not readiness", code)
+	}
+	r.FlushAll(context.Background())
+	h.wantCaughtUp("accounts", simEnds(t, c, "accounts", 2), true)
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := h.live(); code != http.StatusServiceUnavailable {
+		t.Fatalf("/livez %d after the runner closed, want 503", code)
+	}
+	h.wantMetric(`snapfence_partitions{state="running"}`, 0)
+	if _, ok := h.metric(`snapfence_consumer_lag{partition="1",topic="accounts"}`); ok {
+		t.Fatal("a released partition's lag is still exported")
+	}
+
+	// A new member recovers both partitions, one snapshot record a fetch,
+	// each fetch taking virtual time: the recovery parks inside the
+	// assignment callback, holding the runner's lock, and the status
+	// shows it.
+	c.SlowFetches(100*time.Millisecond, 1)
+	r2 := w.runner(e)
+	sawRecovering := false
+	for range 60 {
+		stepParked(t, c, r2, func() {
+			if sawRecovering {
+				return
+			}
+			code, rb := h.ready()
+			for _, p := range rb.Partitions {
+				if p.State == "recovering" && p.Recovery.Target > 0 && p.Recovery.Position < p.Recovery.Target {
+					sawRecovering = true
+					if code != http.StatusServiceUnavailable {
+						t.Fatalf("/readyz %d while recovering, want 503", code)
+					}
+					if code, _ := h.live(); code != http.StatusOK {
+						t.Fatalf("/livez %d while recovering, want 200", code)
+					}
+					series := `snapfence_recovery_records_left{partition="` + strconv.Itoa(int(p.Partition)) + `",topic="accounts"}`
+					if left, ok := h.metric(series); !ok || left != float64(p.Recovery.Target-p.Recovery.Position) {
+						t.Fatalf("%s = %v (present %v) at %+v", series, left, ok, p.Recovery)
+					}
+				}
+			}
+		})
+		if r2.Status().Ready() {
+			break
+		}
+		c.Advance(time.Second)
+	}
+	if !sawRecovering {
+		t.Fatal("never saw a partition recovering while its read was parked")
+	}
+	c.SlowFetches(0, 0)
+	w.drain(r2)
+	h.wantCaughtUp("accounts", simEnds(t, c, "accounts", 2), false)
+	if code, rb := h.ready(); rb.Partitions[0].Recovery.Snapshots == 0 || rb.Partitions[1].Recovery.Snapshots == 0 {
+		t.Fatalf("/readyz %d %+v: recovered snapshots not counted", code, rb)
+	}
+}
+
+// stepParked runs one Step of r while its reads park in virtual time (the
+// cluster's SlowFetches): each time the step is parked, whileParked runs,
+// then the clock moves on and the read goes on.
+func stepParked(t *testing.T, c *sim.Cluster, r *engine.Runner[int], whileParked func()) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- r.Step(context.Background()) }()
+	for {
+		parked, woken, changed := c.Parked()
+		switch {
+		case woken > 0:
+			c.Wake()
+			continue
+		case parked > 0:
+			whileParked()
+			c.Advance(100 * time.Millisecond)
+			continue
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		case <-changed:
+		}
+	}
+}
+
+// A Run that cannot start is not live, and /livez names why; a Run that
+// ended is not live either.
+func TestLivezAfterRunReturns(t *testing.T) {
+	w := newSimWorld(t)
+	e := w.engine()
+	h := serveHealth(t, e, nil)
+	if code, _ := h.get("/metrics"); code != http.StatusNotFound {
+		t.Fatalf("/metrics answered %d without a gatherer, want 404", code)
+	}
+	err := e.Run(context.Background(), engine.KafkaConfig{})
+	if err == nil {
+		t.Fatal("Run without brokers, group or topics returned nil")
+	}
+	code, msg := h.live()
+	if code != http.StatusServiceUnavailable || msg != err.Error() {
+		t.Fatalf("/livez %d %q after Run returned %v, want 503 naming it", code, msg, err)
+	}
+	if st := e.Status(); st.Live || !errors.Is(st.Err, err) || st.Ready() {
+		t.Fatalf("status %+v after Run returned %v", st, err)
+	}
+}
+
+// serveHealthOn serves e's HealthHandler over net (a kfake virtual
+// network, so a synctest bubble can wait on it), with a real HTTP client
+// that dials it.
+func serveHealthOn[S any](t *testing.T, net *kfake.VirtualNetwork, e *engine.Engine[S], reg prometheus.Gatherer) healthClient {
+	l, err := net.Listen("tcp", "127.0.0.1:9090") // the virtual network takes ports as given
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: e.HealthHandler(reg)}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	tr := &http.Transport{DialContext: net.DialContext, DisableKeepAlives: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	return healthClient{t: t, c: &http.Client{Transport: tr}, base: "http://" + l.Addr().String()}
+}
+
+// ends is the log end of every partition of accounts.
+func (w *fakeWorld) ends() map[int32]int64 {
+	w.t.Helper()
+	ends, err := w.adm.ListEndOffsets(context.Background(), "accounts")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
+
+// On kfake with franz-go and store/kafka, under each consumer protocol,
+// through a real HTTP client: not ready before the runner; ready
+// once both partitions are recovered, with the log ends the fetches
+// reported; lag while records are folded and not committed, 0 after the
+// commit.
+func TestHealthHandlerOnKfake(t *testing.T) {
+	for name, protocol := range protocols {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newFakeWorld(t)
+				reg := prometheus.NewPedanticRegistry()
+				m, err := engine.NewMetrics(reg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Commits only when the test asks (FlushAll).
+				e := w.engineWith(func(c *engine.Config[int]) {
+					c.Metrics, c.PersistInterval, c.CommitInterval = m, time.Hour, time.Hour
+				})
+				h := serveHealthOn(t, w.net, e, reg)
+				w.produce("alice=+1", "bob=+2", "dave=+4", "erin=+5")
+				if code, rb := h.ready(); code != http.StatusServiceUnavailable || rb.Joined || len(rb.Partitions) != 0 {
+					t.Fatalf("/readyz %d %+v before the runner, want 503, not joined", code, rb)
+				}
+				// (franz-go joins, and may run the assignment
+				// callback, before the first poll.)
+				r := w.runner(e, protocol)
+				ends := w.ends()
+				// Step until both partitions run and their fetches
+				// have reported the log ends.
+				for i := 0; ; i++ {
+					if i == 200 {
+						t.Fatalf("not both partitions running with their log ends known: %+v", r.Status())
+					}
+					if err := r.Step(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					st := r.Status()
+					known := len(st.Partitions) == 2
+					for _, p := range st.Partitions {
+						known = known && p.LogEndOffset == ends[p.Input.Partition]
+					}
+					if st.Ready() && known {
+						break
+					}
+				}
+				code, rb := h.ready()
+				if code != http.StatusOK || rb.Group != "bank" || rb.Generation < 0 {
+					t.Fatalf("/readyz %d %+v, want ready in group bank", code, rb)
+				}
+				for _, p := range rb.Partitions {
+					if p.Lag != ends[p.Partition] || p.CommittedOffset != 0 {
+						t.Fatalf("partition %+v: nothing committed yet, want lag %d", p, ends[p.Partition])
+					}
+				}
+				h.wantMetric(`snapfence_consumer_lag{partition="1",topic="accounts"}`, float64(ends[1]))
+				r.FlushAll(context.Background())
+				h.wantCaughtUp("accounts", ends, true)
+
+				w.produce("bob=+7", "bob=+8", "bob=+9") // partition 1
+				ends = w.ends()
+				for i := 0; r.Status().Partitions[1].LogEndOffset != ends[1]; i++ {
+					if i == 200 {
+						t.Fatalf("the new log end %d never reported: %+v", ends[1], r.Status())
+					}
+					if err := r.Step(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				h.wantMetric(`snapfence_consumer_lag{partition="1",topic="accounts"}`, 3)
+				r.FlushAll(context.Background())
+				h.wantCaughtUp("accounts", ends, true)
+				if err := r.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if code, _ := h.live(); code != http.StatusServiceUnavailable {
+					t.Fatalf("/livez %d after Close, want 503", code)
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,404 @@
+package engine
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// PartitionState is where an assigned partition is in its life on this
+// member (the scheduler's phases, as an operator sees them).
+type PartitionState string
+
+// The partition states.
+const (
+	// StateStarting: the takeover of the partition's snapshot store runs
+	// (its producer initialised, its committed offset read).
+	StateStarting PartitionState = "starting"
+	// StateRecovering: its snapshots are being read into the local cache;
+	// PartitionStatus.Recovery tells how far.
+	StateRecovering PartitionState = "recovering"
+	// StateRunning: recovered; the partition's records are folded.
+	StateRunning PartitionState = "running"
+	// StateWaiting: stopped by an error a restart may get past
+	// (PartitionStatus.Err), or refused because a transaction the
+	// takeover did not end holds its committed offset (Held); it starts
+	// again after a later poll.
+	StateWaiting PartitionState = "waiting"
+	// StateStopped: stopped by an error a restart would meet again (a
+	// fold that fails on a record, a state that does not decode): nothing
+	// is consumed until it is revoked or an operator acts. Err says why.
+	StateStopped PartitionState = "stopped"
+)
+
+// partitionStates are the states, in lifecycle order.
+var partitionStates = []PartitionState{StateStarting, StateRecovering, StateRunning, StateWaiting, StateStopped}
+
+// RecoveryProgress is how far a partition's last recovery read got. The
+// offsets are the snapshot partition's, not the input's.
+type RecoveryProgress struct {
+	// Target is the snapshot partition's high watermark captured when
+	// the read started: the read ends when Position reaches it. -1 until
+	// the read starts.
+	Target int64
+	// Position is the next snapshot-partition offset the read returns.
+	Position int64
+	// Snapshots is how many snapshots (tombstones included) it has read.
+	Snapshots int64
+	// Done: the read finished and the partition runs.
+	Done bool
+	// Duration is the time from the takeover's start to the end of the
+	// read (set when Done), on the source's clock.
+	Duration time.Duration
+}
+
+// PartitionStatus is one assigned partition's status.
+type PartitionStatus struct {
+	Input store.TopicPartition
+	State PartitionState
+	// Since is when the partition entered State, on the source's clock.
+	Since time.Time
+	// Recovery is the progress of its last (or current) recovery.
+	Recovery RecoveryProgress
+	// CommittedOffset is the input offset last committed through this
+	// member (after recovery: the group's committed offset it resumed
+	// from); -1 until the recovery is done.
+	CommittedOffset int64
+	// LogEndOffset is the input partition's high watermark as the
+	// consumer last learnt it (from a fetch response: -1 until one
+	// carried it); stale for a partition that is not fetched (waiting or
+	// stopped).
+	LogEndOffset int64
+	// Lag is LogEndOffset - CommittedOffset (never below 0): the input
+	// records not yet covered by a commit. -1 while either is unknown.
+	// With transactional producers upstream the log ends with a control
+	// record, so a caught-up partition shows a lag of 1, as Kafka's own
+	// tools do.
+	Lag int64
+	// LastCommit is when the last commit of this partition through this
+	// member succeeded; zero if none since its assignment. A partition
+	// with nothing new commits nothing, so an idle partition's ages.
+	LastCommit time.Time
+	// Held: waiting because a transaction the takeover did not end holds
+	// the committed offset (Err is the *store.UnstableOffsetError).
+	Held bool
+	// Err is why the partition is waiting or stopped; nil otherwise.
+	Err error
+}
+
+// Status is a runner's status: its liveness, its group membership and
+// every partition assigned to it. Engine.Status and Runner.Status return
+// it; neither ever waits for the runner (a recovery holds the runner
+// inside a rebalance callback, and its progress shows meanwhile).
+type Status struct {
+	// Live is false once the runner has met an error that ends it (Step
+	// and Run return it: Err), or Run has returned, or the runner was
+	// closed. It is true before Run starts: a member still connecting is
+	// alive.
+	Live bool
+	// Joined: the member has had its first assignment (every join of a
+	// franz-go member ends with one, even an empty assignment; a
+	// simulated member's assignments always carry partitions).
+	Joined bool
+	// Identity is the group identity the consumer reported after its
+	// last poll.
+	Identity store.GroupIdentity
+	// Err is the error that ended the runner or Run; nil otherwise.
+	Err error
+	// Partitions are the assigned partitions, by topic then partition.
+	Partitions []PartitionStatus
+}
+
+// Ready reports whether the member serves its share of the input: it is
+// live, has joined its group, and every partition assigned to it is
+// recovered and running. A member assigned no partition (more members
+// than partitions) is ready once it joined; one waiting, stopped,
+// starting or recovering partition makes it not ready.
+func (s Status) Ready() bool {
+	if !s.Live || !s.Joined {
+		return false
+	}
+	for _, p := range s.Partitions {
+		if p.State != StateRunning {
+			return false
+		}
+	}
+	return true
+}
+
+// MarshalJSON writes the status as /readyz serves it (see
+// Engine.HealthHandler): errors as their text, times in RFC 3339 (absent
+// when zero), durations in seconds.
+func (s Status) MarshalJSON() ([]byte, error) {
+	type recovery struct {
+		Target    int64   `json:"target"`
+		Position  int64   `json:"position"`
+		Snapshots int64   `json:"snapshots"`
+		Done      bool    `json:"done"`
+		Seconds   float64 `json:"seconds,omitempty"`
+	}
+	type partition struct {
+		Topic           string     `json:"topic"`
+		Partition       int32      `json:"partition"`
+		State           string     `json:"state"`
+		Since           *time.Time `json:"since,omitempty"`
+		CommittedOffset int64      `json:"committed_offset"`
+		LogEndOffset    int64      `json:"log_end_offset"`
+		Lag             int64      `json:"lag"`
+		LastCommit      *time.Time `json:"last_commit,omitempty"`
+		Recovery        recovery   `json:"recovery"`
+		Held            bool       `json:"held,omitempty"`
+		Error           string     `json:"error,omitempty"`
+	}
+	type status struct {
+		Live       bool        `json:"live"`
+		Ready      bool        `json:"ready"`
+		Joined     bool        `json:"joined"`
+		Group      string      `json:"group,omitempty"`
+		Member     string      `json:"member,omitempty"`
+		Generation int32       `json:"generation"`
+		Error      string      `json:"error,omitempty"`
+		Partitions []partition `json:"partitions"`
+	}
+	timePtr := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	errText := func(err error) string {
+		if err == nil {
+			return ""
+		}
+		return err.Error()
+	}
+	out := status{Live: s.Live, Ready: s.Ready(), Joined: s.Joined, Group: s.Identity.Group, Member: s.Identity.MemberID,
+		Generation: s.Identity.Generation, Error: errText(s.Err), Partitions: make([]partition, 0, len(s.Partitions))}
+	for _, p := range s.Partitions {
+		r := p.Recovery
+		out.Partitions = append(out.Partitions, partition{Topic: p.Input.Topic, Partition: p.Input.Partition, State: string(p.State),
+			Since: timePtr(p.Since), CommittedOffset: p.CommittedOffset, LogEndOffset: p.LogEndOffset, Lag: p.Lag,
+			LastCommit: timePtr(p.LastCommit), Held: p.Held, Error: errText(p.Err),
+			Recovery: recovery{Target: r.Target, Position: r.Position, Snapshots: r.Snapshots, Done: r.Done, Seconds: r.Duration.Seconds()}})
+	}
+	return json.Marshal(out)
+}
+
+// Status is the engine's status: that of the runner Run (or the last
+// NewRunner) made. Before any runner it is live, not joined, with no
+// partitions. It never waits for the runner's lock.
+func (e *Engine[S]) Status() Status {
+	st := Status{Live: true, Identity: store.GroupIdentity{Generation: -1}}
+	if b := e.board.Load(); b != nil {
+		st = b.status()
+	}
+	e.runMu.Lock()
+	defer e.runMu.Unlock()
+	if e.runEnded {
+		st.Live = false
+		if st.Err == nil {
+			st.Err = e.runErr
+		}
+	}
+	return st
+}
+
+// trackRun marks Run as running and returns what marks it ended with the
+// error it returns: defer e.trackRun()(&err).
+func (e *Engine[S]) trackRun() func(*error) {
+	e.runMu.Lock()
+	e.runEnded, e.runErr = false, nil
+	e.runMu.Unlock()
+	return func(err *error) {
+		e.runMu.Lock()
+		defer e.runMu.Unlock()
+		e.runEnded, e.runErr = true, *err
+	}
+}
+
+// Status is the runner's status. It never waits for the runner's lock.
+func (r *Runner[S]) Status() Status { return r.status.status() }
+
+// statusBoard is a runner's status, kept apart from the runner's lock: the
+// runner reports to it at its transitions (one call each), and readers
+// take only its own mutex. It also keeps the per-partition metrics, so
+// that a partition's series go with the partition.
+type statusBoard struct {
+	m   *Metrics
+	now func() time.Time // the source's clock, once the source exists
+
+	mu       sync.Mutex
+	parts    map[store.TopicPartition]*PartitionStatus
+	joined   bool
+	closed   bool
+	fatal    error
+	identity store.GroupIdentity
+}
+
+func newStatusBoard(m *Metrics, now func() time.Time) *statusBoard {
+	return &statusBoard{m: m, now: now, parts: map[store.TopicPartition]*PartitionStatus{},
+		identity: store.GroupIdentity{Generation: -1}}
+}
+
+// newStatusBoard makes r's board and makes it the engine's.
+func (r *Runner[S]) newStatusBoard() *statusBoard {
+	b := newStatusBoard(r.e.cfg.Metrics, func() time.Time { return r.src.Now() })
+	r.e.board.Store(b)
+	return b
+}
+
+func (b *statusBoard) status() Status {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := Status{Live: b.fatal == nil && !b.closed, Joined: b.joined && !b.closed, Identity: b.identity, Err: b.fatal}
+	for _, tp := range sortedKeys(b.parts) {
+		st.Partitions = append(st.Partitions, *b.parts[tp])
+	}
+	return st
+}
+
+// syncStatus copies the scheduler's records into the board: a runner
+// calls it as it starts carrying out acts, which its scheduler has just
+// decided, so the board sees every phase the scheduler moves a partition
+// to (a transition with no action changes nothing an operator sees). The
+// board adds what the scheduler does not know: recovery progress, offsets,
+// commit times.
+func syncStatus[F any](b *statusBoard, s *scheduler[F], acts []action[F]) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	for tp := range b.parts {
+		if s.parts[tp] == nil {
+			b.setState(tp, b.parts[tp], "", now)
+			delete(b.parts, tp)
+			b.m.forget(tp)
+		}
+	}
+	for tp, p := range s.parts {
+		ps := b.parts[tp]
+		if ps == nil {
+			ps = &PartitionStatus{Input: tp, CommittedOffset: -1, LogEndOffset: -1, Lag: -1, Recovery: RecoveryProgress{Target: -1, Position: -1}}
+			b.parts[tp] = ps
+		}
+		ps.Held, ps.Err = p.held != nil, p.err
+		switch p.phase {
+		case phaseStarting:
+			if ps.State != StateStarting && ps.State != StateRecovering {
+				b.setState(tp, ps, StateStarting, now)
+				ps.Recovery = RecoveryProgress{Target: -1, Position: -1}
+			}
+		case phaseRunning:
+			b.setState(tp, ps, StateRunning, now)
+		case phaseRestartPending, phaseRestartDue:
+			b.setState(tp, ps, StateWaiting, now)
+		case phaseStopped:
+			b.setState(tp, ps, StateStopped, now)
+		}
+	}
+	for _, a := range acts {
+		if ps := b.parts[a.tp]; a.kind == actHold && ps != nil {
+			ps.Held, ps.Err = true, a.err
+		}
+	}
+}
+
+// setState moves ps to state ("": gone), counting it in the metrics.
+func (b *statusBoard) setState(tp store.TopicPartition, ps *PartitionStatus, state PartitionState, now time.Time) {
+	if ps.State == state {
+		return
+	}
+	b.m.partitionMoved(ps.State, state)
+	ps.State, ps.Since = state, now
+}
+
+// progress is the acquisition's recovery hook for tp (store.Acquisition
+// Progress).
+func (b *statusBoard) progress(tp store.TopicPartition) func(store.RecoveryEvent) {
+	return func(e store.RecoveryEvent) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		ps := b.parts[tp]
+		if ps == nil || (ps.State != StateStarting && ps.State != StateRecovering) {
+			return
+		}
+		b.setState(tp, ps, StateRecovering, b.now())
+		ps.Recovery.Target, ps.Recovery.Position, ps.Recovery.Snapshots = e.Target, e.Position, e.Records
+		b.m.setRecoveryLeft(tp, max(e.Target-e.Position, 0))
+	}
+}
+
+// recovered: tp's recovery took d and read snapshots; it runs from the
+// committed offset.
+func (b *statusBoard) recovered(tp store.TopicPartition, committed int64, snapshots int, d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ps := b.parts[tp]
+	if ps == nil {
+		return
+	}
+	b.setState(tp, ps, StateRunning, b.now())
+	ps.Recovery.Snapshots, ps.Recovery.Done, ps.Recovery.Duration = int64(snapshots), true, d
+	ps.Recovery.Position = max(ps.Recovery.Position, ps.Recovery.Target)
+	ps.Held, ps.Err = false, nil
+	ps.CommittedOffset = committed
+	b.m.setRecoveryLeft(tp, 0)
+	b.updateLag(tp, ps)
+}
+
+// committed: a commit of tp at offset succeeded.
+func (b *statusBoard) committed(tp store.TopicPartition, offset int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ps := b.parts[tp]; ps != nil {
+		ps.CommittedOffset, ps.LastCommit = offset, b.now()
+		b.updateLag(tp, ps)
+	}
+}
+
+// polled: a poll returned; the source's log ends and identity are read.
+func (b *statusBoard) polled(src Source) {
+	id := src.Identity()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.identity = id
+	for tp, ps := range b.parts {
+		if end, ok := src.LogEnd(tp); ok {
+			ps.LogEndOffset = end
+			b.updateLag(tp, ps)
+		}
+	}
+}
+
+func (b *statusBoard) updateLag(tp store.TopicPartition, ps *PartitionStatus) {
+	if ps.CommittedOffset < 0 || ps.LogEndOffset < 0 {
+		return
+	}
+	ps.Lag = max(ps.LogEndOffset-ps.CommittedOffset, 0)
+	b.m.setConsumerLag(tp, ps.Lag)
+}
+
+// assignment: an assignment callback ran (the member has joined).
+func (b *statusBoard) assignment() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.joined = true
+}
+
+// failed: err ends the runner.
+func (b *statusBoard) failed(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fatal == nil {
+		b.fatal = err
+	}
+}
+
+// close: the runner closed; its partitions are released by the teardown
+// that follows.
+func (b *statusBoard) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+}
