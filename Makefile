@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs it props-long html-check
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs it props-long html-check failover
 
 all: lint test
 
@@ -132,3 +132,15 @@ bench-outputs:
 	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
 	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench BenchmarkOutputs -benchtime=1x -count=3 ./engine/ 2>&1 | tee "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
+
+## failover: it/failover on a real Kafka broker started for the run: two
+## engine processes in one group, one SIGKILLed, stopped cleanly (SIGTERM)
+## or SIGKILLed and restarted; seconds from the fault until the moved
+## partitions are assigned again and folding, per consumer setting (old
+## 45s/3s, new defaults 10s/1s, static membership, the consumer protocol).
+## FAILOVERFLAGS: e.g. -runs 5 -settings new -faults kill (about 12 min as
+## it is).
+FAILOVERFLAGS ?= -runs 3
+failover:
+	@it/kafka/broker classpath
+	it/kafka/broker run $(GO) run ./it/failover $(FAILOVERFLAGS)
