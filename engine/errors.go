@@ -6,9 +6,10 @@ import (
 )
 
 // FoldError names the record a fold or tick failed on; match it with
-// errors.As. Nothing past the record is committed: it is not consumed, and
-// its partition stays stopped (a replay would fail again) until an
-// operator acts.
+// errors.As. Under StopOnPoison (the default) Run returns it after
+// committing everything before the record; the record is not consumed (a
+// replay would fail again) until the fold is fixed or Config.Poison skips
+// it.
 type FoldError struct {
 	Input store.TopicPartition
 	// Offset is the record's input offset; -1 for a tick.
@@ -26,8 +27,8 @@ func (e *FoldError) Unwrap() error { return e.Err }
 // RecoveredStateError names a state that does not decode with the
 // Codec: a recovered snapshot's, or a state the cache kept. It gives the
 // partition, the key and the input offset of the state; match it with
-// errors.As. The partition stays stopped (a replay would fail again) until
-// an operator acts.
+// errors.As. Under StopOnPoison (the default) Run returns it; a skipping
+// Config.Poison deletes the key instead.
 type RecoveredStateError struct {
 	Input  store.TopicPartition
 	Key    []byte

@@ -67,8 +67,8 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 		return fromCore(err)
 	}
 	// ErrNotTransactional here means a store whose Mode does not match its
-	// partitions: say so. It fails again on replay (not retriable), so the
-	// partition stays stopped.
+	// partitions: say so. It fails again on replay (a permanent
+	// misconfiguration), so the runner ends with it.
 	err = f.part.CommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.batch.outputs, Offset: offset})
 	if errors.Is(err, store.ErrNotTransactional) {
 		err = fmt.Errorf("engine: %s: ExactlyOnce needs a Transactional store: %w", f.tp, err)

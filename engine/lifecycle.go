@@ -41,8 +41,7 @@ const (
 	// returns, unless one of its callbacks touched the partition.
 	phaseRestartDue
 	// stopped: stopped by an error that a restart would meet again (a
-	// fold that fails on a record, a state that does not decode); it
-	// stays stopped until the partition is revoked or lost.
+	// poison record, a misconfiguration): the runner ends with it.
 	phaseStopped
 )
 

@@ -503,8 +503,7 @@ func (s *scheduler[F]) runningPartitions() []store.TopicPartition {
 
 // retriable reports whether a flow stopped by err may be started again
 // from the committed state. A record or state that cannot be read, or a
-// fold that fails on a record, fails again on replay: those partitions stay
-// stopped until an operator acts.
+// fold that fails on a record, fails again on replay (classPoison).
 //
 // So does a snapshot or output the store refuses before sending it (too
 // large, a reserved key, an output without a topic or for the snapshot
