@@ -119,17 +119,7 @@ func (w *brokerWorld) drain(r *engine.Runner[int]) {
 		if err := r.Step(context.Background()); err != nil {
 			w.t.Fatal(err)
 		}
-		ctx := context.Background()
-		ends, err1 := w.adm.ListEndOffsets(ctx, w.topic)
-		committed, err2 := w.adm.FetchOffsets(kadm.RequireStable(ctx), w.topic+"-group")
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		done := true
-		ends.Each(func(o kadm.ListedOffset) {
-			c, ok := committed.Lookup(o.Topic, o.Partition)
-			done = done && (ok && c.At == o.Offset || !ok && o.Offset == 0) // an idle partition commits nothing
-		})
+		done := w.caughtUp()
 		if done && len(r.Flows()) == 2 {
 			return
 		}

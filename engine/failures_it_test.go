@@ -22,26 +22,10 @@ import (
 // The failure model on Kafka (docs/operations.md): the configuration and
 // poison-record classes, and a routine start that logs no ERROR.
 
-func (w *brokerWorld) endOffset(tp store.TopicPartition) int64 {
-	ends, err := w.adm.ListEndOffsets(context.Background(), tp.Topic)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	o, _ := ends.Lookup(tp.Topic, tp.Partition)
-	return o.Offset
-}
+func (w *brokerWorld) endOffset(tp store.TopicPartition) int64 { return endOffset(w.t, w.adm, tp) }
 
-// committed is the group's committed offset of tp (-1: none).
 func (w *brokerWorld) committedOffset(tp store.TopicPartition) int64 {
-	offs, err := w.adm.FetchOffsets(kadm.RequireStable(context.Background()), w.topic+"-group")
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	o, ok := offs.Lookup(tp.Topic, tp.Partition)
-	if !ok {
-		return -1
-	}
-	return o.At
+	return committedOffset(w.t, w.adm, w.topic+"-group", tp)
 }
 
 // runWithin runs r until it returns, failing the test past limit (a Run

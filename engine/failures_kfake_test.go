@@ -20,27 +20,36 @@ import (
 // The failure model's tests on kfake, with franz-go and store/kafka, in
 // virtual time (docs/operations.md).
 
-// endOffset is tp's end on the kfake world.
-func (w *fakeWorld) endOffset(tp store.TopicPartition) int64 {
-	ends, err := w.adm.ListEndOffsets(context.Background(), tp.Topic)
+// endOffset is tp's end offset, as adm's cluster answers.
+func endOffset(t *testing.T, adm *kadm.Client, tp store.TopicPartition) int64 {
+	t.Helper()
+	ends, err := adm.ListEndOffsets(context.Background(), tp.Topic)
 	if err != nil {
-		w.t.Fatal(err)
+		t.Fatal(err)
 	}
 	o, _ := ends.Lookup(tp.Topic, tp.Partition)
 	return o.Offset
 }
 
-// committed is the group's committed offset of tp (-1: none).
-func (w *fakeWorld) committed(tp store.TopicPartition) int64 {
-	offs, err := w.adm.FetchOffsets(kadm.RequireStable(context.Background()), "bank")
+// committedOffset is group's stable committed offset of tp (-1: none), as
+// adm's cluster answers.
+func committedOffset(t *testing.T, adm *kadm.Client, group string, tp store.TopicPartition) int64 {
+	t.Helper()
+	offs, err := adm.FetchOffsets(kadm.RequireStable(context.Background()), group)
 	if err != nil {
-		w.t.Fatal(err)
+		t.Fatal(err)
 	}
 	o, ok := offs.Lookup(tp.Topic, tp.Partition)
 	if !ok {
 		return -1
 	}
 	return o.At
+}
+
+func (w *fakeWorld) endOffset(tp store.TopicPartition) int64 { return endOffset(w.t, w.adm, tp) }
+
+func (w *fakeWorld) committed(tp store.TopicPartition) int64 {
+	return committedOffset(w.t, w.adm, "bank", tp)
 }
 
 // A poison record, under the default policy: Run returns the *FoldError
