@@ -49,6 +49,13 @@ var (
 	// problems (kafka.ErrTopicMissing, kafka.ErrTopicConfig) match it,
 	// and so does every *ConfigError.
 	ErrMisconfigured = errors.New("store: misconfigured")
+	// ErrTimedOut: a transaction, write or offset commit did not end
+	// within the transaction timeout (a partition leader or coordinator
+	// unavailable, most likely). A transient failure: the partition is
+	// re-acquired, whose new producer fences whatever the old one left
+	// open, and retried. It does not match context.DeadlineExceeded,
+	// which means the caller's own context ended.
+	ErrTimedOut = errors.New("store: timed out")
 )
 
 // ConfigError names a permanent configuration problem: what is wrong

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 
@@ -87,7 +88,35 @@ func (p *Partition) exec(ctx context.Context, batch groupcommit.Batch) (store.Gr
 		// member id and generation -1: it would land unfenced (I4).
 		return id, &store.MissingIdentityError{Input: p.input, Identity: id}
 	}
-	return id, p.link.Transact(ctx, batch, id)
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
+	return id, p.timedOut(ctx, "the transaction", p.link.Transact(ctx, batch, id))
+}
+
+// bounded bounds one transaction, write or commit by the transaction
+// timeout. franz-go retries a produce for as long as its context lives,
+// so an unavailable partition leader would otherwise hold the partition's
+// group commit, and the caller, silently and for good; the broker aborts a
+// transaction that outlives the timeout anyway. The caller tears the
+// partition down on the error and re-acquires it, whose new producer
+// fences whatever the old one left open.
+func (p *Partition) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, p.b.cfg.TransactionTimeout, errTimedOut)
+}
+
+// errTimedOut is the cause of a bounded context's deadline.
+var errTimedOut = errors.New("timed out")
+
+// timedOut names the timeout in err if ctx's deadline ended what (a
+// transient failure: the caller retries with a new producer).
+func (p *Partition) timedOut(ctx context.Context, what string, err error) error {
+	if err == nil || context.Cause(ctx) != errTimedOut {
+		return err
+	}
+	// err wraps context.DeadlineExceeded, which would read as the
+	// caller's context ending: keep its text, not its chain.
+	return fmt.Errorf("%s: %s: %s did not end within the transaction timeout (%v): is the partition's leader or the group coordinator unavailable? %w: %v",
+		p.b.cfg.Name, p.input, what, p.b.cfg.TransactionTimeout, store.ErrTimedOut, err)
 }
 
 // Recover implements store.Partition: the shared read (I5, I6) over the

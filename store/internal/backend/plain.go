@@ -66,11 +66,13 @@ func (w *plainPath) WriteBatch(ctx context.Context, snaps []store.Snapshot) []er
 	if len(recs) == 0 {
 		return errs
 	}
-	for k, err := range p.link.Produce(ctx, recs) {
+	bctx, cancel := p.bounded(ctx)
+	for k, err := range p.link.Produce(bctx, recs) {
 		if err != nil {
-			errs[at[k]] = fmt.Errorf("%s: %s: write: %w", cfg.Name, p.input, err)
+			errs[at[k]] = p.timedOut(bctx, "the write", fmt.Errorf("%s: %s: write: %w", cfg.Name, p.input, err))
 		}
 	}
+	cancel()
 	dur, committed := cfg.Now().Sub(start), w.Committed()
 	for _, i := range at {
 		w.observe(store.TransactionEvent{Input: p.input, Writes: []store.Snapshot{snaps[i]}, Offset: committed, Err: errs[i], Duration: dur})
@@ -104,7 +106,9 @@ func (w *plainPath) Commit(ctx context.Context, offset int64) error {
 	if !id.Valid() {
 		err = &store.MissingIdentityError{Input: p.input, Identity: id}
 	} else {
-		err = p.link.CommitOffset(ctx, id, offset)
+		bctx, cancel := p.bounded(ctx)
+		err = p.timedOut(bctx, "the offset commit", p.link.CommitOffset(bctx, id, offset))
+		cancel()
 	}
 	if err == nil {
 		w.mu.Lock()
