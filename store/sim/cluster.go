@@ -85,6 +85,7 @@ type Cluster struct {
 
 type faults struct {
 	failLogEnd      error
+	failProduce     map[store.TopicPartition]error
 	fetchLatency    time.Duration
 	fetchMaxRecords int
 }
@@ -232,6 +233,9 @@ func (c *Cluster) Produce(tp store.TopicPartition, recs ...store.WireRecord) ([]
 	if err != nil {
 		return nil, err
 	}
+	if err := c.produceFaultLocked(tp); err != nil {
+		return nil, err
+	}
 	offs := make([]int64, len(recs))
 	for i, r := range recs {
 		offs[i] = l.append(Entry{Record: cloneRecord(r)})
@@ -328,6 +332,31 @@ func (c *Cluster) FailLogEndReads(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.faults.failLogEnd = err
+}
+
+// FailProduce makes every produce to tp, transactional or not, fail with
+// err (nil heals), as a partition whose leader is unavailable refuses
+// writes: nothing is appended, and a transaction the produce was in stays
+// open for its producer to abort.
+func (c *Cluster) FailProduce(tp store.TopicPartition, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.faults.failProduce == nil {
+		c.faults.failProduce = map[store.TopicPartition]error{}
+	}
+	if err == nil {
+		delete(c.faults.failProduce, tp)
+		return
+	}
+	c.faults.failProduce[tp] = err
+}
+
+func (c *Cluster) produceFaultLocked(tp store.TopicPartition) error {
+	err := c.faults.failProduce[tp]
+	if err != nil {
+		c.record("produce_failed", "tp=%s err=%s", tp, errName(err))
+	}
+	return err
 }
 
 // SlowFetches makes every fetch that returns records take latency of

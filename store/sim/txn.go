@@ -107,6 +107,9 @@ func (p *Producer) Produce(tp store.TopicPartition, recs ...store.WireRecord) ([
 		return nil, err
 	}
 	p.begin(t)
+	if err := c.produceFaultLocked(tp); err != nil {
+		return nil, err
+	}
 	if !containsTP(t.partitions, tp) {
 		t.partitions = append(t.partitions, tp)
 	}
