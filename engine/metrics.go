@@ -28,6 +28,7 @@ type Metrics struct {
 	consumerLag         *prometheus.GaugeVec
 	partitions          *prometheus.GaugeVec
 	poison              *prometheus.CounterVec
+	restarts            *prometheus.CounterVec
 }
 
 // The poison-record actions (the action label of
@@ -89,12 +90,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "snapfence_poison_records_total",
 			Help: "Records a fold, a tick or a decode failed on, by what was done (stopped, skipped, dead_lettered).",
 		}, []string{"topic", "action"}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snapfence_partition_restarts_total",
+			Help: "Partitions stopped by a failure and restarted from the committed state, by the failure's class (transient, expected).",
+		}, []string{"class"}),
 	}
 	for _, s := range partitionStates {
 		m.partitions.WithLabelValues(string(s)) // every state has a series, 0 included
 	}
 	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.transactions, m.transactionDuration,
-		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison} {
+		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.restarts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -144,6 +149,14 @@ func (m *Metrics) fenced(reason string) {
 func (m *Metrics) poisoned(tp store.TopicPartition, action string) {
 	if m != nil {
 		m.poison.WithLabelValues(tp.Topic, action).Inc()
+	}
+}
+
+// restarted counts a partition stopped by a failure of class k that it
+// restarts after.
+func (m *Metrics) restarted(k class) {
+	if m != nil {
+		m.restarts.WithLabelValues(k.String()).Inc()
 	}
 }
 

@@ -539,6 +539,9 @@ func (r *Runner[S]) stop(ctx context.Context, a action[*flow[S]]) {
 	}
 	r.errs = append(r.errs, a.err)
 	r.src.Pause(a.tp)
+	if !a.fatal {
+		r.status.restarted(a.tp, a.class, a.err)
+	}
 	switch {
 	case a.fatal && a.first:
 		r.e.log.Error("partition stopped; the engine stops", "input", a.tp.String(), "class", a.class.String(), "err", a.err)

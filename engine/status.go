@@ -86,6 +86,14 @@ type PartitionStatus struct {
 	Held bool
 	// Err is why the partition is waiting or stopped; nil otherwise.
 	Err error
+	// Restarts counts the times the partition was stopped by a transient
+	// or expected failure and restarted from the committed state, since
+	// its assignment to this member. A number that keeps growing while
+	// the partition shows running means a failure that recurs.
+	Restarts int
+	// LastFailure is the failure that caused the last restart, kept
+	// after the restart succeeds (Err is cleared then); nil if none.
+	LastFailure error
 }
 
 // Status is a runner's status: its liveness, its group membership and
@@ -151,6 +159,8 @@ func (s Status) MarshalJSON() ([]byte, error) {
 		Recovery        recovery   `json:"recovery"`
 		Held            bool       `json:"held,omitempty"`
 		Error           string     `json:"error,omitempty"`
+		Restarts        int        `json:"restarts"`
+		LastFailure     string     `json:"last_failure,omitempty"`
 	}
 	type status struct {
 		Live       bool        `json:"live"`
@@ -180,7 +190,7 @@ func (s Status) MarshalJSON() ([]byte, error) {
 		r := p.Recovery
 		out.Partitions = append(out.Partitions, partition{Topic: p.Input.Topic, Partition: p.Input.Partition, State: string(p.State),
 			Since: timePtr(p.Since), CommittedOffset: p.CommittedOffset, LogEndOffset: p.LogEndOffset, Lag: p.Lag,
-			LastCommit: timePtr(p.LastCommit), Held: p.Held, Error: errText(p.Err),
+			LastCommit: timePtr(p.LastCommit), Held: p.Held, Error: errText(p.Err), Restarts: p.Restarts, LastFailure: errText(p.LastFailure),
 			Recovery: recovery{Target: r.Target, Position: r.Position, Snapshots: r.Snapshots, Done: r.Done, Seconds: r.Duration.Seconds()}})
 	}
 	return json.Marshal(out)
@@ -354,6 +364,17 @@ func (b *statusBoard) committed(tp store.TopicPartition, offset int64) {
 	if ps := b.parts[tp]; ps != nil {
 		ps.CommittedOffset, ps.LastCommit = offset, b.now()
 		b.updateLag(tp, ps)
+	}
+}
+
+// restarted: tp was stopped by err, of class k, and restarts.
+func (b *statusBoard) restarted(tp store.TopicPartition, k class, err error) {
+	b.m.restarted(k)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ps := b.parts[tp]; ps != nil {
+		ps.Restarts++
+		ps.LastFailure = err
 	}
 }
 
