@@ -526,3 +526,44 @@ func TestUndecodableStateIsDeadLetteredAndDeletedOnSim(t *testing.T) {
 		t.Fatalf("dead letters %q, want %q", letters, want)
 	}
 }
+
+// The transient class on the simulated cluster: the snapshot partition
+// refuses every write for five minutes (its leader unavailable). The
+// runner goes on; the partition restarts from the committed state with a
+// backoff (at most about 8 restarts in the first 26 s, one per 15 s
+// after; without it, one a second); the restarts are in the status,
+// logged at WARN at most once per 30 s, never ERROR; once the partition
+// takes writes again the state is the fold of every record, each once.
+func TestTransientFailureRestartsWithBackoffOnSim(t *testing.T) {
+	const outage = 5 * time.Minute
+	w := newSimWorld(t)
+	hot := store.TopicPartition{Topic: "accounts", Partition: 1}
+	w.produce("bob=+5", "alice=+3")
+	logs := &logCount{}
+	e := w.engineWith(func(c *engine.Config[int]) { c.Logger = slog.New(logs) })
+	r := w.runner(e)
+	w.drain(r)
+	refused := errors.New("NOT_LEADER_OR_FOLLOWER (simulated)")
+	w.c.FailProduce(store.TopicPartition{Topic: "accounts-snapshots", Partition: 1}, refused)
+	w.produce("bob=+1", "alice=+2")
+	if err := w.stepUntilError(r, outage, nil); err != nil {
+		t.Fatalf("the runner ended in a transient outage: %v", err)
+	}
+	ps := partitionStatus(t, r.Status(), hot)
+	t.Logf("after the outage: %s, %d restarts, last failure: %v", ps.State, ps.Restarts, ps.LastFailure)
+	if maxRestarts := 8 + int(outage/(15*time.Second)) + 1; ps.Restarts < 2 || ps.Restarts > maxRestarts || !errors.Is(ps.LastFailure, refused) {
+		t.Fatalf("%s: %d restarts, last failure %v; want 2 to %d, the refusal", hot, ps.Restarts, ps.LastFailure, maxRestarts)
+	}
+	w.c.FailProduce(store.TopicPartition{Topic: "accounts-snapshots", Partition: 1}, nil)
+	w.drain(r)
+	w.check(r)
+	if warns, maxWarns := logs.count(slog.LevelWarn, hot.String()), int(outage/(30*time.Second))+1; warns == 0 || warns > maxWarns || logs.errorLines() != 0 {
+		t.Fatalf("%d WARN lines for %s (want 1 to %d) and %d ERROR lines (want 0):\n%s", warns, hot, maxWarns, logs.errorLines(), logs)
+	}
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fresh := w.runner(w.engine())
+	w.drain(fresh)
+	w.check(fresh)
+}

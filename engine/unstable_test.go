@@ -39,9 +39,6 @@ func (l *logCount) Handle(_ context.Context, r slog.Record) error {
 	if l.counts == nil {
 		l.counts = map[string]int{}
 	}
-	if l.counts == nil {
-		l.counts = map[string]int{}
-	}
 	input, line := "", r.Level.String()+" "+r.Message
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "input" {
