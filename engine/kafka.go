@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -242,8 +243,49 @@ type kafkaSource struct {
 	group string
 	buf   []Record // reused by every Poll: valid until the next
 	// logEnd is each partition's high watermark from the last fetch
-	// response that carried it (Poll and LogEnd run on one goroutine).
+	// response that carried it, or from a ListOffsets (Poll and LogEnd
+	// run on one goroutine).
 	logEnd map[store.TopicPartition]int64
+	// unknownEnd are the partitions LogEnd was asked of and had no high
+	// watermark for; the next Poll lists their end offsets, at most once
+	// per logEndRefresh (lastListed).
+	unknownEnd map[store.TopicPartition]bool
+	lastListed time.Time
+}
+
+// logEndRefresh is the least time between two ListOffsets requests for
+// the high watermarks no fetch response carried.
+const logEndRefresh = 10 * time.Second
+
+// listUnknownEnds lists the end offsets of the partitions LogEnd had
+// none for. franz-go passes on only the fetch responses with records or
+// errors, so a partition at its end since its assignment would
+// otherwise show no log end and no lag for as long as it is idle. The
+// request is bounded (a second) and its failure leaves the ends unknown:
+// a status, not a reason to fail the poll.
+func (s *kafkaSource) listUnknownEnds(ctx context.Context) {
+	if len(s.unknownEnd) == 0 || time.Since(s.lastListed) < logEndRefresh {
+		return
+	}
+	s.lastListed = time.Now()
+	topics := map[string]bool{}
+	for tp := range s.unknownEnd {
+		topics[tp.Topic] = true
+	}
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	ends, err := s.adm.ListEndOffsets(lctx, slices.Sorted(maps.Keys(topics))...)
+	if err != nil {
+		return
+	}
+	for tp := range s.unknownEnd {
+		if o, ok := ends.Lookup(tp.Topic, tp.Partition); ok && o.Err == nil {
+			if _, fetched := s.logEnd[tp]; !fetched {
+				s.logEnd[tp] = o.Offset
+			}
+			delete(s.unknownEnd, tp)
+		}
+	}
 }
 
 // NewKafkaSource returns a factory for Engine.NewRunner. The factory
@@ -298,7 +340,8 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 		if err != nil {
 			return nil, fmt.Errorf("engine: consumer: %w", err)
 		}
-		return &kafkaSource{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), group: cfg.Group, logEnd: map[store.TopicPartition]int64{}}, nil
+		return &kafkaSource{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), group: cfg.Group, logEnd: map[store.TopicPartition]int64{},
+			unknownEnd: map[store.TopicPartition]bool{}}, nil
 	}
 }
 
@@ -455,6 +498,7 @@ func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]Record, e
 			s.logEnd[store.TopicPartition{Topic: p.Topic, Partition: p.Partition}] = p.HighWatermark
 		}
 	})
+	s.listUnknownEnds(ctx)
 	out := s.buf[:0]
 	fs.EachRecord(func(r *kgo.Record) {
 		out = append(out, Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
@@ -586,9 +630,13 @@ func (s *kafkaSource) Now() time.Time { return time.Now() }
 
 // LogEnd is tp's high watermark from the last fetch response that carried
 // it. franz-go passes on only fetches with records or errors, so a
-// partition with nothing fetched since its assignment has none yet.
+// partition with nothing fetched since its assignment has none at first:
+// the next Poll lists it (listUnknownEnds).
 func (s *kafkaSource) LogEnd(tp store.TopicPartition) (int64, bool) {
 	o, ok := s.logEnd[tp]
+	if !ok {
+		s.unknownEnd[tp] = true
+	}
 	return o, ok
 }
 
