@@ -56,6 +56,10 @@ var (
 	// open, and retried. It does not match context.DeadlineExceeded,
 	// which means the caller's own context ended.
 	ErrTimedOut = errors.New("store: timed out")
+	// ErrCheckpointUnusable: a local copy's checkpoint is not a valid
+	// base for a delta recovery (a *CheckpointError says why); recover
+	// in full.
+	ErrCheckpointUnusable = errors.New("store: checkpoint unusable")
 )
 
 // ConfigError names a permanent configuration problem: what is wrong

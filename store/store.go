@@ -156,6 +156,22 @@ type Partition interface {
 	// after the first error. See RecoveryStalledError and
 	// CorruptRecordError.
 	Recover(ctx context.Context) iter.Seq2[Snapshot, error]
+	// RecoverFrom is Recover from a checkpoint: it streams the snapshots
+	// from cp.Offset up to the high watermark captured when it starts, for
+	// a caller whose local copy already holds what lies below. It first
+	// checks that cp is still a valid base (CheckpointError lists what
+	// makes it not); if it is not, the first and only value yielded is a
+	// *CheckpointError, before anything is read, and the caller recovers
+	// in full with Recover instead.
+	RecoverFrom(ctx context.Context, cp Checkpoint) iter.Seq2[Snapshot, error]
+	// Position is the checkpoint of a local copy that holds every
+	// snapshot this partition recovered and every snapshot write it
+	// reported durable: the snapshot partition's committed content below
+	// cp.Offset. ok is false in Plain mode (no fence keeps another writer
+	// out of the partition), before a recovery has finished, and after
+	// any transaction of the partition failed (its outcome may be
+	// unknown, so nothing after it is vouched for).
+	Position() (cp Checkpoint, ok bool)
 	// WriteBatch stores snaps (snapshots or tombstones), queued in order,
 	// as if written one after another with no other write between them,
 	// and returns when every one is durable or has failed; errs[i] is
@@ -197,6 +213,62 @@ type Partition interface {
 	// writes fail with ErrClosed.
 	Close() error
 }
+
+// Checkpoint is how far a local copy of a snapshot partition reflects
+// it: for every key, the copy holds the last committed snapshot below
+// Offset, or a later committed one. Partition.Position hands checkpoints
+// out and Partition.RecoverFrom takes them back; the copy and its
+// checkpoint must be kept together (a copy ahead of its checkpoint is
+// fine, since the delta reads the later snapshots again; one behind it is
+// not).
+type Checkpoint struct {
+	// TopicID is the snapshot topic's id: a topic deleted and created
+	// again under the same name has a new one.
+	TopicID [16]byte
+	// Offset is the snapshot-partition offset the copy reflects.
+	Offset int64
+	// At is no later than the append of any record at or above Offset
+	// (the start of the read or transaction that set Offset). A
+	// tombstone written after At may be compacted away once
+	// delete.retention.ms has passed since, so RecoverFrom refuses a
+	// checkpoint that old: the copy would bring a deleted key back.
+	At time.Time
+}
+
+// The reasons a checkpoint is refused (CheckpointError.Reason).
+const (
+	// CheckpointPlain: a Plain-mode partition keeps no checkpoint.
+	CheckpointPlain = "plain_mode"
+	// CheckpointTopicRecreated: the snapshot topic's id changed.
+	CheckpointTopicRecreated = "topic_recreated"
+	// CheckpointBelowLogStart: the log start is above the checkpoint
+	// (retention or DeleteRecords removed records the copy never saw).
+	CheckpointBelowLogStart = "below_log_start"
+	// CheckpointAboveLogEnd: the high watermark is below the checkpoint
+	// (the log was truncated, or the copy is not this log's).
+	CheckpointAboveLogEnd = "above_log_end"
+	// CheckpointTombstoneRetention: the checkpoint is older than the
+	// snapshot topic's delete.retention.ms (less a margin for clock skew).
+	CheckpointTombstoneRetention = "older_than_delete_retention"
+)
+
+// CheckpointError says why a checkpoint is not a valid base for a delta
+// recovery. It matches ErrCheckpointUnusable.
+type CheckpointError struct {
+	Snapshots TopicPartition
+	// Reason is one of the Checkpoint* constants.
+	Reason     string
+	Checkpoint Checkpoint
+	// Detail says what was found (the log start, the retention, ...).
+	Detail string
+}
+
+func (e *CheckpointError) Error() string {
+	return fmt.Sprintf("store: %s: checkpoint at offset %d is not usable (%s): %s", e.Snapshots, e.Checkpoint.Offset, e.Reason, e.Detail)
+}
+
+// Is matches ErrCheckpointUnusable.
+func (e *CheckpointError) Is(target error) bool { return target == ErrCheckpointUnusable }
 
 // Output is a record for an output topic, produced by the partition's
 // transactional producer inside an exactly-once Batch. It goes to the

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -165,11 +167,11 @@ func (b *Backend) Close() error { return b.core.Close() }
 
 // Open implements backend.Broker: the topic checks.
 func (br *broker) Open(ctx context.Context, input, snap store.TopicPartition) (backend.Link, error) {
-	inputID, err := br.b.checkTopics(ctx, input, snap)
+	inputID, topic, err := br.b.checkTopics(ctx, input, snap)
 	if err != nil {
 		return nil, err
 	}
-	return &partition{b: br.b, input: input, inputID: inputID, snap: snap}, nil
+	return &partition{b: br.b, input: input, inputID: inputID, snap: snap, topic: topic}, nil
 }
 
 // Unstable implements backend.Broker.
@@ -189,27 +191,29 @@ func (br *broker) Close() error {
 
 // checkTopics checks that the input topic exists and that its snapshot
 // topic exists (or creates it), is compacted and has at least as many
-// partitions. It returns the input topic's id, for TxnOffsetCommit v6.
-func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartition) ([16]byte, error) {
+// partitions. It returns the input topic's id, for TxnOffsetCommit v6, and
+// the snapshot topic's id and delete.retention.ms, for delta recoveries.
+func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartition) ([16]byte, backend.SnapshotTopic, error) {
 	var noID [16]byte
+	var topic backend.SnapshotTopic
 	details, err := b.adm.ListTopics(ctx, input.Topic, snap.Topic)
 	if err != nil {
-		return noID, fmt.Errorf("kafka: describing topics %q and %q: %w", input.Topic, snap.Topic, err)
+		return noID, topic, fmt.Errorf("kafka: describing topics %q and %q: %w", input.Topic, snap.Topic, err)
 	}
 	in, ok := details[input.Topic]
 	if !ok || errors.Is(in.Err, kerr.UnknownTopicOrPartition) {
-		return noID, fmt.Errorf("%w: input topic %q does not exist", ErrTopicMissing, input.Topic)
+		return noID, topic, fmt.Errorf("%w: input topic %q does not exist", ErrTopicMissing, input.Topic)
 	}
 	if in.Err != nil {
-		return noID, fmt.Errorf("kafka: input topic %q: %w", input.Topic, in.Err)
+		return noID, topic, fmt.Errorf("kafka: input topic %q: %w", input.Topic, in.Err)
 	}
 	if _, ok := in.Partitions[input.Partition]; !ok {
-		return noID, fmt.Errorf("%w: input partition %s does not exist (the topic has %d)", ErrTopicMissing, input, len(in.Partitions))
+		return noID, topic, fmt.Errorf("%w: input partition %s does not exist (the topic has %d)", ErrTopicMissing, input, len(in.Partitions))
 	}
 	sd, ok := details[snap.Topic]
 	if !ok || errors.Is(sd.Err, kerr.UnknownTopicOrPartition) {
 		if !b.cfg.CreateTopics {
-			return noID, fmt.Errorf("%w: snapshot topic %q of input topic %q does not exist; create it with cleanup.policy=compact and at least %d partitions, or set CreateTopics",
+			return noID, topic, fmt.Errorf("%w: snapshot topic %q of input topic %q does not exist; create it with cleanup.policy=compact and at least %d partitions, or set CreateTopics",
 				ErrTopicMissing, snap.Topic, input.Topic, len(in.Partitions))
 		}
 		// CreateTopic returns once every partition is served, and leaves
@@ -224,47 +228,61 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 		start := b.set.Now()
 		created, err := kafkatopic.Create(ctx, b.admin, snap.Topic, int32(len(in.Partitions)), -1, map[string]*string{"cleanup.policy": &compact})
 		if err != nil {
-			return noID, fmt.Errorf("kafka: snapshot topic of input topic %q: %w", input.Topic, err)
+			return noID, topic, fmt.Errorf("kafka: snapshot topic of input topic %q: %w", input.Topic, err)
 		}
 		msg := "created snapshot topic"
 		if !created {
 			msg = "snapshot topic was created meanwhile"
 		}
 		b.set.Logger.Info(msg, "topic", snap.Topic, "partitions", len(in.Partitions), "served_after", b.set.Now().Sub(start))
-		return in.ID, nil
+		listed, err := b.adm.ListTopics(ctx, snap.Topic)
+		if err != nil {
+			return noID, topic, fmt.Errorf("kafka: describing topic %q: %w", snap.Topic, err)
+		}
+		sd = listed[snap.Topic]
 	}
 	if sd.Err != nil {
-		return noID, fmt.Errorf("kafka: snapshot topic %q: %w", snap.Topic, sd.Err)
+		return noID, topic, fmt.Errorf("kafka: snapshot topic %q: %w", snap.Topic, sd.Err)
 	}
 	if len(sd.Partitions) < len(in.Partitions) {
-		return noID, fmt.Errorf("%w: snapshot topic %q has %d partitions, fewer than the %d of input topic %q: partition N must hold input partition N's keys",
+		return noID, topic, fmt.Errorf("%w: snapshot topic %q has %d partitions, fewer than the %d of input topic %q: partition N must hold input partition N's keys",
 			ErrTopicConfig, snap.Topic, len(sd.Partitions), len(in.Partitions), input.Topic)
 	}
 	configs, err := b.adm.DescribeTopicConfigs(ctx, snap.Topic)
 	if err != nil {
-		return noID, fmt.Errorf("kafka: describing the configuration of snapshot topic %q: %w", snap.Topic, err)
+		return noID, topic, fmt.Errorf("kafka: describing the configuration of snapshot topic %q: %w", snap.Topic, err)
 	}
 	rc, err := configs.On(snap.Topic, nil)
 	if err == nil {
 		err = rc.Err
 	}
 	if err != nil {
-		return noID, fmt.Errorf("kafka: describing the configuration of snapshot topic %q: %w", snap.Topic, err)
+		return noID, topic, fmt.Errorf("kafka: describing the configuration of snapshot topic %q: %w", snap.Topic, err)
 	}
+	topic = backend.SnapshotTopic{ID: sd.ID, DeleteRetention: defaultDeleteRetention}
 	for _, c := range rc.Configs {
+		if c.Key == "delete.retention.ms" && c.Value != nil {
+			if ms, err := strconv.ParseInt(*c.Value, 10, 64); err == nil {
+				topic.DeleteRetention = time.Duration(ms) * time.Millisecond
+			}
+		}
 		if c.Key == "cleanup.policy" {
 			policy := ""
 			if c.Value != nil {
 				policy = *c.Value
 			}
 			if !slices.Contains(strings.Split(policy, ","), "compact") {
-				return noID, fmt.Errorf("%w: snapshot topic %q has cleanup.policy=%q; it must be compacted (cleanup.policy=compact), or old snapshots are deleted by retention",
+				return noID, topic, fmt.Errorf("%w: snapshot topic %q has cleanup.policy=%q; it must be compacted (cleanup.policy=compact), or old snapshots are deleted by retention",
 					ErrTopicConfig, snap.Topic, policy)
 			}
 		}
 	}
-	return in.ID, nil
+	return in.ID, topic, nil
 }
+
+// defaultDeleteRetention is Kafka's default delete.retention.ms (24 h),
+// for a broker that does not report it.
+const defaultDeleteRetention = 24 * time.Hour
 
 // outputCounts returns the partition count of every topic of outs
 // (outputPartitions).

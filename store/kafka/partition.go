@@ -25,6 +25,7 @@ type partition struct {
 	input   store.TopicPartition
 	inputID [16]byte
 	snap    store.TopicPartition
+	topic   backend.SnapshotTopic
 
 	mu   sync.Mutex
 	prod *kgo.Client // Transactional: this partition's producer
@@ -37,6 +38,9 @@ type partition struct {
 }
 
 var _ backend.Link = (*partition)(nil)
+
+// Snapshots implements backend.Link.
+func (p *partition) Snapshots() backend.SnapshotTopic { return p.topic }
 
 // Release implements backend.Link: it closes the producer, once.
 func (p *partition) Release() {
@@ -81,25 +85,25 @@ func (p *partition) Takeover(ctx context.Context, txnID string) error {
 
 // Transact implements backend.Link: one transaction of the group commit,
 // with id read live and checked by the skeleton (I1, I4).
-func (p *partition) Transact(ctx context.Context, batch groupcommit.Batch, id store.GroupIdentity) error {
+func (p *partition) Transact(ctx context.Context, batch groupcommit.Batch, id store.GroupIdentity) (int64, error) {
 	p.mu.Lock()
 	prod, fatal := p.prod, p.fatal
 	p.mu.Unlock()
 	if fatal != nil {
-		return p.fenced(id, fatal)
+		return -1, p.fenced(id, fatal)
 	}
 	if prod == nil {
-		return store.ErrClosed
+		return -1, store.ErrClosed
 	}
 	// The output topics are checked before the transaction begins: a
 	// missing one (a *store.ConfigError) opens and aborts nothing.
 	counts, err := p.b.outputCounts(ctx, batch.Outputs)
 	if err != nil {
-		return fmt.Errorf("kafka: %s: %w", p.input, err)
+		return -1, fmt.Errorf("kafka: %s: %w", p.input, err)
 	}
-	err = p.transact(ctx, prod, batch, id, counts)
+	end, err := p.transact(ctx, prod, batch, id, counts)
 	if err == nil {
-		return nil
+		return end, nil
 	}
 	if isFatal(err) {
 		p.mu.Lock()
@@ -110,12 +114,12 @@ func (p *partition) Transact(ctx context.Context, batch groupcommit.Batch, id st
 	}
 	var fe *store.FencedError
 	if errors.As(err, &fe) {
-		return fe
+		return -1, fe
 	}
 	if isFatal(err) {
-		return p.fenced(id, err)
+		return -1, p.fenced(id, err)
 	}
-	return fmt.Errorf("kafka: %s: transaction failed: %w", p.input, err)
+	return -1, fmt.Errorf("kafka: %s: transaction failed: %w", p.input, err)
 }
 
 func (p *partition) fenced(id store.GroupIdentity, reason error) *store.FencedError {
@@ -141,15 +145,15 @@ func (p *partition) fenced(id store.GroupIdentity, reason error) *store.FencedEr
 // from ~20 ms to ~3 ms (docs/benchmarks.md). And a stale owner learns it
 // is fenced before it has written anything: its aborted records never
 // reach the snapshot log.
-func (p *partition) transact(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity, counts map[string]int) error {
+func (p *partition) transact(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity, counts map[string]int) (end int64, err error) {
 	if err := prod.BeginTransaction(); err != nil {
-		return err
+		return -1, err
 	}
 	produced := false
-	err := p.commitOffset(ctx, prod, batch, id)
+	err = p.commitOffset(ctx, prod, batch, id)
 	if err == nil {
 		produced = true
-		err = p.produce(ctx, prod, batch, id, counts)
+		end, err = p.produce(ctx, prod, batch, id, counts)
 	}
 	if err != nil {
 		if !produced {
@@ -158,19 +162,19 @@ func (p *partition) transact(ctx context.Context, prod *kgo.Client, batch groupc
 			// attempt; a marker (aborted with the rest) makes it send one.
 			// Otherwise the broker's transaction would stay open and the
 			// next one, same epoch, would join it.
-			_ = p.produce(ctx, prod, batch, id, counts)
+			_, _ = p.produce(ctx, prod, batch, id, counts)
 		}
 		if aerr := prod.EndTransaction(ctx, kgo.TryAbort); aerr != nil {
-			return errors.Join(err, fmt.Errorf("aborting: %w", aerr))
+			return -1, errors.Join(err, fmt.Errorf("aborting: %w", aerr))
 		}
-		return err
+		return -1, err
 	}
-	return prod.EndTransaction(ctx, kgo.TryCommit)
+	return end, prod.EndTransaction(ctx, kgo.TryCommit)
 }
 
 // produce writes the batch's records, or an offset marker if it has none;
 // counts are the partition counts of the outputs' topics (outputCounts).
-func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity, counts map[string]int) error {
+func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity, counts map[string]int) (end int64, err error) {
 	recs := make([]*kgo.Record, 0, max(len(batch.Writes)+len(batch.Outputs), 1))
 	for _, w := range batch.Writes {
 		recs = append(recs, p.record(store.EncodeSnapshot(w)))
@@ -187,7 +191,13 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 		recs = append(recs, p.record(store.EncodeOffsetMarker(batch.Offset, id)))
 	}
 	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return err
+		return -1, err
+	}
+	end = -1
+	for _, r := range recs {
+		if r.Topic == p.snap.Topic && r.Partition == p.snap.Partition {
+			end = max(end, r.Offset+1)
+		}
 	}
 	// Every partition the transaction wrote, and only those: the client
 	// learns the metadata of no other topic, so a batch of outputs alone
@@ -197,11 +207,11 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 		if tp := (store.TopicPartition{Topic: r.Topic, Partition: r.Partition}); !slices.Contains(touched, tp) {
 			touched = append(touched, tp)
 			if err := p.awaitPublished(ctx, prod, tp); err != nil {
-				return err
+				return -1, err
 			}
 		}
 	}
-	return nil
+	return end, nil
 }
 
 // awaitPublished returns once prod lists tp, a partition the transaction

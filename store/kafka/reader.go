@@ -20,16 +20,20 @@ import (
 // their group options (userOpts), and what the read rests on after them,
 // so that they cannot change it (last wins): the partition from its start,
 // the isolation level, the control records.
-func (p *partition) Source(context.Context) (readloop.Source, func(), error) {
+func (p *partition) Source(_ context.Context, from int64) (readloop.Source, func(), error) {
 	b, snap := p.b, p.snap
 	level := kgo.ReadUncommitted()
 	if b.set.Mode == store.Transactional {
 		level = kgo.ReadCommitted()
 	}
 	start := kgo.NewOffset().AtStart()
+	at := start
+	if from > 0 {
+		at = kgo.NewOffset().At(from)
+	}
 	opts := append(b.cfg.clientOpts(), userOpts(b.cfg.ReaderOpts)...)
 	opts = append(opts,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{snap.Topic: {snap.Partition: start}}),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{snap.Topic: {snap.Partition: at}}),
 		// An offset out of range (the log start moved past the
 		// position) resumes at the start, never at the end.
 		kgo.ConsumeStartOffset(start), kgo.ConsumeResetOffset(start),
@@ -44,7 +48,7 @@ func (p *partition) Source(context.Context) (readloop.Source, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafka: recovery reader for %s: %w", snap, err)
 	}
-	return &source{admin: b.admin, reader: cl, tp: snap}, cl.Close, nil
+	return &source{admin: b.admin, reader: cl, tp: snap, pos: from}, cl.Close, nil
 }
 
 type source struct {

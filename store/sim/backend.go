@@ -174,7 +174,16 @@ func (p *link) Takeover(_ context.Context, txnID string) error {
 func (p *link) Release() {}
 
 // Transact implements backend.Link: one transaction of the group commit.
-func (p *link) Transact(_ context.Context, batch groupcommit.Batch, id store.GroupIdentity) error {
+func (p *link) Transact(_ context.Context, batch groupcommit.Batch, id store.GroupIdentity) (int64, error) {
+	end := int64(-1)
+	err := p.transact(batch, id, &end)
+	if err != nil {
+		return -1, err
+	}
+	return end, nil
+}
+
+func (p *link) transact(batch groupcommit.Batch, id store.GroupIdentity, end *int64) error {
 	p.mu.Lock()
 	dead := p.fenced
 	p.mu.Unlock()
@@ -188,9 +197,11 @@ func (p *link) Transact(_ context.Context, batch groupcommit.Batch, id store.Gro
 	if len(recs) == 0 {
 		recs = append(recs, store.EncodeOffsetMarker(batch.Offset, id))
 	}
-	if _, err := p.prod.Produce(p.snap, recs...); err != nil {
+	offs, err := p.prod.Produce(p.snap, recs...)
+	if err != nil {
 		return p.fail(id, err)
 	}
+	*end = offs[len(offs)-1] + 1
 	if err := p.produceOutputs(id, batch.Outputs); err != nil {
 		if aerr := p.prod.EndTxn(false); aerr != nil {
 			return p.fail(id, errors.Join(err, aerr))
@@ -269,8 +280,15 @@ func (p *link) CommitOffset(ctx context.Context, id store.GroupIdentity, offset 
 
 // Source implements backend.Link: a reader of the snapshot partition,
 // read_committed in Transactional mode.
-func (p *link) Source(context.Context) (readloop.Source, func(), error) {
-	return &source{c: p.b.c, tp: p.snap, readCommitted: p.b.set.Mode == store.Transactional}, func() {}, nil
+func (p *link) Source(_ context.Context, from int64) (readloop.Source, func(), error) {
+	return &source{c: p.b.c, tp: p.snap, readCommitted: p.b.set.Mode == store.Transactional, pos: from}, func() {}, nil
+}
+
+// Snapshots implements backend.Link: the snapshot topic as it is now (a
+// delta recovery checks it after the takeover).
+func (p *link) Snapshots() backend.SnapshotTopic {
+	cfg, _ := p.b.c.Topic(p.snap.Topic)
+	return backend.SnapshotTopic{ID: cfg.ID, DeleteRetention: cfg.DeleteRetention}
 }
 
 // source reads a snapshot partition of the simulated cluster.

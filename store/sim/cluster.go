@@ -19,6 +19,7 @@ package sim
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -62,7 +63,9 @@ type Cluster struct {
 	rng     *rand.Rand
 	logs    map[string][]*partitionLog
 	configs map[string]TopicConfig
-	txns    map[string]*txnState
+	// topicSeq numbers the topics created, for their ids.
+	topicSeq uint64
+	txns     map[string]*txnState
 	// forgotten are transactions the coordinator lost while they were
 	// open (ForgetTransaction): still open on their partitions, their
 	// offset commits pending, and ended only by AbortForgotten.
@@ -101,7 +104,18 @@ type Event struct {
 type TopicConfig struct {
 	Partitions int
 	Compacted  bool
+	// DeleteRetention is the topic's delete.retention.ms: Compact removes
+	// a key's last tombstone once this has passed since it was appended.
+	// Default DefaultDeleteRetention (Kafka's 24 h).
+	DeleteRetention time.Duration
+	// ID is the topic's id, set by CreateTopic (unique in the cluster:
+	// a topic deleted and created again gets a new one); ignored as input.
+	ID [16]byte
 }
+
+// DefaultDeleteRetention is TopicConfig.DeleteRetention's default, Kafka's
+// delete.retention.ms default.
+const DefaultDeleteRetention = 24 * time.Hour
 
 // New returns an empty cluster at virtual time Epoch.
 func New(cfg Config) *Cluster {
@@ -195,13 +209,34 @@ func (c *Cluster) CreateTopic(name string, cfg TopicConfig) error {
 	if cfg.Partitions < 1 {
 		return fmt.Errorf("sim: topic %q needs at least one partition", name)
 	}
+	if cfg.DeleteRetention <= 0 {
+		cfg.DeleteRetention = DefaultDeleteRetention
+	}
+	c.topicSeq++
+	cfg.ID = [16]byte{}
+	binary.BigEndian.PutUint64(cfg.ID[8:], c.topicSeq)
 	parts := make([]*partitionLog, cfg.Partitions)
 	for i := range parts {
-		parts[i] = newPartitionLog()
+		parts[i] = newPartitionLog(&c.clk)
 	}
 	c.logs[name] = parts
 	c.configs[name] = cfg
 	c.record("create_topic", "topic=%s partitions=%d compacted=%t", name, cfg.Partitions, cfg.Compacted)
+	return nil
+}
+
+// DeleteTopic deletes a topic and its records; a topic created again
+// under its name has a new id.
+func (c *Cluster) DeleteTopic(name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.logs[name]; !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownTopicOrPartition, name)
+	}
+	delete(c.logs, name)
+	delete(c.configs, name)
+	c.record("delete_topic", "topic=%s", name)
+	c.changedLocked()
 	return nil
 }
 
@@ -320,7 +355,7 @@ func (c *Cluster) Compact(tp store.TopicPartition) error {
 	if err != nil {
 		return err
 	}
-	n := l.compact()
+	n := l.compact(c.configs[tp.Topic].DeleteRetention)
 	c.record("compact", "tp=%s removed=%d", tp, n)
 	c.changedLocked()
 	return nil

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"github.com/snapfence/snapfence/store"
+	"time"
 )
 
 // Control is the type of a control marker.
@@ -35,6 +36,9 @@ type Entry struct {
 	// Aborted is set once the entry's transaction is aborted: a
 	// read_committed reader never sees it.
 	Aborted bool
+	// Appended is when the entry was appended (virtual time): compaction
+	// removes a tombstone once delete.retention.ms has passed since.
+	Appended time.Time
 }
 
 // partitionLog is one partition of a topic. Entries are in offset order;
@@ -44,9 +48,12 @@ type partitionLog struct {
 	start   int64           // log start offset
 	end     int64           // log end offset = high watermark (one replica)
 	open    map[int64]int64 // producer id -> first offset of its open transaction
+	clk     *clock          // the cluster's, read under its lock
 }
 
-func newPartitionLog() *partitionLog { return &partitionLog{open: map[int64]int64{}} }
+func newPartitionLog(clk *clock) *partitionLog {
+	return &partitionLog{open: map[int64]int64{}, clk: clk}
+}
 
 // lastStable is the LSO: the first offset of the earliest open transaction,
 // or the high watermark.
@@ -60,6 +67,7 @@ func (l *partitionLog) lastStable() int64 {
 
 func (l *partitionLog) append(e Entry) int64 {
 	e.Offset = l.end
+	e.Appended = l.clk.now
 	l.entries = append(l.entries, e)
 	l.end++
 	if e.Transactional && e.Control == NoControl {
@@ -148,7 +156,7 @@ func (l *partitionLog) truncate(end int64) {
 // compact keeps the latest committed record of each key below the first
 // unstable offset and drops aborted data there. Like Kafka's cleaner it
 // never cleans at or past the LSO; tombstones and markers are kept.
-func (l *partitionLog) compact() int {
+func (l *partitionLog) compact(deleteRetention time.Duration) int {
 	bound := l.lastStable()
 	latest := map[string]int64{}
 	for _, e := range l.entries {
@@ -162,8 +170,13 @@ func (l *partitionLog) compact() int {
 	kept := l.entries[:0]
 	removed := 0
 	for _, e := range l.entries {
+		// A tombstone that is the key's latest record goes too once
+		// delete.retention.ms has passed since it was appended, as
+		// Kafka's cleaner removes it: a reader that saw the key's
+		// earlier state and not the tombstone keeps a deleted key.
+		expired := e.Record.Value == nil && l.clk.now.Sub(e.Appended) >= deleteRetention
 		drop := e.Offset < bound && e.Control == NoControl &&
-			(e.Aborted || latest[string(e.Record.Key)] != e.Offset)
+			(e.Aborted || latest[string(e.Record.Key)] != e.Offset || expired)
 		if drop {
 			removed++
 			continue

@@ -61,6 +61,10 @@ func Run(t *testing.T, h Harness) {
 		{"ExactlyOnceBatch/PlainModeRefuses", plainRefusesBatch},
 		{"ExactlyOnceBatch/CrashedBatchVisibleOnlyReadUncommitted", crashedBatchReadUncommitted},
 		{"ExactlyOnceBatch/OutputsWithoutSnapshots", outputsWithoutSnapshots},
+		{"Checkpoint/DeltaReadsWhatFollows", checkpointDeltaReadsWhatFollows},
+		{"Checkpoint/RefusedWithTheReason", checkpointRefused},
+		{"Checkpoint/PlainRefused", checkpointPlainRefused},
+		{"Checkpoint/LostAfterAFailedTransaction", checkpointLostAfterAFailure},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

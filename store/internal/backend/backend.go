@@ -121,7 +121,10 @@ type Link interface {
 	// Transact runs one transaction of the group commit with id, already
 	// read live and checked valid (I1, I4): all of b becomes durable with
 	// the fenced commit of b.Offset, or none of it. Transactional mode.
-	Transact(ctx context.Context, b groupcommit.Batch, id store.GroupIdentity) error
+	// It returns the offset after the last record it wrote to the
+	// snapshot partition (a committed transaction always writes one: a
+	// snapshot or an offset marker).
+	Transact(ctx context.Context, b groupcommit.Batch, id store.GroupIdentity) (end int64, err error)
 	// Produce writes recs to the snapshot partition, in order, with a
 	// non-transactional producer, and returns each one's outcome once
 	// every one has landed or failed. Plain mode.
@@ -130,13 +133,25 @@ type Link interface {
 	// plain OffsetCommit, no transaction). Plain mode.
 	CommitOffset(ctx context.Context, id store.GroupIdentity, offset int64) error
 	// Source returns a reader of the snapshot partition for one recovery,
-	// read_committed in Transactional mode, and what releases it.
-	Source(ctx context.Context) (readloop.Source, func(), error)
+	// read_committed in Transactional mode, positioned at from (0: the
+	// log start), and what releases it.
+	Source(ctx context.Context, from int64) (readloop.Source, func(), error)
+	// Snapshots describes the snapshot topic as Open found it.
+	Snapshots() SnapshotTopic
 	// Release closes what the link holds (its producer), after the
 	// partition's write path is closed, or when an acquisition fails after
 	// Open. A partition released on re-acquisition is closed again by its
 	// caller: later calls must do nothing.
 	Release()
+}
+
+// SnapshotTopic is what a delta recovery checks of the snapshot topic.
+type SnapshotTopic struct {
+	// ID is the topic's id.
+	ID [16]byte
+	// DeleteRetention is its delete.retention.ms: how long a tombstone
+	// outlives the compaction that reaches it.
+	DeleteRetention time.Duration
 }
 
 // Backend is the shared half of a store.Backend.

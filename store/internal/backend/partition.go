@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"sync"
+	"time"
 
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/groupcommit"
@@ -24,6 +26,14 @@ type Partition struct {
 	// w is the write path: the group commit in Transactional mode, the
 	// plain path in Plain mode.
 	w writePath
+
+	// mu guards the position: the checkpoint of what this partition
+	// recovered and committed (Position), valid once a recovery ended
+	// and until a transaction fails.
+	mu       sync.Mutex
+	position store.Checkpoint
+	posValid bool
+	posLost  bool
 }
 
 var _ store.Partition = (*Partition)(nil)
@@ -90,7 +100,47 @@ func (p *Partition) exec(ctx context.Context, batch groupcommit.Batch) (store.Gr
 	}
 	ctx, cancel := p.bounded(ctx)
 	defer cancel()
-	return id, p.timedOut(ctx, "the transaction", p.link.Transact(ctx, batch, id))
+	start := p.b.cfg.Now()
+	end, err := p.link.Transact(ctx, batch, id)
+	p.transacted(start, end, err)
+	return id, p.timedOut(ctx, "the transaction", err)
+}
+
+// transacted moves the position past a committed transaction that began
+// at start and wrote up to end. A failed one loses the position for good:
+// its outcome may be unknown (a commit that timed out may have landed),
+// and a later position would vouch for a copy without it.
+func (p *Partition) transacted(start time.Time, end int64, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		p.posLost = true
+		return
+	}
+	if p.posValid && end > p.position.Offset {
+		// Every committed record between the old position and end is
+		// this partition's own: the takeover fenced every other writer.
+		p.position.Offset, p.position.At = end, start
+	}
+}
+
+// recovered sets the position after a recovery read that began at start
+// and reached target.
+func (p *Partition) recovered(start time.Time, target int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.b.cfg.Mode != store.Transactional || p.posLost {
+		return
+	}
+	p.position = store.Checkpoint{TopicID: p.link.Snapshots().ID, Offset: target, At: start}
+	p.posValid = true
+}
+
+// Position implements store.Partition.
+func (p *Partition) Position() (store.Checkpoint, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.position, p.posValid && !p.posLost
 }
 
 // bounded bounds one transaction, write or commit by the transaction
@@ -122,26 +172,99 @@ func (p *Partition) timedOut(ctx context.Context, what string, err error) error 
 // Recover implements store.Partition: the shared read (I5, I6) over the
 // link's reader of the snapshot partition.
 func (p *Partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {
+	return p.read(ctx, nil)
+}
+
+// RecoverFrom implements store.Partition: the shared read from a
+// checkpoint, once the checkpoint is checked.
+func (p *Partition) RecoverFrom(ctx context.Context, cp store.Checkpoint) iter.Seq2[store.Snapshot, error] {
+	return p.read(ctx, &cp)
+}
+
+// checkpointMargin is taken off delete.retention.ms for the clock skew
+// between this process and the brokers whose cleaner removes tombstones.
+func checkpointMargin(retention time.Duration) time.Duration {
+	return max(retention/10, time.Minute)
+}
+
+// check says why cp is no base for a delta read of src (nil: it is one).
+func (p *Partition) check(ctx context.Context, src readloop.Source, cp store.Checkpoint) error {
+	refuse := func(reason, detail string) error {
+		return &store.CheckpointError{Snapshots: p.snap, Reason: reason, Checkpoint: cp, Detail: detail}
+	}
+	if p.b.cfg.Mode != store.Transactional {
+		return refuse(store.CheckpointPlain, "without transactions nothing fences another writer out of the snapshot partition")
+	}
+	topic := p.link.Snapshots()
+	if topic.ID != cp.TopicID {
+		return refuse(store.CheckpointTopicRecreated, fmt.Sprintf("the snapshot topic's id is %x, the checkpoint's %x", topic.ID, cp.TopicID))
+	}
+	if age, limit := p.b.cfg.Now().Sub(cp.At), topic.DeleteRetention-checkpointMargin(topic.DeleteRetention); age >= limit {
+		return refuse(store.CheckpointTombstoneRetention, fmt.Sprintf("the checkpoint is %v old; delete.retention.ms is %v (less %v for clock skew): a tombstone written since may have been compacted away",
+			age.Round(time.Second), topic.DeleteRetention, checkpointMargin(topic.DeleteRetention)))
+	}
+	start, err := src.LogStart(ctx)
+	if err != nil {
+		return err
+	}
+	if start > cp.Offset {
+		return refuse(store.CheckpointBelowLogStart, fmt.Sprintf("the log starts at %d", start))
+	}
+	end, err := src.HighWatermark(ctx)
+	if err != nil {
+		return err
+	}
+	if end < cp.Offset {
+		return refuse(store.CheckpointAboveLogEnd, fmt.Sprintf("the log ends at %d", end))
+	}
+	return nil
+}
+
+// read is the recovery read, from the log start or from cp.
+func (p *Partition) read(ctx context.Context, cp *store.Checkpoint) iter.Seq2[store.Snapshot, error] {
 	return func(yield func(store.Snapshot, error) bool) {
-		src, release, err := p.link.Source(ctx)
+		from := int64(0)
+		if cp != nil {
+			from = cp.Offset
+		}
+		cfg := p.b.cfg
+		start := cfg.Now()
+		src, release, err := p.link.Source(ctx, from)
 		if err != nil {
 			yield(store.Snapshot{}, err)
 			return
 		}
 		defer release()
-		cfg := p.b.cfg
-		rc := readloop.Config{Snapshots: p.snap, StallTimeout: cfg.RecoveryStallTimeout, Now: cfg.Now, Logger: cfg.Logger}
-		rc.Progress = p.progress
+		if cp != nil {
+			if err := p.check(ctx, src, *cp); err != nil {
+				yield(store.Snapshot{}, err)
+				return
+			}
+		}
+		rc := readloop.Config{Snapshots: p.snap, From: from, StallTimeout: cfg.RecoveryStallTimeout, Now: cfg.Now, Logger: cfg.Logger}
+		hooks := []func(store.RecoveryEvent){}
 		if o, ok := cfg.Observer.(store.RecoveryObserver); ok {
-			rc.Progress = o.OnRecovery
-			if hook := p.progress; hook != nil {
-				rc.Progress = func(e store.RecoveryEvent) { o.OnRecovery(e); hook(e) }
+			hooks = append(hooks, o.OnRecovery)
+		}
+		if p.progress != nil {
+			hooks = append(hooks, p.progress)
+		}
+		target := int64(-1)
+		rc.Progress = func(e store.RecoveryEvent) {
+			if e.Done && e.Err == nil {
+				target = e.Target
+			}
+			for _, h := range hooks {
+				h(e)
 			}
 		}
 		for s, err := range readloop.Read(ctx, rc, src) {
 			if !yield(s, err) {
 				return
 			}
+		}
+		if target >= 0 {
+			p.recovered(start, target)
 		}
 	}
 }

@@ -39,6 +39,9 @@ type Source interface {
 // Config configures a read.
 type Config struct {
 	Snapshots store.TopicPartition
+	// From is where the read starts (a delta read from a checkpoint): the
+	// log start if that is above it. 0 reads from the log start.
+	From int64
 	// StallTimeout fails a read that made no progress for this long; 0
 	// disables the deadline (neither backend does: a log cut below the
 	// target would hold the read for good).
@@ -73,6 +76,7 @@ func Read(ctx context.Context, cfg Config, src Source) iter.Seq2[store.Snapshot,
 			yield(store.Snapshot{}, err)
 			return
 		}
+		pos = max(pos, cfg.From)
 		var read int64 // snapshots returned
 		progress := func(done bool, err error) {
 			if cfg.Progress != nil {

@@ -1,0 +1,127 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// The checkpoint cases: Position and RecoverFrom (delta recovery).
+
+// A delta from a checkpoint reads exactly what was committed after it,
+// by this owner and by the next one, and the next owner's position
+// covers it all.
+func checkpointDeltaReadsWhatFollows(t *testing.T, w World) {
+	in := input(w, 0)
+	a := w.Join(t)
+	first := acquire(t, w, transactional, in, 0, a.Identity())
+	if _, ok := first.Position(); ok {
+		t.Fatal("Position is valid before any recovery")
+	}
+	mustNil(t, "recover", collect(first.Recover(context.Background())).err)
+	cp0, ok := first.Position()
+	if !ok || cp0.Offset != 0 {
+		t.Fatalf("Position after recovering an empty partition = %+v, %t; want offset 0, valid", cp0, ok)
+	}
+	mustNil(t, "write a", first.Write(context.Background(), snap("a", "1", 1)))
+	mustNil(t, "write b", first.Write(context.Background(), snap("b", "2", 2)))
+	cp, ok := first.Position()
+	if _, hw := w.StableOffsets(t, in); !ok || cp.Offset > hw || cp.Offset < hw-1 {
+		t.Fatalf("Position after two writes = %+v, %t; want valid at the high watermark %d (or before the commit marker)", cp, ok, hw)
+	}
+	if r := collect(first.RecoverFrom(context.Background(), cp)); r.err != nil || len(r.snaps) != 0 {
+		t.Fatalf("a delta from the position read %s (err %v), want nothing", describe(r.snaps), r.err)
+	}
+	mustNil(t, "write b again", first.Write(context.Background(), snap("b", "3", 3)))
+	mustNil(t, "delete a", first.Write(context.Background(), store.Snapshot{Key: []byte("a"), Offset: 4, Tombstone: true}))
+	mustNil(t, "close", first.Close())
+
+	b := w.Join(t) // the partition moves
+	next := acquire(t, w, transactional, in, 0, b.Identity())
+	r := collect(next.RecoverFrom(context.Background(), cp))
+	mustNil(t, "recover from the checkpoint", r.err)
+	if got := describe(r.snaps); len(r.snaps) != 2 || string(r.snaps[0].Key) != "b" || string(r.snaps[0].Value) != "3" ||
+		string(r.snaps[1].Key) != "a" || !r.snaps[1].Tombstone {
+		t.Fatalf("the delta read %s, want b=3 then a's tombstone: only what followed the checkpoint", got)
+	}
+	mustNil(t, "write c", next.Write(context.Background(), snap("c", "4", 5)))
+	end, ok := next.Position()
+	if _, hw := w.StableOffsets(t, in); !ok || end.Offset > hw || end.Offset < hw-1 || end.TopicID != cp.TopicID {
+		t.Fatalf("the next owner's Position = %+v, %t; want valid at the high watermark %d (or before the commit marker), topic %x", end, ok, hw, cp.TopicID)
+	}
+	r = collect(next.RecoverFrom(context.Background(), end))
+	if r.err != nil || len(r.snaps) != 0 {
+		t.Fatalf("a delta from the end read %s (err %v), want nothing", describe(r.snaps), r.err)
+	}
+}
+
+// A checkpoint that is no valid base is refused before anything is read,
+// with the reason.
+func checkpointRefused(t *testing.T, w World) {
+	in := input(w, 1)
+	m := w.Join(t)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "write", o.Write(context.Background(), snap("k", "1", 1)))
+	cp, ok := o.Position()
+	if !ok {
+		t.Fatal("no position after a recovery and a write")
+	}
+	otherTopic := cp
+	otherTopic.TopicID[0] ^= 0xff
+	ahead := cp
+	ahead.Offset += 10
+	old := cp
+	old.At = w.Now().Add(-25 * time.Hour) // the default delete.retention.ms is 24 h
+	for reason, c := range map[string]store.Checkpoint{
+		store.CheckpointTopicRecreated:     otherTopic,
+		store.CheckpointAboveLogEnd:        ahead,
+		store.CheckpointTombstoneRetention: old,
+	} {
+		r := collect(o.RecoverFrom(context.Background(), c))
+		ce, isCE := errors.AsType[*store.CheckpointError](r.err)
+		if !isCE || ce.Reason != reason || !errors.Is(r.err, store.ErrCheckpointUnusable) || len(r.snaps) != 0 {
+			t.Fatalf("RecoverFrom(%+v) = %s, %v; want nothing read and a *CheckpointError for %s", c, describe(r.snaps), r.err, reason)
+		}
+	}
+}
+
+// A Plain-mode partition has no position and refuses every checkpoint:
+// nothing fences another writer out of its snapshot partition.
+func checkpointPlainRefused(t *testing.T, w World) {
+	in := input(w, 0)
+	m := w.Join(t)
+	o := acquire(t, w, BackendConfig{Mode: store.Plain}, in, 0, m.Identity())
+	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "write", o.Write(context.Background(), snap("k", "1", 1)))
+	if cp, ok := o.Position(); ok {
+		t.Fatalf("Plain Position = %+v, valid; want none", cp)
+	}
+	r := collect(o.RecoverFrom(context.Background(), store.Checkpoint{}))
+	if ce, ok := errors.AsType[*store.CheckpointError](r.err); !ok || ce.Reason != store.CheckpointPlain {
+		t.Fatalf("Plain RecoverFrom = %v, want a *CheckpointError for %s", r.err, store.CheckpointPlain)
+	}
+}
+
+// A failed transaction loses the position for good: its outcome may be
+// unknown, so nothing after it is vouched for.
+func checkpointLostAfterAFailure(t *testing.T, w World) {
+	in := input(w, 0)
+	stale, _ := staleSetup(t, w, transactional, 0)
+	mustNil(t, "recover", collect(stale.Recover(context.Background())).err)
+	if _, ok := stale.Position(); !ok {
+		t.Fatal("no position after the recovery")
+	}
+	b := w.Join(t)
+	fresh := acquire(t, w, transactional, in, 0, b.Identity())
+	mustNil(t, "recover", collect(fresh.Recover(context.Background())).err)
+	if err := stale.Write(context.Background(), snap("k", "stale", 3)); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("stale write: %v, want fenced", err)
+	}
+	if cp, ok := stale.Position(); ok {
+		t.Fatalf("Position after a fenced transaction = %+v, valid; want none", cp)
+	}
+}
