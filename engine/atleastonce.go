@@ -49,6 +49,9 @@ func (m *atLeastOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	if err := f.part.Commit(ctx, c); err != nil {
 		return err
 	}
+	if err := m.r.durable(f); err != nil { // the commit's marker moved the checkpoint
+		return err
+	}
 	m.r.e.cfg.Metrics.lag(f.tp, f.core.Consumed()-c)
 	m.r.status.committed(f.tp, f.part.CommittedOffset())
 	return nil
@@ -89,6 +92,9 @@ func (m *atLeastOnce[S]) flush(ctx context.Context, f *flow[S]) error {
 			if errs[i] != nil && first == nil {
 				first = errs[i]
 			}
+		}
+		if err := m.r.durable(f); err != nil && first == nil {
+			first = err
 		}
 		if first != nil {
 			return first

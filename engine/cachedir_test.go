@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/cockroachdb/pebble/v2"
 	"io"
 	"io/fs"
 	"maps"
@@ -66,10 +67,13 @@ func fill(t *testing.T, kv *pebbleKV, keys ...string) {
 	}
 }
 
+// keysOf is the cache's keys but its layout mark.
 func keysOf(kv *pebbleKV) []string {
 	var keys []string
 	for k := range kv.Scan(nil) {
-		keys = append(keys, string(k))
+		if string(k) != string(layoutKey) {
+			keys = append(keys, string(k))
+		}
 	}
 	return keys
 }
@@ -182,33 +186,48 @@ func TestCacheRefusesADirectoryNotItsOwn(t *testing.T) {
 	}
 }
 
-// Reopening the engine's own directory works and starts empty: every key
-// of the last run is gone, from the disk too, and the cache is usable.
-func TestCacheReopenedStartsEmpty(t *testing.T) {
-	dir := t.TempDir()
-	kv := open(t, dir)
-	fill(t, kv, "s1a", "s1b", "s2a")
-	fill(t, kv, "s3a", "\x00", "\xff\xff")
-	if n := kv.db.Metrics().Total().TablesCount; n == 0 {
-		t.Fatal("the keys are not in sstables: the test would prove nothing")
-	}
-	closeKV(t, kv)
+// Reopening the engine's own directory keeps what it holds (the warm
+// restart checks it per partition); a cache of the layout before warm
+// restarts, which a crash could leave with uncommitted states among the
+// committed ones, starts empty instead: every key gone, from the disk too.
+func TestCacheReopenedKeepsItsLayoutOnly(t *testing.T) {
+	t.Run("current layout", func(t *testing.T) {
+		dir := t.TempDir()
+		kv := open(t, dir)
+		fill(t, kv, "s1a", "s1b")
+		closeKV(t, kv) // a clean close flushes: nothing is lost
+		kv = open(t, dir)
+		defer closeKV(t, kv)
+		if keys := keysOf(kv); !slices.Equal(keys, []string{"s1a", "s1b"}) {
+			t.Fatalf("the reopened cache holds %q, want s1a and s1b", keys)
+		}
+	})
+	t.Run("earlier layout", func(t *testing.T) {
+		dir := t.TempDir()
+		kv := open(t, dir)
+		if err := kv.db.Delete(layoutKey, pebble.NoSync); err != nil { // as format 1 left it
+			t.Fatal(err)
+		}
+		fill(t, kv, "s1a", "s1b", "s2a")
+		fill(t, kv, "s3a", "\x00", "\xff\xff")
+		if n := kv.db.Metrics().Total().TablesCount; n == 0 {
+			t.Fatal("the keys are not in sstables: the test would prove nothing")
+		}
+		closeKV(t, kv)
 
-	kv = open(t, dir)
-	defer closeKV(t, kv)
-	if keys := keysOf(kv); len(keys) > 0 {
-		t.Fatalf("the reopened cache holds %q", keys)
-	}
-	if _, ok, err := kv.Get([]byte("s1a")); ok || err != nil {
-		t.Fatalf("Get after reopening: %v %v", ok, err)
-	}
-	if n := kv.db.Metrics().Total().TablesCount; n != 0 {
-		t.Fatalf("%d sstables left after clearing: the cleared keys still take disk", n)
-	}
-	fill(t, kv, "s1c")
-	if keys := keysOf(kv); !slices.Equal(keys, []string{"s1c"}) {
-		t.Fatalf("keys = %q, want s1c", keys)
-	}
+		kv = open(t, dir)
+		defer closeKV(t, kv)
+		if keys := keysOf(kv); len(keys) > 0 {
+			t.Fatalf("the reopened cache of the earlier layout holds %q", keys)
+		}
+		if n := kv.db.Metrics().Total().TablesCount; n > 1 {
+			t.Fatalf("%d sstables left after clearing (the layout mark's own at most): the cleared keys still take disk", n)
+		}
+		fill(t, kv, "s1c")
+		if keys := keysOf(kv); !slices.Equal(keys, []string{"s1c"}) {
+			t.Fatalf("keys = %q, want s1c", keys)
+		}
+	})
 	// An empty cache reopens too.
 	closeKV(t, open(t, t.TempDir()))
 }
@@ -230,11 +249,12 @@ func TestSecondCacheOnTheSameDirFails(t *testing.T) {
 	}
 	fill(t, first, "s1b")
 	closeKV(t, first)
-	// Once the first is closed, the directory is free.
+	// Once the first is closed, the directory is free, and holds what the
+	// first left.
 	second = open(t, dir)
 	defer closeKV(t, second)
-	if keys := keysOf(second); len(keys) > 0 {
-		t.Fatalf("the second cache starts with %q", keys)
+	if keys := keysOf(second); !slices.Equal(keys, []string{"s1a", "s1b"}) {
+		t.Fatalf("the second cache starts with %q, want the first's s1a and s1b", keys)
 	}
 }
 
@@ -306,7 +326,7 @@ func TestCacheHeldByAnotherProcess(t *testing.T) {
 	}
 	kv = open(t, dir)
 	defer closeKV(t, kv)
-	if keys := keysOf(kv); len(keys) > 0 {
-		t.Fatalf("the cache after the holder exited holds %q", keys)
+	if keys := keysOf(kv); !slices.Equal(keys, []string{"s1a"}) {
+		t.Fatalf("the cache after the holder exited holds %q, want the holder's s1a", keys)
 	}
 }

@@ -233,6 +233,14 @@ type Config[S any] struct {
 	// which names the transaction and the command that aborts it. Default
 	// DefaultUnstableOffsetTimeout (3 min).
 	UnstableOffsetTimeout time.Duration
+	// FullRecovery makes every acquisition read its snapshot partition
+	// from the start, ignoring the cache's checkpoints. Default false: a
+	// partition whose committed states and checkpoint are in the cache
+	// (Dir, from an earlier run, or an earlier ownership in this one)
+	// reads only the snapshots written since, when the store says the
+	// checkpoint is still a valid base (docs/operations.md, "Warm
+	// restarts").
+	FullRecovery bool
 	// Poison is what a record that the fold fails or panics on (or a key
 	// whose tick fails) does: StopOnPoison (the default) commits what came
 	// before it and makes Run return the *FoldError; SkipPoison and

@@ -78,6 +78,9 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 			err = fromCore(werr)
 		}
 	}
+	if err == nil {
+		err = m.r.durable(f)
+	}
 	if err != nil {
 		return err
 	}

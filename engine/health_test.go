@@ -250,8 +250,18 @@ func TestHealthHandlerOnSim(t *testing.T) {
 	// each fetch taking virtual time: the recovery parks inside the
 	// assignment callback, holding the runner's lock, and the status
 	// shows it.
+	// The member is another engine's, whose cache is empty: a recovery
+	// on e would be a delta from its cache's checkpoint, with nothing to
+	// read.
+	e2, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b,
+		PersistInterval: 10 * time.Second, CommitInterval: 10 * time.Second, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e2.Close() })
+	h = serveHealth(t, e2, reg)
 	c.SlowFetches(100*time.Millisecond, 1)
-	r2 := w.runner(e)
+	r2 := w.runner(e2)
 	sawRecovering := false
 	for range 60 {
 		stepParked(t, c, r2, func() {

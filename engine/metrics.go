@@ -29,6 +29,7 @@ type Metrics struct {
 	partitions          *prometheus.GaugeVec
 	poison              *prometheus.CounterVec
 	restarts            *prometheus.CounterVec
+	recoveries          *prometheus.CounterVec
 }
 
 // The poison-record actions (the action label of
@@ -94,12 +95,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "snapfence_partition_restarts_total",
 			Help: "Partitions stopped by a failure and restarted from the committed state, by the failure's class (transient, expected).",
 		}, []string{"class"}),
+		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snapfence_recoveries_total",
+			Help: "Partition recoveries by kind (delta: from the cache's checkpoint; full) and, for a full one, the reason it was not a delta.",
+		}, []string{"kind", "reason"}),
 	}
 	for _, s := range partitionStates {
 		m.partitions.WithLabelValues(string(s)) // every state has a series, 0 included
 	}
 	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.transactions, m.transactionDuration,
-		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.restarts} {
+		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.restarts, m.recoveries} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -160,10 +165,13 @@ func (m *Metrics) restarted(k class) {
 	}
 }
 
-func (m *Metrics) recovered(snapshots int, d time.Duration) {
+// recovered counts a recovery of kind (delta, full) that read snapshots
+// in d; reason is why a full one was not a delta ("" for a delta).
+func (m *Metrics) recovered(snapshots int, d time.Duration, kind, reason string) {
 	if m != nil {
 		m.snapshotsRead.Add(float64(snapshots))
 		m.recoveryDuration.Observe(d.Seconds())
+		m.recoveries.WithLabelValues(kind, reason).Inc()
 	}
 }
 

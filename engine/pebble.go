@@ -11,11 +11,19 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/snapfence/snapfence/engine/internal/core"
 )
 
-// pebbleKV is the local cache on Pebble. It is a cache, rebuilt by
-// recovery on every start, so it writes without a WAL and without syncs;
-// nothing in it is ever taken for committed state.
+// pebbleKV is the local cache on Pebble. It writes without a WAL and
+// without syncs: a crash loses the writes since the last memtable flush,
+// and leaves the database as it was after some earlier write, every batch
+// whole (Pebble flushes memtables in sequence order). That is all the
+// warm restart needs: the core keeps only committed states and their
+// checkpoint outside its overlay, in batches whose checkpoint never runs
+// ahead of the states (core.Durable), so an older state of the cache is
+// an older, valid checkpoint; the delta recovery reads the rest again.
+// Close flushes, so that a clean stop keeps the latest checkpoint.
 type pebbleKV struct {
 	db *pebble.DB
 	// lock is the on-disk cache's directory lock, held from before the
@@ -51,9 +59,12 @@ func (k *pebbleKV) check() error {
 // (ErrCacheDirFormat), or that another engine has open (ErrCacheDirInUse),
 // each as a *CacheDirError naming the directory.
 //
-// The cache starts empty: every key of the engine's database is deleted
-// at open (a cache left by a crash may hold uncommitted state), through
-// the database, so no file is removed but those Pebble itself retires.
+// A cache of an earlier layout (no layoutKey, as format 1 wrote before
+// warm restarts, when a crash could leave uncommitted states among the
+// committed ones) is emptied at open, through the database, so no file is
+// removed but those Pebble itself retires. One of the current layout is
+// kept: its committed states and checkpoints are checked per partition
+// at acquisition (delta or full recovery), its overlays dropped.
 func openPebble(dir string) (*pebbleKV, error) {
 	compactions := make(chan struct{}, 1)
 	opts := &pebble.Options{DisableWAL: true, Logger: quietLogger{}, EventListener: &pebble.EventListener{
@@ -96,15 +107,44 @@ func openPebble(dir string) (*pebbleKV, error) {
 		return nil, &CacheDirError{Path: owned, Detail: "opening the cache", Err: err}
 	}
 	kv := &pebbleKV{db: db, lock: lock, compactions: compactions}
-	if err := kv.clear(); err != nil {
+	if err := kv.upgrade(); err != nil {
 		_ = kv.Close()
-		return nil, &CacheDirError{Path: owned, Detail: "clearing the cache", Err: err}
+		return nil, &CacheDirError{Path: owned, Detail: "clearing a cache of an earlier layout", Err: err}
 	}
 	return kv, nil
 }
 
+// layoutKey holds the layout of the database's content; core's keys
+// start with 's', 'd' or 'c', so it is apart from them.
+var layoutKey = []byte("\x00layout")
+
+// cacheLayout is the current layout: core's committed states, overlays
+// and checkpoints.
+const cacheLayout = "2"
+
+// upgrade empties a database of an earlier layout and marks it current.
+func (k *pebbleKV) upgrade() error {
+	v, closer, err := k.db.Get(layoutKey)
+	if err == nil {
+		layout := string(v)
+		_ = closer.Close()
+		if layout == cacheLayout {
+			return nil
+		}
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return err
+	}
+	if err := k.clear(); err != nil {
+		return err
+	}
+	if err := k.db.Set(layoutKey, []byte(cacheLayout), pebble.NoSync); err != nil {
+		return err
+	}
+	return k.db.Flush() // no WAL: the mark is durable once flushed
+}
+
 // clear deletes every key of the cache and compacts the range away, so
-// the disk space is returned too. (A warm restart would skip it.)
+// the disk space is returned too.
 func (k *pebbleKV) clear() error {
 	it, err := k.db.NewIter(nil)
 	if err != nil {
@@ -211,6 +251,31 @@ func (k *pebbleKV) Scan(prefix []byte) iter.Seq2[[]byte, []byte] {
 	}
 }
 
+// Apply implements core.KV: one Pebble batch, whole or absent after a
+// crash.
+func (k *pebbleKV) Apply(ws []core.Write) error {
+	if err := k.check(); err != nil {
+		return err
+	}
+	b := k.db.NewBatch()
+	defer b.Close()
+	for _, w := range ws {
+		var err error
+		if w.Delete {
+			err = b.Delete(w.Key, nil)
+		} else {
+			err = b.Set(w.Key, w.Value, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("engine: cache batch: %w", err)
+		}
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("engine: cache batch: %w", err)
+	}
+	return nil
+}
+
 // DeletePrefix implements core.KV.
 func (k *pebbleKV) DeletePrefix(prefix []byte) error {
 	if err := k.db.DeleteRange(prefix, prefixEnd(prefix), pebble.NoSync); err != nil {
@@ -219,9 +284,13 @@ func (k *pebbleKV) DeletePrefix(prefix []byte) error {
 	return nil
 }
 
-// Close closes the database and releases its directory.
+// Close flushes and closes the database and releases its directory.
 func (k *pebbleKV) Close() error {
-	err := k.db.Close()
+	var err error
+	if k.lock != nil {
+		err = k.db.Flush() // a clean stop keeps the last checkpoint
+	}
+	err = errors.Join(err, k.db.Close())
 	if k.lock != nil {
 		err = errors.Join(err, k.lock.Close())
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -461,47 +462,80 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, seek 
 }
 
 // recover recovers an acquired partition's state into a new flow, and
-// positions the input at the committed offset when restarting (seek).
+// positions the input at the committed offset when restarting (seek):
+// from the cache's checkpoint (a delta) when there is a usable one, in
+// full otherwise.
 func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part store.Partition, seek bool, begin time.Time) {
 	assigned := part.CommittedOffset()
 	c, err := core.New(core.Config[S, Output]{Input: tp, Fold: r.e.coreFold(), Tick: r.e.coreTick(), Codec: r.e.cfg.Codec,
-		Assigned: assigned, HotKeys: r.e.cfg.HotKeys}, r.e.kv)
+		Assigned: assigned, HotKeys: r.e.cfg.HotKeys, Warm: true}, r.e.kv)
 	if err != nil {
 		_ = part.Close()
 		r.do(ctx, r.sched.failed(tp, causeSetup, fromCore(err), r.src.Now()))
 		return
 	}
 	f := &flow[S]{tp: tp, part: part, core: c}
+	fail := func(err error) {
+		_ = c.DropUncommitted()
+		_ = part.Close()
+		r.do(ctx, r.sched.failed(tp, causeRecover, fmt.Errorf("engine: recovering %s: %w", tp, err), r.src.Now()))
+	}
+	cp, delta, reason := r.recoveryBase(f)
+	snaps := part.Recover
+	if delta {
+		snaps = func(ctx context.Context) iter.Seq2[store.Snapshot, error] { return part.RecoverFrom(ctx, cp) }
+	} else if err := c.Drop(); err != nil { // a full recovery starts empty
+		fail(fromCore(err))
+		return
+	}
 	n := 0
 	var bad []*RecoveredStateError // skipped by the poison policy
-	for s, err := range part.Recover(ctx) {
-		if err == nil && !s.Tombstone {
-			if _, derr := r.e.cfg.Codec.Decode(s.Value); derr != nil {
-				err = &RecoveredStateError{Input: tp, Key: s.Key, Offset: s.Offset, Err: derr, value: s.Value}
-				if r.e.cfg.Poison != StopOnPoison {
-					bad = append(bad, err.(*RecoveredStateError))
-					s, err = store.Snapshot{Key: s.Key, Offset: s.Offset, Tombstone: true}, nil
+	for first := true; ; first = false {
+		restart := false
+		for s, err := range snaps(ctx) {
+			if ce, ok := errors.AsType[*store.CheckpointError](err); ok && first && delta {
+				// The store refuses the checkpoint before reading:
+				// recover in full, from an empty cache.
+				delta, reason, restart = false, ce.Reason, true
+				r.e.log.Info("the cache's checkpoint is not usable; recovering in full", "input", tp.String(), "reason", ce.Reason, "detail", ce.Detail)
+				break
+			}
+			if err == nil && !s.Tombstone {
+				if _, derr := r.e.cfg.Codec.Decode(s.Value); derr != nil {
+					err = &RecoveredStateError{Input: tp, Key: s.Key, Offset: s.Offset, Err: derr, value: s.Value}
+					if r.e.cfg.Poison != StopOnPoison {
+						bad = append(bad, err.(*RecoveredStateError))
+						s, err = store.Snapshot{Key: s.Key, Offset: s.Offset, Tombstone: true}, nil
+					}
 				}
 			}
+			if err == nil {
+				err = fromCore(c.Recovered(s))
+			}
+			if err != nil {
+				fail(err)
+				return
+			}
+			n++
 		}
-		if err == nil {
-			err = fromCore(c.Recovered(s))
+		if !restart {
+			break
 		}
-		if err != nil {
-			_ = c.Drop()
-			_ = part.Close()
-			r.do(ctx, r.sched.failed(tp, causeRecover, fmt.Errorf("engine: recovering %s: %w", tp, err), r.src.Now()))
+		if err := c.Drop(); err != nil {
+			fail(fromCore(err))
 			return
 		}
-		n++
+		snaps = part.Recover
 	}
 	for _, se := range bad {
 		if err := c.Discard(se.Key); err != nil {
-			_ = c.Drop()
-			_ = part.Close()
-			r.do(ctx, r.sched.failed(tp, causeRecover, fmt.Errorf("engine: recovering %s: %w", tp, fromCore(err)), r.src.Now()))
+			fail(fromCore(err))
 			return
 		}
+	}
+	if err := r.durable(f); err != nil {
+		fail(err)
+		return
 	}
 	if acts := r.sched.recovered(tp, f, r.src.Now()); acts != nil {
 		r.do(ctx, acts) // released meanwhile
@@ -512,10 +546,14 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		r.src.Seek(tp, assigned)
 	}
 	r.src.Resume(tp)
-	r.e.cfg.Metrics.recovered(n, r.src.Now().Sub(begin))
+	kind := "delta"
+	if !delta {
+		kind = "full"
+	}
+	r.e.cfg.Metrics.recovered(n, r.src.Now().Sub(begin), kind, reason)
 	r.status.recovered(tp, assigned, n, r.src.Now().Sub(begin))
-	r.e.log.Info("partition recovered", "input", tp.String(), "snapshots", n, "keys", c.Keys(), "assigned_offset", assigned,
-		"generation", r.src.Identity().Generation)
+	r.e.log.Info("partition recovered", "input", tp.String(), "recovery", kind, "full_reason", reason, "snapshots", n, "keys", c.Keys(),
+		"assigned_offset", assigned, "generation", r.src.Identity().Generation)
 }
 
 // stop carries out actStop: the flow, if any, commits what it folded
@@ -575,7 +613,9 @@ func fenceReason(err error) string {
 }
 
 func (r *Runner[S]) teardown(f *flow[S]) {
-	if err := f.core.Drop(); err != nil {
+	// The committed states and their checkpoint stay, for the next
+	// acquisition's delta (on this member or after a restart).
+	if err := f.core.DropUncommitted(); err != nil {
 		r.e.log.Error("dropping the cache", "input", f.tp.String(), "err", err)
 	}
 	_ = f.part.Close()

@@ -374,6 +374,10 @@ func (w *World) start(m *member) {
 	}
 	ecfg := engine.Config[int]{
 		Fold: Fold, Codec: IntCodec{}, Store: &checkedBackend{Backend: history.Backend(be, w.rec, m.slot), w: w, m: m},
+		// The checkers know nothing of a member's cache: every recovery
+		// reads in full, and each is checked complete (warm restarts are
+		// checked by the engine's own tests).
+		FullRecovery:    true,
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
 		Emit: func(_ context.Context, outs []engine.Output) error {
 			w.checker.emitted(outs)

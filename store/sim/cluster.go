@@ -369,6 +369,26 @@ func (c *Cluster) FailLogEndReads(err error) {
 	c.faults.failLogEnd = err
 }
 
+// DeleteRecords moves tp's log start up to offset (Kafka's DeleteRecords,
+// or retention), removing the records below it.
+func (c *Cluster) DeleteRecords(tp store.TopicPartition, offset int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, err := c.partitionLocked(tp)
+	if err != nil {
+		return err
+	}
+	offset = min(offset, l.end)
+	if offset <= l.start {
+		return nil
+	}
+	l.start = offset
+	l.entries = slices.DeleteFunc(l.entries, func(e Entry) bool { return e.Offset < offset })
+	c.record("delete_records", "tp=%s start=%d", tp, offset)
+	c.changedLocked()
+	return nil
+}
+
 // FailProduce makes every produce to tp, transactional or not, fail with
 // err (nil heals), as a partition whose leader is unavailable refuses
 // writes: nothing is appended, and a transaction the produce was in stays

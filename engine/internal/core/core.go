@@ -13,6 +13,7 @@ package core
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"iter"
 	"slices"
@@ -88,6 +89,15 @@ type KV interface {
 	Scan(prefix []byte) iter.Seq2[[]byte, []byte]
 	// DeletePrefix removes every entry whose key starts with prefix.
 	DeletePrefix(prefix []byte) error
+	// Apply writes ws atomically: after a crash either all of them or
+	// none of them are there, and every write applied before them is.
+	Apply(ws []Write) error
+}
+
+// Write is one write of a KV.Apply batch.
+type Write struct {
+	Key, Value []byte
+	Delete     bool
 }
 
 // FoldError names the record a fold failed on. Nothing past it is
@@ -142,6 +152,10 @@ type Config[S, O any] struct {
 	// HotKeys bounds the decoded states kept in memory; the rest live
 	// encoded in the KV. Default DefaultHotKeys.
 	HotKeys int
+	// Warm keeps the partition's committed states and checkpoint in the
+	// KV (a delta recovery follows); otherwise New drops them (a full
+	// recovery follows). Uncommitted states are dropped either way.
+	Warm bool
 }
 
 // Core is one input partition's state machine.
@@ -153,9 +167,21 @@ type Config[S, O any] struct {
 type Core[S, O any] struct {
 	cfg Config[S, O]
 	kv  KV
-	// statePrefix keeps this partition's entries apart in a shared KV.
-	statePrefix []byte
-	hot         map[string]*slot[S]
+	// The partition's entries in a shared KV, under three prefixes:
+	// statePrefix holds committed states only (each one a snapshot the
+	// store reported durable, or a recovered one), overlayPrefix the
+	// states of dirty keys evicted from memory, checkpointKey the store's
+	// checkpoint of the committed states. A crash, a teardown or a
+	// restart drops the overlay: what survives is committed.
+	statePrefix   []byte
+	overlayPrefix []byte
+	checkpointKey []byte
+	// overlaid: the dirty keys with an entry under overlayPrefix.
+	overlaid map[string]struct{}
+	// pending: the committed-state writes of WriteDone, applied with the
+	// checkpoint by Durable (or before the next change).
+	pending []Write
+	hot     map[string]*slot[S]
 	// dirty: keys whose change is not in a durable snapshot, each with the
 	// first input offset it holds.
 	dirty map[string]int64
@@ -199,12 +225,17 @@ func New[S, O any](cfg Config[S, O], kv KV) (*Core[S, O], error) {
 	if cfg.HotKeys <= 0 {
 		cfg.HotKeys = DefaultHotKeys
 	}
+	pp := partitionPrefix(cfg.Input)
 	c := &Core[S, O]{
 		cfg: cfg, kv: kv, consumed: cfg.Assigned,
-		statePrefix: append([]byte{'s'}, partitionPrefix(cfg.Input)...),
-		hot:         map[string]*slot[S]{}, dirty: map[string]int64{}, inflight: map[string]written{},
+		statePrefix: append([]byte{'s'}, pp...), overlayPrefix: append([]byte{'d'}, pp...), checkpointKey: append([]byte{'c'}, pp...),
+		hot: map[string]*slot[S]{}, dirty: map[string]int64{}, inflight: map[string]written{}, overlaid: map[string]struct{}{},
 	}
-	if err := c.Drop(); err != nil {
+	drop := c.Drop
+	if cfg.Warm {
+		drop = c.DropUncommitted
+	}
+	if err := drop(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -234,6 +265,10 @@ func encodeEntry(live bool, offset int64, state []byte) []byte {
 
 func (c *Core[S, O]) stateKey(k []byte) []byte {
 	return append(append(make([]byte, 0, len(c.statePrefix)+len(k)), c.statePrefix...), k...)
+}
+
+func (c *Core[S, O]) overlayKey(k []byte) []byte {
+	return append(append(make([]byte, 0, len(c.overlayPrefix)+len(k)), c.overlayPrefix...), k...)
 }
 
 // decodeEntry decodes a KV entry of key k.
@@ -273,7 +308,11 @@ func (c *Core[S, O]) peek(k []byte) (sl *slot[S], cold bool, err error) {
 	if sl, ok := c.hot[string(k)]; ok {
 		return sl, false, nil
 	}
-	v, ok, err := c.kv.Get(c.stateKey(k))
+	key := c.stateKey(k)
+	if _, ok := c.overlaid[string(k)]; ok {
+		key = c.overlayKey(k)
+	}
+	v, ok, err := c.kv.Get(key)
 	if err != nil || !ok {
 		return nil, false, err
 	}
@@ -285,6 +324,9 @@ func (c *Core[S, O]) peek(k []byte) (sl *slot[S], cold bool, err error) {
 // later one of a key replaces an earlier one. It goes to the KV as it came,
 // encoded: a key is decoded when first touched.
 func (c *Core[S, O]) Recovered(s store.Snapshot) error {
+	if err := c.settle(); err != nil {
+		return err
+	}
 	delete(c.hot, string(s.Key))
 	return c.kv.Set(c.stateKey(s.Key), encodeEntry(!s.Tombstone, s.Offset, s.Value))
 }
@@ -415,6 +457,11 @@ func (c *Core[S, O]) evict() error {
 	if over <= 0 {
 		return nil
 	}
+	// A clean key is dropped as its committed state is in the KV: the
+	// pending ones must be there first.
+	if err := c.settle(); err != nil {
+		return err
+	}
 	over += c.cfg.HotKeys / 8 // make room for a while
 	var busy []hotEntry[S]    // being written: kept, oldest still
 	n := 0
@@ -428,9 +475,14 @@ func (c *Core[S, O]) evict() error {
 			continue
 		}
 		if _, dirty := c.dirty[e.key]; dirty {
+			// Never over the committed state: a crash or a teardown
+			// now must find the key as it was committed.
 			enc, err := c.encode([]byte(e.key), e.slot)
 			if err == nil {
-				err = c.kv.Set(c.stateKey([]byte(e.key)), enc)
+				err = c.kv.Set(c.overlayKey([]byte(e.key)), enc)
+			}
+			if err == nil {
+				c.overlaid[e.key] = struct{}{}
 			}
 			if err != nil {
 				c.hotOrder = append(busy, c.hotOrder[n:]...)
@@ -471,10 +523,21 @@ func (c *Core[S, O]) Tick(nowMillis int64) (outs []O, failed []*FoldError, err e
 	if c.stopped != nil || c.cfg.Tick == nil {
 		return nil, nil, c.stopped
 	}
+	if err := c.settle(); err != nil {
+		return nil, nil, c.stop(err)
+	}
 	var cold [][]byte
 	for k := range c.kv.Scan(c.statePrefix) {
-		if _, hot := c.hot[string(k[len(c.statePrefix):])]; !hot {
-			cold = append(cold, bytes.Clone(k[len(c.statePrefix):]))
+		key := k[len(c.statePrefix):]
+		_, hot := c.hot[string(key)]
+		_, over := c.overlaid[string(key)]
+		if !hot && !over {
+			cold = append(cold, bytes.Clone(key))
+		}
+	}
+	for k := range c.overlaid {
+		if _, hot := c.hot[k]; !hot {
+			cold = append(cold, []byte(k))
 		}
 	}
 	keys := cold
@@ -610,10 +673,55 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	}
 	if sl.offset == w.offset {
 		delete(c.dirty, string(key))
-		return c.stop(c.kv.Set(c.stateKey(key), w.entry))
+		c.pending = append(c.pending, Write{Key: c.stateKey(key), Value: w.entry})
+		if _, ok := c.overlaid[string(key)]; ok {
+			delete(c.overlaid, string(key))
+			c.pending = append(c.pending, Write{Key: c.overlayKey(key), Delete: true})
+		}
+		return nil
 	}
 	c.dirty[string(key)] = w.offset + 1
 	return nil
+}
+
+// Durable writes the committed states WriteDone reported, together with
+// checkpoint (the store's, encoded by the caller; nil writes none), in
+// one atomic KV batch: the checkpoint never covers less than the states
+// it is written with. Call it after each batch of WriteDone calls.
+func (c *Core[S, O]) Durable(checkpoint []byte) error {
+	if c.stopped != nil {
+		return c.stopped
+	}
+	ws := c.pending
+	c.pending = nil
+	if checkpoint != nil {
+		ws = append(ws, Write{Key: c.checkpointKey, Value: checkpoint})
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	return c.stop(c.kv.Apply(ws))
+}
+
+// settle applies the pending committed-state writes without a
+// checkpoint (states may run ahead of the checkpoint, never behind it).
+func (c *Core[S, O]) settle() error {
+	if len(c.pending) == 0 {
+		return nil
+	}
+	ws := c.pending
+	c.pending = nil
+	return c.kv.Apply(ws)
+}
+
+// Checkpoint is the checkpoint last written with Durable (ok false: none
+// since the partition's states were last dropped).
+func (c *Core[S, O]) Checkpoint() (cp []byte, ok bool, err error) {
+	v, ok, err := c.kv.Get(c.checkpointKey)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return bytes.Clone(v), true, nil
 }
 
 // Committable is the offset that may be committed: the smallest offset
@@ -650,9 +758,20 @@ func (c *Core[S, O]) State(key []byte) (state S, exists bool, err error) {
 // Keys counts the keys with live state.
 func (c *Core[S, O]) Keys() int {
 	n := 0
+	live := func(v []byte) bool { return len(v) > 0 && v[0]&flagLive != 0 }
 	for k, v := range c.kv.Scan(c.statePrefix) {
-		if _, hot := c.hot[string(k[len(c.statePrefix):])]; !hot && len(v) > 0 && v[0]&flagLive != 0 {
+		key := k[len(c.statePrefix):]
+		_, hot := c.hot[string(key)]
+		_, over := c.overlaid[string(key)]
+		if !hot && !over && live(v) {
 			n++
+		}
+	}
+	for k := range c.overlaid {
+		if _, hot := c.hot[k]; !hot {
+			if v, ok, err := c.kv.Get(c.overlayKey([]byte(k))); err == nil && ok && live(v) {
+				n++
+			}
 		}
 	}
 	for _, sl := range c.hot {
@@ -663,15 +782,36 @@ func (c *Core[S, O]) Keys() int {
 	return n
 }
 
-// Drop removes every trace of the partition from memory and the KV: after
-// a revoke or a fence, the cache holds nothing the next owner might mistake
-// for committed.
+// Drop removes every trace of the partition from memory and the KV, its
+// checkpoint first (so that a crash in the middle leaves no checkpoint
+// over a partial set of states): a full recovery follows.
 func (c *Core[S, O]) Drop() error {
+	c.forget()
+	if err := c.kv.Apply([]Write{{Key: c.checkpointKey, Delete: true}}); err != nil {
+		return err
+	}
+	if err := c.kv.DeletePrefix(c.overlayPrefix); err != nil {
+		return err
+	}
+	return c.kv.DeletePrefix(c.statePrefix)
+}
+
+// DropUncommitted removes from memory and the KV everything of the
+// partition that is not committed (after a revoke, a fence, a crash):
+// the committed states and their checkpoint stay, for a delta recovery.
+func (c *Core[S, O]) DropUncommitted() error {
+	err := c.settle() // committed: WriteDone said so
+	c.forget()
+	return errors.Join(err, c.kv.DeletePrefix(c.overlayPrefix))
+}
+
+func (c *Core[S, O]) forget() {
 	clear(c.hot)
 	clear(c.dirty)
 	clear(c.inflight)
+	clear(c.overlaid)
+	c.pending = nil
 	c.hotOrder, c.flushRound = nil, nil
-	return c.kv.DeletePrefix(c.statePrefix)
 }
 
 // Stopped is the error that stopped the core, if any.

@@ -23,7 +23,9 @@ type Output = store.Output
 // The fold sums integers per key: op=N adds N, op=del deletes, op=boom
 // panics. Every fold emits "key:sum" as an output.
 //
-//	assign offset=N                   a new core resuming at input offset N
+//	assign offset=N [hot=H] [warm]    a new core resuming at input offset N
+//	                                  (H hot keys; warm: keep the committed
+//	                                  states and checkpoint in the KV)
 //	recover key=K value=V offset=O    a recovered snapshot
 //	recover key=K tombstone offset=O  a recovered tombstone
 //	fold key=K offset=O op=OP         feed a record; answers the outputs, or "skip"
@@ -33,6 +35,9 @@ type Output = store.Output
 //	state key=K                       the key's state
 //	tick                              add 100 to every live key
 //	drop                              drop the partition's cache
+//	durable [cp=C]                    write what is done, with checkpoint C
+//	checkpoint                        the checkpoint in the KV
+//	drop-uncommitted                  drop all but the committed states
 //	keys                              the number of keys the partition holds
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -89,8 +94,13 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 	switch d.Cmd {
 	case "assign":
 		d.ScanArgs(t, "offset", &offset)
+		hot := 0
+		if d.HasArg("hot") {
+			d.ScanArgs(t, "hot", &hot)
+		}
 		var err error
-		s.c, err = New(Config[[]byte, Output]{Input: s.in, Fold: s.fold, Tick: s.tick, Codec: BytesCodec{}, Assigned: offset}, s.kv)
+		s.c, err = New(Config[[]byte, Output]{Input: s.in, Fold: s.fold, Tick: s.tick, Codec: BytesCodec{}, Assigned: offset,
+			HotKeys: hot, Warm: d.HasArg("warm")}, s.kv)
 		return errString(err)
 	case "recover":
 		d.ScanArgs(t, "key", &key)
@@ -165,6 +175,22 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 		return errString(s.c.Skip(fe))
 	case "drop":
 		return errString(s.c.Drop())
+	case "durable":
+		var cp []byte
+		if d.HasArg("cp") {
+			var v string
+			d.ScanArgs(t, "cp", &v)
+			cp = []byte(v)
+		}
+		return errString(s.c.Durable(cp))
+	case "checkpoint":
+		cp, ok, err := s.c.Checkpoint()
+		if err != nil || !ok {
+			return fmt.Sprintf("none %s", errString(err))
+		}
+		return string(cp)
+	case "drop-uncommitted":
+		return errString(s.c.DropUncommitted())
 	case "keys":
 		return strconv.Itoa(s.c.Keys())
 	}

@@ -63,5 +63,17 @@ func (m *MemKV) DeletePrefix(prefix []byte) error {
 	return nil
 }
 
+// Apply applies ws in order (memory has no crash to be atomic through).
+func (m *MemKV) Apply(ws []Write) error {
+	for _, w := range ws {
+		if w.Delete {
+			_ = m.Delete(w.Key)
+		} else {
+			_ = m.Set(w.Key, w.Value)
+		}
+	}
+	return nil
+}
+
 // Len is the number of entries.
 func (m *MemKV) Len() int { return len(m.keys) }

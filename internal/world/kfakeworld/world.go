@@ -575,6 +575,10 @@ func (w *World) start(m *member) {
 	}
 	ecfg := engine.Config[int]{
 		Fold: w.fold, Codec: world.IntCodec{}, Store: history.Backend(be, w.rec, m.slot),
+		// The checkers know nothing of a member's cache: every recovery
+		// reads in full, and each is checked complete (warm restarts are
+		// checked by the engine's own tests).
+		FullRecovery:    true,
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
 		Emit: func(ctx context.Context, outs []engine.Output) error {
 			w.emitted(outs)

@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// The warm restart (docs/operations.md, "Warm restarts"): the cache keeps
+// each partition's committed states with the store's checkpoint of them,
+// and an acquisition whose checkpoint is still a valid base reads only
+// the snapshots written since (a delta recovery) instead of the whole
+// snapshot partition.
+
+// The reasons a recovery is full rather than a delta (the reason label of
+// snapfence_recoveries_total, and the log line's full_reason). The store's
+// refusals (store.Checkpoint*) are reasons too.
+const (
+	// RecoveryNoCheckpoint: the cache holds no checkpoint of the
+	// partition (its first acquisition on this directory, or the last one
+	// never finished its recovery).
+	RecoveryNoCheckpoint = "no_checkpoint"
+	// RecoveryOtherGroup: the checkpoint was written for another consumer
+	// group.
+	RecoveryOtherGroup = "other_group"
+	// RecoveryUnreadableCheckpoint: the checkpoint does not decode (a
+	// cache of another snapfence, or damage).
+	RecoveryUnreadableCheckpoint = "unreadable_checkpoint"
+	// RecoveryConfigured: Config.FullRecovery is set.
+	RecoveryConfigured = "configured"
+)
+
+// checkpointVersion is the first byte of an encoded checkpoint.
+const checkpointVersion = 1
+
+// encodeCheckpoint is the cache's record of cp, written for group.
+func encodeCheckpoint(group string, cp store.Checkpoint) []byte {
+	b := []byte{checkpointVersion}
+	b = binary.AppendUvarint(b, uint64(len(group)))
+	b = append(b, group...)
+	b = append(b, cp.TopicID[:]...)
+	b = binary.BigEndian.AppendUint64(b, uint64(cp.Offset))
+	return binary.BigEndian.AppendUint64(b, uint64(cp.At.UnixNano()))
+}
+
+var errBadCheckpoint = errors.New("engine: unreadable checkpoint")
+
+func decodeCheckpoint(b []byte) (group string, cp store.Checkpoint, err error) {
+	if len(b) < 1 || b[0] != checkpointVersion {
+		return "", cp, errBadCheckpoint
+	}
+	n, w := binary.Uvarint(b[1:])
+	if w <= 0 || uint64(len(b)-1-w) != n+16+16 {
+		return "", cp, errBadCheckpoint
+	}
+	rest := b[1+w:]
+	group, rest = string(rest[:n]), rest[n:]
+	copy(cp.TopicID[:], rest[:16])
+	cp.Offset = int64(binary.BigEndian.Uint64(rest[16:24]))
+	cp.At = time.Unix(0, int64(binary.BigEndian.Uint64(rest[24:32])))
+	return group, cp, nil
+}
+
+// durable writes what f's core was told is durable, with f's partition's
+// checkpoint when the store vouches for one.
+func (r *Runner[S]) durable(f *flow[S]) error {
+	var enc []byte
+	if cp, ok := f.part.Position(); ok {
+		enc = encodeCheckpoint(r.src.Identity().Group, cp)
+	}
+	return fromCore(f.core.Durable(enc))
+}
+
+// recoveryBase says from where f's partition recovers: the checkpoint in
+// the cache (delta) if there is a usable one as far as the engine can
+// tell, or nothing (full) with the reason. The store checks the rest.
+func (r *Runner[S]) recoveryBase(f *flow[S]) (cp store.Checkpoint, delta bool, reason string) {
+	if r.e.cfg.FullRecovery {
+		return cp, false, RecoveryConfigured
+	}
+	b, ok, err := f.core.Checkpoint()
+	switch {
+	case err != nil:
+		r.e.log.Warn("reading the cache's checkpoint failed; recovering in full", "input", f.tp.String(), "err", err)
+		return cp, false, RecoveryUnreadableCheckpoint
+	case !ok:
+		return cp, false, RecoveryNoCheckpoint
+	}
+	group, cp, err := decodeCheckpoint(b)
+	switch {
+	case err != nil:
+		return cp, false, RecoveryUnreadableCheckpoint
+	case group != r.src.Identity().Group:
+		return cp, false, RecoveryOtherGroup
+	}
+	return cp, true, ""
+}
