@@ -552,8 +552,12 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 	}
 	r.e.cfg.Metrics.recovered(n, r.src.Now().Sub(begin), kind, reason)
 	r.status.recovered(tp, assigned, n, r.src.Now().Sub(begin))
-	r.e.log.Info("partition recovered", "input", tp.String(), "recovery", kind, "full_reason", reason, "snapshots", n, "keys", c.Keys(),
-		"assigned_offset", assigned, "generation", r.src.Identity().Generation)
+	attrs := []any{"input", tp.String(), "recovery", kind}
+	if !delta {
+		attrs = append(attrs, "full_reason", reason)
+	}
+	r.e.log.Info("partition recovered", append(attrs, "snapshots", n, "keys", c.Keys(),
+		"assigned_offset", assigned, "generation", r.src.Identity().Generation)...)
 }
 
 // stop carries out actStop: the flow, if any, commits what it folded
