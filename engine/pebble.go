@@ -67,14 +67,7 @@ func (k *pebbleKV) check() error {
 // at acquisition (delta or full recovery), its overlays dropped.
 func openPebble(dir string) (*pebbleKV, error) {
 	compactions := make(chan struct{}, 1)
-	opts := &pebble.Options{DisableWAL: true, Logger: quietLogger{}, EventListener: &pebble.EventListener{
-		CompactionEnd: func(pebble.CompactionInfo) {
-			select {
-			case compactions <- struct{}{}:
-			default:
-			}
-		},
-	}}
+	opts := pebbleOptions(compactions)
 	if dir == "" {
 		opts.FS = vfs.NewMem()
 		db, err := pebble.Open("cache", opts)
@@ -141,6 +134,19 @@ func (k *pebbleKV) upgrade() error {
 		return err
 	}
 	return k.db.Flush() // no WAL: the mark is durable once flushed
+}
+
+// pebbleOptions are the cache's Pebble options; compactions hears of
+// every compaction's end.
+func pebbleOptions(compactions chan struct{}) *pebble.Options {
+	return &pebble.Options{DisableWAL: true, Logger: quietLogger{}, EventListener: &pebble.EventListener{
+		CompactionEnd: func(pebble.CompactionInfo) {
+			select {
+			case compactions <- struct{}{}:
+			default:
+			}
+		},
+	}}
 }
 
 // clear deletes every key of the cache and compacts the range away, so
