@@ -160,13 +160,14 @@ type Config[S any] struct {
 	// process or another, has open (ErrCacheDirInUse): each engine needs
 	// a Dir of its own. Each is a *CacheDirError naming the directory.
 	//
-	// The cache starts empty: New deletes every key in the engine's
-	// Pebble database (a cache left by a crash may hold uncommitted
-	// state), and recovery rebuilds what a partition needs. Only that
-	// database is cleared, through Pebble (which deletes its own retired
-	// files); nothing else in Dir is removed. (A Dir an older
-	// snapfence used directly holds that version's Pebble files at its
-	// top; the engine leaves them, as it cannot tell them from the
+	// The cache survives restarts: it holds only states whose snapshots
+	// are committed, with each partition's checkpoint, so a restart on the
+	// same Dir recovers only the snapshots written since (FullRecovery,
+	// and docs/operations.md, "Warm restarts"). A cache of an earlier
+	// snapfence layout is emptied at open, through Pebble (which deletes
+	// its own retired files); nothing else in Dir is removed. (A Dir an
+	// older snapfence used directly holds that version's Pebble files at
+	// its top; the engine leaves them, as it cannot tell them from the
 	// user's.)
 	Dir string
 	// HotKeys bounds the decoded states kept in memory per partition; the
