@@ -384,3 +384,10 @@ func (b *Backend) createOutput(ctx context.Context, topic string) (int, error) {
 	b.set.Logger.Info(msg, "topic", topic, "partitions", n, "served_after", b.set.Now().Sub(start))
 	return n, nil
 }
+
+// Follow implements store.Follower: a group-less read_committed consumer
+// of input's snapshot partition for a standby replica (a client of its
+// own, as a recovery read has); it writes nothing.
+func (b *Backend) Follow(ctx context.Context, input store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
+	return b.core.Follow(ctx, input, from)
+}

@@ -384,3 +384,9 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 		}
 	}
 }
+
+// Follow implements store.Follower: a read_committed reader of input's
+// snapshot partition for a standby replica; it writes nothing.
+func (b *Backend) Follow(ctx context.Context, input store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
+	return b.core.Follow(ctx, input, from)
+}

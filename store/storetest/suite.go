@@ -65,6 +65,9 @@ func Run(t *testing.T, h Harness) {
 		{"Checkpoint/RefusedWithTheReason", checkpointRefused},
 		{"Checkpoint/PlainRefused", checkpointPlainRefused},
 		{"Checkpoint/LostAfterAFailedTransaction", checkpointLostAfterAFailure},
+		{"Follow/ReadsCommittedOnlyAndWritesNothing", followReadsCommittedOnly},
+		{"Follow/FromACheckpoint", followFromCheckpoint},
+		{"Follow/Refused", followRefused},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -189,17 +189,22 @@ func checkpointMargin(retention time.Duration) time.Duration {
 
 // check says why cp is no base for a delta read of src (nil: it is one).
 func (p *Partition) check(ctx context.Context, src readloop.Source, cp store.Checkpoint) error {
+	return checkBase(ctx, p.b.cfg, p.snap, p.link.Snapshots(), src, cp)
+}
+
+// checkBase says why cp is no base for a delta read of snap through src
+// (nil: it is one), with topic as the backend found it.
+func checkBase(ctx context.Context, cfg Config, snap store.TopicPartition, topic SnapshotTopic, src readloop.Source, cp store.Checkpoint) error {
 	refuse := func(reason, detail string) error {
-		return &store.CheckpointError{Snapshots: p.snap, Reason: reason, Checkpoint: cp, Detail: detail}
+		return &store.CheckpointError{Snapshots: snap, Reason: reason, Checkpoint: cp, Detail: detail}
 	}
-	if p.b.cfg.Mode != store.Transactional {
+	if cfg.Mode != store.Transactional {
 		return refuse(store.CheckpointPlain, "without transactions nothing fences another writer out of the snapshot partition")
 	}
-	topic := p.link.Snapshots()
 	if topic.ID != cp.TopicID {
 		return refuse(store.CheckpointTopicRecreated, fmt.Sprintf("the snapshot topic's id is %x, the checkpoint's %x", topic.ID, cp.TopicID))
 	}
-	if age, limit := p.b.cfg.Now().Sub(cp.At), topic.DeleteRetention-checkpointMargin(topic.DeleteRetention); age >= limit {
+	if age, limit := cfg.Now().Sub(cp.At), topic.DeleteRetention-checkpointMargin(topic.DeleteRetention); age >= limit {
 		return refuse(store.CheckpointTombstoneRetention, fmt.Sprintf("the checkpoint is %v old; delete.retention.ms is %v (less %v for clock skew): a tombstone written since may have been compacted away",
 			age.Round(time.Second), topic.DeleteRetention, checkpointMargin(topic.DeleteRetention)))
 	}

@@ -1,0 +1,39 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Follower is a Backend that can follow the snapshot partitions of input
+// partitions it has not acquired: read them read_committed, writing
+// nothing and fencing no one, as a standby replica does. store/kafka's
+// and store/sim's backends implement it.
+type Follower interface {
+	// Follow opens a follower of input's snapshot partition, positioned
+	// at from (nil: the log start). A from that is no valid base for a
+	// delta (the checks of Partition.RecoverFrom) is refused at once with
+	// a *CheckpointError; the caller follows from the start instead.
+	// Plain mode refuses every follower (nothing fences another writer,
+	// so no copy is vouched for), with a *CheckpointError too.
+	Follow(ctx context.Context, input TopicPartition, from *Checkpoint) (Follow, error)
+}
+
+// Follow is one follower of a snapshot partition. Its methods are called
+// from one goroutine at a time.
+type Follow interface {
+	// Next returns the committed snapshots read since the last call, in
+	// log order (offset markers skipped; records of aborted transactions
+	// are never returned), waiting at most wait for some. cp is the
+	// checkpoint of a copy that holds every snapshot returned so far,
+	// over the base it was opened from; ok is false until one can be
+	// vouched for (a follower from the log start, until its position first
+	// reaches the high watermark). A corrupt record ends the follower
+	// with a *CorruptRecordError.
+	Next(ctx context.Context, wait time.Duration) (snaps []Snapshot, cp Checkpoint, ok bool, err error)
+	// Position is the snapshot-partition offset the follower has read up
+	// to, and the high watermark it last listed (-1 before it listed one).
+	Position() (offset, logEnd int64)
+	// Close releases the follower's reader.
+	Close() error
+}

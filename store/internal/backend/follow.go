@@ -1,0 +1,141 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/readloop"
+)
+
+// Follow implements store.Follower: a read_committed reader of input's
+// snapshot partition that writes nothing and takes nothing over, for a
+// standby replica.
+//
+// The checkpoints it hands out keep the contract of store.Checkpoint: At
+// is no later than the append of any record at or above Offset. A
+// follower opened from a checkpoint starts with that checkpoint's At; a
+// follower from the log start vouches for nothing until its position
+// first reaches a high watermark listed before the poll that got it there
+// (then no record at or above the position existed when the listing
+// started). Later checkpoints keep the At of the last such moment while
+// the position moves on: the records above a later position are a subset
+// of those above the earlier one.
+func (b *Backend) Follow(ctx context.Context, input store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, store.ErrClosed
+	}
+	snap := b.SnapshotPartition(input)
+	if b.cfg.Mode != store.Transactional {
+		cp := store.Checkpoint{}
+		if from != nil {
+			cp = *from
+		}
+		return nil, &store.CheckpointError{Snapshots: snap, Reason: store.CheckpointPlain, Checkpoint: cp,
+			Detail: "without transactions nothing fences another writer out of the snapshot partition, so no standby copy is vouched for"}
+	}
+	link, err := b.broker.Open(ctx, input, snap)
+	if err != nil {
+		return nil, err
+	}
+	off := int64(0)
+	if from != nil {
+		off = from.Offset
+	}
+	src, release, err := link.Source(ctx, off)
+	if err != nil {
+		link.Release()
+		return nil, err
+	}
+	f := &follow{b: b, snap: snap, src: src, release: func() { release(); link.Release() }, logEnd: -1}
+	if from != nil {
+		if err := checkBase(ctx, b.cfg, snap, link.Snapshots(), src, *from); err != nil {
+			f.release()
+			return nil, err
+		}
+		f.cp, f.vouched = *from, true
+	} else {
+		f.cp.TopicID = link.Snapshots().ID
+	}
+	start, err := src.LogStart(ctx)
+	if err != nil {
+		f.release()
+		return nil, err
+	}
+	f.cp.Offset = max(start, off)
+	return f, nil
+}
+
+// follow is one store.Follow over the shared reader.
+type follow struct {
+	b       *Backend
+	snap    store.TopicPartition
+	src     readloop.Source
+	release func()
+	// cp is the position and the At the next checkpoint carries; vouched
+	// once At is known (see Follow).
+	cp      store.Checkpoint
+	vouched bool
+	logEnd  int64
+	closed  bool
+}
+
+// errFollowReset: the reader was sent back below its position (the log
+// start passed it, or the log was cut and rewritten).
+var errFollowReset = errors.New("the snapshot partition's log moved under the follower")
+
+// Next implements store.Follow.
+func (f *follow) Next(ctx context.Context, wait time.Duration) ([]store.Snapshot, store.Checkpoint, bool, error) {
+	if f.closed {
+		return nil, f.cp, false, store.ErrClosed
+	}
+	listed := f.b.cfg.Now()
+	hw, err := f.src.HighWatermark(ctx)
+	if err != nil {
+		return nil, f.cp, false, err
+	}
+	f.logEnd = hw
+	recs, next, err := f.src.Poll(ctx, wait)
+	if err != nil {
+		return nil, f.cp, false, err
+	}
+	var out []store.Snapshot
+	for _, r := range recs {
+		if r.Offset < f.cp.Offset {
+			return nil, f.cp, false, &store.CheckpointError{Snapshots: f.snap, Reason: store.CheckpointBelowLogStart, Checkpoint: f.cp,
+				Detail: fmt.Sprintf("%v: a record at %d below the position %d", errFollowReset, r.Offset, f.cp.Offset)}
+		}
+		s, kind, err := store.DecodeRecord(f.snap, r.Offset, r.Record)
+		if err != nil {
+			return nil, f.cp, false, err
+		}
+		if kind != store.KindOffsetMarker {
+			out = append(out, s)
+		}
+	}
+	f.cp.Offset = max(f.cp.Offset, next)
+	if f.cp.Offset >= hw {
+		f.cp.At, f.vouched = listed, true
+	}
+	return out, f.cp, f.vouched, nil
+}
+
+// Position implements store.Follow.
+func (f *follow) Position() (offset, logEnd int64) { return f.cp.Offset, f.logEnd }
+
+// Close implements store.Follow.
+func (f *follow) Close() error {
+	if !f.closed {
+		f.closed = true
+		f.release()
+	}
+	return nil
+}

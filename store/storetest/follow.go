@@ -1,0 +1,147 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// The follower cases: store.Follower, the read of a standby replica.
+
+// followed is what a follower returned until a condition held.
+type followed struct {
+	snaps []store.Snapshot
+	cp    store.Checkpoint
+	ok    bool
+}
+
+// followUntil calls f.Next until done holds of what it returned so far,
+// moving the world's time between calls (virtual time: at once; real
+// time: a tenth of a second, so up to 30 s).
+func followUntil(t *testing.T, w World, f store.Follow, what string, done func(followed) bool) followed {
+	t.Helper()
+	var got followed
+	for range 300 {
+		snaps, cp, ok, err := f.Next(context.Background(), 0)
+		if err != nil {
+			t.Fatalf("following until %s: %v", what, err)
+		}
+		got.snaps, got.cp, got.ok = append(got.snaps, snaps...), cp, ok
+		if done(got) {
+			return got
+		}
+		w.Advance(100 * time.Millisecond)
+	}
+	t.Fatalf("following until %s: not reached; read %s, checkpoint %+v (vouched %t)", what, describe(got.snaps), got.cp, got.ok)
+	return got
+}
+
+func follower(t *testing.T, w World, b store.Backend, in store.TopicPartition, from *store.Checkpoint) store.Follow {
+	t.Helper()
+	fl, ok := b.(store.Follower)
+	if !ok {
+		t.Fatalf("%T is no store.Follower", b)
+	}
+	f, err := fl.Follow(context.Background(), in, from)
+	if err != nil {
+		t.Fatalf("Follow %s from %+v: %v", in, from, err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+// A follower from the log start reads the committed snapshots, never an
+// open or aborted transaction's, vouches for a checkpoint once it has
+// caught up with the high watermark, and writes nothing: the owner goes
+// on committing, and a later owner's delta from the follower's checkpoint
+// reads exactly what followed it.
+func followReadsCommittedOnly(t *testing.T, w World) {
+	in := input(w, 0)
+	m := w.Join(t)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
+	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot(snap("x", "aborted", 9)))
+
+	f := follower(t, w, w.Backend(t, transactional), in, nil)
+	got := followUntil(t, w, f, "a is read", func(g followed) bool { return len(g.snaps) >= 1 })
+	if got.ok {
+		t.Fatalf("the follower vouches for %+v while a transaction holds the partition below its high watermark", got.cp)
+	}
+	end(false)
+	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 2)))
+	got2 := followUntil(t, w, f, "b is read and the follower caught up", func(g followed) bool {
+		_, hw := w.StableOffsets(t, in)
+		return len(g.snaps) >= 1 && g.ok && g.cp.Offset >= hw
+	})
+	all := append(got.snaps, got2.snaps...)
+	if d := describe(all); len(all) != 2 || string(all[0].Key) != "a" || string(all[1].Key) != "b" {
+		t.Fatalf("the follower read %s, want a=1 then b=2: the committed snapshots only", d)
+	}
+	if age := w.Now().Sub(got2.cp.At); age < 0 || age > time.Minute {
+		t.Fatalf("the caught-up checkpoint's At is %v old, want recent", age)
+	}
+
+	// The follower fenced no one, and its checkpoint is a valid base.
+	mustNil(t, "write c after following", o.Write(context.Background(), snap("c", "3", 3)))
+	mustNil(t, "close", o.Close())
+	next := acquire(t, w, transactional, in, 0, w.Join(t).Identity())
+	r := collect(next.RecoverFrom(context.Background(), got2.cp))
+	mustNil(t, "recover from the follower's checkpoint", r.err)
+	if d := describe(r.snaps); len(r.snaps) != 1 || string(r.snaps[0].Key) != "c" {
+		t.Fatalf("a delta from the follower's checkpoint read %s, want c=3 only", d)
+	}
+}
+
+// A follower from a checkpoint reads what followed it, tombstones too, and
+// vouches at once with the checkpoint's At.
+func followFromCheckpoint(t *testing.T, w World) {
+	in := input(w, 1)
+	o := acquire(t, w, transactional, in, 0, w.Join(t).Identity())
+	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
+	cp, ok := o.Position()
+	if !ok {
+		t.Fatal("no position after a write")
+	}
+	f := follower(t, w, w.Backend(t, transactional), in, &cp)
+	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 2)))
+	mustNil(t, "delete a", o.Write(context.Background(), store.Snapshot{Key: []byte("a"), Offset: 3, Tombstone: true}))
+	got := followUntil(t, w, f, "b and a's tombstone are read", func(g followed) bool { return len(g.snaps) >= 2 })
+	if d := describe(got.snaps); len(got.snaps) != 2 || string(got.snaps[0].Key) != "b" || !got.snaps[1].Tombstone {
+		t.Fatalf("the follower read %s, want b=2 then a's tombstone: only what followed the checkpoint", d)
+	}
+	if !got.ok || got.cp.TopicID != cp.TopicID || got.cp.At.Before(cp.At) {
+		t.Fatalf("checkpoint %+v (vouched %t); want vouched, topic %x, At no earlier than the base's %v", got.cp, got.ok, cp.TopicID, cp.At)
+	}
+	if off, hw := f.Position(); off < got.cp.Offset || hw < 0 {
+		t.Fatalf("Position = %d, %d; want at least the checkpoint's %d and a listed log end", off, hw, got.cp.Offset)
+	}
+}
+
+// A follower refuses a checkpoint that is no valid base, and every
+// follower in Plain mode, with the reason.
+func followRefused(t *testing.T, w World) {
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, w.Join(t).Identity())
+	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "write", o.Write(context.Background(), snap("k", "1", 1)))
+	cp, _ := o.Position()
+	cp.TopicID[0] ^= 0xff
+	fl := w.Backend(t, transactional).(store.Follower)
+	if _, err := fl.Follow(context.Background(), in, &cp); !isRefusal(err, store.CheckpointTopicRecreated) {
+		t.Fatalf("Follow from another topic's checkpoint = %v, want a *CheckpointError for %s", err, store.CheckpointTopicRecreated)
+	}
+	plain := w.Backend(t, BackendConfig{Mode: store.Plain}).(store.Follower)
+	if _, err := plain.Follow(context.Background(), in, nil); !isRefusal(err, store.CheckpointPlain) {
+		t.Fatalf("Plain Follow = %v, want a *CheckpointError for %s", err, store.CheckpointPlain)
+	}
+}
+
+func isRefusal(err error, reason string) bool {
+	ce, ok := errors.AsType[*store.CheckpointError](err)
+	return ok && ce.Reason == reason && errors.Is(err, store.ErrCheckpointUnusable)
+}
