@@ -242,6 +242,20 @@ type Config[S any] struct {
 	// checkpoint is still a valid base (docs/operations.md, "Warm
 	// restarts").
 	FullRecovery bool
+	// Standby (off by default) keeps a standby replica of every partition
+	// of the input topics that this member does not own: the runner
+	// follows its snapshot partition read_committed into the cache, with
+	// a checkpoint, so that when the partition is assigned here later
+	// (a failover, a rolling restart) its recovery reads only the
+	// snapshots written since. Every member then holds the whole state in
+	// its cache (disk, and Pebble's block cache), and reads every
+	// snapshot write of the group: docs/operations.md, "Standby
+	// replicas", gives the costs. The followers run between polls, a
+	// round at most every second while they are caught up. It needs a
+	// Store that is a store.Follower in Transactional mode (store/kafka's
+	// and store/sim's are) and a source that is a PartitionLister (the
+	// Kafka source is); Status().Standbys shows each replica.
+	Standby bool
 	// Poison is what a record that the fold fails or panics on (or a key
 	// whose tick fails) does: StopOnPoison (the default) commits what came
 	// before it and makes Run return the *FoldError; SkipPoison and
@@ -328,6 +342,12 @@ func (cfg *Config[S]) check() error {
 	case cfg.ExactlyOnce && cfg.Store.Mode() != store.Transactional:
 		return bad("ExactlyOnce", fmt.Sprintf("needs a Transactional store (this one is %v)", cfg.Store.Mode()),
 			"use a store in store.Transactional mode")
+	case cfg.Standby && cfg.Store.Mode() != store.Transactional:
+		return bad("Standby", fmt.Sprintf("needs a Transactional store (this one is %v): without the fence no copy of a snapshot partition is vouched for", cfg.Store.Mode()),
+			"use a store in store.Transactional mode, or turn Standby off")
+	case cfg.Standby && !isFollower(cfg.Store):
+		return bad("Standby", fmt.Sprintf("needs a Store that is a store.Follower (%T is not)", cfg.Store),
+			"use store/kafka's or store/sim's backend, or turn Standby off")
 	case cfg.Tick != nil && cfg.TickInterval <= 0:
 		return bad("TickInterval", fmt.Sprintf("is %v with Tick set, so Tick would never run", cfg.TickInterval),
 			"set TickInterval above 0, or leave Tick nil")
@@ -407,4 +427,9 @@ func appendStoreOutputs(dst []store.Output, outs []Output) []store.Output {
 		dst = append(dst, store.Output(o))
 	}
 	return dst
+}
+
+func isFollower(b store.Backend) bool {
+	_, ok := b.(store.Follower)
+	return ok
 }

@@ -746,3 +746,23 @@ func (r *Runner[S]) Run(ctx context.Context) error {
 	}
 	return r.Close(context.WithoutCancel(ctx))
 }
+
+// Partitions implements PartitionLister: every partition of
+// KafkaConfig.Topics, from a metadata request bounded by ctx.
+func (s *kafkaSource) Partitions(ctx context.Context) ([]store.TopicPartition, error) {
+	details, err := s.adm.ListTopics(ctx, s.cfg.Topics...)
+	if err != nil {
+		return nil, fmt.Errorf("engine: listing the partitions of %q: %w", s.cfg.Topics, err)
+	}
+	var out []store.TopicPartition
+	for _, t := range s.cfg.Topics {
+		d, ok := details[t]
+		if !ok || d.Err != nil {
+			return nil, fmt.Errorf("engine: listing the partitions of %q: topic %q: %v", s.cfg.Topics, t, d.Err)
+		}
+		for _, p := range d.Partitions.Numbers() {
+			out = append(out, store.TopicPartition{Topic: t, Partition: p})
+		}
+	}
+	return out, nil
+}

@@ -30,6 +30,7 @@ type Metrics struct {
 	poison              *prometheus.CounterVec
 	restarts            *prometheus.CounterVec
 	recoveries          *prometheus.CounterVec
+	standbyLag          *prometheus.GaugeVec
 }
 
 // The poison-record actions (the action label of
@@ -99,12 +100,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "snapfence_recoveries_total",
 			Help: "Partition recoveries by kind (delta: from the cache's checkpoint; full) and, for a full one, the reason it was not a delta.",
 		}, []string{"kind", "reason"}),
+		standbyLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "snapfence_standby_lag",
+			Help: "Snapshot records a standby replica has not read yet: its snapshot partition's high watermark minus its position (-1: not following, after a failure).",
+		}, []string{"topic", "partition"}),
 	}
 	for _, s := range partitionStates {
 		m.partitions.WithLabelValues(string(s)) // every state has a series, 0 included
 	}
 	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.transactions, m.transactionDuration,
-		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.restarts, m.recoveries} {
+		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.restarts, m.recoveries, m.standbyLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -219,3 +224,13 @@ func (m *Metrics) forget(tp store.TopicPartition) {
 }
 
 func partitionLabel(tp store.TopicPartition) string { return strconv.Itoa(int(tp.Partition)) }
+
+// standbys sets the standby replicas' lag, one series per replica.
+func (m *Metrics) standbys(st []StandbyStatus) {
+	if m != nil {
+		m.standbyLag.Reset()
+		for _, s := range st {
+			m.standbyLag.WithLabelValues(s.Input.Topic, partitionLabel(s.Input)).Set(float64(s.Lag))
+		}
+	}
+}

@@ -79,6 +79,8 @@ type Runner[S any] struct {
 	errs  []error
 	// status is what Status reports; it has a lock of its own.
 	status *statusBoard
+	// standby is the standby replicas (Config.Standby); nil without.
+	standby *standbys[S]
 	// logs bounds the rate of the log lines of repeated failures.
 	logs *logLimiter
 }
@@ -112,6 +114,12 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 		return nil, err
 	}
 	r.src = src
+	if e.cfg.Standby {
+		if r.standby, err = newStandbys(r); err != nil {
+			_ = src.Close(context.Background())
+			return nil, err
+		}
+	}
 	now := src.Now()
 	r.sched.lastPersist, r.sched.lastCommit, r.sched.lastTick = now, now, now
 	close(r.ready)
@@ -172,6 +180,9 @@ func (r *Runner[S]) fatalErr() error {
 func (r *Runner[S]) step(ctx context.Context) error {
 	r.mu.Lock()
 	wait := r.sched.pollStarting(r.src.Now())
+	if r.standby != nil {
+		wait = max(min(wait, r.standby.until(r.src.Now())), time.Millisecond)
+	}
 	r.mu.Unlock()
 	recs, pollErr := r.src.Poll(ctx, wait)
 	r.publish()
@@ -200,6 +211,9 @@ func (r *Runner[S]) step(ctx context.Context) error {
 		return err // no flush with a dead context; the revoke flushes
 	}
 	r.do(ctx, r.sched.timers(r.src.Now()))
+	if r.standby != nil {
+		r.standby.round(ctx)
+	}
 	return pollErr
 }
 
@@ -439,6 +453,11 @@ func (r *Runner[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
 func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, seek bool) {
 	begin := r.src.Now()
 	parts := make([]store.Partition, len(tps))
+	for _, tp := range tps {
+		if r.standby != nil {
+			r.standby.release(tp) // its copy is the takeover's base
+		}
+	}
 	for i, tp := range tps {
 		part, err := r.e.cfg.Store.Acquire(ctx, store.Acquisition{
 			Input: tp, Identity: identity[S]{r},
@@ -700,6 +719,9 @@ func (r *Runner[S]) Close(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.do(ctx, r.sched.closing())
+	if r.standby != nil {
+		r.standby.close()
+	}
 	return err
 }
 

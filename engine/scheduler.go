@@ -467,6 +467,10 @@ func (s *scheduler[F]) timers(now time.Time) []action[F] {
 	return acts
 }
 
+// holds reports whether the member holds tp in any phase (taking it
+// over, running, waiting, stopped): a standby replica must leave it be.
+func (s *scheduler[F]) holds(tp store.TopicPartition) bool { return s.parts[tp] != nil }
+
 // flow is tp's running flow.
 func (s *scheduler[F]) flow(tp store.TopicPartition) (F, bool) {
 	if p := s.parts[tp]; p != nil && p.phase == phaseRunning {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
@@ -117,6 +118,9 @@ type Status struct {
 	Err error
 	// Partitions are the assigned partitions, by topic then partition.
 	Partitions []PartitionStatus
+	// Standbys are the partitions this member follows as a standby
+	// replica (Config.Standby), by topic then partition; empty without.
+	Standbys []StandbyStatus
 }
 
 // Ready reports whether the member serves its share of the input: it is
@@ -162,6 +166,15 @@ func (s Status) MarshalJSON() ([]byte, error) {
 		Restarts        int        `json:"restarts"`
 		LastFailure     string     `json:"last_failure,omitempty"`
 	}
+	type standby struct {
+		Topic     string `json:"topic"`
+		Partition int32  `json:"partition"`
+		Position  int64  `json:"position"`
+		LogEnd    int64  `json:"log_end"`
+		Lag       int64  `json:"lag"`
+		Vouched   bool   `json:"vouched"`
+		Error     string `json:"error,omitempty"`
+	}
 	type status struct {
 		Live       bool        `json:"live"`
 		Ready      bool        `json:"ready"`
@@ -171,6 +184,7 @@ func (s Status) MarshalJSON() ([]byte, error) {
 		Generation int32       `json:"generation"`
 		Error      string      `json:"error,omitempty"`
 		Partitions []partition `json:"partitions"`
+		Standbys   []standby   `json:"standbys,omitempty"`
 	}
 	timePtr := func(t time.Time) *time.Time {
 		if t.IsZero() {
@@ -192,6 +206,10 @@ func (s Status) MarshalJSON() ([]byte, error) {
 			Since: timePtr(p.Since), CommittedOffset: p.CommittedOffset, LogEndOffset: p.LogEndOffset, Lag: p.Lag,
 			LastCommit: timePtr(p.LastCommit), Held: p.Held, Error: errText(p.Err), Restarts: p.Restarts, LastFailure: errText(p.LastFailure),
 			Recovery: recovery{Target: r.Target, Position: r.Position, Snapshots: r.Snapshots, Done: r.Done, Seconds: r.Duration.Seconds()}})
+	}
+	for _, sb := range s.Standbys {
+		out.Standbys = append(out.Standbys, standby{Topic: sb.Input.Topic, Partition: sb.Input.Partition, Position: sb.Position,
+			LogEnd: sb.LogEnd, Lag: sb.Lag, Vouched: sb.Vouched, Error: errText(sb.Err)})
 	}
 	return json.Marshal(out)
 }
@@ -245,6 +263,7 @@ type statusBoard struct {
 	closed   bool
 	fatal    error
 	identity store.GroupIdentity
+	standby  []StandbyStatus
 }
 
 func newStatusBoard(m *Metrics, now func() time.Time) *statusBoard {
@@ -266,6 +285,7 @@ func (b *statusBoard) status() Status {
 	for _, tp := range sortedKeys(b.parts) {
 		st.Partitions = append(st.Partitions, *b.parts[tp])
 	}
+	st.Standbys = slices.Clone(b.standby)
 	return st
 }
 
@@ -422,4 +442,12 @@ func (b *statusBoard) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
+}
+
+// standbys replaces the standby replicas' status.
+func (b *statusBoard) standbys(st []StandbyStatus) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.standby = st
+	b.m.standbys(st)
 }

@@ -151,11 +151,15 @@ func (w *warmWorld) checkCommitted(r *engine.Runner[int]) error {
 
 // recoveries are the "partition recovered" lines logged since the last
 // call: input -> "kind reason snapshots".
-func (w *warmWorld) recoveries() map[string]string {
-	w.logs.mu.Lock()
-	defer w.logs.mu.Unlock()
+func (w *warmWorld) recoveries() map[string]string { return recoveryLines(w.logs) }
+
+// recoveryLines takes the "partition recovered" lines l holds: input ->
+// "kind reason snapshots" (the last one of each input).
+func recoveryLines(l *logCount) map[string]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	out := map[string]string{}
-	for _, line := range w.logs.lines {
+	for _, line := range l.lines {
 		if !strings.HasPrefix(line, "INFO partition recovered ") {
 			continue
 		}
@@ -166,7 +170,7 @@ func (w *warmWorld) recoveries() map[string]string {
 		}
 		out[attr("input")] = attr("recovery") + " " + attr("full_reason") + " " + attr("snapshots")
 	}
-	w.logs.lines, w.logs.counts = nil, nil
+	l.lines, l.counts = nil, nil
 	return out
 }
 

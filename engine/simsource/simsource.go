@@ -38,6 +38,7 @@ type Source struct {
 	maxPoll    int
 	ctx        context.Context
 	callback   sim.Callbacks
+	topics     []string
 }
 
 // New returns a factory for engine.Engine.NewRunner: a new member of
@@ -49,7 +50,7 @@ func New(c *sim.Cluster, group string, protocol sim.Protocol, maxPoll int, topic
 			maxPoll = DefaultMaxPoll
 		}
 		s := &Source{c: c, m: c.NewMember(group, protocol, topics...), group: group, h: h,
-			pos: map[store.TopicPartition]int64{}, paused: map[store.TopicPartition]bool{}, maxPoll: maxPoll}
+			pos: map[store.TopicPartition]int64{}, paused: map[store.TopicPartition]bool{}, maxPoll: maxPoll, topics: topics}
 		s.callback = sim.Callbacks{
 			Assigned: func(_ *sim.Member, tps []store.TopicPartition) {
 				for _, tp := range tps {
@@ -177,4 +178,20 @@ func (s *Source) Close(ctx context.Context) error {
 	s.ctx = ctx
 	s.m.Leave(s.callback)
 	return nil
+}
+
+// Partitions implements engine.PartitionLister: every partition of the
+// member's topics.
+func (s *Source) Partitions(context.Context) ([]store.TopicPartition, error) {
+	var out []store.TopicPartition
+	for _, t := range s.topics {
+		cfg, ok := s.c.Topic(t)
+		if !ok {
+			return nil, fmt.Errorf("simsource: topic %q does not exist", t)
+		}
+		for p := range cfg.Partitions {
+			out = append(out, store.TopicPartition{Topic: t, Partition: int32(p)})
+		}
+	}
+	return out, nil
 }

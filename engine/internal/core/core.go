@@ -331,6 +331,24 @@ func (c *Core[S, O]) Recovered(s store.Snapshot) error {
 	return c.kv.Set(c.stateKey(s.Key), encodeEntry(!s.Tombstone, s.Offset, s.Value))
 }
 
+// Replicated writes snapshots a standby read (committed, in log order)
+// with checkpoint (nil: none), in one atomic KV batch: a standby's copy
+// of a partition it does not own. The core must hold nothing else of the
+// partition (no fold ran on it).
+func (c *Core[S, O]) Replicated(snaps []store.Snapshot, checkpoint []byte) error {
+	ws := make([]Write, 0, len(snaps)+1)
+	for _, s := range snaps {
+		ws = append(ws, Write{Key: c.stateKey(s.Key), Value: encodeEntry(!s.Tombstone, s.Offset, s.Value)})
+	}
+	if checkpoint != nil {
+		ws = append(ws, Write{Key: c.checkpointKey, Value: checkpoint})
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	return c.kv.Apply(ws)
+}
+
 // Fold feeds one input record. A record at or below the key's last folded
 // offset was already folded (a replay after recovery) and is skipped: the
 // exactly-once state effect. It returns the outputs to emit.
