@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -71,9 +72,11 @@ func main() {
 		instance = flag.String("instance", "", "member: KafkaConfig.InstanceID")
 		proto    = flag.String("protocol", "classic", "member: classic (cooperative-sticky) or consumer (KIP-848)")
 		dir      = flag.String("dir", "", "member: cache directory")
+		standby  = flag.Bool("standby", false, "member: engine.Config.Standby")
+		keys     = flag.Int("keys", 0, "keys of state written before each measurement (spread over the partitions), so that a recovery has something to read")
 		runs     = flag.Int("runs", 2, "measurements per setting and fault")
 		settings = flag.String("settings", "old,new,static", "settings to measure: old, new, static, consumer")
-		faults   = flag.String("faults", "kill,stop,restart", "faults: kill (SIGKILL), stop (SIGTERM: a clean Close), restart (SIGKILL, then the same member again at once)")
+		faults   = flag.String("faults", "kill,stop,restart", "faults: kill (SIGKILL), stop (SIGTERM: a clean Close), restart (SIGKILL, then the same member again at once, on its directory), rolling (three members, each stopped cleanly and started again on its directory in turn)")
 		verbose  = flag.Bool("v", false, "print every member event")
 	)
 	flag.Parse()
@@ -83,14 +86,14 @@ func main() {
 	}
 	seeds := strings.Split(*brokers, ",")
 	if *member != "" {
-		if err := runMember(*member, seeds, *topic, *session, *hb, *instance, *proto, *dir); err != nil {
+		if err := runMember(*member, seeds, *topic, *session, *hb, *instance, *proto, *dir, *standby); err != nil {
 			emit(event{Member: *member, Ev: "exit", Err: err.Error()})
 			os.Exit(1)
 		}
 		emit(event{Member: *member, Ev: "exit"})
 		return
 	}
-	m := &measurer{seeds: seeds, verbose: *verbose}
+	m := &measurer{seeds: seeds, verbose: *verbose, keys: *keys}
 	if err := m.all(strings.Split(*settings, ","), strings.Split(*faults, ","), *runs); err != nil {
 		fmt.Fprintln(os.Stderr, "failover:", err)
 		os.Exit(1)
@@ -174,7 +177,7 @@ type intCodec struct{}
 func (intCodec) Encode(n int) ([]byte, error) { return []byte(strconv.Itoa(n)), nil }
 func (intCodec) Decode(b []byte) (int, error) { return strconv.Atoi(string(b)) }
 
-func runMember(name string, seeds []string, topic string, session, hb time.Duration, instance, proto, dir string) error {
+func runMember(name string, seeds []string, topic string, session, hb time.Duration, instance, proto, dir string, standby bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -184,7 +187,7 @@ func runMember(name string, seeds []string, topic string, session, hb time.Durat
 	}
 	defer b.Close()
 	w := &watch{name: name, folded: map[int32]bool{}}
-	e, err := engine.New(engine.Config[int]{Fold: w.fold, Codec: intCodec{}, Store: b, Dir: dir,
+	e, err := engine.New(engine.Config[int]{Fold: w.fold, Codec: intCodec{}, Store: b, Dir: dir, Standby: standby,
 		PersistInterval: 200 * time.Millisecond, CommitInterval: 500 * time.Millisecond, Logger: log})
 	if err != nil {
 		return err
@@ -219,6 +222,7 @@ type setting struct {
 	name             string
 	session, hb      time.Duration
 	static, consumer bool
+	standby          bool
 }
 
 var allSettings = map[string]setting{
@@ -226,12 +230,14 @@ var allSettings = map[string]setting{
 	"new":      {name: "new (10s/1s, KafkaConfig's defaults)"},
 	"static":   {name: "static (10s/1s + InstanceID)", static: true},
 	"consumer": {name: "consumer protocol (KIP-848; the broker's session)", consumer: true},
+	"standby":  {name: "static + Config.Standby", static: true, standby: true},
 }
 
 type measurer struct {
 	seeds   []string
 	verbose bool
 	adm     *kadm.Client
+	keys    int
 }
 
 // result is one measurement: from the fault until the moved partitions
@@ -324,12 +330,29 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 		return result{}, err
 	}
 	defer prod.Close()
+	// produced counts each key's records that landed, per partition: the
+	// state every key must have at the end (the fold counts them).
+	var producedMu sync.Mutex
+	produced := map[string]int{}
+	count := func(r *kgo.Record, err error) {
+		if err == nil {
+			producedMu.Lock()
+			produced[fmt.Sprintf("%d/%s", r.Partition, r.Key)]++
+			producedMu.Unlock()
+		}
+	}
+	if err := m.seed(ctx, prod, count); err != nil {
+		return result{}, err
+	}
+	var producing sync.WaitGroup
+	producing.Add(1)
 	go func() {
+		defer producing.Done()
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		for n := 0; pctx.Err() == nil; n++ {
 			for p := range int32(partitions) {
-				prod.Produce(pctx, &kgo.Record{Partition: p, Key: fmt.Appendf(nil, "k%d", n%50), Value: []byte("1")}, nil)
+				prod.Produce(pctx, &kgo.Record{Partition: p, Key: fmt.Appendf(nil, "k%d", n%50), Value: []byte("1")}, count)
 			}
 			select {
 			case <-pctx.Done():
@@ -341,12 +364,15 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 	evs := make(chan event, 1024)
 	start := func(name, instance string) (*proc, error) {
 		args := []string{"-member", name, "-brokers", strings.Join(m.seeds, ","), "-topic", topic,
-			"-session", s.session.String(), "-heartbeat", s.hb.String(), "-dir", tmp + "/" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 10)}
+			"-session", s.session.String(), "-heartbeat", s.hb.String(), "-dir", tmp + "/" + instance}
 		if s.static {
 			args = append(args, "-instance", topic+"-"+instance)
 		}
 		if s.consumer {
 			args = append(args, "-protocol", "consumer")
+		}
+		if s.standby {
+			args = append(args, "-standby")
 		}
 		exe, err := os.Executable()
 		if err != nil {
@@ -386,7 +412,11 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 			_ = p.cmd.Wait()
 		}
 	}()
-	for _, name := range []string{"a", "b"} {
+	names := []string{"a", "b"}
+	if fault == "rolling" {
+		names = append(names, "c")
+	}
+	for _, name := range names {
 		p, err := start(name, name)
 		if err != nil {
 			return result{}, err
@@ -401,7 +431,10 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 	// ownedAt, foldAt: when (the member's clock, this machine's) the
 	// partition was assigned to its owner, and first folded by it.
 	ownedAt, foldAt := map[int32]int64{}, map[int32]int64{}
-	live := map[string]bool{"a": true, "b": true}
+	live := map[string]bool{}
+	for _, name := range names {
+		live[name] = true
+	}
 	apply := func(ev event) error {
 		if !live[ev.Member] {
 			return nil // the failed member's last words
@@ -459,7 +492,12 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 			}
 			n[owner[p]]++
 		}
-		return n["a"] > 0 && n["b"] > 0
+		for _, name := range names {
+			if n[name] == 0 {
+				return false
+			}
+		}
+		return true
 	}
 	if _, err := waitFor(2*time.Minute, "steady state (both members folding, every partition)", balanced); err != nil {
 		return result{}, err
@@ -471,6 +509,19 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 		}
 	}
 	slices.Sort(moved)
+
+	if fault == "rolling" {
+		return m.rolling(names, procs, start, live, owner, folding, ownedAt, waitFor, func() error {
+			stopProducing()
+			producing.Wait()
+			if err := prod.Flush(ctx); err != nil {
+				return err
+			}
+			producedMu.Lock()
+			defer producedMu.Unlock()
+			return m.verify(ctx, topic, produced)
+		})
+	}
 
 	// The fault, then the wait for every moved partition to be owned by a
 	// live member and folding again.
@@ -531,5 +582,199 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 		return res, err
 	}
 	res.assigned, res.folded = since(ownedAt), since(foldAt)
+	// Correct, not only fast: with the input stopped and consumed, every
+	// key's committed snapshot is the count of its records.
+	stopProducing()
+	producing.Wait()
+	if err := prod.Flush(ctx); err != nil {
+		return res, err
+	}
+	producedMu.Lock()
+	defer producedMu.Unlock()
+	if err := m.verify(ctx, topic, produced); err != nil {
+		return res, err
+	}
 	return res, nil
+}
+
+// rolling restarts the members one after another, each with SIGTERM (a
+// clean Close), then again on its directory (and InstanceID, if static)
+// once it exited, and waits before the next until every partition is
+// folding again. The result is the slowest restart's: from its SIGTERM
+// until its partitions were assigned again, and until every partition was
+// folding.
+func (m *measurer) rolling(names []string, procs map[string]*proc, start func(name, instance string) (*proc, error),
+	live map[string]bool, owner map[int32]string, folding map[int32]bool, ownedAt map[int32]int64,
+	waitFor func(time.Duration, string, func() bool) (event, error), verify func() error) (result, error) {
+	var res result
+	for i, name := range names {
+		p := procs[name]
+		mine := []int32{}
+		for part, o := range owner {
+			if o == name {
+				mine = append(mine, part)
+			}
+		}
+		slices.Sort(mine)
+		t0 := time.Now()
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			return res, err
+		}
+		<-p.done
+		// Its last events (revokes, exit) are in the channel before the
+		// restarted member's: waitFor applies them in order.
+		next := fmt.Sprintf("%s%d", name, i+2)
+		np, err := start(next, name)
+		if err != nil {
+			return res, err
+		}
+		procs[next], live[next] = np, true
+		exited := false
+		if _, err := waitFor(3*time.Minute, "the restarted member "+next+" folding", func() bool {
+			if !exited {
+				exited = !live[name]
+				if !exited {
+					return false
+				}
+			}
+			got := 0
+			for part := range int32(partitions) {
+				if !folding[part] || !live[owner[part]] {
+					return false
+				}
+				if owner[part] == next {
+					got++
+				}
+			}
+			return got > 0
+		}); err != nil {
+			return res, err
+		}
+		var assigned, folded int64
+		for part := range int32(partitions) {
+			if owner[part] == next {
+				assigned = max(assigned, ownedAt[part])
+			}
+		}
+		folded = time.Now().UnixNano()
+		a, f := time.Unix(0, assigned).Sub(t0), time.Unix(0, folded).Sub(t0)
+		if m.verbose {
+			fmt.Printf("  rolling: %s (owned %v) restarted as %s: assigned after %.2fs, all folding after %.2fs\n", name, mine, next, a.Seconds(), f.Seconds())
+		}
+		res.assigned, res.folded = max(res.assigned, a), max(res.folded, f)
+		res.moved = append(res.moved, mine...)
+	}
+	slices.Sort(res.moved)
+	return res, verify()
+}
+
+// seed writes m.keys keys of state ("s0", "s1", ...; one record each,
+// round-robin over the partitions) and waits for them to land.
+func (m *measurer) seed(ctx context.Context, prod *kgo.Client, count func(*kgo.Record, error)) error {
+	for i := range m.keys {
+		prod.Produce(ctx, &kgo.Record{Partition: int32(i % partitions), Key: fmt.Appendf(nil, "s%d", i), Value: []byte("1")}, count)
+	}
+	return prod.Flush(ctx)
+}
+
+// verify waits until the group has committed every input partition to its
+// end, then reads the snapshot topic read_committed and checks every
+// key's state against want (partition/key -> records produced).
+func (m *measurer) verify(ctx context.Context, topic string, want map[string]int) error {
+	group := topic + "-group"
+	ends, err := m.adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		committed, err := m.adm.FetchOffsets(kadm.RequireStable(ctx), group)
+		done := err == nil
+		ends.Each(func(o kadm.ListedOffset) {
+			c, ok := committed.Lookup(o.Topic, o.Partition)
+			done = done && ok && c.At == o.Offset
+		})
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("verify: the group did not commit to the input's end %v within 3 min", ends)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the observed commit, bounded above
+	}
+	snaps := topic + "-snapshots"
+	hws, err := m.adm.ListEndOffsets(ctx, snaps)
+	if err != nil {
+		return err
+	}
+	at := map[int32]kgo.Offset{}
+	left := map[int32]int64{}
+	hws.Each(func(o kadm.ListedOffset) {
+		at[o.Partition] = kgo.NewOffset().AtStart()
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	rd, err := kgo.NewClient(kgo.SeedBrokers(m.seeds...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{snaps: at}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	got := map[string]int{}
+	undecodable := 0
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	for len(left) > 0 {
+		fs := rd.PollFetches(rctx)
+		if err := rctx.Err(); err != nil {
+			return fmt.Errorf("verify: reading %s: %w (partitions left: %v)", snaps, err, left)
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return fmt.Errorf("verify: reading %s: %w", snaps, ferr)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset+1 >= left[r.Partition] {
+				delete(left, r.Partition)
+			}
+			if r.Attrs.IsControl() {
+				return
+			}
+			tp := store.TopicPartition{Topic: snaps, Partition: r.Partition}
+			wr := store.WireRecord{Key: r.Key, Value: r.Value}
+			for _, h := range r.Headers {
+				wr.Headers = append(wr.Headers, store.Header{Key: h.Key, Value: h.Value})
+			}
+			sn, kind, err := store.DecodeRecord(tp, r.Offset, wr)
+			if err != nil {
+				undecodable++
+				return
+			}
+			if kind == store.KindOffsetMarker {
+				return
+			}
+			k := fmt.Sprintf("%d/%s", r.Partition, sn.Key)
+			if sn.Tombstone {
+				delete(got, k)
+				return
+			}
+			n, _ := strconv.Atoi(string(sn.Value))
+			got[k] = n
+		})
+	}
+	if undecodable > 0 {
+		return fmt.Errorf("verify: %d records of %s do not decode", undecodable, snaps)
+	}
+	var wrong []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if got[k] != want[k] {
+			wrong = append(wrong, fmt.Sprintf("%s: snapshot %d, produced %d", k, got[k], want[k]))
+		}
+	}
+	if len(wrong) > 0 || len(got) != len(want) {
+		return fmt.Errorf("verify: %d of %d keys wrong (%d keys in the snapshots), for example %v", len(wrong), len(want), len(got), wrong[:min(len(wrong), 5)])
+	}
+	return nil
 }
