@@ -84,6 +84,13 @@ const (
 	// is lost, so every invariant still holds): a recovery that captured
 	// the old high watermark then stalls on a truncation.
 	Truncate Kind = "truncate"
+	// Recreate deletes the snapshot topic and creates it again, with each
+	// partition's latest committed snapshot of every key not deleted
+	// restored into it and offset markers up to the old high watermark
+	// (an operator's restore from a backup: the offsets go on, the topic
+	// id is new). It does nothing while a member's step is in flight or a
+	// transaction is open on a snapshot or output partition.
+	Recreate Kind = "recreate"
 )
 
 // Step is one step of a scenario. Fields a kind does not use are zero.
@@ -128,6 +135,8 @@ func (s Step) String() string {
 		return fmt.Sprintf("compact p%d", s.Partition)
 	case Truncate:
 		return fmt.Sprintf("truncate p%d", s.Partition)
+	case Recreate:
+		return "recreate the snapshot topic"
 	}
 	return string(s.Kind)
 }
