@@ -86,7 +86,8 @@ const (
 	Truncate Kind = "truncate"
 	// Recreate deletes the snapshot topic and creates it again, with each
 	// partition's latest committed snapshot of every key not deleted
-	// restored into it and offset markers up to the old high watermark
+	// (tombstones ahead of the committed offset kept) restored into it and
+	// offset markers up to the old high watermark
 	// (an operator's restore from a backup: the offsets go on, the topic
 	// id is new). It does nothing while a member's step is in flight or a
 	// transaction is open on a snapshot or output partition.

@@ -672,7 +672,10 @@ func (w *World) truncate(tp store.TopicPartition) {
 // partition, as an operator restoring from a backup would, the latest
 // committed snapshot of every key not deleted, then offset markers up to
 // the old high watermark: the offsets do not shrink, only the topic id
-// tells the old topic from the new. It does nothing while a member's step
+// tells the old topic from the new. A tombstone the input partition's
+// committed offset does not cover yet (a persist's, ahead of it) is kept:
+// the replay from the committed offset would fold the events before the
+// delete onto no state, where the fold below the offset has one. It does nothing while a member's step
 // is in flight or a transaction is open on a snapshot or output
 // partition (the last stable offset below the high watermark).
 func (w *World) recreate() {
@@ -696,6 +699,7 @@ func (w *World) recreate() {
 		}
 	}
 	restore := make([][]store.WireRecord, w.cfg.Partitions)
+	committed := w.committedOffsets()
 	for p := range w.cfg.Partitions {
 		tp := store.TopicPartition{Topic: snapshotTopic, Partition: int32(p)}
 		_, _, hw, _ := w.c.Offsets(tp)
@@ -705,7 +709,7 @@ func (w *World) recreate() {
 			last[string(s.Key)] = i
 		}
 		for i, s := range snaps {
-			if last[string(s.Key)] == i && !s.Tombstone {
+			if last[string(s.Key)] == i && (!s.Tombstone || s.Offset >= committed[p]) {
 				restore[p] = append(restore[p], store.EncodeSnapshot(s))
 			}
 		}
