@@ -277,3 +277,30 @@ func TestRecreateKeepsATombstoneAheadOfTheCommittedOffset(t *testing.T) {
 		t.Errorf("%s", v)
 	}
 }
+
+// A known issue, found while building the warm worlds (it needs their
+// short delete.retention.ms, and is not theirs: a cold world shows it
+// too). m0 commits c's deposit (the committed offset covers it), folds a
+// deposit and c's close, and persists: the tombstone, ahead of the
+// committed offset, supersedes the committed c=1 (compaction drops it).
+// m0 crashes, and nothing commits the partition for longer than
+// delete.retention.ms: compaction expires the tombstone, and c has no
+// snapshot while the committed offset says its deposit is covered
+// (invariant 2). The takeover replays from the committed offset: c's
+// second deposit folds onto no state (2, where the fold is 3) before the
+// close resets it, so the final state is right, but the replayed events'
+// fold, and any output made of it, is not. This test pins the behaviour
+// of today's store and engine; when a fix lands it fails, and should
+// become an assertion that no invariant breaks.
+func TestKnownIssueAnExpiredTombstoneAheadOfTheCommittedOffset(t *testing.T) {
+	c := "c"
+	p := int(PartitionOf(c, 2))
+	for _, cfg := range []Config{warm, {Mode: store.Transactional, DeleteRetention: warm.WithDefaults().DeleteRetention}} {
+		vs, _ := run(t, cfg, steps(join(0), produce(c, 1), committed(0), produce(c, 2), produce(c, 0), poll(0), persist(0),
+			crash(0), advance(4*time.Minute), Step{Kind: Compact, Partition: p}, join(1), poll(1), advance(11*time.Second), poll(1)))
+		if len(vs) == 0 || vs[0].Invariant != 2 || vs[0].Step != 12 { // the compaction
+			t.Fatalf("warm %t: the known issue no longer shows (violations %v): make this test assert that no invariant breaks", cfg.WarmRestarts, vs)
+		}
+		t.Logf("warm %t: known issue: %s", cfg.WarmRestarts, vs[0])
+	}
+}
