@@ -7,11 +7,13 @@ package props
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"pgregory.net/rapid"
 
+	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/internal/world"
 )
 
@@ -40,7 +42,32 @@ var weights = []struct {
 	{world.Poll, 10},
 }
 
-var kinds = func() []world.Kind {
+// warmWeights are the weights for worlds with world.Config.WarmRestarts:
+// weights with more restarts (crashes, leaves, joins) and the recreation
+// of the snapshot topic.
+var warmWeights = func() []struct {
+	kind world.Kind
+	n    int
+} {
+	out := slices.Clone(weights)
+	for i, w := range out {
+		switch w.kind {
+		case world.Join:
+			out[i].n = 4
+		case world.Leave, world.Crash:
+			out[i].n = 2
+		}
+	}
+	return slices.Insert(out, len(out)-1, struct {
+		kind world.Kind
+		n    int
+	}{world.Recreate, 1})
+}()
+
+func kindsOf(weights []struct {
+	kind world.Kind
+	n    int
+}) []world.Kind {
 	var out []world.Kind
 	for _, w := range weights {
 		for range w.n {
@@ -48,17 +75,27 @@ var kinds = func() []world.Kind {
 		}
 	}
 	return out
-}()
+}
+
+var kinds, warmKinds = kindsOf(weights), kindsOf(warmWeights)
 
 // Keys are the input's keys: few, so that keys collide across members.
 var Keys = []string{"a", "b", "c", "d", "e"}
 
 var durations = []time.Duration{time.Second, 3 * time.Second, 6 * time.Second, 11 * time.Second, 31 * time.Second, 61 * time.Second}
 
+// warmDurations are durations with longer ones, past the usable age of a
+// checkpoint (world.Config.DeleteRetention less the store's margin).
+var warmDurations = append(slices.Clone(durations), 2*time.Minute, 4*time.Minute)
+
 // StepGen draws one step for a world of cfg (defaults filled in).
 func StepGen(cfg world.Config) *rapid.Generator[world.Step] {
+	ks, ds := kinds, durations
+	if cfg.WarmRestarts {
+		ks, ds = warmKinds, warmDurations
+	}
 	return rapid.Custom(func(t *rapid.T) world.Step {
-		s := world.Step{Kind: rapid.SampledFrom(kinds).Draw(t, "kind")}
+		s := world.Step{Kind: rapid.SampledFrom(ks).Draw(t, "kind")}
 		switch s.Kind {
 		case world.Produce:
 			s.Key = rapid.SampledFrom(Keys).Draw(t, "key")
@@ -68,7 +105,7 @@ func StepGen(cfg world.Config) *rapid.Generator[world.Step] {
 		case world.Poll, world.Flush, world.Persist, world.Join, world.Leave, world.Pause, world.Resume, world.Evict, world.Crash:
 			s.Member = rapid.IntRange(0, cfg.Members-1).Draw(t, "member")
 		case world.Advance:
-			s.D = rapid.SampledFrom(durations).Draw(t, "d")
+			s.D = rapid.SampledFrom(ds).Draw(t, "d")
 		case world.ForeignOpen:
 			s.Partition = rapid.IntRange(0, cfg.Partitions-1).Draw(t, "partition")
 			s.Hang = rapid.Bool().Draw(t, "hang")
@@ -81,26 +118,66 @@ func StepGen(cfg world.Config) *rapid.Generator[world.Step] {
 	})
 }
 
-// Stats counts what the properties ran: scenarios, and steps per kind.
+// Stats counts what the properties ran: scenarios, steps per kind, and
+// the members' recoveries by how they ended.
 type Stats struct {
 	mu        sync.Mutex
 	Scenarios int
 	Steps     map[world.Kind]int
+	// Recoveries counts the recovery reads: "full" or "delta", and
+	// "ok", the checkpoint's refusal reason, or "failed".
+	Recoveries map[string]int
 }
 
-func (s *Stats) add(steps []world.Step) {
+func (s *Stats) add(steps []world.Step, ops []history.Op) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.Steps == nil {
-		s.Steps = map[world.Kind]int{}
+		s.Steps, s.Recoveries = map[world.Kind]int{}, map[string]int{}
 	}
 	s.Scenarios++
 	for _, st := range steps {
 		s.Steps[st.Kind]++
 	}
+	starts := map[int]history.Op{}
+	for _, op := range ops {
+		switch op.Kind {
+		case history.ReadStart:
+			starts[op.Read] = op
+		case history.ReadEnd:
+			start, ok := starts[op.Read]
+			if !ok || start.Detail == history.FinalRead {
+				continue
+			}
+			kind, end := "full", string(op.Outcome)
+			if start.Detail == history.DeltaRead {
+				kind = "delta"
+			}
+			if op.Outcome != history.OK && op.Detail != "" && kind == "delta" {
+				end = op.Detail
+			}
+			s.Recoveries[kind+" "+end]++
+		}
+	}
+}
+
+// RecoveryCoverage formats the recovery counts.
+func (s *Stats) RecoveryCoverage() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.Recoveries))
+	for k := range s.Recoveries {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := ""
+	for _, k := range keys {
+		out += fmt.Sprintf("%s %d  ", k, s.Recoveries[k])
+	}
+	return out
 }
 
 // Coverage formats the step counts.
@@ -108,8 +185,10 @@ func (s *Stats) Coverage() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := ""
-	for _, w := range weights {
-		out += fmt.Sprintf("%s %d  ", w.kind, s.Steps[w.kind])
+	for _, w := range warmWeights {
+		if n, ok := s.Steps[w.kind]; ok || w.kind != world.Recreate {
+			out += fmt.Sprintf("%s %d  ", w.kind, n)
+		}
 	}
 	return out
 }
@@ -120,7 +199,18 @@ func (s *Stats) Coverage() string {
 // with the invariant and the trace; rapid shrinks the scenario to a
 // minimal one and prints the seed that replays it.
 func Property(cfg world.Config, stats *Stats) func(*rapid.T) {
+	return PropertyOf([]world.Config{cfg}, stats)
+}
+
+// PropertyOf is Property for worlds of each of cfgs: every scenario draws
+// one first (shrinking towards the first), so that one budget of
+// scenarios covers them all.
+func PropertyOf(cfgs []world.Config, stats *Stats) func(*rapid.T) {
 	return func(t *rapid.T) {
+		cfg := cfgs[0]
+		if len(cfgs) > 1 {
+			cfg = cfgs[rapid.IntRange(0, len(cfgs)-1).Draw(t, "world")]
+		}
 		w, err := world.New(cfg)
 		if err != nil {
 			t.Fatalf("world: %v", err)
@@ -129,7 +219,7 @@ func Property(cfg world.Config, stats *Stats) func(*rapid.T) {
 		gen := StepGen(w.Config())
 		var steps []world.Step
 		fail := func(vs []world.Violation) {
-			t.Fatalf("%s\n%d steps:\n%s", vs[0], len(steps), world.Trace(steps))
+			t.Fatalf("%s\n%s\n%d steps:\n%s", vs[0], describe(w.Config()), len(steps), world.Trace(steps))
 		}
 		t.Repeat(map[string]func(*rapid.T){
 			"step": func(t *rapid.T) {
@@ -140,9 +230,25 @@ func Property(cfg world.Config, stats *Stats) func(*rapid.T) {
 				}
 			},
 		})
-		stats.add(steps)
-		if vs := w.Quiesce(); len(vs) > 0 {
+		vs := w.Quiesce()
+		stats.add(steps, w.Recorder().Ops())
+		if len(vs) > 0 {
 			fail(vs)
 		}
 	}
+}
+
+// describe names a world's configuration in a failure's report.
+func describe(cfg world.Config) string {
+	out := fmt.Sprintf("world: %s mode, %s", cfg.Mode, cfg.Protocol)
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{cfg.ExactlyOnce, "exactly-once"}, {cfg.ProduceOutputs, "outputs produced"}, {cfg.WarmRestarts, "warm restarts"},
+		{cfg.CachedIdentity, "identity cached"}, {cfg.LSOBoundRecovery, "recovery bound by the LSO"}, {cfg.TrustCheckpoints, "checkpoints trusted"}} {
+		if f.on {
+			out += ", " + f.name
+		}
+	}
+	return out
 }

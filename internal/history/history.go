@@ -39,7 +39,8 @@ const (
 	// Commit is an offset commit of Member: Partition, Offset (the offset
 	// committed), Generation, and its Outcome.
 	Commit Kind = "commit"
-	// ReadStart begins recovery read Read of Partition by Member.
+	// ReadStart begins recovery read Read of Partition by Member; Detail
+	// DeltaRead marks a delta read from the checkpoint at Offset.
 	ReadStart Kind = "read-start"
 	// Read is one snapshot recovery read Read returned.
 	Read Kind = "read"
@@ -164,6 +165,9 @@ func (o Op) String() string {
 	case Acquire:
 		return fmt.Sprintf("#%d m%d acquire p%d (resumes at %d): %s%s", o.Index, o.Member, o.Partition, o.Offset, o.Outcome, errSuffix(o.Err))
 	case ReadStart:
+		if o.Detail == DeltaRead {
+			return fmt.Sprintf("#%d m%d read %d of p%d starts (a delta from offset %d)", o.Index, o.Member, o.Read, o.Partition, o.Offset)
+		}
 		return fmt.Sprintf("#%d m%d read %d of p%d starts", o.Index, o.Member, o.Read, o.Partition)
 	case Read:
 		v := o.Value

@@ -139,17 +139,34 @@ func OutputOp(isolation string, key, value []byte) Op {
 func OutcomeOf(err error) Outcome { return outcomeOf(err) }
 
 func (p *partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {
+	return p.read(Op{}, p.Partition.Recover(ctx))
+}
+
+// RecoverFrom records a delta read as a read whose ReadStart's Detail is
+// DeltaRead and Offset the checkpoint's; a checkpoint the store refuses
+// ends it failed, with the reason as the ReadEnd's Detail.
+func (p *partition) RecoverFrom(ctx context.Context, cp store.Checkpoint) iter.Seq2[store.Snapshot, error] {
+	return p.read(Op{Detail: DeltaRead, Offset: cp.Offset}, p.Partition.RecoverFrom(ctx, cp))
+}
+
+// read records the read snaps, its ReadStart being start.
+func (p *partition) read(start Op, snaps iter.Seq2[store.Snapshot, error]) iter.Seq2[store.Snapshot, error] {
 	return func(yield func(store.Snapshot, error) bool) {
 		r := p.b.r
 		n := r.newRead()
 		part := p.Input().Partition
-		r.Add(Op{Kind: ReadStart, Member: p.b.member, Partition: part, Read: n})
-		for s, err := range p.Partition.Recover(ctx) {
+		start.Kind, start.Member, start.Partition, start.Read = ReadStart, p.b.member, part, n
+		r.Add(start)
+		for s, err := range snaps {
 			if err != nil {
 				op := Op{Kind: ReadEnd, Member: p.b.member, Partition: part, Read: n, Outcome: outcomeOf(err), Err: errString(err)}
 				var se *store.RecoveryStalledError
-				if errors.As(err, &se) {
+				var ce *store.CheckpointError
+				switch {
+				case errors.As(err, &se):
 					op.Detail = se.Cause.String()
+				case errors.As(err, &ce):
+					op.Detail = ce.Reason
 				}
 				r.Add(op)
 				yield(s, err)

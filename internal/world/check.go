@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strconv"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
@@ -40,6 +41,7 @@ var invariantNames = map[int]string{
 	6: "Liveness",
 	7: "OutputAtLeastOnce",
 	8: "OutputExactlyOnce",
+	9: "WarmCacheExact",
 }
 
 // InvariantName names invariant n.
@@ -180,6 +182,9 @@ func (c *checker) afterStep(s Step) []Violation {
 	// covered by its key's committed snapshot (or the key is deleted).
 	all := func(int32) bool { return true }
 	vs = append(vs, c.w.ledger.CheckCommittedCovered(c.w.steps, c.w.committedOffsets(), all, c.committedSnapshots())...)
+	// 9. A current owner's state of every key whose events are all below
+	// the committed offset is the committed snapshot's.
+	vs = append(vs, c.warmCache()...)
 	// 6. No flow of a partition its member no longer owns keeps running.
 	for _, m := range c.w.members {
 		if m.state != running || m.busy != nil {
@@ -201,7 +206,76 @@ func (c *checker) afterStep(s Step) []Violation {
 func (c *checker) atQuiescence() []Violation {
 	vs := c.pending
 	c.pending = nil
+	vs = append(vs, c.warmCache()...)
 	return append(vs, c.w.ledger.CheckAtQuiescence(c.snapshots(), c.outputs)...)
+}
+
+// warmCache checks invariant 9 under WarmRestarts: the state a running
+// member's engine holds of a key equals the key's latest committed
+// snapshot (its value; absent for a tombstone or no snapshot), for every
+// flow of a partition the member owns at the group's current generation
+// and every key of that partition whose input events all lie below the
+// partition's committed offset; at quiescence, every key. Whatever the
+// cache kept and a delta recovery added, the two together must be the
+// committed snapshots: a deleted key brought back (a tombstone compacted
+// away since the checkpoint, a topic recreated without it) or a stale
+// state (a snapshot the delta never read) breaks it. Such a member is the
+// partition's only writer since its recovery, and the committed offset
+// covers each such key's events, so its state is the key's committed
+// snapshot, which is the fold of its events (2).
+func (c *checker) warmCache() []Violation {
+	if !c.w.cfg.WarmRestarts {
+		return nil
+	}
+	var vs []Violation
+	var committed map[string]Visible // once needed
+	offsets := c.w.committedOffsets()
+	last := map[string]Event{} // each key's last input event
+	for _, e := range c.w.ledger {
+		last[e.Key] = e
+	}
+	for _, m := range c.w.members {
+		if m.state != running || m.busy != nil {
+			continue
+		}
+		id := m.src.Identity()
+		if current, _ := c.w.c.MemberEpochs(Group, id.MemberID); current < 0 || current != id.Generation {
+			continue
+		}
+		owned := m.src.Member().Owned()
+		for _, tp := range m.r.Flows() {
+			if !slices.Contains(owned, tp) {
+				continue
+			}
+			for _, key := range SortedKeys(last) {
+				if e := last[key]; e.Partition != tp.Partition || e.Offset >= offsets[tp.Partition] {
+					continue
+				}
+				if committed == nil {
+					committed = c.committedSnapshots()
+				}
+				got, ok, err := m.r.State(tp, []byte(key))
+				if err != nil {
+					vs = append(vs, c.violation(9, "member m%d could not read key %s's state in %s: %v", m.slot, key, tp, err))
+					continue
+				}
+				want, has := committed[key]
+				switch {
+				case !ok && (!has || want.Tombstone):
+				case ok && has && !want.Tombstone && want.Value == strconv.Itoa(got):
+				default:
+					gotS := "absent"
+					if ok {
+						gotS = strconv.Itoa(got)
+					}
+					vs = append(vs, c.violation(9,
+						"member m%d holds key %s of %s as %s, but its committed snapshot is %s (the partition is committed at %d)",
+						m.slot, key, tp, gotS, describe(want, has), offsets[tp.Partition]))
+				}
+			}
+		}
+	}
+	return vs
 }
 
 // committedEntries is what a partition holds committed: every
@@ -285,18 +359,7 @@ func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot
 				yield(s, err)
 				return
 			}
-			// 4: every snapshot recovered is committed (perhaps since the
-			// read started: behind an open transaction).
-			if !committed[snapshotID(s)] {
-				for _, x := range p.w.committedSnapshotsOf(p.snap) {
-					committed[snapshotID(x)] = true
-				}
-			}
-			if !committed[snapshotID(s)] {
-				c.report(c.violation(4,
-					"a recovery of %s returned %s=%s as of input offset %d, which no committed transaction wrote",
-					p.snap, s.Key, s.Value, s.Offset))
-			}
+			p.checkCommitted(committed, s, "a recovery")
 			got[string(s.Key)] = max(got[string(s.Key)], s.Offset)
 			if !yield(s, nil) {
 				return
@@ -336,6 +399,70 @@ func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot
 			}
 		}
 	}
+}
+
+// checkCommitted is check 4: every snapshot a recovery returns is
+// committed (perhaps since the read started: behind an open transaction);
+// committed are the snapshotIDs known committed, reread on a miss.
+func (p *checkedPartition) checkCommitted(committed map[string]bool, s store.Snapshot, what string) {
+	if !committed[snapshotID(s)] {
+		for _, x := range p.w.committedSnapshotsOf(p.snap) {
+			committed[snapshotID(x)] = true
+		}
+	}
+	if !committed[snapshotID(s)] {
+		c := &p.w.checker
+		c.report(c.violation(4,
+			"%s of %s returned %s=%s as of input offset %d, which no committed transaction wrote",
+			what, p.snap, s.Key, s.Value, s.Offset))
+	}
+}
+
+// RecoverFrom checks a delta recovery: every snapshot it returns is
+// committed (4), and a read that fails other than by the store refusing
+// the checkpoint is diagnosed (6) and noted, as Recover does. Its
+// completeness is the cache's and the delta's together: the engine's
+// states are checked against the committed snapshots (9). Under
+// TrustCheckpoints the checkpoint is made to fit first.
+func (p *checkedPartition) RecoverFrom(ctx context.Context, cp store.Checkpoint) iter.Seq2[store.Snapshot, error] {
+	return func(yield func(store.Snapshot, error) bool) {
+		if p.w.cfg.TrustCheckpoints {
+			cp = p.trusted(cp)
+		}
+		committed := map[string]bool{}
+		for _, s := range p.w.committedSnapshotsOf(p.snap) {
+			committed[snapshotID(s)] = true
+		}
+		for s, err := range p.Partition.RecoverFrom(ctx, cp) {
+			if err != nil {
+				if _, refused := errors.AsType[*store.CheckpointError](err); !refused {
+					p.checkStall(err)
+					p.m.recovered[p.snap.Partition] = err
+				}
+				yield(s, err)
+				return
+			}
+			p.checkCommitted(committed, s, "a delta recovery")
+			if !yield(s, nil) {
+				return
+			}
+		}
+		p.m.recovered[p.snap.Partition] = nil
+	}
+}
+
+// trusted is the broken variant's checkpoint: cp made to pass the store's
+// checks, as a design that trusts its cache would (the topic's current id,
+// written just now, its offset within the log).
+func (p *checkedPartition) trusted(cp store.Checkpoint) store.Checkpoint {
+	if cfg, ok := p.w.c.Topic(p.snap.Topic); ok {
+		cp.TopicID = cfg.ID
+	}
+	cp.At = p.w.c.Now()
+	if start, _, hw, err := p.w.c.Offsets(p.snap); err == nil {
+		cp.Offset = min(max(cp.Offset, start), hw)
+	}
+	return cp
 }
 
 // snapshotID identifies a snapshot record by what it says.

@@ -17,9 +17,15 @@
 // revoke), and its engine, with its cache, is closed. The engine has no
 // call for it.
 //
-// The variants in Config (CachedIdentity, LSOBoundRecovery) are broken
-// designs, there for the negative controls; this package is internal, so
-// they are never user options.
+// With Config.WarmRestarts each member slot keeps its cache on disk
+// across its processes, so a Join after a Crash or a Leave is a warm
+// restart (a delta recovery from the cache's checkpoint when the store
+// accepts it), and the engines' states are checked against the committed
+// snapshots (invariant 9).
+//
+// The variants in Config (CachedIdentity, LSOBoundRecovery,
+// TrustCheckpoints) are broken designs, there for the negative controls;
+// this package is internal, so they are never user options.
 package world
 
 import (
@@ -42,7 +48,8 @@ const (
 	// Advance moves virtual time by D: persist, commit and tick timers,
 	// session timeouts, transaction timeouts.
 	Advance Kind = "advance"
-	// Join starts Member (a new process: a new engine, an empty cache).
+	// Join starts Member (a new process: a new engine, an empty cache, or
+	// under WarmRestarts the cache its slot's last process left).
 	Join Kind = "join"
 	// Flush runs Member's flush and commit of everything it holds without
 	// a poll first: its flush timer fired before its next poll could tell
@@ -84,6 +91,14 @@ const (
 	// is lost, so every invariant still holds): a recovery that captured
 	// the old high watermark then stalls on a truncation.
 	Truncate Kind = "truncate"
+	// Recreate deletes the snapshot topic and creates it again, with each
+	// partition's latest committed snapshot of every key not deleted
+	// (tombstones ahead of the committed offset kept) restored into it and
+	// offset markers up to the old high watermark
+	// (an operator's restore from a backup: the offsets go on, the topic
+	// id is new). It does nothing while a member's step is in flight or a
+	// transaction is open on a snapshot or output partition.
+	Recreate Kind = "recreate"
 )
 
 // Step is one step of a scenario. Fields a kind does not use are zero.
@@ -128,6 +143,8 @@ func (s Step) String() string {
 		return fmt.Sprintf("compact p%d", s.Partition)
 	case Truncate:
 		return fmt.Sprintf("truncate p%d", s.Partition)
+	case Recreate:
+		return "recreate the snapshot topic"
 	}
 	return string(s.Kind)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"time"
@@ -71,6 +72,32 @@ type Config struct {
 	// LSOBoundRecovery is a broken variant: recovery reads to the last
 	// stable offset instead of the high watermark.
 	LSOBoundRecovery bool
+
+	// WarmRestarts makes the members keep their cache across restarts:
+	// each slot's engine has a cache directory of its own (Config.Dir)
+	// that outlives its process, so a Join after a Crash or a Leave is a
+	// warm restart, and its engines recover from the cache's checkpoint (a
+	// delta) when the store accepts it (FullRecovery off). The snapshot
+	// topic gets a short DeleteRetention, so that time pushes checkpoints
+	// past it and Compact expires tombstones, and the Recreate step
+	// recreates it. The engines' states are checked against the committed
+	// snapshots (invariant 9). Off, every recovery reads in full into an
+	// empty in-memory cache.
+	WarmRestarts bool
+	// CacheDir is where the world creates the members' cache directories
+	// under WarmRestarts; default a temporary directory of its own. Close
+	// removes what the world created, and only that.
+	CacheDir string
+	// DeleteRetention is the snapshot topic's delete.retention.ms; default
+	// 4 min under WarmRestarts (a checkpoint is usable for 3 min of it:
+	// the store takes off a margin of max(retention/10, 1 min)), else the
+	// simulated cluster's default (Kafka's 24 h).
+	DeleteRetention time.Duration
+	// TrustCheckpoints is a broken variant for WarmRestarts: the cache's
+	// checkpoint is trusted without the store's checks (its topic id, its
+	// age, the log's ends are made to fit before the store sees it), so a
+	// delta recovery follows every restart with a checkpoint.
+	TrustCheckpoints bool
 }
 
 // WithDefaults is cfg with its zero values replaced by the defaults.
@@ -107,6 +134,12 @@ func (cfg *Config) setDefaults() {
 	if cfg.MaxWritesPerTransaction <= 0 {
 		cfg.MaxWritesPerTransaction = 4
 	}
+	if cfg.DeleteRetention <= 0 {
+		cfg.DeleteRetention = sim.DefaultDeleteRetention
+		if cfg.WarmRestarts {
+			cfg.DeleteRetention = 4 * time.Minute
+		}
+	}
 }
 
 // outputs reports whether the outputs go to the output topic and are read
@@ -132,6 +165,9 @@ type World struct {
 	rec *history.Recorder
 	// logs are the snapshot partitions' ends last recorded: hw, lso.
 	logs [][2]int64
+	// created are the directories the world created (WarmRestarts), for
+	// Close to remove.
+	created []string
 }
 
 type memberState int
@@ -169,6 +205,9 @@ type member struct {
 	recovered map[int32]error
 	// last is the member's state last recorded in the history.
 	last history.Op
+	// dir is the slot's cache directory under WarmRestarts ("" otherwise:
+	// a cache in memory, new with every process).
+	dir string
 }
 
 type foreignTxn struct {
@@ -189,7 +228,7 @@ func New(cfg Config) (*World, error) {
 	if err := w.c.CreateTopic(InputTopic, sim.TopicConfig{Partitions: cfg.Partitions}); err != nil {
 		return nil, err
 	}
-	if err := w.c.CreateTopic(snapshotTopic, sim.TopicConfig{Partitions: cfg.Partitions, Compacted: true}); err != nil {
+	if err := w.c.CreateTopic(snapshotTopic, w.snapshotTopicConfig()); err != nil {
 		return nil, err
 	}
 	if cfg.ExactlyOnce && cfg.Mode != store.Transactional {
@@ -200,9 +239,18 @@ func New(cfg Config) (*World, error) {
 			return nil, err
 		}
 	}
+	if cfg.TrustCheckpoints && !cfg.WarmRestarts {
+		return nil, fmt.Errorf("world: TrustCheckpoints needs WarmRestarts")
+	}
 	w.members = make([]*member, cfg.Members)
 	for i := range w.members {
 		w.members[i] = &member{slot: i}
+	}
+	if cfg.WarmRestarts {
+		if err := w.makeCacheDirs(); err != nil {
+			w.removeCacheDirs()
+			return nil, err
+		}
 	}
 	w.checker = newChecker(w)
 	w.rec = history.NewRecorder(func() time.Duration { return w.c.Now().Sub(sim.Epoch) })
@@ -210,6 +258,43 @@ func New(cfg Config) (*World, error) {
 }
 
 var snapshotTopic = InputTopic + "-snapshots"
+
+func (w *World) snapshotTopicConfig() sim.TopicConfig {
+	return sim.TopicConfig{Partitions: w.cfg.Partitions, Compacted: true, DeleteRetention: w.cfg.DeleteRetention}
+}
+
+// makeCacheDirs creates a cache directory for every member slot, under
+// CacheDir or a temporary directory of the world's own.
+func (w *World) makeCacheDirs() error {
+	base := w.cfg.CacheDir
+	if base == "" {
+		dir, err := os.MkdirTemp("", "snapfence-world-")
+		if err != nil {
+			return fmt.Errorf("world: cache directories: %w", err)
+		}
+		w.created = append(w.created, dir)
+		base = dir
+	}
+	for _, m := range w.members {
+		dir, err := os.MkdirTemp(base, "m"+strconv.Itoa(m.slot)+"-")
+		if err != nil {
+			return fmt.Errorf("world: cache directories: %w", err)
+		}
+		if base == w.cfg.CacheDir {
+			w.created = append(w.created, dir)
+		}
+		m.dir = dir
+	}
+	return nil
+}
+
+// removeCacheDirs removes the directories the world created.
+func (w *World) removeCacheDirs() {
+	for _, dir := range w.created {
+		_ = os.RemoveAll(dir)
+	}
+	w.created = nil
+}
 
 // Cluster is the world's simulated cluster.
 func (w *World) Cluster() *sim.Cluster { return w.c }
@@ -293,6 +378,8 @@ func (w *World) Apply(s Step) []Violation {
 		_ = w.c.Compact(store.TopicPartition{Topic: snapshotTopic, Partition: int32(s.Partition % w.cfg.Partitions)})
 	case Truncate:
 		w.truncate(store.TopicPartition{Topic: snapshotTopic, Partition: int32(s.Partition % w.cfg.Partitions)})
+	case Recreate:
+		w.recreate()
 	}
 	w.settle()
 	w.recordState()
@@ -360,8 +447,9 @@ func (w *World) produce(key string, delta int) {
 	w.rec.Add(history.Op{Kind: history.Produce, Member: -1, Partition: tp.Partition, Offset: offs[0], Key: key, Delta: delta})
 }
 
-// start starts a member's process: a new engine (empty cache), a new
-// store backend, a new group member.
+// start starts a member's process: a new engine (an empty cache, or the
+// slot's cache directory under WarmRestarts), a new store backend, a new
+// group member.
 func (w *World) start(m *member) {
 	be, err := w.c.NewBackend(sim.BackendConfig{
 		Mode: w.cfg.Mode, TransactionalIDPrefix: Prefix,
@@ -374,10 +462,11 @@ func (w *World) start(m *member) {
 	}
 	ecfg := engine.Config[int]{
 		Fold: Fold, Codec: IntCodec{}, Store: &checkedBackend{Backend: history.Backend(be, w.rec, m.slot), w: w, m: m},
-		// The checkers know nothing of a member's cache: every recovery
-		// reads in full, and each is checked complete (warm restarts are
-		// checked by the engine's own tests).
-		FullRecovery:    true,
+		// Without WarmRestarts every recovery reads in full, and each is
+		// checked complete. With it, the slot's cache outlives the
+		// process, a delta is checked against the committed snapshots
+		// (invariant 9).
+		FullRecovery: !w.cfg.WarmRestarts, Dir: m.dir,
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
 		Emit: func(_ context.Context, outs []engine.Output) error {
 			w.checker.emitted(outs)
@@ -576,6 +665,73 @@ func (w *World) truncate(tp store.TopicPartition) {
 		}
 	}
 	_ = w.c.Truncate(tp, lso)
+}
+
+// recreate deletes the snapshot topic and creates it again (a new topic
+// id, the same partitions and configuration), and restores into each
+// partition, as an operator restoring from a backup would, the latest
+// committed snapshot of every key not deleted, then offset markers up to
+// the old high watermark: the offsets do not shrink, only the topic id
+// tells the old topic from the new. A tombstone the input partition's
+// committed offset does not cover yet (a persist's, ahead of it) is kept:
+// the replay from the committed offset would fold the events before the
+// delete onto no state, where the fold below the offset has one. It does nothing while a member's step
+// is in flight or a transaction is open on a snapshot or output
+// partition (the last stable offset below the high watermark).
+func (w *World) recreate() {
+	for _, m := range w.members {
+		if m.busy != nil {
+			return
+		}
+	}
+	if w.foreign != nil {
+		return
+	}
+	topics := []string{snapshotTopic}
+	if w.cfg.outputs() {
+		topics = append(topics, OutputTopic)
+	}
+	for _, topic := range topics {
+		for p := range w.cfg.Partitions {
+			if _, lso, hw, err := w.c.Offsets(store.TopicPartition{Topic: topic, Partition: int32(p)}); err != nil || lso < hw {
+				return
+			}
+		}
+	}
+	restore := make([][]store.WireRecord, w.cfg.Partitions)
+	committed := w.committedOffsets()
+	for p := range w.cfg.Partitions {
+		tp := store.TopicPartition{Topic: snapshotTopic, Partition: int32(p)}
+		_, _, hw, _ := w.c.Offsets(tp)
+		snaps := w.committedSnapshotsOf(tp)
+		last := map[string]int{} // each key's last snapshot, by index
+		for i, s := range snaps {
+			last[string(s.Key)] = i
+		}
+		for i, s := range snaps {
+			if last[string(s.Key)] == i && (!s.Tombstone || s.Offset >= committed[p]) {
+				restore[p] = append(restore[p], store.EncodeSnapshot(s))
+			}
+		}
+		for int64(len(restore[p])) < hw {
+			restore[p] = append(restore[p], store.EncodeOffsetMarker(0, store.GroupIdentity{}))
+		}
+	}
+	if err := w.c.DeleteTopic(snapshotTopic); err != nil {
+		panic(fmt.Sprintf("world: deleting %s: %v", snapshotTopic, err)) // the world's own topic: a bug
+	}
+	if err := w.c.CreateTopic(snapshotTopic, w.snapshotTopicConfig()); err != nil {
+		panic(fmt.Sprintf("world: creating %s: %v", snapshotTopic, err))
+	}
+	for p, recs := range restore {
+		if len(recs) == 0 {
+			continue
+		}
+		tp := store.TopicPartition{Topic: snapshotTopic, Partition: int32(p)}
+		if _, err := w.c.Produce(tp, recs...); err != nil {
+			panic(fmt.Sprintf("world: restoring %s: %v", tp, err))
+		}
+	}
 }
 
 func (w *World) openForeign(partition int, hang bool) {
@@ -786,6 +942,7 @@ func (w *World) Close() {
 			m.state = absent
 		}
 	}
+	w.removeCacheDirs()
 }
 
 // History is the cluster's history as JSON lines.
