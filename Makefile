@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs it props-long html-check failover
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-warm it props-long html-check failover
 
 all: lint test
 
@@ -131,6 +131,28 @@ bench-outputs:
 	@it/kafka/broker classpath
 	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
 	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench BenchmarkOutputs -benchtime=1x -count=3 ./engine/ 2>&1 | tee "$$out" && \
+	echo && $(GO) run ./internal/benchtable < "$$out"
+
+## bench-warm: warm restarts (issue 17): an engine's start until all its
+## partitions are recovered, 1M keys of 100 B in 8 partitions
+## (transactional), cold (an empty Dir: a full recovery) against warm (its
+## own Dir, restarted after 1% of the keys changed through another owner
+## while it was down: a delta), WARMROUNDS rounds interleaved (cold, warm,
+## cold, ...); on kfake (BenchmarkWarmRestart), then on a real Kafka 4.3.1
+## broker started for the run (BenchmarkWarmRestartBroker, build tag
+## `it`), then one table per cluster with the ratio warm / cold of the same
+## round (docs/benchmarks.md, "Warm restarts"). About 2 min on kfake and 3
+## min on the broker at 5 rounds, each with an untimed seed of the 1M keys.
+## WARMARGS: the benchmark's own flags, e.g. -warm.cpuprofile=DIR (a CPU
+## profile of each op's timed part).
+WARMROUNDS ?= 5
+WARMARGS   ?=
+WARMFLAGS  ?= -run '^$$' -benchtime=1x -count=1 -timeout 60m
+bench-warm:
+	@it/kafka/broker classpath
+	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
+	$(GO) test $(WARMFLAGS) -bench '^BenchmarkWarmRestart$$' ./engine -args -warm.rounds=$(WARMROUNDS) $(WARMARGS) 2>&1 | tee "$$out" && \
+	it/kafka/broker run $(GO) test -tags it $(WARMFLAGS) -bench '^BenchmarkWarmRestartBroker$$' ./engine -args -warm.rounds=$(WARMROUNDS) $(WARMARGS) 2>&1 | tee -a "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
 
 ## failover: it/failover on a real Kafka broker started for the run: two

@@ -575,7 +575,14 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 	if !delta {
 		attrs = append(attrs, "full_reason", reason)
 	}
-	r.e.log.Info("partition recovered", append(attrs, "snapshots", n, "keys", c.Keys(),
+	attrs = append(attrs, "snapshots", n)
+	if !delta {
+		// Counting the keys scans the partition's whole cache: small next
+		// to a full read, most of a small delta's time (docs/benchmarks.md,
+		// "Warm restarts").
+		attrs = append(attrs, "keys", c.Keys())
+	}
+	r.e.log.Info("partition recovered", append(attrs,
 		"assigned_offset", assigned, "generation", r.src.Identity().Generation)...)
 }
 

@@ -144,7 +144,7 @@ var (
 	}
 )
 
-var sections = []section{
+var sections = append([]section{
 	{title: "Experiment A: " + titleA, rows: experimentA("BenchmarkExperiment")},
 	{title: "Experiment B: " + titleB, rows: experimentB("BenchmarkExperiment")},
 	{
@@ -156,19 +156,19 @@ var sections = []section{
 	},
 	engineThroughput,
 	engineMemory,
-}
+}, warmSections()...)
 
 // targets are the issues': B at the default cap within 1.05x of plain
 // (time), recovery at least 0.9x the bare read's throughput, the engine at
 // least 0.8x the bare consume loop's events/s.
-var targets = []struct {
+var targets = append([]struct {
 	bench, text string
 	ok          func(ratio float64) bool
 }{
 	{"BenchmarkExperimentB/cap=256", "B at cap 256 within 1.05x of plain (time ratio <= 1.05)", func(r float64) bool { return r <= 1.05 }},
 	{"BenchmarkRecovery/snapfence", "recovery at least 0.9x the bare consume's throughput (ratio >= 0.90)", func(r float64) bool { return r >= 0.9 }},
 	{"BenchmarkEngineThroughput/engine", "engine at least 0.8x the bare consume loop's events/s (ratio >= 0.80)", func(r float64) bool { return r >= 0.8 }},
-}
+}, warmTargetList()...)
 
 // samples holds, per benchmark, every sample of every unit.
 type samples map[string]map[string][]float64
@@ -190,6 +190,10 @@ func median(v []float64) (float64, bool) {
 }
 
 var procSuffix = regexp.MustCompile(`-\d+$`)
+
+// runSuffix is what the testing package appends to a sub-benchmark run
+// again under the same name (cold, cold#01, ...): another sample of it.
+var runSuffix = regexp.MustCompile(`#\d+$`)
 
 // parse reads benchmark result lines; it returns the samples, the header
 // lines (goos, cpu, ...) and whether a failure was reported.
@@ -214,7 +218,7 @@ func parse(r io.Reader) (samples, []string, bool, error) {
 			if _, err := strconv.Atoi(f[1]); err != nil {
 				continue // a log line that starts with a benchmark's name
 			}
-			name := procSuffix.ReplaceAllString(f[0], "")
+			name := runSuffix.ReplaceAllString(procSuffix.ReplaceAllString(f[0], ""), "")
 			if out[name] == nil {
 				out[name] = map[string][]float64{}
 			}
@@ -290,7 +294,11 @@ func render(w io.Writer, s samples, header []string) {
 		runs = max(runs, len(units["ns/op"]))
 	}
 	fmt.Fprintf(w, "samples per benchmark: %d (medians; ratio = median of the per-sample ratios)\n", runs)
-	for _, sec := range sections {
+	secs := sections
+	if onlyWarm(s) {
+		secs = warmSections()
+	}
+	for _, sec := range secs {
 		if !sec.present(s) {
 			continue
 		}
@@ -338,7 +346,7 @@ func render(w io.Writer, s samples, header []string) {
 	}
 	fmt.Fprintln(w, "\nTargets")
 	for _, t := range targets {
-		for _, sec := range sections {
+		for _, sec := range secs {
 			if !sec.present(s) {
 				continue
 			}

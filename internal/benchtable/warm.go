@@ -1,0 +1,100 @@
+package main
+
+// The warm-restart benchmarks (engine/warm_bench_test.go: BenchmarkWarmRestart
+// on kfake, BenchmarkWarmRestartBroker on a real broker, build tag `it`;
+// `make bench-warm`): per cluster, a row per variant with its times and
+// the snapshots its recoveries read, and the ratio to the cold variant of
+// the same round (the i-th sample of a row over the i-th of cold: the
+// benchmark interleaves them, cold, warm, cold#01, warm#01, ...).
+//
+// A new variant of the benchmark (a standby replica's failover, say) is a
+// row in warmVariants, with a target in warmTargets if it has one.
+
+import "strings"
+
+const warmBench = "BenchmarkWarmRestart"
+
+// warmClusters are the benchmark functions, one per cluster.
+var warmClusters = []struct{ bench, title string }{
+	{warmBench, "kfake (one broker, loopback TCP)"},
+	{warmBench + "Broker", "Apache Kafka 4.3.1 (single node, 127.0.0.1)"},
+}
+
+// warmVariants are the benchmark's variants (sub-benchmarks); the first
+// is every other's baseline.
+var warmVariants = []struct{ sub, label string }{
+	{"cold", "cold: empty Dir, full recovery (baseline)"},
+	{"warm", "warm: own Dir, delta after 1% changed while down"},
+}
+
+// warmTargets are the issue's: warm at most 0.05x cold, on the total time.
+var warmTargets = []struct {
+	sub, text string
+	ok        func(ratio float64) bool
+}{
+	{"warm", "warm restart at most 0.05x the cold recovery (total time, ratio <= 0.05)", func(r float64) bool { return r <= 0.05 }},
+}
+
+func warmSections() []section {
+	var secs []section
+	for _, c := range warmClusters {
+		sec := section{
+			title: "Warm restarts, " + c.title + ": 1M keys (-warm.keys) of 100 B, 8 partitions, transactional; start to every partition recovered; ratio = time / cold of the same round",
+			cols: []column{
+				{head: "total ms", unit: "total-ms", format: "%.0f"},
+				{head: "open ms", unit: "open-ms", format: "%.0f"},
+				{head: "join ms", unit: "join-ms", format: "%.0f"},
+				{head: "recovery ms", unit: "recovery-ms", format: "%.0f"},
+				{head: "snapshots", unit: "snapshots", format: "%.0f"},
+				{head: "delta/8", unit: "delta-partitions", format: "%.0f"},
+				{head: "ratio", unit: "total-ms", ratio: true},
+				{head: "recovery ratio", unit: "recovery-ms", ratio: true},
+			},
+			optional: true,
+		}
+		base := c.bench + "/" + warmVariants[0].sub
+		for i, v := range warmVariants {
+			r := row{bench: c.bench + "/" + v.sub, label: v.label, unit: "total-ms"}
+			if i > 0 {
+				r.base = base
+			}
+			sec.rows = append(sec.rows, r)
+		}
+		secs = append(secs, sec)
+	}
+	return secs
+}
+
+// warmTargetList is warmTargets for every cluster, in the form of the
+// other targets.
+func warmTargetList() (out []struct {
+	bench, text string
+	ok          func(ratio float64) bool
+}) {
+	for _, c := range warmClusters {
+		for _, t := range warmTargets {
+			out = append(out, struct {
+				bench, text string
+				ok          func(ratio float64) bool
+			}{c.bench + "/" + t.sub, t.text + ", " + strings.SplitN(c.title, " (", 2)[0], t.ok})
+		}
+	}
+	return out
+}
+
+// warmBenches reports whether name is a warm-restart result.
+func warmBenches(name string) bool { return strings.HasPrefix(name, warmBench) }
+
+// onlyWarm reports whether every benchmark of the input is a warm-restart
+// one (then the table is the warm sections alone).
+func onlyWarm(s samples) bool {
+	if len(s) == 0 {
+		return false
+	}
+	for name := range s {
+		if !warmBenches(name) {
+			return false
+		}
+	}
+	return true
+}
