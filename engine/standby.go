@@ -266,12 +266,12 @@ func (sb *standbys[S]) status() []StandbyStatus {
 type StandbyStatus struct {
 	Input store.TopicPartition
 	// Position is the snapshot-partition offset the replica has read up
-	// to; LogEnd the snapshot partition's high watermark it last listed
-	// (-1 before it listed one).
+	// to; LogEnd the snapshot partition's last stable offset it last
+	// listed (the end of what a read_committed reader can read; -1 before
+	// it listed one).
 	Position, LogEnd int64
 	// Lag is LogEnd - Position (never below 0; -1 while LogEnd is
-	// unknown). A replica that is caught up shows 0, or the few records
-	// of a transaction still open.
+	// unknown): 0 once the replica has read every committed record.
 	Lag int64
 	// Vouched: the cache holds a checkpoint of the replica, so an
 	// assignment of the partition recovers only what follows it. A

@@ -28,11 +28,14 @@ type Follow interface {
 	// checkpoint of a copy that holds every snapshot returned so far,
 	// over the base it was opened from; ok is false until one can be
 	// vouched for (a follower from the log start, until its position first
-	// reaches the high watermark). A corrupt record ends the follower
+	// reaches the last stable offset; its At is then 15 min, Kafka's
+	// default transaction.max.timeout.ms, before that moment, as records of
+	// a transaction still open may be older). A corrupt record ends the follower
 	// with a *CorruptRecordError.
 	Next(ctx context.Context, wait time.Duration) (snaps []Snapshot, cp Checkpoint, ok bool, err error)
 	// Position is the snapshot-partition offset the follower has read up
-	// to, and the high watermark it last listed (-1 before it listed one).
+	// to, and the last stable offset it last listed (-1 before it listed
+	// one): the end of what it can read.
 	Position() (offset, logEnd int64)
 	// Close releases the follower's reader.
 	Close() error

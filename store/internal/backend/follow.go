@@ -18,11 +18,17 @@ import (
 // is no later than the append of any record at or above Offset. A
 // follower opened from a checkpoint starts with that checkpoint's At; a
 // follower from the log start vouches for nothing until its position
-// first reaches a high watermark listed before the poll that got it there
-// (then no record at or above the position existed when the listing
-// started). Later checkpoints keep the At of the last such moment while
-// the position moves on: the records above a later position are a subset
-// of those above the earlier one.
+// first reaches a last stable offset listed before the poll that got it
+// there. Then every record at or above the position was either appended
+// after the listing started, or belongs to a transaction open at the
+// listing, appended at most followTxnSlack before it (the coordinator
+// aborts a transaction older than its timeout, which the broker caps at
+// transaction.max.timeout.ms): At is the listing's time less that slack.
+// (A follower under steady writes is rarely at the high watermark, as
+// some owner's transaction is nearly always open.) Later checkpoints keep
+// the At of the last such moment while the position moves on: the
+// records above a later position are a subset of those above the earlier
+// one.
 func (b *Backend) Follow(ctx context.Context, input store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -88,6 +94,12 @@ type follow struct {
 	closed  bool
 }
 
+// followTxnSlack is Kafka's default transaction.max.timeout.ms: no
+// transaction stays open longer on a broker that keeps the default. It is
+// small next to delete.retention.ms (24 h by default), so the checkpoint
+// it ages stays usable.
+const followTxnSlack = 15 * time.Minute
+
 // errFollowReset: the reader was sent back below its position (the log
 // start passed it, or the log was cut and rewritten).
 var errFollowReset = errors.New("the snapshot partition's log moved under the follower")
@@ -98,11 +110,11 @@ func (f *follow) Next(ctx context.Context, wait time.Duration) ([]store.Snapshot
 		return nil, f.cp, false, store.ErrClosed
 	}
 	listed := f.b.cfg.Now()
-	hw, err := f.src.HighWatermark(ctx)
+	lso, err := f.src.LastStable(ctx)
 	if err != nil {
 		return nil, f.cp, false, err
 	}
-	f.logEnd = hw
+	f.logEnd = lso
 	recs, next, err := f.src.Poll(ctx, wait)
 	if err != nil {
 		return nil, f.cp, false, err
@@ -122,8 +134,12 @@ func (f *follow) Next(ctx context.Context, wait time.Duration) ([]store.Snapshot
 		}
 	}
 	f.cp.Offset = max(f.cp.Offset, next)
-	if f.cp.Offset >= hw {
-		f.cp.At, f.vouched = listed, true
+	if at := listed.Add(-followTxnSlack); f.cp.Offset >= lso {
+		// Both bounds hold; the later one keeps the checkpoint young.
+		if at.After(f.cp.At) {
+			f.cp.At = at
+		}
+		f.vouched = true
 	}
 	return out, f.cp, f.vouched, nil
 }
