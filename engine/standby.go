@@ -225,12 +225,17 @@ func (sb *standbys[S]) warn(msg string, tp store.TopicPartition, err error) {
 // release closes tp's follower: the member takes tp over. What it wrote
 // stays in the cache, as the base of the takeover's delta.
 func (sb *standbys[S]) release(tp store.TopicPartition) {
+	_, following := sb.parts[tp]
+	_, failed := sb.errs[tp]
 	if s := sb.parts[tp]; s != nil {
 		_ = s.f.Close()
 		delete(sb.parts, tp)
 	}
 	delete(sb.retry, tp)
 	delete(sb.errs, tp)
+	if following || failed {
+		sb.r.status.standbys(sb.status()) // the status never shows a replica of an owned partition
+	}
 }
 
 // close closes every follower.

@@ -13,76 +13,105 @@ import (
 	"github.com/snapfence/snapfence/engine"
 )
 
-// Standby replicas on kfake, through Run and the Kafka source: two
-// members each follow the other's partition; the one killed hands its
-// partition to the other, whose takeover recovers the delta from its
-// replica, and the snapshots after it are exact.
+// standbyTier is a cluster the standby failover script runs on: kfake in
+// virtual time, or a real broker.
+type standbyTier struct {
+	produce  func(events ...string)
+	caughtUp func() bool
+	// wait waits until cond holds, failing the test past its deadline.
+	wait func(t *testing.T, what string, cond func() bool)
+	// members: a runner with a kill switch and a plain one, both with
+	// Standby and logging to logs; fresh: a runner of a new engine.
+	members func(logs [2]*logCount) (a *engine.Runner[int], kill func(), b *engine.Runner[int])
+	fresh   func() *engine.Runner[int]
+	drain   func(*engine.Runner[int])
+	check   func(*engine.Runner[int])
+}
+
+// standbyFailover is the standby failover through Run and the Kafka
+// source: two members each follow the other's partition, caught up and
+// vouched for; the killed one's partition is taken over with a delta from
+// the survivor's replica, and the snapshots after are exact (a fresh
+// engine recovers the ledger), with no ERROR line.
+func standbyFailover(t *testing.T, tier standbyTier) {
+	for i := range 10 {
+		tier.produce("alice=+"+strconv.Itoa(i+1), "bob=+1", "carol=+2", "dave=+3", "erin=+4")
+	}
+	logs := [2]*logCount{{}, {}}
+	rA, kill, rB := tier.members(logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	wg.Go(func() { errs[0] = rA.Run(ctx) })
+	wg.Go(func() { errs[1] = rB.Run(ctx) })
+	defer wg.Wait()
+	defer cancel()
+
+	// followed: r follows the partition it does not own, caught up and
+	// vouched for.
+	followed := func(r *engine.Runner[int]) bool {
+		st := r.Status()
+		if len(st.Partitions) != 1 || len(st.Standbys) != 1 {
+			return false
+		}
+		sb := st.Standbys[0]
+		return sb.Input != st.Partitions[0].Input && sb.Vouched && sb.Lag == 0
+	}
+	both := func() bool { return tier.caughtUp() && followed(rA) && followed(rB) }
+	tier.wait(t, "both members caught up, each following the other's partition", both)
+	tier.produce("dave=+100", "erin=close", "bob=+7")
+	tier.wait(t, "both members caught up again, each following the other's partition", both)
+	moved := rA.Status().Partitions[0].Input
+	recoveryLines(logs[1]) // forget the first recoveries
+	kill()
+	tier.wait(t, "the survivor owns both partitions and is caught up", func() bool {
+		st := rB.Status()
+		return len(st.Partitions) == 2 && st.Ready() && tier.caughtUp()
+	})
+	got := recoveryLines(logs[1])[moved.String()]
+	if !strings.HasPrefix(got, "delta ") {
+		t.Fatalf("the takeover of %s recovered %q, want a delta from the replica", moved, got)
+	}
+	t.Logf("the takeover of %s recovered %q (kind, full reason, snapshots read)", moved, got)
+	if st := rB.Status(); len(st.Standbys) != 0 {
+		t.Fatalf("standbys %+v while the member owns every partition", st.Standbys)
+	}
+	tier.produce("dave=+1", "alice=+1")
+	tier.wait(t, "the survivor caught up", tier.caughtUp)
+	cancel()
+	wg.Wait()
+	if errs[1] != nil {
+		t.Fatalf("the survivor's Run = %v", errs[1])
+	}
+	fresh := tier.fresh()
+	tier.drain(fresh)
+	tier.check(fresh)
+	if err := fresh.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs[1].errorLines(); n != 0 {
+		t.Fatalf("%d ERROR lines, want 0:\n%s", n, logs[1])
+	}
+}
+
+// The standby failover on kfake (with Standby off on one member it fails:
+// nothing follows).
 func TestStandbyFailoverOnKfake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
-		for i := range 10 {
-			w.produce("alice=+"+strconv.Itoa(i+1), "bob=+1", "carol=+2", "dave=+3", "erin=+4")
-		}
-		logs := [2]*logCount{{}, {}}
-		var es [2]*engine.Engine[int]
-		for i := range es {
-			es[i] = w.engineWith(func(c *engine.Config[int]) { c.Standby, c.Logger = true, slog.New(logs[i]) })
-		}
-		rA, kill := w.killableRunner(es[0], protocols["classic-eager"])
-		rB := w.runner(es[1], protocols["classic-eager"])
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		errs := make([]error, 2)
-		wg.Go(func() { errs[0] = rA.Run(ctx) })
-		wg.Go(func() { errs[1] = rB.Run(ctx) })
-		defer wg.Wait()
-		defer cancel()
-
-		// followed: each member follows the partition it does not own,
-		// caught up and vouched for.
-		followed := func(e *engine.Engine[int]) bool {
-			st := e.Status()
-			if len(st.Partitions) != 1 || len(st.Standbys) != 1 {
-				return false
-			}
-			sb := st.Standbys[0]
-			return sb.Input != st.Partitions[0].Input && sb.Vouched && sb.Lag == 0
-		}
-		both := func() bool { return w.caughtUp() && followed(es[0]) && followed(es[1]) }
-		waitUntil(t, "both members caught up, each following the other's partition", both)
-		w.produce("dave=+100", "erin=close", "bob=+7")
-		waitUntil(t, "both members caught up again, each following the other's partition", both)
-		moved := es[0].Status().Partitions[0].Input
-		recoveryLines(logs[1]) // forget the first recoveries
-		crashAndLeave(t, rA, kill)
-		waitUntil(t, "the survivor owns both partitions and is caught up", func() bool {
-			st := es[1].Status()
-			return len(st.Partitions) == 2 && st.Ready() && w.caughtUp()
+		protocol := protocols["classic-eager"]
+		standbyFailover(t, standbyTier{
+			produce: w.produce, caughtUp: w.caughtUp, wait: waitUntil,
+			members: func(logs [2]*logCount) (*engine.Runner[int], func(), *engine.Runner[int]) {
+				with := func(i int) func(*engine.Config[int]) {
+					return func(c *engine.Config[int]) { c.Standby, c.Logger = true, slog.New(logs[i]) }
+				}
+				a, k := w.killableRunner(w.engineWith(with(0)), protocol)
+				return a, func() { crashAndLeave(t, a, k) }, w.runner(w.engineWith(with(1)), protocol)
+			},
+			fresh: func() *engine.Runner[int] { return w.runner(w.engine(), protocol) },
+			drain: w.drain, check: w.check,
 		})
-		got := recoveryLines(logs[1])[moved.String()]
-		if !strings.HasPrefix(got, "delta ") {
-			t.Fatalf("the takeover of %s recovered %q, want a delta from the replica", moved, got)
-		}
-		t.Logf("the takeover of %s recovered %q (kind, full reason, snapshots read)", moved, got)
-		if st := es[1].Status(); len(st.Standbys) != 0 {
-			t.Fatalf("standbys %+v while the member owns every partition", st.Standbys)
-		}
-		w.produce("dave=+1", "alice=+1")
-		waitUntil(t, "the survivor caught up", w.caughtUp)
-		cancel()
-		wg.Wait()
-		if errs[1] != nil {
-			t.Fatalf("the survivor's Run = %v", errs[1])
-		}
-		fresh := w.runner(w.engine(), protocols["classic-eager"])
-		w.drain(fresh)
-		w.check(fresh)
-		if err := fresh.Close(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if n := logs[1].errorLines(); n != 0 {
-			t.Fatalf("%d ERROR lines, want 0:\n%s", n, logs[1])
-		}
 	})
 }
 
