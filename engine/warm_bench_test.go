@@ -86,6 +86,7 @@ var (
 // warmShape is the state a fixture holds.
 type warmShape struct {
 	keys, partitions, changed int
+	noWriter                  bool // no writer: the fixture's seed only (the failover benchmark)
 }
 
 const (
@@ -268,6 +269,10 @@ func newWarmFixture(b *testing.B, addrs []string, shape warmShape) *warmFixture 
 	}
 	fx.fold(b, fx.warmDir, all)
 	fx.seedTime = time.Since(start)
+	if shape.noWriter {
+		b.Logf("seeded %d keys in %v", shape.keys, fx.seedTime.Round(time.Millisecond))
+		return fx
+	}
 	// The writer's first run recovers in full (on its empty Dir), folds
 	// nothing and stops: its later runs recover only the deltas.
 	start = time.Now()
@@ -361,6 +366,9 @@ type warmOwner struct {
 	cancel  context.CancelFunc
 	runErr  chan error // Run's result, once
 	stopped bool
+	// killSwitch is set by warmMember.killable; killed once kill ran.
+	killSwitch *killSwitch
+	killed     bool
 	// The op's times (start: the backend's creation).
 	start, runAt time.Time
 	open         time.Duration
@@ -376,7 +384,26 @@ func (fx *warmFixture) start(b *testing.B, dir string, full bool) *warmOwner {
 // store's transactions.
 func (fx *warmFixture) startWith(b *testing.B, dir string, full bool, obs store.Observer) *warmOwner {
 	b.Helper()
-	o := &warmOwner{log: newWarmLog(fx.shape.partitions), runErr: make(chan error, 1), start: time.Now()}
+	o := fx.launch(b, dir, warmMember{full: full, obs: obs, want: fx.shape.partitions})
+	o.waitRecovered(b)
+	o.status = o.r.Status()
+	return o
+}
+
+// warmMember is how launch starts a member.
+type warmMember struct {
+	full     bool
+	obs      store.Observer
+	standby  bool // Config.Standby
+	killable bool // a kill switch between the source and the runner (warmOwner.kill)
+	want     int  // the `partition recovered` lines that close its log's all
+}
+
+// launch starts a member on dir: its Run runs once launch returns.
+func (fx *warmFixture) launch(b *testing.B, dir string, m warmMember) *warmOwner {
+	b.Helper()
+	full, obs := m.full, m.obs
+	o := &warmOwner{log: newWarmLog(m.want), runErr: make(chan error, 1), start: time.Now()}
 	backend, err := kafka.New(context.Background(), kafka.Config{
 		Mode: store.Transactional, SeedBrokers: fx.addrs, TransactionalIDPrefix: fx.txnPrefix,
 		SnapshotTopic: func(string) string { return fx.snapshots }, Observer: obs,
@@ -401,7 +428,7 @@ func (fx *warmFixture) startWith(b *testing.B, dir string, full bool, obs store.
 		},
 		Codec: engine.Bytes(), Store: backend, Dir: dir, FullRecovery: full,
 		PersistInterval: 200 * time.Millisecond, CommitInterval: 200 * time.Millisecond,
-		Logger: slog.New(o.log),
+		Logger: slog.New(o.log), Standby: m.standby,
 	})
 	if err != nil {
 		_ = backend.Close()
@@ -409,7 +436,11 @@ func (fx *warmFixture) startWith(b *testing.B, dir string, full bool, obs store.
 	}
 	o.open = time.Since(openAt)
 	o.e = e
-	r, err := e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{SeedBrokers: fx.addrs, Group: fx.group, Topics: []string{fx.input}}))
+	newSource := engine.NewKafkaSource(engine.KafkaConfig{SeedBrokers: fx.addrs, Group: fx.group, Topics: []string{fx.input}})
+	if m.killable {
+		newSource, o.killSwitch = killable(newSource)
+	}
+	r, err := e.NewRunner(newSource)
 	if err != nil {
 		_ = e.Close()
 		_ = backend.Close()
@@ -421,18 +452,22 @@ func (fx *warmFixture) startWith(b *testing.B, dir string, full bool, obs store.
 	o.runAt = time.Now()
 	go func() { o.runErr <- r.Run(ctx) }()
 	b.Cleanup(func() { o.stop(b) }) // on a failure's path out
+	return o
+}
+
+// waitRecovered waits for the owner's want `partition recovered` lines.
+func (o *warmOwner) waitRecovered(b *testing.B) {
+	b.Helper()
 	timeout := time.NewTimer(warmDeadline)
 	defer timeout.Stop()
 	select {
 	case <-o.log.all:
-		o.status = r.Status()
 	case err := <-o.runErr:
 		o.runErr <- err
 		b.Fatalf("Run returned before every partition was recovered: %v\n%s", err, o.log.problems())
 	case <-timeout.C:
-		b.Fatalf("not every partition recovered in %v: %+v\n%s", warmDeadline, r.Status(), o.log.problems())
+		b.Fatalf("not every partition recovered in %v: %+v\n%s", warmDeadline, o.r.Status(), o.log.problems())
 	}
-	return o
 }
 
 // stop ends Run (a clean leave: the revoke flushes, of nothing here) and
@@ -444,6 +479,12 @@ func (o *warmOwner) stop(b *testing.B) {
 	o.stopped = true
 	o.cancel()
 	err := <-o.runErr
+	if o.killed {
+		// A dead process's Run ends on its closed source, and its
+		// engine may log what it could not do: neither is the
+		// benchmark's concern.
+		err = nil
+	}
 	if cerr := o.e.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
@@ -453,7 +494,7 @@ func (o *warmOwner) stop(b *testing.B) {
 	if err != nil {
 		b.Errorf("stopping an owner: %v", err)
 	}
-	if p := o.log.errors(); p != "" {
+	if p := o.log.errors(); p != "" && !o.killed {
 		b.Errorf("the engine logged errors:\n%s", p)
 	}
 }

@@ -35,8 +35,54 @@ var warmTargets = []struct {
 	{"warm", "warm restart at most 0.05x the cold recovery (total time, ratio <= 0.05)", func(r float64) bool { return r <= 0.05 }},
 }
 
+// failoverClusters and failoverVariants are the failover benchmark's
+// (engine/warm_failover_bench_test.go, `make bench-failover`): one
+// partition of 1M keys, from the active member's kill until the other
+// member recovered it, cold (Standby off, an empty Dir) against a
+// caught-up standby replica. Its target: standby at most 0.1x cold.
+var failoverClusters = []struct{ bench, title string }{
+	{warmBench + "Failover", "kfake (one broker, loopback TCP)"},
+	{warmBench + "FailoverBroker", "Apache Kafka 4.3.1 (single node, 127.0.0.1)"},
+}
+
+var failoverVariants = []struct{ sub, label string }{
+	{"cold", "cold: Standby off, empty Dir, full (baseline)"},
+	{"standby", "standby: caught-up replica, delta"},
+}
+
+var failoverTargets = []struct {
+	sub, text string
+	ok        func(ratio float64) bool
+}{
+	{"standby", "failover to a standby at most 0.1x cold (failover time, ratio <= 0.1)", func(r float64) bool { return r <= 0.1 }},
+}
+
 func warmSections() []section {
 	var secs []section
+	for _, c := range failoverClusters {
+		sec := section{
+			title: "Failover, " + c.title + ": 1 partition of 1M keys (-warm.keys) of 100 B, transactional; the active's kill (and leave) to the other member's partition recovered; ratio = time / cold of the same round",
+			cols: []column{
+				{head: "failover ms", unit: "failover-ms", format: "%.0f"},
+				{head: "join ms", unit: "join-ms", format: "%.0f"},
+				{head: "recovery ms", unit: "recovery-ms", format: "%.0f"},
+				{head: "snapshots", unit: "snapshots", format: "%.0f"},
+				{head: "delta/1", unit: "delta-partitions", format: "%.0f"},
+				{head: "ratio", unit: "failover-ms", ratio: true},
+				{head: "recovery ratio", unit: "recovery-ms", ratio: true},
+			},
+			optional: true,
+		}
+		base := c.bench + "/" + failoverVariants[0].sub
+		for i, v := range failoverVariants {
+			r := row{bench: c.bench + "/" + v.sub, label: v.label, unit: "failover-ms"}
+			if i > 0 {
+				r.base = base
+			}
+			sec.rows = append(sec.rows, r)
+		}
+		secs = append(secs, sec)
+	}
 	for _, c := range warmClusters {
 		sec := section{
 			title: "Warm restarts, " + c.title + ": 1M keys (-warm.keys) of 100 B, 8 partitions, transactional; start to every partition recovered; ratio = time / cold of the same round",
@@ -71,6 +117,14 @@ func warmTargetList() (out []struct {
 	bench, text string
 	ok          func(ratio float64) bool
 }) {
+	for _, c := range failoverClusters {
+		for _, t := range failoverTargets {
+			out = append(out, struct {
+				bench, text string
+				ok          func(ratio float64) bool
+			}{c.bench + "/" + t.sub, t.text + ", " + strings.SplitN(c.title, " (", 2)[0], t.ok})
+		}
+	}
 	for _, c := range warmClusters {
 		for _, t := range warmTargets {
 			out = append(out, struct {
