@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-warm it props-long html-check failover
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-warm bench-failover it props-long html-check failover
 
 all: lint test
 
@@ -153,6 +153,25 @@ bench-warm:
 	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
 	$(GO) test $(WARMFLAGS) -bench '^BenchmarkWarmRestart$$' ./engine -args -warm.rounds=$(WARMROUNDS) $(WARMARGS) 2>&1 | tee "$$out" && \
 	it/kafka/broker run $(GO) test -tags it $(WARMFLAGS) -bench '^BenchmarkWarmRestartBroker$$' ./engine -args -warm.rounds=$(WARMROUNDS) $(WARMARGS) 2>&1 | tee -a "$$out" && \
+	echo && $(GO) run ./internal/benchtable < "$$out"
+
+## bench-failover: failover of one partition holding 1M keys of 100 B
+## (issue 17): the active member killed (and its consumer leaving the
+## group) until the other member recovered the partition, cold (Standby
+## off, an empty Dir: a full recovery) against a standby (Config.Standby,
+## its replica caught up: a delta), WARMROUNDS rounds interleaved; the
+## members heartbeat every 100 ms (-warm.heartbeat), as a team that wants
+## fast failover sets it. On kfake (BenchmarkWarmRestartFailover), then
+## on a real Kafka 4.3.1 broker started for the run
+## (BenchmarkWarmRestartFailoverBroker, build tag `it`), then one table per
+## cluster with the ratio standby / cold of the same round
+## (docs/benchmarks.md, "Failover to a standby"). About 1 min on kfake
+## and 2 min on the broker at 5 rounds.
+bench-failover:
+	@it/kafka/broker classpath
+	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
+	$(GO) test $(WARMFLAGS) -bench '^BenchmarkWarmRestartFailover$$' ./engine -args -warm.rounds=$(WARMROUNDS) $(WARMARGS) 2>&1 | tee "$$out" && \
+	it/kafka/broker run $(GO) test -tags it $(WARMFLAGS) -bench '^BenchmarkWarmRestartFailoverBroker$$' ./engine -args -warm.rounds=$(WARMROUNDS) $(WARMARGS) 2>&1 | tee -a "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
 
 ## failover: it/failover on a real Kafka broker started for the run: two

@@ -80,7 +80,11 @@ import (
 var (
 	warmRounds = flag.Int("warm.rounds", 5, "BenchmarkWarmRestart*: rounds of the variants (cold, warm), interleaved")
 	warmKeys   = flag.Int("warm.keys", 1_000_000, "BenchmarkWarmRestart*: keys in the state (1% of them change while down); smaller for a quick check")
-	warmCPU    = flag.String("warm.cpuprofile", "", "BenchmarkWarmRestart*: write a CPU profile of each op's timed part (not the set-up) to this directory, as <variant>-<round>.pprof")
+	// A member learns of a rebalance from a heartbeat's answer (the
+	// classic protocol), so a takeover waits up to a heartbeat interval
+	// before it starts: with a standby, that wait is most of a failover.
+	warmHeartbeat = flag.Duration("warm.heartbeat", 100*time.Millisecond, "BenchmarkWarmRestartFailover*: the members' KafkaConfig.HeartbeatInterval (the default is 1s)")
+	warmCPU       = flag.String("warm.cpuprofile", "", "BenchmarkWarmRestart*: write a CPU profile of each op's timed part (not the set-up) to this directory, as <variant>-<round>.pprof")
 )
 
 // warmShape is the state a fixture holds.
@@ -397,6 +401,12 @@ type warmMember struct {
 	standby  bool // Config.Standby
 	killable bool // a kill switch between the source and the runner (warmOwner.kill)
 	want     int  // the `partition recovered` lines that close its log's all
+	// life, when set, is the benchmark whose end stops the member, if
+	// nothing stopped it before (else the b launch is given): a failover's
+	// new member outlives its sub-benchmark, as the next one's active.
+	life *testing.B
+	// heartbeat is KafkaConfig.HeartbeatInterval (0: the default).
+	heartbeat time.Duration
 }
 
 // launch starts a member on dir: its Run runs once launch returns.
@@ -436,7 +446,10 @@ func (fx *warmFixture) launch(b *testing.B, dir string, m warmMember) *warmOwner
 	}
 	o.open = time.Since(openAt)
 	o.e = e
-	newSource := engine.NewKafkaSource(engine.KafkaConfig{SeedBrokers: fx.addrs, Group: fx.group, Topics: []string{fx.input}})
+	newSource := engine.NewKafkaSource(engine.KafkaConfig{
+		SeedBrokers: fx.addrs, Group: fx.group, Topics: []string{fx.input},
+		HeartbeatInterval: m.heartbeat,
+	})
 	if m.killable {
 		newSource, o.killSwitch = killable(newSource)
 	}
@@ -451,7 +464,11 @@ func (fx *warmFixture) launch(b *testing.B, dir string, m warmMember) *warmOwner
 	o.cancel = cancel
 	o.runAt = time.Now()
 	go func() { o.runErr <- r.Run(ctx) }()
-	b.Cleanup(func() { o.stop(b) }) // on a failure's path out
+	life := b
+	if m.life != nil {
+		life = m.life
+	}
+	life.Cleanup(func() { o.stop(life) }) // on a failure's path out
 	return o
 }
 
