@@ -22,7 +22,8 @@ package engine_test
 //     its own, with a kill switch (crash_test.go); the active keeps the
 //     partition (franz-go's cooperative-sticky balancer, checked). cold:
 //     Standby off; the op waits for the member's first (empty)
-//     assignment. standby: Standby on; the op waits for its replica of
+//     assignment, in the active's generation (the join's rebalance over
+//     for both). standby: Standby on; the op waits for its replica of
 //     the partition to be caught up and vouched for (StandbyStatus
 //     Vouched, Lag 0).
 //   - the timed failover: the active is killed as crashAndLeave kills (the
