@@ -76,3 +76,40 @@ func TestRenderWithoutWarm(t *testing.T) {
 		t.Errorf("warm sections without warm benchmarks:\n%s", out)
 	}
 }
+
+// testdata/failover.txt is a real run (stdout) of `make bench-failover` (5
+// rounds, kfake then Kafka 4.3.1) on the 2-vCPU VM of docs/benchmarks.md.
+func TestRenderFailover(t *testing.T) {
+	b, err := os.ReadFile("testdata/failover.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _, failed := parseString(t, string(b))
+	if failed {
+		t.Error("the sample reports a failure")
+	}
+	for _, c := range failoverClusters {
+		for _, v := range failoverVariants {
+			name := c.bench + "/" + v.sub
+			if n := len(s[name]["failover-ms"]); n != 5 {
+				t.Errorf("%s: %d samples of failover-ms, want 5 (one per round)", name, n)
+			}
+		}
+	}
+	out := renderString(t, string(b))
+	for _, want := range []string{
+		"Failover, kfake", "Failover, Apache Kafka 4.3.1",
+		"cold: Standby off, empty Dir, full (baseline)", "standby: caught-up replica, delta",
+		"failover to a standby at most 0.1x cold (failover time, ratio <= 0.1), kfake:",
+		"failover to a standby at most 0.1x cold (failover time, ratio <= 0.1), Apache Kafka 4.3.1:",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	for _, no := range []string{"Warm restarts", "Experiment A", "missing", "not measured"} {
+		if strings.Contains(out, no) {
+			t.Errorf("%q in\n%s", no, out)
+		}
+	}
+}
