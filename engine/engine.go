@@ -254,7 +254,9 @@ type Config[S any] struct {
 	// round at most every second while they are caught up. It needs a
 	// Store that is a store.Follower in Transactional mode (store/kafka's
 	// and store/sim's are) and a source that is a PartitionLister (the
-	// Kafka source is); Status().Standbys shows each replica.
+	// Kafka source is); Status().Standbys shows each replica. With a
+	// caught-up replica a failover is mostly the rebalance, which
+	// KafkaConfig.HeartbeatInterval bounds.
 	Standby bool
 	// Poison is what a record that the fold fails or panics on (or a key
 	// whose tick fails) does: StopOnPoison (the default) commits what came
