@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-warm bench-failover it props-long html-check failover
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-warm bench-failover bench-scale it props-long html-check failover
 
 all: lint test
 
@@ -173,6 +173,19 @@ bench-failover:
 	$(GO) test $(WARMFLAGS) -bench '^BenchmarkWarmRestartFailover$$' ./engine -args -warm.rounds=$(WARMROUNDS) $(WARMARGS) 2>&1 | tee "$$out" && \
 	it/kafka/broker run $(GO) test -tags it $(WARMFLAGS) -bench '^BenchmarkWarmRestartFailoverBroker$$' ./engine -args -warm.rounds=$(WARMROUNDS) $(WARMARGS) 2>&1 | tee -a "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
+
+## bench-scale: what an instance pays per partition it owns (issue 18):
+## goroutines, sockets, Go heap and RSS of one engine owning 16, 64 and 256
+## partitions (SCALEPARTS), each partition having committed a transaction;
+## on kfake (BenchmarkOwnedPartitions: the in-process cluster's side is
+## counted too), then on a real Kafka 4.3.1 broker started for the run
+## (BenchmarkOwnedPartitionsBroker: the instance alone). docs/operations.md,
+## "Scale: cost per owned partition". About 3 min.
+SCALEPARTS ?= 16,64,256
+bench-scale:
+	@it/kafka/broker classpath
+	$(GO) test -run '^$$' -benchtime=1x -count=1 -timeout 30m -bench '^BenchmarkOwnedPartitions$$' ./engine -args -scale.partitions=$(SCALEPARTS)
+	it/kafka/broker run $(GO) test -tags it -run '^$$' -benchtime=1x -count=1 -timeout 30m -bench '^BenchmarkOwnedPartitionsBroker$$' ./engine -args -scale.partitions=$(SCALEPARTS)
 
 ## failover: it/failover on a real Kafka broker started for the run: two
 ## engine processes in one group, one SIGKILLed, stopped cleanly (SIGTERM)
