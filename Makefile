@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-warm bench-failover bench-scale it props-long html-check failover
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-warm bench-failover bench-scale it it-cluster props-long html-check failover
 
 all: lint test
 
@@ -35,6 +35,17 @@ ITPKGS ?= $(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build it' .
 it:
 	it/kafka/broker classpath
 	it/kafka/broker run $(GO) test -count=1 -tags it -p 1 $(ITPKGS)
+
+## it-cluster: the chaos tests (build tag `it`, named TestCluster*) on a
+## replicated Kafka 4.x cluster started for the run on 127.0.0.1
+## (it/kafka/cluster: three nodes, each broker and controller, replication
+## factor 3, min.insync.replicas 2; docs/testing.md). They skip under
+## `make it`, which gives them no cluster. CLUSTERPKGS: the packages with
+## such tests.
+CLUSTERPKGS ?= ./internal/kafkatest
+it-cluster:
+	it/kafka/cluster classpath
+	it/kafka/cluster run $(GO) test -count=1 -tags it -p 1 -v -run '^TestCluster' $(CLUSTERPKGS)
 
 ## lint: gofmt, go vet and staticcheck (pinned, run through `go run`); vet
 ## and staticcheck with the `it` tag, so they check the integration tests too.

@@ -102,15 +102,20 @@ func run(ctx context.Context, script string, args ...string) (string, error) {
 // script finds it/kafka/broker in the enclosing module (go test runs a
 // package's tests in its directory).
 func script() (string, error) {
+	return scriptNamed("broker")
+}
+
+// scriptNamed finds it/kafka/NAME in the enclosing module.
+func scriptNamed(name string) (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			p := filepath.Join(dir, "it", "kafka", "broker")
+			p := filepath.Join(dir, "it", "kafka", name)
 			if _, err := os.Stat(p); err != nil {
-				return "", fmt.Errorf("kafkatest: no broker script: %w", err)
+				return "", fmt.Errorf("kafkatest: no %s script: %w", name, err)
 			}
 			return p, nil
 		}
