@@ -60,6 +60,13 @@ var (
 	// base for a delta recovery (a *CheckpointError says why); recover
 	// in full.
 	ErrCheckpointUnusable = errors.New("store: checkpoint unusable")
+	// ErrHangingTransaction: a transaction is open on a partition the
+	// store reads or writes and no transaction coordinator has it ongoing
+	// (it was forgotten, as after an unclean loss of the tail of
+	// __transaction_state): no producer will ever end it, and it pins the
+	// partition's last stable offset until it is aborted. A
+	// *HangingTransactionError matches it.
+	ErrHangingTransaction = errors.New("store: hanging transaction")
 )
 
 // ConfigError names a permanent configuration problem: what is wrong
@@ -239,6 +246,96 @@ func (o OpenTransaction) String() string {
 	}
 	return fmt.Sprintf("producer %d epoch %d (%s) open on %s since offset %d",
 		o.ProducerID, o.ProducerEpoch, holder, o.Partition, o.StartOffset)
+}
+
+// HangingTransaction is an open transaction found hanging: open on its
+// partition while no transaction coordinator has its producer's
+// transaction ongoing.
+type HangingTransaction struct {
+	OpenTransaction
+	// CoordinatorEpoch is the coordinator epoch the partition recorded
+	// for the producer, which an abort's markers must carry.
+	CoordinatorEpoch int32
+	// OwnLineage: the producer is proven to be of the partition's own
+	// transactional.id (its producer id is the one the takeover got, or
+	// the one the coordinator reports for the transactional.id, at an
+	// epoch no later than theirs). Only such a transaction does the store
+	// abort itself (kafka.Config.AbortHangingTransactions).
+	OwnLineage bool
+}
+
+// HangingTransactionError reports a recovery read of a snapshot partition
+// held by hanging transactions (see ErrHangingTransaction): what the
+// partition's producers and the transaction coordinator report, why the
+// store did not abort them, and the commands that do. A recovery that
+// waited its stall timeout returns it with Stall set: it then matches
+// ErrRecoveryStalled too.
+type HangingTransactionError struct {
+	// Snapshots is the snapshot partition whose read is held.
+	Snapshots TopicPartition
+	// TransactionalID is the partition's own transactional.id, and
+	// Coordinator what its transaction coordinator reports of it (state,
+	// producer id and epoch), or why it could not be asked.
+	TransactionalID string
+	Coordinator     string
+	// Hanging are the hanging transactions, those open on Snapshots first.
+	Hanging []HangingTransaction
+	// NotAborted says why the store did not abort them itself.
+	NotAborted string
+	// Bootstrap is a broker address for the commands in the message.
+	Bootstrap string
+	// Stall is the stalled read, once the stall timeout passed.
+	Stall *RecoveryStalledError
+	// AbortErr is why the store's own abort failed, if it tried.
+	AbortErr error
+}
+
+func (e *HangingTransactionError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "store: recovery of %s is held by a hanging transaction, open with no transaction coordinator having it ongoing", e.Snapshots)
+	if e.Stall != nil {
+		fmt.Fprintf(&b, " (stalled for %s at offset %d of target %d)", e.Stall.Stalled, e.Stall.Position, e.Stall.Target)
+	}
+	b.WriteString(": ")
+	for i, h := range e.Hanging {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s, coordinator epoch %d", h.OpenTransaction, h.CoordinatorEpoch)
+	}
+	if e.TransactionalID != "" {
+		fmt.Fprintf(&b, "; the partition's transactional.id %q", e.TransactionalID)
+		if e.Coordinator != "" {
+			fmt.Fprintf(&b, ": its coordinator reports %s", e.Coordinator)
+		}
+	}
+	if e.NotAborted != "" {
+		fmt.Fprintf(&b, "; not aborted by the store: %s", e.NotAborted)
+	}
+	if e.AbortErr != nil {
+		fmt.Fprintf(&b, "; the store's abort failed: %v", e.AbortErr)
+	}
+	b.WriteString("; to abort (only what no live producer owns): ")
+	for i, h := range e.Hanging {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(h.AbortCommand(e.Bootstrap))
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrHangingTransaction, the stall (ErrRecoveryStalled) and
+// the abort error, those set.
+func (e *HangingTransactionError) Unwrap() []error {
+	errs := []error{ErrHangingTransaction}
+	if e.Stall != nil {
+		errs = append(errs, e.Stall)
+	}
+	if e.AbortErr != nil {
+		errs = append(errs, e.AbortErr)
+	}
+	return errs
 }
 
 // UnstableOffsetError reports an input partition whose acquisition cannot

@@ -171,7 +171,7 @@ func (br *broker) Open(ctx context.Context, input, snap store.TopicPartition) (b
 	if err != nil {
 		return nil, err
 	}
-	return &partition{b: br.b, input: input, inputID: inputID, snap: snap, topic: topic}, nil
+	return &partition{b: br.b, input: input, inputID: inputID, snap: snap, topic: topic, pid: -1}, nil
 }
 
 // Unstable implements backend.Broker.

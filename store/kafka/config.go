@@ -85,6 +85,33 @@ type Config struct {
 	// modes: a Plain read never waits for a transaction, but a log cut
 	// below the high watermark it captured would hold it for good.
 	RecoveryStallTimeout time.Duration
+	// AbortHangingTransactions lets a recovery abort a hanging transaction
+	// of its own partition itself; off (false) by default, when the
+	// store only reports it (a *store.HangingTransactionError, with the
+	// kafka-transactions.sh abort command, in a log line and as the
+	// recovery's error once its stall timeout passes).
+	//
+	// A transaction hangs when it is open on the snapshot partition and
+	// no transaction coordinator has it ongoing: the coordinator forgot
+	// it (a single broker killed with SIGKILL can lose the tail of
+	// __transaction_state), so no takeover's InitProducerID can end it,
+	// and it pins the last stable offset for good. With this option the
+	// store aborts it, as kafka-transactions.sh abort does (WriteTxnMarkers
+	// ABORT with the producer id, epoch and coordinator epoch the
+	// partition reports, to its leader), only when it can prove the
+	// producer is of the partition's own transactional.id: the producer
+	// id is the one the takeover's InitProducerID returned, or the one the
+	// coordinator reports for the transactional.id, at an epoch no later
+	// than theirs. Producer ids are never reused across transactional.ids,
+	// and the takeover fenced every earlier epoch of that id, so no live
+	// producer can still write to that transaction: aborting it loses
+	// nothing that was committed, and what it held was never acknowledged
+	// as committed. A transaction it cannot prove is its own (another
+	// application's producer, a producer id no coordinator maps to this
+	// transactional.id) is only reported; one a coordinator has ongoing
+	// is not hanging and is waited for. The principal needs ClusterAction
+	// on the cluster for WriteTxnMarkers.
+	AbortHangingTransactions bool
 	// TLS, if set, dials brokers with TLS.
 	TLS *tls.Config
 	// SASL, if set, authenticates every connection.

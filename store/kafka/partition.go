@@ -29,6 +29,11 @@ type partition struct {
 
 	mu   sync.Mutex
 	prod *kgo.Client // Transactional: this partition's producer
+	// pid and epoch are what the takeover's InitProducerID returned (-1
+	// before it, and for a standby's link, which takes nothing over):
+	// the partition's own lineage, for AbortHangingTransactions.
+	pid   int64
+	epoch int16
 	// fatal is a producer error the client cannot recover from (fenced,
 	// invalid epoch or state, a timeout abort). The partition stays
 	// fenced; a new Acquire replaces the client under the same
@@ -73,12 +78,13 @@ func (p *partition) Takeover(ctx context.Context, txnID string) error {
 	if err != nil {
 		return fmt.Errorf("kafka: %s: producer %q: %w", p.input, txnID, err)
 	}
-	if _, _, err := prod.ProducerID(ctx); err != nil {
+	pid, epoch, err := prod.ProducerID(ctx)
+	if err != nil {
 		prod.Close()
 		return fmt.Errorf("kafka: %s: initialising transactional.id %q (the takeover): %w", p.input, txnID, err)
 	}
 	p.mu.Lock()
-	p.prod = prod
+	p.prod, p.pid, p.epoch = prod, pid, epoch
 	p.mu.Unlock()
 	return nil
 }

@@ -48,7 +48,7 @@ func (p *partition) Source(_ context.Context, from int64) (readloop.Source, func
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafka: recovery reader for %s: %w", snap, err)
 	}
-	return &source{admin: b.admin, reader: cl, tp: snap, pos: from}, cl.Close, nil
+	return &source{admin: b.admin, reader: cl, tp: snap, pos: from, p: p}, cl.Close, nil
 }
 
 type source struct {
@@ -56,6 +56,11 @@ type source struct {
 	reader *kgo.Client
 	tp     store.TopicPartition
 	pos    int64
+	// p is the partition whose recovery this is (nil for a standby's
+	// follow, which has no producer of its own), and logged the hanging
+	// transactions this read has logged.
+	p      *partition
+	logged map[hangingKey]bool
 }
 
 // HighWatermark lists the log end as a read_uncommitted reader sees it:

@@ -36,6 +36,25 @@ type Source interface {
 	Poll(ctx context.Context, wait time.Duration) ([]Fetched, int64, error)
 }
 
+// PinChecker is what a Source may also be: a diagnosis of the open
+// transactions that pin the read at the last stable offset, for a read
+// that has waited there (Config.PinCheckInterval).
+type PinChecker interface {
+	// CheckPinned looks for hanging transactions behind the read, waiting
+	// at pos below its target with the last stable offset at pos. It
+	// returns resumed if it ended them (the read goes on, its stall
+	// deadline restarted), or the hanging transactions it found and left
+	// (nil: none; an ongoing transaction is not hanging): the read goes on
+	// waiting, since an operator may abort them, and fails with them if
+	// its stall deadline passes.
+	CheckPinned(ctx context.Context, pos int64) (resumed bool, hanging *store.HangingTransactionError)
+}
+
+// DefaultPinCheckInterval is how long a read waits at the last stable
+// offset before, and between, its PinChecker's checks, at most (a fourth
+// of the stall timeout if that is shorter).
+const DefaultPinCheckInterval = 5 * time.Second
+
 // Config configures a read.
 type Config struct {
 	Snapshots store.TopicPartition
@@ -52,6 +71,20 @@ type Config struct {
 	Logger   *slog.Logger
 	// Progress, if set, hears the read's start, advances and end.
 	Progress func(store.RecoveryEvent)
+	// PinCheckInterval: see DefaultPinCheckInterval (the default).
+	PinCheckInterval time.Duration
+}
+
+// pinCheckInterval is the interval of cfg's pin checks.
+func (cfg Config) pinCheckInterval() time.Duration {
+	d := cfg.PinCheckInterval
+	if d <= 0 {
+		d = DefaultPinCheckInterval
+		if cfg.StallTimeout > 0 {
+			d = min(d, cfg.StallTimeout/4)
+		}
+	}
+	return max(d, time.Millisecond)
 }
 
 // Read streams the snapshots of the partition below the high watermark
@@ -90,10 +123,20 @@ func Read(ctx context.Context, cfg Config, src Source) iter.Seq2[store.Snapshot,
 		}
 		progress(pos >= target, nil)
 		lastProgress := cfg.Now()
+		// The pin checks: at most one per interval, once the read has
+		// waited an interval since its last advance; hanging is the last
+		// check's finding.
+		checker, _ := src.(PinChecker)
+		interval := cfg.pinCheckInterval()
+		lastCheck := lastProgress
+		var hanging *store.HangingTransactionError
 		for pos < target {
 			wait := cfg.PollWait
 			if cfg.StallTimeout > 0 {
 				wait = lastProgress.Add(cfg.StallTimeout).Sub(cfg.Now())
+			}
+			if checker != nil {
+				wait = min(wait, later(lastProgress, lastCheck).Add(interval).Sub(cfg.Now()))
 			}
 			recs, next, err := src.Poll(ctx, max(wait, 0))
 			if err != nil {
@@ -121,11 +164,29 @@ func Read(ctx context.Context, cfg Config, src Source) iter.Seq2[store.Snapshot,
 			if next > pos {
 				pos = next
 				lastProgress = now
+				hanging = nil
 				progress(pos >= target, nil)
 				continue
 			}
+			if checker != nil && now.Sub(later(lastProgress, lastCheck)) >= interval {
+				lastCheck = now
+				hanging = nil
+				if lso, err := src.LastStable(ctx); err == nil && lso <= pos {
+					var resumed bool
+					resumed, hanging = checker.CheckPinned(ctx, pos)
+					if resumed {
+						lastProgress = cfg.Now()
+						continue
+					}
+				}
+			}
 			if cfg.StallTimeout > 0 && now.Sub(lastProgress) >= cfg.StallTimeout {
-				fail(diagnose(ctx, cfg, src, pos, target, now.Sub(lastProgress)))
+				err := diagnose(ctx, cfg, src, pos, target, now.Sub(lastProgress))
+				if se, ok := err.(*store.RecoveryStalledError); ok && se.Cause == store.StallOpenTransaction && hanging != nil {
+					hanging.Stall = se
+					err = hanging
+				}
+				fail(err)
 				return
 			}
 		}
@@ -144,4 +205,11 @@ func diagnose(ctx context.Context, cfg Config, src Source, pos, target int64, st
 		e.Cause, e.LogEnd = store.StallOpenTransaction, end
 	}
 	return e
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -3,6 +3,7 @@ package readloop
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -43,12 +44,17 @@ func at(off int64, key string) Fetched {
 }
 
 func run(t *testing.T, s *script, stall time.Duration) (keys []string, logs string, err error) {
+	return runWith(t, s, s, stall)
+}
+
+// runWith reads src on s's clock.
+func runWith(t *testing.T, src Source, s *script, stall time.Duration) (keys []string, logs string, err error) {
 	var buf bytes.Buffer
 	cfg := Config{
 		Snapshots: store.TopicPartition{Topic: "snaps", Partition: 0}, StallTimeout: stall, PollWait: time.Second,
 		Now: func() time.Time { return s.now }, Logger: slog.New(slog.NewTextHandler(&buf, nil)),
 	}
-	for snap, err := range Read(context.Background(), cfg, s) {
+	for snap, err := range Read(context.Background(), cfg, src) {
 		if err != nil {
 			return keys, buf.String(), err
 		}
@@ -144,5 +150,41 @@ func TestProgressReportsStartAdvancesAndEnd(t *testing.T) {
 	read(&script{hw: 0, lso: 0})
 	if want := "[0/0/true/false]"; fmt.Sprint(got) != want {
 		t.Fatalf("events %v, want %s (nothing to read ends at the start)", got, want)
+	}
+}
+
+// pinned is a script whose PinChecker reports a hanging transaction, or
+// ends it (the next polls then advance).
+type pinned struct {
+	*script
+	checks int
+	abort  bool
+}
+
+func (p *pinned) CheckPinned(context.Context, int64) (bool, *store.HangingTransactionError) {
+	p.checks++
+	if p.abort {
+		p.polls = []poll{{next: p.hw}}
+		return true, nil
+	}
+	return false, &store.HangingTransactionError{Snapshots: store.TopicPartition{Topic: "snaps"}}
+}
+
+// A read pinned at the last stable offset asks its PinChecker once per
+// interval; what it reports becomes the stall's error, and an abort lets
+// the read finish.
+func TestPinCheckerFindingsEndAStalledRead(t *testing.T) {
+	s := &pinned{script: &script{hw: 2, lso: 1, polls: []poll{{recs: []Fetched{at(0, "a")}, next: 1}, {next: 1, took: time.Hour}}}}
+	_, _, err := runWith(t, s, s.script, time.Minute)
+	var he *store.HangingTransactionError
+	if !errors.As(err, &he) || he.Stall == nil || !errors.Is(err, store.ErrRecoveryStalled) {
+		t.Fatalf("err = %v, want the hanging transaction as the stall's error", err)
+	}
+	if s.checks != 12 { // every DefaultPinCheckInterval (5 s) of the minute
+		t.Fatalf("%d checks in a minute, want 12", s.checks)
+	}
+	s = &pinned{script: &script{hw: 2, lso: 1, polls: []poll{{recs: []Fetched{at(0, "a")}, next: 1}, {next: 1, took: time.Hour}}}, abort: true}
+	if keys, _, err := runWith(t, s, s.script, time.Minute); err != nil || fmt.Sprint(keys) != "[a]" || s.checks != 1 {
+		t.Fatalf("keys %v err %v checks %d after an abort", keys, err, s.checks)
 	}
 }

@@ -1,0 +1,256 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/readloop"
+)
+
+var _ readloop.PinChecker = (*source)(nil)
+
+// hangingKey names one hanging transaction, for logging it once per read.
+type hangingKey struct {
+	tp    store.TopicPartition
+	pid   int64
+	start int64
+}
+
+// The coordinator states in which a transaction is ongoing: the
+// coordinator will end it (or is ending it) itself.
+var ongoingStates = []string{"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"}
+
+// CheckPinned implements readloop.PinChecker: a recovery read waiting at
+// the last stable offset looks for hanging transactions on its snapshot
+// partition (findHanging), logs each once, and with
+// Config.AbortHangingTransactions aborts those of its own lineage.
+func (s *source) CheckPinned(ctx context.Context, _ int64) (bool, *store.HangingTransactionError) {
+	p := s.p
+	if p == nil || p.b.set.Mode != store.Transactional {
+		return false, nil
+	}
+	h := p.findHanging(ctx)
+	if h == nil {
+		return false, nil
+	}
+	b := p.b
+	switch {
+	case !b.cfg.AbortHangingTransactions:
+		h.NotAborted = "kafka.Config.AbortHangingTransactions is off"
+	case !allOwn(h.Hanging):
+		h.NotAborted = "its producer is not proven to be of the partition's own transactional.id (a producer id no " +
+			"coordinator maps to it at an epoch no earlier than the transaction's), so it may be another application's"
+	default:
+		if err := p.abortHanging(ctx, h.Hanging); err != nil {
+			h.AbortErr = err
+			break
+		}
+		for _, t := range h.Hanging {
+			b.set.Logger.Warn("aborted a hanging transaction of the partition's own transactional.id (AbortHangingTransactions)",
+				"snapshots", s.tp.String(), "partition", t.Partition.String(), "producer_id", t.ProducerID,
+				"producer_epoch", t.ProducerEpoch, "coordinator_epoch", t.CoordinatorEpoch, "start_offset", t.StartOffset,
+				"transactional_id", h.TransactionalID, "coordinator", h.Coordinator)
+		}
+		return true, nil
+	}
+	fresh := false
+	for _, t := range h.Hanging {
+		k := hangingKey{t.Partition, t.ProducerID, t.StartOffset}
+		if !s.logged[k] {
+			fresh = true
+			if s.logged == nil {
+				s.logged = map[hangingKey]bool{}
+			}
+			s.logged[k] = true
+		}
+	}
+	if fresh || h.AbortErr != nil {
+		b.set.Logger.Error("recovery is held by a hanging transaction", "snapshots", s.tp.String(), "err", h)
+	}
+	return false, h
+}
+
+func allOwn(hs []store.HangingTransaction) bool {
+	for _, h := range hs {
+		if !h.OwnLineage {
+			return false
+		}
+	}
+	return len(hs) > 0
+}
+
+// findHanging returns the hanging transactions on the partition's snapshot
+// partition (and, of the same producers, on the output partitions the
+// backend knows), or nil if there are none or it cannot tell.
+//
+// A transaction is hanging when DescribeProducers shows it open and no
+// coordinator has its producer's transaction ongoing: neither the one the
+// partition's transactional.id is at (DescribeTransactions) nor any other
+// that maps the producer id (ListTransactions). The producers are
+// described again after the coordinators are asked, and only a transaction
+// still open at the same start offset counts: one that a coordinator ended
+// in between (its markers land before it reports the transaction
+// complete) is not hanging. Whatever fails to answer means "cannot tell":
+// nothing is reported, and the read waits as before.
+func (p *partition) findHanging(ctx context.Context) *store.HangingTransactionError {
+	b := p.b
+	log := b.set.Logger
+	txnID := b.TransactionalID(p.input)
+	set := kadm.TopicsSet{p.snap.Topic: {p.snap.Partition: {}}}
+	b.mu.Lock()
+	for topic, n := range b.outputTopics {
+		for i := range int32(n) {
+			set.Add(topic, i)
+		}
+	}
+	b.mu.Unlock()
+	open, err := b.openTransactions(ctx, set)
+	if err != nil {
+		log.Debug("cannot look for hanging transactions", "snapshots", p.snap.String(), "err", err)
+		return nil
+	}
+	pinning := map[int64]bool{} // producers open on the snapshot partition
+	for _, o := range open {
+		if o.Partition == p.snap {
+			pinning[o.ProducerID] = true
+		}
+	}
+	if len(pinning) == 0 {
+		return nil
+	}
+	pids := slices.Sorted(maps.Keys(pinning))
+	h := &store.HangingTransactionError{Snapshots: p.snap, TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0]}
+	ds, err := b.adm.DescribeTransactions(ctx, txnID)
+	var own *kadm.DescribedTransaction
+	switch d, ok := ds[txnID]; {
+	case err != nil:
+		log.Debug("cannot look for hanging transactions", "transactional_id", txnID, "err", err)
+		return nil
+	case !ok:
+		h.Coordinator = "nothing"
+	case d.Err != nil:
+		h.Coordinator = fmt.Sprintf("an error (%v)", d.Err)
+	default:
+		own = &d
+		h.Coordinator = fmt.Sprintf("%s, producer %d epoch %d", d.State, d.ProducerID, d.ProducerEpoch)
+	}
+	listed, err := b.adm.ListTransactions(ctx, pids, nil)
+	if err != nil {
+		log.Debug("cannot look for hanging transactions", "producers", pids, "err", err)
+		return nil
+	}
+	ongoing := map[int64]string{} // producer id -> a transactional.id that has it ongoing
+	for _, t := range listed {
+		if slices.Contains(ongoingStates, t.State) {
+			ongoing[t.ProducerID] = t.TxnID
+		}
+	}
+	if own != nil && slices.Contains(ongoingStates, own.State) {
+		ongoing[own.ProducerID] = txnID
+	}
+	again, err := b.openTransactions(ctx, set)
+	if err != nil {
+		log.Debug("cannot look for hanging transactions", "snapshots", p.snap.String(), "err", err)
+		return nil
+	}
+	p.mu.Lock()
+	ownPID, ownEpoch := p.pid, p.epoch
+	p.mu.Unlock()
+	for _, o := range open {
+		if !pinning[o.ProducerID] || ongoing[o.ProducerID] != "" || !slices.Contains(again, o) {
+			continue
+		}
+		t := store.HangingTransaction{OpenTransaction: o.OpenTransaction, CoordinatorEpoch: o.coordinatorEpoch}
+		for _, l := range listed {
+			if l.ProducerID == o.ProducerID {
+				t.TransactionalID = l.TxnID
+			}
+		}
+		t.OwnLineage = ownPID >= 0 && o.ProducerID == ownPID && o.ProducerEpoch <= ownEpoch ||
+			own != nil && o.ProducerID == own.ProducerID && o.ProducerEpoch <= own.ProducerEpoch
+		if t.OwnLineage && t.TransactionalID == "" {
+			t.TransactionalID = txnID
+		}
+		h.Hanging = append(h.Hanging, t)
+	}
+	if len(h.Hanging) == 0 {
+		return nil
+	}
+	// The snapshot partition first: the one whose read is held.
+	slices.SortStableFunc(h.Hanging, func(x, y store.HangingTransaction) int {
+		return boolInt(x.Partition != p.snap) - boolInt(y.Partition != p.snap)
+	})
+	return h
+}
+
+// openTxn is an open transaction as DescribeProducers reports it.
+type openTxn struct {
+	store.OpenTransaction
+	coordinatorEpoch int32
+}
+
+// openTransactions lists the transactions open on set's partitions; a
+// partition that fails to answer fails it.
+func (b *Backend) openTransactions(ctx context.Context, set kadm.TopicsSet) ([]openTxn, error) {
+	described, err := b.adm.DescribeProducers(ctx, set)
+	if err != nil {
+		return nil, fmt.Errorf("describing the producers of %v: %w", set.Topics(), err)
+	}
+	var errs []error
+	described.EachPartition(func(d kadm.DescribedProducersPartition) {
+		if d.Err != nil {
+			errs = append(errs, fmt.Errorf("describing the producers of %s/%d: %w", d.Topic, d.Partition, d.Err))
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	var open []openTxn
+	described.EachProducer(func(d kadm.DescribedProducer) {
+		if d.CurrentTxnStartOffset < 0 {
+			return
+		}
+		open = append(open, openTxn{OpenTransaction: store.OpenTransaction{
+			Partition:  store.TopicPartition{Topic: d.Topic, Partition: d.Partition},
+			ProducerID: d.ProducerID, ProducerEpoch: d.ProducerEpoch, StartOffset: d.CurrentTxnStartOffset,
+		}, coordinatorEpoch: d.CoordinatorEpoch})
+	})
+	return open, nil
+}
+
+// abortHanging aborts hanging transactions as kafka-transactions.sh abort
+// does (KIP-664's Admin.abortTransaction): a WriteTxnMarkers request with
+// an ABORT marker for the producer id, epoch and coordinator epoch the
+// partition reported, sent to the partition's leader (franz-go shards the
+// request by leader).
+func (p *partition) abortHanging(ctx context.Context, hs []store.HangingTransaction) error {
+	var errs []error
+	for _, h := range hs {
+		m := kadm.TxnMarkers{ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, CoordinatorEpoch: h.CoordinatorEpoch,
+			Topics: kadm.TopicsSet{h.Partition.Topic: {h.Partition.Partition: {}}}}
+		resp, err := p.b.adm.WriteTxnMarkers(ctx, m)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("aborting producer %d's transaction on %s: %w", h.ProducerID, h.Partition, err))
+			continue
+		}
+		answered := false
+		resp.EachPartition(func(r kadm.TxnMarkersPartitionResponse) {
+			if r.Topic == h.Partition.Topic && r.Partition == h.Partition.Partition {
+				answered = true
+				if r.Err != nil {
+					errs = append(errs, fmt.Errorf("aborting producer %d's transaction on %s: %w", h.ProducerID, h.Partition, r.Err))
+				}
+			}
+		})
+		if !answered {
+			errs = append(errs, fmt.Errorf("aborting producer %d's transaction on %s: no answer for the partition", h.ProducerID, h.Partition))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,257 @@
+package kafka_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
+)
+
+// lockedBuffer is a log sink safe for the backend's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// forgetful is how a kfake cluster is made to hold a hanging transaction:
+// a transaction really open on the snapshot partition (kfake's partition
+// state, DescribeProducers and the last stable offset all show it), held
+// by a producer that the coordinators, as the clients see them, no longer
+// know. kfake's coordinator cannot lose state, so the transaction is
+// opened under a shadow transactional.id (which the takeover of the
+// partition's own does not abort), and the two coordinator look-ups are
+// intercepted: ListTransactions lists no transactional.id for the
+// producer (nothing maps it any more), and, for an own-lineage hang,
+// DescribeTransactions of the partition's transactional.id answers what a
+// coordinator that lost the tail of __transaction_state answers after the
+// takeover: Empty, with the hanging producer's id at a later epoch.
+type forgetful struct {
+	pid   int64
+	epoch int16
+	start int64
+}
+
+const (
+	ownLineage     = true
+	foreignLineage = false
+)
+
+// hang opens the shadow transaction with one record for key on in's
+// snapshot partition and makes the coordinators forget it; own says
+// whether DescribeTransactions maps its producer to in's transactional.id.
+func hang(t *testing.T, w *fakeWorld, in store.TopicPartition, key string, own bool) forgetful {
+	t.Helper()
+	snap := snapTP(in)
+	start := w.listEnd(t, snap, 0)
+	cl := w.openTransaction(t, "shadow-"+key, 15*time.Minute, snap,
+		[]store.WireRecord{store.EncodeSnapshot(store.Snapshot{Key: []byte(key), Value: []byte("never committed")})})
+	pid, epoch, err := cl.ProducerID(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := forgetful{pid: pid, epoch: epoch, start: start}
+	txnID := fmt.Sprintf("%s-%s-%d", prefix, in.Topic, in.Partition)
+	w.c.ControlKey(int16(kmsg.ListTransactions), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		w.c.KeepControl()
+		req := kreq.(*kmsg.ListTransactionsRequest)
+		for _, p := range req.ProducerIDFilters {
+			if p == pid {
+				return req.ResponseKind(), nil, true // nothing maps the producer
+			}
+		}
+		return nil, nil, false
+	})
+	if own {
+		w.c.ControlKey(int16(kmsg.DescribeTransactions), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+			w.c.KeepControl()
+			req := kreq.(*kmsg.DescribeTransactionsRequest)
+			if len(req.TransactionalIDs) != 1 || req.TransactionalIDs[0] != txnID {
+				return nil, nil, false
+			}
+			resp := req.ResponseKind().(*kmsg.DescribeTransactionsResponse)
+			st := kmsg.NewDescribeTransactionsResponseTransactionState()
+			st.TransactionalID, st.State, st.ProducerID, st.ProducerEpoch, st.TimeoutMillis = txnID, "Empty", pid, epoch+1, 60000
+			resp.TransactionStates = append(resp.TransactionStates, st)
+			return resp, nil, true
+		})
+	}
+	return f
+}
+
+// hangingRun is one recovery of in by a new owner after a committed
+// snapshot k=committed and a hanging (or ongoing) transaction.
+type hangingRun struct {
+	w    *fakeWorld
+	in   store.TopicPartition
+	keys []string
+	err  error
+	logs *lockedBuffer
+}
+
+func recoverBehind(t *testing.T, w *fakeWorld, abort bool) hangingRun {
+	t.Helper()
+	in := store.TopicPartition{Topic: inputTopic, Partition: 0}
+	logs := &lockedBuffer{}
+	b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix,
+		AbortHangingTransactions: abort, RecoveryStallTimeout: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Acquire(context.Background(), store.Acquisition{Input: in, Identity: joinGroup(t, w, group)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := hangingRun{w: w, in: in, logs: logs}
+	for s, err := range p.Recover(context.Background()) {
+		if err != nil {
+			r.err = err
+			break
+		}
+		r.keys = append(r.keys, string(s.Key)+"="+string(s.Value))
+	}
+	return r
+}
+
+// committedThenHang writes k=committed through the store, then opens the
+// hanging transaction.
+func committedThenHang(t *testing.T, w *fakeWorld, own bool) forgetful {
+	t.Helper()
+	in := store.TopicPartition{Topic: inputTopic, Partition: 0}
+	b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Acquire(context.Background(), store.Acquisition{Input: in, Identity: joinGroup(t, w, group)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeOne(context.Background(), p, store.Snapshot{Key: []byte("k"), Value: []byte("committed"), Offset: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+	return hang(t, w, in, "ghost", own)
+}
+
+func (r hangingRun) pinned(t *testing.T) bool {
+	t.Helper()
+	lso, hw := r.w.StableOffsets(t, r.in)
+	return lso < hw
+}
+
+// The report: the recovery's error names the partition, the producer and
+// the abort command, and matches both sentinels; one log line says it
+// while the read waits, however long.
+func TestAHangingTransactionIsReportedWithItsAbortCommand(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		f := committedThenHang(t, w, ownLineage)
+		r := recoverBehind(t, w, false)
+		var he *store.HangingTransactionError
+		if !errors.As(r.err, &he) || !errors.Is(r.err, store.ErrHangingTransaction) || !errors.Is(r.err, store.ErrRecoveryStalled) {
+			t.Fatalf("err = %v, want a HangingTransactionError that is a stall", r.err)
+		}
+		snap := snapTP(r.in)
+		if len(he.Hanging) != 1 || he.Hanging[0].Partition != snap || he.Hanging[0].ProducerID != f.pid ||
+			he.Hanging[0].ProducerEpoch != f.epoch || he.Hanging[0].StartOffset != f.start || !he.Hanging[0].OwnLineage {
+			t.Fatalf("hanging = %+v, want producer %d epoch %d on %s at %d, own lineage", he.Hanging, f.pid, f.epoch, snap, f.start)
+		}
+		cmd := fmt.Sprintf("kafka-transactions.sh --bootstrap-server %s abort --topic %s --partition %d --start-offset %d",
+			w.c.ListenAddrs()[0], snap.Topic, snap.Partition, f.start)
+		for _, want := range []string{cmd, fmt.Sprintf("producer %d epoch %d", f.pid, f.epoch), snap.String(), "AbortHangingTransactions is off", "Empty"} {
+			if !strings.Contains(r.err.Error(), want) {
+				t.Fatalf("%q does not say %q", r.err, want)
+			}
+		}
+		if n := strings.Count(r.logs.String(), "recovery is held by a hanging transaction"); n != 1 {
+			t.Fatalf("%d log lines of the hanging transaction over a minute's wait, want 1:\n%s", n, r.logs)
+		}
+		if !r.pinned(t) {
+			t.Fatal("the hanging transaction was aborted with AbortHangingTransactions off")
+		}
+	})
+}
+
+// With the option, a hanging transaction of the partition's own lineage is
+// aborted and the recovery completes with only what was committed.
+func TestAHangingTransactionOfTheOwnLineageIsAbortedWithTheOption(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		f := committedThenHang(t, w, ownLineage)
+		r := recoverBehind(t, w, true)
+		if r.err != nil || fmt.Sprint(r.keys) != "[k=committed]" {
+			t.Fatalf("keys %v err %v, want only k=committed", r.keys, r.err)
+		}
+		if r.pinned(t) {
+			t.Fatal("the last stable offset is still below the high watermark")
+		}
+		if !strings.Contains(r.logs.String(), "aborted a hanging transaction") || !strings.Contains(r.logs.String(), fmt.Sprintf("producer_id=%d", f.pid)) {
+			t.Fatalf("no log line of the abort:\n%s", r.logs)
+		}
+	})
+}
+
+// Negative control: a hanging transaction whose producer no coordinator
+// maps to the partition's transactional.id is only reported, option or not.
+func TestAHangingTransactionOfAForeignLineageIsOnlyReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		f := committedThenHang(t, w, foreignLineage)
+		r := recoverBehind(t, w, true)
+		var he *store.HangingTransactionError
+		if !errors.As(r.err, &he) || len(he.Hanging) != 1 || he.Hanging[0].ProducerID != f.pid || he.Hanging[0].OwnLineage {
+			t.Fatalf("err = %v, want a HangingTransactionError of a foreign producer %d", r.err, f.pid)
+		}
+		if !strings.Contains(he.NotAborted, "not proven") {
+			t.Fatalf("NotAborted = %q, want why it was not aborted", he.NotAborted)
+		}
+		if !r.pinned(t) {
+			t.Fatal("a transaction of a foreign lineage was aborted")
+		}
+	})
+}
+
+// A transaction its coordinator has ongoing is not hanging: it is waited
+// for, never aborted, and the stall is the plain one.
+func TestAnOngoingTransactionIsNeverAborted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
+		w.openTransaction(t, "other-app", 15*time.Minute, snapTP(in),
+			[]store.WireRecord{store.EncodeSnapshot(store.Snapshot{Key: []byte("theirs"), Value: []byte("open")})})
+		r := recoverBehind(t, w, true)
+		var se *store.RecoveryStalledError
+		if !errors.As(r.err, &se) || se.Cause != store.StallOpenTransaction || errors.Is(r.err, store.ErrHangingTransaction) {
+			t.Fatalf("err = %v, want a plain open-transaction stall", r.err)
+		}
+		if !r.pinned(t) {
+			t.Fatal("an ongoing transaction was aborted")
+		}
+		if strings.Contains(r.logs.String(), "hanging") {
+			t.Fatalf("an ongoing transaction was logged as hanging:\n%s", r.logs)
+		}
+	})
+}
