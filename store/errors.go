@@ -42,6 +42,10 @@ var (
 	// ResolveAssignedOffset returns it (wrapped) rather than wait; the
 	// backend's Acquire turns it into an *UnstableOffsetError.
 	ErrOffsetUnstable = errors.New("store: committed offset held by an open transaction")
+	// ErrTakeoverStalled: an acquisition's takeover (the initialisation
+	// of the partition's transactional.id) did not finish within the
+	// stall timeout; see TakeoverStalledError.
+	ErrTakeoverStalled = errors.New("store: takeover stalled")
 	// ErrMisconfigured: a permanent configuration problem (a missing or
 	// wrongly configured topic, an option that cannot work, a
 	// transactional.id prefix another application uses). Retrying cannot
@@ -334,6 +338,75 @@ func (e *HangingTransactionError) Unwrap() []error {
 	}
 	if e.AbortErr != nil {
 		errs = append(errs, e.AbortErr)
+	}
+	return errs
+}
+
+// TakeoverStalledError reports an acquisition whose takeover did not
+// finish: the transaction coordinator kept answering the initialisation of
+// the partition's transactional.id with CONCURRENT_TRANSACTIONS (it is
+// still ending an earlier transaction of the id) for the stall timeout.
+// A healthy coordinator ends that transaction within seconds; one that
+// lost the tail of __transaction_state can be left ending a transaction
+// whose markers the partitions refuse, for ever, while a later transaction
+// of the id stays open on the snapshot partition. The acquisition is
+// retried; an operator resolves the open transactions.
+type TakeoverStalledError struct {
+	// Input is the input partition; TransactionalID its transactional.id.
+	Input           TopicPartition
+	TransactionalID string
+	// Coordinator is what the transaction coordinator reports of
+	// TransactionalID (state, producer id and epoch), or why it could not
+	// be asked.
+	Coordinator string
+	// Open are the transactions open on the snapshot partition.
+	Open []OpenTransaction
+	// Bootstrap is a broker address for the commands in the message.
+	Bootstrap string
+	// Stalled is how long the takeover waited.
+	Stalled time.Duration
+	// DiagnoseErr is why the coordinator or the open transactions could
+	// not be described; Err is the client's last answer.
+	DiagnoseErr, Err error
+}
+
+func (e *TakeoverStalledError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "store: the takeover of input partition %s by transactional.id %q made no progress for %s: its transaction coordinator keeps answering CONCURRENT_TRANSACTIONS (it is still ending an earlier transaction of the id)", e.Input, e.TransactionalID, e.Stalled)
+	if e.Coordinator != "" {
+		fmt.Fprintf(&b, "; it reports %s", e.Coordinator)
+	}
+	if len(e.Open) > 0 {
+		b.WriteString("; open on the snapshot partition: ")
+		for i, o := range e.Open {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(o.String())
+		}
+		b.WriteString("; to abort (only what no live producer owns): ")
+		for i, o := range e.Open {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(o.AbortCommand(e.Bootstrap))
+		}
+	}
+	if e.DiagnoseErr != nil {
+		fmt.Fprintf(&b, "; diagnosis incomplete: %v", e.DiagnoseErr)
+	}
+	fmt.Fprintf(&b, "; look for more with: kafka-transactions.sh --bootstrap-server %s find-hanging --broker-id <each broker>", e.Bootstrap)
+	return b.String()
+}
+
+// Unwrap returns ErrTakeoverStalled, the client's answer and the
+// diagnosis error.
+func (e *TakeoverStalledError) Unwrap() []error {
+	errs := []error{ErrTakeoverStalled}
+	for _, err := range []error{e.Err, e.DiagnoseErr} {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errs
 }

@@ -83,7 +83,11 @@ type Config struct {
 	// RecoveryStallTimeout fails a recovery read that made no progress for
 	// this long; default store.DefaultRecoveryStallTimeout (3 min). Both
 	// modes: a Plain read never waits for a transaction, but a log cut
-	// below the high watermark it captured would hold it for good.
+	// below the high watermark it captured would hold it for good. It
+	// also bounds a Transactional takeover's InitProducerID, which a
+	// coordinator that cannot finish an earlier transaction of the id
+	// refuses for ever: the acquisition then fails with a
+	// *store.TakeoverStalledError.
 	RecoveryStallTimeout time.Duration
 	// AbortHangingTransactions lets a recovery abort a hanging transaction
 	// of its own partition itself; off (false) by default, when the

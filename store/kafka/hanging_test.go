@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/snapfence/snapfence/store"
@@ -252,6 +253,46 @@ func TestAnOngoingTransactionIsNeverAborted(t *testing.T) {
 		}
 		if strings.Contains(r.logs.String(), "hanging") {
 			t.Fatalf("an ongoing transaction was logged as hanging:\n%s", r.logs)
+		}
+	})
+}
+
+// A coordinator that answers every InitProducerID of the partition's
+// transactional.id with CONCURRENT_TRANSACTIONS (on a real broker: one
+// left ending a transaction it cannot finish, hanging_it_test.go) fails
+// the takeover after the stall timeout with a TakeoverStalledError, not a
+// silent wait: franz-go retries that answer for ever. Without the bound
+// this test never ends.
+func TestATakeoverRefusedForeverFailsAfterTheStallTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
+		txnID := fmt.Sprintf("%s-%s-%d", prefix, in.Topic, in.Partition)
+		w.c.ControlKey(int16(kmsg.InitProducerID), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+			w.c.KeepControl()
+			req := kreq.(*kmsg.InitProducerIDRequest)
+			if req.TransactionalID == nil || *req.TransactionalID != txnID {
+				return nil, nil, false
+			}
+			resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+			resp.ErrorCode = kerr.ConcurrentTransactions.Code
+			return resp, nil, true
+		})
+		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix, RecoveryStallTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+		_, err = b.Acquire(context.Background(), store.Acquisition{Input: in, Identity: joinGroup(t, w, group)})
+		var te *store.TakeoverStalledError
+		if !errors.As(err, &te) || !errors.Is(err, store.ErrTakeoverStalled) || te.TransactionalID != txnID || te.Stalled != time.Minute {
+			t.Fatalf("err = %v, want a TakeoverStalledError of %s after 1m", err, txnID)
+		}
+		if waited := time.Since(began); waited < time.Minute {
+			t.Fatalf("failed after %v, before the stall timeout", waited)
+		}
+		if !strings.Contains(err.Error(), "CONCURRENT_TRANSACTIONS") || !strings.Contains(err.Error(), txnID) {
+			t.Fatalf("%q does not name the answer and the transactional.id", err)
 		}
 	})
 }

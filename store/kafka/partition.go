@@ -61,7 +61,8 @@ func (p *partition) Release() {
 // Takeover implements backend.Link: it creates the partition's
 // transactional producer and initialises its producer id. franz-go
 // retries CONCURRENT_TRANSACTIONS while the broker aborts the previous
-// owner's transaction, so this returns once that abort is done.
+// owner's transaction, so this returns once that abort is done, or fails
+// with a *store.TakeoverStalledError after RecoveryStallTimeout.
 func (p *partition) Takeover(ctx context.Context, txnID string) error {
 	cfg := &p.b.cfg
 	opts := append(cfg.clientOpts(),
@@ -78,9 +79,19 @@ func (p *partition) Takeover(ctx context.Context, txnID string) error {
 	if err != nil {
 		return fmt.Errorf("kafka: %s: producer %q: %w", p.input, txnID, err)
 	}
-	pid, epoch, err := prod.ProducerID(ctx)
+	// Bounded: a coordinator that never finishes an earlier transaction
+	// of the id (one that lost the tail of __transaction_state can leave
+	// it in PrepareCommit, its markers refused) answers
+	// CONCURRENT_TRANSACTIONS, which franz-go retries for ever.
+	stall := p.b.set.RecoveryStallTimeout
+	ictx, cancel := context.WithTimeout(ctx, stall)
+	pid, epoch, err := prod.ProducerID(ictx)
+	cancel()
 	if err != nil {
 		prod.Close()
+		if ctx.Err() == nil && ictx.Err() != nil {
+			return p.b.takeoverStalled(ctx, p.input, p.snap, txnID, stall, err)
+		}
 		return fmt.Errorf("kafka: %s: initialising transactional.id %q (the takeover): %w", p.input, txnID, err)
 	}
 	p.mu.Lock()

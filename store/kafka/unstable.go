@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 	"unicode/utf16"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -25,17 +26,35 @@ const offsetsTopic = "__consumer_offsets"
 func (b *Backend) unstableOffset(ctx context.Context, a store.Acquisition, snap store.TopicPartition, txnID string, err error) error {
 	e := &store.UnstableOffsetError{Input: a.Input, Group: a.Identity.CurrentIdentity().Group,
 		TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0], Err: err}
+	e.Coordinator, e.Open, e.DiagnoseErr = b.diagnoseTransactions(ctx, e.Group, snap, txnID)
+	return e
+}
+
+// takeoverStalled diagnoses a takeover whose InitProducerID the
+// coordinator kept refusing (CONCURRENT_TRANSACTIONS: it is still ending
+// an earlier transaction of the id, and may never, if it lost the tail of
+// __transaction_state and its markers are refused) for stalled.
+func (b *Backend) takeoverStalled(ctx context.Context, input, snap store.TopicPartition, txnID string, stalled time.Duration, err error) error {
+	e := &store.TakeoverStalledError{Input: input, TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0], Stalled: stalled, Err: err}
+	e.Coordinator, e.Open, e.DiagnoseErr = b.diagnoseTransactions(ctx, "", snap, txnID)
+	return e
+}
+
+// diagnoseTransactions is what the coordinator knows of txnID, and the
+// transactions open on snap and, with a group, the group's offsets
+// partition; what it cannot learn is in diagErr.
+func (b *Backend) diagnoseTransactions(ctx context.Context, group string, snap store.TopicPartition, txnID string) (coordinator string, open []store.OpenTransaction, diagErr error) {
 	var errs []error
 	if ds, derr := b.adm.DescribeTransactions(ctx, txnID); derr != nil {
 		errs = append(errs, fmt.Errorf("describing transactional.id %s: %w", txnID, derr))
 	} else if d, ok := ds[txnID]; ok && d.Err == nil {
-		e.Coordinator = fmt.Sprintf("%s, producer %d epoch %d", d.State, d.ProducerID, d.ProducerEpoch)
+		coordinator = fmt.Sprintf("%s, producer %d epoch %d", d.State, d.ProducerID, d.ProducerEpoch)
 	} else if ok {
-		e.Coordinator = fmt.Sprintf("an error (%v)", d.Err)
+		coordinator = fmt.Sprintf("an error (%v)", d.Err)
 	}
 	set := kadm.TopicsSet{snap.Topic: {snap.Partition: {}}}
-	if e.Group != "" {
-		if op, perr := b.groupOffsetsPartition(ctx, e.Group); perr != nil {
+	if group != "" {
+		if op, perr := b.groupOffsetsPartition(ctx, group); perr != nil {
 			errs = append(errs, perr)
 		} else {
 			set[offsetsTopic] = map[int32]struct{}{op: {}}
@@ -50,7 +69,7 @@ func (b *Backend) unstableOffset(ctx context.Context, a store.Acquisition, snap 
 		if p.CurrentTxnStartOffset < 0 {
 			return // no transaction open
 		}
-		e.Open = append(e.Open, store.OpenTransaction{Partition: store.TopicPartition{Topic: p.Topic, Partition: p.Partition},
+		open = append(open, store.OpenTransaction{Partition: store.TopicPartition{Topic: p.Topic, Partition: p.Partition},
 			ProducerID: p.ProducerID, ProducerEpoch: p.ProducerEpoch, StartOffset: p.CurrentTxnStartOffset})
 		pids = append(pids, p.ProducerID)
 	})
@@ -64,21 +83,20 @@ func (b *Backend) unstableOffset(ctx context.Context, a store.Acquisition, snap 
 		if lerr != nil {
 			errs = append(errs, fmt.Errorf("listing the transactions of producers %v: %w", pids, lerr))
 		}
-		for i, o := range e.Open {
+		for i, o := range open {
 			for _, t := range listed {
 				if t.ProducerID == o.ProducerID {
-					e.Open[i].TransactionalID = t.TxnID
+					open[i].TransactionalID = t.TxnID
 				}
 			}
 		}
 	}
 	// The snapshot partition first: a transaction open there is the
 	// partition's own lineage (or a prefix collision).
-	slices.SortStableFunc(e.Open, func(x, y store.OpenTransaction) int {
+	slices.SortStableFunc(open, func(x, y store.OpenTransaction) int {
 		return boolInt(x.Partition.Topic == offsetsTopic) - boolInt(y.Partition.Topic == offsetsTopic)
 	})
-	e.DiagnoseErr = errors.Join(errs...)
-	return e
+	return coordinator, open, errors.Join(errs...)
 }
 
 func boolInt(b bool) int {
