@@ -378,19 +378,7 @@ func (e *TakeoverStalledError) Error() string {
 	}
 	if len(e.Open) > 0 {
 		b.WriteString("; open on the snapshot partition: ")
-		for i, o := range e.Open {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(o.String())
-		}
-		b.WriteString("; to abort (only what no live producer owns): ")
-		for i, o := range e.Open {
-			if i > 0 {
-				b.WriteString("; ")
-			}
-			b.WriteString(o.AbortCommand(e.Bootstrap))
-		}
+		writeOpen(&b, e.Open, e.Bootstrap)
 	}
 	if e.DiagnoseErr != nil {
 		fmt.Fprintf(&b, "; diagnosis incomplete: %v", e.DiagnoseErr)
@@ -463,22 +451,28 @@ func (e *UnstableOffsetError) Error() string {
 		}
 	} else {
 		b.WriteString("; open: ")
-		for i, o := range e.Open {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(o.String())
-		}
-		b.WriteString("; to abort (only what no live producer owns): ")
-		for i, o := range e.Open {
-			if i > 0 {
-				b.WriteString("; ")
-			}
-			b.WriteString(o.AbortCommand(e.Bootstrap))
-		}
+		writeOpen(&b, e.Open, e.Bootstrap)
 	}
 	fmt.Fprintf(&b, "; a transaction that is also open on other partitions (an output topic) is found with: kafka-transactions.sh --bootstrap-server %s find-hanging --broker-id <each broker>", e.Bootstrap)
 	return b.String()
+}
+
+// writeOpen writes the open transactions, then the commands that abort
+// them.
+func writeOpen(b *strings.Builder, open []OpenTransaction, bootstrap string) {
+	for i, o := range open {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(o.String())
+	}
+	b.WriteString("; to abort (only what no live producer owns): ")
+	for i, o := range open {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(o.AbortCommand(bootstrap))
+	}
 }
 
 // Unwrap returns ErrOffsetUnstable (through Err) and the diagnosis error.

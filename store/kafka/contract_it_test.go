@@ -161,6 +161,16 @@ func (w *brokerWorld) Truncate(t *testing.T, in store.TopicPartition, end int64)
 	tp := snapTP(in)
 	began := time.Now()
 	defer func() { w.truncating.Add(int64(time.Since(began))) }()
+	w.cutAndRestart(t, tp, end)
+}
+
+// cutAndRestart stops the test's broker, cuts tp's segment files at the
+// first batch at or past end, removes what the cut invalidates (indexes,
+// producer-state snapshots, the clean-shutdown and recovery-point
+// records, so the broker recovers the log on start), restarts it and
+// waits until tp is served again, at end.
+func (w *brokerWorld) cutAndRestart(t *testing.T, tp store.TopicPartition, end int64) {
+	t.Helper()
 	if err := w.own.Stop(); err != nil {
 		t.Fatal(err)
 	}

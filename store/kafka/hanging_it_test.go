@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -153,7 +151,7 @@ func forget(t *testing.T, w *brokerWorld, drop int64) forgotten {
 	if end := w.listEnd(t, txnState, 0); end <= stateEnd {
 		t.Fatalf("__transaction_state ends at %d, as before the transaction (%d): nothing to forget", end, stateEnd)
 	}
-	w.forgetTransactions(t, txnState, stateEnd-drop)
+	w.cutAndRestart(t, txnState, stateEnd-drop)
 	if lso, hw := w.stable(t, snap); lso != start || hw != start+1 {
 		t.Fatalf("after the restart the snapshot partition's last stable offset is %d and its end %d, want %d and %d (the transaction open)", lso, hw, start, start+1)
 	}
@@ -197,51 +195,6 @@ func (w *brokerWorld) stableEnd(t *testing.T, snap store.TopicPartition) int64 {
 	}
 	t.Fatalf("%s still has an open transaction after a minute", snap)
 	return 0
-}
-
-// forgetTransactions stops the test's broker, cuts tp (a
-// __transaction_state partition) back to end, removes what the cut
-// invalidates (indexes, producer snapshots, the clean-shutdown and
-// recovery-point records), restarts the broker and waits until tp is
-// served again at end.
-func (w *brokerWorld) forgetTransactions(t *testing.T, tp store.TopicPartition, end int64) {
-	t.Helper()
-	if err := w.own.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(w.own.Dir, "data")
-	pdir := filepath.Join(data, fmt.Sprintf("%s-%d", tp.Topic, tp.Partition))
-	cutSegments(t, tp, filepath.Join(pdir, "*.log"), end)
-	for _, pattern := range []string{"*.index", "*.timeindex", "*.txnindex", "*.snapshot"} {
-		stale, _ := filepath.Glob(filepath.Join(pdir, pattern))
-		for _, f := range stale {
-			if err := os.Remove(f); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, f := range []string{".kafka_cleanshutdown", "recovery-point-offset-checkpoint"} {
-		if err := os.Remove(filepath.Join(data, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := w.own.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		hw, err := tryListEnd(ctx, w.admin, tp, 0)
-		if err == nil {
-			if hw != end {
-				t.Fatalf("after cutting %s at %d its high watermark is %d", tp, end, hw)
-			}
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the restarted broker does not serve %s: %v", tp, err)
-		}
-	}
 }
 
 // The coordinator lost only the last record of the committed
