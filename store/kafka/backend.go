@@ -89,6 +89,11 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err := cfg.checkOpts(); err != nil {
 		return nil, err
 	}
+	if cfg.AbortHangingTransactions && set.Mode != store.Transactional {
+		return nil, &store.ConfigError{Subject: "Config.AbortHangingTransactions",
+			Problem: fmt.Sprintf("is set in %s mode, which has no transactional.id lineage to prove a transaction its own", set.Mode),
+			Fix:     "use Mode store.Transactional, or leave AbortHangingTransactions false"}
+	}
 	if cfg.OutputTopicPartitions < 0 || cfg.OutputTopicReplicationFactor < 0 {
 		return nil, &store.ConfigError{Subject: "Config.OutputTopicPartitions and OutputTopicReplicationFactor",
 			Problem: fmt.Sprintf("are %d and %d", cfg.OutputTopicPartitions, cfg.OutputTopicReplicationFactor),

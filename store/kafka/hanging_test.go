@@ -296,3 +296,13 @@ func TestATakeoverRefusedForeverFailsAfterTheStallTimeout(t *testing.T) {
 		}
 	})
 }
+
+// The option needs the transactional.id lineage that only Transactional
+// mode has: New refuses it in Plain mode, naming the field.
+func TestAbortHangingTransactionsNeedsTransactionalMode(t *testing.T) {
+	_, err := kafka.New(context.Background(), kafka.Config{Mode: store.Plain, SeedBrokers: []string{"127.0.0.1:1"}, AbortHangingTransactions: true})
+	var ce *store.ConfigError
+	if !errors.As(err, &ce) || !errors.Is(err, store.ErrMisconfigured) || ce.Subject != "Config.AbortHangingTransactions" {
+		t.Fatalf("err = %v, want a ConfigError of Config.AbortHangingTransactions", err)
+	}
+}
