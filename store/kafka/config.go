@@ -114,7 +114,8 @@ type Config struct {
 	// application's producer, a producer id no coordinator maps to this
 	// transactional.id) is only reported; one a coordinator has ongoing
 	// is not hanging and is waited for. The principal needs ClusterAction
-	// on the cluster for WriteTxnMarkers.
+	// on the cluster for WriteTxnMarkers. Transactional mode only: New
+	// refuses it in Plain mode.
 	AbortHangingTransactions bool
 	// TLS, if set, dials brokers with TLS.
 	TLS *tls.Config
