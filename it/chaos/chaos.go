@@ -168,6 +168,9 @@ func (c *chaos) run(modes []string) (*report, error) {
 	for _, mode := range modes {
 		mr, err := c.runMode(mode)
 		if mr != nil {
+			if err != nil {
+				mr.abort(err)
+			}
 			rep.Modes = append(rep.Modes, mr)
 		}
 		if err != nil {
@@ -509,8 +512,8 @@ func (c *chaos) runMode(mode string) (*modeReport, error) {
 		rec.Index = i + 1
 		mr.FaultLog = append(mr.FaultLog, rec)
 		if err != nil {
-			mr.Problems = append(mr.Problems, fmt.Sprintf("fault %d (%s): %v", i+1, f, err))
 			_ = stopProducer()
+			mr.Produced, mr.ProduceErrors = acked.Load(), produceErrs.Load()
 			mr.MemberFailures = c.failures
 			return mr, fmt.Errorf("fault %d (%s): %w", i+1, f, err)
 		}

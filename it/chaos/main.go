@@ -122,8 +122,26 @@ func main() {
 		reportFile = flag.String("report", "", "also write the report as JSON to this file")
 		keep       = flag.Bool("keep", false, "keep the members' directories and logs even if the run passed")
 		verbose    = flag.Bool("v", false, "print every member status change")
+		only       = flag.Bool("print-schedule", false, "print the schedule the flags and seed give (for a cluster of -nodes nodes) and exit")
+		nodes      = flag.Int("nodes", 3, "with -print-schedule: the cluster's node count")
 	)
 	flag.Parse()
+	if *only {
+		def := func(v *int, d int) {
+			if *v < 0 {
+				*v = d
+			}
+		}
+		def(kills, 3**members)
+		def(stops, *members)
+		def(pauses, *members)
+		def(bkills, *nodes)
+		def(brestarts, *nodes)
+		for i, f := range makeSchedule(*seed, *members, *nodes, *kills, *stops, *pauses, *bkills, *brestarts) {
+			fmt.Printf("%2d  %s\n", i+1, f)
+		}
+		return
+	}
 	if *brokers == "" {
 		fmt.Fprintln(os.Stderr, "chaos: no cluster: set -brokers or SNAPFENCE_KAFKA_BROKERS (it/kafka/cluster run does)")
 		os.Exit(2)

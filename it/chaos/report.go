@@ -71,8 +71,17 @@ type modeReport struct {
 	Verdict  string   `json:"verdict"`
 }
 
-// finish computes the recovery figures and the verdict.
-func (m *modeReport) finish() {
+// abort records the error that cut the mode short (a failed wait):
+// the recovery figures so far, and a failing verdict.
+func (m *modeReport) abort(err error) {
+	m.recovery()
+	m.Problems = append(m.Problems, "aborted: "+err.Error())
+	m.Problems = append(m.Problems, m.MemberFailures...)
+	m.Verdict = "FAIL"
+}
+
+// recovery computes the recovery figures.
+func (m *modeReport) recovery() {
 	var all []float64
 	byKind := map[string][]float64{}
 	for _, f := range m.FaultLog {
@@ -87,6 +96,11 @@ func (m *modeReport) finish() {
 		med, mx := medMax(xs)
 		m.RecoverByKind[k] = fmt.Sprintf("%.1f / %.1f", med, mx)
 	}
+}
+
+// finish computes the recovery figures and the verdict.
+func (m *modeReport) finish() {
+	m.recovery()
 	var why []string
 	if m.LostEvents > 0 || m.KeysWrong > 0 {
 		why = append(why, fmt.Sprintf("(1) %d keys wrong: %d events lost, %d doubled", m.KeysWrong, m.LostEvents, m.DoubledEvents))
