@@ -460,8 +460,8 @@ func (c *chaos) runMode(mode string) (*modeReport, error) {
 	producing.Add(1)
 	go func() {
 		defer producing.Done()
-		const tick = 10 * time.Millisecond
-		perTick := max(1, c.rate/100)
+		tick := max(10*time.Millisecond, time.Second/time.Duration(max(1, c.rate)))
+		perTick := max(1, int(int64(c.rate)*int64(tick)/int64(time.Second)))
 		t := time.NewTicker(tick)
 		defer t.Stop()
 		var seq int64
