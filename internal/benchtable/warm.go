@@ -7,8 +7,10 @@ package main
 // the same round (the i-th sample of a row over the i-th of cold: the
 // benchmark interleaves them, cold, warm, cold#01, warm#01, ...).
 //
-// A new variant of the benchmark (a standby replica's failover, say) is a
-// row in warmVariants, with a target in warmTargets if it has one.
+// The failover benchmark (engine/warm_failover_bench_test.go) is printed
+// the same way. A new variant is a row in its benchmark's variants, with
+// a target if it has one; a new benchmark of this kind is an entry of
+// warmBenchmarks.
 
 import "strings"
 
@@ -57,80 +59,89 @@ var failoverTargets = []struct {
 	{"standby", "failover to a standby at most 0.1x cold (failover time, ratio <= 0.1)", func(r float64) bool { return r <= 0.1 }},
 }
 
+// pairedBenchmark is one of the benchmarks above: its clusters, variants
+// (the first the baseline of the others, round by round), targets, and
+// the section each cluster gets.
+type pairedBenchmark struct {
+	clusters []struct{ bench, title string }
+	variants []struct{ sub, label string }
+	targets  []struct {
+		sub, text string
+		ok        func(ratio float64) bool
+	}
+	name  string // the section title's lead
+	title string // after the cluster's title
+	unit  string // the rows' ratio unit
+	cols  []column
+}
+
+// warmBenchmarks are the failover and the warm-restart benchmarks, in the
+// order their sections print.
+var warmBenchmarks = []pairedBenchmark{
+	{
+		clusters: failoverClusters, variants: failoverVariants, targets: failoverTargets, name: "Failover",
+		title: ": 1 partition of 1M keys (-warm.keys) of 100 B, transactional; the active's kill (and leave) to the other member's partition recovered; ratio = time / cold of the same round",
+		unit:  "failover-ms",
+		cols: []column{
+			{head: "failover ms", unit: "failover-ms", format: "%.0f"},
+			{head: "join ms", unit: "join-ms", format: "%.0f"},
+			{head: "recovery ms", unit: "recovery-ms", format: "%.0f"},
+			{head: "snapshots", unit: "snapshots", format: "%.0f"},
+			{head: "delta/1", unit: "delta-partitions", format: "%.0f"},
+			{head: "ratio", unit: "failover-ms", ratio: true},
+			{head: "recovery ratio", unit: "recovery-ms", ratio: true},
+		},
+	},
+	{
+		clusters: warmClusters, variants: warmVariants, targets: warmTargets, name: "Warm restarts",
+		title: ": 1M keys (-warm.keys) of 100 B, 8 partitions, transactional; start to every partition recovered; ratio = time / cold of the same round",
+		unit:  "total-ms",
+		cols: []column{
+			{head: "total ms", unit: "total-ms", format: "%.0f"},
+			{head: "open ms", unit: "open-ms", format: "%.0f"},
+			{head: "join ms", unit: "join-ms", format: "%.0f"},
+			{head: "recovery ms", unit: "recovery-ms", format: "%.0f"},
+			{head: "snapshots", unit: "snapshots", format: "%.0f"},
+			{head: "delta/8", unit: "delta-partitions", format: "%.0f"},
+			{head: "ratio", unit: "total-ms", ratio: true},
+			{head: "recovery ratio", unit: "recovery-ms", ratio: true},
+		},
+	},
+}
+
 func warmSections() []section {
 	var secs []section
-	for _, c := range failoverClusters {
-		sec := section{
-			title: "Failover, " + c.title + ": 1 partition of 1M keys (-warm.keys) of 100 B, transactional; the active's kill (and leave) to the other member's partition recovered; ratio = time / cold of the same round",
-			cols: []column{
-				{head: "failover ms", unit: "failover-ms", format: "%.0f"},
-				{head: "join ms", unit: "join-ms", format: "%.0f"},
-				{head: "recovery ms", unit: "recovery-ms", format: "%.0f"},
-				{head: "snapshots", unit: "snapshots", format: "%.0f"},
-				{head: "delta/1", unit: "delta-partitions", format: "%.0f"},
-				{head: "ratio", unit: "failover-ms", ratio: true},
-				{head: "recovery ratio", unit: "recovery-ms", ratio: true},
-			},
-			optional: true,
-		}
-		base := c.bench + "/" + failoverVariants[0].sub
-		for i, v := range failoverVariants {
-			r := row{bench: c.bench + "/" + v.sub, label: v.label, unit: "failover-ms"}
-			if i > 0 {
-				r.base = base
+	for _, pb := range warmBenchmarks {
+		for _, c := range pb.clusters {
+			sec := section{title: pb.name + ", " + c.title + pb.title, cols: pb.cols, optional: true}
+			base := c.bench + "/" + pb.variants[0].sub
+			for i, v := range pb.variants {
+				r := row{bench: c.bench + "/" + v.sub, label: v.label, unit: pb.unit}
+				if i > 0 {
+					r.base = base
+				}
+				sec.rows = append(sec.rows, r)
 			}
-			sec.rows = append(sec.rows, r)
+			secs = append(secs, sec)
 		}
-		secs = append(secs, sec)
-	}
-	for _, c := range warmClusters {
-		sec := section{
-			title: "Warm restarts, " + c.title + ": 1M keys (-warm.keys) of 100 B, 8 partitions, transactional; start to every partition recovered; ratio = time / cold of the same round",
-			cols: []column{
-				{head: "total ms", unit: "total-ms", format: "%.0f"},
-				{head: "open ms", unit: "open-ms", format: "%.0f"},
-				{head: "join ms", unit: "join-ms", format: "%.0f"},
-				{head: "recovery ms", unit: "recovery-ms", format: "%.0f"},
-				{head: "snapshots", unit: "snapshots", format: "%.0f"},
-				{head: "delta/8", unit: "delta-partitions", format: "%.0f"},
-				{head: "ratio", unit: "total-ms", ratio: true},
-				{head: "recovery ratio", unit: "recovery-ms", ratio: true},
-			},
-			optional: true,
-		}
-		base := c.bench + "/" + warmVariants[0].sub
-		for i, v := range warmVariants {
-			r := row{bench: c.bench + "/" + v.sub, label: v.label, unit: "total-ms"}
-			if i > 0 {
-				r.base = base
-			}
-			sec.rows = append(sec.rows, r)
-		}
-		secs = append(secs, sec)
 	}
 	return secs
 }
 
-// warmTargetList is warmTargets for every cluster, in the form of the
-// other targets.
+// warmTargetList is every benchmark's targets for every cluster, in the
+// form of the other targets.
 func warmTargetList() (out []struct {
 	bench, text string
 	ok          func(ratio float64) bool
 }) {
-	for _, c := range failoverClusters {
-		for _, t := range failoverTargets {
-			out = append(out, struct {
-				bench, text string
-				ok          func(ratio float64) bool
-			}{c.bench + "/" + t.sub, t.text + ", " + strings.SplitN(c.title, " (", 2)[0], t.ok})
-		}
-	}
-	for _, c := range warmClusters {
-		for _, t := range warmTargets {
-			out = append(out, struct {
-				bench, text string
-				ok          func(ratio float64) bool
-			}{c.bench + "/" + t.sub, t.text + ", " + strings.SplitN(c.title, " (", 2)[0], t.ok})
+	for _, pb := range warmBenchmarks {
+		for _, c := range pb.clusters {
+			for _, t := range pb.targets {
+				out = append(out, struct {
+					bench, text string
+					ok          func(ratio float64) bool
+				}{c.bench + "/" + t.sub, t.text + ", " + strings.SplitN(c.title, " (", 2)[0], t.ok})
+			}
 		}
 	}
 	return out
