@@ -135,12 +135,7 @@ func (c *chaos) verify(ctx context.Context, adm *kadm.Client, mr *modeReport) er
 		if r.Attrs.IsControl() {
 			return "", snap{}, false
 		}
-		tp := store.TopicPartition{Topic: snaps, Partition: r.Partition}
-		wr := store.WireRecord{Key: r.Key, Value: r.Value}
-		for _, h := range r.Headers {
-			wr.Headers = append(wr.Headers, store.Header{Key: h.Key, Value: h.Value})
-		}
-		sn, kind, err := store.DecodeRecord(tp, r.Offset, wr)
+		sn, kind, err := kafkatest.DecodeRecord(snaps, r)
 		if err != nil {
 			undecodable++
 			return "", snap{}, false

@@ -47,6 +47,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 )
@@ -742,12 +743,7 @@ func (m *measurer) verify(ctx context.Context, topic string, want map[string]int
 			if r.Attrs.IsControl() {
 				return
 			}
-			tp := store.TopicPartition{Topic: snaps, Partition: r.Partition}
-			wr := store.WireRecord{Key: r.Key, Value: r.Value}
-			for _, h := range r.Headers {
-				wr.Headers = append(wr.Headers, store.Header{Key: h.Key, Value: h.Value})
-			}
-			sn, kind, err := store.DecodeRecord(tp, r.Offset, wr)
+			sn, kind, err := kafkatest.DecodeRecord(snaps, r)
 			if err != nil {
 				undecodable++
 				return

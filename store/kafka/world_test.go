@@ -310,11 +310,7 @@ func (w *world) ReadSnapshots(t *testing.T, in store.TopicPartition) []store.Sna
 	}
 	var out []store.Snapshot
 	w.readTo(t, tp, lso, []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, func(r *kgo.Record) {
-		wr := store.WireRecord{Key: r.Key, Value: r.Value}
-		for _, h := range r.Headers {
-			wr.Headers = append(wr.Headers, store.Header{Key: h.Key, Value: h.Value})
-		}
-		s, kind, err := store.DecodeRecord(tp, r.Offset, wr)
+		s, kind, err := kafkatest.DecodeRecord(tp.Topic, r)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -94,11 +94,7 @@ func (w *World) scanTopic(topic string, p int32, end int64, level kgo.IsolationL
 // decode decodes a snapshot record; offset markers and corrupt records
 // (which fail recoveries) carry no state.
 func decode(tp store.TopicPartition, r *kgo.Record) (store.Snapshot, bool) {
-	wr := store.WireRecord{Key: r.Key, Value: r.Value}
-	for _, h := range r.Headers {
-		wr.Headers = append(wr.Headers, store.Header{Key: h.Key, Value: h.Value})
-	}
-	s, kind, err := store.DecodeRecord(tp, r.Offset, wr)
+	s, kind, err := kafkatest.DecodeRecord(tp.Topic, r)
 	if err != nil || kind == store.KindOffsetMarker {
 		return store.Snapshot{}, false
 	}
