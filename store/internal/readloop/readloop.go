@@ -38,7 +38,7 @@ type Source interface {
 
 // PinChecker is what a Source may also be: a diagnosis of the open
 // transactions that pin the read at the last stable offset, for a read
-// that has waited there (Config.PinCheckInterval).
+// that has waited there (pinCheckInterval).
 type PinChecker interface {
 	// CheckPinned looks for hanging transactions behind the read, waiting
 	// at pos below its target with the last stable offset at pos. It
@@ -71,18 +71,14 @@ type Config struct {
 	Logger   *slog.Logger
 	// Progress, if set, hears the read's start, advances and end.
 	Progress func(store.RecoveryEvent)
-	// PinCheckInterval: see DefaultPinCheckInterval (the default).
-	PinCheckInterval time.Duration
 }
 
-// pinCheckInterval is the interval of cfg's pin checks.
+// pinCheckInterval is the interval of cfg's pin checks:
+// DefaultPinCheckInterval, or a fourth of the stall timeout if shorter.
 func (cfg Config) pinCheckInterval() time.Duration {
-	d := cfg.PinCheckInterval
-	if d <= 0 {
-		d = DefaultPinCheckInterval
-		if cfg.StallTimeout > 0 {
-			d = min(d, cfg.StallTimeout/4)
-		}
+	d := DefaultPinCheckInterval
+	if cfg.StallTimeout > 0 {
+		d = min(d, cfg.StallTimeout/4)
 	}
 	return max(d, time.Millisecond)
 }
