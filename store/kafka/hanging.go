@@ -195,8 +195,8 @@ type openTxn struct {
 	coordinatorEpoch int32
 }
 
-// openTransactions lists the transactions open on set's partitions; a
-// partition that fails to answer fails it.
+// openTransactions lists the transactions open on set's partitions; the
+// error says which partitions failed to answer (the list has the others').
 func (b *Backend) openTransactions(ctx context.Context, set kadm.TopicsSet) ([]openTxn, error) {
 	described, err := b.adm.DescribeProducers(ctx, set)
 	if err != nil {
@@ -208,9 +208,6 @@ func (b *Backend) openTransactions(ctx context.Context, set kadm.TopicsSet) ([]o
 			errs = append(errs, fmt.Errorf("describing the producers of %s/%d: %w", d.Topic, d.Partition, d.Err))
 		}
 	})
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
 	var open []openTxn
 	described.EachProducer(func(d kadm.DescribedProducer) {
 		if d.CurrentTxnStartOffset < 0 {
@@ -221,7 +218,7 @@ func (b *Backend) openTransactions(ctx context.Context, set kadm.TopicsSet) ([]o
 			ProducerID: d.ProducerID, ProducerEpoch: d.ProducerEpoch, StartOffset: d.CurrentTxnStartOffset,
 		}, coordinatorEpoch: d.CoordinatorEpoch})
 	})
-	return open, nil
+	return open, errors.Join(errs...)
 }
 
 // abortHanging aborts hanging transactions as kafka-transactions.sh abort

@@ -60,24 +60,15 @@ func (b *Backend) diagnoseTransactions(ctx context.Context, group string, snap s
 			set[offsetsTopic] = map[int32]struct{}{op: {}}
 		}
 	}
-	described, derr := b.adm.DescribeProducers(ctx, set)
+	described, derr := b.openTransactions(ctx, set)
 	if derr != nil {
-		errs = append(errs, fmt.Errorf("describing the producers of %v: %w", set.Topics(), derr))
+		errs = append(errs, derr)
 	}
 	var pids []int64
-	described.EachProducer(func(p kadm.DescribedProducer) {
-		if p.CurrentTxnStartOffset < 0 {
-			return // no transaction open
-		}
-		open = append(open, store.OpenTransaction{Partition: store.TopicPartition{Topic: p.Topic, Partition: p.Partition},
-			ProducerID: p.ProducerID, ProducerEpoch: p.ProducerEpoch, StartOffset: p.CurrentTxnStartOffset})
-		pids = append(pids, p.ProducerID)
-	})
-	described.EachPartition(func(p kadm.DescribedProducersPartition) {
-		if p.Err != nil {
-			errs = append(errs, fmt.Errorf("describing the producers of %s/%d: %w", p.Topic, p.Partition, p.Err))
-		}
-	})
+	for _, o := range described {
+		open = append(open, o.OpenTransaction)
+		pids = append(pids, o.ProducerID)
+	}
 	if len(pids) > 0 {
 		listed, lerr := b.adm.ListTransactions(ctx, pids, nil)
 		if lerr != nil {
