@@ -89,7 +89,7 @@ func (p *partition) Takeover(ctx context.Context, txnID string) error {
 	cancel()
 	if err != nil {
 		prod.Close()
-		if ctx.Err() == nil && ictx.Err() != nil {
+		if ctx.Err() == nil && errors.Is(ictx.Err(), context.DeadlineExceeded) {
 			return p.b.takeoverStalled(ctx, p.input, p.snap, txnID, stall, err)
 		}
 		return fmt.Errorf("kafka: %s: initialising transactional.id %q (the takeover): %w", p.input, txnID, err)
