@@ -306,3 +306,34 @@ func TestAbortHangingTransactionsNeedsTransactionalMode(t *testing.T) {
 		t.Fatalf("err = %v, want a ConfigError of Config.AbortHangingTransactions", err)
 	}
 }
+
+// Only the deadline makes a stall: a takeover refused for good (here, no
+// permission on the transactional.id) fails with that refusal at once.
+func TestATakeoverRefusedOutrightIsNotAStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
+		w.c.ControlKey(int16(kmsg.InitProducerID), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+			w.c.KeepControl()
+			req := kreq.(*kmsg.InitProducerIDRequest)
+			if req.TransactionalID == nil {
+				return nil, nil, false
+			}
+			resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+			resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+			return resp, nil, true
+		})
+		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix, RecoveryStallTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+		_, err = b.Acquire(context.Background(), store.Acquisition{Input: in, Identity: joinGroup(t, w, group)})
+		if err == nil || errors.Is(err, store.ErrTakeoverStalled) || !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			t.Fatalf("err = %v, want the authorization failure, not a stall", err)
+		}
+		if waited := time.Since(began); waited >= time.Minute {
+			t.Fatalf("failed after %v: waited out the stall timeout", waited)
+		}
+	})
+}
