@@ -179,7 +179,10 @@ type Config[S any] struct {
 	// few transactions.
 	FlushBatch int
 	// PersistInterval is how often dirty keys are flushed; default
-	// DefaultPersistInterval (1 min).
+	// DefaultPersistInterval (1 min). On a Transactional store a deleted
+	// key's tombstone is not written then but with the next commit, in the
+	// transaction that commits the offset past it (docs/design.md,
+	// "Tombstones ride with the commit").
 	PersistInterval time.Duration
 	// CommitInterval is how often the committable offset is committed;
 	// default DefaultCommitInterval (1 min), or

@@ -708,7 +708,9 @@ func (r *Runner[S]) FlushAll(ctx context.Context) {
 
 // Persist flushes every flow's dirty keys now without advancing the
 // committed offset, as the persist timer does (each write still carries
-// the committed offset, so it is fenced as a commit would be). Under
+// the committed offset, so it is fenced as a commit would be). On a
+// Transactional store deleted keys wait for the next commit, which writes
+// their tombstones with the offset past them. Under
 // ExactlyOnce snapshots are written only with their batch, so it commits
 // the open batches, as FlushAll does.
 func (r *Runner[S]) Persist(ctx context.Context) {

@@ -418,6 +418,21 @@ func (p *checkedPartition) checkCommitted(committed map[string]bool, s store.Sna
 	}
 }
 
+// CommitBatch is the store's, but under TombstonesAheadOfCommit an
+// at-least-once batch (no outputs) is written without its offset: each
+// write of a batch carries the committed offset, as a persist's does.
+func (p *checkedPartition) CommitBatch(ctx context.Context, b store.Batch) error {
+	if !p.w.cfg.TombstonesAheadOfCommit || p.w.cfg.ExactlyOnce || len(b.Outputs) > 0 {
+		return p.Partition.CommitBatch(ctx, b)
+	}
+	for _, err := range p.Partition.WriteBatch(ctx, b.Snapshots) {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // RecoverFrom checks a delta recovery: every snapshot it returns is
 // committed (4), and a read that fails other than by the store refusing
 // the checkpoint is diagnosed (6) and noted, as Recover does. Its

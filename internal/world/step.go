@@ -24,7 +24,7 @@
 // snapshots (invariant 9).
 //
 // The variants in Config (CachedIdentity, LSOBoundRecovery,
-// TrustCheckpoints) are broken designs, there for the negative controls;
+// TrustCheckpoints, TombstonesAheadOfCommit) are broken designs, there for the negative controls;
 // this package is internal, so they are never user options.
 package world
 

@@ -98,6 +98,12 @@ type Config struct {
 	// age, the log's ends are made to fit before the store sees it), so a
 	// delta recovery follows every restart with a checkpoint.
 	TrustCheckpoints bool
+	// TombstonesAheadOfCommit is a broken variant of the at-least-once
+	// mode: a batch of tombstones the engine commits with the offset past
+	// them (CommitBatch) is written without that commit, which a later
+	// Commit makes, as a design that writes tombstones at persist time
+	// would. Under ExactlyOnce it changes nothing.
+	TombstonesAheadOfCommit bool
 }
 
 // WithDefaults is cfg with its zero values replaced by the defaults.

@@ -607,42 +607,67 @@ func (c *Core[S, O]) callTick(key []byte, state S, now int64) (ch Change[S, O], 
 // short); a key dirtied meanwhile waits for the next round. So which keys
 // share a batch is the same on every run, and a flush of n keys sorts them
 // once. Flush(0) always takes every dirty key, in key order.
-func (c *Core[S, O]) Flush(limit int) ([]store.Snapshot, error) {
+func (c *Core[S, O]) Flush(limit int) ([]store.Snapshot, error) { return c.flush(limit, false) }
+
+// FlushLive is Flush of the live keys only: a deleted key stays dirty, its
+// tombstone held for a Flush. A transactional caller writes tombstones only
+// in the transaction that commits the offset past them: compaction removes
+// the snapshots a tombstone supersedes, and after delete.retention.ms the
+// tombstone too, so one written ahead of the committed offset would leave
+// the events below that offset covered by nothing.
+func (c *Core[S, O]) FlushLive(limit int) ([]store.Snapshot, error) { return c.flush(limit, true) }
+
+func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 	if c.stopped != nil {
 		return nil, c.stopped
 	}
 	if limit <= 0 {
 		c.flushRound = nil
 	}
-	keys := c.takeFlushRound(limit)
-	if len(keys) == 0 {
-		for k := range c.dirty {
-			if _, busy := c.inflight[k]; !busy {
-				c.flushRound = append(c.flushRound, k)
+	var out []store.Snapshot
+	rebuilt := false
+	for limit <= 0 || len(out) < limit {
+		keys := c.takeFlushRound(max(limit-len(out), 0))
+		if len(keys) == 0 {
+			// A new round begins only when the current one has nothing
+			// left to give this call.
+			if len(out) > 0 || rebuilt {
+				break
 			}
+			rebuilt = true
+			for k := range c.dirty {
+				if _, busy := c.inflight[k]; !busy {
+					c.flushRound = append(c.flushRound, k)
+				}
+			}
+			slices.Sort(c.flushRound)
+			continue
 		}
-		slices.Sort(c.flushRound)
-		keys = c.takeFlushRound(limit)
-	}
-	out := make([]store.Snapshot, 0, len(keys))
-	for _, k := range keys {
-		sl, _, err := c.peek([]byte(k))
-		if err == nil && sl == nil {
-			err = fmt.Errorf("engine: dirty key %q has no state", k)
+		for _, k := range keys {
+			sl, _, err := c.peek([]byte(k))
+			if err == nil && sl == nil {
+				err = fmt.Errorf("engine: dirty key %q has no state", k)
+			}
+			if err != nil {
+				return nil, c.stop(err)
+			}
+			if liveOnly && !sl.live {
+				continue // held: it stays dirty
+			}
+			enc, err := c.encode([]byte(k), sl)
+			if err != nil {
+				return nil, c.stop(err)
+			}
+			s := store.Snapshot{Key: []byte(k), Offset: sl.offset, Tombstone: !sl.live}
+			if sl.live {
+				s.Value = enc[entryHeader:]
+			}
+			c.inflight[k] = written{offset: sl.offset, entry: enc}
+			out = append(out, s)
 		}
-		if err != nil {
-			return nil, c.stop(err)
+		if limit <= 0 {
+			break // the round was taken whole
 		}
-		enc, err := c.encode([]byte(k), sl)
-		if err != nil {
-			return nil, c.stop(err)
-		}
-		s := store.Snapshot{Key: []byte(k), Offset: sl.offset, Tombstone: !sl.live}
-		if sl.live {
-			s.Value = enc[entryHeader:]
-		}
-		c.inflight[k] = written{offset: sl.offset, entry: enc}
-		out = append(out, s)
 	}
 	return out, nil
 }

@@ -29,7 +29,8 @@ type Output = store.Output
 //	recover key=K value=V offset=O    a recovered snapshot
 //	recover key=K tombstone offset=O  a recovered tombstone
 //	fold key=K offset=O op=OP         feed a record; answers the outputs, or "skip"
-//	flush [max=N]                     the snapshots to write (at most N)
+//	flush [max=N] [live]              the snapshots to write (at most N;
+//	                                  live: FlushLive, tombstones held)
 //	done key=K ok|fail                a write's outcome
 //	committable                       the committable offset
 //	state key=K                       the key's state
@@ -128,7 +129,11 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 	case "flush":
 		limit := 0
 		d.MaybeScanArgs(t, "max", &limit)
-		snaps, err := s.c.Flush(limit)
+		flush := s.c.Flush
+		if d.HasArg("live") {
+			flush = s.c.FlushLive
+		}
+		snaps, err := flush(limit)
 		if err != nil {
 			return err.Error()
 		}
