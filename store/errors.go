@@ -430,6 +430,17 @@ type UnstableOffsetError struct {
 	Waited time.Duration
 	// DiagnoseErr is why the open transactions could not be listed.
 	DiagnoseErr error
+	// Hanging are those of the transactions holding the offset that are
+	// hanging: open on the group's offsets partition with no coordinator
+	// having them ongoing (forgotten), each with its other partitions
+	// (the snapshot partition, output partitions); the offsets
+	// partition's first. When set, the error matches
+	// ErrHangingTransaction too.
+	Hanging []HangingTransaction
+	// NotAborted says why the store did not abort Hanging itself.
+	NotAborted string
+	// AbortErr is why the store's own abort failed, if it tried.
+	AbortErr error
 	// Err is the source's answer; it wraps ErrOffsetUnstable.
 	Err error
 }
@@ -444,12 +455,35 @@ func (e *UnstableOffsetError) Error() string {
 	if e.Coordinator != "" {
 		fmt.Fprintf(&b, "; its coordinator reports %s", e.Coordinator)
 	}
-	if len(e.Open) == 0 {
+	switch {
+	case len(e.Hanging) > 0:
+		b.WriteString("; hanging (open, with no transaction coordinator having it ongoing): ")
+		for i, h := range e.Hanging {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s, coordinator epoch %d", h.OpenTransaction, h.CoordinatorEpoch)
+		}
+		if e.NotAborted != "" {
+			fmt.Fprintf(&b, "; not aborted by the store: %s", e.NotAborted)
+		}
+		if e.AbortErr != nil {
+			fmt.Fprintf(&b, "; the store's abort failed: %v", e.AbortErr)
+		}
+		b.WriteString("; to abort (only what no live producer owns): ")
+		for i, h := range e.Hanging {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(h.AbortCommand(e.Bootstrap))
+		}
+		return b.String()
+	case len(e.Open) == 0:
 		b.WriteString("; no open transaction could be listed")
 		if e.DiagnoseErr != nil {
 			fmt.Fprintf(&b, " (%v)", e.DiagnoseErr)
 		}
-	} else {
+	default:
 		b.WriteString("; open: ")
 		writeOpen(&b, e.Open, e.Bootstrap)
 	}
@@ -475,14 +509,17 @@ func writeOpen(b *strings.Builder, open []OpenTransaction, bootstrap string) {
 	}
 }
 
-// Unwrap returns ErrOffsetUnstable (through Err) and the diagnosis error.
+// Unwrap returns ErrOffsetUnstable (through Err), ErrHangingTransaction
+// when Hanging is set, and the diagnosis and abort errors.
 func (e *UnstableOffsetError) Unwrap() []error {
 	errs := []error{ErrOffsetUnstable}
-	if e.Err != nil {
-		errs = append(errs, e.Err)
+	if len(e.Hanging) > 0 {
+		errs = append(errs, ErrHangingTransaction)
 	}
-	if e.DiagnoseErr != nil {
-		errs = append(errs, e.DiagnoseErr)
+	for _, err := range []error{e.Err, e.DiagnoseErr, e.AbortErr} {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errs
 }

@@ -180,8 +180,8 @@ func (br *broker) Open(ctx context.Context, input, snap store.TopicPartition) (b
 }
 
 // Unstable implements backend.Broker.
-func (br *broker) Unstable(ctx context.Context, a store.Acquisition, snap store.TopicPartition, txnID string, err error) error {
-	return br.b.unstableOffset(ctx, a, snap, txnID, err)
+func (br *broker) Unstable(ctx context.Context, a store.Acquisition, l backend.Link, txnID string, err error) (bool, error) {
+	return br.b.unstableOffset(ctx, a, l.(*partition), txnID, err)
 }
 
 // Close implements backend.Broker: the skeleton has released every

@@ -95,11 +95,14 @@ type Config struct {
 	// kafka-transactions.sh abort command, in a log line and as the
 	// recovery's error once its stall timeout passes).
 	//
-	// A transaction hangs when it is open on the snapshot partition and
-	// no transaction coordinator has it ongoing: the coordinator forgot
-	// it (a single broker killed with SIGKILL can lose the tail of
-	// __transaction_state), so no takeover's InitProducerID can end it,
-	// and it pins the last stable offset for good. With this option the
+	// A transaction hangs when it is open on the snapshot partition (or
+	// on the group's __consumer_offsets partition, where it holds the
+	// committed offset: the acquisition's *store.UnstableOffsetError
+	// then lists it in Hanging) and no transaction coordinator has it
+	// ongoing: the coordinator forgot it (a single broker killed with
+	// SIGKILL can lose the tail of __transaction_state), so no
+	// takeover's InitProducerID can end it, and it pins the last stable
+	// offset (or the committed offset) for good. With this option the
 	// store aborts it, as kafka-transactions.sh abort does (WriteTxnMarkers
 	// ABORT with the producer id, epoch and coordinator epoch the
 	// partition reports, to its leader), only when it can prove the

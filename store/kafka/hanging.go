@@ -47,7 +47,7 @@ func (s *source) CheckPinned(ctx context.Context, _ int64) (bool, *store.Hanging
 		h.NotAborted = "its producer is not proven to be of the partition's own transactional.id (a producer id no " +
 			"coordinator maps to it at an epoch no earlier than the transaction's), so it may be another application's"
 	default:
-		if err := p.abortHanging(ctx, h.Hanging); err != nil {
+		if err := b.abortHanging(ctx, h.Hanging); err != nil {
 			h.AbortErr = err
 			break
 		}
@@ -88,62 +88,95 @@ func allOwn(hs []store.HangingTransaction) bool {
 // findHanging returns the hanging transactions on the partition's snapshot
 // partition (and, of the same producers, on the output partitions the
 // backend knows), or nil if there are none or it cannot tell.
-//
-// A transaction is hanging when DescribeProducers shows it open and no
-// coordinator has its producer's transaction ongoing: neither the one the
-// partition's transactional.id is at (DescribeTransactions) nor any other
-// that maps the producer id (ListTransactions). The producers are
-// described again after the coordinators are asked, and only a transaction
-// still open at the same start offset counts: one that a coordinator ended
-// in between (its markers land before it reports the transaction
-// complete) is not hanging. Whatever fails to answer means "cannot tell":
-// nothing is reported, and the read waits as before.
 func (p *partition) findHanging(ctx context.Context) *store.HangingTransactionError {
 	b := p.b
-	log := b.set.Logger
 	txnID := b.TransactionalID(p.input)
 	set := kadm.TopicsSet{p.snap.Topic: {p.snap.Partition: {}}}
+	b.addOutputs(set)
+	ownPID, ownEpoch := p.lineage()
+	hanging, coordinator := b.findHanging(ctx, txnID, p.snap, set, ownPID, ownEpoch)
+	if len(hanging) == 0 {
+		return nil
+	}
+	return &store.HangingTransactionError{Snapshots: p.snap, TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0],
+		Coordinator: coordinator, Hanging: hanging}
+}
+
+// lineage is the producer id and epoch the partition's takeover got (-1
+// before it).
+func (p *partition) lineage() (int64, int16) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid, p.epoch
+}
+
+// addOutputs adds every partition of the output topics the backend knows
+// to set: a transaction of the partition's lineage may be open there too.
+func (b *Backend) addOutputs(set kadm.TopicsSet) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	for topic, n := range b.outputTopics {
 		for i := range int32(n) {
 			set.Add(topic, i)
 		}
 	}
-	b.mu.Unlock()
+}
+
+// findHanging returns the transactions hanging on pinned (a snapshot
+// partition whose read is held, or the group's offsets partition that
+// holds a committed offset) and, of the same producers, on the rest of
+// set (which holds pinned), the ones on pinned first; and what txnID's
+// coordinator reports of it. None if there are none or it cannot tell.
+//
+// A transaction is hanging when DescribeProducers shows it open and no
+// coordinator has its producer's transaction ongoing: neither the one
+// txnID is at (DescribeTransactions) nor any other that maps the producer
+// id (ListTransactions). The producers are described again after the
+// coordinators are asked, and only a transaction still open at the same
+// start offset counts: one that a coordinator ended in between (its
+// markers land before it reports the transaction complete) is not
+// hanging. Whatever fails to answer means "cannot tell": nothing is
+// reported, and the caller waits as before.
+//
+// OwnLineage is proven by the producer id: the one the takeover of txnID
+// got (ownPID, ownEpoch; -1 for none) or the one txnID's coordinator
+// reports, at an epoch no later than theirs.
+func (b *Backend) findHanging(ctx context.Context, txnID string, pinned store.TopicPartition, set kadm.TopicsSet, ownPID int64, ownEpoch int16) ([]store.HangingTransaction, string) {
+	log := b.set.Logger
 	open, err := b.openTransactions(ctx, set)
 	if err != nil {
-		log.Debug("cannot look for hanging transactions", "snapshots", p.snap.String(), "err", err)
-		return nil
+		log.Debug("cannot look for hanging transactions", "partition", pinned.String(), "err", err)
+		return nil, ""
 	}
-	pinning := map[int64]bool{} // producers open on the snapshot partition
+	pinning := map[int64]bool{} // producers open on the pinned partition
 	for _, o := range open {
-		if o.Partition == p.snap {
+		if o.Partition == pinned {
 			pinning[o.ProducerID] = true
 		}
 	}
 	if len(pinning) == 0 {
-		return nil
+		return nil, ""
 	}
 	pids := slices.Sorted(maps.Keys(pinning))
-	h := &store.HangingTransactionError{Snapshots: p.snap, TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0]}
+	var coordinator string
 	ds, err := b.adm.DescribeTransactions(ctx, txnID)
 	var own *kadm.DescribedTransaction
 	switch d, ok := ds[txnID]; {
 	case err != nil:
 		log.Debug("cannot look for hanging transactions", "transactional_id", txnID, "err", err)
-		return nil
+		return nil, ""
 	case !ok:
-		h.Coordinator = "nothing"
+		coordinator = "nothing"
 	case d.Err != nil:
-		h.Coordinator = fmt.Sprintf("an error (%v)", d.Err)
+		coordinator = fmt.Sprintf("an error (%v)", d.Err)
 	default:
 		own = &d
-		h.Coordinator = fmt.Sprintf("%s, producer %d epoch %d", d.State, d.ProducerID, d.ProducerEpoch)
+		coordinator = fmt.Sprintf("%s, producer %d epoch %d", d.State, d.ProducerID, d.ProducerEpoch)
 	}
 	listed, err := b.adm.ListTransactions(ctx, pids, nil)
 	if err != nil {
 		log.Debug("cannot look for hanging transactions", "producers", pids, "err", err)
-		return nil
+		return nil, ""
 	}
 	ongoing := map[int64]string{} // producer id -> a transactional.id that has it ongoing
 	for _, t := range listed {
@@ -156,12 +189,10 @@ func (p *partition) findHanging(ctx context.Context) *store.HangingTransactionEr
 	}
 	again, err := b.openTransactions(ctx, set)
 	if err != nil {
-		log.Debug("cannot look for hanging transactions", "snapshots", p.snap.String(), "err", err)
-		return nil
+		log.Debug("cannot look for hanging transactions", "partition", pinned.String(), "err", err)
+		return nil, ""
 	}
-	p.mu.Lock()
-	ownPID, ownEpoch := p.pid, p.epoch
-	p.mu.Unlock()
+	var hanging []store.HangingTransaction
 	for _, o := range open {
 		if !pinning[o.ProducerID] || ongoing[o.ProducerID] != "" || !slices.Contains(again, o) {
 			continue
@@ -177,16 +208,13 @@ func (p *partition) findHanging(ctx context.Context) *store.HangingTransactionEr
 		if t.OwnLineage && t.TransactionalID == "" {
 			t.TransactionalID = txnID
 		}
-		h.Hanging = append(h.Hanging, t)
+		hanging = append(hanging, t)
 	}
-	if len(h.Hanging) == 0 {
-		return nil
-	}
-	// The snapshot partition first: the one whose read is held.
-	slices.SortStableFunc(h.Hanging, func(x, y store.HangingTransaction) int {
-		return boolInt(x.Partition != p.snap) - boolInt(y.Partition != p.snap)
+	// The pinned partition first: the one that holds the caller.
+	slices.SortStableFunc(hanging, func(x, y store.HangingTransaction) int {
+		return boolInt(x.Partition != pinned) - boolInt(y.Partition != pinned)
 	})
-	return h
+	return hanging, coordinator
 }
 
 // openTxn is an open transaction as DescribeProducers reports it.
@@ -226,12 +254,12 @@ func (b *Backend) openTransactions(ctx context.Context, set kadm.TopicsSet) ([]o
 // an ABORT marker for the producer id, epoch and coordinator epoch the
 // partition reported, sent to the partition's leader (franz-go shards the
 // request by leader).
-func (p *partition) abortHanging(ctx context.Context, hs []store.HangingTransaction) error {
+func (b *Backend) abortHanging(ctx context.Context, hs []store.HangingTransaction) error {
 	var errs []error
 	for _, h := range hs {
 		m := kadm.TxnMarkers{ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, CoordinatorEpoch: h.CoordinatorEpoch,
 			Topics: kadm.TopicsSet{h.Partition.Topic: {h.Partition.Partition: {}}}}
-		resp, err := p.b.adm.WriteTxnMarkers(ctx, m)
+		resp, err := b.adm.WriteTxnMarkers(ctx, m)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("aborting producer %d's transaction on %s: %w", h.ProducerID, h.Partition, err))
 			continue

@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/storetest"
@@ -29,7 +33,7 @@ import (
 // which the recovery reads what was committed and nothing else.
 func TestAHangingTransactionTheCoordinatorForgotOnKafka(t *testing.T) {
 	brokerHarness{}.RunOnOwnCluster(t, func(t *testing.T, sw storetest.World) {
-		f := forget(t, sw.(*brokerWorld), 0)
+		f := forget(t, sw.(*brokerWorld), 0, false)
 		w, ctx, in, snap, start, pid, epoch := f.w, context.Background(), f.in, f.snap, f.start, f.pid, f.epoch
 		newBackend, m := f.newBackend, f.m
 
@@ -87,20 +91,27 @@ func TestAHangingTransactionTheCoordinatorForgotOnKafka(t *testing.T) {
 // own transactional.id that is open on in's snapshot partition from
 // start.
 type forgotten struct {
-	w          *brokerWorld
-	in, snap   store.TopicPartition
-	m          storetest.Member
-	start      int64
-	pid        int64
-	epoch      int16
+	w        *brokerWorld
+	in, snap store.TopicPartition
+	m        storetest.Member
+	start    int64
+	pid      int64
+	epoch    int16
+	// committed is the group's committed offset of in before the
+	// forgotten transaction.
+	committed  int64
 	newBackend func(abort bool, logs *lockedBuffer) *kafka.Backend
 }
 
 // forget commits k=committed through the store, opens the transaction to
 // forget and cuts __transaction_state back to its end before it, less
 // drop records of the committed transaction's state (1: its
-// CompleteCommit, so the coordinator is left ending it).
-func forget(t *testing.T, w *brokerWorld, drop int64) forgotten {
+// CompleteCommit, so the coordinator is left ending it). With offsets,
+// the forgotten transaction also commits the input partition's offset
+// (TxnOffsetCommit with the member's live identity), as every
+// transaction of the store does: it is then open on the group's offsets
+// partition too, and holds the committed offset.
+func forget(t *testing.T, w *brokerWorld, drop int64, offsets bool) forgotten {
 	t.Helper()
 	ctx := context.Background()
 	in := store.TopicPartition{Topic: w.input, Partition: 0}
@@ -130,6 +141,10 @@ func forget(t *testing.T, w *brokerWorld, drop int64) forgotten {
 	}
 	txnID := b.TransactionalID(in)
 	_ = b.Close()
+	committed, err := w.committedOffset(m.Identity().Group, in)(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The transaction the coordinator will forget: the partition's own
 	// transactional.id, one record on the snapshot partition.
@@ -148,6 +163,9 @@ func forget(t *testing.T, w *brokerWorld, drop int64) forgotten {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if offsets {
+		w.txnOffsetCommit(t, cl, txnID, m.Identity(), in, committed+5)
+	}
 	if end := w.listEnd(t, txnState, 0); end <= stateEnd {
 		t.Fatalf("__transaction_state ends at %d, as before the transaction (%d): nothing to forget", end, stateEnd)
 	}
@@ -155,7 +173,7 @@ func forget(t *testing.T, w *brokerWorld, drop int64) forgotten {
 	if lso, hw := w.stable(t, snap); lso != start || hw != start+1 {
 		t.Fatalf("after the restart the snapshot partition's last stable offset is %d and its end %d, want %d and %d (the transaction open)", lso, hw, start, start+1)
 	}
-	return forgotten{w: w, in: in, snap: snap, m: m, start: start, pid: pid, epoch: epoch, newBackend: newBackend}
+	return forgotten{w: w, in: in, snap: snap, m: m, start: start, pid: pid, epoch: epoch, committed: committed, newBackend: newBackend}
 }
 
 // stable is snap's last stable offset and high watermark, now (the
@@ -208,7 +226,7 @@ func (w *brokerWorld) stableEnd(t *testing.T, snap store.TopicPartition) int64 {
 // command, not wait silently.
 func TestATakeoverTheCoordinatorNeverAnswersFailsOnKafka(t *testing.T) {
 	brokerHarness{}.RunOnOwnCluster(t, func(t *testing.T, sw storetest.World) {
-		f := forget(t, sw.(*brokerWorld), 1)
+		f := forget(t, sw.(*brokerWorld), 1, false)
 		b := f.newBackend(false, &lockedBuffer{})
 		began := time.Now()
 		_, err := b.Acquire(context.Background(), store.Acquisition{Input: f.in, Identity: store.IdentityFunc(f.m.Identity)})
@@ -228,6 +246,160 @@ func TestATakeoverTheCoordinatorNeverAnswersFailsOnKafka(t *testing.T) {
 		cmd := fmt.Sprintf("abort --topic %s --partition %d --start-offset %d", f.snap.Topic, f.snap.Partition, f.start)
 		if !strings.Contains(err.Error(), cmd) || !strings.Contains(err.Error(), "CONCURRENT_TRANSACTIONS") {
 			t.Fatalf("%q does not say CONCURRENT_TRANSACTIONS and give the command %q", err, cmd)
+		}
+	})
+}
+
+// txnOffsetCommit commits offset of in for id's group in cl's open
+// transaction.
+func (w *brokerWorld) txnOffsetCommit(t *testing.T, cl *kgo.Client, txnID string, id store.GroupIdentity, in store.TopicPartition, offset int64) {
+	t.Helper()
+	ctx := context.Background()
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topics, err := w.adm.ListTopics(ctx, in.Topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = txnID, id.Group, pid, epoch
+	req.MemberID, req.Generation = id.MemberID, id.Generation
+	rt := kmsg.NewTxnOffsetCommitRequestTopic()
+	rt.Topic, rt.TopicID = in.Topic, topics[in.Topic].ID
+	rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset, rp.LeaderEpoch = in.Partition, offset, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode); err != nil {
+		t.Fatalf("TxnOffsetCommit of %s at %d: %v", in, offset, err)
+	}
+}
+
+// committedOffset is what the engine's offset resolution does: the
+// group's committed offset of in, read stable (RequireStable), answered
+// with store.ErrOffsetUnstable while a transaction holds it.
+func (w *brokerWorld) committedOffset(group string, in store.TopicPartition) func(context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.Group, req.RequireStable = group, true
+		rt := kmsg.NewOffsetFetchRequestTopic()
+		rt.Topic, rt.Partitions = in.Topic, []int32{in.Partition}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, w.admin)
+		if err != nil {
+			return 0, err
+		}
+		code, offset, found := resp.ErrorCode, int64(-1), false
+		for _, g := range resp.Groups { // v8+
+			if code == 0 {
+				code = g.ErrorCode
+			}
+			for _, t := range g.Topics {
+				for _, p := range t.Partitions {
+					if t.Topic == in.Topic && p.Partition == in.Partition {
+						found, offset = true, p.Offset
+						if code == 0 {
+							code = p.ErrorCode
+						}
+					}
+				}
+			}
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if t.Topic == in.Topic && p.Partition == in.Partition {
+					found, offset = true, p.Offset
+					if code == 0 {
+						code = p.ErrorCode
+					}
+				}
+			}
+		}
+		switch err := kerr.ErrorForCode(code); {
+		case errors.Is(err, kerr.UnstableOffsetCommit):
+			return 0, fmt.Errorf("committed offset of %s: %w: %w", in, store.ErrOffsetUnstable, err)
+		case err != nil:
+			return 0, err
+		case !found:
+			return 0, fmt.Errorf("committed offset of %s: not in the answer", in)
+		}
+		return max(offset, 0), nil
+	}
+}
+
+// A forgotten transaction that also committed the input's offset holds
+// the group's committed offset, not only the snapshot read: the
+// acquisition's offset resolution is answered UNSTABLE_OFFSET_COMMIT.
+// The store must report it as hanging on the group's offsets partition
+// (and the snapshot partition) with the abort commands (option off), and
+// abort both itself (option on), after which the offset resolves to the
+// one committed before and the recovery reads only the committed
+// snapshot.
+func TestAHangingTransactionHoldingTheCommittedOffsetOnKafka(t *testing.T) {
+	brokerHarness{}.RunOnOwnCluster(t, func(t *testing.T, sw storetest.World) {
+		f := forget(t, sw.(*brokerWorld), 0, true)
+		w, ctx := f.w, context.Background()
+		group := f.m.Identity().Group
+		a := store.Acquisition{Input: f.in, Identity: store.IdentityFunc(f.m.Identity), ResolveAssignedOffset: w.committedOffset(group, f.in)}
+		if _, err := a.ResolveAssignedOffset(ctx); !errors.Is(err, store.ErrOffsetUnstable) {
+			t.Fatalf("after the restart the committed offset resolves with %v, want it held", err)
+		}
+
+		// Off: reported, with the commands, and left alone.
+		logs := &lockedBuffer{}
+		_, err := f.newBackend(false, logs).Acquire(ctx, a)
+		var ue *store.UnstableOffsetError
+		if !errors.As(err, &ue) || !errors.Is(err, store.ErrHangingTransaction) || !errors.Is(err, store.ErrOffsetUnstable) {
+			t.Fatalf("err = %v, want an UnstableOffsetError that is a hanging transaction\n%s", err, logs)
+		}
+		if len(ue.Hanging) != 2 || ue.Hanging[0].Partition.Topic != "__consumer_offsets" || ue.Hanging[1].Partition != f.snap {
+			t.Fatalf("hanging = %+v, want producer %d's transaction on the group's offsets partition, then on %s", ue.Hanging, f.pid, f.snap)
+		}
+		for _, h := range ue.Hanging {
+			if h.ProducerID != f.pid || !h.OwnLineage {
+				t.Fatalf("hanging = %+v, want producer %d of the own lineage", ue.Hanging, f.pid)
+			}
+			cmd := fmt.Sprintf("abort --topic %s --partition %d --start-offset %d", h.Partition.Topic, h.Partition.Partition, h.StartOffset)
+			if !strings.Contains(err.Error(), cmd) {
+				t.Fatalf("%q does not give the command %q", err, cmd)
+			}
+		}
+		if !strings.Contains(err.Error(), "AbortHangingTransactions is off") {
+			t.Fatalf("%q does not say why it was not aborted", err)
+		}
+		if _, err := a.ResolveAssignedOffset(ctx); !errors.Is(err, store.ErrOffsetUnstable) {
+			t.Fatalf("with AbortHangingTransactions off the offset resolves (%v)", err)
+		}
+
+		// On: aborted by the store; the offset is the one committed
+		// before, and the recovery reads what was committed only.
+		logs = &lockedBuffer{}
+		b := f.newBackend(true, logs)
+		p, err := b.Acquire(ctx, a)
+		if err != nil {
+			t.Fatalf("acquire with AbortHangingTransactions: %v\n%s", err, logs)
+		}
+		if off, err := a.ResolveAssignedOffset(ctx); err != nil || off != f.committed {
+			t.Fatalf("after the abort the committed offset is %d (%v), want %d, the committed transaction's", off, err, f.committed)
+		}
+		var keys []string
+		for s, err := range p.Recover(ctx) {
+			if err != nil {
+				t.Fatalf("recover: %v\n%s", err, logs)
+			}
+			keys = append(keys, string(s.Key)+"="+string(s.Value))
+		}
+		if fmt.Sprint(keys) != "[k=committed]" {
+			t.Fatalf("keys %v, want only k=committed", keys)
+		}
+		if n := strings.Count(logs.String(), "aborted a hanging transaction"); n != 2 {
+			t.Fatalf("%d log lines of the abort, want 2 (the offsets and the snapshot partition):\n%s", n, logs)
 		}
 	})
 }

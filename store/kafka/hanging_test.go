@@ -65,9 +65,14 @@ const (
 // whether DescribeTransactions maps its producer to in's transactional.id.
 func hang(t *testing.T, w *fakeWorld, in store.TopicPartition, key string, own bool) forgetful {
 	t.Helper()
-	snap := snapTP(in)
-	start := w.listEnd(t, snap, 0)
-	cl := w.openTransaction(t, "shadow-"+key, 15*time.Minute, snap,
+	return hangOn(t, w, in, snapTP(in), key, own)
+}
+
+// hangOn is hang with the shadow transaction's record on tp.
+func hangOn(t *testing.T, w *fakeWorld, in, tp store.TopicPartition, key string, own bool) forgetful {
+	t.Helper()
+	start := w.listEnd(t, tp, 0)
+	cl := w.openTransaction(t, "shadow-"+key, 15*time.Minute, tp,
 		[]store.WireRecord{store.EncodeSnapshot(store.Snapshot{Key: []byte(key), Value: []byte("never committed")})})
 	pid, epoch, err := cl.ProducerID(context.Background())
 	if err != nil {
@@ -334,6 +339,124 @@ func TestATakeoverRefusedOutrightIsNotAStall(t *testing.T) {
 		}
 		if waited := time.Since(began); waited >= time.Minute {
 			t.Fatalf("failed after %v: waited out the stall timeout", waited)
+		}
+	})
+}
+
+// offsetsTP is the group's offsets partition in offsetsHang's cluster.
+var offsetsTP = store.TopicPartition{Topic: "__consumer_offsets", Partition: 0}
+
+// offsetsHang makes a forgotten transaction hold the committed offset
+// rather than the snapshot read: open on the group's offsets partition,
+// as a transaction's TxnOffsetCommit leaves it when its coordinator
+// forgot it (seen on a broker killed with SIGKILL). kfake keeps group
+// offsets outside any topic, so __consumer_offsets here is a topic of the
+// test's own (one partition: the group's is 0) that the shadow
+// transaction writes, and the acquisition's offset resolution follows the
+// group coordinator's rule: the offset is held (UNSTABLE_OFFSET_COMMIT)
+// while a transaction is open on the group's offsets partition, and
+// resolves once it is aborted.
+func offsetsHang(t *testing.T, w *fakeWorld, own bool) (forgetful, store.Acquisition) {
+	t.Helper()
+	if err := kafka.CreateTopic(context.Background(), w.admin, offsetsTP.Topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	in := store.TopicPartition{Topic: inputTopic, Partition: 0}
+	f := hangOn(t, w, in, offsetsTP, "offsets", own)
+	a := store.Acquisition{Input: in, Identity: joinGroup(t, w, group), ResolveAssignedOffset: func(ctx context.Context) (int64, error) {
+		if lso, hw := w.listEnd(t, offsetsTP, 1), w.listEnd(t, offsetsTP, 0); lso < hw {
+			return 0, fmt.Errorf("committed offset of %s: %w: UNSTABLE_OFFSET_COMMIT", in, store.ErrOffsetUnstable)
+		}
+		return 0, nil
+	}}
+	return f, a
+}
+
+func (w *fakeWorld) offsetsHeld(t *testing.T) bool {
+	t.Helper()
+	return w.listEnd(t, offsetsTP, 1) < w.listEnd(t, offsetsTP, 0)
+}
+
+// The report, when the forgotten transaction holds the committed offset:
+// the acquisition's error is an UnstableOffsetError that lists it as
+// hanging, with its abort command and why the store left it, and matches
+// ErrHangingTransaction as well as ErrOffsetUnstable.
+func TestAHangingTransactionOnTheOffsetsPartitionIsReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		f, a := offsetsHang(t, w, ownLineage)
+		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = b.Acquire(context.Background(), a)
+		var ue *store.UnstableOffsetError
+		if !errors.As(err, &ue) || !errors.Is(err, store.ErrOffsetUnstable) || !errors.Is(err, store.ErrHangingTransaction) {
+			t.Fatalf("err = %v, want an UnstableOffsetError that is a hanging transaction", err)
+		}
+		if len(ue.Hanging) != 1 || ue.Hanging[0].Partition != offsetsTP || ue.Hanging[0].ProducerID != f.pid ||
+			ue.Hanging[0].ProducerEpoch != f.epoch || ue.Hanging[0].StartOffset != f.start || !ue.Hanging[0].OwnLineage {
+			t.Fatalf("hanging = %+v, want producer %d epoch %d on %s at %d, own lineage", ue.Hanging, f.pid, f.epoch, offsetsTP, f.start)
+		}
+		cmd := fmt.Sprintf("kafka-transactions.sh --bootstrap-server %s abort --topic %s --partition %d --start-offset %d",
+			w.c.ListenAddrs()[0], offsetsTP.Topic, offsetsTP.Partition, f.start)
+		for _, want := range []string{cmd, "AbortHangingTransactions is off", "Empty", a.Input.String()} {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("%q does not say %q", err, want)
+			}
+		}
+		if !w.offsetsHeld(t) {
+			t.Fatal("the hanging transaction was aborted with AbortHangingTransactions off")
+		}
+	})
+}
+
+// With the option, a forgotten transaction of the partition's own lineage
+// that holds the committed offset is aborted, and the acquisition
+// resolves the offset and succeeds.
+func TestAHangingTransactionOnTheOffsetsPartitionIsAbortedWithTheOption(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		f, a := offsetsHang(t, w, ownLineage)
+		logs := &lockedBuffer{}
+		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix,
+			AbortHangingTransactions: true, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Acquire(context.Background(), a); err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		if w.offsetsHeld(t) {
+			t.Fatal("the offsets partition still has the transaction open")
+		}
+		if !strings.Contains(logs.String(), "aborted a hanging transaction") || !strings.Contains(logs.String(), fmt.Sprintf("producer_id=%d", f.pid)) {
+			t.Fatalf("no log line of the abort:\n%s", logs)
+		}
+	})
+}
+
+// Negative control: a forgotten transaction on the offsets partition whose
+// producer nothing maps to the partition's transactional.id is reported,
+// option or not, and left alone.
+func TestAHangingTransactionOnTheOffsetsPartitionOfAForeignLineageIsOnlyReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		f, a := offsetsHang(t, w, foreignLineage)
+		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix, AbortHangingTransactions: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = b.Acquire(context.Background(), a)
+		var ue *store.UnstableOffsetError
+		if !errors.As(err, &ue) || len(ue.Hanging) != 1 || ue.Hanging[0].ProducerID != f.pid || ue.Hanging[0].OwnLineage {
+			t.Fatalf("err = %v, want an UnstableOffsetError with foreign producer %d hanging", err, f.pid)
+		}
+		if !strings.Contains(ue.NotAborted, "not proven") {
+			t.Fatalf("NotAborted = %q, want why it was not aborted", ue.NotAborted)
+		}
+		if !w.offsetsHeld(t) {
+			t.Fatal("a transaction of a foreign lineage was aborted")
 		}
 	})
 }

@@ -23,11 +23,51 @@ const offsetsTopic = "__consumer_offsets"
 // partition and the group's offsets partition), with the commands that
 // abort them. Diagnosing never fails the acquisition any further: what it
 // cannot learn is said in DiagnoseErr.
-func (b *Backend) unstableOffset(ctx context.Context, a store.Acquisition, snap store.TopicPartition, txnID string, err error) error {
+//
+// A transaction open on the offsets partition that no coordinator has
+// ongoing is hanging (findHanging): a coordinator that lost the tail of
+// __transaction_state forgot it, so the takeover's InitProducerID could
+// not abort it, and the group coordinator holds the offset until someone
+// writes its abort marker. It is reported in Hanging, and with
+// Config.AbortHangingTransactions, when every one is of the partition's
+// own lineage, aborted (aborted true: resolve the offset again).
+func (b *Backend) unstableOffset(ctx context.Context, a store.Acquisition, p *partition, txnID string, err error) (aborted bool, _ error) {
 	e := &store.UnstableOffsetError{Input: a.Input, Group: a.Identity.CurrentIdentity().Group,
 		TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0], Err: err}
-	e.Coordinator, e.Open, e.DiagnoseErr = b.diagnoseTransactions(ctx, e.Group, snap, txnID)
-	return e
+	e.Coordinator, e.Open, e.DiagnoseErr = b.diagnoseTransactions(ctx, e.Group, p.snap, txnID)
+	if b.set.Mode != store.Transactional || !slices.ContainsFunc(e.Open, func(o store.OpenTransaction) bool { return o.Partition.Topic == offsetsTopic }) {
+		return false, e
+	}
+	op, perr := b.groupOffsetsPartition(ctx, e.Group)
+	if perr != nil {
+		return false, e
+	}
+	offsets := store.TopicPartition{Topic: offsetsTopic, Partition: op}
+	set := kadm.TopicsSet{p.snap.Topic: {p.snap.Partition: {}}, offsetsTopic: {op: {}}}
+	b.addOutputs(set)
+	ownPID, ownEpoch := p.lineage()
+	e.Hanging, _ = b.findHanging(ctx, txnID, offsets, set, ownPID, ownEpoch)
+	switch {
+	case len(e.Hanging) == 0:
+		return false, e
+	case !b.cfg.AbortHangingTransactions:
+		e.NotAborted = "kafka.Config.AbortHangingTransactions is off"
+	case !allOwn(e.Hanging):
+		e.NotAborted = "its producer is not proven to be of the partition's own transactional.id (a producer id no " +
+			"coordinator maps to it at an epoch no earlier than the transaction's), so it may be another application's"
+	default:
+		if e.AbortErr = b.abortHanging(ctx, e.Hanging); e.AbortErr != nil {
+			return false, e
+		}
+		for _, t := range e.Hanging {
+			b.set.Logger.Warn("aborted a hanging transaction of the partition's own transactional.id (AbortHangingTransactions)",
+				"input", a.Input.String(), "group", e.Group, "partition", t.Partition.String(), "producer_id", t.ProducerID,
+				"producer_epoch", t.ProducerEpoch, "coordinator_epoch", t.CoordinatorEpoch, "start_offset", t.StartOffset,
+				"transactional_id", txnID, "coordinator", e.Coordinator)
+		}
+		return true, e
+	}
+	return false, e
 }
 
 // takeoverStalled diagnoses a takeover whose InitProducerID the

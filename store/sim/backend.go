@@ -112,10 +112,12 @@ func (b *broker) Close() error { return nil }
 // Unstable implements backend.Broker: what the coordinator knows of the
 // partition's transactional.id, and the transactions open on its snapshot
 // partition.
-func (b *broker) Unstable(_ context.Context, a store.Acquisition, snap store.TopicPartition, txnID string, err error) error {
-	return &store.UnstableOffsetError{
+// The simulated coordinator never forgets a transaction, so nothing
+// hangs and nothing is aborted here.
+func (b *broker) Unstable(_ context.Context, a store.Acquisition, l backend.Link, txnID string, err error) (bool, error) {
+	return false, &store.UnstableOffsetError{
 		Input: a.Input, Group: a.Identity.CurrentIdentity().Group, TransactionalID: txnID,
-		Coordinator: b.c.DescribeTransaction(txnID), Open: b.c.OpenTransactionsOn(snap),
+		Coordinator: b.c.DescribeTransaction(txnID), Open: b.c.OpenTransactionsOn(l.(*link).snap),
 		Bootstrap: "sim", Err: err,
 	}
 }

@@ -102,10 +102,13 @@ type Broker interface {
 	// partition's link to the cluster. Nothing is taken over yet.
 	Open(ctx context.Context, input, snap store.TopicPartition) (Link, error)
 	// Unstable diagnoses an acquisition whose assigned offset is held by a
-	// transaction the takeover did not end (err wraps
+	// transaction the takeover of txnID on link did not end (err wraps
 	// store.ErrOffsetUnstable): it returns a *store.UnstableOffsetError
 	// naming txnID and what holds the offset. It never fails further.
-	Unstable(ctx context.Context, a store.Acquisition, snap store.TopicPartition, txnID string, err error) error
+	// aborted says that the broker aborted what held the offset (a
+	// hanging transaction of txnID's own lineage, with the backend's
+	// option to abort those): the skeleton resolves the offset once more.
+	Unstable(ctx context.Context, a store.Acquisition, link Link, txnID string, err error) (aborted bool, _ error)
 	// Close releases the broker's clients, once every partition is
 	// released.
 	Close() error
@@ -225,11 +228,18 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 		}
 	}
 	assigned, err := a.Resolve(ctx)
+	if errors.Is(err, store.ErrOffsetUnstable) {
+		var aborted bool
+		if aborted, err = b.broker.Unstable(ctx, a, link, txnID, err); aborted {
+			// Once: if the offset is still held, the caller retries the
+			// acquisition later, as for any held offset.
+			if assigned, err = a.Resolve(ctx); errors.Is(err, store.ErrOffsetUnstable) {
+				_, err = b.broker.Unstable(ctx, a, link, txnID, err)
+			}
+		}
+	}
 	if err != nil {
 		link.Release()
-		if errors.Is(err, store.ErrOffsetUnstable) {
-			err = b.broker.Unstable(ctx, a, snap, txnID, err)
-		}
 		return nil, err
 	}
 	p := &Partition{b: b, input: a.Input, snap: snap, identity: a.Identity, progress: a.Progress, link: link}
