@@ -406,7 +406,9 @@ func (e *TakeoverStalledError) Unwrap() []error {
 // transactional.id (a prefix shared with another application), or one the
 // coordinator forgot (it lost the tail of __transaction_state in an unclean
 // broker failure, with replication factor 1): the transaction stays open on
-// its data partitions, and only an operator's abort ends it.
+// its data partitions, and only an abort ends it: an operator's, or the
+// store's own for a forgotten one of the partition's lineage (Hanging,
+// with kafka.Config.AbortHangingTransactions).
 type UnstableOffsetError struct {
 	// Input is the input partition, Group its consumer group.
 	Input TopicPartition

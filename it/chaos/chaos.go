@@ -642,6 +642,10 @@ func (c *chaos) inject(ctx context.Context, f fault, acked *atomic.Int64) (fault
 		if err := c.cluster.WaitHealthy(ctx, c.timeout); err != nil {
 			return rec, err
 		}
+		// Most of a broker fault's recovery is the node's: its JVM's
+		// start and its replicas catching up. Said apart from the
+		// engine's part, which follows.
+		rec.Detail += fmt.Sprintf("; node back and cluster healthy %.1fs after the fault", time.Since(t0).Seconds())
 		since := time.Now()
 		if err := c.waitFor("every partition running after "+rec.Fault, func() bool { return c.allRunning(since, "", true) }); err != nil {
 			return rec, err
