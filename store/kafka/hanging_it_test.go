@@ -141,10 +141,7 @@ func forget(t *testing.T, w *brokerWorld, drop int64, offsets bool) forgotten {
 	}
 	txnID := b.TransactionalID(in)
 	_ = b.Close()
-	committed, err := w.committedOffset(m.Identity().Group, in)(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	committed := w.stableCommittedOffset(t, m.Identity().Group, in)
 
 	// The transaction the coordinator will forget: the partition's own
 	// transactional.id, one record on the snapshot partition.
@@ -279,6 +276,25 @@ func (w *brokerWorld) txnOffsetCommit(t *testing.T, cl *kgo.Client, txnID string
 	if err := kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode); err != nil {
 		t.Fatalf("TxnOffsetCommit of %s at %d: %v", in, offset, err)
 	}
+}
+
+// stableCommittedOffset waits until group's committed offset of in is
+// stable (the last commit's markers landed) and returns it.
+func (w *brokerWorld) stableCommittedOffset(t *testing.T, group string, in store.TopicPartition) int64 {
+	t.Helper()
+	var err error
+	for range 600 {
+		var off int64
+		if off, err = w.committedOffset(group, in)(context.Background()); err == nil {
+			return off
+		}
+		if !errors.Is(err, store.ErrOffsetUnstable) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling an observed state
+	}
+	t.Fatalf("the committed offset of %s is still held after a minute: %v", in, err)
+	return 0
 }
 
 // committedOffset is what the engine's offset resolution does: the
