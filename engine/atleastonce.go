@@ -97,15 +97,7 @@ func (m *atLeastOnce[S]) commitTombstones(ctx context.Context, f *flow[S]) error
 	}
 	offset := max(f.core.Consumed(), f.part.CommittedOffset())
 	err = f.part.CommitBatch(ctx, store.Batch{Snapshots: snaps, Offset: offset})
-	for _, s := range snaps {
-		if werr := f.core.WriteDone(s.Key, err); werr != nil && err == nil {
-			err = fromCore(werr)
-		}
-	}
-	if err == nil {
-		err = m.r.durable(f)
-	}
-	if err != nil {
+	if err = m.r.committedBatch(f, snaps, err); err != nil {
 		return err
 	}
 	m.r.e.cfg.Metrics.flushed(len(snaps), time.Since(start))

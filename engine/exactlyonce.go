@@ -73,15 +73,7 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	if errors.Is(err, store.ErrNotTransactional) {
 		err = fmt.Errorf("engine: %s: ExactlyOnce needs a Transactional store: %w", f.tp, err)
 	}
-	for _, s := range snaps {
-		if werr := f.core.WriteDone(s.Key, err); werr != nil && err == nil {
-			err = fromCore(werr)
-		}
-	}
-	if err == nil {
-		err = m.r.durable(f)
-	}
-	if err != nil {
+	if err = m.r.committedBatch(f, snaps, err); err != nil {
 		return err
 	}
 	f.batch = openBatch{}

@@ -63,6 +63,21 @@ func decodeCheckpoint(b []byte) (group string, cp store.Checkpoint, err error) {
 	return group, cp, nil
 }
 
+// committedBatch tells f's core how the write of snaps ended (err) and,
+// when it committed, makes it durable in the cache; the first error is
+// the batch's.
+func (r *Runner[S]) committedBatch(f *flow[S], snaps []store.Snapshot, err error) error {
+	for _, s := range snaps {
+		if werr := f.core.WriteDone(s.Key, err); werr != nil && err == nil {
+			err = fromCore(werr)
+		}
+	}
+	if err == nil {
+		err = r.durable(f)
+	}
+	return err
+}
+
 // durable writes what f's core was told is durable, with f's partition's
 // checkpoint when the store vouches for one.
 func (r *Runner[S]) durable(f *flow[S]) error {

@@ -301,32 +301,43 @@ func (e *HangingTransactionError) Error() string {
 		fmt.Fprintf(&b, " (stalled for %s at offset %d of target %d)", e.Stall.Stalled, e.Stall.Position, e.Stall.Target)
 	}
 	b.WriteString(": ")
-	for i, h := range e.Hanging {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%s, coordinator epoch %d", h.OpenTransaction, h.CoordinatorEpoch)
-	}
+	writeHangingList(&b, e.Hanging)
 	if e.TransactionalID != "" {
 		fmt.Fprintf(&b, "; the partition's transactional.id %q", e.TransactionalID)
 		if e.Coordinator != "" {
 			fmt.Fprintf(&b, ": its coordinator reports %s", e.Coordinator)
 		}
 	}
-	if e.NotAborted != "" {
-		fmt.Fprintf(&b, "; not aborted by the store: %s", e.NotAborted)
+	writeHangingAbort(&b, e.Hanging, e.NotAborted, e.AbortErr, e.Bootstrap)
+	return b.String()
+}
+
+// writeHangingList writes the hanging transactions.
+func writeHangingList(b *strings.Builder, hs []HangingTransaction) {
+	for i, h := range hs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(b, "%s, coordinator epoch %d", h.OpenTransaction, h.CoordinatorEpoch)
 	}
-	if e.AbortErr != nil {
-		fmt.Fprintf(&b, "; the store's abort failed: %v", e.AbortErr)
+}
+
+// writeHangingAbort writes why the store did not abort hs, or how its
+// abort failed, then the commands that abort them.
+func writeHangingAbort(b *strings.Builder, hs []HangingTransaction, notAborted string, abortErr error, bootstrap string) {
+	if notAborted != "" {
+		fmt.Fprintf(b, "; not aborted by the store: %s", notAborted)
+	}
+	if abortErr != nil {
+		fmt.Fprintf(b, "; the store's abort failed: %v", abortErr)
 	}
 	b.WriteString("; to abort (only what no live producer owns): ")
-	for i, h := range e.Hanging {
+	for i, h := range hs {
 		if i > 0 {
 			b.WriteString("; ")
 		}
-		b.WriteString(h.AbortCommand(e.Bootstrap))
+		b.WriteString(h.AbortCommand(bootstrap))
 	}
-	return b.String()
 }
 
 // Unwrap returns ErrHangingTransaction, the stall (ErrRecoveryStalled) and
@@ -460,25 +471,8 @@ func (e *UnstableOffsetError) Error() string {
 	switch {
 	case len(e.Hanging) > 0:
 		b.WriteString("; hanging (open, with no transaction coordinator having it ongoing): ")
-		for i, h := range e.Hanging {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "%s, coordinator epoch %d", h.OpenTransaction, h.CoordinatorEpoch)
-		}
-		if e.NotAborted != "" {
-			fmt.Fprintf(&b, "; not aborted by the store: %s", e.NotAborted)
-		}
-		if e.AbortErr != nil {
-			fmt.Fprintf(&b, "; the store's abort failed: %v", e.AbortErr)
-		}
-		b.WriteString("; to abort (only what no live producer owns): ")
-		for i, h := range e.Hanging {
-			if i > 0 {
-				b.WriteString("; ")
-			}
-			b.WriteString(h.AbortCommand(e.Bootstrap))
-		}
+		writeHangingList(&b, e.Hanging)
+		writeHangingAbort(&b, e.Hanging, e.NotAborted, e.AbortErr, e.Bootstrap)
 		return b.String()
 	case len(e.Open) == 0:
 		b.WriteString("; no open transaction could be listed")

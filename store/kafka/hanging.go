@@ -40,23 +40,8 @@ func (s *source) CheckPinned(ctx context.Context, _ int64) (bool, *store.Hanging
 		return false, nil
 	}
 	b := p.b
-	switch {
-	case !b.cfg.AbortHangingTransactions:
-		h.NotAborted = "kafka.Config.AbortHangingTransactions is off"
-	case !allOwn(h.Hanging):
-		h.NotAborted = "its producer is not proven to be of the partition's own transactional.id (a producer id no " +
-			"coordinator maps to it at an epoch no earlier than the transaction's), so it may be another application's"
-	default:
-		if err := b.abortHanging(ctx, h.Hanging); err != nil {
-			h.AbortErr = err
-			break
-		}
-		for _, t := range h.Hanging {
-			b.set.Logger.Warn("aborted a hanging transaction of the partition's own transactional.id (AbortHangingTransactions)",
-				"snapshots", s.tp.String(), "partition", t.Partition.String(), "producer_id", t.ProducerID,
-				"producer_epoch", t.ProducerEpoch, "coordinator_epoch", t.CoordinatorEpoch, "start_offset", t.StartOffset,
-				"transactional_id", h.TransactionalID, "coordinator", h.Coordinator)
-		}
+	var aborted bool
+	if h.NotAborted, h.AbortErr, aborted = b.abortOwn(ctx, h.Hanging, h.TransactionalID, h.Coordinator, "snapshots", s.tp.String()); aborted {
 		return true, nil
 	}
 	fresh := false
@@ -74,6 +59,29 @@ func (s *source) CheckPinned(ctx context.Context, _ int64) (bool, *store.Hanging
 		b.set.Logger.Error("recovery is held by a hanging transaction", "snapshots", s.tp.String(), "err", h)
 	}
 	return false, h
+}
+
+// abortOwn aborts hs with Config.AbortHangingTransactions when every one
+// is proven of txnID's own lineage, logging each abort with where (a
+// log key and value); otherwise it says why not, or how the abort failed.
+func (b *Backend) abortOwn(ctx context.Context, hs []store.HangingTransaction, txnID, coordinator, whereKey, where string) (notAborted string, abortErr error, aborted bool) {
+	switch {
+	case !b.cfg.AbortHangingTransactions:
+		return "kafka.Config.AbortHangingTransactions is off", nil, false
+	case !allOwn(hs):
+		return "its producer is not proven to be of the partition's own transactional.id (a producer id no " +
+			"coordinator maps to it at an epoch no earlier than the transaction's), so it may be another application's", nil, false
+	}
+	if err := b.abortHanging(ctx, hs); err != nil {
+		return "", err, false
+	}
+	for _, t := range hs {
+		b.set.Logger.Warn("aborted a hanging transaction of the partition's own transactional.id (AbortHangingTransactions)",
+			whereKey, where, "partition", t.Partition.String(), "producer_id", t.ProducerID,
+			"producer_epoch", t.ProducerEpoch, "coordinator_epoch", t.CoordinatorEpoch, "start_offset", t.StartOffset,
+			"transactional_id", txnID, "coordinator", coordinator)
+	}
+	return "", nil, true
 }
 
 func allOwn(hs []store.HangingTransaction) bool {

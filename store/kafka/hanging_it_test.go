@@ -312,29 +312,27 @@ func (w *brokerWorld) committedOffset(group string, in store.TopicPartition) fun
 			return 0, err
 		}
 		code, offset, found := resp.ErrorCode, int64(-1), false
+		see := func(topic string, partition int32, off int64, pcode int16) {
+			if topic == in.Topic && partition == in.Partition {
+				found, offset = true, off
+				if code == 0 {
+					code = pcode
+				}
+			}
+		}
 		for _, g := range resp.Groups { // v8+
 			if code == 0 {
 				code = g.ErrorCode
 			}
 			for _, t := range g.Topics {
 				for _, p := range t.Partitions {
-					if t.Topic == in.Topic && p.Partition == in.Partition {
-						found, offset = true, p.Offset
-						if code == 0 {
-							code = p.ErrorCode
-						}
-					}
+					see(t.Topic, p.Partition, p.Offset, p.ErrorCode)
 				}
 			}
 		}
 		for _, t := range resp.Topics {
 			for _, p := range t.Partitions {
-				if t.Topic == in.Topic && p.Partition == in.Partition {
-					found, offset = true, p.Offset
-					if code == 0 {
-						code = p.ErrorCode
-					}
-				}
+				see(t.Topic, p.Partition, p.Offset, p.ErrorCode)
 			}
 		}
 		switch err := kerr.ErrorForCode(code); {

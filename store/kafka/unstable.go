@@ -47,27 +47,11 @@ func (b *Backend) unstableOffset(ctx context.Context, a store.Acquisition, p *pa
 	b.addOutputs(set)
 	ownPID, ownEpoch := p.lineage()
 	e.Hanging, _ = b.findHanging(ctx, txnID, offsets, set, ownPID, ownEpoch)
-	switch {
-	case len(e.Hanging) == 0:
+	if len(e.Hanging) == 0 {
 		return false, e
-	case !b.cfg.AbortHangingTransactions:
-		e.NotAborted = "kafka.Config.AbortHangingTransactions is off"
-	case !allOwn(e.Hanging):
-		e.NotAborted = "its producer is not proven to be of the partition's own transactional.id (a producer id no " +
-			"coordinator maps to it at an epoch no earlier than the transaction's), so it may be another application's"
-	default:
-		if e.AbortErr = b.abortHanging(ctx, e.Hanging); e.AbortErr != nil {
-			return false, e
-		}
-		for _, t := range e.Hanging {
-			b.set.Logger.Warn("aborted a hanging transaction of the partition's own transactional.id (AbortHangingTransactions)",
-				"input", a.Input.String(), "group", e.Group, "partition", t.Partition.String(), "producer_id", t.ProducerID,
-				"producer_epoch", t.ProducerEpoch, "coordinator_epoch", t.CoordinatorEpoch, "start_offset", t.StartOffset,
-				"transactional_id", txnID, "coordinator", e.Coordinator)
-		}
-		return true, e
 	}
-	return false, e
+	e.NotAborted, e.AbortErr, aborted = b.abortOwn(ctx, e.Hanging, txnID, e.Coordinator, "input", a.Input.String())
+	return aborted, e
 }
 
 // takeoverStalled diagnoses a takeover whose InitProducerID the
