@@ -113,6 +113,7 @@ type chaos struct {
 	mode     string
 	topic    string
 	output   string
+	tail     *tail // the mode's concurrent read_committed consumer of output
 	tmp      string
 	failures []string // members that died on their own
 	start    time.Time
@@ -426,6 +427,13 @@ func (c *chaos) runMode(mode string) (*modeReport, error) {
 			return nil, fmt.Errorf("creating %s: %w", t.name, err)
 		}
 	}
+	// The concurrent read_committed consumer of the outputs, from before
+	// the first output to after the verifier's read.
+	c.tail, err = startTail(c.seeds, c.output)
+	if err != nil {
+		return nil, err
+	}
+	defer c.tail.stop()
 	c.tmp, err = os.MkdirTemp("", "chaos-"+mode+"-")
 	if err != nil {
 		return nil, err

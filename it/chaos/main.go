@@ -32,7 +32,8 @@
 // every key's last committed snapshot (read_committed) is the exact fold
 // of its inputs in offset order; (2) read_committed, the output topic
 // holds every input's output exactly once under eos, at least once under
-// alo (the duplicates counted); (3) no committed snapshot of a key has a
+// alo (the duplicates counted), and a read_committed consumer that read
+// the outputs throughout the run saw exactly the same; (3) no committed snapshot of a key has a
 // smaller count than the one before it (read_committed: a stale
 // overwrite), and read_uncommitted regressions (aborted writes) are
 // counted as information; (4) `kafka-transactions find-hanging` finds

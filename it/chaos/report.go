@@ -52,6 +52,14 @@ type modeReport struct {
 	OutputDuplicates int64 `json:"output_duplicates"`
 	InputsDuplicated int64 `json:"inputs_with_duplicate_outputs"`
 	OutputsForeign   int   `json:"outputs_foreign"`
+	// (2b) the concurrent read_committed consumer
+	TailChecked    bool     `json:"concurrent_checked"`
+	TailRead       int64    `json:"concurrent_outputs_read"`
+	TailMissing    int64    `json:"concurrent_missing"`
+	TailDuplicates int64    `json:"concurrent_duplicates"`
+	TailForeign    int      `json:"concurrent_foreign"`
+	TailDiffering  int64    `json:"concurrent_inputs_differing"`
+	TailDiffers    []string `json:"concurrent_differ_examples,omitempty"`
 	// (3) snapshots' order
 	SnapshotsCommitted     int64    `json:"snapshots_committed"`
 	SnapshotsWritten       int64    `json:"snapshots_written_uncommitted_view"`
@@ -113,6 +121,13 @@ func (m *modeReport) finish() {
 	}
 	if m.OutputsForeign > 0 {
 		why = append(why, fmt.Sprintf("(2) %d outputs that name no input", m.OutputsForeign))
+	}
+	if !m.TailChecked {
+		why = append(why, "(2b) the concurrent read_committed consumer was not checked")
+	}
+	if m.TailMissing > 0 || m.TailForeign > 0 || m.TailDiffering > 0 || m.Mode == "eos" && m.TailDuplicates > 0 {
+		why = append(why, fmt.Sprintf("(2b) the concurrent read_committed consumer: %d inputs missing, %d duplicates, %d foreign, %d inputs seen otherwise than after the run",
+			m.TailMissing, m.TailDuplicates, m.TailForeign, m.TailDiffering))
 	}
 	if m.StaleOverwrites > 0 {
 		why = append(why, fmt.Sprintf("(3) %d stale overwrites", m.StaleOverwrites))
@@ -191,6 +206,11 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  (2) outputs read_committed     %d for %d inputs: missing %d, duplicates %d (over %d inputs)\n",
 			m.OutputsRead, m.EventsIn, m.OutputsMissing, m.OutputDuplicates, m.InputsDuplicated)
+		fmt.Fprintf(w, "  (2b) concurrent read_committed %d outputs read during the run: missing %d, duplicates %d, foreign %d, inputs differing from (2) %d\n",
+			m.TailRead, m.TailMissing, m.TailDuplicates, m.TailForeign, m.TailDiffering)
+		for _, e := range m.TailDiffers {
+			fmt.Fprintf(w, "        %s\n", e)
+		}
 		fmt.Fprintf(w, "  (3) stale overwrites           %d (snapshots committed %d; read_uncommitted %d, regressions there %d: info)\n",
 			m.StaleOverwrites, m.SnapshotsCommitted, m.SnapshotsWritten, m.UncommittedRegressions)
 		for _, e := range m.StaleExamples {

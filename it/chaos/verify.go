@@ -258,6 +258,41 @@ func (c *chaos) verify(ctx context.Context, adm *kadm.Client, mr *modeReport) er
 		}
 	}
 
+	// (2b) The concurrent read_committed consumer, which read through the
+	// faults: it must have seen what the read after them saw, output for
+	// output (so, under eos, each input's once).
+	if c.tail != nil {
+		if err := c.awaitTail(c.tail, outLSO); err != nil {
+			mr.Problems = append(mr.Problems, "(2b) "+err.Error())
+		} else {
+			c.tail.mu.Lock()
+			mr.TailChecked = true
+			mr.TailForeign = c.tail.strange
+			for k, n := range c.tail.seen {
+				mr.TailRead += int64(n)
+				if _, ok := inputs[io{int32(k[0]), k[1]}]; !ok {
+					mr.TailForeign++
+				}
+			}
+			for k, n := range inputs {
+				seen := c.tail.seen[[2]int64{int64(k.p), k.off}]
+				switch {
+				case seen == 0 && n > 0:
+					mr.TailMissing++
+				case seen > 1:
+					mr.TailDuplicates += int64(seen - 1)
+				}
+				if seen != n && len(mr.TailDiffers) < 5 {
+					mr.TailDiffers = append(mr.TailDiffers, fmt.Sprintf("input %d/%d: %d outputs seen during the run, %d after", k.p, k.off, seen, n))
+				}
+				if seen != n {
+					mr.TailDiffering++
+				}
+			}
+			c.tail.mu.Unlock()
+		}
+	}
+
 	// (4) find-hanging on every broker.
 	bs, err := adm.ListBrokers(ctx)
 	if err != nil {
