@@ -101,6 +101,7 @@ type chaos struct {
 	timeout    time.Duration
 	keep       bool
 	verbose    bool
+	broken     string // -break: the members' deliberate bug (a negative control)
 	schedule   []fault
 	// killed are the nodes killed in the current round of broker kills:
 	// each node is killed once before any is killed again.
@@ -221,7 +222,7 @@ func (c *chaos) startMember(i int) (*proc, error) {
 		return nil, err
 	}
 	args := []string{"-member", name, "-brokers", strings.Join(c.seeds, ","), "-topic", c.topic, "-output", c.output,
-		"-dir", filepath.Join(c.tmp, name), "-mode", c.mode, "-session", c.session.String()}
+		"-dir", filepath.Join(c.tmp, name), "-mode", c.mode, "-session", c.session.String(), "-break", c.broken}
 	cmd := exec.Command(exe, args...)
 	// A child dies with this process even if it is SIGKILLed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

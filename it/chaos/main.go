@@ -108,6 +108,8 @@ func main() {
 		dir     = flag.String("dir", "", "member: cache directory")
 		mode    = flag.String("mode", "both", "eos (exactly-once outputs), alo (at-least-once outputs) or both, one after the other; member: eos or alo")
 		session = flag.Duration("session", 0, "KafkaConfig.SessionTimeout of the members (0: the default, 10s)")
+		broken  = flag.String("break", "", "a negative control: the members' fold has a deliberate bug the verifier must catch: "+
+			"double-output (two outputs an input: duplicates under eos) or lose-event (every 97th sequence number is not folded: state lost)")
 
 		seed       = flag.Uint64("seed", 0, "the schedule's seed (0: from the clock; printed either way)")
 		members    = flag.Int("members", 3, "engine processes")
@@ -149,12 +151,18 @@ func main() {
 	}
 	seeds := strings.Split(*brokers, ",")
 	if *member != "" {
-		if err := runMember(*member, seeds, *topic, *output, *dir, *mode, *session); err != nil {
+		if err := runMember(*member, seeds, *topic, *output, *dir, *mode, *broken, *session); err != nil {
 			emit(event{Member: *member, Ev: "exit", Err: err.Error()})
 			os.Exit(1)
 		}
 		emit(event{Member: *member, Ev: "exit"})
 		return
+	}
+	switch *broken {
+	case "", breakDoubleOutput, breakLoseEvent:
+	default:
+		fmt.Fprintf(os.Stderr, "chaos: -break %q: %s or %s\n", *broken, breakDoubleOutput, breakLoseEvent)
+		os.Exit(2)
 	}
 	modes := []string{*mode}
 	switch *mode {
@@ -178,7 +186,7 @@ func main() {
 	def(pauses, *members)
 	c := &chaos{
 		seeds: seeds, clusterDir: *cluster, seed: *seed, members: *members, partitions: int32(*partitions),
-		keys: *keys, rate: *rate, session: *session, timeout: *timeout, keep: *keep, verbose: *verbose,
+		keys: *keys, rate: *rate, session: *session, timeout: *timeout, keep: *keep, verbose: *verbose, broken: *broken,
 	}
 	if err := c.openCluster(); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
@@ -243,7 +251,14 @@ func outputValue(p int32, off, seq int64) []byte {
 	return fmt.Appendf(nil, "%d/%d/%d", p, off, seq)
 }
 
-func runMember(name string, seeds []string, topic, output, dir, mode string, session time.Duration) error {
+// The -break bugs: negative controls of the verifier, each of which a
+// run must fail.
+const (
+	breakDoubleOutput = "double-output"
+	breakLoseEvent    = "lose-event"
+)
+
+func runMember(name string, seeds []string, topic, output, dir, mode, broken string, session time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("member", name)
@@ -260,7 +275,14 @@ func runMember(name string, seeds []string, topic, output, dir, mode string, ses
 		if !exists {
 			s = state{}
 		}
-		return engine.Set(s.step(seq)).With(engine.Output{Topic: output, Key: key, Value: outputValue(rec.Partition, rec.Offset, seq)}), nil
+		out := engine.Output{Topic: output, Key: key, Value: outputValue(rec.Partition, rec.Offset, seq)}
+		switch {
+		case broken == breakDoubleOutput:
+			return engine.Set(s.step(seq)).With(out).With(out), nil
+		case broken == breakLoseEvent && seq%97 == 0:
+			return engine.Set(s).With(out), nil
+		}
+		return engine.Set(s.step(seq)).With(out), nil
 	}
 	cfg := engine.Config[state]{Fold: fold, Codec: engine.JSON[state](), Store: b, Dir: dir, Logger: log}
 	var em *engine.KafkaEmitter
