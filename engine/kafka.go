@@ -397,6 +397,11 @@ func checkInputTopics(ctx context.Context, cfg KafkaConfig) error {
 // creation. A topic this client may not describe is a *store.ConfigError.
 func missingTopics(ctx context.Context, adm *kadm.Client, topics []string) ([]string, error) {
 	tds, err := adm.ListTopics(ctx, topics...)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		// Permanent: the answer, not a missing one.
+		return nil, &store.ConfigError{Subject: fmt.Sprintf("topics %q", topics), Problem: "the consumer may not describe the input topics",
+			Fix: "grant the principal READ on each input topic (kafka-acls.sh --operation Read --topic T; READ implies DESCRIBE)", Err: err}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -408,7 +413,7 @@ func missingTopics(ctx context.Context, adm *kadm.Client, topics []string) ([]st
 			missing = append(missing, t)
 		case errors.Is(td.Err, kerr.TopicAuthorizationFailed):
 			return nil, &store.ConfigError{Subject: fmt.Sprintf("topic %q", t), Problem: "the consumer may not describe the input topic",
-				Fix: "grant the principal DESCRIBE and READ on the topic (kafka-acls.sh)", Err: td.Err}
+				Fix: "grant the principal READ on the topic (kafka-acls.sh --operation Read --topic T; READ implies DESCRIBE)", Err: td.Err}
 		case td.Err != nil:
 			return nil, fmt.Errorf("topic %q: %w", t, td.Err)
 		case len(td.Partitions) == 0:
