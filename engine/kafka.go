@@ -658,7 +658,7 @@ func (s *kafkaSource) groupConfigError(err error) error {
 		cerr.Fix = "give every running instance its own InstanceID"
 	case errors.Is(err, kerr.GroupAuthorizationFailed):
 		cerr.Subject, cerr.Problem = "KafkaConfig.Group", fmt.Sprintf("the consumer may not join group %q", s.group)
-		cerr.Fix = "grant the principal READ on the group (kafka-acls.sh --group)"
+		cerr.Fix = fmt.Sprintf("grant the principal READ on the group (kafka-acls.sh --operation Read --group %s)", s.group)
 	default:
 		return nil
 	}
@@ -734,6 +734,13 @@ func (r *Runner[S]) Run(ctx context.Context) error {
 		if err == nil || ctx.Err() != nil {
 			backoff = pollFirstBackoff
 			continue
+		}
+		if errors.Is(err, store.ErrMisconfigured) {
+			// A poll the broker refuses for good (a group ACL, a session
+			// timeout out of its range): retrying cannot cure it.
+			r.e.log.Error("poll refused; the configuration must change", "err", err)
+			_ = r.Close(context.WithoutCancel(ctx))
+			return err
 		}
 		r.mu.Lock()
 		ok, n := r.logs.allow("poll", r.src.Now())
