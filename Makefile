@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-warm bench-failover bench-scale it it-cluster props-long html-check failover chaos chaos-short
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-warm bench-failover bench-scale it it-cluster it-secure props-long html-check failover chaos chaos-short
 
 all: lint test
 
@@ -46,6 +46,19 @@ CLUSTERPKGS ?= ./internal/kafkatest
 it-cluster:
 	it/kafka/cluster classpath
 	it/kafka/cluster run $(GO) test -count=1 -tags it -p 1 -v -run '^TestCluster' $(CLUSTERPKGS)
+
+## it-secure: the secured-cluster tests (build tag `it`, named TestSecured*)
+## on a secured Kafka 4.x cluster started for the run on 127.0.0.1
+## (SNAPFENCE_KAFKA_SECURE=1 it/kafka/cluster run: TLS with a CA the
+## script makes, SASL/SCRAM-SHA-512, the StandardAuthorizer; users admin,
+## app, intruder; docs/testing.md, "A secured cluster"). SECURENODES: the
+## node count (default 1; 3 works too). They skip under `make it` and `make
+## it-cluster`, which give them no secured cluster.
+SECUREPKGS  ?= ./engine
+SECURENODES ?= 1
+it-secure:
+	it/kafka/cluster classpath
+	SNAPFENCE_KAFKA_SECURE=1 SNAPFENCE_KAFKA_NODES=$(SECURENODES) it/kafka/cluster run $(GO) test -count=1 -tags it -p 1 -v -timeout 20m -run '^TestSecured' $(SECUREPKGS)
 
 ## lint: gofmt, go vet and staticcheck (pinned, run through `go run`); vet
 ## and staticcheck with the `it` tag, so they check the integration tests too.

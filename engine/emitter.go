@@ -292,6 +292,15 @@ func (em *KafkaEmitter) failAll(outs []Output, topic string, err error) *EmitErr
 // describe returns the partition counts of the topics that exist.
 func (em *KafkaEmitter) describe(ctx context.Context, topics []string) (map[string]int, error) {
 	details, err := em.adm.ListTopics(ctx, topics...)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		// The answer names no topic: ask for each, to name the refused one.
+		for _, topic := range topics {
+			if _, terr := em.adm.ListTopics(ctx, topic); errors.Is(terr, kerr.TopicAuthorizationFailed) {
+				return nil, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", topic), Problem: "the emitter may not describe it",
+					Fix: fmt.Sprintf("grant the producer's principal WRITE on the topic (kafka-acls.sh --operation Write --topic %s; WRITE implies DESCRIBE)", topic), Err: terr}
+			}
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("describing output topics %q: %w", topics, err)
 	}

@@ -397,6 +397,11 @@ func checkInputTopics(ctx context.Context, cfg KafkaConfig) error {
 // creation. A topic this client may not describe is a *store.ConfigError.
 func missingTopics(ctx context.Context, adm *kadm.Client, topics []string) ([]string, error) {
 	tds, err := adm.ListTopics(ctx, topics...)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		// Permanent: the answer, not a missing one.
+		return nil, &store.ConfigError{Subject: fmt.Sprintf("topics %q", topics), Problem: "the consumer may not describe the input topics",
+			Fix: "grant the principal READ on each input topic (kafka-acls.sh --operation Read --topic T; READ implies DESCRIBE)", Err: err}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -408,7 +413,7 @@ func missingTopics(ctx context.Context, adm *kadm.Client, topics []string) ([]st
 			missing = append(missing, t)
 		case errors.Is(td.Err, kerr.TopicAuthorizationFailed):
 			return nil, &store.ConfigError{Subject: fmt.Sprintf("topic %q", t), Problem: "the consumer may not describe the input topic",
-				Fix: "grant the principal DESCRIBE and READ on the topic (kafka-acls.sh)", Err: td.Err}
+				Fix: "grant the principal READ on the topic (kafka-acls.sh --operation Read --topic T; READ implies DESCRIBE)", Err: td.Err}
 		case td.Err != nil:
 			return nil, fmt.Errorf("topic %q: %w", t, td.Err)
 		case len(td.Partitions) == 0:
@@ -653,7 +658,7 @@ func (s *kafkaSource) groupConfigError(err error) error {
 		cerr.Fix = "give every running instance its own InstanceID"
 	case errors.Is(err, kerr.GroupAuthorizationFailed):
 		cerr.Subject, cerr.Problem = "KafkaConfig.Group", fmt.Sprintf("the consumer may not join group %q", s.group)
-		cerr.Fix = "grant the principal READ on the group (kafka-acls.sh --group)"
+		cerr.Fix = fmt.Sprintf("grant the principal READ on the group (kafka-acls.sh --operation Read --group %s)", s.group)
 	default:
 		return nil
 	}
@@ -729,6 +734,13 @@ func (r *Runner[S]) Run(ctx context.Context) error {
 		if err == nil || ctx.Err() != nil {
 			backoff = pollFirstBackoff
 			continue
+		}
+		if errors.Is(err, store.ErrMisconfigured) {
+			// A poll the broker refuses for good (a group ACL, a session
+			// timeout out of its range): retrying cannot cure it.
+			r.e.log.Error("poll refused; the configuration must change", "err", err)
+			_ = r.Close(context.WithoutCancel(ctx))
+			return err
 		}
 		r.mu.Lock()
 		ok, n := r.logs.allow("poll", r.src.Now())

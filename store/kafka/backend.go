@@ -246,6 +246,12 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 		}
 		sd = listed[snap.Topic]
 	}
+	if errors.Is(sd.Err, kerr.TopicAuthorizationFailed) {
+		return noID, topic, &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", snap.Topic),
+			Problem: "the backend may not describe it",
+			Fix:     fmt.Sprintf("grant the principal READ and WRITE on the topic (kafka-acls.sh --operation Read --operation Write --topic %s)", snap.Topic),
+			Err:     sd.Err}
+	}
 	if sd.Err != nil {
 		return noID, topic, fmt.Errorf("kafka: snapshot topic %q: %w", snap.Topic, sd.Err)
 	}
@@ -254,12 +260,17 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 			ErrTopicConfig, snap.Topic, len(sd.Partitions), len(in.Partitions), input.Topic)
 	}
 	configs, err := b.adm.DescribeTopicConfigs(ctx, snap.Topic)
-	if err != nil {
-		return noID, topic, fmt.Errorf("kafka: describing the configuration of snapshot topic %q: %w", snap.Topic, err)
-	}
-	rc, err := configs.On(snap.Topic, nil)
+	var rc kadm.ResourceConfig
 	if err == nil {
-		err = rc.Err
+		if rc, err = configs.On(snap.Topic, nil); err == nil {
+			err = rc.Err
+		}
+	}
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		return noID, topic, &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", snap.Topic),
+			Problem: "the backend may not read its configuration (cleanup.policy must contain compact)",
+			Fix:     fmt.Sprintf("grant the principal DESCRIBE_CONFIGS on the topic (kafka-acls.sh --operation DescribeConfigs --topic %s)", snap.Topic),
+			Err:     err}
 	}
 	if err != nil {
 		return noID, topic, fmt.Errorf("kafka: describing the configuration of snapshot topic %q: %w", snap.Topic, err)
@@ -335,6 +346,10 @@ func (b *Backend) outputPartitions(ctx context.Context, topic string) (int, erro
 // describeOutput returns the partition count of an output topic.
 func (b *Backend) describeOutput(ctx context.Context, topic string) (int, error) {
 	details, err := b.adm.ListTopics(ctx, topic)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		return 0, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", topic), Problem: "the producer may not describe it",
+			Fix: fmt.Sprintf("grant the principal WRITE on the topic (kafka-acls.sh --operation Write --topic %s; WRITE implies DESCRIBE)", topic), Err: err}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("kafka: describing output topic %q: %w", topic, err)
 	}
@@ -347,7 +362,7 @@ func (b *Backend) describeOutput(ctx context.Context, topic string) (int, error)
 	}
 	if errors.Is(td.Err, kerr.TopicAuthorizationFailed) {
 		return 0, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", topic), Problem: "the producer may not describe it",
-			Fix: "grant the principal Describe and Write on the topic", Err: td.Err}
+			Fix: fmt.Sprintf("grant the principal WRITE on the topic (kafka-acls.sh --operation Write --topic %s; WRITE implies DESCRIBE)", topic), Err: td.Err}
 	}
 	if td.Err != nil {
 		return 0, fmt.Errorf("kafka: output topic %q: %w", topic, td.Err)

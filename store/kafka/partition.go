@@ -92,6 +92,15 @@ func (p *partition) Takeover(ctx context.Context, txnID string) error {
 		if ctx.Err() == nil && errors.Is(ictx.Err(), context.DeadlineExceeded) {
 			return p.b.takeoverStalled(ctx, p.input, p.snap, txnID, stall, err)
 		}
+		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			// Permanent: retrying the acquisition cannot cure an ACL.
+			return &store.ConfigError{Subject: fmt.Sprintf("transactional.id %q", txnID),
+				Problem: fmt.Sprintf("the principal may not use it (the takeover of %s)", p.input),
+				Fix: fmt.Sprintf("grant the principal WRITE on TRANSACTIONAL_ID prefix %q as a PREFIXED ACL "+
+					"(kafka-acls.sh --add --allow-principal User:... --operation Write --transactional-id %s --resource-pattern-type prefixed)",
+					p.b.cfg.TransactionalIDPrefix+"-", p.b.cfg.TransactionalIDPrefix+"-"),
+				Err: err}
+		}
 		return fmt.Errorf("kafka: %s: initialising transactional.id %q (the takeover): %w", p.input, txnID, err)
 	}
 	p.mu.Lock()
@@ -135,6 +144,19 @@ func (p *partition) Transact(ctx context.Context, batch groupcommit.Batch, id st
 	}
 	if isFatal(err) {
 		return -1, p.fenced(id, err)
+	}
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		// Permanent: a replayed transaction meets the same ACLs.
+		topics := []string{p.snap.Topic}
+		for _, o := range batch.Outputs {
+			if !slices.Contains(topics, o.Topic) {
+				topics = append(topics, o.Topic)
+			}
+		}
+		return -1, &store.ConfigError{Subject: fmt.Sprintf("topics %q", topics),
+			Problem: fmt.Sprintf("the snapshot producer of %s may not write the transaction's records (the snapshot topic first, then the outputs)", p.input),
+			Fix:     fmt.Sprintf("grant the principal WRITE on the snapshot topic %q and on every output topic (kafka-acls.sh --operation Write --topic T)", p.snap.Topic),
+			Err:     err}
 	}
 	return -1, fmt.Errorf("kafka: %s: transaction failed: %w", p.input, err)
 }
