@@ -93,6 +93,36 @@ func (w *securedWorld) grant(acls ...kafkatest.ACL) {
 	}
 }
 
+func (w *securedWorld) revoke(acls ...kafkatest.ACL) {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := kafkatest.Revoke(ctx, w.admin, "User:app", acls...); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// commitAll runs an engine until the group committed the input to its
+// end, and closes it.
+func (w *securedWorld) commitAll(exactlyOnce bool) {
+	t := w.t
+	t.Helper()
+	logs := &logCount{}
+	r := w.runner(exactlyOnce, logs)
+	deadline := time.Now().Add(time.Minute)
+	for !w.caughtUp() || len(r.Flows()) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not committed to the end of the input in a minute; errors: %v\nlog:\n%s", r.Errors(), logs)
+		}
+		if err := r.Step(context.Background()); err != nil {
+			t.Fatalf("Step: %v\nlog:\n%s", err, logs)
+		}
+	}
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (w *securedWorld) produce(events ...string) {
 	w.t.Helper()
 	for _, ev := range events {
@@ -239,15 +269,22 @@ func TestSecuredMissingACL(t *testing.T) {
 	for i, missing := range probe.minimumACLs() {
 		for name, eos := range map[string]bool{"at-least-once": false, "exactly-once": true} {
 			t.Run(fmt.Sprintf("%d-%s/%s", i, strings.ReplaceAll(missing.String(), " ", "_"), name), func(t *testing.T) {
-				if missing.Resource == kmsg.ACLResourceTypeTopic && missing.Name == probe.snapshots() && missing.Op == kmsg.ACLOperationRead {
-					t.Skip("known, not fixed yet (issue 18): without READ on the snapshot topic the recovery reader's refused fetch " +
-						"is retried with no error reported; Run did not return within 90s")
-				}
 				w := newSecuredWorld(t)
 				acls := w.minimumACLs()
 				gone := acls[i]
-				w.grant(append(acls[:i:i], acls[i+1:]...)...)
-				w.produce("alice=+5", "dave=+2")
+				if gone.Resource == kmsg.ACLResourceTypeTopic && gone.Name == w.snapshots() && gone.Op == kmsg.ACLOperationRead {
+					// READ on the snapshot topic is needed only to recover
+					// snapshots: with none, an engine runs without it. So
+					// an engine with every ACL commits snapshots first; the
+					// one under test recovers them (a fresh Dir: in full).
+					w.grant(acls...)
+					w.produce("alice=+5", "dave=+2")
+					w.commitAll(eos)
+					w.revoke(gone)
+				} else {
+					w.grant(append(acls[:i:i], acls[i+1:]...)...)
+					w.produce("alice=+5", "dave=+2")
+				}
 				logs := &logCount{}
 				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 				defer cancel()

@@ -125,6 +125,14 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return
 		}
+		if errors.Is(err, kerr.TopicAuthorizationFailed) {
+			// Permanent: a retried recovery meets the same ACL.
+			ferr = &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", topic),
+				Problem: fmt.Sprintf("the recovery of partition %d may not read it", partition),
+				Fix:     fmt.Sprintf("grant the principal READ on the topic (kafka-acls.sh --operation Read --topic %s)", topic),
+				Err:     err}
+			return
+		}
 		ferr = fmt.Errorf("kafka: reading %s/%d: %w", topic, partition, err)
 	})
 	if ferr != nil {
