@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
+)
+
+// refusedPolls is a source whose polls fail: first transiently (a broker
+// away) transient times, then for good (the group refused by an ACL: a
+// *store.ConfigError, as engine's Kafka source makes of
+// GROUP_AUTHORIZATION_FAILED).
+type refusedPolls struct {
+	unjoined
+	transient int
+	polls     int
+}
+
+func (s *refusedPolls) Poll(context.Context, time.Duration) ([]Record, error) {
+	s.polls++
+	if s.polls <= s.transient {
+		return nil, errors.New("broker away")
+	}
+	return nil, &store.ConfigError{Subject: "KafkaConfig.Group", Problem: `the consumer may not join group "g"`,
+		Fix: "grant the principal READ on the group", Err: errors.New("GROUP_AUTHORIZATION_FAILED")}
+}
+
+func (s *refusedPolls) Now() time.Time { return time.Now() }
+
+// A poll refused for good ends Run with the refusal, after the transient
+// failures before it were retried; it is not retried for ever (it was,
+// found on the secured cluster: engine/secured_it_test.go).
+func TestAPollRefusedForGoodEndsRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := sim.New(sim.Config{Seed: 3})
+		if err := c.CreateTopic("accounts", sim.TopicConfig{Partitions: 2}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.NewBackend(sim.BackendConfig{Mode: store.Transactional, TransactionalIDPrefix: "bank", CreateTopics: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		e, err := New(Config[[]byte]{Fold: func([]byte, []byte, bool, Record) (Result[[]byte], error) { return Keep[[]byte](), nil },
+			Codec: core.BytesCodec{}, Store: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		src := &refusedPolls{transient: 3}
+		r, err := e.NewRunner(func(Handler) (Source, error) { return src, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		err = r.Run(ctx)
+		var ce *store.ConfigError
+		if !errors.As(err, &ce) || !errors.Is(err, store.ErrMisconfigured) || ce.Subject != "KafkaConfig.Group" {
+			t.Fatalf("Run = %v, want the poll's ConfigError", err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("Run returned only at its context's deadline")
+		}
+		if src.polls != src.transient+1 {
+			t.Fatalf("%d polls, want the %d transient failures retried and the refusal not", src.polls, src.transient)
+		}
+	})
+}
