@@ -27,9 +27,11 @@ func (u unjoined) Now() time.Time                          { return u.now }
 func (unjoined) Close(context.Context) error               { return nil }
 func (unjoined) LogEnd(store.TopicPartition) (int64, bool) { return 0, false }
 
-// Before the first join nothing is published, and the store refuses to
-// commit with what the runner's identity reader reads.
-func TestWriteBeforeTheFirstJoinFailsLoudly(t *testing.T) {
+// keepingEngine is an engine whose fold keeps every state, on a
+// transactional sim backend over topic accounts (2 partitions); both are
+// closed with t.
+func keepingEngine(t *testing.T) (*sim.Backend, *Engine[[]byte]) {
+	t.Helper()
 	c := sim.New(sim.Config{Seed: 3})
 	if err := c.CreateTopic("accounts", sim.TopicConfig{Partitions: 2}); err != nil {
 		t.Fatal(err)
@@ -38,13 +40,20 @@ func TestWriteBeforeTheFirstJoinFailsLoudly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() { _ = b.Close() })
 	e, err := New(Config[[]byte]{Fold: func([]byte, []byte, bool, Record) (Result[[]byte], error) { return Keep[[]byte](), nil },
 		Codec: core.BytesCodec{}, Store: b})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	t.Cleanup(func() { _ = e.Close() })
+	return b, e
+}
+
+// Before the first join nothing is published, and the store refuses to
+// commit with what the runner's identity reader reads.
+func TestWriteBeforeTheFirstJoinFailsLoudly(t *testing.T) {
+	b, e := keepingEngine(t)
 	r, err := e.NewRunner(func(Handler) (Source, error) { return unjoined{}, nil })
 	if err != nil {
 		t.Fatal(err)

@@ -7,9 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
-	"github.com/snapfence/snapfence/store/sim"
 )
 
 // refusedPolls is a source whose polls fail: first transiently (a broker
@@ -38,21 +36,7 @@ func (s *refusedPolls) Now() time.Time { return time.Now() }
 // found on the secured cluster: engine/secured_it_test.go).
 func TestAPollRefusedForGoodEndsRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := sim.New(sim.Config{Seed: 3})
-		if err := c.CreateTopic("accounts", sim.TopicConfig{Partitions: 2}); err != nil {
-			t.Fatal(err)
-		}
-		b, err := c.NewBackend(sim.BackendConfig{Mode: store.Transactional, TransactionalIDPrefix: "bank", CreateTopics: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		e, err := New(Config[[]byte]{Fold: func([]byte, []byte, bool, Record) (Result[[]byte], error) { return Keep[[]byte](), nil },
-			Codec: core.BytesCodec{}, Store: b})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close()
+		_, e := keepingEngine(t)
 		src := &refusedPolls{transient: 3}
 		r, err := e.NewRunner(func(Handler) (Source, error) { return src, nil })
 		if err != nil {

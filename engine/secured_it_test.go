@@ -105,10 +105,20 @@ func (w *securedWorld) revoke(acls ...kafkatest.ACL) {
 // commitAll runs an engine until the group committed the input to its
 // end, and closes it.
 func (w *securedWorld) commitAll(exactlyOnce bool) {
-	t := w.t
-	t.Helper()
+	w.t.Helper()
 	logs := &logCount{}
 	r := w.runner(exactlyOnce, logs)
+	w.stepUntilCommitted(r, logs)
+	if err := r.Close(context.Background()); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// stepUntilCommitted steps r until the group committed the input to its
+// end with both partitions flowing (observed, bounded by a minute).
+func (w *securedWorld) stepUntilCommitted(r *engine.Runner[int], logs *logCount) {
+	t := w.t
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for !w.caughtUp() || len(r.Flows()) != 2 {
 		if time.Now().After(deadline) {
@@ -117,9 +127,6 @@ func (w *securedWorld) commitAll(exactlyOnce bool) {
 		if err := r.Step(context.Background()); err != nil {
 			t.Fatalf("Step: %v\nlog:\n%s", err, logs)
 		}
-	}
-	if err := r.Close(context.Background()); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -237,15 +244,7 @@ func TestSecuredMinimumACLs(t *testing.T) {
 			w.produce("alice=+5", "bob=+3", "alice=-2", "carol=+7", "bob=close", "dave=+1")
 			logs := &logCount{}
 			r := w.runner(eos, logs)
-			deadline := time.Now().Add(time.Minute)
-			for !w.caughtUp() || len(r.Flows()) != 2 {
-				if time.Now().After(deadline) {
-					t.Fatalf("not committed to the end of the input in a minute; errors: %v\nlog:\n%s", r.Errors(), logs)
-				}
-				if err := r.Step(context.Background()); err != nil {
-					t.Fatalf("Step: %v\nlog:\n%s", err, logs)
-				}
-			}
+			w.stepUntilCommitted(r, logs)
 			checkLedger(t, w.want, w.topic, r)
 			// Every input has its audit record; the balances topic one per
 			// non-delete (bob=close outputs nothing). Under at-least-once
@@ -339,15 +338,7 @@ func TestSecuredIntruder(t *testing.T) {
 	w.produce("alice=+5", "dave=+2")
 	logs := &logCount{}
 	r := w.runner(true, logs)
-	deadline := time.Now().Add(time.Minute)
-	for !w.caughtUp() || len(r.Flows()) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("not committed in a minute; errors: %v", r.Errors())
-		}
-		if err := r.Step(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w.stepUntilCommitted(r, logs)
 	for p := range int32(2) {
 		id := txnIDOf(t, w, store.TopicPartition{Topic: w.topic, Partition: p})
 		cl, err := kgo.NewClient(append(w.s.ClientOpts(t, "intruder"), kgo.TransactionalID(id),
@@ -381,7 +372,7 @@ func TestSecuredIntruder(t *testing.T) {
 	}
 	// The app still owns its partitions and commits.
 	w.produce("alice=+1", "dave=+1")
-	deadline = time.Now().Add(time.Minute)
+	deadline := time.Now().Add(time.Minute)
 	for !w.caughtUp() {
 		if time.Now().After(deadline) {
 			t.Fatalf("app did not commit after the intruder's attempts; errors: %v", r.Errors())
