@@ -89,11 +89,13 @@ type Config struct {
 	// refuses for ever: the acquisition then fails with a
 	// *store.TakeoverStalledError.
 	RecoveryStallTimeout time.Duration
-	// AbortHangingTransactions lets a recovery abort a hanging transaction
-	// of its own partition itself; off (false) by default, when the
+	// AbortHangingTransactions lets the store abort a hanging transaction
+	// of its own partition itself, in a recovery or in an acquisition
+	// whose committed offset it holds; off (false) by default, when the
 	// store only reports it (a *store.HangingTransactionError, with the
 	// kafka-transactions.sh abort command, in a log line and as the
-	// recovery's error once its stall timeout passes).
+	// recovery's error once its stall timeout passes; or the
+	// acquisition's *store.UnstableOffsetError).
 	//
 	// A transaction hangs when it is open on the snapshot partition (or
 	// on the group's __consumer_offsets partition, where it holds the
