@@ -47,14 +47,28 @@ func runReal(t *testing.T, cfg Config, steps []world.Step) (vs []world.Violation
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	listed, err := kadm.NewClient(cl).ListTopics(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range topics {
-		if listed.Has(name) {
-			t.Errorf("topic %s is still there after Close", name)
+	// DeleteTopics returns once the controller took the deletion; the
+	// broker's metadata drops the topics a moment later. Wait for that,
+	// observed, within the context's 30 s.
+	var left []string
+	for {
+		listed, err := kadm.NewClient(cl).ListTopics(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
+		left = left[:0]
+		for _, name := range topics {
+			if listed.Has(name) {
+				left = append(left, name)
+			}
+		}
+		if len(left) == 0 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling the observed metadata, bounded by ctx
+	}
+	for _, name := range left {
+		t.Errorf("topic %s is still there 30s after Close", name)
 	}
 	return vs, ops
 }
