@@ -305,6 +305,17 @@ func TestSecuredMissingACL(t *testing.T) {
 				if !errors.Is(err, authErr(gone)) {
 					t.Errorf("without %s, Run's error does not match %v: %v", gone, authErr(gone), err)
 				}
+				var ce *store.ConfigError
+				if !errors.As(err, &ce) {
+					t.Fatalf("without %s, Run's error is not a *store.ConfigError: %v", gone, err)
+				}
+				// The subject is the refused resource alone, not a set it
+				// is among.
+				for _, other := range []string{w.topic, w.snapshots(), w.audit(), w.balances()} {
+					if other != gone.Name && strings.Contains(ce.Subject, fmt.Sprintf("%q", other)) {
+						t.Errorf("without %s, Run's error's subject names %q too: %v", gone, other, err)
+					}
+				}
 				msg := err.Error()
 				if !strings.Contains(msg, gone.Name) {
 					t.Errorf("without %s, Run's error does not name %q: %v", gone, gone.Name, err)

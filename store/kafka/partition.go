@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,18 +148,88 @@ func (p *partition) Transact(ctx context.Context, batch groupcommit.Batch, id st
 	}
 	if errors.Is(err, kerr.TopicAuthorizationFailed) {
 		// Permanent: a replayed transaction meets the same ACLs.
-		topics := []string{p.snap.Topic}
-		for _, o := range batch.Outputs {
-			if !slices.Contains(topics, o.Topic) {
-				topics = append(topics, o.Topic)
-			}
-		}
-		return -1, &store.ConfigError{Subject: fmt.Sprintf("topics %q", topics),
-			Problem: fmt.Sprintf("the snapshot producer of %s may not write the transaction's records (the snapshot topic first, then the outputs)", p.input),
-			Fix:     fmt.Sprintf("grant the principal WRITE on the snapshot topic %q and on every output topic (kafka-acls.sh --operation Write --topic T)", p.snap.Topic),
-			Err:     err}
+		return -1, p.writeRefused(batch, err)
 	}
 	return -1, fmt.Errorf("kafka: %s: transaction failed: %w", p.input, err)
+}
+
+// writeRefused is the *store.ConfigError of a transaction whose records
+// the broker refused with TOPIC_AUTHORIZATION_FAILED. A broker that takes
+// the partitions in the Produce itself (KIP-890 part 2) refuses each topic
+// on its own, and the error names the refused ones; one answering an
+// AddPartitionsToTxn fails every record of the transaction with the same
+// code, and the error names them all, saying it could not tell which.
+func (p *partition) writeRefused(batch groupcommit.Batch, err error) error {
+	topics := []string{p.snap.Topic}
+	for _, o := range batch.Outputs {
+		if !slices.Contains(topics, o.Topic) {
+			topics = append(topics, o.Topic)
+		}
+	}
+	var re *refusedError
+	if len(topics) == 1 {
+		re = &refusedError{topics: topics}
+	} else if !errors.As(err, &re) || len(re.topics) == 0 || len(re.topics) == len(topics) {
+		re = nil
+	}
+	if re != nil {
+		subject := fmt.Sprintf("topic %q", re.topics[0])
+		if len(re.topics) > 1 {
+			subject = fmt.Sprintf("topics %q", re.topics)
+		}
+		problem := fmt.Sprintf("the snapshot producer of %s may not write to it (WRITE refused)", p.input)
+		if rest := without(topics, re.topics); len(rest) > 0 {
+			problem += fmt.Sprintf("; the transaction, which also wrote %q, was aborted", rest)
+		}
+		return &store.ConfigError{Subject: subject, Problem: problem,
+			Fix: fmt.Sprintf("grant the principal WRITE on %s (kafka-acls.sh --add --allow-principal User:NAME --operation Write --topic %s)", subject, strings.Join(re.topics, " --topic ")),
+			Err: err}
+	}
+	return &store.ConfigError{Subject: fmt.Sprintf("topics %q", topics),
+		Problem: fmt.Sprintf("the snapshot producer of %s may not write the transaction's records: WRITE is refused on at least one of them, and the broker did not say which", p.input),
+		Fix:     fmt.Sprintf("grant the principal WRITE on the snapshot topic %q and on every output topic (kafka-acls.sh --add --allow-principal User:NAME --operation Write --topic T)", p.snap.Topic),
+		Err:     err}
+}
+
+// without is the topics of all that are not in drop.
+func without(all, drop []string) []string {
+	var out []string
+	for _, t := range all {
+		if !slices.Contains(drop, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// refusedError is a produce's TOPIC_AUTHORIZATION_FAILED with the topics
+// whose records carried it, when some of the transaction's topics' records
+// did not.
+type refusedError struct {
+	topics []string
+	err    error
+}
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("WRITE refused on %q: %v", e.topics, e.err)
+}
+
+func (e *refusedError) Unwrap() error { return e.err }
+
+// refusedTopics is first, or, when it is TOPIC_AUTHORIZATION_FAILED, a
+// *refusedError naming the topics whose records were refused, in the
+// order the records were produced.
+func refusedTopics(results kgo.ProduceResults, first error) error {
+	if !errors.Is(first, kerr.TopicAuthorizationFailed) {
+		return first
+	}
+	var refused []string
+	for _, r := range results {
+		if errors.Is(r.Err, kerr.TopicAuthorizationFailed) && !slices.Contains(refused, r.Record.Topic) {
+			refused = append(refused, r.Record.Topic)
+		}
+	}
+	return &refusedError{topics: refused, err: first}
 }
 
 func (p *partition) fenced(id store.GroupIdentity, reason error) *store.FencedError {
@@ -229,8 +300,9 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 		// client's back. A marker record keeps the client in step.
 		recs = append(recs, p.record(store.EncodeOffsetMarker(batch.Offset, id)))
 	}
-	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return -1, err
+	results := prod.ProduceSync(ctx, recs...)
+	if err := results.FirstErr(); err != nil {
+		return -1, refusedTopics(results, err)
 	}
 	end = -1
 	for _, r := range recs {
