@@ -206,12 +206,52 @@ type Partition interface {
 	// to put it in and refuses every batch with an error wrapping
 	// ErrNotTransactional.
 	CommitBatch(ctx context.Context, b Batch) error
+	// StartWriteBatch is WriteBatch without the wait: snaps are queued,
+	// in order and with no other write between them, before it returns,
+	// and the outcomes come with the Pending (errs[i] is snaps[i]'s).
+	// Writes started one after another keep that order in the queue, so
+	// a caller can fold on while its writes are in flight and still make
+	// the same transactions on every run. ctx bounds the writes as it
+	// does WriteBatch's: when it ends, those not yet in a transaction
+	// leave the queue and fail with its error.
+	StartWriteBatch(ctx context.Context, snaps []Snapshot) Pending
+	// StartCommit is Commit without the wait: the offset is staged and
+	// its commit queued before it returns; the Pending's one outcome is
+	// the commit's.
+	StartCommit(ctx context.Context, offset int64) Pending
+	// StartCommitBatch is CommitBatch without the wait: b is queued (or
+	// refused) before it returns; the Pending's one outcome is the
+	// batch's. A batch started behind another one's transaction runs
+	// after it whatever its outcome: a caller whose next batch depends on
+	// the previous one's (an exactly-once flow) waits for it first.
+	StartCommitBatch(ctx context.Context, b Batch) Pending
 	// CommittedOffset is the offset most recently committed through this
 	// partition, or the assigned offset if none was.
 	CommittedOffset() int64
 	// Close releases the partition without committing anything. Queued
 	// writes fail with ErrClosed.
 	Close() error
+}
+
+// Pending is a write, a commit or a batch a Partition's Start method
+// queued: its outcome once known. A backend whose calls complete in the
+// caller (store/sim) has the outcome before Start returns.
+type Pending interface {
+	// Done is closed once the outcome is known.
+	Done() <-chan struct{}
+	// Wait returns the outcomes (one per snapshot of a StartWriteBatch,
+	// one for a StartCommit or StartCommitBatch; nil: durable) once they
+	// are known. If ctx ends first it returns ctx's error for each: the
+	// write goes on, its outcome unknown to the caller, who must treat
+	// it as not durable.
+	Wait(ctx context.Context) []error
+	// Position is the partition's Position as it was when the last of
+	// what was queued ended, before the outcome was delivered: the
+	// checkpoint of a copy holding every write reported durable up to and
+	// including this one, and nothing the partition wrote after it. ok is
+	// false if nothing was queued, if it failed, and wherever Position
+	// itself would have been. Valid once Done is closed.
+	Position() (cp Checkpoint, ok bool)
 }
 
 // Checkpoint is how far a local copy of a snapshot partition reflects

@@ -67,27 +67,81 @@ func (p *partition) recordWrite(s store.Snapshot, err error) {
 // unrecorded one.
 func (p *partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
 	errs := p.Partition.WriteBatch(ctx, snaps)
+	p.recordWrites(snaps, errs)
+	return errs
+}
+
+func (p *partition) recordWrites(snaps []store.Snapshot, errs []error) {
 	for i, s := range snaps {
 		p.recordWrite(s, errs[i])
 	}
-	return errs
+}
+
+// StartWriteBatch records the writes once their outcomes are known (see
+// recordWhenDone).
+func (p *partition) StartWriteBatch(ctx context.Context, snaps []store.Snapshot) store.Pending {
+	return recordWhenDone(p.Partition.StartWriteBatch(ctx, snaps), func(errs []error) { p.recordWrites(snaps, errs) })
 }
 
 // Commit records the offset committed, or, on failure, the offset staged:
 // the highest asked for, as the store stages it.
 func (p *partition) Commit(ctx context.Context, offset int64) error {
-	p.mu.Lock()
-	p.staged = max(p.staged, offset)
-	staged := p.staged
-	p.mu.Unlock()
+	staged := p.stage(offset)
 	err := p.Partition.Commit(ctx, offset)
+	p.recordCommit(staged, err)
+	return err
+}
+
+// StartCommit records the commit once its outcome is known.
+func (p *partition) StartCommit(ctx context.Context, offset int64) store.Pending {
+	staged := p.stage(offset)
+	return recordWhenDone(p.Partition.StartCommit(ctx, offset), func(errs []error) { p.recordCommit(staged, errs[0]) })
+}
+
+func (p *partition) stage(offset int64) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.staged = max(p.staged, offset)
+	return p.staged
+}
+
+func (p *partition) recordCommit(staged int64, err error) {
 	off := staged
 	if err == nil {
 		off = p.CommittedOffset()
 	}
 	p.b.r.Add(Op{Kind: Commit, Member: p.b.member, Partition: p.Input().Partition, Offset: off,
 		Generation: p.generation(), Outcome: outcomeOf(err), Err: errString(err)})
-	return err
+}
+
+// recordWhenDone is pd, recording its outcome with record once: at once
+// if it is known already (a backend that completes its calls in the
+// caller, where the record then lands where the blocking call's would),
+// otherwise when a Wait first sees it.
+func recordWhenDone(pd store.Pending, record func(errs []error)) store.Pending {
+	r := &recordedPending{Pending: pd, record: record}
+	r.seen()
+	return r
+}
+
+type recordedPending struct {
+	store.Pending
+	once   sync.Once
+	record func(errs []error)
+}
+
+func (r *recordedPending) seen() {
+	select {
+	case <-r.Done():
+		r.once.Do(func() { r.record(r.Pending.Wait(context.Background())) })
+	default:
+	}
+}
+
+func (r *recordedPending) Wait(ctx context.Context) []error {
+	errs := r.Pending.Wait(ctx)
+	r.seen()
+	return errs
 }
 
 // CommitBatch records an exactly-once batch: its snapshots as writes, its
@@ -97,6 +151,16 @@ func (p *partition) Commit(ctx context.Context, offset int64) error {
 // store.Partition.CommitBatch says.
 func (p *partition) CommitBatch(ctx context.Context, b store.Batch) error {
 	err := p.Partition.CommitBatch(ctx, b)
+	p.recordBatch(b, err)
+	return err
+}
+
+// StartCommitBatch records the batch once its outcome is known.
+func (p *partition) StartCommitBatch(ctx context.Context, b store.Batch) store.Pending {
+	return recordWhenDone(p.Partition.StartCommitBatch(ctx, b), func(errs []error) { p.recordBatch(b, errs[0]) })
+}
+
+func (p *partition) recordBatch(b store.Batch, err error) {
 	outcome := outcomeOf(err)
 	if outcome == Failed {
 		outcome = Unknown
@@ -117,7 +181,6 @@ func (p *partition) CommitBatch(ctx context.Context, b store.Batch) error {
 	}
 	p.b.r.Add(Op{Kind: Commit, Member: p.b.member, Partition: part, Offset: off,
 		Generation: gen, Outcome: outcome, Err: errString(err)})
-	return err
 }
 
 // EmitOp is the Emit op of member's output record (key, value) with the

@@ -433,6 +433,27 @@ func (p *checkedPartition) CommitBatch(ctx context.Context, b store.Batch) error
 	return nil
 }
 
+// StartCommitBatch is CommitBatch's Start: under TombstonesAheadOfCommit
+// the batch is written as CommitBatch writes it, before it returns.
+func (p *checkedPartition) StartCommitBatch(ctx context.Context, b store.Batch) store.Pending {
+	if !p.w.cfg.TombstonesAheadOfCommit || p.w.cfg.ExactlyOnce || len(b.Outputs) > 0 {
+		return p.Partition.StartCommitBatch(ctx, b)
+	}
+	return donePending{p.CommitBatch(ctx, b)}
+}
+
+// donePending is a store.Pending whose outcome, err, is known.
+type donePending struct{ err error }
+
+func (donePending) Done() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+func (d donePending) Wait(context.Context) []error     { return []error{d.err} }
+func (donePending) Position() (store.Checkpoint, bool) { return store.Checkpoint{}, false }
+
 // RecoverFrom checks a delta recovery: every snapshot it returns is
 // committed (4), and a read that fails other than by the store refusing
 // the checkpoint is diagnosed (6) and noted, as Recover does. Its

@@ -60,7 +60,8 @@ func (c *Cluster) NewBackend(cfg BackendConfig) (*Backend, error) {
 		SnapshotTopic: cfg.SnapshotTopic, MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
 		MaxValueBytes: cfg.MaxValueBytes, TransactionTimeout: cfg.TransactionTimeout,
 		RecoveryStallTimeout: cfg.RecoveryStallTimeout, Observer: cfg.Observer, Logger: cfg.Logger,
-		Now: c.Now, // virtual time
+		Now:    c.Now, // virtual time
+		Inline: true,  // deterministic: see backend.Config.Inline
 	}.Check()
 	if err != nil {
 		return nil, err

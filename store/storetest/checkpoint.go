@@ -3,6 +3,8 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -123,5 +125,75 @@ func checkpointLostAfterAFailure(t *testing.T, w World) {
 	}
 	if cp, ok := stale.Position(); ok {
 		t.Fatalf("Position after a fenced transaction = %+v, valid; want none", cp)
+	}
+}
+
+// Writes and a commit started back to back, none awaited before the
+// next starts, land in the order they were started, and each one's
+// Pending carries the position as of its own end: a delta from it reads
+// exactly what was started after it, so a copy kept with that position
+// never vouches for a write it has not been told of.
+func startedWritesKeepOrderAndTheirPositions(t *testing.T, w World) {
+	in := input(w, 0)
+	a := w.Join(t)
+	o := acquire(t, w, BackendConfig{Mode: store.Transactional, MaxWritesPerTransaction: 1}, in, 0, a.Identity())
+	ctx := context.Background()
+	mustNil(t, "recover", collect(o.Recover(ctx)).err)
+	started := []store.Pending{
+		o.StartWriteBatch(ctx, []store.Snapshot{snap("a", "1", 1), snap("b", "1", 2)}),
+		o.StartWriteBatch(ctx, []store.Snapshot{snap("a", "2", 3)}),
+		o.StartCommit(ctx, 4),
+		o.StartWriteBatch(ctx, []store.Snapshot{snap("c", "1", 4)}),
+	}
+	// The last first: every position is read once all have ended, so one
+	// read at the time of asking instead of at the call's own end would
+	// show.
+	slices.Reverse(started)
+	for _, p := range started {
+		p.Wait(ctx)
+	}
+	slices.Reverse(started)
+	var cps []store.Checkpoint
+	for i, p := range started {
+		for k, err := range p.Wait(ctx) {
+			mustNil(t, fmt.Sprintf("started call %d, outcome %d", i, k), err)
+		}
+		select {
+		case <-p.Done():
+		default:
+			t.Fatalf("started call %d: Wait returned its outcome but Done is open", i)
+		}
+		cp, ok := p.Position()
+		if !ok {
+			t.Fatalf("started call %d has no position", i)
+		}
+		// Each write is a transaction of its own (cap 1); the commit may
+		// ride with the write before it (commit requests use no cap).
+		if i > 0 && (cp.Offset < cps[i-1].Offset || i != 2 && cp.Offset == cps[i-1].Offset) {
+			t.Fatalf("started call %d's position %d is not past call %d's %d", i, cp.Offset, i-1, cps[i-1].Offset)
+		}
+		cps = append(cps, cp)
+	}
+	if got, want := describe(w.ReadSnapshots(t, in)), "[a=1@1 b=1@2 a=2@3 c=1@4]"; got != want {
+		t.Fatalf("snapshots = %s, want %s: in the order started", got, want)
+	}
+	if off, _ := w.CommittedOffset(t, in); off != 4 || o.CommittedOffset() != 4 {
+		t.Fatalf("committed offset = %d (partition says %d), want 4", off, o.CommittedOffset())
+	}
+	for i, want := range []string{"[a=2@3 c=1@4]", "[c=1@4]", "[c=1@4]", "[]"} {
+		r := collect(o.RecoverFrom(ctx, cps[i]))
+		mustNil(t, fmt.Sprintf("delta from call %d's position", i), r.err)
+		if got := describe(r.snaps); got != want {
+			t.Fatalf("a delta from call %d's position read %s, want %s: only what was started after it", i, got, want)
+		}
+	}
+	// A refused write queues nothing: its Pending is done, with no
+	// position to vouch for.
+	p := o.StartWriteBatch(ctx, []store.Snapshot{{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 5}})
+	if errs := p.Wait(ctx); !errors.Is(errs[0], store.ErrReservedKey) {
+		t.Fatalf("a reserved key's started write: %v, want ErrReservedKey", errs)
+	}
+	if cp, ok := p.Position(); ok {
+		t.Fatalf("a refused write's Pending has position %+v", cp)
 	}
 }

@@ -65,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 		{"Checkpoint/RefusedWithTheReason", checkpointRefused},
 		{"Checkpoint/PlainRefused", checkpointPlainRefused},
 		{"Checkpoint/LostAfterAFailedTransaction", checkpointLostAfterAFailure},
+		{"Checkpoint/StartedWritesKeepOrderAndTheirPositions", startedWritesKeepOrderAndTheirPositions},
 		{"Follow/ReadsCommittedOnlyAndWritesNothing", followReadsCommittedOnly},
 		{"Follow/FromACheckpoint", followFromCheckpoint},
 		{"Follow/Refused", followRefused},

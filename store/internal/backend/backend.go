@@ -55,6 +55,13 @@ type Config struct {
 	// ErrClosed: the engine's sim tests run two runners on one backend
 	// and pin that.
 	ReleaseSuperseded bool
+	// Inline runs a partition's Start calls to their outcome before they
+	// return (groupcommit.Config.Inline): the simulated cluster completes
+	// its calls in the caller, and a write left to a goroutine would reach
+	// it in an order the Go scheduler picks, where a run must be a
+	// function of its seed and its calls. store/kafka leaves it false: its
+	// writes run while the caller goes on.
+	Inline bool
 }
 
 // DefaultSnapshotTopic is the default snapshot topic of an input topic.
@@ -247,7 +254,7 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 		p.w = groupcommit.New(b.life, groupcommit.Config{
 			Input: a.Input, SnapshotTopic: snap.Topic, AssignedOffset: assigned,
 			MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
-			Now: b.cfg.Now, Observer: b.cfg.Observer,
+			Now: b.cfg.Now, Observer: b.cfg.Observer, Position: p.Position, Inline: b.cfg.Inline,
 		}, p.exec)
 	} else {
 		p.w = newPlainPath(p, assigned)

@@ -41,7 +41,9 @@ var _ store.Partition = (*Partition)(nil)
 // writePath is what a partition writes and commits through.
 type writePath interface {
 	WriteBatch(ctx context.Context, snaps []store.Snapshot) []error
+	StartWriteBatch(ctx context.Context, snaps []store.Snapshot) *groupcommit.Pending
 	Commit(ctx context.Context, offset int64) error
+	StartCommit(ctx context.Context, offset int64) *groupcommit.Pending
 	Committed() int64
 	Pending() int
 	Close()
@@ -57,8 +59,21 @@ func (p *Partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []er
 	return p.w.WriteBatch(ctx, snaps)
 }
 
+// StartWriteBatch implements store.Partition: in Transactional mode the
+// writes join the queue before it returns and a goroutine of the group
+// commit waits for them (the caller, with Config.Inline); in Plain mode
+// it is WriteBatch, done before it returns.
+func (p *Partition) StartWriteBatch(ctx context.Context, snaps []store.Snapshot) store.Pending {
+	return p.w.StartWriteBatch(ctx, snaps)
+}
+
 // Commit implements store.Partition.
 func (p *Partition) Commit(ctx context.Context, offset int64) error { return p.w.Commit(ctx, offset) }
+
+// StartCommit implements store.Partition, as StartWriteBatch does.
+func (p *Partition) StartCommit(ctx context.Context, offset int64) store.Pending {
+	return p.w.StartCommit(ctx, offset)
+}
 
 // CommittedOffset implements store.Partition.
 func (p *Partition) CommittedOffset() int64 { return p.w.Committed() }
@@ -71,6 +86,15 @@ func (p *Partition) CommitBatch(ctx context.Context, b store.Batch) error {
 			p.b.cfg.Name, p.input, p.b.cfg.Mode, store.ErrNotTransactional)
 	}
 	return gc.CommitBatch(ctx, b)
+}
+
+// StartCommitBatch implements store.Partition (Transactional mode only).
+func (p *Partition) StartCommitBatch(ctx context.Context, b store.Batch) store.Pending {
+	gc, ok := p.w.(*groupcommit.Committer)
+	if !ok {
+		return groupcommit.Ready([]error{p.CommitBatch(ctx, b)})
+	}
+	return gc.StartCommitBatch(ctx, b)
 }
 
 // Pending is the number of writes and commits queued behind the

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/groupcommit"
 )
 
 // plainPath is the baseline write path of every backend: writes go
@@ -78,6 +79,17 @@ func (w *plainPath) WriteBatch(ctx context.Context, snaps []store.Snapshot) []er
 		w.observe(store.TransactionEvent{Input: p.input, Writes: []store.Snapshot{snaps[i]}, Offset: committed, Err: errs[i], Duration: dur})
 	}
 	return errs
+}
+
+// StartWriteBatch is WriteBatch, done before it returns: the baseline
+// has no queue to leave the writes in.
+func (w *plainPath) StartWriteBatch(ctx context.Context, snaps []store.Snapshot) *groupcommit.Pending {
+	return groupcommit.Ready(w.WriteBatch(ctx, snaps))
+}
+
+// StartCommit is Commit, done before it returns.
+func (w *plainPath) StartCommit(ctx context.Context, offset int64) *groupcommit.Pending {
+	return groupcommit.Ready([]error{w.Commit(ctx, offset)})
 }
 
 func (w *plainPath) Committed() int64 {

@@ -48,6 +48,15 @@ type Config struct {
 	// Now reads the backend's clock, for observer durations.
 	Now      func() time.Time
 	Observer store.Observer
+	// Position reads the partition's position (store.Partition.Position)
+	// after each transaction, before its outcome is delivered: a Pending
+	// carries the one of its last entry. nil: none.
+	Position func() (store.Checkpoint, bool)
+	// Inline makes a Start call wait for its outcome before it returns:
+	// a backend whose calls complete in the caller (the simulated
+	// cluster) keeps its runs a function of its calls. Otherwise a
+	// goroutine waits, and leads when handed the transaction.
+	Inline bool
 }
 
 // Committer group-commits one partition's writes and offset commits.
@@ -73,6 +82,10 @@ type entry struct {
 	done   chan struct{}   // closed when the outcome is set
 	err    error
 	taken  bool // in a transaction; no longer cancellable
+	// pos is the position read after the entry's transaction (posOK:
+	// there was one), set with err.
+	pos   store.Checkpoint
+	posOK bool
 }
 
 // New returns a Committer whose transactions run exec with life as their
@@ -92,25 +105,30 @@ func New(life context.Context, cfg Config, exec Executor) *Committer {
 // store.Partition.CommitBatch. A committed batch makes b.Offset the
 // committed offset, and the staged one if it was lower.
 func (c *Committer) CommitBatch(ctx context.Context, b store.Batch) error {
+	return c.startCommitBatch(ctx, b, true).errs[0]
+}
+
+// StartCommitBatch is CommitBatch without the wait: b is queued before it
+// returns, and the outcome is the Pending's one entry.
+func (c *Committer) StartCommitBatch(ctx context.Context, b store.Batch) *Pending {
+	return c.startCommitBatch(ctx, b, c.cfg.Inline)
+}
+
+func (c *Committer) startCommitBatch(ctx context.Context, b store.Batch, inline bool) *Pending {
+	refuse := func(err error) *Pending { return Ready([]error{err}) }
 	for _, s := range b.Snapshots {
 		if err := store.CheckWrite(c.cfg.Input, s, c.cfg.MaxValueBytes); err != nil {
-			return err
+			return refuse(err)
 		}
 	}
 	for _, o := range b.Outputs {
 		if err := store.CheckOutput(c.cfg.Input, c.cfg.SnapshotTopic, o, c.cfg.MaxValueBytes); err != nil {
-			return err
+			return refuse(err)
 		}
 	}
 	e := newEntry(nil, b.Offset)
 	e.sealed = &b
-	err := c.submit(ctx, []*entry{e})[0]
-	if err == nil {
-		c.mu.Lock()
-		c.staged = max(c.staged, b.Offset)
-		c.mu.Unlock()
-	}
-	return err
+	return c.start(ctx, []*entry{e}, make([]error, 1), nil, inline)
 }
 
 // Commit stages offset, if it is above the staged one, then queues a
@@ -118,11 +136,21 @@ func (c *Committer) CommitBatch(ctx context.Context, b store.Batch) error {
 // offset never moves back, so a lower offset commits the staged one again.
 // Queued behind earlier writes, it never leads them (I2).
 func (c *Committer) Commit(ctx context.Context, offset int64) error {
+	return c.startCommit(ctx, offset, true).errs[0]
+}
+
+// StartCommit is Commit without the wait: the commit request is queued
+// before it returns, and the outcome is the Pending's one entry.
+func (c *Committer) StartCommit(ctx context.Context, offset int64) *Pending {
+	return c.startCommit(ctx, offset, c.cfg.Inline)
+}
+
+func (c *Committer) startCommit(ctx context.Context, offset int64, inline bool) *Pending {
 	c.mu.Lock()
 	c.staged = max(c.staged, offset)
 	off := c.staged
 	c.mu.Unlock()
-	return c.submit(ctx, []*entry{newEntry(nil, off)})[0]
+	return c.start(ctx, []*entry{newEntry(nil, off)}, make([]error, 1), nil, inline)
 }
 
 // Committed is the offset last committed.
@@ -172,6 +200,17 @@ func (c *Committer) Close() {
 // FIFO order up to the cap (I8), exactly as concurrent Writes queued in
 // that order would be.
 func (c *Committer) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
+	return c.startWriteBatch(ctx, snaps, true).errs
+}
+
+// StartWriteBatch is WriteBatch without the wait: the writes are queued,
+// in order and in one step, before it returns; the outcomes come with the
+// Pending, errs[i] snaps[i]'s.
+func (c *Committer) StartWriteBatch(ctx context.Context, snaps []store.Snapshot) *Pending {
+	return c.startWriteBatch(ctx, snaps, c.cfg.Inline)
+}
+
+func (c *Committer) startWriteBatch(ctx context.Context, snaps []store.Snapshot, inline bool) *Pending {
 	errs := make([]error, len(snaps))
 	es := make([]*entry, 0, len(snaps))
 	at := make([]int, 0, len(snaps)) // es[k] is snaps[at[k]]
@@ -184,12 +223,94 @@ func (c *Committer) WriteBatch(ctx context.Context, snaps []store.Snapshot) []er
 		at = append(at, i)
 	}
 	if len(es) == 0 {
+		return Ready(errs)
+	}
+	return c.start(ctx, es, errs, at, inline)
+}
+
+// Pending is the outcome of what a Start call queued: a
+// store.Pending.
+type Pending struct {
+	done  chan struct{} // closed once errs, pos and posOK are set
+	errs  []error
+	pos   store.Checkpoint
+	posOK bool
+}
+
+// Ready is a Pending whose outcome is errs already, with no position
+// (nothing was queued).
+func Ready(errs []error) *Pending {
+	p := &Pending{done: make(chan struct{}), errs: errs}
+	close(p.done)
+	return p
+}
+
+// Done is closed once the outcome is known.
+func (p *Pending) Done() <-chan struct{} { return p.done }
+
+// Wait returns the outcomes once they are known, or, if ctx ends first,
+// ctx's error for each (what was queued goes on, its outcome unknown to
+// the caller, who must treat it as not durable).
+func (p *Pending) Wait(ctx context.Context) []error {
+	select {
+	case <-p.done:
+		return p.errs
+	default:
+	}
+	select {
+	case <-p.done:
+		return p.errs
+	case <-ctx.Done():
+		errs := make([]error, len(p.errs))
+		for i := range errs {
+			errs[i] = ctx.Err()
+		}
 		return errs
 	}
-	for k, err := range c.submit(ctx, es) {
-		errs[at[k]] = err
+}
+
+// Position is the partition's position read after the transaction of
+// the Pending's last queued entry (ok false: none ended, one failed, or
+// the partition has none). Valid once Done is closed.
+func (p *Pending) Position() (store.Checkpoint, bool) { return p.pos, p.posOK }
+
+// start queues es (errs[at[k]] is es[k]'s outcome; at nil: errs[k]) and
+// returns their Pending. The caller waits for their outcomes, and leads
+// when handed the transaction, if inline; a goroutine does otherwise.
+// Either way ctx bounds the wait: when it ends, what is still queued
+// leaves the queue (withdraw).
+func (c *Committer) start(ctx context.Context, es []*entry, errs []error, at []int, inline bool) *Pending {
+	p := &Pending{done: make(chan struct{}), errs: errs}
+	queued := c.enqueue(es)
+	wait := func() {
+		outs := make([]error, len(es))
+		if queued {
+			c.await(ctx, es, outs)
+		} else {
+			for k := range outs {
+				outs[k] = store.ErrClosed
+			}
+		}
+		for k, err := range outs {
+			if at != nil {
+				errs[at[k]] = err
+			} else {
+				errs[k] = err
+			}
+		}
+		if last := es[len(es)-1]; queued && outs[len(es)-1] == nil {
+			// Its outcome was seen set (done closed), so its position
+			// was set before.
+			p.pos, p.posOK = last.pos, last.posOK
+		}
+		close(p.done)
 	}
-	return errs
+	if inline {
+		wait()
+	} else {
+		go wait()
+	}
+	return p
 }
 
 // newEntry is a write of *write, or, with write nil, a commit request of
@@ -198,25 +319,25 @@ func newEntry(write *store.Snapshot, offset int64) *entry {
 	return &entry{write: write, offset: offset, lead: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// submit queues es in order, giving the transaction to the first if none is
-// running, and waits for the outcome of each in turn.
-func (c *Committer) submit(ctx context.Context, es []*entry) []error {
-	errs := make([]error, len(es))
+// enqueue queues es in order, giving the transaction to the first if none
+// is running; false if the committer is closed (nothing is queued).
+func (c *Committer) enqueue(es []*entry) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
-		for i := range errs {
-			errs[i] = store.ErrClosed
-		}
-		return errs
+		return false
 	}
 	c.queue = append(c.queue, es...)
 	if !c.running {
 		c.running = true
 		es[0].lead <- struct{}{}
 	}
-	c.mu.Unlock()
+	return true
+}
 
+// await waits for the outcome of each of es in turn, into errs, leading
+// when handed the transaction.
+func (c *Committer) await(ctx context.Context, es []*entry, errs []error) {
 	for i, e := range es {
 	wait:
 		for {
@@ -228,11 +349,10 @@ func (c *Committer) submit(ctx context.Context, es []*entry) []error {
 				c.lead()
 			case <-ctx.Done():
 				c.withdraw(ctx.Err(), es[i:], errs[i:])
-				return errs
+				return
 			}
 		}
 	}
-	return errs
 }
 
 // withdraw gives up waiting for es after the caller's context ended: an
@@ -293,16 +413,24 @@ func (c *Committer) lead() {
 			Identity: id, Err: err, Duration: dur,
 		})
 	}
+	var pos store.Checkpoint
+	posOK := false
+	if c.cfg.Position != nil {
+		pos, posOK = c.cfg.Position()
+	}
 	c.mu.Lock()
 	if err == nil && batch.Advances && batch.Offset > c.committed {
 		c.committed = batch.Offset
+	}
+	if err == nil && len(entries) == 1 && entries[0].sealed != nil {
+		c.staged = max(c.staged, entries[0].sealed.Offset)
 	}
 	c.handOff()
 	c.mu.Unlock()
 	c.inflight.Done()
 
 	for _, e := range entries {
-		e.err = err
+		e.err, e.pos, e.posOK = err, pos, posOK && err == nil
 		close(e.done)
 	}
 }
