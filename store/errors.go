@@ -31,6 +31,11 @@ var (
 	ErrInvalidOutput = errors.New("store: invalid output record")
 	// ErrClosed: the partition or backend is closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrEarlierWriteFailed: a started commit (Partition.StartCommit) was
+	// refused because a write started before it on the partition failed,
+	// was refused, or left the queue: committing past it would cover a
+	// change that is not durable. Nothing was committed.
+	ErrEarlierWriteFailed = errors.New("store: a write started before the commit failed")
 	// ErrNotTransactional: an exactly-once batch (Partition.CommitBatch)
 	// asked of a Plain-mode partition, which has no transaction to put it
 	// in. The error that wraps it names the partition.

@@ -217,7 +217,12 @@ type Partition interface {
 	StartWriteBatch(ctx context.Context, snaps []Snapshot) Pending
 	// StartCommit is Commit without the wait: the offset is staged and
 	// its commit queued before it returns; the Pending's one outcome is
-	// the commit's.
+	// the commit's. Unlike Commit, it depends on every write started
+	// before it on this partition: if one of them failed, was refused or
+	// left the queue, the commit is refused with ErrEarlierWriteFailed
+	// and nothing is committed, so that a caller who starts writes and
+	// the commit that covers them, without waiting in between, never
+	// commits past a write that did not land.
 	StartCommit(ctx context.Context, offset int64) Pending
 	// StartCommitBatch is CommitBatch without the wait: b is queued (or
 	// refused) before it returns; the Pending's one outcome is the

@@ -197,3 +197,45 @@ func startedWritesKeepOrderAndTheirPositions(t *testing.T, w World) {
 		t.Fatalf("a refused write's Pending has position %+v", cp)
 	}
 }
+
+// A started commit depends on the writes started before it: one that
+// failed in its transaction (here for want of an identity) or was refused
+// before queueing makes the commit fail with ErrEarlierWriteFailed, and
+// nothing is committed; Commit, which waits, does not depend on them.
+func startedCommitDependsOnEarlierWrites(t *testing.T, w World) {
+	ctx := context.Background()
+	m := w.Join(t)
+	valid := m.Identity()
+
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, valid)
+	o.id.publish(store.GroupIdentity{Group: valid.Group, Generation: -1})
+	if errs := o.StartWriteBatch(ctx, []store.Snapshot{snap("k", "v", 1)}).Wait(ctx); !errors.Is(errs[0], store.ErrMissingIdentity) {
+		t.Fatalf("write without an identity: %v, want ErrMissingIdentity", errs)
+	}
+	o.id.publish(valid)
+	if errs := o.StartCommit(ctx, 2).Wait(ctx); !errors.Is(errs[0], store.ErrEarlierWriteFailed) {
+		t.Fatalf("a commit started after a failed write: %v, want ErrEarlierWriteFailed", errs)
+	}
+	if off, ok := w.CommittedOffset(t, in); ok {
+		t.Fatalf("offset %d committed past a failed write", off)
+	}
+	mustNil(t, "Commit (not dependent)", o.Commit(ctx, 2))
+
+	for _, mode := range []store.Mode{store.Transactional, store.Plain} {
+		in := input(w, 1)
+		o := acquire(t, w, BackendConfig{Mode: mode}, in, 0, valid)
+		reserved := store.Snapshot{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 1}
+		started := o.StartWriteBatch(ctx, []store.Snapshot{snap("a", "1", 0), reserved})
+		commit := o.StartCommit(ctx, 3)
+		if errs := started.Wait(ctx); errs[0] != nil || !errors.Is(errs[1], store.ErrReservedKey) {
+			t.Fatalf("%v: a batch with a reserved key: %v, want a's write and ErrReservedKey", mode, errs)
+		}
+		if errs := commit.Wait(ctx); !errors.Is(errs[0], store.ErrEarlierWriteFailed) {
+			t.Fatalf("%v: a commit started after a refused write: %v, want ErrEarlierWriteFailed", mode, errs)
+		}
+		if off, ok := w.CommittedOffset(t, in); ok && off >= 3 {
+			t.Fatalf("%v: offset %d committed past a refused write", mode, off)
+		}
+	}
+}

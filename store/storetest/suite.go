@@ -66,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 		{"Checkpoint/PlainRefused", checkpointPlainRefused},
 		{"Checkpoint/LostAfterAFailedTransaction", checkpointLostAfterAFailure},
 		{"Checkpoint/StartedWritesKeepOrderAndTheirPositions", startedWritesKeepOrderAndTheirPositions},
+		{"StartedCommitDependsOnEarlierWrites", startedCommitDependsOnEarlierWrites},
 		{"Follow/ReadsCommittedOnlyAndWritesNothing", followReadsCommittedOnly},
 		{"Follow/FromACheckpoint", followFromCheckpoint},
 		{"Follow/Refused", followRefused},

@@ -26,6 +26,9 @@ type plainPath struct {
 	staged    int64
 	committed int64
 	closed    bool
+	// failed: a write failed or was refused; StartCommit refuses from
+	// then on (store.ErrEarlierWriteFailed).
+	failed bool
 }
 
 func newPlainPath(p *Partition, assigned int64) *plainPath {
@@ -65,6 +68,11 @@ func (w *plainPath) WriteBatch(ctx context.Context, snaps []store.Snapshot) []er
 		at = append(at, i)
 	}
 	if len(recs) == 0 {
+		if len(snaps) > 0 {
+			w.mu.Lock()
+			w.failed = true
+			w.mu.Unlock()
+		}
 		return errs
 	}
 	bctx, cancel := p.bounded(ctx)
@@ -74,6 +82,14 @@ func (w *plainPath) WriteBatch(ctx context.Context, snaps []store.Snapshot) []er
 		}
 	}
 	cancel()
+	for _, err := range errs {
+		if err != nil {
+			w.mu.Lock()
+			w.failed = true
+			w.mu.Unlock()
+			break
+		}
+	}
 	dur, committed := cfg.Now().Sub(start), w.Committed()
 	for _, i := range at {
 		w.observe(store.TransactionEvent{Input: p.input, Writes: []store.Snapshot{snaps[i]}, Offset: committed, Err: errs[i], Duration: dur})
@@ -87,8 +103,15 @@ func (w *plainPath) StartWriteBatch(ctx context.Context, snaps []store.Snapshot)
 	return groupcommit.Ready(w.WriteBatch(ctx, snaps))
 }
 
-// StartCommit is Commit, done before it returns.
+// StartCommit is Commit, done before it returns, and refused once a
+// write failed (store.Partition.StartCommit).
 func (w *plainPath) StartCommit(ctx context.Context, offset int64) *groupcommit.Pending {
+	w.mu.Lock()
+	failed := w.failed
+	w.mu.Unlock()
+	if failed {
+		return groupcommit.Ready([]error{store.ErrEarlierWriteFailed})
+	}
 	return groupcommit.Ready([]error{w.Commit(ctx, offset)})
 }
 

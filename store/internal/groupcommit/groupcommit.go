@@ -8,6 +8,7 @@ package groupcommit
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,6 +73,14 @@ type Committer struct {
 	staged    int64
 	committed int64
 	inflight  sync.WaitGroup
+	// calls numbers the calls that queue entries; firstFailed is the
+	// number of the first one with an entry that failed, was refused or
+	// left the queue (0: none). A dependent commit (StartCommit) of a
+	// later call is refused once it reaches a transaction: every entry
+	// of an earlier call is taken before it or with it, so by then their
+	// failures are known, or shared.
+	calls       uint64
+	firstFailed uint64
 }
 
 type entry struct {
@@ -82,6 +91,10 @@ type entry struct {
 	done   chan struct{}   // closed when the outcome is set
 	err    error
 	taken  bool // in a transaction; no longer cancellable
+	// call is the number of the call that queued the entry; dependent:
+	// a commit request refused if an earlier call failed (StartCommit).
+	call      uint64
+	dependent bool
 	// pos is the position read after the entry's transaction (posOK:
 	// there was one), set with err.
 	pos   store.Checkpoint
@@ -136,21 +149,27 @@ func (c *Committer) startCommitBatch(ctx context.Context, b store.Batch, inline 
 // offset never moves back, so a lower offset commits the staged one again.
 // Queued behind earlier writes, it never leads them (I2).
 func (c *Committer) Commit(ctx context.Context, offset int64) error {
-	return c.startCommit(ctx, offset, true).errs[0]
+	return c.startCommit(ctx, offset, true, false).errs[0]
 }
 
 // StartCommit is Commit without the wait: the commit request is queued
 // before it returns, and the outcome is the Pending's one entry.
+//
+// Unlike Commit, it depends on the writes queued before it: it is refused
+// with store.ErrEarlierWriteFailed, and commits nothing, if a call that
+// queued writes before it had one fail, refused or withdrawn.
 func (c *Committer) StartCommit(ctx context.Context, offset int64) *Pending {
-	return c.startCommit(ctx, offset, c.cfg.Inline)
+	return c.startCommit(ctx, offset, c.cfg.Inline, true)
 }
 
-func (c *Committer) startCommit(ctx context.Context, offset int64, inline bool) *Pending {
+func (c *Committer) startCommit(ctx context.Context, offset int64, inline, dependent bool) *Pending {
 	c.mu.Lock()
 	c.staged = max(c.staged, offset)
 	off := c.staged
 	c.mu.Unlock()
-	return c.start(ctx, []*entry{newEntry(nil, off)}, make([]error, 1), nil, inline)
+	e := newEntry(nil, off)
+	e.dependent = dependent
+	return c.start(ctx, []*entry{e}, make([]error, 1), nil, inline)
 }
 
 // Committed is the offset last committed.
@@ -222,10 +241,24 @@ func (c *Committer) startWriteBatch(ctx context.Context, snaps []store.Snapshot,
 		es = append(es, newEntry(&s, 0))
 		at = append(at, i)
 	}
+	if len(es) < len(snaps) {
+		// A refused write fails the started commits that follow.
+		c.mu.Lock()
+		c.calls++
+		c.failedLocked(c.calls)
+		c.mu.Unlock()
+	}
 	if len(es) == 0 {
 		return Ready(errs)
 	}
 	return c.start(ctx, es, errs, at, inline)
+}
+
+// failedLocked notes that call had an entry fail. Called with c.mu held.
+func (c *Committer) failedLocked(call uint64) {
+	if c.firstFailed == 0 || call < c.firstFailed {
+		c.firstFailed = call
+	}
 }
 
 // Pending is the outcome of what a Start call queued: a
@@ -327,6 +360,10 @@ func (c *Committer) enqueue(es []*entry) bool {
 	if c.closed {
 		return false
 	}
+	c.calls++
+	for _, e := range es {
+		e.call = c.calls
+	}
 	c.queue = append(c.queue, es...)
 	if !c.running {
 		c.running = true
@@ -377,6 +414,9 @@ func (c *Committer) withdraw(err error, es []*entry, errs []error) {
 			continue
 		}
 		c.remove(e)
+		if e.write != nil || e.sealed != nil {
+			c.failedLocked(e.call) // it will not land
+		}
 		select {
 		case <-e.lead:
 			handOff = true
@@ -398,6 +438,11 @@ func (c *Committer) lead() {
 		return
 	}
 	batch, entries := c.take()
+	if len(entries) == 0 { // every entry taken was refused
+		c.handOff()
+		c.mu.Unlock()
+		return
+	}
 	c.inflight.Add(1)
 	c.mu.Unlock()
 
@@ -419,6 +464,11 @@ func (c *Committer) lead() {
 		pos, posOK = c.cfg.Position()
 	}
 	c.mu.Lock()
+	if err != nil {
+		for _, e := range entries {
+			c.failedLocked(e.call)
+		}
+	}
 	if err == nil && batch.Advances && batch.Offset > c.committed {
 		c.committed = batch.Offset
 	}
@@ -437,12 +487,20 @@ func (c *Committer) lead() {
 
 // take removes the next batch from the queue: FIFO, writes up to the cap,
 // commit requests free of the cap but never ahead of a write queued before
-// them. Called with c.mu held.
+// them. A dependent commit request of a call after one that failed is
+// refused on the way: removed, with store.ErrEarlierWriteFailed as its
+// outcome. Called with c.mu held.
 func (c *Committer) take() (Batch, []*entry) {
 	b := Batch{Offset: c.committed}
 	n := 0
+	var refused []*entry
 	for n < len(c.queue) {
 		e := c.queue[n]
+		if e.dependent && c.firstFailed != 0 && c.firstFailed < e.call {
+			refused = append(refused, e)
+			n++
+			continue
+		}
 		if e.sealed != nil {
 			if n > 0 {
 				break // a sealed batch is a transaction of its own
@@ -467,9 +525,17 @@ func (c *Committer) take() (Batch, []*entry) {
 		e.taken = true
 		n++
 	}
-	entries := make([]*entry, n)
-	copy(entries, c.queue[:n])
+	entries := make([]*entry, 0, n-len(refused))
+	for _, e := range c.queue[:n] {
+		if !slices.Contains(refused, e) {
+			entries = append(entries, e)
+		}
+	}
 	c.queue = append(c.queue[:0], c.queue[n:]...)
+	for _, e := range refused {
+		e.err = store.ErrEarlierWriteFailed
+		close(e.done)
+	}
 	return b, entries
 }
 

@@ -547,3 +547,52 @@ func TestWriteBatchAfterAndDuringClose(t *testing.T) {
 		}
 	})
 }
+
+// Started back to back while a transaction is in flight: a (in flight,
+// failing), b, a started commit of 5, then c. Cap 1. a's transaction
+// fails after the commit was queued; the commit, reaching a transaction
+// after a's failure, is refused with ErrEarlierWriteFailed, and b and c
+// still go ([b] [c]): the failed write is never committed past. A
+// blocking Commit queued at the end is not dependent and commits.
+func TestAStartedCommitIsRefusedAfterAnEarlierWriteFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTxns{}
+		failA := func(ctx context.Context, b Batch) (store.GroupIdentity, error) {
+			id, err := f.exec(ctx, b)
+			if len(b.Writes) > 0 && string(b.Writes[0].Key) == "a" {
+				err = errors.New("a's transaction failed")
+			}
+			return id, err
+		}
+		c := New(context.Background(), Config{Input: tp, MaxWrites: 1}, failA)
+		entered, release := f.holdNext()
+		ctx := context.Background()
+		a := c.StartWriteBatch(ctx, []store.Snapshot{{Key: []byte("a"), Value: []byte("v"), Offset: 1}})
+		<-entered
+		b := c.StartWriteBatch(ctx, []store.Snapshot{{Key: []byte("b"), Value: []byte("v"), Offset: 2}})
+		cm := c.StartCommit(ctx, 5)
+		cw := c.StartWriteBatch(ctx, []store.Snapshot{{Key: []byte("c"), Value: []byte("v"), Offset: 3}})
+		release()
+		if errs := a.Wait(ctx); errs[0] == nil {
+			t.Fatal("a's write succeeded")
+		}
+		if errs := b.Wait(ctx); errs[0] != nil {
+			t.Fatalf("b's write: %v", errs[0])
+		}
+		if errs := cm.Wait(ctx); !errors.Is(errs[0], store.ErrEarlierWriteFailed) {
+			t.Fatalf("the started commit: %v, want ErrEarlierWriteFailed", errs)
+		}
+		if errs := cw.Wait(ctx); errs[0] != nil {
+			t.Fatalf("c's write: %v", errs[0])
+		}
+		if c.Committed() != 0 {
+			t.Fatalf("committed %d past a failed write", c.Committed())
+		}
+		if got, want := f.shape(), "[a@0 b@0 c@0]"; got != want {
+			t.Fatalf("batches = %s, want %s: the refused commit is in none", got, want)
+		}
+		if err := c.Commit(ctx, 5); err != nil || c.Committed() != 5 {
+			t.Fatalf("Commit after the failure: %v, committed %d; want 5 (Commit does not depend)", err, c.Committed())
+		}
+	})
+}
