@@ -218,6 +218,11 @@ type slot[S any] struct {
 type written struct {
 	offset int64
 	entry  []byte // the KV entry to keep once the write is durable
+	// stale: the key changed after the write was taken (a fold or a
+	// tick while it was in flight), so it stays dirty once the write
+	// lands. A tick leaves the key's offset alone, so the offset alone
+	// cannot tell.
+	stale bool
 }
 
 // New returns a core for one partition, with an empty state for it in kv.
@@ -447,6 +452,10 @@ func (c *Core[S, O]) apply(k []byte, sl *slot[S], ch Change[S, O], offset int64)
 	if sl == nil {
 		sl = &slot[S]{offset: -1}
 		c.makeHot(string(k), sl)
+	}
+	if w, ok := c.inflight[string(k)]; ok && !w.stale {
+		w.stale = true
+		c.inflight[string(k)] = w
 	}
 	sl.live = ch.Op == Set
 	sl.offset = max(offset, sl.offset)
@@ -714,7 +723,7 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	if lerr != nil {
 		return c.stop(lerr)
 	}
-	if sl.offset == w.offset {
+	if !w.stale {
 		delete(c.dirty, string(key))
 		c.pending = append(c.pending, Write{Key: c.stateKey(key), Value: w.entry})
 		if _, ok := c.overlaid[string(key)]; ok {
@@ -778,6 +787,40 @@ func (c *Core[S, O]) Committable() int64 {
 	}
 	return m
 }
+
+// CommittableIfLanded is Committable as it will be once every write in
+// flight has landed: a key being written counts as durable, unless it
+// changed after its write was taken (then what follows the write is
+// held). A caller that commits it must make the commit depend on those
+// writes (store.Partition.StartCommit): it is safe only if they land.
+func (c *Core[S, O]) CommittableIfLanded() int64 {
+	m := c.consumed
+	for k, held := range c.dirty {
+		if w, ok := c.inflight[k]; ok {
+			if !w.stale {
+				continue
+			}
+			held = w.offset + 1
+		}
+		m = min(m, held)
+	}
+	return m
+}
+
+// Untaken counts the dirty keys no write in flight carries: after a
+// FlushLive, the deleted keys whose tombstones it holds.
+func (c *Core[S, O]) Untaken() int {
+	n := 0
+	for k := range c.dirty {
+		if _, ok := c.inflight[k]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// InFlight counts the keys taken for a write and not yet reported.
+func (c *Core[S, O]) InFlight() int { return len(c.inflight) }
 
 // Consumed is the offset after the last record fed.
 func (c *Core[S, O]) Consumed() int64 { return c.consumed }

@@ -32,7 +32,9 @@ type Output = store.Output
 //	flush [max=N] [live]              the snapshots to write (at most N;
 //	                                  live: FlushLive, tombstones held)
 //	done key=K ok|fail                a write's outcome
-//	committable                       the committable offset
+//	committable [if-landed]           the committable offset (if-landed:
+//	                                  as if every write in flight landed)
+//	untaken                           the dirty keys no write in flight carries
 //	state key=K                       the key's state
 //	tick                              add 100 to every live key
 //	drop                              drop the partition's cache
@@ -157,7 +159,12 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 		}
 		return errString(s.c.WriteDone([]byte(key), werr))
 	case "committable":
+		if d.HasArg("if-landed") {
+			return strconv.FormatInt(s.c.CommittableIfLanded(), 10)
+		}
 		return strconv.FormatInt(s.c.Committable(), 10)
+	case "untaken":
+		return strconv.Itoa(s.c.Untaken())
 	case "state":
 		d.ScanArgs(t, "key", &key)
 		v, ok, err := s.c.State([]byte(key))
