@@ -44,39 +44,42 @@ func (m *atLeastOnce[S]) persist(ctx context.Context, f *flow[S]) error { return
 // Transactional store, where a batch can carry them with the offset.
 func (m *atLeastOnce[S]) holdsTombstones() bool { return m.r.e.cfg.Store.Mode() == store.Transactional }
 
-// commit writes every dirty key of f, then commits its committable offset.
-// A partition with nothing to write whose committable offset is already
-// committed sends nothing: an idle partition costs no transaction.
+// commit writes every dirty key of f, then commits the offset they
+// cover. A partition with nothing to write whose committable offset is
+// already committed sends nothing: an idle partition costs no transaction.
+//
+// Nothing waits: the writes are started (flush), and the commit is
+// started behind them with the offset that holds once they have landed
+// (CommittableIfLanded), which the store commits only if every write
+// started before it landed (StartCommit). Writes already in flight from
+// an earlier persist are behind it too.
 func (m *atLeastOnce[S]) commit(ctx context.Context, f *flow[S]) error {
-	if !f.core.Dirty() && f.core.Committable() <= f.part.CommittedOffset() {
+	if !f.core.Dirty() && f.core.Committable() <= f.part.CommittedOffset() && len(f.inflight) == 0 {
 		return nil
 	}
 	if err := m.flush(ctx, f); err != nil {
 		return err
 	}
-	if m.holdsTombstones() && f.core.Dirty() {
+	if m.holdsTombstones() && f.core.Untaken() > 0 {
+		// The tombstones' batch covers every dirty key, so none may be
+		// in flight: the batch carries the offset after the last fold.
+		if err := m.r.drain(ctx, f); err != nil {
+			return err
+		}
 		return m.commitTombstones(ctx, f)
 	}
-	c := f.core.Committable()
-	if err := f.part.Commit(ctx, c); err != nil {
+	c := f.core.CommittableIfLanded()
+	if err := m.r.room(ctx, f, 1); err != nil {
 		return err
 	}
-	if err := m.r.durable(f); err != nil { // the commit's marker moved the checkpoint
-		return err
-	}
-	m.committed(f, c)
-	return nil
-}
-
-func (m *atLeastOnce[S]) committed(f *flow[S], c int64) {
-	m.r.e.cfg.Metrics.lag(f.tp, f.core.Consumed()-c)
-	m.r.status.committed(f.tp, f.part.CommittedOffset())
+	return m.r.begin(ctx, f, started{kind: startedCommit, offset: c, pending: f.part.StartCommit(ctx, c), begin: time.Now()})
 }
 
 // commitTombstones writes the held tombstones, every key still dirty
 // after the live ones were flushed, in one transaction with the commit of
 // the offset after the last record folded (every dirty key is in it, so
-// that offset covers it, as an exactly-once batch's does).
+// that offset covers it, as an exactly-once batch's does). Nothing of f
+// may be in flight.
 //
 // Why in one transaction: a tombstone supersedes its key's earlier
 // snapshot at once for compaction, and is itself removed once
@@ -90,67 +93,48 @@ func (m *atLeastOnce[S]) committed(f *flow[S], c int64) {
 // The transaction is as large as the deletions since the last commit, as
 // an exactly-once batch is as large as the changes of its batch.
 func (m *atLeastOnce[S]) commitTombstones(ctx context.Context, f *flow[S]) error {
-	start := time.Now() // metrics only
+	begin := time.Now() // metrics only
 	snaps, err := f.core.Flush(0)
 	if err != nil {
 		return fromCore(err)
 	}
 	offset := max(f.core.Consumed(), f.part.CommittedOffset())
-	err = f.part.CommitBatch(ctx, store.Batch{Snapshots: snaps, Offset: offset})
-	if err = m.r.committedBatch(f, snaps, err); err != nil {
-		return err
-	}
-	m.r.e.cfg.Metrics.flushed(len(snaps), time.Since(start))
-	m.committed(f, offset)
-	return nil
+	p := f.part.StartCommitBatch(ctx, store.Batch{Snapshots: snaps, Offset: offset})
+	return m.r.begin(ctx, f, started{kind: startedBatch, snaps: snaps, offset: offset, pending: p, begin: begin})
 }
 
 // failure: a failed write or commit leaves the keys dirty; the scheduler
 // decides whether the flow stops.
 func (m *atLeastOnce[S]) failure(_ *flow[S], err error) (cause, error) { return causeWrite, err }
 
-// flush writes every dirty key of f, a batch at a time, and awaits each
-// batch (the store group-commits its writes). On a Transactional store it
-// writes the live keys only: tombstones wait for commit.
+// flush starts the writes of every dirty key of f, a batch at a time,
+// without waiting for them, as long as MaxWritesInFlight allows (then it
+// waits for the oldest). On a Transactional store it writes the live keys
+// only: tombstones wait for commit. A key in flight already is left for
+// the next flush (the core takes it again once its write is done).
 //
-// A batch goes to the store in one WriteBatch call: its writes join the
-// group commit's queue in the core's order (by key) with none between
+// A batch goes to the store in one StartWriteBatch call: its writes join
+// the group commit's queue in the core's order (by key) with none between
 // them, so which writes share a transaction, and their order in the log,
 // are the same on every run. That is what makes a run over the simulated
 // cluster a function of its seed and its calls.
 func (m *atLeastOnce[S]) flush(ctx context.Context, f *flow[S]) error {
-	start := time.Now() // metrics only
-	total := 0
-	defer func() {
-		if total > 0 {
-			m.r.e.cfg.Metrics.flushed(total, time.Since(start))
-		}
-	}()
 	take := f.core.Flush
 	if m.holdsTombstones() {
 		take = f.core.FlushLive
 	}
 	for {
+		// Room first: keys the core hands out are started at once.
+		if err := m.r.room(ctx, f, m.r.e.cfg.FlushBatch); err != nil {
+			return err
+		}
 		snaps, err := take(m.r.e.cfg.FlushBatch)
 		if err != nil || len(snaps) == 0 {
 			return fromCore(err)
 		}
-		total += len(snaps)
-		errs := f.part.WriteBatch(ctx, snaps)
-		var first error
-		for i, s := range snaps {
-			if err := f.core.WriteDone(s.Key, errs[i]); err != nil && first == nil {
-				first = fromCore(err)
-			}
-			if errs[i] != nil && first == nil {
-				first = errs[i]
-			}
-		}
-		if err := m.r.durable(f); err != nil && first == nil {
-			first = err
-		}
-		if first != nil {
-			return first
+		p := f.part.StartWriteBatch(ctx, snaps)
+		if err := m.r.begin(ctx, f, started{kind: startedWrite, snaps: snaps, pending: p, begin: time.Now()}); err != nil {
+			return err
 		}
 	}
 }

@@ -116,6 +116,9 @@ const (
 	// DefaultFlushBatch is FlushBatch's default: the snapshots one flush
 	// hands to the store at once.
 	DefaultFlushBatch = 1024
+	// DefaultMaxWritesInFlight is MaxWritesInFlight's default: the
+	// snapshots a partition may have in flight, four flush batches.
+	DefaultMaxWritesInFlight = 4 * DefaultFlushBatch
 	// DefaultExactlyOnceCommitInterval is CommitInterval's default under
 	// ExactlyOnce, as Kafka Streams' commit.interval.ms under
 	// exactly_once_v2: outputs wait for their transaction, so the
@@ -175,9 +178,16 @@ type Config[S any] struct {
 	HotKeys int
 	// FlushBatch bounds the snapshots one flush writes at once; default
 	// DefaultFlushBatch (1024). A batch goes to the store at once
-	// (Partition.WriteBatch), so the store's group commit packs it into
-	// few transactions.
+	// (Partition.StartWriteBatch), so the store's group commit packs it
+	// into few transactions.
 	FlushBatch int
+	// MaxWritesInFlight bounds the snapshot writes a partition has in
+	// flight: started, not yet durable (a commit counts as one). Folding
+	// never waits for a flush until the bound is reached; then the flush
+	// waits for the oldest write (back-pressure). Default
+	// DefaultMaxWritesInFlight (4096); it is raised to FlushBatch if
+	// lower, so that one batch always fits.
+	MaxWritesInFlight int
 	// PersistInterval is how often dirty keys are flushed; default
 	// DefaultPersistInterval (1 min). On a Transactional store a deleted
 	// key's tombstone is not written then but with the next commit, in the
@@ -321,6 +331,10 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	if cfg.FlushBatch == 0 {
 		cfg.FlushBatch = DefaultFlushBatch
 	}
+	if cfg.MaxWritesInFlight == 0 {
+		cfg.MaxWritesInFlight = DefaultMaxWritesInFlight
+	}
+	cfg.MaxWritesInFlight = max(cfg.MaxWritesInFlight, cfg.FlushBatch)
 	if cfg.HotKeys == 0 {
 		cfg.HotKeys = DefaultHotKeys
 	}
@@ -381,7 +395,7 @@ func (cfg *Config[S]) check() error {
 	for _, n := range []struct {
 		field string
 		v     int
-	}{{"HotKeys", cfg.HotKeys}, {"FlushBatch", cfg.FlushBatch},
+	}{{"HotKeys", cfg.HotKeys}, {"FlushBatch", cfg.FlushBatch}, {"MaxWritesInFlight", cfg.MaxWritesInFlight},
 		{"MaxTransactionRecords", cfg.MaxTransactionRecords}, {"MaxTransactionBytes", cfg.MaxTransactionBytes}} {
 		if n.v < 0 {
 			return bad(n.field, fmt.Sprintf("is negative (%d)", n.v), "leave it 0 for the default, or set a positive number")

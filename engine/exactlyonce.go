@@ -50,41 +50,42 @@ func (m *exactlyOnce[S]) persist(ctx context.Context, f *flow[S]) error { return
 // offset after the last record folded. Every dirty key is in the batch, so
 // that offset covers the whole batch.
 //
+// The batch is started, not awaited: the flow folds the next batch while
+// it commits. The batch before it must have ended first (drain): the next
+// one is folded on its outcome, and its snapshots and offset cover only
+// what a committed predecessor leaves (a failed one rewinds the flow).
+//
 // On error the batch's outcome is unknown to the engine (an EndTxn may
-// time out after the commit landed), and its outputs stay in f.batch: the
-// flow must be rewound, its outputs never sent again.
+// time out after the commit landed): the flow must be rewound, its outputs
+// never sent again; they leave memory with the flow.
 func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	if err := f.core.Stopped(); err != nil {
 		return fromCore(err)
+	}
+	if err := m.r.drain(ctx, f); err != nil {
+		return err
 	}
 	offset := f.core.Consumed()
 	if !f.core.Dirty() && len(f.batch.outputs) == 0 && offset <= f.part.CommittedOffset() {
 		return nil // nothing to commit
 	}
-	start := time.Now() // metrics only
+	begin := time.Now() // metrics only
 	snaps, err := f.core.Flush(0)
 	if err != nil {
 		return fromCore(err)
 	}
-	// ErrNotTransactional here means a store whose Mode does not match its
-	// partitions: say so. It fails again on replay (a permanent
-	// misconfiguration), so the runner ends with it.
-	err = f.part.CommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.batch.outputs, Offset: offset})
+	p := f.part.StartCommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.batch.outputs, Offset: offset})
+	f.batch = openBatch{}
+	return m.r.begin(ctx, f, started{kind: startedBatch, snaps: snaps, offset: offset, pending: p, begin: begin})
+}
+
+// failure: a failed batch rewinds its flow. ErrNotTransactional means a
+// store whose Mode does not match its partitions: it says so, and it fails
+// again on replay (a permanent misconfiguration), so the runner ends.
+func (m *exactlyOnce[S]) failure(f *flow[S], err error) (cause, error) {
 	if errors.Is(err, store.ErrNotTransactional) {
 		err = fmt.Errorf("engine: %s: ExactlyOnce needs a Transactional store: %w", f.tp, err)
 	}
-	if err = m.r.committedBatch(f, snaps, err); err != nil {
-		return err
-	}
-	f.batch = openBatch{}
-	m.r.e.cfg.Metrics.flushed(len(snaps), time.Since(start))
-	m.r.e.cfg.Metrics.lag(f.tp, 0)
-	m.r.status.committed(f.tp, f.part.CommittedOffset())
-	return nil
-}
-
-// failure: a failed batch rewinds its flow.
-func (m *exactlyOnce[S]) failure(f *flow[S], err error) (cause, error) {
 	if classify(causeBatch, err) != classTransient && !errors.Is(err, store.ErrFenced) {
 		return causeBatch, fmt.Errorf("engine: exactly-once batch of %s failed: %w", f.tp, err)
 	}

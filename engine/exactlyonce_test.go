@@ -296,17 +296,36 @@ type flakyPartition struct {
 var errLostAnswer = errors.New("flaky: the answer to EndTxn was lost")
 
 func (p *flakyPartition) CommitBatch(ctx context.Context, batch store.Batch) error {
+	return p.StartCommitBatch(ctx, batch).Wait(ctx)[0]
+}
+
+// StartCommitBatch is the engine's way in: the sim's outcome is known
+// before it returns, so the flakiness is decided then too.
+func (p *flakyPartition) StartCommitBatch(ctx context.Context, batch store.Batch) store.Pending {
 	p.b.n++
 	before, after := p.b.fail(p.b.n)
 	if before {
-		return errors.New("flaky: the transaction failed before it began")
+		return flakyOutcome{errors.New("flaky: the transaction failed before it began")}
 	}
-	err := p.Partition.CommitBatch(ctx, batch)
+	err := p.Partition.StartCommitBatch(ctx, batch).Wait(ctx)[0]
 	if err == nil && after {
-		return errLostAnswer
+		return flakyOutcome{errLostAnswer}
 	}
-	return err
+	return flakyOutcome{err}
 }
+
+// flakyOutcome is a store.Pending done with err, and no position: a
+// failed batch vouches for nothing.
+type flakyOutcome struct{ err error }
+
+func (flakyOutcome) Done() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+func (o flakyOutcome) Wait(context.Context) []error     { return []error{o.err} }
+func (flakyOutcome) Position() (store.Checkpoint, bool) { return store.Checkpoint{}, false }
 
 // A batch that fails rewinds its partition to the committed state, and
 // the folds run again: whether the batch in fact committed or not, every

@@ -93,6 +93,11 @@ type flow[S any] struct {
 	core *core.Core[S, Output]
 	// batch is the open exactly-once batch (exactlyOnce only).
 	batch openBatch
+	// inflight is what the flow started on its partition and has not
+	// reaped, oldest first, and inflightWeight its snapshots (a commit
+	// counts one): see inflight.go.
+	inflight       []started
+	inflightWeight int
 }
 
 // NewRunner returns a runner over the source that newSource makes with the
@@ -210,6 +215,7 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err // no flush with a dead context; the revoke flushes
 	}
+	r.reapAll(ctx)
 	r.do(ctx, r.sched.timers(r.src.Now()))
 	if r.standby != nil {
 		r.standby.round(ctx)
@@ -386,6 +392,34 @@ func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
 	}
 }
 
+// reapAll reaps what the running flows have done, in partition order;
+// a failure goes to the scheduler.
+func (r *Runner[S]) reapAll(ctx context.Context) {
+	for _, f := range r.sched.running() {
+		if err := r.reap(ctx, f, false); err != nil {
+			r.failed(ctx, f, err)
+		}
+	}
+}
+
+// drainAll waits for what every running flow has in flight, in partition
+// order; a failure goes to the scheduler.
+func (r *Runner[S]) drainAll(ctx context.Context) {
+	for _, f := range r.sched.running() {
+		if err := r.drain(ctx, f); err != nil {
+			r.failed(ctx, f, err)
+		}
+	}
+}
+
+// commitNow commits f and waits for it, and for everything before it.
+func (r *Runner[S]) commitNow(ctx context.Context, f *flow[S]) error {
+	if err := r.mode.commit(ctx, f); err != nil {
+		return err
+	}
+	return r.drain(ctx, f)
+}
+
 // commit commits f; on failure the scheduler decides what becomes of it.
 // It reports whether f still runs.
 func (r *Runner[S]) commit(ctx context.Context, f *flow[S]) bool {
@@ -437,7 +471,7 @@ func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
 // at INFO. Anything else is logged at WARN: the new owner still replays,
 // but the revoke-time commit that would spare it the replay was lost.
 func (r *Runner[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
-	err := r.mode.commit(ctx, f)
+	err := r.commitNow(ctx, f)
 	switch {
 	case err == nil:
 	case errors.Is(err, store.ErrFenced):
@@ -593,7 +627,7 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 func (r *Runner[S]) stop(ctx context.Context, a action[*flow[S]]) {
 	if a.flow != nil {
 		if a.commit {
-			if err := r.mode.commit(ctx, a.flow); err != nil {
+			if err := r.commitNow(ctx, a.flow); err != nil {
 				r.e.log.Error("committing what was folded before the poison record failed; it is replayed",
 					"input", a.tp.String(), "err", err)
 			}
@@ -647,6 +681,7 @@ func (r *Runner[S]) teardown(f *flow[S]) {
 		r.e.log.Error("dropping the cache", "input", f.tp.String(), "err", err)
 	}
 	_ = f.part.Close()
+	r.abandon(f)
 }
 
 // rebalanceHandler is the runner's Handler: the source calls it, the user
@@ -699,11 +734,13 @@ func (r *Runner[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) 
 }
 
 // FlushAll flushes and commits every flow now (under ExactlyOnce: commits
-// every open batch, rewinding a flow whose batch fails).
+// every open batch, rewinding a flow whose batch fails), and returns once
+// what it started has ended.
 func (r *Runner[S]) FlushAll(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.commitAll(ctx)
+	r.drainAll(ctx)
 }
 
 // Persist flushes every flow's dirty keys now without advancing the
@@ -717,6 +754,7 @@ func (r *Runner[S]) Persist(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.do(ctx, []action[*flow[S]]{{kind: actPersist}})
+	r.drainAll(ctx)
 }
 
 // Close leaves the group; the revoke callbacks flush and tear down.

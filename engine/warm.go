@@ -63,26 +63,36 @@ func decodeCheckpoint(b []byte) (group string, cp store.Checkpoint, err error) {
 	return group, cp, nil
 }
 
-// committedBatch tells f's core how the write of snaps ended (err) and,
-// when it committed, makes it durable in the cache; the first error is
-// the batch's.
-func (r *Runner[S]) committedBatch(f *flow[S], snaps []store.Snapshot, err error) error {
+// committedBatchAt tells f's core how the write of snaps ended (err)
+// and, when it committed, makes it durable in the cache with checkpoint
+// cp (if cpOK); the first error is the batch's.
+func (r *Runner[S]) committedBatchAt(f *flow[S], snaps []store.Snapshot, err error, cp store.Checkpoint, cpOK bool) error {
 	for _, s := range snaps {
 		if werr := f.core.WriteDone(s.Key, err); werr != nil && err == nil {
 			err = fromCore(werr)
 		}
 	}
 	if err == nil {
-		err = r.durable(f)
+		err = r.durableAt(f, cp, cpOK)
 	}
 	return err
 }
 
 // durable writes what f's core was told is durable, with f's partition's
-// checkpoint when the store vouches for one.
+// checkpoint when the store vouches for one: for a flow with nothing in
+// flight (a recovery's end), whose partition's position is its own.
 func (r *Runner[S]) durable(f *flow[S]) error {
+	cp, ok := f.part.Position()
+	return r.durableAt(f, cp, ok)
+}
+
+// durableAt writes what f's core was told is durable, with checkpoint cp
+// if ok: the position as of the end of the call just reaped
+// (store.Pending.Position), never a later one, which could cover a write
+// still in flight whose states the cache does not hold yet.
+func (r *Runner[S]) durableAt(f *flow[S], cp store.Checkpoint, ok bool) error {
 	var enc []byte
-	if cp, ok := f.part.Position(); ok {
+	if ok {
 		enc = encodeCheckpoint(r.src.Identity().Group, cp)
 	}
 	return fromCore(f.core.Durable(enc))

@@ -41,6 +41,8 @@ type partition struct {
 
 	mu     sync.Mutex
 	staged int64
+	// lastRecorded is closed once the call started last is recorded.
+	lastRecorded chan struct{}
 }
 
 func (p *partition) generation() int32 {
@@ -80,7 +82,7 @@ func (p *partition) recordWrites(snaps []store.Snapshot, errs []error) {
 // StartWriteBatch records the writes once their outcomes are known (see
 // recordWhenDone).
 func (p *partition) StartWriteBatch(ctx context.Context, snaps []store.Snapshot) store.Pending {
-	return recordWhenDone(p.Partition.StartWriteBatch(ctx, snaps), func(errs []error) { p.recordWrites(snaps, errs) })
+	return p.recordWhenDone(p.Partition.StartWriteBatch(ctx, snaps), func(errs []error) { p.recordWrites(snaps, errs) })
 }
 
 // Commit records the offset committed, or, on failure, the offset staged:
@@ -95,7 +97,7 @@ func (p *partition) Commit(ctx context.Context, offset int64) error {
 // StartCommit records the commit once its outcome is known.
 func (p *partition) StartCommit(ctx context.Context, offset int64) store.Pending {
 	staged := p.stage(offset)
-	return recordWhenDone(p.Partition.StartCommit(ctx, offset), func(errs []error) { p.recordCommit(staged, errs[0]) })
+	return p.recordWhenDone(p.Partition.StartCommit(ctx, offset), func(errs []error) { p.recordCommit(staged, errs[0]) })
 }
 
 func (p *partition) stage(offset int64) int64 {
@@ -114,33 +116,67 @@ func (p *partition) recordCommit(staged int64, err error) {
 		Generation: p.generation(), Outcome: outcomeOf(err), Err: errString(err)})
 }
 
-// recordWhenDone is pd, recording its outcome with record once: at once
-// if it is known already (a backend that completes its calls in the
-// caller, where the record then lands where the blocking call's would),
-// otherwise when a Wait first sees it.
-func recordWhenDone(pd store.Pending, record func(errs []error)) store.Pending {
-	r := &recordedPending{Pending: pd, record: record}
-	r.seen()
+// recordWhenDone is pd, recording its outcome with record once, as soon
+// as it is known and the calls p started before it are recorded (the
+// store ends them in that order; a commit that rode in a write's
+// transaction is recorded after the write): at once if it is known
+// already (a backend that completes its calls in the caller, where the
+// record then lands where the blocking call's would), otherwise from a
+// goroutine that waits for it. The caller may reap the outcome steps
+// later; another member may read the write before that, and the history
+// must hold the write then. (Under testing/synctest the world's wait
+// after a step waits for that goroutine too.)
+func (p *partition) recordWhenDone(pd store.Pending, record func(errs []error)) store.Pending {
+	p.mu.Lock()
+	prev := p.lastRecorded
+	r := &recordedPending{Pending: pd, record: record, recorded: make(chan struct{})}
+	p.lastRecorded = r.recorded
+	p.mu.Unlock()
+	if isClosed(pd.Done()) && (prev == nil || isClosed(prev)) {
+		r.seen()
+		return r
+	}
+	go func() {
+		<-pd.Done()
+		if prev != nil {
+			<-prev
+		}
+		r.seen()
+	}()
 	return r
+}
+
+func isClosed[T any](c <-chan T) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 type recordedPending struct {
 	store.Pending
-	once   sync.Once
-	record func(errs []error)
+	once     sync.Once
+	record   func(errs []error)
+	recorded chan struct{} // closed once recorded
 }
 
 func (r *recordedPending) seen() {
-	select {
-	case <-r.Done():
-		r.once.Do(func() { r.record(r.Pending.Wait(context.Background())) })
-	default:
-	}
+	r.once.Do(func() {
+		r.record(r.Pending.Wait(context.Background()))
+		close(r.recorded)
+	})
 }
 
+// Wait returns once the outcome is recorded too, so a caller that acts
+// on it (and records that) comes after it in the history.
 func (r *recordedPending) Wait(ctx context.Context) []error {
 	errs := r.Pending.Wait(ctx)
-	r.seen()
+	select {
+	case <-r.recorded:
+	case <-ctx.Done():
+	}
 	return errs
 }
 
@@ -157,7 +193,7 @@ func (p *partition) CommitBatch(ctx context.Context, b store.Batch) error {
 
 // StartCommitBatch records the batch once its outcome is known.
 func (p *partition) StartCommitBatch(ctx context.Context, b store.Batch) store.Pending {
-	return recordWhenDone(p.Partition.StartCommitBatch(ctx, b), func(errs []error) { p.recordBatch(b, errs[0]) })
+	return p.recordWhenDone(p.Partition.StartCommitBatch(ctx, b), func(errs []error) { p.recordBatch(b, errs[0]) })
 }
 
 func (p *partition) recordBatch(b store.Batch, err error) {
