@@ -38,24 +38,34 @@ package engine_test
 // returned records; the engine: its first fold; the group join and the
 // recovery are outside) until the group's committed offsets, polled every
 // limitPollEvery with OffsetFetch (kadm FetchOffsets), equal the input's
-// end offsets on every partition. Reported per op: records/s; measured-s;
-// cpu-s, the process's user+system CPU over the measured part
-// (getrusage(RUSAGE_SELF) before and after: the benchmark process holds
-// the variant's clients and engine, never the broker); start-ms, from
-// starting the consumer or engine to the first fetched record (not
-// measured, for reference); commit-ms, the variant's commit interval;
-// inputs, the backlog's records; and
-// for the engine variants txns/1M (the store.Observer's TransactionEvents
-// finished during the measured part, per 1M inputs), snapshots/1M (the
-// snapshots those transactions committed) and goal-txns/1M (the issue's
-// goal: one transaction per partition per commit interval, 8 x measured-s
-// / commit interval, per 1M inputs). ns/op is not a result: it includes
-// the set-up.
+// end offsets on every partition. Reported per op (ns/op is not a result:
+// it includes the set-up):
+//
+//   - records/s, and measured-s, the measured part's seconds;
+//   - cpu-s: the benchmark process's user+system CPU over the measured
+//     part (getrusage(RUSAGE_SELF) before and after; the process holds the
+//     variant's clients and engine, not the broker);
+//   - broker-cpu-s: the broker's CPU over the measured part, from
+//     /proc/PID/stat, when `it/kafka/broker run` gave its process id
+//     (SNAPFENCE_KAFKA_PID); every op has the broker to itself;
+//   - emit-s: the time spent waiting for the outputs' acks (the limit's
+//     ProduceSync calls, the engine's Emit calls; 0 under exactly-once,
+//     whose outputs go into its transactions);
+//   - engine variants: txns/1M, the store.Observer's TransactionEvents
+//     finished during the measured part, per 1M inputs; snapshots/1M, the
+//     snapshots those transactions committed; txn-s, their durations
+//     summed (the partitions' transactions may overlap); goal-txns/1M, the
+//     issue's goal of one transaction per partition per commit interval
+//     (8 x measured-s / commit interval, per 1M inputs);
+//   - start-ms: from starting the consumer or engine to the first fetched
+//     record (outside the measured part, for reference); commit-ms, the
+//     variant's commit interval; inputs, the backlog's records.
 //
 // -limit.cpuprofile=DIR writes a CPU profile of each op's measured part to
 // DIR/<variant>-<round>.pprof (round from 1): `go tool pprof -top FILE`.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -65,6 +75,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -151,8 +162,13 @@ type limitRun struct {
 
 	measuring                 atomic.Bool // between begin and the observed end
 	txns, txnFails, snapshots atomic.Int64
+	txnNs, emitNs             atomic.Int64 // in the measured part
 	folds                     atomic.Int64
 	failure                   atomic.Pointer[error] // the variant's first error
+
+	brokerPID                  int           // the broker's process (SNAPFENCE_KAFKA_PID), 0 if unknown
+	brokerBegin, brokerCPU     time.Duration // its CPU time at begin, and over the measured part
+	brokerBeginOK, brokerCPUOK bool
 }
 
 func runLimit(b *testing.B, brokers []string, v limitVariant, round int) {
@@ -162,6 +178,7 @@ func runLimit(b *testing.B, brokers []string, v limitVariant, round int) {
 	id := fmt.Sprintf("limit-%s-%d", v.name, time.Now().UnixNano())
 	lr := &limitRun{b: b, brokers: brokers, variant: v.name, round: round,
 		input: id, output: id + "-out", snaps: kafka.DefaultSnapshotTopic(id), group: id + "-group", txnPrefix: id}
+	lr.brokerPID, _ = strconv.Atoi(os.Getenv("SNAPFENCE_KAFKA_PID"))
 	switch {
 	case v.name == "exactly-once":
 		lr.interval = engine.DefaultExactlyOnceCommitInterval
@@ -255,6 +272,7 @@ func (lr *limitRun) begin() {
 	lr.beginOnce.Do(func() {
 		lr.beginAt = time.Now()
 		lr.beginCPU = cpuTime()
+		lr.brokerBegin, lr.brokerBeginOK = procCPUTime(lr.brokerPID)
 		lr.profile = lr.startProfile()
 		lr.measuring.Store(true)
 		lr.begun.Store(true)
@@ -292,6 +310,35 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// procCPUTime is the user plus system CPU time of process pid so far,
+// from /proc/PID/stat (Linux; clock ticks of 10 ms, USER_HZ on every
+// Linux architecture Go runs on); false if it cannot be read.
+func procCPUTime(pid int) (time.Duration, bool) {
+	if pid <= 0 {
+		return 0, false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command may hold spaces and parentheses: the fields start after
+	// the last ')'; utime and stime are the stat's 14th and 15th fields.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, true
+}
+
 // failed records the variant's first error (it ends the wait).
 func (lr *limitRun) failed(err error) { lr.failure.CompareAndSwap(nil, &err) }
 
@@ -318,6 +365,9 @@ func (lr *limitRun) awaitCommitted(ctx context.Context) time.Time {
 			if lr.allCommitted(offs) && lr.begun.Load() {
 				lr.measuring.Store(false)
 				lr.cpu = cpuTime() - lr.beginCPU
+				if t, ok := procCPUTime(lr.brokerPID); ok && lr.brokerBeginOK {
+					lr.brokerCPU, lr.brokerCPUOK = t-lr.brokerBegin, true
+				}
 				lr.profile()
 				return now
 			}
@@ -368,8 +418,13 @@ func (lr *limitRun) report(end time.Time) {
 	b.ReportMetric(float64(lr.beginAt.Sub(lr.startedAt).Milliseconds()), "start-ms")
 	b.ReportMetric(float64(lr.interval.Milliseconds()), "commit-ms")
 	b.ReportMetric(float64(lr.records), "inputs")
+	b.ReportMetric(time.Duration(lr.emitNs.Load()).Seconds(), "emit-s")
+	if lr.brokerCPUOK {
+		b.ReportMetric(lr.brokerCPU.Seconds(), "broker-cpu-s")
+	}
 	if lr.variant != "limit" {
 		b.ReportMetric(float64(lr.txns.Load())*perM, "txns/1M")
+		b.ReportMetric(time.Duration(lr.txnNs.Load()).Seconds(), "txn-s")
 		b.ReportMetric(float64(lr.snapshots.Load())*perM, "snapshots/1M")
 		b.ReportMetric(limitPartitions*span.Seconds()/lr.interval.Seconds()*perM, "goal-txns/1M")
 		if f := lr.txnFails.Load(); f > 0 {
@@ -456,7 +511,10 @@ func (lr *limitRun) limitLoop(ctx context.Context) (err error) {
 		})
 		if len(outs) > 0 {
 			lr.begin()
-			if err := prod.ProduceSync(ctx, outs...).FirstErr(); err != nil {
+			t0 := time.Now()
+			err := prod.ProduceSync(ctx, outs...).FirstErr()
+			lr.emitNs.Add(int64(time.Since(t0)))
+			if err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -519,7 +577,14 @@ func (lr *limitRun) startEngine(eos bool) func() error {
 			_ = backend.Close()
 			b.Fatal(err)
 		}
-		cfg.Emit = em.Emit
+		cfg.Emit = func(ctx context.Context, outs []engine.Output) error {
+			t0 := time.Now()
+			err := em.Emit(ctx, outs)
+			if lr.measuring.Load() {
+				lr.emitNs.Add(int64(time.Since(t0)))
+			}
+			return err
+		}
 		if *limitCommit > 0 {
 			cfg.PersistInterval, cfg.CommitInterval = *limitCommit, *limitCommit
 		}
@@ -572,6 +637,7 @@ func (lr *limitRun) observe(e store.TransactionEvent) {
 		return
 	}
 	lr.txns.Add(1)
+	lr.txnNs.Add(int64(e.Duration))
 	if e.Err != nil {
 		lr.txnFails.Add(1)
 		return
