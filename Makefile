@@ -168,7 +168,7 @@ bench-outputs:
 ## interleaved, then the table with the ratios to the limit and the
 ## transactions per 1M inputs against one per partition per commit interval
 ## (docs/benchmarks.md, "End to end against the limit (issue 19)"). About
-## 3 min at 3 rounds. LIMITARGS: the benchmark's own flags, e.g.
+## 2 min at 3 rounds. LIMITARGS: the benchmark's own flags, e.g.
 ## -limit.cpuprofile=DIR (a CPU profile of each op's measured part, as
 ## DIR/<variant>-<round>.pprof), -limit.commit=0 (the engine's default
 ## intervals, 1 min), -limit.records=N.
