@@ -574,6 +574,9 @@ func (lr *limitRun) limitLoop(ctx context.Context) (err error) {
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, e error) {
+			if _, ok := errors.AsType[*kgo.ErrGroupSession](e); ok {
+				return // kicked from the group or a failed join: the client rejoins by itself
+			}
 			if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) && ferr == nil {
 				ferr = fmt.Errorf("fetching %s/%d: %w", t, p, e)
 			}
