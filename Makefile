@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-warm bench-failover bench-scale it it-cluster it-secure props-long html-check failover chaos chaos-short
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-warm bench-failover bench-scale it it-cluster it-secure props-long html-check failover chaos chaos-short
 
 all: lint test
 
@@ -155,6 +155,29 @@ bench-outputs:
 	@it/kafka/broker classpath
 	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
 	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench BenchmarkOutputs -benchtime=1x -count=3 ./engine/ 2>&1 | tee "$$out" && \
+	echo && $(GO) run ./internal/benchtable < "$$out"
+
+## bench-limit: issue 19's end-to-end benchmark (engine's BenchmarkLimit,
+## build tag `it`) on a real Kafka 4.3.1 broker started for the run
+## (it/kafka/broker run): a backlog of 1M input records over 100k keys and
+## 8 partitions, a per-key sum, one output per input, until the group's
+## committed offsets reach the input's end; a bare franz-go
+## consume-produce-commit program (the limit) against the engine at least
+## once (snapshots + KafkaEmitter, PersistInterval and CommitInterval 1 s)
+## and exactly once (ExactlyOnce, its default 100 ms), LIMITROUNDS rounds
+## interleaved, then the table with the ratios to the limit and the
+## transactions per 1M inputs against one per partition per commit interval
+## (docs/benchmarks.md, "End to end against the limit (issue 19)"). About
+## 2 min at 3 rounds. LIMITARGS: the benchmark's own flags, e.g.
+## -limit.cpuprofile=DIR (a CPU profile of each op's measured part, as
+## DIR/<variant>-<round>.pprof), -limit.commit=0 (the engine's default
+## intervals, 1 min), -limit.records=N.
+LIMITROUNDS ?= 3
+LIMITARGS   ?=
+bench-limit:
+	@it/kafka/broker classpath
+	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
+	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench '^BenchmarkLimit$$' -benchtime=1x -count=1 -timeout 60m ./engine -args -limit.rounds=$(LIMITROUNDS) $(LIMITARGS) 2>&1 | tee "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
 
 ## bench-warm: warm restarts (issue 17): an engine's start until all its

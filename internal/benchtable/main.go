@@ -20,7 +20,9 @@
 // BenchmarkOutputs (engine, build tag `it`: at-least-once against
 // exactly-once outputs on a real broker; `make bench-outputs`) gets a
 // section of its own, outputs.go: an input of only those prints that
-// section alone; one without them prints nothing of it.
+// section alone; one without them prints nothing of it. So does
+// BenchmarkLimit (engine, build tag `it`: the engine end to end against a
+// bare franz-go program; `make bench-limit`), limit.go, with its targets.
 package main
 
 import (
@@ -289,6 +291,14 @@ func render(w io.Writer, s samples, header []string) {
 		renderOutputs(w, s)
 		return
 	}
+	if onlyLimit(s) {
+		renderLimit(w, s)
+		fmt.Fprintln(w, "\nTargets")
+		for _, t := range limitTargets(s) {
+			fmt.Fprintln(w, "  "+t)
+		}
+		return
+	}
 	runs := 0
 	for _, units := range s {
 		runs = max(runs, len(units["ns/op"]))
@@ -344,6 +354,10 @@ func render(w io.Writer, s samples, header []string) {
 	if slices.ContainsFunc(slices.Collect(maps.Keys(s)), outputsBenches) {
 		renderOutputs(w, s)
 	}
+	withLimit := slices.ContainsFunc(slices.Collect(maps.Keys(s)), limitBenches)
+	if withLimit {
+		renderLimit(w, s)
+	}
 	fmt.Fprintln(w, "\nTargets")
 	for _, t := range targets {
 		for _, sec := range secs {
@@ -364,6 +378,11 @@ func render(w io.Writer, s samples, header []string) {
 				}
 				fmt.Fprintf(w, "  %s: %s (%s)\n", t.text, formatRatio(rat, ok), verdict)
 			}
+		}
+	}
+	if withLimit {
+		for _, t := range limitTargets(s) {
+			fmt.Fprintln(w, "  "+t)
 		}
 	}
 }
