@@ -32,6 +32,29 @@ func TestTransactionalModeHoldsEveryInvariant(t *testing.T) {
 	}
 }
 
+// The fence holds with writes in flight: the engines fold on while their
+// flushes, commits and exactly-once batches wait for virtual time in the
+// simulated cluster, so rebalances, fences, crashes and the partitions'
+// moves land between a write's start and its end. Latencies below and
+// above the steps' advances of time, at least once and exactly once,
+// with warm restarts (a cache checkpoint must never cover a write the
+// cache was not told of).
+func TestWritesInFlightHoldEveryInvariant(t *testing.T) {
+	var cfgs []world.Config
+	for _, p := range protocols {
+		for _, latency := range []time.Duration{20 * time.Millisecond, 3 * time.Second} {
+			cfgs = append(cfgs,
+				world.Config{Mode: store.Transactional, Protocol: p, WriteLatency: latency},
+				world.Config{Mode: store.Transactional, Protocol: p, WriteLatency: latency, ExactlyOnce: true},
+				world.Config{Mode: store.Transactional, Protocol: p, WriteLatency: latency, WarmRestarts: true})
+		}
+	}
+	var stats Stats
+	start := time.Now()
+	rapid.Check(t, PropertyOf(cfgs, &stats))
+	t.Logf("%d scenarios in %s; steps: %s", stats.Scenarios, time.Since(start).Round(time.Millisecond), stats.Coverage())
+}
+
 var exploreFor = flag.Duration("props.duration", 3*time.Second,
 	"how long TestExplore runs random scenarios (make props-long sets it)")
 

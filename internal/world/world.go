@@ -50,6 +50,14 @@ type Config struct {
 	TransactionTimeout time.Duration
 	// MaxWritesPerTransaction; default 4, so flushes span transactions.
 	MaxWritesPerTransaction int
+	// WriteLatency is the backends' sim.BackendConfig.WriteLatency: the
+	// engines' flushes, commits and batches stay in flight for that much
+	// virtual time (or until their engine waits for them) while folding,
+	// rebalances, fences and crashes go on. 0: every call completes
+	// before it returns. With it, the engines flush MaxWritesPerTransaction
+	// keys a batch and keep at most two batches in flight, so that
+	// back-pressure (a wait for the oldest write) happens too.
+	WriteLatency time.Duration
 
 	// ExactlyOnce is the engines' engine.Config.ExactlyOnce: every fold's
 	// output goes to OutputTopic in the transaction of its batch, with the
@@ -462,6 +470,7 @@ func (w *World) start(m *member) {
 		MaxWritesPerTransaction: w.cfg.MaxWritesPerTransaction,
 		TransactionTimeout:      w.cfg.TransactionTimeout,
 		RecoveryStallTimeout:    w.cfg.StallTimeout,
+		WriteLatency:            w.cfg.WriteLatency,
 	})
 	if err != nil {
 		panic(fmt.Sprintf("world: backend: %v", err))
@@ -481,6 +490,10 @@ func (w *World) start(m *member) {
 			}
 			return nil
 		},
+	}
+	if w.cfg.WriteLatency > 0 {
+		ecfg.FlushBatch = w.cfg.MaxWritesPerTransaction
+		ecfg.MaxWritesInFlight = 2 * ecfg.FlushBatch
 	}
 	if w.cfg.ExactlyOnce {
 		ecfg.Emit, ecfg.ExactlyOnce = nil, true

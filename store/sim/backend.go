@@ -40,6 +40,15 @@ type BackendConfig struct {
 	RecoveryStallTimeout time.Duration
 	Observer             store.Observer
 	Logger               *slog.Logger
+	// WriteLatency puts a partition's started writes, commits and
+	// batches (Partition.Start*) in flight: they reach the cluster once
+	// virtual time has passed WriteLatency (Cluster.Advance runs them, in
+	// the order started), or as soon as their caller waits for one
+	// (Pending.Wait), earlier ones first. Meanwhile the caller folds on,
+	// the group may rebalance and the member may crash, as with a real
+	// broker's round trips; the run stays a function of its calls. 0 (the
+	// default): every call completes before it returns.
+	WriteLatency time.Duration
 }
 
 // DefaultSnapshotTopic is the default snapshot topic of an input topic.
@@ -62,6 +71,7 @@ func (c *Cluster) NewBackend(cfg BackendConfig) (*Backend, error) {
 		RecoveryStallTimeout: cfg.RecoveryStallTimeout, Observer: cfg.Observer, Logger: cfg.Logger,
 		Now:    c.Now, // virtual time
 		Inline: true,  // deterministic: see backend.Config.Inline
+		Defer:  c.deferrer(cfg.WriteLatency),
 	}.Check()
 	if err != nil {
 		return nil, err

@@ -84,6 +84,9 @@ type Cluster struct {
 	parkedChanged chan struct{}
 	history       []Event
 	faults        faults
+	// deferred are the started calls in flight (BackendConfig.WriteLatency),
+	// oldest first.
+	deferred []*deferredCall
 }
 
 type faults struct {
@@ -159,6 +162,9 @@ func (c *Cluster) Advance(d time.Duration) {
 		if t, ok := c.clk.nextTimer(); ok && t.Before(next) {
 			next = t
 		}
+		if t, ok := c.nextDeferred(); ok && t.Before(next) {
+			next = t
+		}
 		scan := c.clk.now.Truncate(c.cfg.AbortScanInterval).Add(c.cfg.AbortScanInterval)
 		if scan.Before(next) {
 			next = scan
@@ -171,6 +177,7 @@ func (c *Cluster) Advance(d time.Duration) {
 		c.expireTxnsOnScanLocked()
 		c.housekeepGroupsLocked()
 		c.changedLocked()
+		c.runDueLocked()
 		if !c.clk.now.Before(end) {
 			return
 		}

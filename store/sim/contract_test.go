@@ -15,11 +15,18 @@ func TestContract(t *testing.T) {
 	storetest.Run(t, harness{})
 }
 
-// harness runs each case on a fresh simulated cluster inside a synctest
-// bubble, so Settle can wait for every goroutine to block.
-type harness struct{}
+// The contract holds with started calls in flight too: each waits for
+// virtual time (or for its caller's Wait) before it reaches the cluster.
+func TestContractWithWritesInFlight(t *testing.T) {
+	storetest.Run(t, harness{latency: 5 * time.Millisecond})
+}
 
-func (harness) Run(t *testing.T, body func(t *testing.T, w storetest.World)) {
+// harness runs each case on a fresh simulated cluster inside a synctest
+// bubble, so Settle can wait for every goroutine to block. latency is
+// the backends' WriteLatency.
+type harness struct{ latency time.Duration }
+
+func (h harness) Run(t *testing.T, body func(t *testing.T, w storetest.World)) {
 	synctest.Test(t, func(t *testing.T) {
 		c := sim.New(sim.Config{Seed: 1})
 		if err := c.CreateTopic("orders", sim.TopicConfig{Partitions: 2}); err != nil {
@@ -31,13 +38,14 @@ func (harness) Run(t *testing.T, body func(t *testing.T, w storetest.World)) {
 		if err := c.CreateTopic("orders-enriched", sim.TopicConfig{Partitions: 2}); err != nil {
 			t.Fatal(err)
 		}
-		body(t, &world{c: c})
+		body(t, &world{c: c, latency: h.latency})
 	})
 }
 
 type world struct {
 	c       *sim.Cluster
 	members []*sim.Member
+	latency time.Duration
 }
 
 const group = "flow"
@@ -70,6 +78,7 @@ func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend
 		MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
 		RecoveryStallTimeout:    cfg.RecoveryStallTimeout,
 		Observer:                cfg.Observer,
+		WriteLatency:            w.latency,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -36,9 +36,13 @@ type Entry struct {
 	// Aborted is set once the entry's transaction is aborted: a
 	// read_committed reader never sees it.
 	Aborted bool
-	// Appended is when the entry was appended (virtual time): compaction
-	// removes a tombstone once delete.retention.ms has passed since.
+	// Appended is when the entry was appended (virtual time).
 	Appended time.Time
+	// DeleteHorizon is, for a tombstone a compaction has kept as its
+	// key's latest record, when a later compaction may remove it: the
+	// first such compaction's time plus delete.retention.ms, as Kafka's
+	// cleaner sets it (KIP-534). Zero until then.
+	DeleteHorizon time.Time
 }
 
 // partitionLog is one partition of a topic. Entries are in offset order;
@@ -170,14 +174,21 @@ func (l *partitionLog) compact(deleteRetention time.Duration) int {
 	kept := l.entries[:0]
 	removed := 0
 	for _, e := range l.entries {
-		// A tombstone that is the key's latest record goes too once
-		// delete.retention.ms has passed since it was appended, as
-		// Kafka's cleaner removes it: a reader that saw the key's
-		// earlier state and not the tombstone keeps a deleted key.
-		expired := e.Record.Value == nil && l.clk.now.Sub(e.Appended) >= deleteRetention
-		drop := e.Offset < bound && e.Control == NoControl &&
-			(e.Aborted || latest[string(e.Record.Key)] != e.Offset || expired)
-		if drop {
+		eligible := e.Offset < bound && e.Control == NoControl
+		// A tombstone that is the key's latest record goes too, in a
+		// compaction at or after its delete horizon, which the first
+		// compaction to keep it sets delete.retention.ms ahead, as
+		// Kafka's cleaner does (KIP-534): the records it superseded
+		// went in that first compaction, so a reader that completes
+		// within delete.retention.ms never sees a key's earlier state
+		// without its tombstone. One that takes longer can: it keeps a
+		// deleted key.
+		tombstone := eligible && !e.Aborted && e.Record.Value == nil && latest[string(e.Record.Key)] == e.Offset
+		if tombstone && e.DeleteHorizon.IsZero() {
+			e.DeleteHorizon = l.clk.now.Add(deleteRetention)
+		}
+		expired := tombstone && !l.clk.now.Before(e.DeleteHorizon)
+		if eligible && (e.Aborted || latest[string(e.Record.Key)] != e.Offset || expired) {
 			removed++
 			continue
 		}

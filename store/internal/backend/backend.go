@@ -62,6 +62,9 @@ type Config struct {
 	// function of its seed and its calls. store/kafka leaves it false: its
 	// writes run while the caller goes on.
 	Inline bool
+	// Defer is groupcommit.Config.Defer: the simulated cluster's writes in
+	// flight (sim.BackendConfig.WriteLatency). nil: none.
+	Defer func(run func()) (hurry func())
 }
 
 // DefaultSnapshotTopic is the default snapshot topic of an input topic.
@@ -254,7 +257,7 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 		p.w = groupcommit.New(b.life, groupcommit.Config{
 			Input: a.Input, SnapshotTopic: snap.Topic, AssignedOffset: assigned,
 			MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
-			Now: b.cfg.Now, Observer: b.cfg.Observer, Position: p.Position, Inline: b.cfg.Inline,
+			Now: b.cfg.Now, Observer: b.cfg.Observer, Position: p.Position, Inline: b.cfg.Inline, Defer: b.cfg.Defer,
 		}, p.exec)
 	} else {
 		p.w = newPlainPath(p, assigned)

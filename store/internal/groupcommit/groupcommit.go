@@ -58,6 +58,15 @@ type Config struct {
 	// cluster) keeps its runs a function of its calls. Otherwise a
 	// goroutine waits, and leads when handed the transaction.
 	Inline bool
+	// Defer, if set, is where a call's waiting runs instead: Defer(run)
+	// arranges for run to be called later, on a goroutine and at a time
+	// the backend controls (the simulated cluster's clock), after every
+	// run it took before, and returns hurry, which runs run now, in the
+	// caller, with every run taken before it first, unless it ran. A
+	// Pending's Wait hurries it; a call that waits (WriteBatch, Commit,
+	// CommitBatch) is taken and hurried at once. It models writes in
+	// flight while the caller goes on, deterministically.
+	Defer func(run func()) (hurry func())
 }
 
 // Committer group-commits one partition's writes and offset commits.
@@ -264,6 +273,7 @@ func (c *Committer) failedLocked(call uint64) {
 // Pending is the outcome of what a Start call queued: a
 // store.Pending.
 type Pending struct {
+	hurry func()        // Config.Defer's: runs the wait now (nil: none)
 	done  chan struct{} // closed once errs, pos and posOK are set
 	errs  []error
 	pos   store.Checkpoint
@@ -290,6 +300,9 @@ func (p *Pending) Wait(ctx context.Context) []error {
 		return p.errs
 	default:
 	}
+	if p.hurry != nil {
+		p.hurry()
+	}
 	select {
 	case <-p.done:
 		return p.errs
@@ -314,7 +327,7 @@ func (p *Pending) Position() (store.Checkpoint, bool) { return p.pos, p.posOK }
 // leaves the queue (withdraw).
 func (c *Committer) start(ctx context.Context, es []*entry, errs []error, at []int, inline bool) *Pending {
 	p := &Pending{done: make(chan struct{}), errs: errs}
-	queued := c.enqueue(es)
+	queued := false
 	wait := func() {
 		outs := make([]error, len(es))
 		if queued {
@@ -338,9 +351,25 @@ func (c *Committer) start(ctx context.Context, es []*entry, errs []error, at []i
 		}
 		close(p.done)
 	}
-	if inline {
+	// Under Defer the wait is taken in queue order: a deferred wait run
+	// before one queued ahead of it would wait for a lead that never
+	// comes.
+	c.enqueue(es, func() {
+		queued = true // before Defer: another goroutine may run wait at once
+		if c.cfg.Defer != nil {
+			p.hurry = c.cfg.Defer(wait)
+		}
+	})
+	switch {
+	case queued && p.hurry != nil:
+		if inline {
+			// Another goroutine may be running it: wait for the end.
+			p.hurry()
+			<-p.done
+		}
+	case inline || !queued:
 		wait()
-	} else {
+	default:
 		go wait()
 	}
 	return p
@@ -353,13 +382,15 @@ func newEntry(write *store.Snapshot, offset int64) *entry {
 }
 
 // enqueue queues es in order, giving the transaction to the first if none
-// is running; false if the committer is closed (nothing is queued).
-func (c *Committer) enqueue(es []*entry) bool {
+// is running, and calls queued under the lock; false if the committer is
+// closed (nothing is queued).
+func (c *Committer) enqueue(es []*entry, queued func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return false
 	}
+	queued()
 	c.calls++
 	for _, e := range es {
 		e.call = c.calls
