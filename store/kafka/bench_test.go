@@ -26,8 +26,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
@@ -126,15 +128,60 @@ func (bc *benchCluster) newOwner(b *testing.B, be *kafka.Backend) *owner {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 	defer cancel()
+	in := bc.newInput(b)
+	o := &owner{input: in.tp, member: in.member}
+	o.close = sync.OnceFunc(func() {
+		if o.part != nil {
+			_ = o.part.Close()
+		}
+		in.close()
+	})
+	b.Cleanup(o.close)
+	var err error
+	if o.part, err = be.Acquire(ctx, store.Acquisition{Input: o.input, AssignedOffset: 0, Identity: in.identity()}); err != nil {
+		b.Fatalf("acquiring %s: %v", o.input, err)
+	}
+	return o
+}
+
+// input is one iteration's fresh input partition: the input topic and its
+// snapshot topic (one partition each) and a consumer in a group of its
+// own that holds the partition.
+type input struct {
+	tp     store.TopicPartition
+	id     [16]byte // the input topic's id (TxnOffsetCommit v6 addresses it so)
+	group  string
+	member *kgo.Client
+	close  func() // closes the member, once
+}
+
+// identity reads the member's identity live, for every transaction.
+func (in *input) identity() store.IdentityFunc {
+	return func() store.GroupIdentity {
+		id, gen := in.member.GroupMetadata()
+		return store.GroupIdentity{Group: in.group, MemberID: id, Generation: gen}
+	}
+}
+
+// newInput creates the topics and joins the group. The member is closed by
+// the caller, or when the benchmark ends.
+func (bc *benchCluster) newInput(b *testing.B) *input {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
+	defer cancel()
 	bc.seq++
-	input := fmt.Sprintf("in-%s-%d", bc.run, bc.seq)
+	topic := fmt.Sprintf("in-%s-%d", bc.run, bc.seq)
 	group := fmt.Sprintf("flow-%s-%d", bc.run, bc.seq)
-	if err := kafka.CreateTopic(ctx, bc.admin, input, 1, 1, nil); err != nil {
-		b.Fatalf("creating %s: %v", input, err)
+	if err := kafka.CreateTopic(ctx, bc.admin, topic, 1, 1, nil); err != nil {
+		b.Fatalf("creating %s: %v", topic, err)
 	}
 	compact := "compact"
-	if err := kafka.CreateTopic(ctx, bc.admin, kafka.DefaultSnapshotTopic(input), 1, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
-		b.Fatalf("creating %s: %v", kafka.DefaultSnapshotTopic(input), err)
+	if err := kafka.CreateTopic(ctx, bc.admin, kafka.DefaultSnapshotTopic(topic), 1, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+		b.Fatalf("creating %s: %v", kafka.DefaultSnapshotTopic(topic), err)
+	}
+	details, err := bc.adm.ListTopics(ctx, topic)
+	if err != nil || details[topic].Err != nil {
+		b.Fatalf("describing %s: %v %v", topic, err, details[topic].Err)
 	}
 
 	// The member's identity is real: it has joined the group and holds
@@ -143,7 +190,7 @@ func (bc *benchCluster) newOwner(b *testing.B, be *kafka.Backend) *owner {
 	assigned := make(chan struct{})
 	var once sync.Once
 	member, err := kgo.NewClient(kgo.SeedBrokers(bc.addrs...),
-		kgo.ConsumerGroup(group), kgo.ConsumeTopics(input),
+		kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
 			once.Do(func() { close(assigned) })
 		}),
@@ -151,14 +198,9 @@ func (bc *benchCluster) newOwner(b *testing.B, be *kafka.Backend) *owner {
 	if err != nil {
 		b.Fatal(err)
 	}
-	o := &owner{input: store.TopicPartition{Topic: input, Partition: 0}, member: member}
-	o.close = sync.OnceFunc(func() {
-		if o.part != nil {
-			_ = o.part.Close()
-		}
-		member.Close()
-	})
-	b.Cleanup(o.close)
+	in := &input{tp: store.TopicPartition{Topic: topic, Partition: 0}, id: details[topic].ID, group: group, member: member,
+		close: sync.OnceFunc(member.Close)}
+	b.Cleanup(in.close)
 	select {
 	case <-assigned:
 	case <-ctx.Done():
@@ -167,14 +209,7 @@ func (bc *benchCluster) newOwner(b *testing.B, be *kafka.Backend) *owner {
 	if id, gen := member.GroupMetadata(); id == "" || gen < 1 {
 		b.Fatalf("group %s: joined with member %q generation %d", group, id, gen)
 	}
-	identity := store.IdentityFunc(func() store.GroupIdentity {
-		id, gen := member.GroupMetadata() // live, for every transaction
-		return store.GroupIdentity{Group: group, MemberID: id, Generation: gen}
-	})
-	if o.part, err = be.Acquire(ctx, store.Acquisition{Input: o.input, AssignedOffset: 0, Identity: identity}); err != nil {
-		b.Fatalf("acquiring %s: %v", o.input, err)
-	}
-	return o
+	return in
 }
 
 // snapshots returns n snapshots of distinct keys with size-byte values of
@@ -267,6 +302,9 @@ func experimentA(b *testing.B, clientOpts ...kgo.Opt) {
 	})
 	b.Run("txn-sequential", func(b *testing.B) {
 		benchWrites(b, store.Transactional, 0, snaps, false, clientOpts...)
+	})
+	b.Run("bare-txn-sequential", func(b *testing.B) {
+		benchBareTxns(b, snaps, clientOpts...)
 	})
 	b.Run("txn-concurrent", func(b *testing.B) {
 		benchWrites(b, store.Transactional, 0, snaps, true, clientOpts...)
@@ -374,4 +412,230 @@ func bareRead(b *testing.B, bc *benchCluster, tp store.TopicPartition) (records 
 		})
 	}
 	return records, bytes
+}
+
+// benchBareTxns is the baseline of Experiment A's transactional one at a
+// time variant without snapfence: per write, the three requests of a
+// snapfence transaction, sent by a franz-go transactional producer of its
+// own with nothing around them: BeginTransaction, a raw TxnOffsetCommit of
+// offset 0 with the member's group identity (as partition.commitOffset
+// sends it, CONCURRENT_TRANSACTIONS retried with the same backoff), a
+// ProduceSync of the write's record, EndTransaction commit. The records
+// are the ones snapfence writes (store.EncodeSnapshot: the same key, value
+// and headers), to the same kind of fresh snapshot partition, with the
+// same producer options as the backend's (linger 0, the manual
+// partitioner, acks=all, the default transaction timeout).
+//
+// The producer is initialised (InitProducerID) and warmed by one untimed
+// transaction before the timer starts: a franz-go v1.22.3 client's first
+// produce to a topic can end its transaction as an abort
+// (partition.awaitPublished), which the warm-up waits out once, as
+// snapfence does on every transaction. Snapfence's first timed
+// transaction pays that wait and the metadata fetch; the bare loop's do
+// not. After the timer stops, a read_committed read checks that every
+// transaction committed its record.
+func benchBareTxns(b *testing.B, snaps []store.Snapshot, clientOpts ...kgo.Opt) {
+	bc := newBenchCluster(b)
+	tv2 := bareTV2(b, bc.admin)
+	txns := 0
+	for b.Loop() {
+		b.StopTimer()
+		ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
+		in := bc.newInput(b)
+		t := bc.newBareTxns(ctx, b, in, tv2, clientOpts...)
+		b.StartTimer()
+		for _, s := range snaps {
+			if err := t.transact(ctx, s); err != nil {
+				b.StopTimer()
+				b.Fatalf("bare transaction of %s: %v", s.Key, err)
+			}
+		}
+		b.StopTimer()
+		txns += len(snaps)
+		t.prod.Close()
+		if records, _ := bareRead(b, bc, t.snap); records != len(snaps)+1 {
+			b.Fatalf("read %d committed records of %s, want %d (the warm-up's and every write's)", records, t.snap, len(snaps)+1)
+		}
+		in.close()
+		cancel()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(txns)/float64(b.N), "txns/op")
+	b.ReportMetric(float64(len(snaps)*b.N)/b.Elapsed().Seconds(), "writes/s")
+}
+
+// bareTxns is the bare baseline's producer for one input partition.
+type bareTxns struct {
+	prod  *kgo.Client
+	in    *input
+	snap  store.TopicPartition
+	txnID string
+	tv2   bool
+}
+
+// newBareTxns creates and initialises the producer, then runs the warm-up
+// transaction.
+func (bc *benchCluster) newBareTxns(ctx context.Context, b *testing.B, in *input, tv2 bool, clientOpts ...kgo.Opt) *bareTxns {
+	b.Helper()
+	t := &bareTxns{in: in, tv2: tv2,
+		snap:  store.TopicPartition{Topic: kafka.DefaultSnapshotTopic(in.tp.Topic), Partition: 0},
+		txnID: store.TransactionalID(benchPrefix+"-bare", in.tp)}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(bc.addrs...), kgo.ProducerLinger(0)}, clientOpts...)
+	opts = append(opts,
+		kgo.TransactionalID(t.txnID),
+		kgo.TransactionTimeout(store.DefaultTransactionTimeout),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.DefaultProduceTopic(t.snap.Topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	)
+	var err error
+	if t.prod, err = kgo.NewClient(opts...); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(t.prod.Close)
+	if _, _, err := t.prod.ProducerID(ctx); err != nil {
+		b.Fatalf("initialising %s: %v", t.txnID, err)
+	}
+	warm := store.Snapshot{Key: []byte("warm-up"), Value: make([]byte, 50)}
+	err = t.prod.BeginTransaction()
+	if err == nil {
+		err = t.commitOffset(ctx)
+	}
+	if err == nil {
+		err = t.prod.ProduceSync(ctx, t.record(warm)).FirstErr()
+	}
+	for err == nil {
+		if leader, _, _ := t.prod.PartitionLeader(t.snap.Topic, t.snap.Partition); leader >= 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err == nil {
+		err = t.prod.EndTransaction(ctx, kgo.TryCommit)
+	}
+	if err != nil {
+		b.Fatalf("warm-up transaction of %s: %v", t.txnID, err)
+	}
+	return t
+}
+
+// transact is one bare transaction of s.
+func (t *bareTxns) transact(ctx context.Context, s store.Snapshot) error {
+	if err := t.prod.BeginTransaction(); err != nil {
+		return err
+	}
+	if err := t.commitOffset(ctx); err != nil {
+		return err // the benchmark fails: no abort needed
+	}
+	if err := t.prod.ProduceSync(ctx, t.record(s)).FirstErr(); err != nil {
+		return err
+	}
+	return t.prod.EndTransaction(ctx, kgo.TryCommit)
+}
+
+func (t *bareTxns) record(s store.Snapshot) *kgo.Record {
+	w := store.EncodeSnapshot(s)
+	r := &kgo.Record{Topic: t.snap.Topic, Partition: t.snap.Partition, Key: w.Key, Value: w.Value}
+	for _, h := range w.Headers {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	return r
+}
+
+// commitOffset is the transaction's TxnOffsetCommit of offset 0 (what a
+// snapfence write that does not advance the offset commits) with the
+// member's identity, read for every transaction; AddOffsetsToTxn first
+// without transaction.version 2. CONCURRENT_TRANSACTIONS (the previous
+// transaction's markers still being written) is retried after 1 ms,
+// doubling up to 32 ms, as snapfence retries it.
+func (t *bareTxns) commitOffset(ctx context.Context) error {
+	pid, epoch, err := t.prod.ProducerID(ctx)
+	if err != nil {
+		return err
+	}
+	member, gen := t.in.member.GroupMetadata()
+	retry := func(send func() (int16, error)) error {
+		backoff := time.Millisecond
+		for {
+			code, err := send()
+			if err == nil {
+				err = kerr.ErrorForCode(code)
+			}
+			if !errors.Is(err, kerr.ConcurrentTransactions) {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 32*time.Millisecond)
+		}
+	}
+	if !t.tv2 {
+		add := kmsg.NewPtrAddOffsetsToTxnRequest()
+		add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = t.txnID, pid, epoch, t.in.group
+		if err := retry(func() (int16, error) {
+			resp, err := add.RequestWith(ctx, t.prod)
+			if err != nil {
+				return 0, err
+			}
+			return resp.ErrorCode, nil
+		}); err != nil {
+			return fmt.Errorf("AddOffsetsToTxn: %w", err)
+		}
+	}
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = t.txnID, t.in.group, pid, epoch
+	req.MemberID, req.Generation = member, gen
+	rt := kmsg.NewTxnOffsetCommitRequestTopic()
+	rt.Topic, rt.TopicID = t.in.tp.Topic, t.in.id
+	rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset, rp.LeaderEpoch = t.in.tp.Partition, 0, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	if err := retry(func() (int16, error) {
+		resp, err := req.RequestWith(ctx, t.prod)
+		if err != nil {
+			return 0, err
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return 0, fmt.Errorf("answered for %d topics", len(resp.Topics))
+		}
+		return resp.Topics[0].Partitions[0].ErrorCode, nil
+	}); err != nil {
+		return fmt.Errorf("TxnOffsetCommit: %w", err)
+	}
+	return nil
+}
+
+// bareTV2 reports whether the cluster runs transaction.version 2 (KIP-890
+// part 2) and serves TxnOffsetCommit v5+, as the backend checks it.
+func bareTV2(b *testing.B, cl *kgo.Client) bool {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
+	defer cancel()
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		b.Fatalf("api versions: %v", err)
+	}
+	v5 := false
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == int16(kmsg.TxnOffsetCommit) && k.MaxVersion >= 5 {
+			v5 = true
+		}
+	}
+	for _, f := range resp.FinalizedFeatures {
+		if f.Name == "transaction.version" && f.MaxVersionLevel >= 2 {
+			return v5
+		}
+	}
+	return false
 }
