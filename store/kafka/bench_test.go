@@ -15,6 +15,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -82,17 +83,26 @@ func (bc *benchCluster) client(b *testing.B, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
+// caps are a transactional backend's caps per transaction: writes and
+// bytes, 0 for the default.
+type caps struct{ writes, bytes int }
+
+// uncapped holds B's 2000 writes of 10 KiB (20.6 MB) in one transaction:
+// 2000 writes, and the time budget of the default transaction timeout
+// (30 MiB), the largest byte cap it allows.
+var uncapped = caps{writes: 2000, bytes: store.TransactionBytesBudget(store.DefaultTransactionTimeout)}
+
 // backend returns a backend of the cluster whose observer counts its
 // events into events and fails the benchmark on a failed one. In
 // Transactional mode an event is a transaction; in Plain mode, where
 // nothing is transactional, it is one write (or one offset commit).
-func (bc *benchCluster) backend(b *testing.B, mode store.Mode, maxWrites int, events *atomic.Int64, clientOpts ...kgo.Opt) *kafka.Backend {
+func (bc *benchCluster) backend(b *testing.B, mode store.Mode, c caps, events *atomic.Int64, clientOpts ...kgo.Opt) *kafka.Backend {
 	b.Helper()
 	var failed atomic.Pointer[error]
 	be, err := kafka.New(context.Background(), kafka.Config{
 		Mode: mode, SeedBrokers: bc.addrs, TransactionalIDPrefix: benchPrefix,
-		MaxWritesPerTransaction: maxWrites,
-		ClientOpts:              clientOpts,
+		MaxWritesPerTransaction: c.writes, MaxBytesPerTransaction: c.bytes,
+		ClientOpts: clientOpts,
 		Observer: store.ObserverFunc(func(e store.TransactionEvent) {
 			events.Add(1)
 			if e.Err != nil {
@@ -268,10 +278,10 @@ func writeAll(b *testing.B, p store.Partition, snaps []store.Snapshot, concurren
 // writing all of snaps. It reports the write throughput and, in
 // Transactional mode, the transactions per iteration. Plain mode has no
 // transactions (its observer sees one event per write), so it reports none.
-func benchWrites(b *testing.B, mode store.Mode, maxWrites int, snaps []store.Snapshot, concurrent bool, clientOpts ...kgo.Opt) {
+func benchWrites(b *testing.B, mode store.Mode, c caps, snaps []store.Snapshot, concurrent bool, clientOpts ...kgo.Opt) {
 	bc := newBenchCluster(b)
 	var events atomic.Int64
-	be := bc.backend(b, mode, maxWrites, &events, clientOpts...)
+	be := bc.backend(b, mode, c, &events, clientOpts...)
 	for b.Loop() {
 		b.StopTimer()
 		o := bc.newOwner(b, be)
@@ -285,46 +295,55 @@ func benchWrites(b *testing.B, mode store.Mode, maxWrites int, snaps []store.Sna
 	b.ReportMetric(float64(len(snaps)*b.N)/b.Elapsed().Seconds(), "writes/s")
 }
 
-// BenchmarkExperimentA: 500 keys, ~50-byte snapshots, one partition, cap
-// at the default (256); one iteration writes all 500. Only the issuing
-// varies: one at a time, or all at once.
+// BenchmarkExperimentA: 500 keys, ~50-byte snapshots, one partition, the
+// default caps; one iteration writes all 500. Only the issuing varies: one
+// at a time, or all at once; and one at a time without snapfence, bare
+// franz-go transactions (benchBareTxns).
 func BenchmarkExperimentA(b *testing.B) { experimentA(b) }
 
 // BenchmarkExperimentB: 2000 keys, 10 KiB snapshots, all issued at once
 // (the post-assignment flush wave); the plain baseline, then
-// transactional at caps 1, 16, 256 (the default) and 2000 (uncapped).
+// transactional at count caps 1, 16 and 256 (the default before issue 19;
+// the byte cap at its default, which they never reach), at the default
+// caps, and uncapped (2000 writes, 30 MiB).
 func BenchmarkExperimentB(b *testing.B) { experimentB(b) }
 
 func experimentA(b *testing.B, clientOpts ...kgo.Opt) {
 	snaps := snapshots(500, 50)
 	b.Run("plain-sequential", func(b *testing.B) {
-		benchWrites(b, store.Plain, 0, snaps, false, clientOpts...)
+		benchWrites(b, store.Plain, caps{}, snaps, false, clientOpts...)
 	})
 	b.Run("txn-sequential", func(b *testing.B) {
-		benchWrites(b, store.Transactional, 0, snaps, false, clientOpts...)
+		benchWrites(b, store.Transactional, caps{}, snaps, false, clientOpts...)
 	})
 	b.Run("bare-txn-sequential", func(b *testing.B) {
 		benchBareTxns(b, snaps, clientOpts...)
 	})
 	b.Run("txn-concurrent", func(b *testing.B) {
-		benchWrites(b, store.Transactional, 0, snaps, true, clientOpts...)
+		benchWrites(b, store.Transactional, caps{}, snaps, true, clientOpts...)
 	})
 }
 
 func experimentB(b *testing.B, clientOpts ...kgo.Opt) {
 	snaps := snapshots(2000, 10<<10)
 	b.Run("plain", func(b *testing.B) {
-		benchWrites(b, store.Plain, 0, snaps, true, clientOpts...)
+		benchWrites(b, store.Plain, caps{}, snaps, true, clientOpts...)
 	})
-	for _, maxWrites := range []int{1, 16, 256, 2000} {
+	for _, maxWrites := range []int{1, 16, 256} {
 		b.Run(fmt.Sprintf("cap=%d", maxWrites), func(b *testing.B) {
-			benchWrites(b, store.Transactional, maxWrites, snaps, true, clientOpts...)
+			benchWrites(b, store.Transactional, caps{writes: maxWrites}, snaps, true, clientOpts...)
 		})
 	}
+	b.Run("default", func(b *testing.B) {
+		benchWrites(b, store.Transactional, caps{}, snaps, true, clientOpts...)
+	})
+	b.Run("cap=2000", func(b *testing.B) {
+		benchWrites(b, store.Transactional, uncapped, snaps, true, clientOpts...)
+	})
 }
 
 // BenchmarkRecovery reads the partition Experiment B writes at the default
-// cap (2000 x 10 KiB in ~8 transactions) to its end: "bare" with a plain
+// caps (2000 x 10 KiB in a few transactions) to its end: "bare" with a plain
 // franz-go read_committed consumer, "snapfence" with Partition.Recover.
 // Both capture the high watermark with one ListOffsets (Recover also lists
 // the last stable offset) and read to it with a new client, which they
@@ -338,7 +357,7 @@ func BenchmarkRecovery(b *testing.B) {
 	}
 	bc := newBenchCluster(b)
 	var txns atomic.Int64
-	be := bc.backend(b, store.Transactional, 0, &txns)
+	be := bc.backend(b, store.Transactional, caps{}, &txns)
 	o := bc.newOwner(b, be)
 	writeAll(b, o.part, snaps, true)
 	snap := be.SnapshotPartition(o.input)
@@ -638,4 +657,66 @@ func bareTV2(b *testing.B, cl *kgo.Client) bool {
 		}
 	}
 	return false
+}
+
+var txnSizeSweep = flag.Bool("txnsize", false, "run BenchmarkTransactionSize, the sweep of the caps per transaction (off: it takes minutes on a broker)")
+
+// BenchmarkTransactionSize is the sweep the default caps were chosen by
+// (docs/benchmarks.md), run only with -txnsize. Each iteration hands one
+// WriteBatch of all its writes to a fresh partition, so the transactions
+// are exactly the caps' cuts (no lone first write, unlike B's concurrent
+// writers): "bytes", 4000 snapshots of 10 KiB (41 MB) under byte caps of
+// 1 to 30 MiB and no count cap; "writes", 20,000 snapshots of 50 bytes
+// (2 MB) under count caps of 256 to 16,384 and the byte cap of 30 MiB,
+// which they never reach. Each has its plain baseline: the same batch
+// through the plain producer.
+func BenchmarkTransactionSize(b *testing.B) {
+	if !*txnSizeSweep {
+		b.Skip("the sweep runs with -txnsize")
+	}
+	big := snapshots(4000, 10<<10)
+	b.Run("bytes/plain", func(b *testing.B) { benchBatch(b, store.Plain, caps{}, big) })
+	for _, mib := range []int{1, 2, 4, 8, 16, 30} {
+		b.Run(fmt.Sprintf("bytes/cap=%dMiB", mib), func(b *testing.B) {
+			benchBatch(b, store.Transactional, caps{writes: len(big), bytes: mib << 20}, big)
+		})
+	}
+	small := snapshots(20000, 50)
+	b.Run("writes/plain", func(b *testing.B) { benchBatch(b, store.Plain, caps{}, small) })
+	for _, n := range []int{256, 1024, 4096, 16384} {
+		b.Run(fmt.Sprintf("writes/cap=%d", n), func(b *testing.B) {
+			benchBatch(b, store.Transactional, caps{writes: n, bytes: uncapped.bytes}, small)
+		})
+	}
+}
+
+// benchBatch is one sweep benchmark: every iteration is a fresh owner
+// writing snaps in one WriteBatch.
+func benchBatch(b *testing.B, mode store.Mode, c caps, snaps []store.Snapshot) {
+	bc := newBenchCluster(b)
+	var events atomic.Int64
+	be := bc.backend(b, mode, c, &events)
+	var payload int64
+	for _, s := range snaps {
+		payload += int64(store.SnapshotBytes(s))
+	}
+	b.SetBytes(payload)
+	for b.Loop() {
+		b.StopTimer()
+		o := bc.newOwner(b, be)
+		ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
+		b.StartTimer()
+		errs := o.part.WriteBatch(ctx, snaps)
+		b.StopTimer()
+		cancel()
+		if err := errors.Join(errs...); err != nil {
+			b.Fatalf("writes failed: %v", err)
+		}
+		o.close()
+		b.StartTimer()
+	}
+	if mode == store.Transactional {
+		b.ReportMetric(float64(events.Load())/float64(b.N), "txns/op")
+	}
+	b.ReportMetric(float64(len(snaps)*b.N)/b.Elapsed().Seconds(), "writes/s")
 }
