@@ -178,8 +178,8 @@ var sections = append([]section{
 		rows:  sweep("BenchmarkTransactionSize", "bytes", []string{"1MiB", "2MiB", "4MiB", "8MiB", "16MiB", "30MiB"}), optional: true,
 	},
 	{
-		title: "Transaction size, writes: 20,000 x 50 B (2 MB) in one WriteBatch, byte cap 30 MiB; ratio = time / plain",
-		rows:  sweep("BenchmarkTransactionSize", "writes", []string{"256", "1024", "4096", "16384"}), optional: true,
+		title: "Transaction size, writes: 40,000 x 50 B (4 MB) in one WriteBatch, byte cap 30 MiB; ratio = time / plain",
+		rows:  sweep("BenchmarkTransactionSize", "writes", []string{"256", "1024", "4096", "8192", "16384", "40000"}), optional: true,
 	},
 	{
 		title: "Recovery: B's partition (2000 x 10 KiB, default caps) read to the high watermark; ratio = MB/s / bare MB/s",

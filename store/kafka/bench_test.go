@@ -666,8 +666,8 @@ var txnSizeSweep = flag.Bool("txnsize", false, "run BenchmarkTransactionSize, th
 // WriteBatch of all its writes to a fresh partition, so the transactions
 // are exactly the caps' cuts (no lone first write, unlike B's concurrent
 // writers): "bytes", 4000 snapshots of 10 KiB (41 MB) under byte caps of
-// 1 to 30 MiB and no count cap; "writes", 20,000 snapshots of 50 bytes
-// (2 MB) under count caps of 256 to 16,384 and the byte cap of 30 MiB,
+// 1 to 30 MiB and no count cap; "writes", 40,000 snapshots of 50 bytes
+// (4 MB) under count caps of 256 to 40,000 and the byte cap of 30 MiB,
 // which they never reach. Each has its plain baseline: the same batch
 // through the plain producer.
 func BenchmarkTransactionSize(b *testing.B) {
@@ -681,9 +681,9 @@ func BenchmarkTransactionSize(b *testing.B) {
 			benchBatch(b, store.Transactional, caps{writes: len(big), bytes: mib << 20}, big)
 		})
 	}
-	small := snapshots(20000, 50)
+	small := snapshots(40000, 50)
 	b.Run("writes/plain", func(b *testing.B) { benchBatch(b, store.Plain, caps{}, small) })
-	for _, n := range []int{256, 1024, 4096, 16384} {
+	for _, n := range []int{256, 1024, 4096, 8192, 16384, 40000} {
 		b.Run(fmt.Sprintf("writes/cap=%d", n), func(b *testing.B) {
 			benchBatch(b, store.Transactional, caps{writes: n, bytes: uncapped.bytes}, small)
 		})

@@ -72,7 +72,7 @@ type Config struct {
 	// default.replication.factor.
 	OutputTopicReplicationFactor int16
 	// MaxWritesPerTransaction caps the writes of one transaction; default
-	// store.DefaultMaxWritesPerTransaction (256).
+	// store.DefaultMaxWritesPerTransaction (16384; 256 before issue 19).
 	MaxWritesPerTransaction int
 	// MaxBytesPerTransaction caps the bytes of one transaction's writes
 	// (store.SnapshotBytes: key, value and headers of each record);
