@@ -91,10 +91,15 @@ const (
 	DefaultRecoveryStallTimeout = 3 * time.Minute
 	// DefaultTransactionTimeout is the producer's transaction.timeout.ms.
 	DefaultTransactionTimeout = time.Minute
-	// DefaultMaxValueBytes bounds a snapshot's key plus value, below Kafka's
-	// default max.message.bytes (1 MiB) with room for headers and batch
-	// overhead.
-	DefaultMaxValueBytes = 1000 * 1000
+	// DefaultMaxValueBytes bounds a snapshot's key plus value so that its
+	// record, with snapfence's headers, the record's framing and its
+	// batch's header (about 120 bytes in all), fits one record batch of
+	// franz-go's default ProducerBatchMaxBytes, 1,000,012 bytes (Kafka's
+	// default message.max.bytes is 1,048,588). It was 1,000,000 until
+	// issue 19, which franz-go refused above 999,889 bytes of key and
+	// value with MESSAGE_TOO_LARGE, failing the write's whole transaction
+	// on every retry.
+	DefaultMaxValueBytes = 999 * 1000
 )
 
 // Snapshot is the stored state of one key.

@@ -90,7 +90,10 @@ type Config struct {
 	// (Partition.CommitBatch) are their caller's unit and never split.
 	MaxBytesPerTransaction int
 	// MaxValueBytes bounds a snapshot's key plus value; default
-	// store.DefaultMaxValueBytes.
+	// store.DefaultMaxValueBytes (999,000), which franz-go's default
+	// ProducerBatchMaxBytes (1,000,012) holds with the record's headers
+	// and framing. Above it, raise kgo.ProducerBatchMaxBytes (ClientOpts)
+	// and the snapshot topic's max.message.bytes with it.
 	MaxValueBytes int
 	// TransactionTimeout is the producers' transaction.timeout.ms; default
 	// store.DefaultTransactionTimeout (1 min). It bounds every transaction

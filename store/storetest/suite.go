@@ -54,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 		{"TombstoneKeepsItsOffset", tombstoneKeepsOffset},
 		{"CorruptRecordNamesPartitionAndOffset", corruptRecord},
 		{"OversizeSnapshotNamesKey", oversizeSnapshot},
+		{"LargestAllowedSnapshotCommits", largestAllowedSnapshot},
 		{"ReservedKeyRefused", reservedKey},
 		{"ClosedPartitionRefusesWrites", closedPartition},
 		{"ExactlyOnceBatch/SnapshotsOutputsAndOffsetCommitTogether", batchCommitsTogether},
@@ -999,6 +1000,27 @@ func oversizeSnapshot(t *testing.T, w World) {
 		t.Fatalf("err = %v, want a ValueTooLargeError naming key huge", err)
 	}
 	mustNil(t, "a normal write after", o.Write(context.Background(), snap("k", "v", 2)))
+}
+
+// The largest snapshot the size check admits (key plus value of
+// DefaultMaxValueBytes) is written, in both modes, and reads back whole:
+// with its headers and framing it must fit the backend's record-batch
+// limit (franz-go's ProducerBatchMaxBytes, 1,000,012 bytes by default),
+// or its transaction fails with every write batched with it, on every
+// retry.
+func largestAllowedSnapshot(t *testing.T, w World) {
+	for i, mode := range []store.Mode{store.Transactional, store.Plain} {
+		m := w.Join(t)
+		in := input(w, int32(i))
+		o := acquire(t, w, BackendConfig{Mode: mode}, in, 0, m.Identity())
+		key := []byte("largest")
+		s := store.Snapshot{Key: key, Value: []byte(strings.Repeat("v", store.DefaultMaxValueBytes-len(key))), Offset: 1}
+		mustNil(t, fmt.Sprintf("%s: a write of key plus value %d bytes", mode, store.DefaultMaxValueBytes), o.Write(context.Background(), s))
+		got := w.ReadSnapshots(t, in)
+		if len(got) != 1 || len(got[0].Key)+len(got[0].Value) != store.DefaultMaxValueBytes {
+			t.Fatalf("%s: read back %s, want the one snapshot of %d bytes", mode, describe(got), store.DefaultMaxValueBytes)
+		}
+	}
 }
 
 func reservedKey(t *testing.T, w World) {
