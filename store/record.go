@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
+	"time"
 )
 
 // FormatVersion is the snapshot record format this code writes. Readers
@@ -137,6 +139,34 @@ func DecodeRecord(tp TopicPartition, offset int64, r WireRecord) (Snapshot, Reco
 	default:
 		return corrupt("unknown record kind %q", kind)
 	}
+}
+
+// snapshotHeaderBytes are the header bytes of a snapshot or tombstone
+// record (EncodeSnapshot): three names and their values.
+var snapshotHeaderBytes = len(HeaderVersion) + len(versionBytes) + len(HeaderKind) + 1 + len(HeaderOffset) + 8
+
+// SnapshotBytes is the size of s as the record a backend writes
+// (EncodeSnapshot): its key, value and header bytes, without the record
+// framing (a few bytes of lengths per record). The group commit sizes a
+// transaction by it (MaxBytesPerTransaction).
+func SnapshotBytes(s Snapshot) int {
+	n := len(s.Key) + snapshotHeaderBytes
+	if !s.Tombstone {
+		n += len(s.Value)
+	}
+	return n
+}
+
+// TransactionBytesBudget is the time budget of a transaction as bytes:
+// what TransactionBudgetRate writes in half of timeout, the producer's
+// transaction timeout. A transaction is never sized above it, so that it
+// can end well inside the timeout, after which the broker aborts it and
+// fences the producer. The budget bounds MaxBytesPerTransaction; it is
+// checked when a backend is configured, not with a clock while writes
+// queue, so which writes share a transaction still depends only on the
+// calls.
+func TransactionBytesBudget(timeout time.Duration) int {
+	return int(min(timeout.Seconds()/2*TransactionBudgetRate, float64(math.MaxInt32)))
 }
 
 // CheckWrite validates a snapshot before it is queued: the reserved key and

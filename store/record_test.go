@@ -134,3 +134,23 @@ func TestStallErrorsSayWhatToDo(t *testing.T) {
 		}
 	}
 }
+
+// SnapshotBytes is the key, value and header bytes of the record
+// EncodeSnapshot frames, for snapshots, empty values and tombstones.
+func TestSnapshotBytesIsTheEncodedRecordsSize(t *testing.T) {
+	for _, s := range []store.Snapshot{
+		{Key: []byte("k"), Value: []byte("state"), Offset: 7},
+		{Key: []byte("key-00001"), Value: make([]byte, 10<<10)},
+		{Key: []byte("empty")},
+		{Key: []byte("gone"), Value: []byte("ignored"), Tombstone: true, Offset: 3},
+	} {
+		r := store.EncodeSnapshot(s)
+		want := len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			want += len(h.Key) + len(h.Value)
+		}
+		if got := store.SnapshotBytes(s); got != want {
+			t.Errorf("SnapshotBytes(%q) = %d, want %d", s.Key, got, want)
+		}
+	}
+}

@@ -130,17 +130,11 @@ func warmSections() []section {
 
 // warmTargetList is every benchmark's targets for every cluster, in the
 // form of the other targets.
-func warmTargetList() (out []struct {
-	bench, text string
-	ok          func(ratio float64) bool
-}) {
+func warmTargetList() (out []target) {
 	for _, pb := range warmBenchmarks {
 		for _, c := range pb.clusters {
 			for _, t := range pb.targets {
-				out = append(out, struct {
-					bench, text string
-					ok          func(ratio float64) bool
-				}{c.bench + "/" + t.sub, t.text + ", " + strings.SplitN(c.title, " (", 2)[0], t.ok})
+				out = append(out, target{bench: c.bench + "/" + t.sub, text: t.text + ", " + strings.SplitN(c.title, " (", 2)[0], ok: t.ok})
 			}
 		}
 	}

@@ -76,7 +76,8 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	set, err := backend.Config{
 		Name: "kafka", Mode: cfg.Mode, TransactionalIDPrefix: cfg.TransactionalIDPrefix,
 		SnapshotTopic: cfg.SnapshotTopic, MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
-		MaxValueBytes: cfg.MaxValueBytes, TransactionTimeout: cfg.TransactionTimeout,
+		MaxBytesPerTransaction: cfg.MaxBytesPerTransaction,
+		MaxValueBytes:          cfg.MaxValueBytes, TransactionTimeout: cfg.TransactionTimeout,
 		RecoveryStallTimeout: cfg.RecoveryStallTimeout, Observer: cfg.Observer, Logger: cfg.Logger, Now: cfg.Now,
 		ReleaseSuperseded: true,
 	}.Check()

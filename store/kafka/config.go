@@ -72,13 +72,33 @@ type Config struct {
 	// default.replication.factor.
 	OutputTopicReplicationFactor int16
 	// MaxWritesPerTransaction caps the writes of one transaction; default
-	// store.DefaultMaxWritesPerTransaction (256).
+	// store.DefaultMaxWritesPerTransaction (16384; 256 before issue 19).
 	MaxWritesPerTransaction int
+	// MaxBytesPerTransaction caps the bytes of one transaction's writes
+	// (store.SnapshotBytes: key, value and headers of each record);
+	// default store.DefaultMaxBytesPerTransaction (16 MiB), or, when
+	// TransactionTimeout is under 32 s, the timeout's time budget
+	// (store.TransactionBytesBudget: what 1 MiB/s writes in half the
+	// timeout). New refuses a value above that budget. The cap is not
+	// bounded by the size of a Produce request or of a record batch: a
+	// transaction's records go out in batches of at most franz-go's
+	// ProducerBatchMaxBytes (1,000,012 bytes by default, the broker's
+	// message.max.bytes is 1 MiB) and in as many Produce requests as that
+	// takes; those limits bound one record, which MaxValueBytes keeps
+	// below them. A single write larger than the cap is not refused: it
+	// goes in a transaction of its own. Exactly-once batches
+	// (Partition.CommitBatch) are their caller's unit and never split.
+	MaxBytesPerTransaction int
 	// MaxValueBytes bounds a snapshot's key plus value; default
-	// store.DefaultMaxValueBytes.
+	// store.DefaultMaxValueBytes (999,000), which franz-go's default
+	// ProducerBatchMaxBytes (1,000,012) holds with the record's headers
+	// and framing. Above it, raise kgo.ProducerBatchMaxBytes (ClientOpts)
+	// and the snapshot topic's max.message.bytes with it.
 	MaxValueBytes int
 	// TransactionTimeout is the producers' transaction.timeout.ms; default
-	// store.DefaultTransactionTimeout (1 min).
+	// store.DefaultTransactionTimeout (1 min). It bounds every transaction
+	// (one that outlives it fails, and the partition must be acquired
+	// again) and, through its time budget, MaxBytesPerTransaction.
 	TransactionTimeout time.Duration
 	// RecoveryStallTimeout fails a recovery read that made no progress for
 	// this long; default store.DefaultRecoveryStallTimeout (3 min). Both

@@ -140,6 +140,7 @@ func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend
 	b, err := kafka.New(context.Background(), kafka.Config{
 		Mode: cfg.Mode, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
 		MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
+		MaxBytesPerTransaction:  cfg.MaxBytesPerTransaction,
 		RecoveryStallTimeout:    cfg.RecoveryStallTimeout,
 		Observer:                cfg.Observer,
 		Now:                     w.now,

@@ -31,6 +31,10 @@ type BackendConfig struct {
 	CreateTopics bool
 	// MaxWritesPerTransaction: default store.DefaultMaxWritesPerTransaction.
 	MaxWritesPerTransaction int
+	// MaxBytesPerTransaction: default store.DefaultMaxBytesPerTransaction,
+	// or the time budget of TransactionTimeout if that is less; a value
+	// above the budget is refused (as store/kafka's).
+	MaxBytesPerTransaction int
 	// MaxValueBytes: default store.DefaultMaxValueBytes.
 	MaxValueBytes int
 	// TransactionTimeout: default store.DefaultTransactionTimeout.
@@ -67,7 +71,8 @@ func (c *Cluster) NewBackend(cfg BackendConfig) (*Backend, error) {
 	set, err := backend.Config{
 		Name: "sim", Mode: cfg.Mode, TransactionalIDPrefix: cfg.TransactionalIDPrefix,
 		SnapshotTopic: cfg.SnapshotTopic, MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
-		MaxValueBytes: cfg.MaxValueBytes, TransactionTimeout: cfg.TransactionTimeout,
+		MaxBytesPerTransaction: cfg.MaxBytesPerTransaction,
+		MaxValueBytes:          cfg.MaxValueBytes, TransactionTimeout: cfg.TransactionTimeout,
 		RecoveryStallTimeout: cfg.RecoveryStallTimeout, Observer: cfg.Observer, Logger: cfg.Logger,
 		Now:    c.Now, // virtual time
 		Inline: true,  // deterministic: see backend.Config.Inline

@@ -76,6 +76,7 @@ func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend
 	b, err := w.c.NewBackend(sim.BackendConfig{
 		Mode: cfg.Mode, TransactionalIDPrefix: "sf-test",
 		MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
+		MaxBytesPerTransaction:  cfg.MaxBytesPerTransaction,
 		RecoveryStallTimeout:    cfg.RecoveryStallTimeout,
 		Observer:                cfg.Observer,
 		WriteLatency:            w.latency,

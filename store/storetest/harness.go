@@ -32,6 +32,8 @@ type BackendConfig struct {
 	Mode store.Mode
 	// MaxWritesPerTransaction; 0 means the default.
 	MaxWritesPerTransaction int
+	// MaxBytesPerTransaction; 0 means the default.
+	MaxBytesPerTransaction int
 	// RecoveryStallTimeout; 0 means the default.
 	RecoveryStallTimeout time.Duration
 	Observer             store.Observer

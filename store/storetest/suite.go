@@ -23,6 +23,8 @@ func Run(t *testing.T, h Harness) {
 		{"EveryWriteCommitsOnce/cap=1", everyWriteCommitsOnce(1)},
 		{"EveryWriteCommitsOnce/cap=256", everyWriteCommitsOnce(256)},
 		{"BatchesNeverExceedTheCap", batchesNeverExceedTheCap},
+		{"BatchesNeverExceedTheByteCap", batchesNeverExceedTheByteCap},
+		{"OversizeWriteGoesAlone", oversizeWriteGoesAlone},
 		{"OffsetOnlyCommit", offsetOnlyCommit},
 		{"OffsetCommitsRideWithoutUsingTheCap", offsetCommitsRide},
 		{"FirstWriteCommitsTheSeededOffset", firstWriteCommitsSeededOffset},
@@ -52,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 		{"TombstoneKeepsItsOffset", tombstoneKeepsOffset},
 		{"CorruptRecordNamesPartitionAndOffset", corruptRecord},
 		{"OversizeSnapshotNamesKey", oversizeSnapshot},
+		{"LargestAllowedSnapshotCommits", largestAllowedSnapshot},
 		{"ReservedKeyRefused", reservedKey},
 		{"ClosedPartitionRefusesWrites", closedPartition},
 		{"ExactlyOnceBatch/SnapshotsOutputsAndOffsetCommitTogether", batchCommitsTogether},
@@ -159,6 +162,87 @@ func batchesNeverExceedTheCap(t *testing.T, w World) {
 	}
 	if fmt.Sprint(sizes) != "[1 3 3 1]" {
 		t.Fatalf("writes per transaction = %v, want [1 3 3 1]: the queued 7 drained in batches of the cap 3", sizes)
+	}
+}
+
+// sizedSnap is a snapshot of key whose record (store.SnapshotBytes) is n
+// bytes.
+func sizedSnap(key string, n int, offset int64) store.Snapshot {
+	s := store.Snapshot{Key: []byte(key), Offset: offset}
+	s.Value = []byte(strings.Repeat("v", n-store.SnapshotBytes(s)))
+	return s
+}
+
+// committedBytes is the bytes (store.SnapshotBytes) of each committed
+// transaction's writes.
+func committedBytes(o *owner) []int {
+	var out []int
+	for _, e := range o.rec.committed() {
+		n := 0
+		for _, s := range e.Writes {
+			n += store.SnapshotBytes(s)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// 1. The byte cap cuts what the count cap would not: with a transaction
+// in flight, seven queued writes of 1000 bytes under a cap of 3000 bytes
+// (and a count cap of 100) drain three by three, in queue order, and all
+// are durable.
+func batchesNeverExceedTheByteCap(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, BackendConfig{Mode: store.Transactional, MaxWritesPerTransaction: 100, MaxBytesPerTransaction: 3000}, in, 0, m.Identity())
+	entered, release := o.id.holdNext()
+	first := writeAsync(o, sizedSnap("k0", 1000, 0))
+	<-entered
+	var rest []<-chan error
+	for i := 1; i <= 7; i++ {
+		rest = append(rest, writeAsync(o, sizedSnap(fmt.Sprintf("k%d", i), 1000, int64(i))))
+		o.awaitQueued(t, w, i)
+	}
+	release()
+	mustNil(t, "k0", <-first)
+	for i, ch := range rest {
+		mustNil(t, fmt.Sprintf("k%d", i+1), <-ch)
+	}
+	if got := fmt.Sprint(committedBytes(o)); got != "[1000 3000 3000 1000]" {
+		t.Fatalf("bytes per transaction = %s, want [1000 3000 3000 1000]: the queued 7 drained three by three under the byte cap", got)
+	}
+	if got := w.ReadSnapshots(t, in); len(got) != 8 {
+		t.Fatalf("read back %s, want the 8 writes", describe(got))
+	}
+}
+
+// 1. A write larger than the byte cap is neither refused nor stuck: it
+// commits in a transaction of its own, the write queued before it in the
+// transaction before, the writes after it in the next; alone on an idle
+// partition, it commits at once.
+func oversizeWriteGoesAlone(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, BackendConfig{Mode: store.Transactional, MaxWritesPerTransaction: 100, MaxBytesPerTransaction: 2000}, in, 0, m.Identity())
+	mustNil(t, "a lone write over the byte cap", o.Write(context.Background(), sizedSnap("big0", 10000, 0)))
+	entered, release := o.id.holdNext()
+	first := writeAsync(o, sizedSnap("k0", 1000, 1))
+	<-entered
+	var rest []<-chan error
+	for i, s := range []store.Snapshot{sizedSnap("a", 1000, 2), sizedSnap("big1", 10000, 3), sizedSnap("b", 1000, 4), sizedSnap("c", 1000, 5)} {
+		rest = append(rest, writeAsync(o, s))
+		o.awaitQueued(t, w, i+1)
+	}
+	release()
+	mustNil(t, "k0", <-first)
+	for i, ch := range rest {
+		mustNil(t, fmt.Sprintf("write %d", i), <-ch)
+	}
+	if got := fmt.Sprint(committedBytes(o)); got != "[10000 1000 1000 10000 2000]" {
+		t.Fatalf("bytes per transaction = %s, want [10000 1000 1000 10000 2000]: each write over the cap alone", got)
+	}
+	if got := w.ReadSnapshots(t, in); len(got) != 6 {
+		t.Fatalf("read back %s, want the 6 writes", describe(got))
 	}
 }
 
@@ -918,6 +1002,27 @@ func oversizeSnapshot(t *testing.T, w World) {
 		t.Fatalf("err = %v, want a ValueTooLargeError naming key huge", err)
 	}
 	mustNil(t, "a normal write after", o.Write(context.Background(), snap("k", "v", 2)))
+}
+
+// The largest snapshot the size check admits (key plus value of
+// DefaultMaxValueBytes) is written, in both modes, and reads back whole:
+// with its headers and framing it must fit the backend's record-batch
+// limit (franz-go's ProducerBatchMaxBytes, 1,000,012 bytes by default),
+// or its transaction fails with every write batched with it, on every
+// retry.
+func largestAllowedSnapshot(t *testing.T, w World) {
+	for i, mode := range []store.Mode{store.Transactional, store.Plain} {
+		m := w.Join(t)
+		in := input(w, int32(i))
+		o := acquire(t, w, BackendConfig{Mode: mode}, in, 0, m.Identity())
+		key := []byte("largest")
+		s := store.Snapshot{Key: key, Value: []byte(strings.Repeat("v", store.DefaultMaxValueBytes-len(key))), Offset: 1}
+		mustNil(t, fmt.Sprintf("%s: a write of key plus value %d bytes", mode, store.DefaultMaxValueBytes), o.Write(context.Background(), s))
+		got := w.ReadSnapshots(t, in)
+		if len(got) != 1 || len(got[0].Key)+len(got[0].Value) != store.DefaultMaxValueBytes {
+			t.Fatalf("%s: read back %s, want the one snapshot of %d bytes", mode, describe(got), store.DefaultMaxValueBytes)
+		}
+	}
 }
 
 func reservedKey(t *testing.T, w World) {

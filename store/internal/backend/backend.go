@@ -31,6 +31,10 @@ type Config struct {
 	SnapshotTopic func(input string) string
 	// MaxWritesPerTransaction: default store.DefaultMaxWritesPerTransaction.
 	MaxWritesPerTransaction int
+	// MaxBytesPerTransaction: default store.DefaultMaxBytesPerTransaction,
+	// or the transaction timeout's budget (store.TransactionBytesBudget)
+	// if that is less; a value above the budget is refused.
+	MaxBytesPerTransaction int
 	// MaxValueBytes: default store.DefaultMaxValueBytes.
 	MaxValueBytes int
 	// TransactionTimeout: default store.DefaultTransactionTimeout.
@@ -93,6 +97,22 @@ func (cfg Config) Check() (Config, error) {
 	if cfg.TransactionTimeout <= 0 {
 		cfg.TransactionTimeout = store.DefaultTransactionTimeout
 	}
+	// The time budget: a transaction is never built larger than it can
+	// write inside its timeout at a pessimistic rate. Its writes are
+	// fixed before it begins, so this is the one place to bound it; a
+	// clock read while writes queue would make the batches depend on the
+	// scheduler.
+	budget := store.TransactionBytesBudget(cfg.TransactionTimeout)
+	switch {
+	case cfg.MaxBytesPerTransaction <= 0:
+		cfg.MaxBytesPerTransaction = min(store.DefaultMaxBytesPerTransaction, budget)
+	case cfg.MaxBytesPerTransaction > budget:
+		return cfg, fmt.Errorf("%s: %w", cfg.Name, &store.ConfigError{Subject: "Config.MaxBytesPerTransaction",
+			Problem: fmt.Sprintf("is %d bytes, above the time budget of the %v transaction timeout: %d bytes, what %d bytes/s write in half of it (store.TransactionBytesBudget)",
+				cfg.MaxBytesPerTransaction, cfg.TransactionTimeout, budget, store.TransactionBudgetRate),
+			Fix: fmt.Sprintf("lower MaxBytesPerTransaction to at most %d, or raise TransactionTimeout to at least %v",
+				budget, minTimeoutFor(cfg.MaxBytesPerTransaction))})
+	}
 	if cfg.RecoveryStallTimeout <= 0 {
 		cfg.RecoveryStallTimeout = store.DefaultRecoveryStallTimeout
 	}
@@ -103,6 +123,13 @@ func (cfg Config) Check() (Config, error) {
 		cfg.Now = time.Now
 	}
 	return cfg, nil
+}
+
+// minTimeoutFor is the shortest transaction timeout, in whole seconds,
+// whose time budget holds n bytes.
+func minTimeoutFor(n int) time.Duration {
+	secs := (2*int64(n) + store.TransactionBudgetRate - 1) / store.TransactionBudgetRate
+	return time.Duration(secs) * time.Second
 }
 
 // Broker is a backend's cluster, as the skeleton needs it.
@@ -256,7 +283,7 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 	if b.cfg.Mode == store.Transactional {
 		p.w = groupcommit.New(b.life, groupcommit.Config{
 			Input: a.Input, SnapshotTopic: snap.Topic, AssignedOffset: assigned,
-			MaxWrites: b.cfg.MaxWritesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
+			MaxWrites: b.cfg.MaxWritesPerTransaction, MaxBytes: b.cfg.MaxBytesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
 			Now: b.cfg.Now, Observer: b.cfg.Observer, Position: p.Position, Inline: b.cfg.Inline, Defer: b.cfg.Defer,
 		}, p.exec)
 	} else {

@@ -1,8 +1,10 @@
 package backend
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/snapfence/snapfence/store"
 )
@@ -33,5 +35,44 @@ func TestCheckRefusesAndDefaults(t *testing.T) {
 	}
 	if id := store.TransactionalID("app", store.TopicPartition{Topic: "orders", Partition: 3}); id != "app-orders-3" {
 		t.Fatalf("transactional.id %q, want app-orders-3", id)
+	}
+}
+
+// The byte cap's default is store.DefaultMaxBytesPerTransaction under the
+// default transaction timeout, and the timeout's time budget under a
+// shorter one; an explicit cap above the budget is refused with a
+// *store.ConfigError naming both fixes, one at the budget is taken.
+func TestCheckBoundsTheByteCapByTheTransactionTimeout(t *testing.T) {
+	base := Config{Name: "x", Mode: store.Plain}
+	got, err := base.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MaxBytesPerTransaction != store.DefaultMaxBytesPerTransaction {
+		t.Fatalf("default byte cap %d, want %d", got.MaxBytesPerTransaction, store.DefaultMaxBytesPerTransaction)
+	}
+	if b := store.TransactionBytesBudget(store.DefaultTransactionTimeout); b != 30<<20 {
+		t.Fatalf("budget of the default timeout = %d, want 30 MiB (1 MiB/s for 30 s)", b)
+	}
+
+	short := base
+	short.TransactionTimeout = 10 * time.Second
+	if got, err = short.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if got.MaxBytesPerTransaction != 5<<20 {
+		t.Fatalf("default byte cap under a 10 s timeout = %d, want its budget, 5 MiB", got.MaxBytesPerTransaction)
+	}
+
+	short.MaxBytesPerTransaction = 5 << 20
+	if _, err := short.Check(); err != nil {
+		t.Fatalf("a byte cap at the budget: %v", err)
+	}
+	short.MaxBytesPerTransaction = 5<<20 + 1
+	_, err = short.Check()
+	var ce *store.ConfigError
+	if !errors.As(err, &ce) || !errors.Is(err, store.ErrMisconfigured) || ce.Subject != "Config.MaxBytesPerTransaction" ||
+		!strings.HasPrefix(err.Error(), "x: ") || !strings.Contains(ce.Fix, "at most 5242880") || !strings.Contains(ce.Fix, "at least 11s") {
+		t.Fatalf("a byte cap over the budget: %v, want a *store.ConfigError naming the budget and a timeout of 11s", err)
 	}
 }

@@ -1,9 +1,9 @@
 // Package groupcommit is the write path every backend shares: writes of a
 // partition are queued, and the first writer to take the partition's
-// transaction drains what is queued into one transaction, up to a cap, and
-// delivers the outcome to every waiter. There is no batching delay: a lone
-// write commits at once; a batch is whatever queued during the previous
-// transaction's flight.
+// transaction drains what is queued into one transaction, up to the caps
+// (a count of writes and their bytes), and delivers the outcome to every
+// waiter. There is no batching delay: a lone write commits at once; a
+// batch is whatever queued during the previous transaction's flight.
 package groupcommit
 
 import (
@@ -17,7 +17,9 @@ import (
 
 // Batch is the work of one transaction.
 type Batch struct {
-	// Writes are the queued snapshots, at most the cap (I8).
+	// Writes are the queued snapshots, within the caps (I8): at most
+	// MaxWrites of them, of at most MaxBytes (store.SnapshotBytes) in all,
+	// except that a single write larger than MaxBytes goes alone.
 	Writes []store.Snapshot
 	// Offset is the input offset the transaction must commit: the offset
 	// this batch advances to, or else the current committed offset, so that
@@ -44,6 +46,11 @@ type Config struct {
 	AssignedOffset int64
 	// MaxWrites caps the writes per transaction; 0 means the default.
 	MaxWrites int
+	// MaxBytes caps the bytes (store.SnapshotBytes) of the writes per
+	// transaction; 0 means store.DefaultMaxBytesPerTransaction. A write
+	// larger than the cap is not refused: it goes in a transaction of
+	// its own.
+	MaxBytes int
 	// MaxValueBytes bounds key plus value; 0 means the default.
 	MaxValueBytes int
 	// Now reads the backend's clock, for observer durations.
@@ -94,6 +101,7 @@ type Committer struct {
 
 type entry struct {
 	write  *store.Snapshot // nil for a commit request
+	size   int             // store.SnapshotBytes(*write)
 	sealed *store.Batch    // an exactly-once batch: a transaction of its own
 	offset int64           // the staged offset, for a commit request
 	lead   chan struct{}   // buffered: leadership handed to this entry
@@ -115,6 +123,9 @@ type entry struct {
 func New(life context.Context, cfg Config, exec Executor) *Committer {
 	if cfg.MaxWrites <= 0 {
 		cfg.MaxWrites = store.DefaultMaxWritesPerTransaction
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = store.DefaultMaxBytesPerTransaction
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -225,7 +236,7 @@ func (c *Committer) Close() {
 // in turn, and leading when it is handed the transaction, therefore never
 // strands a hand-off. Writes of one caller are thus batched the same way
 // on every run: the first takes the transaction and drains the queue in
-// FIFO order up to the cap (I8), exactly as concurrent Writes queued in
+// FIFO order up to the caps (I8), exactly as concurrent Writes queued in
 // that order would be.
 func (c *Committer) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
 	return c.startWriteBatch(ctx, snaps, true).errs
@@ -247,7 +258,9 @@ func (c *Committer) startWriteBatch(ctx context.Context, snaps []store.Snapshot,
 			errs[i] = err
 			continue
 		}
-		es = append(es, newEntry(&s, 0))
+		e := newEntry(&s, 0)
+		e.size = store.SnapshotBytes(s)
+		es = append(es, e)
 		at = append(at, i)
 	}
 	if len(es) < len(snaps) {
@@ -516,14 +529,16 @@ func (c *Committer) lead() {
 	}
 }
 
-// take removes the next batch from the queue: FIFO, writes up to the cap,
-// commit requests free of the cap but never ahead of a write queued before
-// them. A dependent commit request of a call after one that failed is
-// refused on the way: removed, with store.ErrEarlierWriteFailed as its
-// outcome. Called with c.mu held.
+// take removes the next batch from the queue: FIFO, writes up to the caps
+// (MaxWrites writes, MaxBytes bytes; the first write is taken whatever its
+// size, so one larger than MaxBytes goes alone), commit requests free of
+// the caps but never ahead of a write queued before them. A dependent
+// commit request of a call after one that failed is refused on the way:
+// removed, with store.ErrEarlierWriteFailed as its outcome. What it takes
+// depends only on the queue, never on a clock. Called with c.mu held.
 func (c *Committer) take() (Batch, []*entry) {
 	b := Batch{Offset: c.committed}
-	n := 0
+	n, nbytes := 0, 0
 	var refused []*entry
 	for n < len(c.queue) {
 		e := c.queue[n]
@@ -543,10 +558,11 @@ func (c *Committer) take() (Batch, []*entry) {
 			break
 		}
 		if e.write != nil {
-			if len(b.Writes) == c.cfg.MaxWrites {
+			if len(b.Writes) == c.cfg.MaxWrites || len(b.Writes) > 0 && nbytes+e.size > c.cfg.MaxBytes {
 				break
 			}
 			b.Writes = append(b.Writes, *e.write)
+			nbytes += e.size
 		} else {
 			b.Advances = true
 			if e.offset > b.Offset {

@@ -596,3 +596,122 @@ func TestAStartedCommitIsRefusedAfterAnEarlierWriteFailed(t *testing.T) {
 		}
 	})
 }
+
+// sized is a write of key whose record (store.SnapshotBytes) is n bytes.
+func sized(key string, n int, off int64) store.Snapshot {
+	s := store.Snapshot{Key: []byte(key), Offset: off}
+	s.Value = make([]byte, n-store.SnapshotBytes(s))
+	return s
+}
+
+// bytesOf is the bytes of each recorded transaction's writes.
+func (f *fakeTxns) bytesOf() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []int
+	for _, b := range f.batches {
+		n := 0
+		for _, w := range b.Writes {
+			n += store.SnapshotBytes(w)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// The byte cap cuts a batch the count cap would not: writes of 100 bytes
+// under a cap of 250 bytes go two by two, and a commit queued after the
+// write that did not fit waits with it for the next transaction (I2). No
+// transaction carries more than the cap (I8).
+func TestQueuedWritesDrainInByteCappedBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTxns{}
+		c := New(context.Background(), Config{Input: tp, MaxWrites: 100, MaxBytes: 250}, f.exec)
+		entered, release := f.holdNext()
+		results := []<-chan error{writeSnap(c, sized("a", 100, 0))}
+		<-entered
+		for i, k := range []string{"b", "c", "d"} {
+			results = append(results, writeSnap(c, sized(k, 100, int64(i+1))))
+			synctest.Wait()
+		}
+		results = append(results, commit(c, 5))
+		synctest.Wait()
+		results = append(results, writeSnap(c, sized("e", 100, 4)))
+		synctest.Wait()
+		release()
+		for _, r := range results {
+			if err := <-r; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, want := f.shape(), "[a@0 bc@0 de+commit@5]"; got != want {
+			t.Fatalf("batches = %s, want %s", got, want)
+		}
+		for _, n := range f.bytesOf() {
+			if n > 250 {
+				t.Fatalf("a transaction carried %d bytes, cap 250 (all: %v)", n, f.bytesOf())
+			}
+		}
+	})
+}
+
+// A write of exactly the cap fills a transaction; one byte over and it
+// waits for the next.
+func TestByteCapIsInclusive(t *testing.T) {
+	f := &fakeTxns{}
+	c := New(context.Background(), Config{Input: tp, MaxWrites: 100, MaxBytes: 300}, f.exec)
+	mustAllNil(t, c.WriteBatch(context.Background(), []store.Snapshot{
+		sized("a", 100, 0), sized("b", 200, 1), sized("c", 100, 2), sized("d", 201, 3),
+	}))
+	if got, want := fmt.Sprint(f.bytesOf()), "[300 100 201]"; got != want {
+		t.Fatalf("bytes per transaction = %s, want %s", got, want)
+	}
+}
+
+// A write larger than the byte cap is neither refused nor stuck: it goes
+// in a transaction of its own, the writes before it in theirs and the
+// ones after it in the next; alone on an idle committer, it commits at
+// once.
+func TestOversizeWriteGoesAlone(t *testing.T) {
+	f := &fakeTxns{}
+	c := New(context.Background(), Config{Input: tp, MaxWrites: 100, MaxBytes: 250}, f.exec)
+	if err := writeOne(c, context.Background(), sized("X", 1000, 0)); err != nil {
+		t.Fatalf("a lone write over the byte cap: %v", err)
+	}
+	errs := c.WriteBatch(context.Background(), []store.Snapshot{
+		sized("a", 100, 1), sized("B", 1000, 2), sized("c", 100, 3), sized("d", 100, 4), sized("E", 251, 5),
+	})
+	mustAllNil(t, errs)
+	if got, want := f.shape(), "[X@0 a@0 B@0 cd@0 E@0]"; got != want {
+		t.Fatalf("batches = %s, want %s", got, want)
+	}
+	if c.Pending() != 0 {
+		t.Fatalf("%d entries left queued", c.Pending())
+	}
+}
+
+// Mixed sizes batch the same way on every run: the byte cap reads only
+// the queue.
+func TestByteCappedWriteBatchIsTheSameEveryRun(t *testing.T) {
+	sizes := []int{120, 80, 50, 200, 50, 50, 60, 300, 60, 90, 70}
+	var in []store.Snapshot
+	for i, n := range sizes {
+		in = append(in, sized(string(rune('a'+i)), n, int64(i)))
+	}
+	for range 50 {
+		f := &fakeTxns{}
+		c := New(context.Background(), Config{Input: tp, MaxWrites: 3, MaxBytes: 250}, f.exec)
+		mustAllNil(t, c.WriteBatch(context.Background(), in))
+		// abc: 250 (also the count cap); de: 250, f would make 300; fg:
+		// 110, h would make 410; h alone (300); ijk: 220 (the count cap).
+		if got, want := f.shape(), "[abc@0 de@0 fg@0 h@0 ijk@0]"; got != want {
+			t.Fatalf("batches = %s, want %s", got, want)
+		}
+	}
+}
+
+func writeSnap(c *Committer, s store.Snapshot) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- writeOne(c, context.Background(), s) }()
+	return ch
+}
