@@ -125,11 +125,16 @@ const (
 	// interval is the floor of their latency.
 	DefaultExactlyOnceCommitInterval = 100 * time.Millisecond
 	// DefaultMaxTransactionRecords caps the records (snapshots plus
-	// outputs) of one exactly-once transaction.
-	DefaultMaxTransactionRecords = 4096
+	// outputs) of one exactly-once transaction: the store's count cap
+	// (store.DefaultMaxWritesPerTransaction), so that a batch is sealed by
+	// CommitInterval on a busy partition, not by the cap (at 4096 the
+	// issue-19 benchmark sealed a batch every ~2000 inputs, a snapshot
+	// for nearly every input).
+	DefaultMaxTransactionRecords = 16384
 	// DefaultMaxTransactionBytes caps the output bytes (keys plus values)
-	// of one exactly-once transaction.
-	DefaultMaxTransactionBytes = 4 << 20
+	// of one exactly-once transaction: the store's byte cap
+	// (store.DefaultMaxBytesPerTransaction).
+	DefaultMaxTransactionBytes = 16 << 20
 	// DefaultUnstableOffsetTimeout is how long a partition's acquisition
 	// waits for its committed offset to be released by a transaction the
 	// takeover did not end: the store's default recovery stall timeout.
