@@ -80,15 +80,6 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		MaxValueBytes:          cfg.MaxValueBytes, TransactionTimeout: cfg.TransactionTimeout,
 		RecoveryStallTimeout: cfg.RecoveryStallTimeout, Observer: cfg.Observer, Logger: cfg.Logger, Now: cfg.Now,
 		ReleaseSuperseded: true,
-		// For now a Start call completes before it returns, as on the
-		// sim: run on a real broker with the writes in flight, the
-		// integration tier's checks read the group's offsets and the
-		// snapshot topic right after a call (or a step) ended, while a
-		// transaction of it was still landing (a TxnOffsetCommit's
-		// offsets and a transaction's records become visible when the
-		// markers are written, after EndTxn). Issue 19 turns the
-		// pipeline on once those checks wait for what they observe.
-		Inline: true,
 	}.Check()
 	if err != nil {
 		return nil, err
