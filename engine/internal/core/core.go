@@ -704,9 +704,9 @@ func (c *Core[S, O]) takeFlushRound(limit int) []string {
 }
 
 // WriteDone reports the outcome of a snapshot write Flush asked for. On
-// success the key is clean, and its state goes to the KV, unless it
-// changed meanwhile: then it stays dirty, holding the first offset after
-// what was written.
+// success the written state goes to the KV (with the next Durable) and
+// the key is clean, unless it changed meanwhile: then it stays dirty,
+// holding the first offset after what was written.
 func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	w, ok := c.inflight[string(key)]
 	if !ok {
@@ -723,15 +723,22 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	if lerr != nil {
 		return c.stop(lerr)
 	}
+	// What was written is committed either way: it goes to the KV's
+	// committed states, which a checkpoint written with it (Durable)
+	// covers. Left out for a key changed meanwhile, a warm recovery from
+	// that checkpoint would find the key in neither the cache nor the
+	// delta after it, and replay its later events onto no state.
+	c.pending = append(c.pending, Write{Key: c.stateKey(key), Value: w.entry})
 	if !w.stale {
 		delete(c.dirty, string(key))
-		c.pending = append(c.pending, Write{Key: c.stateKey(key), Value: w.entry})
 		if _, ok := c.overlaid[string(key)]; ok {
 			delete(c.overlaid, string(key))
 			c.pending = append(c.pending, Write{Key: c.overlayKey(key), Delete: true})
 		}
 		return nil
 	}
+	// Changed since: still dirty, its newer state in memory or the
+	// overlay.
 	c.dirty[string(key)] = w.offset + 1
 	return nil
 }
