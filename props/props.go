@@ -127,9 +127,13 @@ type Stats struct {
 	// Recoveries counts the recovery reads: "full" or "delta", and
 	// "ok", the checkpoint's refusal reason, or "failed".
 	Recoveries map[string]int
+	// StepsInFlight counts the steps after which the simulated cluster
+	// still had started calls in flight (sim.Cluster.CallsInFlight): the
+	// checks that ran while writes were on their way.
+	StepsInFlight int
 }
 
-func (s *Stats) add(steps []world.Step, ops []history.Op) {
+func (s *Stats) add(steps []world.Step, ops []history.Op, inFlight int) {
 	if s == nil {
 		return
 	}
@@ -139,6 +143,7 @@ func (s *Stats) add(steps []world.Step, ops []history.Op) {
 		s.Steps, s.Recoveries = map[world.Kind]int{}, map[string]int{}
 	}
 	s.Scenarios++
+	s.StepsInFlight += inFlight
 	for _, st := range steps {
 		s.Steps[st.Kind]++
 	}
@@ -218,6 +223,7 @@ func PropertyOf(cfgs []world.Config, stats *Stats) func(*rapid.T) {
 		defer w.Close()
 		gen := StepGen(w.Config())
 		var steps []world.Step
+		inFlight := 0
 		fail := func(vs []world.Violation) {
 			t.Fatalf("%s\n%s\n%d steps:\n%s", vs[0], describe(w.Config()), len(steps), world.Trace(steps))
 		}
@@ -228,10 +234,13 @@ func PropertyOf(cfgs []world.Config, stats *Stats) func(*rapid.T) {
 				if vs := w.Apply(s); len(vs) > 0 {
 					fail(vs)
 				}
+				if w.Cluster().CallsInFlight() > 0 {
+					inFlight++
+				}
 			},
 		})
 		vs := w.Quiesce()
-		stats.add(steps, w.Recorder().Ops())
+		stats.add(steps, w.Recorder().Ops(), inFlight)
 		if len(vs) > 0 {
 			fail(vs)
 		}
@@ -245,7 +254,7 @@ func describe(cfg world.Config) string {
 		on   bool
 		name string
 	}{{cfg.ExactlyOnce, "exactly-once"}, {cfg.ProduceOutputs, "outputs produced"}, {cfg.WarmRestarts, "warm restarts"},
-		{cfg.WriteLatency > 0, fmt.Sprintf("writes in flight for %v", cfg.WriteLatency)}, {cfg.CachedIdentity, "identity cached"}, {cfg.LSOBoundRecovery, "recovery bound by the LSO"}, {cfg.TrustCheckpoints, "checkpoints trusted"}, {cfg.TombstonesAheadOfCommit, "tombstones ahead of the commit"}} {
+		{cfg.WriteLatency > 0, fmt.Sprintf("writes in flight for %v", cfg.WriteLatency)}, {cfg.CachedIdentity, "identity cached"}, {cfg.LSOBoundRecovery, "recovery bound by the LSO"}, {cfg.TrustCheckpoints, "checkpoints trusted"}, {cfg.TombstonesAheadOfCommit, "tombstones ahead of the commit"}, {cfg.CommitAheadOfWrites, "commits ahead of the writes"}} {
 		if f.on {
 			out += ", " + f.name
 		}

@@ -206,6 +206,12 @@ type Recorder struct {
 	step  int
 	ops   []Op
 	reads int
+
+	// started are the started calls not yet recorded, in start order
+	// (across partitions): RecordDone records those that ended.
+	startedMu sync.Mutex
+	started   []*recordedPending
+	inCaller  bool // RecordInCaller
 }
 
 // NewRecorder returns an empty recorder; now tells the virtual time since

@@ -94,10 +94,18 @@ func (p *partition) Commit(ctx context.Context, offset int64) error {
 	return err
 }
 
-// StartCommit records the commit once its outcome is known.
+// StartCommit records the commit once its outcome is known, with the
+// offset staged when it started: the partition's committed offset by the
+// time it is recorded may be a later call's (the calls after it may have
+// landed too).
 func (p *partition) StartCommit(ctx context.Context, offset int64) store.Pending {
 	staged := p.stage(offset)
-	return p.recordWhenDone(p.Partition.StartCommit(ctx, offset), func(errs []error) { p.recordCommit(staged, errs[0]) })
+	return p.recordWhenDone(p.Partition.StartCommit(ctx, offset), func(errs []error) { p.recordStartedCommit(staged, errs[0]) })
+}
+
+func (p *partition) recordStartedCommit(staged int64, err error) {
+	p.b.r.Add(Op{Kind: Commit, Member: p.b.member, Partition: p.Input().Partition, Offset: staged,
+		Generation: p.generation(), Outcome: outcomeOf(err), Err: errString(err)})
 }
 
 func (p *partition) stage(offset int64) int64 {
@@ -129,12 +137,18 @@ func (p *partition) recordCommit(staged int64, err error) {
 func (p *partition) recordWhenDone(pd store.Pending, record func(errs []error)) store.Pending {
 	p.mu.Lock()
 	prev := p.lastRecorded
-	r := &recordedPending{Pending: pd, record: record, recorded: make(chan struct{})}
+	r := &recordedPending{Pending: pd, record: record, recorded: make(chan struct{}), prev: prev, rec: p.b.r}
 	p.lastRecorded = r.recorded
 	p.mu.Unlock()
 	if isClosed(pd.Done()) && (prev == nil || isClosed(prev)) {
 		r.seen()
 		return r
+	}
+	p.b.r.startedMu.Lock()
+	p.b.r.started = append(p.b.r.started, r)
+	p.b.r.startedMu.Unlock()
+	if p.b.r.inCaller {
+		return r // RecordDone and Wait record it
 	}
 	go func() {
 		<-pd.Done()
@@ -160,6 +174,39 @@ type recordedPending struct {
 	once     sync.Once
 	record   func(errs []error)
 	recorded chan struct{} // closed once recorded
+	prev     chan struct{} // the partition's call started before it: recorded first
+	rec      *Recorder
+}
+
+// RecordInCaller makes r record started calls only from RecordDone and
+// from the waits of their callers, never from goroutines of its own: on a
+// simulated cluster, whose goroutines run one at a time, the history's
+// order is then the same on every run of a scenario (rapid replays and
+// shrinks it). Call it before any call is recorded.
+func (r *Recorder) RecordInCaller() { r.inCaller = true }
+
+// RecordDone records now, in start order, every started call that has
+// ended (and whose partition's earlier calls have), rather than when the
+// goroutine waiting for it runs. A world calls it before it reads what
+// the calls wrote, or lets another member read it: on a simulated
+// cluster a started call lands during Advance or inside another call,
+// and the history must hold the write before any read of it.
+func (r *Recorder) RecordDone() {
+	r.startedMu.Lock()
+	defer r.startedMu.Unlock()
+	left := r.started[:0]
+	for _, s := range r.started {
+		if isClosed(s.recorded) {
+			continue
+		}
+		if isClosed(s.Pending.Done()) && (s.prev == nil || isClosed(s.prev)) {
+			s.seen()
+			continue
+		}
+		left = append(left, s)
+	}
+	clear(r.started[len(left):])
+	r.started = left
 }
 
 func (r *recordedPending) seen() {
@@ -173,6 +220,9 @@ func (r *recordedPending) seen() {
 // on it (and records that) comes after it in the history.
 func (r *recordedPending) Wait(ctx context.Context) []error {
 	errs := r.Pending.Wait(ctx)
+	if r.rec != nil && r.rec.inCaller {
+		r.rec.RecordDone() // it and what its partition started before it
+	}
 	select {
 	case <-r.recorded:
 	case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
@@ -59,10 +60,66 @@ type checker struct {
 	// pending are violations found inside member steps, reported with
 	// the step.
 	pending []Violation
+	// stale says, for each input partition and identity, whether its
+	// store's last read of that identity for a call returned an identity
+	// older than the member's own when its last step began (6): a design
+	// that caches the identity. The engine's identity is the one its
+	// client had after its last poll (published once that poll's
+	// rebalance callbacks ran), and with writes in flight a call runs
+	// after the step that started it: when the group moved on meanwhile
+	// (a rebalance began, or the step's poll joined a new generation and
+	// has not published it yet), the coordinator rightly rejects the
+	// identity, and the member, up to date when it reaps the outcome, was
+	// not fenced as a valid owner. A partition's calls run one at a time,
+	// so the last read of the identity is the fenced call's. The reads run
+	// on the store's goroutines.
+	identityMu sync.Mutex
+	stale      map[identityRead]bool
+	stepStart  map[*member]store.GroupIdentity
 }
 
 func newChecker(w *World) checker {
-	return checker{w: w, seen: map[string]int64{}, outputs: map[string]int{}}
+	return checker{w: w, seen: map[string]int64{}, outputs: map[string]int{}, stale: map[identityRead]bool{}, stepStart: map[*member]store.GroupIdentity{}}
+}
+
+// observedIdentity is the identity reader a member's store reads for
+// each call, noting whether it read a stale identity (checker.stale).
+type observedIdentity struct {
+	store.IdentityReader
+	w     *World
+	m     *member
+	input store.TopicPartition
+}
+
+type identityRead struct {
+	input store.TopicPartition
+	id    store.GroupIdentity
+}
+
+func (o observedIdentity) CurrentIdentity() store.GroupIdentity {
+	id := o.IdentityReader.CurrentIdentity()
+	c := &o.w.checker
+	c.identityMu.Lock()
+	start, ok := c.stepStart[o.m]
+	c.stale[identityRead{o.input, id}] = ok && start.Valid() && (id.MemberID != start.MemberID || id.Generation < start.Generation)
+	c.identityMu.Unlock()
+	return id
+}
+
+// readStale reports whether input's store last read id when it was
+// older than its member's identity at the start of the member's step.
+func (c *checker) readStale(input store.TopicPartition, id store.GroupIdentity) bool {
+	c.identityMu.Lock()
+	defer c.identityMu.Unlock()
+	return c.stale[identityRead{input, id}]
+}
+
+// stepStarted notes m's identity as its step begins.
+func (c *checker) stepStarted(m *member) {
+	id := m.src.Identity()
+	c.identityMu.Lock()
+	c.stepStart[m] = id
+	c.identityMu.Unlock()
 }
 
 func (c *checker) violation(n int, format string, args ...any) Violation {
@@ -87,7 +144,11 @@ func (c *checker) emitted(outs []engine.Output) {
 // partition must not be fenced on it: a fenced valid owner loses its
 // flow for nothing, and a design that keeps fencing it never makes
 // progress (the spec's generation captured at assignment). A flush
-// without a poll may be: the member has not read the group's news.
+// without a poll may be: the member has not read the group's news. Nor
+// may a call whose identity was not older than the member's at the start
+// of its step (readStale): with writes in flight it runs after the step
+// that started it, and the group may have moved on since (see
+// checker.stale).
 func (c *checker) stepEnded(m *member, _ error) {
 	if !m.polling || m.state != running {
 		return
@@ -108,7 +169,7 @@ func (c *checker) stepEnded(m *member, _ error) {
 	}
 	for _, err := range errs[m.errsBefore:] {
 		var fe *store.FencedError
-		if !errors.As(err, &fe) || current < 0 || id.Generation != current || !slices.Contains(owned, fe.Input) {
+		if !errors.As(err, &fe) || current < 0 || id.Generation != current || !slices.Contains(owned, fe.Input) || !c.readStale(fe.Input, fe.Identity) {
 			continue
 		}
 		c.report(c.violation(6,
@@ -317,11 +378,12 @@ func (b *checkedBackend) Acquire(ctx context.Context, a store.Acquisition) (stor
 		// kept for the life of the partition.
 		a.Identity = frozenIdentity(b.m.src.Identity())
 	}
+	a.Identity = observedIdentity{IdentityReader: a.Identity, w: b.w, m: b.m, input: a.Input}
 	p, err := b.Backend.Acquire(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	return &checkedPartition{Partition: p, w: b.w, m: b.m, snap: store.TopicPartition{Topic: snapshotTopic, Partition: a.Input.Partition}}, nil
+	return &checkedPartition{Partition: p, w: b.w, m: b.m, input: a.Input, snap: store.TopicPartition{Topic: snapshotTopic, Partition: a.Input.Partition}}, nil
 }
 
 type frozenIdentity store.GroupIdentity
@@ -330,9 +392,19 @@ func (f frozenIdentity) CurrentIdentity() store.GroupIdentity { return store.Gro
 
 type checkedPartition struct {
 	store.Partition
-	w    *World
-	m    *member
-	snap store.TopicPartition
+	w     *World
+	m     *member
+	input store.TopicPartition
+	snap  store.TopicPartition
+}
+
+// StartCommit is the store's, but under CommitAheadOfWrites the offset is
+// also committed at once, ahead of the writes queued before it.
+func (p *checkedPartition) StartCommit(ctx context.Context, offset int64) store.Pending {
+	if p.w.cfg.CommitAheadOfWrites {
+		_ = p.w.c.OffsetCommit(p.m.src.Identity(), map[store.TopicPartition]int64{p.input: offset})
+	}
+	return p.Partition.StartCommit(ctx, offset)
 }
 
 func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {

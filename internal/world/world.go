@@ -112,6 +112,12 @@ type Config struct {
 	// Commit makes, as a design that writes tombstones at persist time
 	// would. Under ExactlyOnce it changes nothing.
 	TombstonesAheadOfCommit bool
+	// CommitAheadOfWrites is a broken variant for WriteLatency: an
+	// at-least-once commit the engine starts is also made at once, by a
+	// plain offset commit with the member's live identity, ahead of the
+	// writes still in flight that it waits for, as a design that commits
+	// the folded offset without waiting for its snapshots would.
+	CommitAheadOfWrites bool
 }
 
 // WithDefaults is cfg with its zero values replaced by the defaults.
@@ -268,6 +274,7 @@ func New(cfg Config) (*World, error) {
 	}
 	w.checker = newChecker(w)
 	w.rec = history.NewRecorder(func() time.Duration { return w.c.Now().Sub(sim.Epoch) })
+	w.rec.RecordInCaller()
 	return w, nil
 }
 
@@ -532,6 +539,7 @@ func (w *World) emitPlain(m *member, outs []engine.Output) error {
 func (w *World) step(m *member) {
 	done := make(chan error, 1)
 	m.busy, m.errsBefore, m.polling = done, len(m.r.Errors()), true
+	w.checker.stepStarted(m)
 	go func() {
 		done <- m.r.Step(m.ctx)
 		select {
@@ -562,6 +570,9 @@ func (w *World) flush(m *member, fn func(context.Context)) {
 // until it parks again or its step ends, so a run is the same every time.
 func (w *World) settle() {
 	for {
+		// Calls that landed (in Advance, or inside another member's
+		// call) go into the history before anyone reads what they wrote.
+		w.rec.RecordDone()
 		inFlight := 0
 		for _, m := range w.members {
 			if m.busy == nil {

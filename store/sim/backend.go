@@ -74,8 +74,11 @@ func (c *Cluster) NewBackend(cfg BackendConfig) (*Backend, error) {
 		MaxBytesPerTransaction: cfg.MaxBytesPerTransaction,
 		MaxValueBytes:          cfg.MaxValueBytes, TransactionTimeout: cfg.TransactionTimeout,
 		RecoveryStallTimeout: cfg.RecoveryStallTimeout, Observer: cfg.Observer, Logger: cfg.Logger,
-		Now:    c.Now, // virtual time
-		Inline: true,  // deterministic: see backend.Config.Inline
+		Now: c.Now, // virtual time
+		// Deterministic: a call completes in the caller (see
+		// backend.Config.Inline), or with WriteLatency stays in flight
+		// until virtual time reaches it or its caller waits (Defer).
+		Inline: cfg.WriteLatency <= 0,
 		Defer:  c.deferrer(cfg.WriteLatency),
 	}.Check()
 	if err != nil {

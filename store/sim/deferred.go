@@ -78,3 +78,11 @@ func (c *Cluster) nextDeferred() (time.Time, bool) {
 	}
 	return c.deferred[0].due, true
 }
+
+// CallsInFlight is how many started calls (BackendConfig.WriteLatency)
+// have not reached the cluster yet, across its backends.
+func (c *Cluster) CallsInFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.deferred)
+}
