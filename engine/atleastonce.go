@@ -18,20 +18,35 @@ type atLeastOnce[S any] struct {
 	r *Runner[S]
 	// outs are the outputs taken since the last emit, in fold order.
 	outs []Output
+	// lastEmitted is how many outs the last emit had: the next buffer
+	// starts that large (Emit may keep the slice it was given, so it is
+	// not reused; growing a fresh one output by output cost ~6% of the
+	// CPU of a 10,000-record poll).
+	lastEmitted int
 }
 
 func (m *atLeastOnce[S]) persistInterval() time.Duration { return m.r.e.cfg.PersistInterval }
 
 func (m *atLeastOnce[S]) folded(_ *flow[S], outs []Output) bool {
-	m.outs = append(m.outs, outs...)
+	m.take(outs)
 	return false
 }
 
-func (m *atLeastOnce[S]) ticked(_ *flow[S], outs []Output) { m.outs = append(m.outs, outs...) }
+func (m *atLeastOnce[S]) ticked(_ *flow[S], outs []Output) { m.take(outs) }
+
+func (m *atLeastOnce[S]) take(outs []Output) {
+	if m.outs == nil && len(outs) > 0 {
+		m.outs = make([]Output, 0, max(m.lastEmitted, len(outs)))
+	}
+	m.outs = append(m.outs, outs...)
+}
 
 func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 	outs := m.outs
 	m.outs = nil
+	if len(outs) > 0 {
+		m.lastEmitted = len(outs)
+	}
 	if len(outs) == 0 || m.r.e.cfg.Emit == nil {
 		return nil
 	}
