@@ -413,7 +413,12 @@ func (r *Runner[S]) drainAll(ctx context.Context) {
 }
 
 // commitNow commits f and waits for it, and for everything before it.
+// What is in flight ends first, so that the commit takes every dirty
+// key, also one changed while its write was in flight.
 func (r *Runner[S]) commitNow(ctx context.Context, f *flow[S]) error {
+	if err := r.drain(ctx, f); err != nil {
+		return err
+	}
 	if err := r.mode.commit(ctx, f); err != nil {
 		return err
 	}
@@ -735,10 +740,16 @@ func (r *Runner[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) 
 
 // FlushAll flushes and commits every flow now (under ExactlyOnce: commits
 // every open batch, rewinding a flow whose batch fails), and returns once
-// what it started has ended.
+// what it started has ended. On Kafka a transaction has ended when EndTxn
+// is answered; other clients see its offsets and snapshots once the
+// coordinator has written its markers, a moment later (a stable
+// OffsetFetch meanwhile may answer no offset yet).
 func (r *Runner[S]) FlushAll(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// What is in flight first: a key changed while its write was in
+	// flight is dirty again only once that write has ended.
+	r.drainAll(ctx)
 	r.commitAll(ctx)
 	r.drainAll(ctx)
 }
@@ -753,6 +764,7 @@ func (r *Runner[S]) FlushAll(ctx context.Context) {
 func (r *Runner[S]) Persist(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.drainAll(ctx) // as FlushAll
 	r.do(ctx, []action[*flow[S]]{{kind: actPersist}})
 	r.drainAll(ctx)
 }
