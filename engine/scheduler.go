@@ -449,18 +449,24 @@ func (s *scheduler[F]) end(p *partition[F], k class, err error, commit bool) []a
 }
 
 // timers: the poll's records are folded; the timers that are due fire, in
-// the order tick, persist, commit.
+// the order tick, persist, commit. A persist due with a commit is left to
+// the commit, which writes every dirty key too, in the transaction of its
+// offset: a persist first would make a transaction of its own (two per
+// partition per interval where one does).
 func (s *scheduler[F]) timers(now time.Time) []action[F] {
 	var acts []action[F]
 	if s.cfg.tickInterval > 0 && now.Sub(s.lastTick) >= s.cfg.tickInterval {
 		s.lastTick = now
 		acts = append(acts, action[F]{kind: actTick, at: now})
 	}
+	commit := now.Sub(s.lastCommit) >= s.cfg.commitInterval
 	if s.cfg.persistInterval > 0 && now.Sub(s.lastPersist) >= s.cfg.persistInterval {
 		s.lastPersist = now
-		acts = append(acts, action[F]{kind: actPersist})
+		if !commit {
+			acts = append(acts, action[F]{kind: actPersist})
+		}
 	}
-	if now.Sub(s.lastCommit) >= s.cfg.commitInterval {
+	if commit {
 		s.lastCommit = now
 		acts = append(acts, action[F]{kind: actCommit})
 	}
