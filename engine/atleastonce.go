@@ -63,14 +63,25 @@ func (m *atLeastOnce[S]) holdsTombstones() bool { return m.r.e.cfg.Store.Mode() 
 // cover. A partition with nothing to write whose committable offset is
 // already committed sends nothing: an idle partition costs no transaction.
 //
-// Nothing waits: the writes are started (flush), and the commit is
-// started behind them with the offset that holds once they have landed
-// (CommittableIfLanded), which the store commits only if every write
-// started before it landed (StartCommit). Writes already in flight from
-// an earlier persist are behind it too.
+// Nothing waits. On a Transactional store with nothing in flight and
+// few enough dirty keys (MaxTransactionRecords, MaxWritesInFlight) the
+// keys and the offset go in one transaction (commitInOne). Otherwise the
+// writes are started (flush), and the commit is started behind them with
+// the offset that holds once they have landed (CommittableIfLanded),
+// which the store commits only if every write started before it landed
+// (StartCommit). Writes already in flight from an earlier persist are
+// behind it too.
 func (m *atLeastOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	if !f.core.Dirty() && f.core.Committable() <= f.part.CommittedOffset() && len(f.inflight) == 0 {
 		return nil
+	}
+	cfg := &m.r.e.cfg
+	if m.holdsTombstones() && len(f.inflight) == 0 && f.core.DirtyKeys() > 0 &&
+		f.core.DirtyKeys() <= min(cfg.MaxTransactionRecords, cfg.MaxWritesInFlight) {
+		// Every dirty key and the offset after the last fold in one
+		// transaction: one per partition per interval, where writes
+		// started ahead of the commit would make their own.
+		return m.commitInOne(ctx, f)
 	}
 	if err := m.flush(ctx, f); err != nil {
 		return err
@@ -81,7 +92,7 @@ func (m *atLeastOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 		if err := m.r.drain(ctx, f); err != nil {
 			return err
 		}
-		return m.commitTombstones(ctx, f)
+		return m.commitInOne(ctx, f)
 	}
 	c := f.core.CommittableIfLanded()
 	if err := m.r.room(ctx, f, 1); err != nil {
@@ -90,13 +101,14 @@ func (m *atLeastOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	return m.r.begin(ctx, f, started{kind: startedCommit, offset: c, pending: f.part.StartCommit(ctx, c), begin: time.Now()})
 }
 
-// commitTombstones writes the held tombstones, every key still dirty
-// after the live ones were flushed, in one transaction with the commit of
-// the offset after the last record folded (every dirty key is in it, so
-// that offset covers it, as an exactly-once batch's does). Nothing of f
-// may be in flight.
+// commitInOne writes every dirty key of f, the held tombstones with
+// them, in one transaction with the commit of the offset after the last
+// record folded (every dirty key is in it, so that offset covers it, as
+// an exactly-once batch's does). Nothing of f may be in flight. A batch
+// over MaxTransactionBytes whose keys are all live is started as writes
+// with a dependent commit behind them instead.
 //
-// Why in one transaction: a tombstone supersedes its key's earlier
+// Why tombstones ride with the commit: a tombstone supersedes its key's earlier
 // snapshot at once for compaction, and is itself removed once
 // delete.retention.ms has passed. Written ahead of the committed offset
 // and left there that long (its owner gone, and no other commit), it
@@ -105,13 +117,22 @@ func (m *atLeastOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 // no state. With the commit in the same transaction the events a
 // tombstone deletes are never below an offset it could leave uncovered.
 //
-// The transaction is as large as the deletions since the last commit, as
-// an exactly-once batch is as large as the changes of its batch.
-func (m *atLeastOnce[S]) commitTombstones(ctx context.Context, f *flow[S]) error {
+// The transaction is as large as the changes since the last commit
+// (when held tombstones call it: bounded by no cap, as an exactly-once
+// batch is as large as the changes of its batch).
+func (m *atLeastOnce[S]) commitInOne(ctx context.Context, f *flow[S]) error {
 	begin := time.Now() // metrics only
 	snaps, err := f.core.Flush(0)
 	if err != nil {
 		return fromCore(err)
+	}
+	if bytes, live := snapshotBytes(snaps); live && bytes > m.r.e.cfg.MaxTransactionBytes {
+		p := f.part.StartWriteBatch(ctx, snaps)
+		if err := m.r.begin(ctx, f, started{kind: startedWrite, snaps: snaps, pending: p, begin: begin}); err != nil {
+			return err
+		}
+		c := f.core.CommittableIfLanded()
+		return m.r.begin(ctx, f, started{kind: startedCommit, offset: c, pending: f.part.StartCommit(ctx, c), begin: time.Now()})
 	}
 	offset := max(f.core.Consumed(), f.part.CommittedOffset())
 	p := f.part.StartCommitBatch(ctx, store.Batch{Snapshots: snaps, Offset: offset})
@@ -152,4 +173,15 @@ func (m *atLeastOnce[S]) flush(ctx context.Context, f *flow[S]) error {
 			return err
 		}
 	}
+}
+
+// snapshotBytes is snaps' size as the store counts it, and whether all
+// of them are live (no tombstone).
+func snapshotBytes(snaps []store.Snapshot) (n int, live bool) {
+	live = true
+	for _, s := range snaps {
+		n += store.SnapshotBytes(s)
+		live = live && !s.Tombstone
+	}
+	return n, live
 }

@@ -117,8 +117,10 @@ const (
 	// hands to the store at once.
 	DefaultFlushBatch = 1024
 	// DefaultMaxWritesInFlight is MaxWritesInFlight's default: the
-	// snapshots a partition may have in flight, four flush batches.
-	DefaultMaxWritesInFlight = 4 * DefaultFlushBatch
+	// snapshots a partition may have in flight, sixteen flush batches, a
+	// transaction at the store's default cap (16384 writes), so that an
+	// at-least-once commit of that many dirty keys fits in one.
+	DefaultMaxWritesInFlight = 16 * DefaultFlushBatch
 	// DefaultExactlyOnceCommitInterval is CommitInterval's default under
 	// ExactlyOnce, as Kafka Streams' commit.interval.ms under
 	// exactly_once_v2: outputs wait for their transaction, so the
@@ -190,14 +192,16 @@ type Config[S any] struct {
 	// flight: started, not yet durable (a commit counts as one). Folding
 	// never waits for a flush until the bound is reached; then the flush
 	// waits for the oldest write (back-pressure). Default
-	// DefaultMaxWritesInFlight (4096); it is raised to FlushBatch if
+	// DefaultMaxWritesInFlight (16384); it is raised to FlushBatch if
 	// lower, so that one batch always fits.
 	MaxWritesInFlight int
 	// PersistInterval is how often dirty keys are flushed; default
-	// DefaultPersistInterval (1 min). On a Transactional store a deleted
-	// key's tombstone is not written then but with the next commit, in the
-	// transaction that commits the offset past it (docs/design.md,
-	// "Tombstones ride with the commit").
+	// DefaultPersistInterval (1 min). A persist due with a commit is left
+	// to the commit, which writes the dirty keys too (one transaction, not
+	// two). On a Transactional store a deleted key's tombstone is not
+	// written then but with the next commit, in the transaction that
+	// commits the offset past it (docs/design.md, "Tombstones ride with
+	// the commit").
 	PersistInterval time.Duration
 	// CommitInterval is how often the committable offset is committed;
 	// default DefaultCommitInterval (1 min), or
@@ -235,12 +239,17 @@ type Config[S any] struct {
 	// plus outputs; default DefaultMaxTransactionRecords. A batch is
 	// sealed as soon as it reaches the cap (one fold's outputs are never
 	// split), so a transaction carries at most the cap plus one fold's
-	// records.
+	// records. At least once on a Transactional store, a commit with
+	// nothing in flight writes its partition's dirty keys in the
+	// transaction of its offset if they are at most this many (and at
+	// most MaxWritesInFlight), else in transactions of their own first.
 	MaxTransactionRecords int
 	// MaxTransactionBytes caps one exactly-once transaction's output
 	// bytes (keys plus values); default DefaultMaxTransactionBytes.
 	// Snapshots count in MaxTransactionRecords only: a state is encoded
-	// when its batch is sealed, not when it changes.
+	// when its batch is sealed, not when it changes. At least once it
+	// caps the snapshot bytes (store.SnapshotBytes) a commit writes in
+	// the transaction of its offset.
 	MaxTransactionBytes int
 	// UnstableOffsetTimeout bounds the wait of a partition's acquisition
 	// for its committed offset, when a transaction that the takeover did

@@ -491,10 +491,11 @@ func (p *checkedPartition) checkCommitted(committed map[string]bool, s store.Sna
 }
 
 // CommitBatch is the store's, but under TombstonesAheadOfCommit an
-// at-least-once batch (no outputs) is written without its offset: each
-// write of a batch carries the committed offset, as a persist's does.
+// at-least-once batch (no outputs) that carries a tombstone is written
+// without its offset: each write of a batch carries the committed
+// offset, as a persist's does.
 func (p *checkedPartition) CommitBatch(ctx context.Context, b store.Batch) error {
-	if !p.w.cfg.TombstonesAheadOfCommit || p.w.cfg.ExactlyOnce || len(b.Outputs) > 0 {
+	if !p.tombstonesAhead(b) {
 		return p.Partition.CommitBatch(ctx, b)
 	}
 	for _, err := range p.Partition.WriteBatch(ctx, b.Snapshots) {
@@ -508,10 +509,19 @@ func (p *checkedPartition) CommitBatch(ctx context.Context, b store.Batch) error
 // StartCommitBatch is CommitBatch's Start: under TombstonesAheadOfCommit
 // the batch is written as CommitBatch writes it, before it returns.
 func (p *checkedPartition) StartCommitBatch(ctx context.Context, b store.Batch) store.Pending {
-	if !p.w.cfg.TombstonesAheadOfCommit || p.w.cfg.ExactlyOnce || len(b.Outputs) > 0 {
+	if !p.tombstonesAhead(b) {
 		return p.Partition.StartCommitBatch(ctx, b)
 	}
 	return donePending{p.CommitBatch(ctx, b)}
+}
+
+// tombstonesAhead reports whether TombstonesAheadOfCommit writes b
+// without its offset.
+func (p *checkedPartition) tombstonesAhead(b store.Batch) bool {
+	if !p.w.cfg.TombstonesAheadOfCommit || p.w.cfg.ExactlyOnce || len(b.Outputs) > 0 {
+		return false
+	}
+	return slices.ContainsFunc(b.Snapshots, func(s store.Snapshot) bool { return s.Tombstone })
 }
 
 // donePending is a store.Pending whose outcome, err, is known.

@@ -107,10 +107,10 @@ type Config struct {
 	// delta recovery follows every restart with a checkpoint.
 	TrustCheckpoints bool
 	// TombstonesAheadOfCommit is a broken variant of the at-least-once
-	// mode: a batch of tombstones the engine commits with the offset past
-	// them (CommitBatch) is written without that commit, which a later
-	// Commit makes, as a design that writes tombstones at persist time
-	// would. Under ExactlyOnce it changes nothing.
+	// mode: a batch with tombstones the engine commits with the offset
+	// past them (CommitBatch) is written without that commit, which a
+	// later commit makes, as a design that writes tombstones at persist
+	// time would. Under ExactlyOnce it changes nothing.
 	TombstonesAheadOfCommit bool
 	// CommitAheadOfWrites is a broken variant for WriteLatency: an
 	// at-least-once commit the engine starts is also made at once, by a
