@@ -137,7 +137,7 @@ func (p *partition) recordCommit(staged int64, err error) {
 func (p *partition) recordWhenDone(pd store.Pending, record func(errs []error)) store.Pending {
 	p.mu.Lock()
 	prev := p.lastRecorded
-	r := &recordedPending{Pending: pd, record: record, recorded: make(chan struct{}), prev: prev, rec: p.b.r}
+	r := &recordedPending{Pending: pd, record: record, recorded: make(chan struct{}), prev: prev, rec: p.b.r, member: p.b.member}
 	p.lastRecorded = r.recorded
 	p.mu.Unlock()
 	if isClosed(pd.Done()) && (prev == nil || isClosed(prev)) {
@@ -176,6 +176,34 @@ type recordedPending struct {
 	recorded chan struct{} // closed once recorded
 	prev     chan struct{} // the partition's call started before it: recorded first
 	rec      *Recorder
+	member   int
+}
+
+// Recorded returns a channel closed once a call member's store started
+// and is not recorded yet is recorded (its outcome known), or nil if
+// none is left. A world on a real broker waits on it after a step, as it waits
+// for the member's step itself: a started call runs on after the step
+// that started it, and a check (or a pause of the member's network)
+// must not come between.
+//
+// Each channel is one call's: wait on it, then ask again, until nil.
+func (r *Recorder) Recorded(member int) <-chan struct{} {
+	r.startedMu.Lock()
+	defer r.startedMu.Unlock()
+	left := r.started[:0]
+	for _, s := range r.started {
+		if !isClosed(s.recorded) {
+			left = append(left, s)
+		}
+	}
+	clear(r.started[len(left):])
+	r.started = left
+	for _, s := range r.started {
+		if s.member == member {
+			return s.recorded
+		}
+	}
+	return nil
 }
 
 // RecordInCaller makes r record started calls only from RecordDone and

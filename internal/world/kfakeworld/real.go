@@ -85,8 +85,9 @@ func (w *World) wait() {
 
 // settle waits, at most settleTimeout, until every running process is
 // idle (no runner step in flight, poll steps left in the background
-// aside, and no rebalance callback running) and every process that left
-// has shut down. Paused and crashed processes are not waited for: their
+// aside, no rebalance callback running, and no store call it started
+// still in flight) and every process that left has shut down. Paused
+// and crashed processes are not waited for: their
 // connections are frozen, what they were doing stays blocked (on kfake
 // too). A process becomes busy again when its callback starts, so the
 // wait goes round until a whole round found every process idle.
@@ -112,6 +113,16 @@ func (w *World) settle() {
 			for idle := p.cbs.idleChan(); idle != nil; idle = p.cbs.idleChan() {
 				select {
 				case <-idle:
+					again = true
+				case <-timer.C:
+					return
+				}
+			}
+			// The store calls its steps started (writes in flight) end
+			// too: a pause or a check must not come between.
+			for rec := w.rec.Recorded(m.slot); rec != nil; rec = w.rec.Recorded(m.slot) {
+				select {
+				case <-rec:
 					again = true
 				case <-timer.C:
 					return
