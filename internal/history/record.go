@@ -90,7 +90,11 @@ func (p *partition) StartWriteBatch(ctx context.Context, snaps []store.Snapshot)
 func (p *partition) Commit(ctx context.Context, offset int64) error {
 	staged := p.stage(offset)
 	err := p.Partition.Commit(ctx, offset)
-	p.recordCommit(staged, err)
+	off := staged
+	if err == nil {
+		off = p.CommittedOffset()
+	}
+	p.recordCommit(off, err)
 	return err
 }
 
@@ -100,12 +104,7 @@ func (p *partition) Commit(ctx context.Context, offset int64) error {
 // landed too).
 func (p *partition) StartCommit(ctx context.Context, offset int64) store.Pending {
 	staged := p.stage(offset)
-	return p.recordWhenDone(p.Partition.StartCommit(ctx, offset), func(errs []error) { p.recordStartedCommit(staged, errs[0]) })
-}
-
-func (p *partition) recordStartedCommit(staged int64, err error) {
-	p.b.r.Add(Op{Kind: Commit, Member: p.b.member, Partition: p.Input().Partition, Offset: staged,
-		Generation: p.generation(), Outcome: outcomeOf(err), Err: errString(err)})
+	return p.recordWhenDone(p.Partition.StartCommit(ctx, offset), func(errs []error) { p.recordCommit(staged, errs[0]) })
 }
 
 func (p *partition) stage(offset int64) int64 {
@@ -115,11 +114,8 @@ func (p *partition) stage(offset int64) int64 {
 	return p.staged
 }
 
-func (p *partition) recordCommit(staged int64, err error) {
-	off := staged
-	if err == nil {
-		off = p.CommittedOffset()
-	}
+// recordCommit records a commit of offset off with outcome err.
+func (p *partition) recordCommit(off int64, err error) {
 	p.b.r.Add(Op{Kind: Commit, Member: p.b.member, Partition: p.Input().Partition, Offset: off,
 		Generation: p.generation(), Outcome: outcomeOf(err), Err: errString(err)})
 }
@@ -190,14 +186,7 @@ type recordedPending struct {
 func (r *Recorder) Recorded(member int) <-chan struct{} {
 	r.startedMu.Lock()
 	defer r.startedMu.Unlock()
-	left := r.started[:0]
-	for _, s := range r.started {
-		if !isClosed(s.recorded) {
-			left = append(left, s)
-		}
-	}
-	clear(r.started[len(left):])
-	r.started = left
+	r.keepStartedLocked(func(s *recordedPending) bool { return !isClosed(s.recorded) })
 	for _, s := range r.started {
 		if s.member == member {
 			return s.recorded
@@ -222,16 +211,22 @@ func (r *Recorder) RecordInCaller() { r.inCaller = true }
 func (r *Recorder) RecordDone() {
 	r.startedMu.Lock()
 	defer r.startedMu.Unlock()
+	r.keepStartedLocked(func(s *recordedPending) bool {
+		if !isClosed(s.recorded) && isClosed(s.Pending.Done()) && (s.prev == nil || isClosed(s.prev)) {
+			s.seen()
+		}
+		return !isClosed(s.recorded)
+	})
+}
+
+// keepStartedLocked keeps, in order, the started calls for which keep
+// holds. Called with r.startedMu held.
+func (r *Recorder) keepStartedLocked(keep func(*recordedPending) bool) {
 	left := r.started[:0]
 	for _, s := range r.started {
-		if isClosed(s.recorded) {
-			continue
+		if keep(s) {
+			left = append(left, s)
 		}
-		if isClosed(s.Pending.Done()) && (s.prev == nil || isClosed(s.prev)) {
-			s.seen()
-			continue
-		}
-		left = append(left, s)
 	}
 	clear(r.started[len(left):])
 	r.started = left
