@@ -91,6 +91,7 @@ type KV interface {
 	DeletePrefix(prefix []byte) error
 	// Apply writes ws atomically: after a crash either all of them or
 	// none of them are there, and every write applied before them is.
+	// It keeps none of ws's slices once it returns: the core reuses them.
 	Apply(ws []Write) error
 }
 
@@ -181,7 +182,10 @@ type Core[S, O any] struct {
 	// pending: the committed-state writes of WriteDone, applied with the
 	// checkpoint by Durable (or before the next change).
 	pending []Write
-	hot     map[string]*slot[S]
+	// pendingBuf holds the pending writes' keys; a new one is begun when
+	// it fills.
+	pendingBuf []byte
+	hot        map[string]*slot[S]
 	// dirty: keys whose change is not in a durable snapshot, each with the
 	// first input offset it holds.
 	dirty map[string]int64
@@ -213,6 +217,15 @@ type slot[S any] struct {
 	live   bool
 	offset int64 // input offset of the last event folded into the state
 	state  S
+	// dirty and busy mirror the key's membership of Core.dirty and
+	// Core.inflight while the slot is the key's hot slot (set by makeHot,
+	// kept by apply, flush and WriteDone), so that a fold of a hot key
+	// costs one map lookup, not three. A slot that is not hot (a cold key
+	// peeked, an evicted one) is never read for them.
+	dirty, busy bool
+	// key is the key of the hot map's entry, which apply marks dirty
+	// with: a string made once, when the key became hot.
+	key string
 }
 
 type written struct {
@@ -260,11 +273,16 @@ const (
 )
 
 func encodeEntry(live bool, offset int64, state []byte) []byte {
-	b := make([]byte, entryHeader, entryHeader+len(state))
+	return appendEntry(make([]byte, 0, entryHeader+len(state)), live, offset, state)
+}
+
+func appendEntry(b []byte, live bool, offset int64, state []byte) []byte {
+	var flags byte
 	if live {
-		b[0] = flagLive
+		flags = flagLive
 	}
-	binary.BigEndian.PutUint64(b[1:9], uint64(offset))
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint64(b, uint64(offset))
 	return append(b, state...)
 }
 
@@ -303,6 +321,9 @@ func (c *Core[S, O]) load(k []byte) (*slot[S], error) {
 }
 
 func (c *Core[S, O]) makeHot(k string, sl *slot[S]) {
+	_, sl.dirty = c.dirty[k]
+	_, sl.busy = c.inflight[k]
+	sl.key = k
 	c.hot[k] = sl
 	c.hotOrder = append(c.hotOrder, hotEntry[S]{key: k, slot: sl})
 }
@@ -313,8 +334,13 @@ func (c *Core[S, O]) peek(k []byte) (sl *slot[S], cold bool, err error) {
 	if sl, ok := c.hot[string(k)]; ok {
 		return sl, false, nil
 	}
+	return c.peekCold(k)
+}
+
+// peekCold reads a key that is not hot from the KV.
+func (c *Core[S, O]) peekCold(k []byte) (sl *slot[S], cold bool, err error) {
 	key := c.stateKey(k)
-	if _, ok := c.overlaid[string(k)]; ok {
+	if c.isOverlaid(k) {
 		key = c.overlayKey(k)
 	}
 	v, ok, err := c.kv.Get(key)
@@ -323,6 +349,16 @@ func (c *Core[S, O]) peek(k []byte) (sl *slot[S], cold bool, err error) {
 	}
 	sl, err = c.decodeEntry(k, v)
 	return sl, err == nil, err
+}
+
+// isOverlaid reports whether k's state is in the overlay; most partitions
+// have none, and then it costs no lookup.
+func (c *Core[S, O]) isOverlaid(k []byte) bool {
+	if len(c.overlaid) == 0 {
+		return false
+	}
+	_, ok := c.overlaid[string(k)]
+	return ok
 }
 
 // Recovered loads one recovered snapshot. Snapshots arrive in log order; a
@@ -453,9 +489,11 @@ func (c *Core[S, O]) apply(k []byte, sl *slot[S], ch Change[S, O], offset int64)
 		sl = &slot[S]{offset: -1}
 		c.makeHot(string(k), sl)
 	}
-	if w, ok := c.inflight[string(k)]; ok && !w.stale {
-		w.stale = true
-		c.inflight[string(k)] = w
+	if sl.busy {
+		if w, ok := c.inflight[sl.key]; ok && !w.stale {
+			w.stale = true
+			c.inflight[sl.key] = w
+		}
 	}
 	sl.live = ch.Op == Set
 	sl.offset = max(offset, sl.offset)
@@ -464,12 +502,13 @@ func (c *Core[S, O]) apply(k []byte, sl *slot[S], ch Change[S, O], offset int64)
 	if sl.live {
 		sl.state = ch.State
 	}
-	if _, dirty := c.dirty[string(k)]; !dirty {
+	if !sl.dirty {
 		held := offset
 		if offset < 0 { // a tick: nothing to replay; hold what is consumed
 			held = c.consumed
 		}
-		c.dirty[string(k)] = held
+		c.dirty[sl.key] = held
+		sl.dirty = true
 	}
 	return c.evict()
 }
@@ -497,11 +536,11 @@ func (c *Core[S, O]) evict() error {
 		if c.hot[e.key] != e.slot {
 			continue // stale: evicted, dropped or replaced since
 		}
-		if _, ok := c.inflight[e.key]; ok {
+		if e.slot.busy {
 			busy = append(busy, e)
 			continue
 		}
-		if _, dirty := c.dirty[e.key]; dirty {
+		if e.slot.dirty {
 			// Never over the committed state: a crash or a teardown
 			// now must find the key as it was committed.
 			enc, err := c.encode([]byte(e.key), e.slot)
@@ -634,9 +673,21 @@ func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 		c.flushRound = nil
 	}
 	var out []store.Snapshot
+	// The snapshots' keys and the entries they will leave in the KV share
+	// one buffer per call, not two allocations a key: each part is capped
+	// (s[i:j:j]), so a later append never writes into it.
+	var buf []byte
 	rebuilt := false
 	for limit <= 0 || len(out) < limit {
-		keys := c.takeFlushRound(max(limit-len(out), 0))
+		var keys []string
+		if limit <= 0 {
+			// Every dirty key not being written, checked as it is taken.
+			keys = c.newFlushRound()
+			c.flushRound = nil
+			rebuilt = true
+		} else {
+			keys = c.takeFlushRound(limit - len(out))
+		}
 		if len(keys) == 0 {
 			// A new round begins only when the current one has nothing
 			// left to give this call.
@@ -644,16 +695,18 @@ func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 				break
 			}
 			rebuilt = true
-			for k := range c.dirty {
-				if _, busy := c.inflight[k]; !busy {
-					c.flushRound = append(c.flushRound, k)
-				}
-			}
-			slices.Sort(c.flushRound)
+			c.flushRound = c.newFlushRound()
 			continue
 		}
-		for _, k := range keys {
-			sl, _, err := c.peek([]byte(k))
+		if out == nil {
+			out = make([]store.Snapshot, 0, len(keys))
+		}
+		for i, k := range keys {
+			sl, ok := c.hot[k]
+			var err error
+			if !ok {
+				sl, _, err = c.peekCold([]byte(k))
+			}
 			if err == nil && sl == nil {
 				err = fmt.Errorf("engine: dirty key %q has no state", k)
 			}
@@ -663,15 +716,29 @@ func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 			if liveOnly && !sl.live {
 				continue // held: it stays dirty
 			}
-			enc, err := c.encode([]byte(k), sl)
-			if err != nil {
-				return nil, c.stop(err)
+			var state []byte
+			if sl.live {
+				if state, err = c.cfg.Codec.Encode(sl.state); err != nil {
+					return nil, c.stop(fmt.Errorf("engine: %s: encoding the state of key %q: %w", c.cfg.Input, k, err))
+				}
 			}
-			s := store.Snapshot{Key: []byte(k), Offset: sl.offset, Tombstone: !sl.live}
+			if need := len(k) + entryHeader + len(state); cap(buf)-len(buf) < need {
+				// Room for the keys left if they are like this one, in
+				// parts of at most 64 KiB: a small flush stays small.
+				buf = make([]byte, 0, max(need, min(need*(len(keys)-i), 64<<10)))
+			}
+			from := len(buf)
+			buf = append(buf, k...)
+			key := buf[from:len(buf):len(buf)]
+			from = len(buf)
+			buf = appendEntry(buf, sl.live, sl.offset, state)
+			enc := buf[from:len(buf):len(buf)]
+			s := store.Snapshot{Key: key, Offset: sl.offset, Tombstone: !sl.live}
 			if sl.live {
 				s.Value = enc[entryHeader:]
 			}
 			c.inflight[k] = written{offset: sl.offset, entry: enc}
+			sl.busy = true
 			out = append(out, s)
 		}
 		if limit <= 0 {
@@ -679,6 +746,18 @@ func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 		}
 	}
 	return out, nil
+}
+
+// newFlushRound is the dirty keys not being written, in key order.
+func (c *Core[S, O]) newFlushRound() []string {
+	round := make([]string, 0, len(c.dirty))
+	for k := range c.dirty {
+		if _, busy := c.inflight[k]; !busy {
+			round = append(round, k)
+		}
+	}
+	slices.Sort(round)
+	return round
 }
 
 // takeFlushRound takes up to limit (0: all) keys of the current round that
@@ -713,10 +792,17 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 		return fmt.Errorf("engine: write of %q reported but not taken", key)
 	}
 	delete(c.inflight, string(key))
+	sl, hot := c.hot[string(key)]
+	if hot {
+		sl.busy = false
+	}
 	if err != nil {
 		return nil // still dirty: a later flush writes it again
 	}
-	sl, _, lerr := c.peek(key)
+	var lerr error
+	if !hot {
+		sl, _, lerr = c.peekCold(key)
+	}
 	if lerr == nil && sl == nil {
 		lerr = fmt.Errorf("engine: written key %q has no state", key)
 	}
@@ -728,19 +814,37 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	// covers. Left out for a key changed meanwhile, a warm recovery from
 	// that checkpoint would find the key in neither the cache nor the
 	// delta after it, and replay its later events onto no state.
-	c.pending = append(c.pending, Write{Key: c.stateKey(key), Value: w.entry})
+	c.pending = append(c.pending, Write{Key: c.pendingKey(c.statePrefix, key), Value: w.entry})
 	if !w.stale {
 		delete(c.dirty, string(key))
-		if _, ok := c.overlaid[string(key)]; ok {
+		sl.dirty = false
+		if c.isOverlaid(key) {
 			delete(c.overlaid, string(key))
-			c.pending = append(c.pending, Write{Key: c.overlayKey(key), Delete: true})
+			c.pending = append(c.pending, Write{Key: c.pendingKey(c.overlayPrefix, key), Delete: true})
 		}
 		return nil
 	}
 	// Changed since: still dirty, its newer state in memory or the
 	// overlay.
-	c.dirty[string(key)] = w.offset + 1
+	k := sl.key // the hot entry's string, if the key is hot
+	if k == "" {
+		k = string(key)
+	}
+	c.dirty[k] = w.offset + 1
+	sl.dirty = true
 	return nil
+}
+
+// pendingKey is prefix+k in pendingBuf, which the pending writes' keys
+// share until they are applied; both are reused after (applied).
+func (c *Core[S, O]) pendingKey(prefix, k []byte) []byte {
+	n := len(prefix) + len(k)
+	if cap(c.pendingBuf)-len(c.pendingBuf) < n {
+		c.pendingBuf = make([]byte, 0, max(n, 2*cap(c.pendingBuf), 4<<10))
+	}
+	from := len(c.pendingBuf)
+	c.pendingBuf = append(append(c.pendingBuf, prefix...), k...)
+	return c.pendingBuf[from:len(c.pendingBuf):len(c.pendingBuf)]
 }
 
 // Durable writes the committed states WriteDone reported, together with
@@ -752,14 +856,15 @@ func (c *Core[S, O]) Durable(checkpoint []byte) error {
 		return c.stopped
 	}
 	ws := c.pending
-	c.pending = nil
 	if checkpoint != nil {
 		ws = append(ws, Write{Key: c.checkpointKey, Value: checkpoint})
 	}
 	if len(ws) == 0 {
 		return nil
 	}
-	return c.stop(c.kv.Apply(ws))
+	err := c.kv.Apply(ws)
+	c.applied(ws)
+	return c.stop(err)
 }
 
 // settle applies the pending committed-state writes without a
@@ -769,8 +874,21 @@ func (c *Core[S, O]) settle() error {
 		return nil
 	}
 	ws := c.pending
-	c.pending = nil
-	return c.kv.Apply(ws)
+	err := c.kv.Apply(ws)
+	c.applied(ws)
+	return err
+}
+
+// applied empties the pending writes once ws (them, and perhaps a
+// checkpoint after them) were applied, keeping their memory for the next:
+// the KV kept none of it. The entries the values point into are let go.
+func (c *Core[S, O]) applied(ws []Write) {
+	clear(ws)
+	c.pending = ws[:0]
+	if len(c.pendingBuf) > 0 {
+		// Only the last buffer is kept; earlier ones went with their keys.
+		c.pendingBuf = c.pendingBuf[:0]
+	}
 }
 
 // Checkpoint is the checkpoint last written with Durable (ok false: none
@@ -903,7 +1021,7 @@ func (c *Core[S, O]) forget() {
 	clear(c.dirty)
 	clear(c.inflight)
 	clear(c.overlaid)
-	c.pending = nil
+	c.pending, c.pendingBuf = nil, nil
 	c.hotOrder, c.flushRound = nil, nil
 }
 
