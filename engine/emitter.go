@@ -184,8 +184,10 @@ func (em *KafkaEmitter) Emit(ctx context.Context, outs []Output) error {
 		return err
 	}
 	recs := make([]*kgo.Record, len(outs))
+	slab := make([]kgo.Record, len(outs)) // one allocation, not one an output
 	for i, o := range outs {
-		r := &kgo.Record{Topic: o.Topic, Partition: store.OutputPartition(o.Key, counts[o.Topic]), Key: o.Key, Value: o.Value}
+		r := &slab[i]
+		*r = kgo.Record{Topic: o.Topic, Partition: store.OutputPartition(o.Key, counts[o.Topic]), Key: o.Key, Value: o.Value}
 		if len(o.Headers) > 0 {
 			r.Headers = make([]kgo.RecordHeader, len(o.Headers))
 			for j, h := range o.Headers {

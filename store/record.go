@@ -72,14 +72,22 @@ func EncodeOffsetMarker(offset int64, id GroupIdentity) WireRecord {
 	return WireRecord{Key: OffsetMarkerKey, Value: []byte(v), Headers: headers(KindOffsetMarker, offset)}
 }
 
+// headers frames a record's headers in one allocation: a snapshot is
+// framed per input record changed, so this is on the engine's hot path.
 func headers(kind RecordKind, offset int64) []Header {
-	var o [8]byte
-	binary.BigEndian.PutUint64(o[:], uint64(offset))
-	return []Header{
+	f := new(struct {
+		hs   [3]Header
+		kind [1]byte
+		off  [8]byte
+	})
+	f.kind[0] = byte(kind)
+	binary.BigEndian.PutUint64(f.off[:], uint64(offset))
+	f.hs = [3]Header{
 		{Key: HeaderVersion, Value: versionBytes},
-		{Key: HeaderKind, Value: []byte{byte(kind)}},
-		{Key: HeaderOffset, Value: o[:]},
+		{Key: HeaderKind, Value: f.kind[:]},
+		{Key: HeaderOffset, Value: f.off[:]},
 	}
+	return f.hs[:]
 }
 
 // DecodeRecord decodes a record read at offset of the snapshot partition

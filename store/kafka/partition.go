@@ -285,13 +285,14 @@ func (p *partition) transact(ctx context.Context, prod *kgo.Client, batch groupc
 // produce writes the batch's records, or an offset marker if it has none;
 // counts are the partition counts of the outputs' topics (outputCounts).
 func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity, counts map[string]int) (end int64, err error) {
-	recs := make([]*kgo.Record, 0, max(len(batch.Writes)+len(batch.Outputs), 1))
+	var rb recordBuilder
+	recs := rb.start(len(batch.Writes)+len(batch.Outputs), len(batch.Writes)*3+outputHeaders(batch.Outputs))
 	for _, w := range batch.Writes {
-		recs = append(recs, p.record(store.EncodeSnapshot(w)))
+		recs = append(recs, rb.record(p.snap, store.EncodeSnapshot(w)))
 	}
 	for _, o := range batch.Outputs {
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, counts[o.Topic])}
-		recs = append(recs, kgoRecord(tp, store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}))
+		recs = append(recs, rb.record(tp, store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}))
 	}
 	if len(recs) == 0 {
 		// franz-go sends no EndTxn for a transaction in which it produced
@@ -485,10 +486,56 @@ func (p *partition) record(r store.WireRecord) *kgo.Record { return kgoRecord(p.
 // kgoRecord is r as a record of tp.
 func kgoRecord(tp store.TopicPartition, r store.WireRecord) *kgo.Record {
 	kr := &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Key: r.Key, Value: r.Value}
+	if len(r.Headers) > 0 {
+		kr.Headers = make([]kgo.RecordHeader, 0, len(r.Headers))
+	}
 	for _, h := range r.Headers {
 		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
 	return kr
+}
+
+// recordBuilder makes a transaction's records with one allocation for
+// the records and one for their headers, not one a record and a header:
+// a transaction carries up to MaxTransactionRecords of them.
+type recordBuilder struct {
+	recs []kgo.Record
+	hs   []kgo.RecordHeader
+}
+
+// start sizes the builder for n records with headers headers in all, and
+// returns the slice the caller appends the records to.
+func (b *recordBuilder) start(n, headers int) []*kgo.Record {
+	b.recs = make([]kgo.Record, 0, n)
+	b.hs = make([]kgo.RecordHeader, 0, headers)
+	return make([]*kgo.Record, 0, max(n, 1))
+}
+
+// record is r as a record of tp, from the builder's memory while it has
+// room (kgoRecord's after).
+func (b *recordBuilder) record(tp store.TopicPartition, r store.WireRecord) *kgo.Record {
+	if len(b.recs) == cap(b.recs) || cap(b.hs)-len(b.hs) < len(r.Headers) {
+		return kgoRecord(tp, r)
+	}
+	from := len(b.hs)
+	for _, h := range r.Headers {
+		b.hs = append(b.hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	b.recs = append(b.recs, kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Key: r.Key, Value: r.Value})
+	kr := &b.recs[len(b.recs)-1]
+	if len(r.Headers) > 0 {
+		kr.Headers = b.hs[from:len(b.hs):len(b.hs)] // capped: an append by the client copies
+	}
+	return kr
+}
+
+// outputHeaders counts the outputs' headers.
+func outputHeaders(outs []store.Output) int {
+	n := 0
+	for _, o := range outs {
+		n += len(o.Headers)
+	}
+	return n
 }
 
 // isFatal reports producer errors after which franz-go's client cannot
