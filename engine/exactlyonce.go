@@ -74,8 +74,15 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	if err != nil {
 		return fromCore(err)
 	}
-	p := f.part.StartCommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: f.batch.outputs, Offset: offset})
+	outs := f.batch.outputs
+	p := f.part.StartCommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: outs, Offset: offset})
+	// The store keeps outs; the next batch's are sized from them, as
+	// batches of one interval are alike (growing from nil copies each
+	// output about twice).
 	f.batch = openBatch{}
+	if len(outs) > 0 {
+		f.batch.outputs = make([]store.Output, 0, len(outs))
+	}
 	return m.r.begin(ctx, f, started{kind: startedBatch, snaps: snaps, offset: offset, pending: p, begin: begin})
 }
 
