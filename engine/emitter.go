@@ -185,9 +185,13 @@ func (em *KafkaEmitter) Emit(ctx context.Context, outs []Output) error {
 	}
 	recs := make([]*kgo.Record, len(outs))
 	slab := make([]kgo.Record, len(outs)) // one allocation, not one an output
+	last, n := "", 0
 	for i, o := range outs {
+		if o.Topic != last {
+			last, n = o.Topic, counts[o.Topic]
+		}
 		r := &slab[i]
-		*r = kgo.Record{Topic: o.Topic, Partition: store.OutputPartition(o.Key, counts[o.Topic]), Key: o.Key, Value: o.Value}
+		*r = kgo.Record{Topic: o.Topic, Partition: store.OutputPartition(o.Key, n), Key: o.Key, Value: o.Value}
 		if len(o.Headers) > 0 {
 			r.Headers = make([]kgo.RecordHeader, len(o.Headers))
 			for j, h := range o.Headers {
@@ -235,12 +239,17 @@ func (em *KafkaEmitter) topicPartitions(ctx context.Context, outs []Output) (map
 	counts := map[string]int{}
 	var unknown []string
 	em.mu.Lock()
+	last := "" // outputs mostly go to one topic: a lookup per run of it
 	for i, o := range outs {
 		if o.Topic == "" {
 			em.mu.Unlock()
 			return nil, &EmitError{Failed: len(outs), Total: len(outs), Partition: -1, Key: o.Key,
 				Err: fmt.Errorf("output %d has no topic: %w", i, store.ErrInvalidOutput)}
 		}
+		if o.Topic == last {
+			continue
+		}
+		last = o.Topic
 		if _, ok := counts[o.Topic]; ok {
 			continue
 		}
