@@ -18,8 +18,11 @@ ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -
 all: lint test
 
 ## test: unit, contract and (bounded) property tests; no JVM, no broker.
+## The property package takes 5 to 8 min on 2 shared cores (its negative
+## controls shrink their traces), close to go test's default 10 min limit
+## per package when other packages' tests run beside it: hence 20 min.
 test:
-	$(GO) test -count=1 $(PKGS)
+	$(GO) test -count=1 -timeout 20m $(PKGS)
 
 ## race: the same tests under the race detector.
 race:
