@@ -177,7 +177,8 @@ type Core[S, O any] struct {
 	statePrefix   []byte
 	overlayPrefix []byte
 	checkpointKey []byte
-	// overlaid: the dirty keys with an entry under overlayPrefix.
+	// overlaid: the keys with an entry under overlayPrefix: dirty ones,
+	// and landed ones until the pending writes that delete it are applied.
 	overlaid map[string]struct{}
 	// pending: the committed-state writes of WriteDone, applied with the
 	// checkpoint by Durable (or before the next change).
@@ -185,6 +186,9 @@ type Core[S, O any] struct {
 	// pendingBuf holds the pending writes' keys; a new one is begun when
 	// it fills.
 	pendingBuf []byte
+	// unoverlaid: the keys whose overlay the pending writes delete; they
+	// stay overlaid until those are applied.
+	unoverlaid []string
 	hot        map[string]*slot[S]
 	// dirty: keys whose change is not in a durable snapshot, each with the
 	// first input offset it holds.
@@ -819,20 +823,29 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 		delete(c.dirty, string(key))
 		sl.dirty = false
 		if c.isOverlaid(key) {
-			delete(c.overlaid, string(key))
+			// The overlay goes with the pending writes; until they are
+			// applied it is where the KV holds the key's state (the
+			// state written, as a key being written is never evicted),
+			// so the key stays overlaid until then (applied).
 			c.pending = append(c.pending, Write{Key: c.pendingKey(c.overlayPrefix, key), Delete: true})
+			c.unoverlaid = append(c.unoverlaid, keyString(sl, key))
 		}
 		return nil
 	}
 	// Changed since: still dirty, its newer state in memory or the
 	// overlay.
-	k := sl.key // the hot entry's string, if the key is hot
-	if k == "" {
-		k = string(key)
-	}
-	c.dirty[k] = w.offset + 1
+	c.dirty[keyString(sl, key)] = w.offset + 1
 	sl.dirty = true
 	return nil
+}
+
+// keyString is key as a string: the hot entry's if sl is hot (no new
+// string).
+func keyString[S any](sl *slot[S], key []byte) string {
+	if sl.key != "" {
+		return sl.key
+	}
+	return string(key)
 }
 
 // pendingKey is prefix+k in pendingBuf, which the pending writes' keys
@@ -883,6 +896,11 @@ func (c *Core[S, O]) settle() error {
 // checkpoint after them) were applied, keeping their memory for the next:
 // the KV kept none of it. The entries the values point into are let go.
 func (c *Core[S, O]) applied(ws []Write) {
+	for _, k := range c.unoverlaid {
+		delete(c.overlaid, k)
+	}
+	clear(c.unoverlaid)
+	c.unoverlaid = c.unoverlaid[:0]
 	clear(ws)
 	c.pending = ws[:0]
 	if len(c.pendingBuf) > 0 {
@@ -1021,7 +1039,7 @@ func (c *Core[S, O]) forget() {
 	clear(c.dirty)
 	clear(c.inflight)
 	clear(c.overlaid)
-	c.pending, c.pendingBuf = nil, nil
+	c.pending, c.pendingBuf, c.unoverlaid = nil, nil, nil
 	c.hotOrder, c.flushRound = nil, nil
 }
 
