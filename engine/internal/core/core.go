@@ -547,7 +547,7 @@ func (c *Core[S, O]) evict() error {
 		if e.slot.dirty {
 			// Never over the committed state: a crash or a teardown
 			// now must find the key as it was committed.
-			enc, err := c.encode([]byte(e.key), e.slot)
+			enc, err := c.encode(e.key, e.slot)
 			if err == nil {
 				err = c.kv.Set(c.overlayKey([]byte(e.key)), enc)
 			}
@@ -574,15 +574,25 @@ func (c *Core[S, O]) evict() error {
 	return nil
 }
 
-func (c *Core[S, O]) encode(k []byte, sl *slot[S]) ([]byte, error) {
+// encode is key k's KV entry.
+func (c *Core[S, O]) encode(k string, sl *slot[S]) ([]byte, error) {
+	state, err := c.encodeState(k, sl)
+	if err != nil {
+		return nil, err
+	}
+	return encodeEntry(sl.live, sl.offset, state), nil
+}
+
+// encodeState is key k's state through the codec (nil for a deleted key).
+func (c *Core[S, O]) encodeState(k string, sl *slot[S]) ([]byte, error) {
 	if !sl.live {
-		return encodeEntry(false, sl.offset, nil), nil
+		return nil, nil
 	}
 	b, err := c.cfg.Codec.Encode(sl.state)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %s: encoding the state of key %q: %w", c.cfg.Input, k, err)
 	}
-	return encodeEntry(true, sl.offset, b), nil
+	return b, nil
 }
 
 // Tick runs the tick function over every live key. A key whose tick fails
@@ -720,11 +730,9 @@ func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 			if liveOnly && !sl.live {
 				continue // held: it stays dirty
 			}
-			var state []byte
-			if sl.live {
-				if state, err = c.cfg.Codec.Encode(sl.state); err != nil {
-					return nil, c.stop(fmt.Errorf("engine: %s: encoding the state of key %q: %w", c.cfg.Input, k, err))
-				}
+			state, err := c.encodeState(k, sl)
+			if err != nil {
+				return nil, c.stop(err)
 			}
 			if need := len(k) + entryHeader + len(state); cap(buf)-len(buf) < need {
 				// Room for the keys left if they are like this one, in
@@ -903,10 +911,7 @@ func (c *Core[S, O]) applied(ws []Write) {
 	c.unoverlaid = c.unoverlaid[:0]
 	clear(ws)
 	c.pending = ws[:0]
-	if len(c.pendingBuf) > 0 {
-		// Only the last buffer is kept; earlier ones went with their keys.
-		c.pendingBuf = c.pendingBuf[:0]
-	}
+	c.pendingBuf = c.pendingBuf[:0] // the last buffer; earlier ones went with their keys
 }
 
 // Checkpoint is the checkpoint last written with Durable (ok false: none
