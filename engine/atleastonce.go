@@ -2,58 +2,147 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"time"
 
 	"github.com/snapfence/snapfence/store"
 )
 
-// atLeastOnce is the default output mode: outputs go to Config.Emit after
-// each poll (a replay emits them again), dirty keys are written every
-// PersistInterval, and the committable offset is committed every
-// CommitInterval, each write and commit fenced by the store.
+// atLeastOnce is the default output mode: outputs go to Config.Emit
+// (or StartEmit) after each poll (a replay emits them again), dirty keys
+// are written every PersistInterval, and the committable offset is
+// committed every CommitInterval, each write and commit fenced by the
+// store.
 //
 // On a Transactional store a tombstone is written only in the
 // transaction that commits the offset past it (see commitTombstones).
+//
+// Invariant: no snapshot write or offset commit starts while a StartEmit
+// call is in flight (the runner awaits it first: Runner.awaitEmit). A
+// snapshot carries its key's offset, so one that landed ahead of the
+// outputs of the folds it covers would let a crash lose them: the replay
+// skips the folds. persist and commit check it (errEmitInFlight).
 type atLeastOnce[S any] struct {
 	r *Runner[S]
-	// outs are the outputs taken since the last emit, in fold order.
+	// outs are the outputs taken since the last emit, in fold order, and
+	// from the partitions whose folds and ticks made them.
 	outs []Output
+	from []store.TopicPartition
 	// lastEmitted is how many outs the last emit had: the next buffer
 	// starts that large (Emit may keep the slice it was given, so it is
 	// not reused; growing a fresh one output by output cost ~6% of the
 	// CPU of a 10,000-record poll).
 	lastEmitted int
+	// inflight is StartEmit's call in flight, if any.
+	inflight *emitCall
 }
+
+// emitCall is a StartEmit call in flight: its wait, and the partitions
+// whose outputs it carries.
+type emitCall struct {
+	wait func() error
+	from []store.TopicPartition
+}
+
+// emitFailure is a failed emit: the error, and the partitions whose
+// outputs are lost with it, which the runner fails.
+type emitFailure struct {
+	err  error
+	from []store.TopicPartition
+}
+
+func (e *emitFailure) Error() string { return e.err.Error() }
+func (e *emitFailure) Unwrap() error { return e.err }
+
+// errEmitInFlight: a write or commit was asked for with an emit in
+// flight, which the runner never does (see atLeastOnce's invariant).
+var errEmitInFlight = errors.New("engine: internal error: a snapshot write or commit with outputs in flight")
 
 func (m *atLeastOnce[S]) persistInterval() time.Duration { return m.r.e.cfg.PersistInterval }
 
-func (m *atLeastOnce[S]) folded(_ *flow[S], outs []Output) bool {
-	m.take(outs)
+func (m *atLeastOnce[S]) folded(f *flow[S], outs []Output) bool {
+	m.take(f, outs)
 	return false
 }
 
-func (m *atLeastOnce[S]) ticked(_ *flow[S], outs []Output) { m.take(outs) }
+func (m *atLeastOnce[S]) ticked(f *flow[S], outs []Output) { m.take(f, outs) }
 
-func (m *atLeastOnce[S]) take(outs []Output) {
-	if m.outs == nil && len(outs) > 0 {
+func (m *atLeastOnce[S]) take(f *flow[S], outs []Output) {
+	if len(outs) == 0 {
+		return
+	}
+	if m.outs == nil {
 		m.outs = make([]Output, 0, max(m.lastEmitted, len(outs)))
 	}
 	m.outs = append(m.outs, outs...)
+	// A poll's records come in runs of one partition: the last one is
+	// almost always f's.
+	if n := len(m.from); n == 0 || m.from[n-1] != f.tp && !slices.Contains(m.from, f.tp) {
+		m.from = append(m.from, f.tp)
+	}
 }
 
+// emit waits for the call in flight, then hands over the outputs taken
+// since the last emit: to Emit, which returns once they are delivered,
+// or to StartEmit, whose call stays in flight until the next await. A
+// failure is an *emitFailure.
 func (m *atLeastOnce[S]) emit(ctx context.Context) error {
-	outs := m.outs
-	m.outs = nil
+	if err := m.await(); err != nil {
+		return err
+	}
+	outs, from := m.outs, m.from
+	m.outs, m.from = nil, nil
 	if len(outs) > 0 {
 		m.lastEmitted = len(outs)
 	}
-	if len(outs) == 0 || m.r.e.cfg.Emit == nil {
-		return nil
+	cfg := &m.r.e.cfg
+	switch {
+	case len(outs) == 0:
+	case cfg.StartEmit != nil:
+		m.inflight = &emitCall{wait: cfg.StartEmit(ctx, outs), from: from}
+	case cfg.Emit != nil:
+		if err := cfg.Emit(ctx, outs); err != nil {
+			return &emitFailure{err: err, from: from}
+		}
 	}
-	return m.r.e.cfg.Emit(ctx, outs)
+	return nil
 }
 
-func (m *atLeastOnce[S]) persist(ctx context.Context, f *flow[S]) error { return m.flush(ctx, f) }
+// await waits for the StartEmit call in flight, if any. If it failed,
+// the outputs taken since go too, and the failure names the partitions
+// of both: their folds changed states that the lost outputs came from.
+func (m *atLeastOnce[S]) await() error {
+	c := m.inflight
+	if c == nil {
+		return nil
+	}
+	m.inflight = nil
+	if c.wait == nil {
+		return nil
+	}
+	err := c.wait()
+	if err == nil {
+		return nil
+	}
+	from := c.from
+	for _, tp := range m.from {
+		if !slices.Contains(from, tp) {
+			from = append(from, tp)
+		}
+	}
+	m.outs, m.from = nil, nil
+	return &emitFailure{err: err, from: from}
+}
+
+func (m *atLeastOnce[S]) emitting() bool { return m.inflight != nil }
+
+func (m *atLeastOnce[S]) persist(ctx context.Context, f *flow[S]) error {
+	if m.emitting() {
+		return errEmitInFlight
+	}
+	return m.flush(ctx, f)
+}
 
 // holdsTombstones reports whether tombstones wait for a commit: on a
 // Transactional store, where a batch can carry them with the offset.
@@ -72,6 +161,9 @@ func (m *atLeastOnce[S]) holdsTombstones() bool { return m.r.e.cfg.Store.Mode() 
 // (StartCommit). Writes already in flight from an earlier persist are
 // behind it too.
 func (m *atLeastOnce[S]) commit(ctx context.Context, f *flow[S]) error {
+	if m.emitting() {
+		return errEmitInFlight
+	}
 	if !f.core.Dirty() && f.core.Committable() <= f.part.CommittedOffset() && len(f.inflight) == 0 {
 		return nil
 	}

@@ -18,7 +18,7 @@ import (
 )
 
 // DefaultDeliveryTimeout is KafkaEmitterConfig.DeliveryTimeout's default.
-// Emit runs on the engine's poll loop, so it must not block for longer
+// Emit (StartEmit's wait) runs on the engine's poll loop, so it must not block for longer
 // than a rebalance may wait for the loop (franz-go's default rebalance
 // timeout is 60 s); Kafka's own delivery.timeout.ms is 2 min, for
 // producers that do not hold a group up.
@@ -68,14 +68,17 @@ type KafkaEmitterConfig struct {
 }
 
 // KafkaEmitter is the built-in at-least-once output: an idempotent
-// franz-go producer whose Emit is a Config.Emit. Each output goes to its
+// franz-go producer whose Emit is a Config.Emit and whose StartEmit is a
+// Config.StartEmit (the faster of the two: the engine folds the next poll
+// while a poll's outputs are on their way). Each output goes to its
 // Topic, with its key, value and headers, to the partition that Kafka's
 // default partitioner gives its key (store.OutputPartition): the same
 // partition an exactly-once batch, or a Java producer, would write it to,
 // so a keyed downstream sees one key's outputs in order.
 //
-// Emit returns once every output is acknowledged by all in-sync replicas,
-// or with an error, which makes the engine replay the batch: outputs are
+// Emit (StartEmit's wait) returns once every output is acknowledged by
+// all in-sync replicas, or with an error, which makes the engine replay
+// the batch: outputs are
 // at least once. Before the first output to a topic it checks the topic
 // (one Metadata request, then the partition count is cached; a topic that
 // later grows partitions keeps its old count, as exactly-once batches do):
@@ -164,28 +167,38 @@ func NewKafkaEmitter(cfg KafkaEmitterConfig) (*KafkaEmitter, error) {
 }
 
 // Emit produces outs and returns once each is delivered; it is a
-// Config.Emit. An output without a topic fails the call before anything is
-// sent (store.ErrInvalidOutput), and so does a topic that does not exist
-// (without CreateTopics: a *store.ConfigError naming it) or cannot be
-// described. Otherwise every output is sent, and the error, if any, is an
-// *EmitError.
+// Config.Emit, and StartEmit's two halves in one call. An output without
+// a topic fails the call before anything is sent (store.ErrInvalidOutput),
+// and so does a topic that does not exist (without CreateTopics: a
+// *store.ConfigError naming it) or cannot be described. Otherwise every
+// output is sent, and the error, if any, is an *EmitError.
 func (em *KafkaEmitter) Emit(ctx context.Context, outs []Output) error {
+	return em.StartEmit(ctx, outs)()
+}
+
+// StartEmit starts producing outs and returns wait, which returns once
+// each is delivered, with Emit's errors; it is a Config.StartEmit. The
+// topics are checked before it returns (a new topic's first output
+// waits for one Metadata request); the records are then on their way.
+// Call wait once.
+func (em *KafkaEmitter) StartEmit(ctx context.Context, outs []Output) (wait func() error) {
 	if len(outs) == 0 {
-		return nil
+		return func() error { return nil }
 	}
 	em.mu.Lock()
 	closed := em.closed
 	em.mu.Unlock()
 	if closed {
-		return ErrEmitterClosed
+		return func() error { return ErrEmitterClosed }
 	}
 	counts, err := em.topicPartitions(ctx, outs)
 	if err != nil {
-		return err
+		return func() error { return err }
 	}
-	recs := make([]*kgo.Record, len(outs))
 	slab := make([]kgo.Record, len(outs)) // one allocation, not one an output
 	last, n := "", 0
+	d := &delivery{em: em, total: len(outs)}
+	d.wg.Add(len(outs))
 	for i, o := range outs {
 		if o.Topic != last {
 			last, n = o.Topic, counts[o.Topic]
@@ -200,29 +213,53 @@ func (em *KafkaEmitter) Emit(ctx context.Context, outs []Output) error {
 				r.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 			}
 		}
-		recs[i] = r
 	}
-	var first *EmitError
-	failed := 0
-	for _, res := range em.cl.ProduceSync(ctx, recs...) {
-		if res.Err == nil {
-			continue
-		}
-		failed++
-		if errors.Is(res.Err, kerr.UnknownTopicOrPartition) {
-			// Deleted since it was checked: check it again next time.
-			em.forget(res.Record.Topic)
-		}
-		if first == nil {
-			first = &EmitError{Topic: res.Record.Topic, Partition: res.Record.Partition, Key: res.Record.Key,
-				Err: produceError(res.Record.Topic, res.Err)}
-		}
+	done := d.done // one closure for every record
+	for i := range slab {
+		em.cl.Produce(ctx, &slab[i], done)
 	}
-	if first != nil {
-		first.Failed, first.Total = failed, len(outs)
-		return first
+	return d.wait
+}
+
+// delivery is a StartEmit call's records on their way.
+type delivery struct {
+	em    *KafkaEmitter
+	total int
+	wg    sync.WaitGroup
+
+	mu     sync.Mutex
+	failed int
+	first  *EmitError
+}
+
+// done is each record's promise (franz-go calls it once per record).
+func (d *delivery) done(r *kgo.Record, err error) {
+	defer d.wg.Done()
+	if err == nil {
+		return
 	}
-	return nil
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		// Deleted since it was checked: check it again next time.
+		d.em.forget(r.Topic)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.failed++
+	if d.first == nil {
+		d.first = &EmitError{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Err: produceError(r.Topic, err)}
+	}
+}
+
+// wait returns once every record is delivered or failed.
+func (d *delivery) wait() error {
+	d.wg.Wait()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.first == nil {
+		return nil
+	}
+	d.first.Failed, d.first.Total = d.failed, d.total
+	return d.first
 }
 
 // produceError is err, or a *store.ConfigError wrapping it when it is a

@@ -337,9 +337,19 @@ func TestKafkaEmitterRefusesAndCloses(t *testing.T) {
 	})
 }
 
-// The emitter as an engine's Config.Emit: every balance change reaches the
-// output topic, in the partition of its key.
+// The emitter as an engine's Config.Emit, and as its StartEmit: every
+// balance change reaches the output topic, in the partition of its key.
 func TestKafkaEmitterAsTheEnginesEmit(t *testing.T) {
+	for _, start := range []bool{false, true} {
+		name := "Emit"
+		if start {
+			name = "StartEmit"
+		}
+		t.Run(name, func(t *testing.T) { testKafkaEmitterAsTheEnginesEmit(t, start) })
+	}
+}
+
+func testKafkaEmitterAsTheEnginesEmit(t *testing.T, start bool) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
 		em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.c.ListenAddrs(),
@@ -348,7 +358,13 @@ func TestKafkaEmitterAsTheEnginesEmit(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer em.Close()
-		r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Emit = em.Emit }), protocols["classic-cooperative"])
+		r := w.runner(w.engineWith(func(c *engine.Config[int]) {
+			if start {
+				c.StartEmit = em.StartEmit
+			} else {
+				c.Emit = em.Emit
+			}
+		}), protocols["classic-cooperative"])
 		defer r.Close(context.Background())
 		w.produce("alice=10", "bob=5", "alice=-3", "carol=7", "bob=1")
 		w.drain(r)

@@ -82,7 +82,7 @@ type Record struct {
 	Headers   []store.Header
 }
 
-// Output is a record the fold asks to emit: to Config.Emit, or under
+// Output is a record the fold asks to emit: to Config.Emit (or StartEmit), or under
 // Config.ExactlyOnce into the partition's transactions.
 type Output struct {
 	Topic   string
@@ -209,9 +209,28 @@ type Config[S any] struct {
 	CommitInterval time.Duration
 	// NoFlushOnRevoke skips the flush and commit on revoke (default: flush).
 	NoFlushOnRevoke bool
-	// Emit receives each poll's outputs, at least once; nil drops them.
-	// It is not called under ExactlyOnce.
+	// Emit receives each poll's outputs, at least once, and returns once
+	// they are delivered; the poll loop waits for it. Nil (and a nil
+	// StartEmit) drops them. It is not called under ExactlyOnce.
 	Emit func(ctx context.Context, outs []Output) error
+	// StartEmit is Emit in two halves, so that a poll's outputs are on
+	// their way while the next poll is folded: it starts the delivery of
+	// outs and returns wait, which returns nil once every output is
+	// delivered, or the error of one that was not. A nil wait means
+	// delivered. KafkaEmitter.StartEmit is one. Set Emit or StartEmit,
+	// not both. It is not called under ExactlyOnce.
+	//
+	// At most one call is in flight. The engine calls wait exactly once,
+	// on the poll loop, before it starts the next call and before any
+	// snapshot write, offset commit, tick or revoke: nothing durable ever
+	// covers an output not yet delivered, so a crash loses no output that
+	// a replay would not make again. A failed wait fails the partitions
+	// whose outputs the call, or the outputs folded since, carried, as a
+	// failed Emit does: they restart from their committed state. On a
+	// Runner stepped by hand, the outputs of the last Step may still be in
+	// flight when it returns; the next Step, FlushAll, Persist or Close
+	// waits for them.
+	StartEmit func(ctx context.Context, outs []Output) (wait func() error)
 	// ExactlyOnce (off by default) produces the outputs of every fold and
 	// tick with the partition's transactional producer, in the
 	// transaction that also carries the snapshots of the keys the batch
@@ -292,7 +311,8 @@ type Config[S any] struct {
 	Poison PoisonPolicy
 	// DeadLetterTopic is where DeadLetterPoison sends poison records;
 	// required with it, and only with it. Outside ExactlyOnce dead
-	// letters go out through Emit, which is then required too.
+	// letters go out through Emit or StartEmit, one of which is then
+	// required too.
 	DeadLetterTopic string
 	// Logger; default discards.
 	Logger *slog.Logger
@@ -393,9 +413,11 @@ func (cfg *Config[S]) check() error {
 	case cfg.Poison != DeadLetterPoison && cfg.DeadLetterTopic != "":
 		return bad("DeadLetterTopic", fmt.Sprintf("is set but Poison is %v, so nothing is sent to it", cfg.Poison),
 			"set Poison to DeadLetterPoison, or leave DeadLetterTopic empty")
-	case cfg.Poison == DeadLetterPoison && !cfg.ExactlyOnce && cfg.Emit == nil:
+	case cfg.Emit != nil && cfg.StartEmit != nil:
+		return bad("Emit and StartEmit", "are both set", "set one of them (StartEmit: the next poll is folded while the outputs are on their way)")
+	case cfg.Poison == DeadLetterPoison && !cfg.ExactlyOnce && cfg.Emit == nil && cfg.StartEmit == nil:
 		return bad("Emit", "is nil under DeadLetterPoison without ExactlyOnce, so dead letters have no way out",
-			"set Emit (engine.NewKafkaEmitter), or ExactlyOnce")
+			"set Emit or StartEmit (engine.NewKafkaEmitter), or ExactlyOnce")
 	}
 	for _, d := range []struct {
 		field string

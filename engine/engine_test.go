@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -228,6 +229,139 @@ func TestFailedEmitCommitsNothingItsOutputsCovered(t *testing.T) {
 	w.drain(r2)
 	if !slices.Contains(emitted, "alice=10") {
 		t.Fatalf("outputs emitted after the restart: %v, want alice=10", emitted)
+	}
+	w.check(r2)
+}
+
+// StartEmit's outputs are in flight while the next poll is folded, and
+// nothing durable passes them: no snapshot is written and no offset
+// committed between a call's start and its wait, which the engine calls
+// once per call, before the next call starts.
+func TestStartEmitIsAwaitedBeforeAnythingDurable(t *testing.T) {
+	w := newSimWorld(t)
+	var log []string
+	inFlight := false
+	durable := func() string {
+		var s []string
+		for p := range int32(2) {
+			_, _, hw, _ := w.c.Offsets(store.TopicPartition{Topic: "accounts-snapshots", Partition: p})
+			off, _ := w.c.CommittedOffset("bank", store.TopicPartition{Topic: "accounts", Partition: p})
+			s = append(s, fmt.Sprintf("%d/%d", hw, off))
+		}
+		return strings.Join(s, " ")
+	}
+	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store,
+		PersistInterval: time.Second, CommitInterval: time.Second,
+		StartEmit: func(_ context.Context, outs []engine.Output) func() error {
+			if inFlight {
+				t.Errorf("a call started with another in flight")
+			}
+			inFlight = true
+			at := durable()
+			var vs []string
+			for _, o := range outs {
+				vs = append(vs, string(o.Key)+"="+string(o.Value))
+			}
+			return func() error {
+				if !inFlight {
+					t.Errorf("a wait called twice")
+				}
+				inFlight = false
+				if now := durable(); now != at {
+					t.Errorf("snapshot ends/committed offsets went from %s to %s with outputs %v in flight", at, now, vs)
+				}
+				log = append(log, vs...)
+				return nil
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	r := w.runner(e)
+	if err := r.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		w.produce(fmt.Sprintf("alice=+%d", i+1), fmt.Sprintf("bob=+%d", i+1))
+		if err := r.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w.c.Advance(600 * time.Millisecond) // a persist or commit due every other step
+	}
+	if !inFlight {
+		t.Errorf("no outputs in flight after a step: StartEmit was waited for at once")
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if inFlight {
+		t.Errorf("Close left outputs in flight")
+	}
+	if !slices.Contains(log, "alice=21") || !slices.Contains(log, "bob=21") {
+		t.Errorf("delivered %v, want the last balances alice=21 and bob=21", log)
+	}
+	if !w.caughtUp() {
+		t.Error("the leave did not commit to the end of the input")
+	}
+}
+
+// A failed StartEmit wait fails the partitions whose outputs it carried
+// and those folded since: nothing is committed over them, and after a
+// restart the records are folded and emitted again.
+func TestFailedStartEmitCommitsNothingItsOutputsCovered(t *testing.T) {
+	w := newSimWorld(t)
+	var emitted []string
+	fail := true
+	newEngine := func() *engine.Engine[int] {
+		e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store,
+			PersistInterval: time.Second, CommitInterval: time.Second,
+			StartEmit: func(ctx context.Context, outs []engine.Output) func() error {
+				return func() error {
+					if fail {
+						return errors.New("output topic unavailable")
+					}
+					for _, o := range outs {
+						emitted = append(emitted, string(o.Key)+"="+string(o.Value))
+					}
+					return nil
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		return e
+	}
+	ctx := context.Background()
+	r1 := w.runner(newEngine())
+	if err := r1.Step(ctx); err != nil { // join and assignment
+		t.Fatal(err)
+	}
+	w.produce("alice=+10")
+	if err := r1.Step(ctx); err != nil { // its outputs in flight
+		t.Fatal(err)
+	}
+	w.produce("bob=+3")          // the other partition: no output in the failed call
+	w.c.Advance(2 * time.Second) // a commit due
+	if err := r1.Step(ctx); err == nil || !strings.Contains(err.Error(), "output topic unavailable") {
+		t.Fatalf("step after a failing StartEmit: %v", err)
+	}
+	if err := r1.Close(ctx); err != nil { // what Run does on a Step error
+		t.Fatal(err)
+	}
+	for p := range int32(2) {
+		tp := store.TopicPartition{Topic: "accounts", Partition: p}
+		if off, ok := w.c.CommittedOffset("bank", tp); ok && off > 0 {
+			t.Fatalf("%s: offset %d committed over outputs that were never emitted", tp, off)
+		}
+	}
+	fail = false
+	r2 := w.runner(newEngine())
+	w.drain(r2)
+	if !slices.Contains(emitted, "alice=10") || !slices.Contains(emitted, "bob=3") {
+		t.Fatalf("outputs emitted after the restart: %v, want alice=10 and bob=3", emitted)
 	}
 	w.check(r2)
 }

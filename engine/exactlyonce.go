@@ -41,6 +41,8 @@ func (m *exactlyOnce[S]) ticked(f *flow[S], outs []Output) {
 // emit: the outputs leave with their batch's transaction only.
 func (m *exactlyOnce[S]) emit(context.Context) error { return nil }
 
+func (m *exactlyOnce[S]) await() error { return nil }
+
 // persist: snapshots are written with their batch only, so it commits the
 // open batch.
 func (m *exactlyOnce[S]) persist(ctx context.Context, f *flow[S]) error { return m.commit(ctx, f) }

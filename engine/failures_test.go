@@ -320,6 +320,10 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{"DeadLetterTopic", func(c *engine.Config[int]) { c.Poison = engine.DeadLetterPoison }},
 		{"DeadLetterTopic", func(c *engine.Config[int]) { c.DeadLetterTopic = "dead" }},
 		{"Emit", func(c *engine.Config[int]) { c.Poison, c.DeadLetterTopic = engine.DeadLetterPoison, "dead" }},
+		{"Emit and StartEmit", func(c *engine.Config[int]) {
+			c.Emit = func(context.Context, []engine.Output) error { return nil }
+			c.StartEmit = func(context.Context, []engine.Output) func() error { return nil }
+		}},
 		{"CommitInterval", func(c *engine.Config[int]) { c.CommitInterval = -time.Second }},
 		{"HotKeys", func(c *engine.Config[int]) { c.HotKeys = -1 }},
 	} {

@@ -18,8 +18,11 @@ type outputMode[S any] interface {
 	// ticked takes a tick's outputs.
 	ticked(f *flow[S], outs []Output)
 	// emit hands over the outputs taken since the last emit, if the mode
-	// emits them outside the store.
+	// emits them outside the store; a failure is an *emitFailure.
 	emit(ctx context.Context) error
+	// await waits for the outputs emit left in flight, if any; a failure
+	// is an *emitFailure.
+	await() error
 	// persist writes f's dirty keys without advancing the committed
 	// offset.
 	persist(ctx context.Context, f *flow[S]) error

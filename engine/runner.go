@@ -216,11 +216,45 @@ func (r *Runner[S]) step(ctx context.Context) error {
 		return err // no flush with a dead context; the revoke flushes
 	}
 	r.reapAll(ctx)
+	if r.sched.timersDue(r.src.Now()) {
+		// A tick, persist or commit: the outputs in flight first.
+		if err := r.awaitEmit(ctx); err != nil {
+			return err
+		}
+	}
 	r.do(ctx, r.sched.timers(r.src.Now()))
 	if r.standby != nil {
 		r.standby.round(ctx)
 	}
 	return pollErr
+}
+
+// awaitEmit waits for the outputs in flight (Config.StartEmit), if any.
+// Call it before anything that writes a snapshot or commits an offset,
+// before the actions that do it are computed: a failure fails partitions
+// (emitFailed).
+func (r *Runner[S]) awaitEmit(ctx context.Context) error {
+	if err := r.mode.await(); err != nil {
+		return r.emitFailed(ctx, err)
+	}
+	return nil
+}
+
+// emitFailed fails the partitions whose outputs were lost (an
+// *emitFailure's), and returns the error as the user sees it. The outputs
+// are lost with the folds that made them: their flows stop, so nothing
+// commits past them, and restart from the committed state, which replays
+// the records.
+func (r *Runner[S]) emitFailed(ctx context.Context, err error) error {
+	var from []store.TopicPartition
+	if ef, ok := err.(*emitFailure); ok {
+		err, from = ef.err, ef.from
+	}
+	err = fmt.Errorf("engine: emitting outputs: %w", err)
+	for _, tp := range from {
+		r.do(ctx, r.sched.failed(tp, causeEmit, err, r.src.Now()))
+	}
+	return err
 }
 
 // fold folds a poll's records, run by run (a poll's records come in runs
@@ -232,16 +266,7 @@ func (r *Runner[S]) fold(ctx context.Context, recs []Record) error {
 		i += n
 	}
 	if err := r.mode.emit(ctx); err != nil {
-		// The outputs are lost with the folds that made them: their
-		// flows stop, so nothing commits past them, and restart from
-		// the committed state, which replays the records.
-		err = fmt.Errorf("engine: emitting outputs: %w", err)
-		for i := 0; i < len(recs); {
-			n := runLength(recs[i:])
-			r.do(ctx, r.sched.failed(recordTP(&recs[i]), causeEmit, err, r.src.Now()))
-			i += n
-		}
-		return err
+		return r.emitFailed(ctx, err)
 	}
 	return nil
 }
@@ -286,6 +311,12 @@ func (r *Runner[S]) foldRun(ctx context.Context, run []Record) {
 // record and stopped, and the runner ends with the error.
 func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *core.FoldError) bool {
 	fe := (*FoldError)(cfe)
+	// The policy may stop f, which commits first: the outputs in flight
+	// before that. A failure may have stopped f itself.
+	_ = r.awaitEmit(ctx)
+	if cur, ok := r.sched.flow(f.tp); !ok || cur != f {
+		return false
+	}
 	skip, acts := r.sched.poisoned(f.tp, fe)
 	if !skip {
 		r.e.cfg.Metrics.poisoned(f.tp, "stopped")
@@ -463,9 +494,13 @@ func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
 			r.mode.ticked(f, r.deadLetters(nil, fe))
 		}
 	}
+	// Delivered before the persist or commit that may follow in the
+	// same round of timers.
 	if err := r.mode.emit(ctx); err != nil {
-		r.errs = append(r.errs, fmt.Errorf("engine: emitting tick outputs: %w", err))
+		_ = r.emitFailed(ctx, err)
+		return
 	}
+	_ = r.awaitEmit(ctx)
 }
 
 // flushOnRevoke flushes and commits a revoked flow. A fence here is logged
@@ -715,6 +750,7 @@ func (h rebalanceHandler[S]) callback(ctx context.Context, input func() []action
 	<-h.r.ready
 	h.r.mu.Lock()
 	defer h.r.mu.Unlock()
+	_ = h.r.awaitEmit(ctx) // before a revoke's flush; its failure is in Errors
 	h.r.do(ctx, input())
 }
 
@@ -749,6 +785,7 @@ func (r *Runner[S]) FlushAll(ctx context.Context) {
 	defer r.mu.Unlock()
 	// What is in flight first: a key changed while its write was in
 	// flight is dirty again only once that write has ended.
+	_ = r.awaitEmit(ctx)
 	r.drainAll(ctx)
 	r.commitAll(ctx)
 	r.drainAll(ctx)
@@ -764,7 +801,8 @@ func (r *Runner[S]) FlushAll(ctx context.Context) {
 func (r *Runner[S]) Persist(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.drainAll(ctx) // as FlushAll
+	_ = r.awaitEmit(ctx) // as FlushAll
+	r.drainAll(ctx)
 	r.do(ctx, []action[*flow[S]]{{kind: actPersist}})
 	r.drainAll(ctx)
 }
@@ -775,6 +813,7 @@ func (r *Runner[S]) Close(ctx context.Context) error {
 	err := r.src.Close(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	_ = r.awaitEmit(ctx)
 	r.do(ctx, r.sched.closing())
 	if r.standby != nil {
 		r.standby.close()

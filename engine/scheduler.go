@@ -448,6 +448,13 @@ func (s *scheduler[F]) end(p *partition[F], k class, err error, commit bool) []a
 	return []action[F]{{kind: actStop, tp: p.tp, flow: f, err: err, class: k, fatal: true, commit: commit, first: first}}
 }
 
+// timersDue reports whether timers(now) would fire any.
+func (s *scheduler[F]) timersDue(now time.Time) bool {
+	return s.cfg.tickInterval > 0 && now.Sub(s.lastTick) >= s.cfg.tickInterval ||
+		s.cfg.persistInterval > 0 && now.Sub(s.lastPersist) >= s.cfg.persistInterval ||
+		now.Sub(s.lastCommit) >= s.cfg.commitInterval
+}
+
 // timers: the poll's records are folded; the timers that are due fire, in
 // the order tick, persist, commit. A persist due with a commit is left to
 // the commit, which writes every dirty key too, in the transaction of its
