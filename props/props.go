@@ -131,9 +131,12 @@ type Stats struct {
 	// still had started calls in flight (sim.Cluster.CallsInFlight): the
 	// checks that ran while writes were on their way.
 	StepsInFlight int
+	// StepsOutputsInFlight counts the steps after which a member had
+	// outputs in flight (world.Config.PipelinedEmits).
+	StepsOutputsInFlight int
 }
 
-func (s *Stats) add(steps []world.Step, ops []history.Op, inFlight int) {
+func (s *Stats) add(steps []world.Step, ops []history.Op, inFlight, outputsInFlight int) {
 	if s == nil {
 		return
 	}
@@ -144,6 +147,7 @@ func (s *Stats) add(steps []world.Step, ops []history.Op, inFlight int) {
 	}
 	s.Scenarios++
 	s.StepsInFlight += inFlight
+	s.StepsOutputsInFlight += outputsInFlight
 	for _, st := range steps {
 		s.Steps[st.Kind]++
 	}
@@ -223,7 +227,7 @@ func PropertyOf(cfgs []world.Config, stats *Stats) func(*rapid.T) {
 		defer w.Close()
 		gen := StepGen(w.Config())
 		var steps []world.Step
-		inFlight := 0
+		inFlight, outputsInFlight := 0, 0
 		fail := func(vs []world.Violation) {
 			t.Fatalf("%s\n%s\n%d steps:\n%s", vs[0], describe(w.Config()), len(steps), world.Trace(steps))
 		}
@@ -237,10 +241,13 @@ func PropertyOf(cfgs []world.Config, stats *Stats) func(*rapid.T) {
 				if w.Cluster().CallsInFlight() > 0 {
 					inFlight++
 				}
+				if w.OutputsInFlight() > 0 {
+					outputsInFlight++
+				}
 			},
 		})
 		vs := w.Quiesce()
-		stats.add(steps, w.Recorder().Ops(), inFlight)
+		stats.add(steps, w.Recorder().Ops(), inFlight, outputsInFlight)
 		if len(vs) > 0 {
 			fail(vs)
 		}
@@ -254,7 +261,8 @@ func describe(cfg world.Config) string {
 		on   bool
 		name string
 	}{{cfg.ExactlyOnce, "exactly-once"}, {cfg.ProduceOutputs, "outputs produced"}, {cfg.WarmRestarts, "warm restarts"},
-		{cfg.WriteLatency > 0, fmt.Sprintf("writes in flight for %v", cfg.WriteLatency)}, {cfg.CachedIdentity, "identity cached"}, {cfg.LSOBoundRecovery, "recovery bound by the LSO"}, {cfg.TrustCheckpoints, "checkpoints trusted"}, {cfg.TombstonesAheadOfCommit, "tombstones ahead of the commit"}, {cfg.CommitAheadOfWrites, "commits ahead of the writes"}} {
+		{cfg.WriteLatency > 0, fmt.Sprintf("writes in flight for %v", cfg.WriteLatency)}, {cfg.CachedIdentity, "identity cached"}, {cfg.LSOBoundRecovery, "recovery bound by the LSO"}, {cfg.TrustCheckpoints, "checkpoints trusted"}, {cfg.TombstonesAheadOfCommit, "tombstones ahead of the commit"}, {cfg.CommitAheadOfWrites, "commits ahead of the writes"},
+		{cfg.PipelinedEmits, "outputs in flight"}, {cfg.EmitsAckedEarly, "outputs acked early"}} {
 		if f.on {
 			out += ", " + f.name
 		}

@@ -24,7 +24,8 @@
 // snapshots (invariant 9).
 //
 // The variants in Config (CachedIdentity, LSOBoundRecovery,
-// TrustCheckpoints, TombstonesAheadOfCommit) are broken designs, there for the negative controls;
+// TrustCheckpoints, TombstonesAheadOfCommit, CommitAheadOfWrites,
+// EmitsAckedEarly) are broken designs, there for the negative controls;
 // this package is internal, so they are never user options.
 package world
 

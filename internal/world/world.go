@@ -72,6 +72,12 @@ type Config struct {
 	// the negative control, where invariant 8 does not hold. With neither,
 	// outputs are only counted (invariant 7).
 	ProduceOutputs bool
+	// PipelinedEmits, without ExactlyOnce, gives the engines a
+	// Config.StartEmit in place of Emit: a poll's outputs reach the
+	// checker (and, with ProduceOutputs, the output topic) only when the
+	// engine waits for them, so crashes, rebalances and fences land
+	// while they are in flight, and a member that crashes loses them.
+	PipelinedEmits bool
 
 	// CachedIdentity is a broken variant: the store binds the offset but
 	// reads the group identity once, at acquisition, as a design that
@@ -118,6 +124,12 @@ type Config struct {
 	// writes still in flight that it waits for, as a design that commits
 	// the folded offset without waiting for its snapshots would.
 	CommitAheadOfWrites bool
+	// EmitsAckedEarly is a broken variant for PipelinedEmits: a wait
+	// returns at once and the outputs of its call are delivered at the
+	// next one (or at a clean leave), as an engine that wrote and
+	// committed ahead of its outputs in flight would behave; a crash loses
+	// what it acked.
+	EmitsAckedEarly bool
 }
 
 // WithDefaults is cfg with its zero values replaced by the defaults.
@@ -228,6 +240,11 @@ type member struct {
 	// dir is the slot's cache directory under WarmRestarts ("" otherwise:
 	// a cache in memory, new with every process).
 	dir string
+	// acked are the outputs an EmitsAckedEarly wait acked but did not
+	// deliver; a new process starts without them (a crash loses them).
+	acked []engine.Output
+	// emitting counts the process's StartEmit calls not yet waited for.
+	emitting int
 }
 
 type foreignTxn struct {
@@ -490,13 +507,21 @@ func (w *World) start(m *member) {
 		// (invariant 9).
 		FullRecovery: !w.cfg.WarmRestarts, Dir: m.dir,
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
-		Emit: func(_ context.Context, outs []engine.Output) error {
-			w.checker.emitted(outs)
-			if w.cfg.ProduceOutputs {
-				return w.emitPlain(m, outs)
+		Emit: func(_ context.Context, outs []engine.Output) error { return w.deliver(m, outs) },
+	}
+	if w.cfg.PipelinedEmits {
+		ecfg.Emit, ecfg.StartEmit = nil, func(_ context.Context, outs []engine.Output) func() error {
+			m.emitting++
+			if !w.cfg.EmitsAckedEarly {
+				return func() error { m.emitting--; return w.deliver(m, outs) }
 			}
-			return nil
-		},
+			return func() error {
+				m.emitting--
+				late := m.acked
+				m.acked = outs
+				return w.deliver(m, late)
+			}
+		}
 	}
 	if w.cfg.WriteLatency > 0 {
 		ecfg.FlushBatch = w.cfg.MaxWritesPerTransaction
@@ -517,7 +542,29 @@ func (w *World) start(m *member) {
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.recovered = map[int32]error{}
-	m.eng, m.r, m.src, m.state = eng, r, r.Source().(*simsource.Source), running
+	m.eng, m.r, m.src, m.state, m.acked, m.emitting = eng, r, r.Source().(*simsource.Source), running, nil, 0
+}
+
+// OutputsInFlight counts the running members with outputs in flight
+// (PipelinedEmits: a StartEmit call not yet waited for).
+func (w *World) OutputsInFlight() int {
+	n := 0
+	for _, m := range w.members {
+		if m.state == running && m.emitting > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// deliver hands m's outputs to the checker and, with ProduceOutputs, to
+// the output topic.
+func (w *World) deliver(m *member, outs []engine.Output) error {
+	w.checker.emitted(outs)
+	if w.cfg.ProduceOutputs {
+		return w.emitPlain(m, outs)
+	}
+	return nil
 }
 
 // emitPlain is at-least-once output: a plain producer appends m's
@@ -615,6 +662,12 @@ func (w *World) leave(m *member) {
 	w.stop(m)
 	_ = m.r.Close(context.Background())
 	_ = m.eng.Close()
+	if len(m.acked) > 0 {
+		// EmitsAckedEarly: a clean leave delivers what was acked, so that
+		// only a crash loses outputs.
+		_ = w.deliver(m, m.acked)
+		m.acked = nil
+	}
 	m.state = absent
 }
 
@@ -814,6 +867,13 @@ func (w *World) Quiesce() []Violation {
 	const rounds = 200
 	for round := 0; round < rounds; round++ {
 		if w.caughtUp() {
+			for _, m := range w.members {
+				if m.state == running && len(m.acked) > 0 {
+					// EmitsAckedEarly: a live process delivers them yet.
+					_ = w.deliver(m, m.acked)
+					m.acked = nil
+				}
+			}
 			w.finalRead()
 			if w.cfg.outputs() {
 				w.readOutputs(false)
