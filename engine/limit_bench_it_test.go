@@ -27,7 +27,8 @@ package engine_test
 //     engine's interval), polling no longer than until the next commit is
 //     due, as the engine's runner does.
 //   - at-least-once: engine.Run with store/kafka Transactional (snapshots)
-//     and an engine.KafkaEmitter as Emit; PersistInterval and
+//     and an engine.KafkaEmitter's StartEmit (a poll's outputs in flight
+//     while the next one is folded); PersistInterval and
 //     CommitInterval -limit.commit (0: the engine's defaults,
 //     DefaultPersistInterval and DefaultCommitInterval, 1 min each).
 //   - exactly-once: engine.Run with Config.ExactlyOnce at its default
@@ -58,7 +59,8 @@ package engine_test
 //     /proc/PID/stat, when `it/kafka/broker run` gave its process id
 //     (SNAPFENCE_KAFKA_PID); every op has the broker to itself;
 //   - emit-s: the time spent waiting for the outputs' acks (the limit's
-//     ProduceSync calls, the engine's Emit calls; 0 under exactly-once,
+//     ProduceSync calls, the engine's StartEmit calls and their waits,
+//     the loop's time on outputs; 0 under exactly-once,
 //     whose outputs go into its transactions);
 //   - engine variants: txns/1M, the store.Observer's TransactionEvents
 //     finished during the measured part, per 1M inputs; snapshots/1M, the
@@ -668,13 +670,18 @@ func (lr *limitRun) startEngine(eos bool) func() error {
 			_ = backend.Close()
 			b.Fatal(err)
 		}
-		cfg.Emit = func(ctx context.Context, outs []engine.Output) error {
+		cfg.StartEmit = func(ctx context.Context, outs []engine.Output) func() error {
 			t0 := time.Now()
-			err := em.Emit(ctx, outs)
-			if lr.measuring.Load() {
-				lr.emitNs.Add(int64(time.Since(t0)))
+			wait := em.StartEmit(ctx, outs)
+			start := time.Since(t0)
+			return func() error {
+				t1 := time.Now()
+				err := wait()
+				if lr.measuring.Load() {
+					lr.emitNs.Add(int64(start + time.Since(t1)))
+				}
+				return err
 			}
-			return err
 		}
 		if *limitCommit > 0 {
 			cfg.PersistInterval, cfg.CommitInterval = *limitCommit, *limitCommit

@@ -220,9 +220,10 @@ func runEngine(ctx context.Context, seeds []string, cl *kgo.Client, out io.Write
 		PersistInterval: time.Second,
 		CommitInterval:  time.Second,
 		// Outputs are produced before the offsets that cover them are
-		// committed; a crash in between emits them again.
-		Emit:   emitter.Emit,
-		Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{ReplaceAttr: dropTime})),
+		// committed; a crash in between emits them again. StartEmit: the
+		// next poll is folded while a poll's outputs are on their way.
+		StartEmit: emitter.StartEmit,
+		Logger:    slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{ReplaceAttr: dropTime})),
 	})
 	if err != nil {
 		return 0, err

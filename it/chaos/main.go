@@ -296,7 +296,7 @@ func runMember(name string, seeds []string, topic, output, dir, mode, broken str
 		if err != nil {
 			return err
 		}
-		cfg.Emit = em.Emit
+		cfg.StartEmit = em.StartEmit
 	default:
 		return fmt.Errorf("member: -mode %q: eos or alo", mode)
 	}
