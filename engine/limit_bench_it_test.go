@@ -34,6 +34,9 @@ package engine_test
 //   - exactly-once: engine.Run with Config.ExactlyOnce at its default
 //     CommitInterval (DefaultExactlyOnceCommitInterval, 100 ms) and
 //     batch caps.
+//   - at-least-once-emit: at-least-once with the KafkaEmitter's Emit in
+//     place of StartEmit (the poll loop waits for each poll's acks), for
+//     the difference StartEmit makes, in the same run.
 //
 // Both engine variants cache in Pebble on disk (Dir), with the engine's
 // defaults otherwise (consumer, HotKeys, FlushBatch, the store's
@@ -110,7 +113,7 @@ import (
 )
 
 var (
-	limitRounds  = flag.Int("limit.rounds", 3, "BenchmarkLimit: rounds of the variants (limit, at-least-once, exactly-once), interleaved")
+	limitRounds  = flag.Int("limit.rounds", 3, "BenchmarkLimit: rounds of the variants (limit, at-least-once, exactly-once, at-least-once-emit), interleaved")
 	limitRecords = flag.Int("limit.records", 1_000_000, "BenchmarkLimit: input records in the backlog; smaller for a quick check")
 	limitCommit  = flag.Duration("limit.commit", time.Second, "BenchmarkLimit: the at-least-once engine's PersistInterval and CommitInterval, and the limit's commit interval; 0: the engine's defaults (1 min)")
 	limitCPU     = flag.String("limit.cpuprofile", "", "BenchmarkLimit: write a CPU profile of each op's measured part to this directory, as <variant>-<round>.pprof")
@@ -134,8 +137,9 @@ type limitVariant struct {
 
 var limitVariants = []limitVariant{
 	{"limit", (*limitRun).startLimit},
-	{"at-least-once", func(lr *limitRun) func() error { return lr.startEngine(false) }},
-	{"exactly-once", func(lr *limitRun) func() error { return lr.startEngine(true) }},
+	{"at-least-once", func(lr *limitRun) func() error { return lr.startEngine(false, false) }},
+	{"exactly-once", func(lr *limitRun) func() error { return lr.startEngine(true, false) }},
+	{"at-least-once-emit", func(lr *limitRun) func() error { return lr.startEngine(false, true) }},
 }
 
 func BenchmarkLimit(b *testing.B) {
@@ -646,9 +650,9 @@ func commitSync(ctx context.Context, cl *kgo.Client, topic string, offsets map[i
 	return cerr
 }
 
-// startEngine runs the engine, at least once or exactly once, until
-// stopped.
-func (lr *limitRun) startEngine(eos bool) func() error {
+// startEngine runs the engine, at least once (with StartEmit, or with
+// Emit: syncEmit) or exactly once, until stopped.
+func (lr *limitRun) startEngine(eos, syncEmit bool) func() error {
 	b := lr.b
 	backend, err := kafka.New(context.Background(), kafka.Config{Mode: store.Transactional, SeedBrokers: lr.brokers,
 		TransactionalIDPrefix: lr.txnPrefix, Observer: store.ObserverFunc(lr.observe)})
@@ -670,17 +674,28 @@ func (lr *limitRun) startEngine(eos bool) func() error {
 			_ = backend.Close()
 			b.Fatal(err)
 		}
-		cfg.StartEmit = func(ctx context.Context, outs []engine.Output) func() error {
-			t0 := time.Now()
-			wait := em.StartEmit(ctx, outs)
-			start := time.Since(t0)
-			return func() error {
-				t1 := time.Now()
-				err := wait()
+		if syncEmit {
+			cfg.Emit = func(ctx context.Context, outs []engine.Output) error {
+				t0 := time.Now()
+				err := em.Emit(ctx, outs)
 				if lr.measuring.Load() {
-					lr.emitNs.Add(int64(start + time.Since(t1)))
+					lr.emitNs.Add(int64(time.Since(t0)))
 				}
 				return err
+			}
+		} else {
+			cfg.StartEmit = func(ctx context.Context, outs []engine.Output) func() error {
+				t0 := time.Now()
+				wait := em.StartEmit(ctx, outs)
+				start := time.Since(t0)
+				return func() error {
+					t1 := time.Now()
+					err := wait()
+					if lr.measuring.Load() {
+						lr.emitNs.Add(int64(start + time.Since(t1)))
+					}
+					return err
+				}
 			}
 		}
 		if *limitCommit > 0 {
