@@ -34,8 +34,9 @@ type atLeastOnce[S any] struct {
 	// not reused; growing a fresh one output by output cost ~6% of the
 	// CPU of a 10,000-record poll).
 	lastEmitted int
-	// inflight is StartEmit's call in flight, if any.
-	inflight *emitCall
+	// inflight are StartEmit's calls in flight, oldest first; at most
+	// Config.MaxEmitsInFlight.
+	inflight []emitCall
 }
 
 // emitCall is a StartEmit call in flight: its wait, and the partitions
@@ -83,13 +84,15 @@ func (m *atLeastOnce[S]) take(f *flow[S], outs []Output) {
 	}
 }
 
-// emit waits for the call in flight, then hands over the outputs taken
-// since the last emit: to Emit, which returns once they are delivered,
-// or to StartEmit, whose call stays in flight until the next await. A
-// failure is an *emitFailure.
+// emit hands over the outputs taken since the last emit: to Emit, which
+// returns once they are delivered, or to StartEmit, whose call stays in
+// flight until an await (the oldest one first, if MaxEmitsInFlight are).
+// A failure is an *emitFailure.
 func (m *atLeastOnce[S]) emit(ctx context.Context) error {
-	if err := m.await(); err != nil {
-		return err
+	if len(m.inflight) >= m.r.e.cfg.MaxEmitsInFlight {
+		if err := m.awaitOldest(); err != nil {
+			return err
+		}
 	}
 	outs, from := m.outs, m.from
 	m.outs, m.from = nil, nil
@@ -100,7 +103,7 @@ func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 	switch {
 	case len(outs) == 0:
 	case cfg.StartEmit != nil:
-		m.inflight = &emitCall{wait: cfg.StartEmit(ctx, outs), from: from}
+		m.inflight = append(m.inflight, emitCall{wait: cfg.StartEmit(ctx, outs), from: from})
 	case cfg.Emit != nil:
 		if err := cfg.Emit(ctx, outs); err != nil {
 			return &emitFailure{err: err, from: from}
@@ -109,33 +112,54 @@ func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 	return nil
 }
 
-// await waits for the StartEmit call in flight, if any. If it failed,
-// the outputs taken since go too, and the failure names the partitions
-// of both: their folds changed states that the lost outputs came from.
+// await waits for every StartEmit call in flight, oldest first.
 func (m *atLeastOnce[S]) await() error {
-	c := m.inflight
-	if c == nil {
-		return nil
+	for len(m.inflight) > 0 {
+		if err := m.awaitOldest(); err != nil {
+			return err
+		}
 	}
-	m.inflight = nil
-	if c.wait == nil {
-		return nil
-	}
-	err := c.wait()
+	return nil
+}
+
+// awaitOldest waits for the oldest StartEmit call in flight. If it
+// failed, the later calls are waited for too and the outputs taken since
+// are dropped, and the failure names the partitions of all of them:
+// their folds changed states that the lost outputs came from.
+func (m *atLeastOnce[S]) awaitOldest() error {
+	c := m.inflight[0]
+	m.inflight[0] = emitCall{}
+	m.inflight = m.inflight[1:]
+	err := c.call()
 	if err == nil {
 		return nil
 	}
 	from := c.from
-	for _, tp := range m.from {
-		if !slices.Contains(from, tp) {
-			from = append(from, tp)
+	add := func(tps []store.TopicPartition) {
+		for _, tp := range tps {
+			if !slices.Contains(from, tp) {
+				from = append(from, tp)
+			}
 		}
 	}
-	m.outs, m.from = nil, nil
+	for _, later := range m.inflight {
+		_ = later.call() // lost with the first: replayed, or delivered twice
+		add(later.from)
+	}
+	add(m.from)
+	m.inflight, m.outs, m.from = nil, nil, nil
 	return &emitFailure{err: err, from: from}
 }
 
-func (m *atLeastOnce[S]) emitting() bool { return m.inflight != nil }
+// call calls c's wait (a nil wait: delivered).
+func (c emitCall) call() error {
+	if c.wait == nil {
+		return nil
+	}
+	return c.wait()
+}
+
+func (m *atLeastOnce[S]) emitting() bool { return len(m.inflight) > 0 }
 
 func (m *atLeastOnce[S]) persist(ctx context.Context, f *flow[S]) error {
 	if m.emitting() {

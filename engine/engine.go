@@ -121,6 +121,11 @@ const (
 	// transaction at the store's default cap (16384 writes), so that an
 	// at-least-once commit of that many dirty keys fits in one.
 	DefaultMaxWritesInFlight = 16 * DefaultFlushBatch
+	// DefaultMaxEmitsInFlight is MaxEmitsInFlight's default: four polls'
+	// outputs (40,000 at DefaultMaxPollRecords) fit in a franz-go
+	// producer's buffer (50,000 records by default), so starting one never
+	// waits for the buffer.
+	DefaultMaxEmitsInFlight = 4
 	// DefaultExactlyOnceCommitInterval is CommitInterval's default under
 	// ExactlyOnce, as Kafka Streams' commit.interval.ms under
 	// exactly_once_v2: outputs wait for their transaction, so the
@@ -220,17 +225,25 @@ type Config[S any] struct {
 	// delivered. KafkaEmitter.StartEmit is one. Set Emit or StartEmit,
 	// not both. It is not called under ExactlyOnce.
 	//
-	// At most one call is in flight. The engine calls wait exactly once,
-	// on the poll loop, before it starts the next call and before any
-	// snapshot write, offset commit, tick or revoke: nothing durable ever
-	// covers an output not yet delivered, so a crash loses no output that
-	// a replay would not make again. A failed wait fails the partitions
-	// whose outputs the call, or the outputs folded since, carried, as a
-	// failed Emit does: they restart from their committed state. On a
-	// Runner stepped by hand, the outputs of the last Step may still be in
-	// flight when it returns; the next Step, FlushAll, Persist or Close
-	// waits for them.
+	// Up to MaxEmitsInFlight calls are in flight, each started without
+	// waiting for the one before, so a call's outputs must not overtake
+	// an earlier call's on the same output partition (a franz-go client's
+	// Produce keeps that order). The engine calls each wait exactly once,
+	// on the poll loop, in the order of the calls: the oldest when
+	// MaxEmitsInFlight are in flight, and all of them before any snapshot
+	// write, offset commit, tick or revoke: nothing durable ever covers an
+	// output not yet delivered, so a crash loses no output that a replay
+	// would not make again. A failed wait fails the partitions whose
+	// outputs it, the later calls or the outputs folded since carried, as
+	// a failed Emit does: they restart from their committed state. On a
+	// Runner stepped by hand, the outputs of the last Steps may still be
+	// in flight when Step returns; FlushAll, Persist and Close wait for
+	// them.
 	StartEmit func(ctx context.Context, outs []Output) (wait func() error)
+	// MaxEmitsInFlight is how many StartEmit calls may be in flight;
+	// default DefaultMaxEmitsInFlight (4). 1 waits for each poll's
+	// outputs before the next poll's are started.
+	MaxEmitsInFlight int
 	// ExactlyOnce (off by default) produces the outputs of every fold and
 	// tick with the partition's transactional producer, in the
 	// transaction that also carries the snapshots of the keys the batch
@@ -369,6 +382,9 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 		cfg.MaxWritesInFlight = DefaultMaxWritesInFlight
 	}
 	cfg.MaxWritesInFlight = max(cfg.MaxWritesInFlight, cfg.FlushBatch)
+	if cfg.MaxEmitsInFlight == 0 {
+		cfg.MaxEmitsInFlight = DefaultMaxEmitsInFlight
+	}
 	if cfg.HotKeys == 0 {
 		cfg.HotKeys = DefaultHotKeys
 	}
@@ -432,7 +448,8 @@ func (cfg *Config[S]) check() error {
 		field string
 		v     int
 	}{{"HotKeys", cfg.HotKeys}, {"FlushBatch", cfg.FlushBatch}, {"MaxWritesInFlight", cfg.MaxWritesInFlight},
-		{"MaxTransactionRecords", cfg.MaxTransactionRecords}, {"MaxTransactionBytes", cfg.MaxTransactionBytes}} {
+		{"MaxTransactionRecords", cfg.MaxTransactionRecords}, {"MaxTransactionBytes", cfg.MaxTransactionBytes},
+		{"MaxEmitsInFlight", cfg.MaxEmitsInFlight}} {
 		if n.v < 0 {
 			return bad(n.field, fmt.Sprintf("is negative (%d)", n.v), "leave it 0 for the default, or set a positive number")
 		}

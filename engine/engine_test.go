@@ -233,14 +233,14 @@ func TestFailedEmitCommitsNothingItsOutputsCovered(t *testing.T) {
 	w.check(r2)
 }
 
-// StartEmit's outputs are in flight while the next poll is folded, and
+// StartEmit's outputs are in flight while the next polls are folded, and
 // nothing durable passes them: no snapshot is written and no offset
-// committed between a call's start and its wait, which the engine calls
-// once per call, before the next call starts.
+// committed between a call's start and its wait. The engine calls each
+// wait once, in the order of the calls, with at most MaxEmitsInFlight in
+// flight.
 func TestStartEmitIsAwaitedBeforeAnythingDurable(t *testing.T) {
 	w := newSimWorld(t)
 	var log []string
-	inFlight := false
 	durable := func() string {
 		var s []string
 		for p := range int32(2) {
@@ -250,23 +250,28 @@ func TestStartEmitIsAwaitedBeforeAnythingDurable(t *testing.T) {
 		}
 		return strings.Join(s, " ")
 	}
+	const most = 2
+	var inFlight []int // the calls' numbers, oldest first
+	calls, deepest := 0, 0
 	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store,
-		PersistInterval: time.Second, CommitInterval: time.Second,
+		PersistInterval: 2 * time.Second, CommitInterval: 2 * time.Second, MaxEmitsInFlight: most,
 		StartEmit: func(_ context.Context, outs []engine.Output) func() error {
-			if inFlight {
-				t.Errorf("a call started with another in flight")
+			calls++
+			n, at := calls, durable()
+			if inFlight = append(inFlight, n); len(inFlight) > most {
+				t.Errorf("%d calls in flight, MaxEmitsInFlight %d", len(inFlight), most)
 			}
-			inFlight = true
-			at := durable()
+			deepest = max(deepest, len(inFlight))
 			var vs []string
 			for _, o := range outs {
 				vs = append(vs, string(o.Key)+"="+string(o.Value))
 			}
 			return func() error {
-				if !inFlight {
-					t.Errorf("a wait called twice")
+				if len(inFlight) == 0 || inFlight[0] != n {
+					t.Errorf("wait of call %d with %v in flight: not the oldest, or called twice", n, inFlight)
+				} else {
+					inFlight = inFlight[1:]
 				}
-				inFlight = false
 				if now := durable(); now != at {
 					t.Errorf("snapshot ends/committed offsets went from %s to %s with outputs %v in flight", at, now, vs)
 				}
@@ -283,24 +288,24 @@ func TestStartEmitIsAwaitedBeforeAnythingDurable(t *testing.T) {
 	if err := r.Step(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 6 {
+	for i := range 12 {
 		w.produce(fmt.Sprintf("alice=+%d", i+1), fmt.Sprintf("bob=+%d", i+1))
 		if err := r.Step(ctx); err != nil {
 			t.Fatal(err)
 		}
-		w.c.Advance(600 * time.Millisecond) // a persist or commit due every other step
+		w.c.Advance(500 * time.Millisecond) // a persist or commit due every fourth step
 	}
-	if !inFlight {
-		t.Errorf("no outputs in flight after a step: StartEmit was waited for at once")
+	if deepest < most {
+		t.Errorf("at most %d calls in flight: the engine waited for them earlier than it must", deepest)
 	}
 	if err := r.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if inFlight {
-		t.Errorf("Close left outputs in flight")
+	if len(inFlight) > 0 {
+		t.Errorf("Close left calls %v in flight", inFlight)
 	}
-	if !slices.Contains(log, "alice=21") || !slices.Contains(log, "bob=21") {
-		t.Errorf("delivered %v, want the last balances alice=21 and bob=21", log)
+	if !slices.Contains(log, "alice=78") || !slices.Contains(log, "bob=78") {
+		t.Errorf("delivered %v, want the last balances alice=78 and bob=78", log)
 	}
 	if !w.caughtUp() {
 		t.Error("the leave did not commit to the end of the input")
