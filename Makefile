@@ -166,12 +166,13 @@ bench-outputs:
 ## 8 partitions, a per-key sum, one output per input, until the group's
 ## committed offsets reach the input's end; a bare franz-go
 ## consume-produce-commit program (the limit) against the engine at least
-## once (snapshots + KafkaEmitter, PersistInterval and CommitInterval 1 s)
-## and exactly once (ExactlyOnce, its default 100 ms), LIMITROUNDS rounds
-## interleaved, then the table with the ratios to the limit and the
+## once (snapshots + KafkaEmitter.StartEmit, PersistInterval and
+## CommitInterval 1 s), exactly once (ExactlyOnce, its default 100 ms) and
+## at least once with KafkaEmitter.Emit (for comparison), LIMITROUNDS
+## rounds interleaved, then the table with the ratios to the limit and the
 ## transactions per 1M inputs against one per partition per commit interval
 ## (docs/benchmarks.md, "End to end against the limit (issue 19)"). About
-## 2 min at 3 rounds. LIMITARGS: the benchmark's own flags, e.g.
+## 3 min at 3 rounds. LIMITARGS: the benchmark's own flags, e.g.
 ## -limit.cpuprofile=DIR (a CPU profile of each op's measured part, as
 ## DIR/<variant>-<round>.pprof), -limit.commit=0 (the engine's default
 ## intervals, 1 min), -limit.records=N.
