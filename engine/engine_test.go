@@ -188,26 +188,8 @@ func sourceOf(t *testing.T, r *engine.Runner[int]) *simsource.Source {
 // the records are folded, and emitted, again.
 func TestFailedEmitCommitsNothingItsOutputsCovered(t *testing.T) {
 	w := newSimWorld(t)
-	var emitted []string
-	fail := true
-	newEngine := func() *engine.Engine[int] {
-		e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store,
-			PersistInterval: time.Second, CommitInterval: time.Second,
-			Emit: func(ctx context.Context, outs []engine.Output) error {
-				if fail {
-					return errors.New("output topic unavailable")
-				}
-				for _, o := range outs {
-					emitted = append(emitted, string(o.Key)+"="+string(o.Value))
-				}
-				return nil
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
-		return e
-	}
+	out := &failingOutput{fail: true}
+	newEngine := func() *engine.Engine[int] { return out.engine(w, false) }
 	ctx := context.Background()
 	r1 := w.runner(newEngine())
 	if err := r1.Step(ctx); err != nil { // join and assignment
@@ -224,13 +206,49 @@ func TestFailedEmitCommitsNothingItsOutputsCovered(t *testing.T) {
 	if off, ok := w.c.CommittedOffset("bank", tp); ok && off > 0 {
 		t.Fatalf("offset %d committed over outputs that were never emitted", off)
 	}
-	fail = false
+	out.fail = false
 	r2 := w.runner(newEngine())
 	w.drain(r2)
-	if !slices.Contains(emitted, "alice=10") {
-		t.Fatalf("outputs emitted after the restart: %v, want alice=10", emitted)
+	if !slices.Contains(out.emitted, "alice=10") {
+		t.Fatalf("outputs emitted after the restart: %v, want alice=10", out.emitted)
 	}
 	w.check(r2)
+}
+
+// failingOutput is an output that fails while fail is set and otherwise
+// keeps what it was given.
+type failingOutput struct {
+	fail    bool
+	emitted []string
+}
+
+func (o *failingOutput) deliver(outs []engine.Output) error {
+	if o.fail {
+		return errors.New("output topic unavailable")
+	}
+	for _, out := range outs {
+		o.emitted = append(o.emitted, string(out.Key)+"="+string(out.Value))
+	}
+	return nil
+}
+
+// engine is w's engine with o as its Emit, or its StartEmit (start).
+func (o *failingOutput) engine(w *simWorld, start bool) *engine.Engine[int] {
+	cfg := engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store,
+		PersistInterval: time.Second, CommitInterval: time.Second}
+	if start {
+		cfg.StartEmit = func(_ context.Context, outs []engine.Output) func() error {
+			return func() error { return o.deliver(outs) }
+		}
+	} else {
+		cfg.Emit = func(_ context.Context, outs []engine.Output) error { return o.deliver(outs) }
+	}
+	e, err := engine.New(cfg)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = e.Close() })
+	return e
 }
 
 // StartEmit's outputs are in flight while the next polls are folded, and
@@ -317,28 +335,8 @@ func TestStartEmitIsAwaitedBeforeAnythingDurable(t *testing.T) {
 // restart the records are folded and emitted again.
 func TestFailedStartEmitCommitsNothingItsOutputsCovered(t *testing.T) {
 	w := newSimWorld(t)
-	var emitted []string
-	fail := true
-	newEngine := func() *engine.Engine[int] {
-		e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store,
-			PersistInterval: time.Second, CommitInterval: time.Second,
-			StartEmit: func(ctx context.Context, outs []engine.Output) func() error {
-				return func() error {
-					if fail {
-						return errors.New("output topic unavailable")
-					}
-					for _, o := range outs {
-						emitted = append(emitted, string(o.Key)+"="+string(o.Value))
-					}
-					return nil
-				}
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
-		return e
-	}
+	out := &failingOutput{fail: true}
+	newEngine := func() *engine.Engine[int] { return out.engine(w, true) }
 	ctx := context.Background()
 	r1 := w.runner(newEngine())
 	if err := r1.Step(ctx); err != nil { // join and assignment
@@ -362,11 +360,11 @@ func TestFailedStartEmitCommitsNothingItsOutputsCovered(t *testing.T) {
 			t.Fatalf("%s: offset %d committed over outputs that were never emitted", tp, off)
 		}
 	}
-	fail = false
+	out.fail = false
 	r2 := w.runner(newEngine())
 	w.drain(r2)
-	if !slices.Contains(emitted, "alice=10") || !slices.Contains(emitted, "bob=3") {
-		t.Fatalf("outputs emitted after the restart: %v, want alice=10 and bob=3", emitted)
+	if !slices.Contains(out.emitted, "alice=10") || !slices.Contains(out.emitted, "bob=3") {
+		t.Fatalf("outputs emitted after the restart: %v, want alice=10 and bob=3", out.emitted)
 	}
 	w.check(r2)
 }
