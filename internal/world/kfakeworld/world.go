@@ -66,7 +66,7 @@ type Config struct {
 
 	// ExactlyOnce and ProduceOutputs are internal/world's (world.Config):
 	// the outputs go to the world's output topic in the batches'
-	// transactions, or at least once by a plain producer in Emit; at
+	// transactions, or at least once by a plain producer in StartEmit's wait; at
 	// quiescence the topic is read read_committed and read_uncommitted
 	// into the history, and invariant 8 is checked.
 	ExactlyOnce, ProduceOutputs bool
@@ -185,7 +185,7 @@ type World struct {
 	// fetchLatency is the virtual time every recovery fetch takes (the
 	// slow-fetches step; 0: none).
 	fetchLatency atomic.Int64
-	mu           sync.Mutex // guards outputs: Emit runs on member goroutines
+	mu           sync.Mutex // guards outputs: StartEmit's waits run on member goroutines
 	outputs      map[string]int
 
 	// seen is each key's highest snapshot offset a reader has seen (1).
@@ -580,16 +580,21 @@ func (w *World) start(m *member) {
 		// checked by the engine's own tests).
 		FullRecovery:    true,
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
-		Emit: func(ctx context.Context, outs []engine.Output) error {
-			w.emitted(outs)
-			if w.cfg.ProduceOutputs {
-				return w.emitPlain(ctx, m.slot, outs)
+		// Outputs in flight until the engine waits for them: a member
+		// that crashes loses them (invariant 7 holds only if nothing
+		// durable passed them).
+		StartEmit: func(ctx context.Context, outs []engine.Output) func() error {
+			return func() error {
+				w.emitted(outs)
+				if w.cfg.ProduceOutputs {
+					return w.emitPlain(ctx, m.slot, outs)
+				}
+				return nil
 			}
-			return nil
 		},
 	}
 	if w.cfg.ExactlyOnce {
-		ecfg.Emit, ecfg.ExactlyOnce = nil, true
+		ecfg.StartEmit, ecfg.ExactlyOnce = nil, true
 		// Batches sealed by the cap too, not only by the interval.
 		ecfg.MaxTransactionRecords = 2 * w.cfg.MaxWritesPerTransaction
 	}
