@@ -105,7 +105,10 @@ func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 	case cfg.StartEmit != nil:
 		m.inflight = append(m.inflight, emitCall{wait: cfg.StartEmit(ctx, outs), from: from})
 	case cfg.Emit != nil:
-		if err := cfg.Emit(ctx, outs); err != nil {
+		begin := time.Now() // metrics only
+		err := cfg.Emit(ctx, outs)
+		cfg.Metrics.waitedForOutputs(time.Since(begin))
+		if err != nil {
 			return &emitFailure{err: err, from: from}
 		}
 	}
@@ -130,7 +133,7 @@ func (m *atLeastOnce[S]) awaitOldest() error {
 	c := m.inflight[0]
 	m.inflight[0] = emitCall{}
 	m.inflight = m.inflight[1:]
-	err := c.call()
+	err := m.call(c)
 	if err == nil {
 		return nil
 	}
@@ -143,7 +146,7 @@ func (m *atLeastOnce[S]) awaitOldest() error {
 		}
 	}
 	for _, later := range m.inflight {
-		_ = later.call() // lost with the first: replayed, or delivered twice
+		_ = m.call(later) // lost with the first: replayed, or delivered twice
 		add(later.from)
 	}
 	add(m.from)
@@ -152,11 +155,14 @@ func (m *atLeastOnce[S]) awaitOldest() error {
 }
 
 // call calls c's wait (a nil wait: delivered).
-func (c emitCall) call() error {
+func (m *atLeastOnce[S]) call(c emitCall) error {
 	if c.wait == nil {
 		return nil
 	}
-	return c.wait()
+	begin := time.Now() // metrics only
+	err := c.wait()
+	m.r.e.cfg.Metrics.waitedForOutputs(time.Since(begin))
+	return err
 }
 
 func (m *atLeastOnce[S]) emitting() bool { return len(m.inflight) > 0 }

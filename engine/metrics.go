@@ -18,6 +18,7 @@ type Metrics struct {
 	folded              *prometheus.CounterVec
 	flushSize           prometheus.Histogram
 	flushDuration       prometheus.Histogram
+	emitWait            prometheus.Histogram
 	transactions        *prometheus.CounterVec
 	transactionDuration *prometheus.HistogramVec
 	fences              *prometheus.CounterVec
@@ -54,6 +55,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		flushDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "snapfence_flush_seconds", Help: "Time one flush took, writes and commit.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		emitWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "snapfence_emit_wait_seconds",
+			Help:    "Time the poll loop waited for outputs at least once: one Emit call, or one StartEmit wait.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 		}),
 		transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snapfence_transactions_total", Help: "Snapshot-store transactions by outcome (committed, aborted).",
@@ -108,7 +114,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, s := range partitionStates {
 		m.partitions.WithLabelValues(string(s)) // every state has a series, 0 included
 	}
-	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.transactions, m.transactionDuration,
+	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.emitWait, m.transactions, m.transactionDuration,
 		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.restarts, m.recoveries, m.standbyLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -144,6 +150,13 @@ func (m *Metrics) flushed(keys int, d time.Duration) {
 	if m != nil {
 		m.flushSize.Observe(float64(keys))
 		m.flushDuration.Observe(d.Seconds())
+	}
+}
+
+// waitedForOutputs observes a wait of the poll loop for outputs.
+func (m *Metrics) waitedForOutputs(d time.Duration) {
+	if m != nil {
+		m.emitWait.Observe(d.Seconds())
 	}
 }
 

@@ -29,7 +29,8 @@ func TestMetricsCountFoldsFlushesTransactionsAndRecoveries(t *testing.T) {
 	defer b.Close()
 	w := &simWorld{t: t, c: c, store: b, want: ledger{}}
 	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b,
-		PersistInterval: time.Second, CommitInterval: time.Second, Metrics: m})
+		PersistInterval: time.Second, CommitInterval: time.Second, Metrics: m,
+		StartEmit: func(context.Context, []engine.Output) func() error { return func() error { return nil } }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +65,9 @@ func TestMetricsCountFoldsFlushesTransactionsAndRecoveries(t *testing.T) {
 	}
 	if got["snapfence_transactions_total"] < 1 || got["snapfence_flush_keys"] < 1 || got["snapfence_recovery_seconds"] < 2 {
 		t.Fatalf("transactions, flushes or recoveries not counted: %v", got)
+	}
+	if got["snapfence_emit_wait_seconds"] < 1 {
+		t.Fatalf("no wait for outputs observed: %v", got)
 	}
 	if _, ok := got["snapfence_committable_offset_lag"]; !ok {
 		t.Fatalf("no committable offset lag: %v", got)
