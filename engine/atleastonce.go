@@ -79,9 +79,19 @@ func (m *atLeastOnce[S]) take(f *flow[S], outs []Output) {
 	m.outs = append(m.outs, outs...)
 	// A poll's records come in runs of one partition: the last one is
 	// almost always f's.
-	if n := len(m.from); n == 0 || m.from[n-1] != f.tp && !slices.Contains(m.from, f.tp) {
-		m.from = append(m.from, f.tp)
+	if n := len(m.from); n == 0 || m.from[n-1] != f.tp {
+		m.from = addPartitions(m.from, f.tp)
 	}
+}
+
+// addPartitions adds to set the partitions of tps it does not have.
+func addPartitions(set []store.TopicPartition, tps ...store.TopicPartition) []store.TopicPartition {
+	for _, tp := range tps {
+		if !slices.Contains(set, tp) {
+			set = append(set, tp)
+		}
+	}
+	return set
 }
 
 // emit hands over the outputs taken since the last emit: to Emit, which
@@ -138,18 +148,11 @@ func (m *atLeastOnce[S]) awaitOldest() error {
 		return nil
 	}
 	from := c.from
-	add := func(tps []store.TopicPartition) {
-		for _, tp := range tps {
-			if !slices.Contains(from, tp) {
-				from = append(from, tp)
-			}
-		}
-	}
 	for _, later := range m.inflight {
 		_ = m.call(later) // lost with the first: replayed, or delivered twice
-		add(later.from)
+		from = addPartitions(from, later.from...)
 	}
-	add(m.from)
+	from = addPartitions(from, m.from...)
 	m.inflight, m.outs, m.from = nil, nil, nil
 	return &emitFailure{err: err, from: from}
 }

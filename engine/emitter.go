@@ -18,10 +18,10 @@ import (
 )
 
 // DefaultDeliveryTimeout is KafkaEmitterConfig.DeliveryTimeout's default.
-// Emit (StartEmit's wait) runs on the engine's poll loop, so it must not block for longer
-// than a rebalance may wait for the loop (franz-go's default rebalance
-// timeout is 60 s); Kafka's own delivery.timeout.ms is 2 min, for
-// producers that do not hold a group up.
+// Emit (StartEmit's wait) runs on the engine's poll loop, so it must not
+// block for longer than a rebalance may wait for the loop (franz-go's
+// default rebalance timeout is 60 s); Kafka's own delivery.timeout.ms is
+// 2 min, for producers that do not hold a group up.
 const DefaultDeliveryTimeout = 30 * time.Second
 
 // KafkaEmitterConfig configures a KafkaEmitter. Zero values take the
@@ -78,12 +78,11 @@ type KafkaEmitterConfig struct {
 //
 // Emit (StartEmit's wait) returns once every output is acknowledged by
 // all in-sync replicas, or with an error, which makes the engine replay
-// the batch: outputs are
-// at least once. Before the first output to a topic it checks the topic
-// (one Metadata request, then the partition count is cached; a topic that
-// later grows partitions keeps its old count, as exactly-once batches do):
-// a missing topic is a permanent configuration error, returned at once, or
-// created with CreateTopics.
+// the batch: outputs are at least once. Before the first output to a
+// topic it checks the topic (one Metadata request, then the partition
+// count is cached; a topic that later grows partitions keeps its old
+// count, as exactly-once batches do): a missing topic is a permanent
+// configuration error, returned at once, or created with CreateTopics.
 //
 // A KafkaEmitter is safe for concurrent use. Close it after the engine.
 type KafkaEmitter struct {

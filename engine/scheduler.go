@@ -450,9 +450,19 @@ func (s *scheduler[F]) end(p *partition[F], k class, err error, commit bool) []a
 
 // timersDue reports whether timers(now) would fire any.
 func (s *scheduler[F]) timersDue(now time.Time) bool {
-	return s.cfg.tickInterval > 0 && now.Sub(s.lastTick) >= s.cfg.tickInterval ||
-		s.cfg.persistInterval > 0 && now.Sub(s.lastPersist) >= s.cfg.persistInterval ||
-		now.Sub(s.lastCommit) >= s.cfg.commitInterval
+	return s.tickDue(now) || s.persistDue(now) || s.commitDue(now)
+}
+
+func (s *scheduler[F]) tickDue(now time.Time) bool {
+	return s.cfg.tickInterval > 0 && now.Sub(s.lastTick) >= s.cfg.tickInterval
+}
+
+func (s *scheduler[F]) persistDue(now time.Time) bool {
+	return s.cfg.persistInterval > 0 && now.Sub(s.lastPersist) >= s.cfg.persistInterval
+}
+
+func (s *scheduler[F]) commitDue(now time.Time) bool {
+	return now.Sub(s.lastCommit) >= s.cfg.commitInterval
 }
 
 // timers: the poll's records are folded; the timers that are due fire, in
@@ -462,12 +472,12 @@ func (s *scheduler[F]) timersDue(now time.Time) bool {
 // partition per interval where one does).
 func (s *scheduler[F]) timers(now time.Time) []action[F] {
 	var acts []action[F]
-	if s.cfg.tickInterval > 0 && now.Sub(s.lastTick) >= s.cfg.tickInterval {
+	if s.tickDue(now) {
 		s.lastTick = now
 		acts = append(acts, action[F]{kind: actTick, at: now})
 	}
-	commit := now.Sub(s.lastCommit) >= s.cfg.commitInterval
-	if s.cfg.persistInterval > 0 && now.Sub(s.lastPersist) >= s.cfg.persistInterval {
+	commit := s.commitDue(now)
+	if s.persistDue(now) {
 		s.lastPersist = now
 		if !commit {
 			acts = append(acts, action[F]{kind: actPersist})
