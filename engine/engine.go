@@ -341,6 +341,8 @@ type Engine[S any] struct {
 	log *slog.Logger
 	// board is the status of the runner made last (Status).
 	board atomic.Pointer[statusBoard]
+	// runner is the runner made last: the one queries read (Get, Range).
+	runner atomic.Pointer[Runner[S]]
 	// runEnded and runErr: Run returned, with runErr (Status).
 	runMu    sync.Mutex
 	runEnded bool

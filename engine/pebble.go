@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"iter"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -35,6 +36,56 @@ type pebbleKV struct {
 	// compactions gets a signal when a compaction ends (one slot: a
 	// signal not taken yet stands for any number).
 	compactions chan struct{}
+	// queries guards the database against Close while a query reads it
+	// from another goroutine (queryReader); closed is set under it.
+	queries sync.RWMutex
+	closed  bool
+}
+
+// errCacheClosed is a query's read of a closed engine's cache.
+var errCacheClosed = errors.New("engine: the engine is closed")
+
+// queryReader is the cache as queries read it (core.ReadKV): from any
+// goroutine, never failing the cache for the flows (a query's failure is
+// its own), and never after Close.
+type queryReader struct{ k *pebbleKV }
+
+// Get implements core.ReadKV.
+func (q queryReader) Get(key []byte) ([]byte, bool, error) {
+	q.k.queries.RLock()
+	defer q.k.queries.RUnlock()
+	if q.k.closed {
+		return nil, false, errCacheClosed
+	}
+	v, closer, err := q.k.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("engine: cache read: %w", err)
+	}
+	defer closer.Close()
+	return bytes.Clone(v), true, nil
+}
+
+// Range implements core.ReadKV: one iterator, which sees the database as
+// of its creation.
+func (q queryReader) Range(lower, upper []byte, fn func(k, v []byte) bool) error {
+	q.k.queries.RLock()
+	defer q.k.queries.RUnlock()
+	if q.k.closed {
+		return errCacheClosed
+	}
+	it, err := q.k.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("engine: cache read: %w", err)
+	}
+	for ok := it.First(); ok && fn(it.Key(), it.Value()); ok = it.Next() {
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return fmt.Errorf("engine: cache read: %w", err)
+	}
+	return nil
 }
 
 func (k *pebbleKV) fail(err error) error {
@@ -292,6 +343,12 @@ func (k *pebbleKV) DeletePrefix(prefix []byte) error {
 
 // Close flushes and closes the database and releases its directory.
 func (k *pebbleKV) Close() error {
+	k.queries.Lock() // no query reads past this
+	defer k.queries.Unlock()
+	if k.closed {
+		return nil
+	}
+	k.closed = true
 	var err error
 	if k.lock != nil {
 		err = k.db.Flush() // a clean stop keeps the last checkpoint

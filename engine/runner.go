@@ -83,6 +83,8 @@ type Runner[S any] struct {
 	standby *standbys[S]
 	// logs bounds the rate of the log lines of repeated failures.
 	logs *logLimiter
+	// queries is the partitions open to committed reads (query.go).
+	queries readers[S]
 }
 
 // flow is a running partition's state: its core and its acquired store
@@ -127,6 +129,7 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 	}
 	now := src.Now()
 	r.sched.lastPersist, r.sched.lastCommit, r.sched.lastTick = now, now, now
+	e.runner.Store(r) // built: queries may read it
 	close(r.ready)
 	return r, nil
 }
@@ -634,6 +637,7 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		r.do(ctx, acts) // released meanwhile
 		return
 	}
+	r.queries.open(tp, c)
 	r.discarded(f, bad)
 	if seek {
 		r.src.Seek(tp, assigned)
@@ -715,6 +719,10 @@ func fenceReason(err error) string {
 }
 
 func (r *Runner[S]) teardown(f *flow[S]) {
+	// Closed to queries first: a committed read that began before checks
+	// after its read that the flow is still open, and answers
+	// ErrNotOwned.
+	r.queries.close(f.tp)
 	// The committed states and their checkpoint stay, for the next
 	// acquisition's delta (on this member or after a restart).
 	if err := f.core.DropUncommitted(); err != nil {
@@ -846,3 +854,13 @@ type chanMutex chan struct{}
 
 func (m chanMutex) Lock()   { m <- struct{}{} }
 func (m chanMutex) Unlock() { <-m }
+
+// LockContext is Lock unless ctx ends first (a query that gives up).
+func (m chanMutex) LockContext(ctx context.Context) error {
+	select {
+	case m <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

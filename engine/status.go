@@ -289,6 +289,17 @@ func (b *statusBoard) status() Status {
 	return st
 }
 
+// partition is tp's status, if it is assigned.
+func (b *statusBoard) partition(tp store.TopicPartition) (PartitionStatus, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ps, ok := b.parts[tp]
+	if !ok {
+		return PartitionStatus{}, false
+	}
+	return *ps, true
+}
+
 // syncStatus copies the scheduler's records into the board: a runner
 // calls it as it starts carrying out acts, which its scheduler has just
 // decided, so the board sees every phase the scheduler moves a partition

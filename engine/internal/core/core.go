@@ -300,14 +300,19 @@ func (c *Core[S, O]) overlayKey(k []byte) []byte {
 
 // decodeEntry decodes a KV entry of key k.
 func (c *Core[S, O]) decodeEntry(k, v []byte) (*slot[S], error) {
+	return decodeEntryOf(c.cfg.Input, c.cfg.Codec, k, v)
+}
+
+// decodeEntryOf decodes a KV entry of input's key k with codec.
+func decodeEntryOf[S any](input store.TopicPartition, codec Codec[S], k, v []byte) (*slot[S], error) {
 	if len(v) < entryHeader {
 		return nil, fmt.Errorf("engine: corrupt cache entry of key %q", k)
 	}
 	sl := &slot[S]{live: v[0]&flagLive != 0, offset: int64(binary.BigEndian.Uint64(v[1:9]))}
 	if sl.live {
-		s, err := c.cfg.Codec.Decode(bytes.Clone(v[entryHeader:]))
+		s, err := codec.Decode(bytes.Clone(v[entryHeader:]))
 		if err != nil {
-			return nil, &StateError{Input: c.cfg.Input, Key: bytes.Clone(k), Offset: sl.offset, Err: err}
+			return nil, &StateError{Input: input, Key: bytes.Clone(k), Offset: sl.offset, Err: err}
 		}
 		sl.state = s
 	}
@@ -987,6 +992,127 @@ func (c *Core[S, O]) State(key []byte) (state S, exists bool, err error) {
 		return state, false, err
 	}
 	return sl.state, true, nil
+}
+
+// Entry is a key's state as a query reads it: Offset is the input offset
+// of the last event folded into State (-1: the key never had state).
+type Entry[S any] struct {
+	Key    []byte
+	State  S
+	Offset int64
+}
+
+// Peek reads a key's latest folded state without making it hot (a query
+// must not change which keys stay in memory); exists is false for a key
+// without state or deleted, whose offset is still returned.
+func (c *Core[S, O]) Peek(key []byte) (e Entry[S], exists bool, err error) {
+	sl, _, err := c.peek(key)
+	if err != nil || sl == nil {
+		return Entry[S]{Key: key, Offset: -1}, false, err
+	}
+	return Entry[S]{Key: key, State: sl.state, Offset: sl.offset}, sl.live, nil
+}
+
+// DirtySorted is the keys whose latest state is not committed, in key
+// order: with the committed states, every key a latest-state range
+// yields.
+func (c *Core[S, O]) DirtySorted() []string {
+	keys := make([]string, 0, len(c.dirty))
+	for k := range c.dirty {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// ReadKV is what a committed-state read needs of the KV. It is called
+// from goroutines other than the core's owner, so an implementation must
+// allow reads concurrent with the owner's writes (Pebble does), and its
+// failures must not stop the core (they are the reader's).
+type ReadKV interface {
+	Get(key []byte) (value []byte, ok bool, err error)
+	// Range calls fn for the entries with lower <= key < upper, in key
+	// order, as of one moment, until fn returns false.
+	Range(lower, upper []byte, fn func(k, v []byte) bool) error
+}
+
+// CommittedReader reads a partition's committed states (each one that of
+// a durable snapshot) from the KV alone, so it may run on any goroutine
+// while the core's owner folds: the owner changes committed states only
+// in atomic batches (Durable). It reads nothing of the core's memory. The
+// caller must make sure the partition's committed states are not being
+// replaced meanwhile (a recovery): the engine reads only partitions whose
+// flow runs, and checks after each read that it still does.
+type CommittedReader[S any] struct {
+	input  store.TopicPartition
+	prefix []byte
+	codec  Codec[S]
+}
+
+// CommittedReader is a reader of c's committed states.
+func (c *Core[S, O]) CommittedReader() CommittedReader[S] {
+	return CommittedReader[S]{input: c.cfg.Input, prefix: c.statePrefix, codec: c.cfg.Codec}
+}
+
+// Get reads key's committed state; exists is false for a key without one
+// or deleted (whose offset is still returned).
+func (r CommittedReader[S]) Get(kv ReadKV, key []byte) (e Entry[S], exists bool, err error) {
+	e = Entry[S]{Key: key, Offset: -1}
+	v, ok, err := kv.Get(append(bytes.Clone(r.prefix), key...))
+	if err != nil || !ok {
+		return e, false, err
+	}
+	sl, err := decodeEntryOf(r.input, r.codec, key, v)
+	if err != nil {
+		return e, false, err
+	}
+	e.State, e.Offset = sl.state, sl.offset
+	return e, sl.live, nil
+}
+
+// Page reads up to n committed entries after key after (nil: from the
+// first), in key order: the live ones are returned decoded, deleted ones
+// skipped. last is the last key read (live or not; nil when none was):
+// the next page starts after it; more says whether one may follow.
+func (r CommittedReader[S]) Page(kv ReadKV, after []byte, n int) (page []Entry[S], last []byte, more bool, err error) {
+	lower := append(bytes.Clone(r.prefix), after...)
+	if after != nil {
+		lower = append(lower, 0) // the first key after after
+	}
+	read := 0
+	var derr error
+	err = kv.Range(lower, prefixEnd(r.prefix), func(k, v []byte) bool {
+		if read == n {
+			more = true
+			return false
+		}
+		read++
+		key := bytes.Clone(k[len(r.prefix):])
+		last = key
+		if len(v) > 0 && v[0]&flagLive == 0 {
+			return true
+		}
+		sl, err := decodeEntryOf(r.input, r.codec, key, v)
+		if err != nil {
+			derr = err
+			return false
+		}
+		page = append(page, Entry[S]{Key: key, State: sl.state, Offset: sl.offset})
+		return true
+	})
+	return page, last, more, errors.Join(err, derr)
+}
+
+// prefixEnd is the first key after every key with prefix (nil: none).
+func prefixEnd(prefix []byte) []byte {
+	end := bytes.Clone(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
 }
 
 // Keys counts the keys with live state.

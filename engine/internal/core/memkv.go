@@ -77,3 +77,15 @@ func (m *MemKV) Apply(ws []Write) error {
 
 // Len is the number of entries.
 func (m *MemKV) Len() int { return len(m.keys) }
+
+// Range implements ReadKV (on the caller's goroutine: MemKV is not safe
+// for concurrent use).
+func (m *MemKV) Range(lower, upper []byte, fn func(k, v []byte) bool) error {
+	i, _ := slices.BinarySearch(m.keys, string(lower))
+	for ; i < len(m.keys) && (upper == nil || m.keys[i] < string(upper)); i++ {
+		if !fn([]byte(m.keys[i]), m.vals[m.keys[i]]) {
+			break
+		}
+	}
+	return nil
+}

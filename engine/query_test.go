@@ -1,0 +1,352 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/store"
+)
+
+// get is a query that must succeed.
+func get(t *testing.T, e *engine.Engine[int], tp store.TopicPartition, key string, mode engine.ReadMode) (int, bool, int64) {
+	t.Helper()
+	got, ok, err := e.Get(context.Background(), tp, []byte(key), mode)
+	if err != nil {
+		t.Fatalf("Get(%s, %s, %v): %v", tp, key, mode, err)
+	}
+	return got.State, ok, got.Offset
+}
+
+// rangeKeys is a range that must succeed, as "key=state" in order.
+func rangeKeys(t *testing.T, e *engine.Engine[int], tp store.TopicPartition, mode engine.ReadMode) []string {
+	t.Helper()
+	var out []string
+	for en, err := range e.Range(context.Background(), tp, mode) {
+		if err != nil {
+			t.Fatalf("Range(%s, %v): %v", tp, mode, err)
+		}
+		out = append(out, fmt.Sprintf("%s=%d", en.Key, en.State))
+	}
+	return out
+}
+
+// flushedByHand is an engine of w that flushes only in FlushAll.
+func flushedByHand(w *simWorld) *engine.Engine[int] {
+	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store,
+		PersistInterval: time.Hour, CommitInterval: time.Hour})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// stepAll steps r until it runs both partitions, and once more: what was
+// produced is folded.
+func stepAll(t *testing.T, r *engine.Runner[int]) {
+	t.Helper()
+	for {
+		if err := r.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Flows()) == 2 {
+			break
+		}
+	}
+	if err := r.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A committed read shows a fold only once its snapshot is durable; a
+// latest read shows it at once; both say the offset they reflect.
+func TestQueryCommittedAndLatestOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	e := flushedByHand(w)
+	r := w.runner(e)
+	w.produce("alice=+10", "carol=+7") // partition 1 (odd lengths)
+	stepAll(t, r)
+	if s, ok, off := get(t, e, accounts1, "alice", engine.ReadLatest); !ok || s != 10 || off != 0 {
+		t.Fatalf("latest alice = %d, %t @%d; want 10 @0", s, ok, off)
+	}
+	if s, ok, off := get(t, e, accounts1, "alice", engine.ReadCommitted); ok || off != -1 {
+		t.Fatalf("committed alice = %d, %t @%d before any flush; want none", s, ok, off)
+	}
+	if got := rangeKeys(t, e, accounts1, engine.ReadLatest); !slices.Equal(got, []string{"alice=10", "carol=7"}) {
+		t.Fatalf("latest range = %v", got)
+	}
+	if got := rangeKeys(t, e, accounts1, engine.ReadCommitted); len(got) != 0 {
+		t.Fatalf("committed range before any flush = %v", got)
+	}
+	r.FlushAll(context.Background())
+	if s, ok, off := get(t, e, accounts1, "alice", engine.ReadCommitted); !ok || s != 10 || off != 0 {
+		t.Fatalf("committed alice = %d, %t @%d; want 10 @0", s, ok, off)
+	}
+	w.produce("alice=+1", "carol=close")
+	if err := r.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s, _, off := get(t, e, accounts1, "alice", engine.ReadLatest); s != 11 || off != 2 {
+		t.Fatalf("latest alice = %d @%d; want 11 @2", s, off)
+	}
+	if s, _, _ := get(t, e, accounts1, "alice", engine.ReadCommitted); s != 10 {
+		t.Fatalf("committed alice = %d; want 10 (the fold of offset 2 is not durable)", s)
+	}
+	if _, ok, off := get(t, e, accounts1, "carol", engine.ReadLatest); ok || off != 3 {
+		t.Fatalf("latest carol exists=%t @%d; want deleted @3", ok, off)
+	}
+	if got := rangeKeys(t, e, accounts1, engine.ReadLatest); !slices.Equal(got, []string{"alice=11"}) {
+		t.Fatalf("latest range = %v", got)
+	}
+	if got := rangeKeys(t, e, accounts1, engine.ReadCommitted); !slices.Equal(got, []string{"alice=10", "carol=7"}) {
+		t.Fatalf("committed range = %v", got)
+	}
+	r.FlushAll(context.Background())
+	if got := rangeKeys(t, e, accounts1, engine.ReadCommitted); !slices.Equal(got, []string{"alice=11"}) {
+		t.Fatalf("committed range after the flush = %v", got)
+	}
+}
+
+// A range reads a page at a time: one over more keys than a page, some
+// only folded, some deleted, yields each live key once, in order.
+func TestQueryRangeAcrossPagesOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	e := flushedByHand(w)
+	r := w.runner(e)
+	var evs []string
+	for i := range 700 {
+		evs = append(evs, fmt.Sprintf("k%04d=+%d", i, i)) // 5 bytes: partition 1
+	}
+	w.produce(evs...)
+	stepAll(t, r)
+	r.FlushAll(context.Background())
+	// Now some changes that are not durable: new keys between committed
+	// ones, and deletes.
+	evs = evs[:0]
+	for i := range 700 {
+		switch i % 7 {
+		case 0:
+			evs = append(evs, fmt.Sprintf("k%04d=close", i))
+		case 3:
+			evs = append(evs, fmt.Sprintf("k%04d=+1", i))
+		}
+	}
+	var late []string
+	for i := range 300 {
+		late = append(late, fmt.Sprintf("j%04d=+1", i))
+	}
+	w.produce(append(evs, late...)...)
+	if err := r.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 300 {
+		want = append(want, fmt.Sprintf("j%04d=1", i))
+	}
+	for i := range 700 {
+		switch i % 7 {
+		case 0:
+		case 3:
+			want = append(want, fmt.Sprintf("k%04d=%d", i, i+1))
+		default:
+			want = append(want, fmt.Sprintf("k%04d=%d", i, i))
+		}
+	}
+	if got := rangeKeys(t, e, accounts1, engine.ReadLatest); !slices.Equal(got, want) {
+		t.Fatalf("latest range: %d keys, want %d; first differences: %v", len(got), len(want), firstDiff(got, want))
+	}
+	var committed []string
+	for i := range 700 {
+		committed = append(committed, fmt.Sprintf("k%04d=%d", i, i))
+	}
+	if got := rangeKeys(t, e, accounts1, engine.ReadCommitted); !slices.Equal(got, committed) {
+		t.Fatalf("committed range: %d keys, want %d; first differences: %v", len(got), len(committed), firstDiff(got, committed))
+	}
+	// Stopping early stops.
+	n := 0
+	for range e.Range(context.Background(), accounts1, engine.ReadCommitted) {
+		n++
+		if n == 3 {
+			break
+		}
+	}
+}
+
+func firstDiff(got, want []string) string {
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			return fmt.Sprintf("at %d: %q, want %q", i, got[i], want[i])
+		}
+	}
+	return fmt.Sprintf("lengths %d and %d", len(got), len(want))
+}
+
+// notOwned asserts that err is a *NotOwnedError of tp.
+func notOwned(t *testing.T, err error, tp store.TopicPartition) *engine.NotOwnedError {
+	t.Helper()
+	ne, ok := errors.AsType[*engine.NotOwnedError](err)
+	if !ok || !errors.Is(err, engine.ErrNotOwned) || ne.Input != tp {
+		t.Fatalf("err = %v; want a *NotOwnedError of %s", err, tp)
+	}
+	return ne
+}
+
+// A query of a partition this instance does not serve gets the typed
+// error, and after a rebalance each instance answers for what it owns and
+// nothing else: the partition that moved away answers ErrNotOwned though
+// its committed states are still in the old owner's cache.
+func TestQueryOwnershipAcrossARebalanceOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	ea := w.engine()
+	_, _, err := ea.Get(context.Background(), accounts1, []byte("alice"), engine.ReadCommitted)
+	notOwned(t, err, accounts1)
+	ra := w.runner(ea)
+	w.produce("alice=+10", "bob=+5")
+	w.drain(ra)
+	other := store.TopicPartition{Topic: "other", Partition: 0}
+	for _, mode := range []engine.ReadMode{engine.ReadCommitted, engine.ReadLatest} {
+		_, _, err := ea.Get(context.Background(), other, []byte("alice"), mode)
+		if ne := notOwned(t, err, other); ne.State != "" {
+			t.Fatalf("state of an unassigned partition = %q", ne.State)
+		}
+		for _, err := range ea.Range(context.Background(), other, mode) {
+			notOwned(t, err, other)
+		}
+	}
+	if got := ea.Readable(); !slices.Equal(got, []store.TopicPartition{accounts0, accounts1}) {
+		t.Fatalf("Readable = %v", got)
+	}
+
+	eb := w.engine()
+	rb := w.runner(eb)
+	w.produce("alice=+1", "bob=+1")
+	w.drain(ra, rb)
+	var moved, kept store.TopicPartition
+	switch {
+	case slices.Equal(rb.Flows(), []store.TopicPartition{accounts0}):
+		moved, kept = accounts0, accounts1
+	case slices.Equal(rb.Flows(), []store.TopicPartition{accounts1}):
+		moved, kept = accounts1, accounts0
+	default:
+		t.Fatalf("after the rebalance b owns %v, a %v", rb.Flows(), ra.Flows())
+	}
+	for _, mode := range []engine.ReadMode{engine.ReadCommitted, engine.ReadLatest} {
+		_, _, err := ea.Get(context.Background(), moved, []byte("bob"), mode)
+		notOwned(t, err, moved)
+		_, _, err = eb.Get(context.Background(), kept, []byte("bob"), mode)
+		notOwned(t, err, kept)
+	}
+	for key, state := range map[string]int{"alice": 11, "bob": 6} {
+		tp := store.TopicPartition{Topic: "accounts", Partition: int32(len(key) % 2)}
+		owner := ea
+		if tp == moved {
+			owner = eb
+		}
+		for _, mode := range []engine.ReadMode{engine.ReadCommitted, engine.ReadLatest} {
+			if s, ok, _ := get(t, owner, tp, key, mode); !ok || s != state {
+				t.Fatalf("%s on its owner (%v) = %d, %t; want %d", key, mode, s, ok, state)
+			}
+		}
+	}
+	// A bad mode is a clear error, not a panic.
+	if _, _, err := ea.Get(context.Background(), kept, []byte("bob"), engine.ReadMode(9)); !errors.Is(err, store.ErrMisconfigured) {
+		t.Fatalf("bad mode: %v", err)
+	}
+	if err := rb.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = eb.Get(context.Background(), moved, []byte("bob"), engine.ReadCommitted)
+	notOwned(t, err, moved)
+}
+
+// Queries from other goroutines while partitions move between two members
+// (under the race detector in make race): every answer is the typed error
+// or a state the key really had, read from the key's own partition.
+func TestQueriesDuringRebalancesOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	ea, eb := w.engine(), w.engine()
+	ra := w.runner(ea)
+	// alice (partition 1) and dave (partition 0) get +1 a step: the
+	// fold of offset n makes n+1.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	answers := map[string]int{}
+	for _, e := range []*engine.Engine[int]{ea, eb} {
+		for _, mode := range []engine.ReadMode{engine.ReadCommitted, engine.ReadLatest} {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					for _, tp := range []store.TopicPartition{accounts0, accounts1} {
+						got, ok, err := e.Get(ctx, tp, []byte("alice"), mode)
+						switch {
+						case errors.Is(err, engine.ErrNotOwned) || errors.Is(err, context.Canceled):
+							mu.Lock()
+							answers["not owned"]++
+							mu.Unlock()
+							continue
+						case err != nil:
+							t.Errorf("Get: %v", err)
+							return
+						case tp == accounts0 && ok:
+							t.Errorf("alice read from partition 0: %d", got.State)
+							return
+						case ok && int64(got.State) != got.Offset+1:
+							// alice's n-th record (offset n-1) makes her n.
+							t.Errorf("alice = %d at offset %d", got.State, got.Offset)
+							return
+						}
+						mu.Lock()
+						answers[mode.String()]++
+						mu.Unlock()
+						for en, err := range e.Range(ctx, tp, mode) {
+							if err != nil {
+								if !errors.Is(err, engine.ErrNotOwned) && !errors.Is(err, context.Canceled) {
+									t.Errorf("Range: %v", err)
+								}
+								break
+							}
+							if tp == accounts0 && string(en.Key) == "alice" {
+								t.Errorf("alice ranged in partition 0")
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+	var rb *engine.Runner[int]
+	for i := range 40 {
+		w.produce("alice=+1", "dave=+1")
+		switch i {
+		case 10:
+			rb = w.runner(eb)
+		case 25:
+			if err := ra.Close(context.Background()); err != nil {
+				t.Error(err)
+			}
+			ra = w.runner(ea)
+		}
+		for _, r := range []*engine.Runner[int]{ra, rb} {
+			if r != nil {
+				if err := r.Step(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		w.c.Advance(time.Second)
+	}
+	w.drain(ra, rb)
+	cancel()
+	wg.Wait()
+	w.check(ra, rb)
+	t.Logf("answers: %v", answers)
+	if answers["committed"] == 0 || answers["latest"] == 0 || answers["not owned"] == 0 {
+		t.Fatalf("the queries did not see both outcomes: %v", answers)
+	}
+}
