@@ -7,7 +7,10 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
@@ -349,4 +352,71 @@ func TestQueriesDuringRebalancesOnSim(t *testing.T) {
 	if answers["committed"] == 0 || answers["latest"] == 0 || answers["not owned"] == 0 {
 		t.Fatalf("the queries did not see both outcomes: %v", answers)
 	}
+}
+
+// Queries of engines running on kfake (Run on goroutines of their own,
+// queries from the test's): the owner of a key's partition answers it,
+// committed and latest; the other member answers ErrNotOwned; the
+// committed state catches up with the latest once it is flushed.
+func TestQueriesWhileRunningOnKfake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		ea, eb := w.engine(), w.engine()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var wg sync.WaitGroup
+		run := func(e *engine.Engine[int]) {
+			wg.Go(func() {
+				if err := e.Run(ctx, engine.KafkaConfig{SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
+					ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		// until waits for what it observes, in the bubble's time.
+		until := func(what string, done func() bool) {
+			t.Helper()
+			for range 600 {
+				if done() {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Fatalf("%s: not within a minute", what)
+		}
+		run(ea)
+		w.produce("alice=+10", "dave=+4", "alice=+1")
+		until("alice folded on a", func() bool {
+			en, ok, err := ea.Get(ctx, accounts1, []byte("alice"), engine.ReadLatest)
+			return err == nil && ok && en.State == 11 && en.Offset == 1
+		})
+		until("alice committed on a", func() bool {
+			en, ok, err := ea.Get(ctx, accounts1, []byte("alice"), engine.ReadCommitted)
+			return err == nil && ok && en.State == 11
+		})
+		run(eb)
+		until("one partition each", func() bool {
+			return len(ea.Readable()) == 1 && len(eb.Readable()) == 1
+		})
+		w.produce("alice=+100", "dave=+40")
+		for key, want := range map[string]int{"alice": 111, "dave": 44} {
+			tp := store.TopicPartition{Topic: "accounts", Partition: int32(len(key) % 2)}
+			owner, other := ea, eb
+			if eb.Readable()[0] == tp {
+				owner, other = eb, ea
+			}
+			until(key+" on its owner", func() bool {
+				en, ok, err := owner.Get(ctx, tp, []byte(key), engine.ReadCommitted)
+				return err == nil && ok && en.State == want
+			})
+			_, _, err := other.Get(ctx, tp, []byte(key), engine.ReadLatest)
+			notOwned(t, err, tp)
+			_, _, err = other.Get(ctx, tp, []byte(key), engine.ReadCommitted)
+			notOwned(t, err, tp)
+		}
+		cancel()
+		wg.Wait()
+		_, _, err := ea.Get(context.Background(), accounts1, []byte("alice"), engine.ReadCommitted)
+		notOwned(t, err, accounts1)
+	})
 }
