@@ -317,6 +317,21 @@ type Config[S any] struct {
 	// caught-up replica a failover is mostly the rebalance, which
 	// KafkaConfig.HeartbeatInterval bounds.
 	Standby bool
+	// Tables are the tables the fold (or OnTimer, or Tick) looks up while
+	// it runs: Views of other engines' snapshot topics, or of compacted
+	// topics of plain key/values (lookup joins, as goka's Lookup and
+	// Kafka Streams' GlobalKTable). The engine reads none of them; the
+	// fold calls their Get itself. What the engine does is wait: a
+	// partition folds nothing until every table has caught up to the high
+	// watermark it had when it opened, so a fold never runs against a
+	// table still loading. A replayed record may see a newer row than its
+	// first fold did (docs/design.md, "Lookup joins", says how to make a
+	// join replay-stable). Default none.
+	Tables []Table
+	// TableTimeout bounds a partition's wait for Tables at its start;
+	// past it the partition fails with a *TableError naming the table and
+	// restarts later. Default DefaultTableTimeout (3 min).
+	TableTimeout time.Duration
 	// Poison is what a record that the fold fails or panics on (or a key
 	// whose tick fails) does: StopOnPoison (the default) commits what came
 	// before it and makes Run return the *FoldError; SkipPoison and
@@ -373,6 +388,9 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	}
 	if cfg.UnstableOffsetTimeout == 0 {
 		cfg.UnstableOffsetTimeout = DefaultUnstableOffsetTimeout
+	}
+	if cfg.TableTimeout == 0 {
+		cfg.TableTimeout = DefaultTableTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -441,9 +459,14 @@ func (cfg *Config[S]) check() error {
 		field string
 		v     time.Duration
 	}{{"PersistInterval", cfg.PersistInterval}, {"CommitInterval", cfg.CommitInterval},
-		{"UnstableOffsetTimeout", cfg.UnstableOffsetTimeout}} {
+		{"UnstableOffsetTimeout", cfg.UnstableOffsetTimeout}, {"TableTimeout", cfg.TableTimeout}} {
 		if d.v < 0 {
 			return bad(d.field, fmt.Sprintf("is negative (%v)", d.v), "leave it 0 for the default, or set a positive duration")
+		}
+	}
+	for i, t := range cfg.Tables {
+		if t == nil {
+			return bad(fmt.Sprintf("Tables[%d]", i), "is nil", "remove it, or set a View")
 		}
 	}
 	for _, n := range []struct {

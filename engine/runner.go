@@ -633,6 +633,12 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		fail(err)
 		return
 	}
+	// The tables the fold looks up first: a partition is folded only
+	// once each has caught up (Config.Tables).
+	if err := r.e.awaitTables(ctx, tp); err != nil {
+		fail(err)
+		return
+	}
 	if acts := r.sched.recovered(tp, f, r.src.Now()); acts != nil {
 		r.do(ctx, acts) // released meanwhile
 		return

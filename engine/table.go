@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// Table is a table a fold can look up while it runs: a View.
+type Table interface {
+	// Name names the table in errors and logs (the topic it reads).
+	Name() string
+	// WaitCaughtUp returns nil once the table has read every partition it holds up to the high
+	// watermark each had when the table opened (read_committed: it waits past open transactions,
+	// as a recovery does), or the table's failure, or ctx's error.
+	WaitCaughtUp(ctx context.Context) error
+}
+
+// DefaultTableTimeout is Config.TableTimeout's default: the store's
+// default recovery stall timeout, as long as a recovery may stall.
+const DefaultTableTimeout = store.DefaultRecoveryStallTimeout
+
+// TableError is a partition's start that could not wait for a table of
+// Config.Tables to catch up: the table failed, or it did not catch up
+// within Config.TableTimeout. The partition is not folded; it restarts
+// later like a partition whose recovery failed (a table that cannot be
+// read for good, a corrupt record or a missing topic, stops it).
+type TableError struct {
+	Input store.TopicPartition
+	Table string
+	Err   error
+}
+
+func (e *TableError) Error() string {
+	return fmt.Sprintf("engine: %s waits for table %s to catch up before it folds: %v", e.Input, e.Table, e.Err)
+}
+
+func (e *TableError) Unwrap() error { return e.Err }
+
+// awaitTables waits, before tp folds anything, until every table of
+// Config.Tables has caught up, at most Config.TableTimeout in all.
+func (e *Engine[S]) awaitTables(ctx context.Context, tp store.TopicPartition) error {
+	if len(e.cfg.Tables) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, e.cfg.TableTimeout,
+		fmt.Errorf("not caught up within Config.TableTimeout (%v)", e.cfg.TableTimeout))
+	defer cancel()
+	for _, t := range e.cfg.Tables {
+		if err := t.WaitCaughtUp(ctx); err != nil {
+			if cause := context.Cause(ctx); cause != nil && ctx.Err() == context.DeadlineExceeded {
+				err = cause
+			}
+			return &TableError{Input: tp, Table: t.Name(), Err: err}
+		}
+	}
+	return nil
+}
