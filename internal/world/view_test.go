@@ -178,4 +178,3 @@ func TestViewWatchCatchesTheStaleSnapshotWithoutTheFenceOnSim(t *testing.T) {
 		t.Fatalf("the watch found %q over the Plain run; want the stale snapshot", failed)
 	}
 }
-
