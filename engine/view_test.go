@@ -91,7 +91,9 @@ func TestViewWaitsPastAnOpenTransactionAndNeverShowsItOnSim(t *testing.T) {
 	}
 
 	var changes []engine.ViewChange[int]
-	v := w.view(func(c *engine.ViewConfig[int]) { c.OnChange = func(ch engine.ViewChange[int]) { changes = append(changes, ch) } })
+	v := w.view(func(c *engine.ViewConfig[int]) {
+		c.OnChange = func(ch engine.ViewChange[int]) { changes = append(changes, ch) }
+	})
 	for range 10 {
 		if err := v.Step(context.Background()); err != nil {
 			t.Fatal(err)
@@ -237,15 +239,15 @@ func TestViewMisconfiguredOnSim(t *testing.T) {
 		cfg     engine.ViewConfig[int]
 		subject string // of the *store.ConfigError; "" for any error matching ErrMisconfigured
 	}{
-		"no store":               {engine.ViewConfig[int]{Topic: "accounts", Codec: intCodec{}}, "engine.ViewConfig.Store"},
-		"no topic":               {engine.ViewConfig[int]{Store: tf, Codec: intCodec{}}, "engine.ViewConfig.Topic"},
-		"no codec":               {engine.ViewConfig[int]{Store: tf, Topic: "accounts"}, "engine.ViewConfig.Codec"},
-		"a Plain store":          {engine.ViewConfig[int]{Store: plain, Topic: "accounts", Codec: intCodec{}}, "engine.ViewConfig.Store"},
-		"a partition twice":      {engine.ViewConfig[int]{Store: tf, Topic: "accounts", Codec: intCodec{}, Partitions: []int32{1, 1}}, "engine.ViewConfig.Partitions"},
-		"a partition of none":    {engine.ViewConfig[int]{Store: tf, Topic: "accounts", Codec: intCodec{}, Partitions: []int32{2}}, "engine.ViewConfig.Partitions"},
-		"a missing topic":        {engine.ViewConfig[int]{Store: tf, Topic: "nope", Codec: intCodec{}}, ""},
-		"a missing plain topic":  {engine.ViewConfig[int]{Store: tf, Topic: "nope", Codec: intCodec{}, Plain: true}, ""},
-		"no snapshot topic":      {engine.ViewConfig[int]{Store: mustBackend(t, w.c, sim.BackendConfig{Mode: store.Transactional, TransactionalIDPrefix: "x", SnapshotTopic: func(string) string { return "none" }}), Topic: "accounts", Codec: intCodec{}}, ""},
+		"no store":              {engine.ViewConfig[int]{Topic: "accounts", Codec: intCodec{}}, "engine.ViewConfig.Store"},
+		"no topic":              {engine.ViewConfig[int]{Store: tf, Codec: intCodec{}}, "engine.ViewConfig.Topic"},
+		"no codec":              {engine.ViewConfig[int]{Store: tf, Topic: "accounts"}, "engine.ViewConfig.Codec"},
+		"a Plain store":         {engine.ViewConfig[int]{Store: plain, Topic: "accounts", Codec: intCodec{}}, "engine.ViewConfig.Store"},
+		"a partition twice":     {engine.ViewConfig[int]{Store: tf, Topic: "accounts", Codec: intCodec{}, Partitions: []int32{1, 1}}, "engine.ViewConfig.Partitions"},
+		"a partition of none":   {engine.ViewConfig[int]{Store: tf, Topic: "accounts", Codec: intCodec{}, Partitions: []int32{2}}, "engine.ViewConfig.Partitions"},
+		"a missing topic":       {engine.ViewConfig[int]{Store: tf, Topic: "nope", Codec: intCodec{}}, ""},
+		"a missing plain topic": {engine.ViewConfig[int]{Store: tf, Topic: "nope", Codec: intCodec{}, Plain: true}, ""},
+		"no snapshot topic":     {engine.ViewConfig[int]{Store: mustBackend(t, w.c, sim.BackendConfig{Mode: store.Transactional, TransactionalIDPrefix: "x", SnapshotTopic: func(string) string { return "none" }}), Topic: "accounts", Codec: intCodec{}}, ""},
 	} {
 		_, err := engine.NewView(context.Background(), tc.cfg)
 		ce, isCE := errors.AsType[*store.ConfigError](err)
