@@ -50,7 +50,7 @@ func TestViewOnKafka(t *testing.T) {
 	if err := crashed.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	if err := crashed.ProduceSync(ctx, kgoRecord(snaps0, store.EncodeSnapshot(store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40}))).FirstErr(); err != nil {
+	if err := crashed.ProduceSync(ctx, kgoRecordOf(snaps0, store.EncodeSnapshot(store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40}))).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -216,27 +216,6 @@ func waitChange(t *testing.T, ctx context.Context, v *engine.View[int]) {
 		t.Fatalf("waiting for the view: %v; status %+v", ctx.Err(), v.Status())
 	case <-tick.C:
 	}
-}
-
-func checkViewLedger(t *testing.T, v *engine.View[int], want ledger) {
-	t.Helper()
-	for _, key := range accountKeys {
-		got, ok, err := v.Get([]byte(key))
-		if err != nil {
-			t.Fatalf("Get %s: %v", key, err)
-		}
-		if w, wok := want[key]; ok != wok || got != w {
-			t.Fatalf("the view's %s = %d (%t), want %d (%t)", key, got, ok, w, wok)
-		}
-	}
-}
-
-func kgoRecord(tp store.TopicPartition, w store.WireRecord) *kgo.Record {
-	r := &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Key: w.Key, Value: w.Value}
-	for _, h := range w.Headers {
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-	}
-	return r
 }
 
 // readUncommittedShows reports whether a read_uncommitted reader of tp,
