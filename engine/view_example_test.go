@@ -78,3 +78,47 @@ func ExampleView() {
 	// change: alice deleted (input offset 3)
 	// alice exists: false
 }
+
+// A table of plain key/values (ViewConfig.Plain): a compacted topic
+// another producer keeps, keyed with Kafka's default partitioner, each
+// value a state in the Codec; a null value deletes its key. A fold's
+// lookups read such a table (the enrichment example's sellers).
+func ExampleView_plainTable() {
+	ctx := context.Background()
+	cluster := sim.New(sim.Config{Seed: 1})
+	_ = cluster.CreateTopic("sellers", sim.TopicConfig{Partitions: 3, Compacted: true})
+	put := func(key string, value []byte) {
+		tp := store.TopicPartition{Topic: "sellers", Partition: store.OutputPartition([]byte(key), 3)}
+		_, _ = cluster.Produce(tp, store.WireRecord{Key: []byte(key), Value: value})
+	}
+	put("s1", []byte(`"Acme"`))
+	put("s2", []byte(`"Globex"`))
+	put("s2", nil) // deletes s2
+
+	// Any store mode reads a plain topic (read_committed).
+	backend, _ := cluster.NewBackend(sim.BackendConfig{Mode: store.Plain})
+	defer backend.Close()
+	sellers, err := engine.NewView(ctx, engine.ViewConfig[string]{
+		Store: backend, Topic: "sellers", Plain: true, Codec: engine.JSON[string](),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sellers.Close()
+	for !sellers.Status().CaughtUp {
+		_ = sellers.Step(ctx)
+	}
+	for e, err := range sellers.All() {
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("partition %d: %s=%s\n", e.Partition, e.Key, e.State)
+	}
+	_, ok, _ := sellers.Get([]byte("s2"))
+	fmt.Println("s2 exists:", ok)
+	// Output:
+	// partition 0: s1=Acme
+	// s2 exists: false
+}
