@@ -31,7 +31,9 @@ type ViewConfig[S any] struct {
 	// Store reads the topic; required. store/kafka's and store/sim's
 	// backends are store.TopicFollowers. For a view of snapshots it must
 	// be in Transactional mode (its mode sets how it reads; the view
-	// writes nothing): a Plain-mode backend is refused.
+	// writes nothing): a Plain-mode backend is refused. A backend with
+	// CreateTopics creates a missing snapshot topic, as for a standby
+	// replica; leave it off for a view that must change nothing.
 	Store store.TopicFollower
 	// Topic is required. For a view of snapshots it is the input topic of
 	// the engine whose snapshots the view reads (the view reads the
