@@ -321,6 +321,11 @@ func TestViewCorruptRecordsOnSim(t *testing.T) {
 	if err := v.Step(context.Background()); !errors.Is(err, store.ErrCorruptRecord) {
 		t.Fatalf("Step after the failure = %v, want it again", err)
 	}
+	// Run too: it stops the other partition's reader and returns the
+	// failure.
+	if err := v.Run(context.Background()); !errors.Is(err, store.ErrCorruptRecord) {
+		t.Fatalf("Run = %v, want the partition's failure", err)
+	}
 }
 
 // A table of plain key/values (ViewConfig.Plain): a compacted topic no
