@@ -171,7 +171,9 @@ type ViewPartitionStatus struct {
 	Position int64
 	// Target is the high watermark (read_uncommitted log end) when the
 	// partition was opened; CaughtUp once Position reached it. A
-	// partition that caught up stays caught up.
+	// partition that caught up stays caught up, unless it failed and
+	// its reopening had to drop its copy (the store refused the
+	// checkpoint): then it has a new target.
 	Target   int64
 	CaughtUp bool
 	// LogEnd is the last stable offset last listed (-1 before the first
@@ -492,6 +494,9 @@ func (v *View[S]) reopen(ctx context.Context) error {
 			continue
 		}
 		if err := v.open(ctx, part); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped, not failed: the next Run opens it
+			}
 			return v.fail(part, err)
 		}
 	}
