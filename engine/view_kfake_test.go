@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"testing"
 	"testing/synctest"
@@ -198,4 +199,39 @@ func checkViewLedger(t *testing.T, v *engine.View[int], want ledger) {
 			t.Fatalf("the view's %s = %d (%t), want %d (%t)", key, got, ok, w, wok)
 		}
 	}
+}
+
+// Bad inputs on kfake: a missing topic fails NewView with
+// store/kafka's ErrTopicMissing (store.ErrMisconfigured); a foreign
+// record in the snapshot topic fails its partition with a
+// *store.CorruptRecordError, where the user looks.
+func TestViewBadInputsOnKfake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		ctx := context.Background()
+		b, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: w.c.ListenAddrs(), TransactionalIDPrefix: "view",
+			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if _, err := engine.NewView(ctx, engine.ViewConfig[int]{Store: b, Topic: "nope", Codec: intCodec{}}); !errors.Is(err, kafka.ErrTopicMissing) || !errors.Is(err, store.ErrMisconfigured) {
+			t.Fatalf("a view of a missing topic: %v, want kafka.ErrTopicMissing", err)
+		}
+		if err := w.prod.ProduceSync(ctx, &kgo.Record{Topic: "accounts-snapshots", Partition: 1, Key: []byte("foreign"), Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		v, err := engine.NewView(ctx, engine.ViewConfig[int]{Store: b, Topic: "accounts", Codec: intCodec{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v.Close()
+		err = v.Run(ctx)
+		if pe, ok := errors.AsType[*engine.ViewPartitionError](err); !ok || pe.Partition != 1 || !errors.Is(err, store.ErrCorruptRecord) {
+			t.Fatalf("Run = %v, want partition 1's *ViewPartitionError wrapping a *store.CorruptRecordError", err)
+		}
+		if err := v.WaitCaughtUp(ctx); !errors.Is(err, store.ErrCorruptRecord) {
+			t.Fatalf("WaitCaughtUp = %v, want the failure", err)
+		}
+	})
 }
