@@ -3,9 +3,11 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,6 +184,28 @@ func TestViewRestartReadsOnlyTheDeltaOnSim(t *testing.T) {
 		t.Fatalf("the restart read %d snapshots (the first open %d), want the 2 written since and at most the last transaction's others", delta, full)
 	}
 	t.Logf("first open read %d snapshots, the restart %d", full, delta)
+
+	// An engine given the view's Dir afterwards never takes the view's
+	// copies for its own: its checkpoints are a view's.
+	if err := v2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logCount{}
+	r2 := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Dir, c.Logger = dir, slog.New(logs) }))
+	w.drain(r2)
+	w.check(r2)
+	lines := recoveryLines(logs)
+	if len(lines) != 2 {
+		t.Fatalf("the engine's recoveries: %v, want both partitions'", lines)
+	}
+	for tp, got := range lines {
+		if !strings.HasPrefix(got, "full "+engine.RecoveryOtherGroup+" ") {
+			t.Fatalf("the engine on the view's Dir recovered %s as %q, want in full (%s)", tp, got, engine.RecoveryOtherGroup)
+		}
+	}
 }
 
 // Range and All yield the live keys in key order; a key or a partition
