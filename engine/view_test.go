@@ -454,4 +454,7 @@ func TestViewRunAndCloseOnSim(t *testing.T) {
 	if err := v.Run(context.Background()); !errors.Is(err, engine.ErrViewClosed) {
 		t.Fatalf("Run after Close = %v, want ErrViewClosed", err)
 	}
+	if err := v.WaitCaughtUp(context.Background()); !errors.Is(err, engine.ErrViewClosed) {
+		t.Fatalf("WaitCaughtUp after Close = %v, want ErrViewClosed", err)
+	}
 }
