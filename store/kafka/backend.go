@@ -18,6 +18,7 @@ import (
 	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/backend"
+	"github.com/snapfence/snapfence/store/internal/readloop"
 )
 
 // Errors of the start-up checks; they wrap what was found. Both are
@@ -405,6 +406,97 @@ func (b *Backend) createOutput(ctx context.Context, topic string) (int, error) {
 	b.set.Logger.Info(msg, "topic", topic, "partitions", n, "served_after", b.set.Now().Sub(start))
 	return n, nil
 }
+
+var _ store.TopicFollower = (*Backend)(nil)
+
+// Partitions implements store.TopicFollower: topic's partition count, or
+// an error wrapping ErrTopicMissing.
+func (b *Backend) Partitions(ctx context.Context, topic string) (int32, error) {
+	return b.core.Partitions(ctx, topic)
+}
+
+// FollowTopic implements store.TopicFollower: a group-less
+// read_committed consumer of a partition of any topic (a client of its
+// own), in either mode; it writes nothing and creates nothing.
+func (b *Backend) FollowTopic(ctx context.Context, tp store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
+	return b.core.FollowTopic(ctx, tp, from)
+}
+
+// Partitions implements backend.Broker.
+func (br *broker) Partitions(ctx context.Context, topic string) (int32, error) {
+	td, err := br.b.describeTopic(ctx, topic)
+	return int32(len(td.Partitions)), err
+}
+
+// describeTopic lists one topic, or says that it is missing.
+func (b *Backend) describeTopic(ctx context.Context, topic string) (kadm.TopicDetail, error) {
+	details, err := b.adm.ListTopics(ctx, topic)
+	if err != nil {
+		return kadm.TopicDetail{}, fmt.Errorf("kafka: describing topic %q: %w", topic, err)
+	}
+	td, ok := details[topic]
+	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+		return td, fmt.Errorf("%w: topic %q does not exist", ErrTopicMissing, topic)
+	}
+	if errors.Is(td.Err, kerr.TopicAuthorizationFailed) {
+		return td, &store.ConfigError{Subject: fmt.Sprintf("topic %q", topic), Problem: "the backend may not describe it",
+			Fix: fmt.Sprintf("grant the principal DESCRIBE and READ on the topic (kafka-acls.sh --operation Describe --operation Read --topic %s)", topic),
+			Err: td.Err}
+	}
+	if td.Err != nil {
+		return td, fmt.Errorf("kafka: topic %q: %w", topic, td.Err)
+	}
+	return td, nil
+}
+
+// OpenTopic implements backend.Broker: the partition's existence, the
+// topic's id and delete.retention.ms (for the checks of a checkpoint).
+func (br *broker) OpenTopic(ctx context.Context, tp store.TopicPartition) (backend.TopicLink, error) {
+	b := br.b
+	td, err := b.describeTopic(ctx, tp.Topic)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := td.Partitions[tp.Partition]; !ok {
+		return nil, fmt.Errorf("%w: partition %s does not exist (the topic has %d)", ErrTopicMissing, tp, len(td.Partitions))
+	}
+	topic := backend.SnapshotTopic{ID: td.ID, DeleteRetention: defaultDeleteRetention}
+	configs, err := b.adm.DescribeTopicConfigs(ctx, tp.Topic)
+	var rc kadm.ResourceConfig
+	if err == nil {
+		if rc, err = configs.On(tp.Topic, nil); err == nil {
+			err = rc.Err
+		}
+	}
+	if err != nil {
+		// The retention only ages a checkpoint; without it the default
+		// (24 h) stands, as for a broker that does not report it.
+		b.set.Logger.Warn("describing a followed topic's configuration failed; assuming delete.retention.ms of 24 h", "topic", tp.Topic, "err", err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "delete.retention.ms" && c.Value != nil {
+			if ms, err := strconv.ParseInt(*c.Value, 10, 64); err == nil {
+				topic.DeleteRetention = time.Duration(ms) * time.Millisecond
+			}
+		}
+	}
+	return &topicLink{b: b, tp: tp, topic: topic}, nil
+}
+
+// topicLink is a follower's link to a partition of any topic.
+type topicLink struct {
+	b     *Backend
+	tp    store.TopicPartition
+	topic backend.SnapshotTopic
+}
+
+func (l *topicLink) Source(_ context.Context, from int64) (readloop.Source, func(), error) {
+	return l.b.newSource(l.tp, from, true, nil)
+}
+
+func (l *topicLink) Snapshots() backend.SnapshotTopic { return l.topic }
+
+func (l *topicLink) Release() {}
 
 // Follow implements store.Follower: a group-less read_committed consumer
 // of input's snapshot partition for a standby replica (a client of its

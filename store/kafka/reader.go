@@ -21,9 +21,15 @@ import (
 // so that they cannot change it (last wins): the partition from its start,
 // the isolation level, the control records.
 func (p *partition) Source(_ context.Context, from int64) (readloop.Source, func(), error) {
-	b, snap := p.b, p.snap
+	return p.b.newSource(p.snap, from, p.b.set.Mode == store.Transactional, p)
+}
+
+// newSource is a group-less reader of tp from from (0: the log start),
+// read_committed or not; p is the partition whose recovery it is, if
+// any.
+func (b *Backend) newSource(snap store.TopicPartition, from int64, readCommitted bool, p *partition) (readloop.Source, func(), error) {
 	level := kgo.ReadUncommitted()
-	if b.set.Mode == store.Transactional {
+	if readCommitted {
 		level = kgo.ReadCommitted()
 	}
 	start := kgo.NewOffset().AtStart()
@@ -46,7 +52,7 @@ func (p *partition) Source(_ context.Context, from int64) (readloop.Source, func
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kafka: recovery reader for %s: %w", snap, err)
+		return nil, nil, fmt.Errorf("kafka: reader of %s: %w", snap, err)
 	}
 	return &source{admin: b.admin, reader: cl, tp: snap, pos: from, p: p}, cl.Close, nil
 }

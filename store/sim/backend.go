@@ -128,6 +128,46 @@ func (b *broker) Open(ctx context.Context, input, snap store.TopicPartition) (ba
 // Close implements backend.Broker: the cluster is the caller's.
 func (b *broker) Close() error { return nil }
 
+// Partitions implements backend.Broker.
+func (b *broker) Partitions(_ context.Context, topic string) (int32, error) {
+	cfg, ok := b.c.Topic(topic)
+	if !ok {
+		return 0, &store.ConfigError{Subject: fmt.Sprintf("topic %q", topic), Problem: "does not exist", Fix: "create it, or name a topic that exists"}
+	}
+	return int32(cfg.Partitions), nil
+}
+
+// OpenTopic implements backend.Broker: partition tp of any topic,
+// read_committed.
+func (b *broker) OpenTopic(ctx context.Context, tp store.TopicPartition) (backend.TopicLink, error) {
+	n, err := b.Partitions(ctx, tp.Topic)
+	if err != nil {
+		return nil, err
+	}
+	if tp.Partition < 0 || tp.Partition >= n {
+		return nil, &store.ConfigError{Subject: "partition " + tp.String(), Problem: fmt.Sprintf("does not exist (the topic has %d)", n),
+			Fix: "name one of the topic's partitions"}
+	}
+	return topicLink{c: b.c, tp: tp}, nil
+}
+
+// topicLink is a follower's seam to a partition of any topic.
+type topicLink struct {
+	c  *Cluster
+	tp store.TopicPartition
+}
+
+func (l topicLink) Source(_ context.Context, from int64) (readloop.Source, func(), error) {
+	return &source{c: l.c, tp: l.tp, readCommitted: true, pos: from}, func() {}, nil
+}
+
+func (l topicLink) Snapshots() backend.SnapshotTopic {
+	cfg, _ := l.c.Topic(l.tp.Topic)
+	return backend.SnapshotTopic{ID: cfg.ID, DeleteRetention: cfg.DeleteRetention}
+}
+
+func (l topicLink) Release() {}
+
 // Unstable implements backend.Broker: what the coordinator knows of the
 // partition's transactional.id, and the transactions open on its snapshot
 // partition.
@@ -404,6 +444,19 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 			return nil, s.pos, err
 		}
 	}
+}
+
+var _ store.TopicFollower = (*Backend)(nil)
+
+// Partitions implements store.TopicFollower.
+func (b *Backend) Partitions(ctx context.Context, topic string) (int32, error) {
+	return b.core.Partitions(ctx, topic)
+}
+
+// FollowTopic implements store.TopicFollower: a read_committed reader
+// of a partition of any topic, in either mode; it writes nothing.
+func (b *Backend) FollowTopic(ctx context.Context, tp store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
+	return b.core.FollowTopic(ctx, tp, from)
 }
 
 // Follow implements store.Follower: a read_committed reader of input's

@@ -147,3 +147,60 @@ func isRefusal(err error, reason string) bool {
 	ce, ok := errors.AsType[*store.CheckpointError](err)
 	return ok && ce.Reason == reason && errors.Is(err, store.ErrCheckpointUnusable)
 }
+
+// snapshotPartition is input's snapshot partition under the default
+// snapshot topic name (every world's backends use it).
+func snapshotPartition(in store.TopicPartition) store.TopicPartition {
+	return store.TopicPartition{Topic: in.Topic + "-snapshots", Partition: in.Partition}
+}
+
+// A follower of any topic (store.TopicFollower), here the snapshot
+// partition read as a plain topic by a Plain-mode backend, returns the
+// committed records raw, with their own offsets, a null value as a
+// tombstone, never an aborted transaction's; its high watermark is the
+// read_uncommitted log end; Partitions counts a topic's partitions and
+// names a missing one.
+func followTopicRaw(t *testing.T, w World) {
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, w.Join(t).Identity()) // creates the snapshot topic
+	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "close", o.Close())
+	w.ProduceForeign(t, in, store.WireRecord{Key: []byte("k"), Value: []byte("v1")})
+	end := w.ForeignTransaction(t, in, false, store.WireRecord{Key: []byte("k"), Value: []byte("aborted")})
+	end(false)
+	w.ProduceForeign(t, in, store.WireRecord{Key: []byte("k")}, store.WireRecord{Key: []byte("j"), Value: []byte{}})
+
+	tf, ok := w.Backend(t, BackendConfig{Mode: store.Plain}).(store.TopicFollower)
+	if !ok {
+		t.Fatal("the backend is no store.TopicFollower")
+	}
+	n, err := tf.Partitions(context.Background(), w.InputTopic())
+	if err != nil || n < 2 {
+		t.Fatalf("Partitions(%q) = %d, %v; want the input topic's count (at least 2)", w.InputTopic(), n, err)
+	}
+	if _, err := tf.Partitions(context.Background(), "no-such-topic"); !errors.Is(err, store.ErrMisconfigured) {
+		t.Fatalf("Partitions of a missing topic = %v, want an error matching store.ErrMisconfigured", err)
+	}
+	snap := snapshotPartition(in)
+	f, err := tf.FollowTopic(context.Background(), snap, nil)
+	if err != nil {
+		t.Fatalf("FollowTopic %s: %v", snap, err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	_, hw := w.StableOffsets(t, in)
+	if got, err := f.HighWatermark(context.Background()); err != nil || got != hw {
+		t.Fatalf("HighWatermark = %d, %v; want the high watermark %d", got, err, hw)
+	}
+	got := followUntil(t, w, f, "the three committed records are read", func(g followed) bool { return len(g.snaps) >= 3 })
+	s := got.snaps
+	if len(s) != 3 || string(s[0].Value) != "v1" || s[0].Tombstone || !s[1].Tombstone || s[1].Value != nil ||
+		string(s[2].Key) != "j" || s[2].Tombstone || !(s[0].Offset < s[1].Offset && s[1].Offset < s[2].Offset) {
+		t.Fatalf("FollowTopic read %s; want k=v1, k's tombstone (a null value), j= (an empty value, no tombstone), in log order with their offsets, and not the aborted record", describe(s))
+	}
+	if s[2].Offset != hw-1 {
+		t.Fatalf("the last record's offset is %d, want its own offset %d (the high watermark less one)", s[2].Offset, hw-1)
+	}
+	if _, err := tf.FollowTopic(context.Background(), store.TopicPartition{Topic: "no-such-topic"}, nil); !errors.Is(err, store.ErrMisconfigured) {
+		t.Fatalf("FollowTopic of a missing topic = %v, want an error matching store.ErrMisconfigured", err)
+	}
+}

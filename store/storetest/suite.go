@@ -73,6 +73,7 @@ func Run(t *testing.T, h Harness) {
 		{"Follow/ReadsCommittedOnlyAndWritesNothing", followReadsCommittedOnly},
 		{"Follow/FromACheckpoint", followFromCheckpoint},
 		{"Follow/Refused", followRefused},
+		{"Follow/AnyTopicRaw", followTopicRaw},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -146,9 +146,28 @@ type Broker interface {
 	// hanging transaction of txnID's own lineage, with the backend's
 	// option to abort those): the skeleton resolves the offset once more.
 	Unstable(ctx context.Context, a store.Acquisition, link Link, txnID string, err error) (aborted bool, _ error)
+	// Partitions returns topic's partition count, or an error matching
+	// store.ErrMisconfigured if the topic does not exist.
+	Partitions(ctx context.Context, topic string) (int32, error)
+	// OpenTopic checks that partition tp of any topic exists and returns
+	// its link for a follower of it: a Source read_committed in either
+	// mode, and the topic's id and delete.retention.ms. Nothing is
+	// created.
+	OpenTopic(ctx context.Context, tp store.TopicPartition) (TopicLink, error)
 	// Close releases the broker's clients, once every partition is
 	// released.
 	Close() error
+}
+
+// TopicLink is a follower's connection to a partition of any topic.
+type TopicLink interface {
+	// Source returns a read_committed reader of the partition positioned
+	// at from (0: the log start), and what releases it.
+	Source(ctx context.Context, from int64) (readloop.Source, func(), error)
+	// Snapshots describes the topic as OpenTopic found it.
+	Snapshots() SnapshotTopic
+	// Release closes what the link holds.
+	Release()
 }
 
 // Link is one acquired partition's connection to the cluster.

@@ -30,14 +30,8 @@ import (
 // records above a later position are a subset of those above the earlier
 // one.
 func (b *Backend) Follow(ctx context.Context, input store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
-	if err := ctx.Err(); err != nil {
+	if err := b.open(ctx); err != nil {
 		return nil, err
-	}
-	b.mu.Lock()
-	closed := b.closed
-	b.mu.Unlock()
-	if closed {
-		return nil, store.ErrClosed
 	}
 	snap := b.SnapshotPartition(input)
 	if b.cfg.Mode != store.Transactional {
@@ -52,24 +46,82 @@ func (b *Backend) Follow(ctx context.Context, input store.TopicPartition, from *
 	if err != nil {
 		return nil, err
 	}
+	return b.follow(ctx, snap, link.Source, link.Snapshots(), link.Release, checkBase, decodeSnapshot, from)
+}
+
+// Partitions implements store.TopicFollower.
+func (b *Backend) Partitions(ctx context.Context, topic string) (int32, error) {
+	if err := b.open(ctx); err != nil {
+		return 0, err
+	}
+	return b.broker.Partitions(ctx, topic)
+}
+
+// FollowTopic implements store.TopicFollower: Follow's reader over any
+// topic's partition, read_committed whatever the mode, its records
+// returned raw.
+func (b *Backend) FollowTopic(ctx context.Context, tp store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
+	if err := b.open(ctx); err != nil {
+		return nil, err
+	}
+	link, err := b.broker.OpenTopic(ctx, tp)
+	if err != nil {
+		return nil, err
+	}
+	return b.follow(ctx, tp, link.Source, link.Snapshots(), link.Release, checkTopicBase, decodeRaw, from)
+}
+
+// open says why the backend can open nothing more: ctx ended, or it is
+// closed.
+func (b *Backend) open(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// decodeSnapshot decodes a snapshot record; ok is false for an offset
+// marker.
+func decodeSnapshot(tp store.TopicPartition, r readloop.Fetched) (store.Snapshot, bool, error) {
+	s, kind, err := store.DecodeRecord(tp, r.Offset, r.Record)
+	return s, err == nil && kind != store.KindOffsetMarker, err
+}
+
+// decodeRaw is a record of any topic as it is: its own offset, a null
+// value a tombstone.
+func decodeRaw(_ store.TopicPartition, r readloop.Fetched) (store.Snapshot, bool, error) {
+	return store.Snapshot{Key: r.Record.Key, Value: r.Record.Value, Offset: r.Offset, Tombstone: r.Record.Value == nil}, true, nil
+}
+
+// follow opens a follower of tp through a link's source, checking from
+// with check.
+func (b *Backend) follow(ctx context.Context, tp store.TopicPartition, source func(context.Context, int64) (readloop.Source, func(), error),
+	topic SnapshotTopic, releaseLink func(),
+	check func(context.Context, Config, store.TopicPartition, SnapshotTopic, readloop.Source, store.Checkpoint) error,
+	decode func(store.TopicPartition, readloop.Fetched) (store.Snapshot, bool, error), from *store.Checkpoint) (store.Follow, error) {
 	off := int64(0)
 	if from != nil {
 		off = from.Offset
 	}
-	src, release, err := link.Source(ctx, off)
+	src, release, err := source(ctx, off)
 	if err != nil {
-		link.Release()
+		releaseLink()
 		return nil, err
 	}
-	f := &follow{b: b, snap: snap, src: src, release: func() { release(); link.Release() }, logEnd: -1}
+	f := &follow{b: b, snap: tp, src: src, decode: decode, release: func() { release(); releaseLink() }, logEnd: -1}
 	if from != nil {
-		if err := checkBase(ctx, b.cfg, snap, link.Snapshots(), src, *from); err != nil {
+		if err := check(ctx, b.cfg, tp, topic, src, *from); err != nil {
 			f.release()
 			return nil, err
 		}
 		f.cp, f.vouched = *from, true
 	} else {
-		f.cp.TopicID = link.Snapshots().ID
+		f.cp.TopicID = topic.ID
 	}
 	start, err := src.LogStart(ctx)
 	if err != nil {
@@ -85,6 +137,7 @@ type follow struct {
 	b       *Backend
 	snap    store.TopicPartition
 	src     readloop.Source
+	decode  func(store.TopicPartition, readloop.Fetched) (store.Snapshot, bool, error)
 	release func()
 	// cp is the position and the At the next checkpoint carries; vouched
 	// once At is known (see Follow).
@@ -125,11 +178,11 @@ func (f *follow) Next(ctx context.Context, wait time.Duration) ([]store.Snapshot
 			return nil, f.cp, false, &store.CheckpointError{Snapshots: f.snap, Reason: store.CheckpointBelowLogStart, Checkpoint: f.cp,
 				Detail: fmt.Sprintf("%v: a record at %d below the position %d", errFollowReset, r.Offset, f.cp.Offset)}
 		}
-		s, kind, err := store.DecodeRecord(f.snap, r.Offset, r.Record)
+		s, ok, err := f.decode(f.snap, r)
 		if err != nil {
 			return nil, f.cp, false, err
 		}
-		if kind != store.KindOffsetMarker {
+		if ok {
 			out = append(out, s)
 		}
 	}
@@ -146,6 +199,14 @@ func (f *follow) Next(ctx context.Context, wait time.Duration) ([]store.Snapshot
 
 // Position implements store.Follow.
 func (f *follow) Position() (offset, logEnd int64) { return f.cp.Offset, f.logEnd }
+
+// HighWatermark implements store.Follow.
+func (f *follow) HighWatermark(ctx context.Context) (int64, error) {
+	if f.closed {
+		return 0, store.ErrClosed
+	}
+	return f.src.HighWatermark(ctx)
+}
 
 // Close implements store.Follow.
 func (f *follow) Close() error {

@@ -225,6 +225,15 @@ func checkBase(ctx context.Context, cfg Config, snap store.TopicPartition, topic
 	if cfg.Mode != store.Transactional {
 		return refuse(store.CheckpointPlain, "without transactions nothing fences another writer out of the snapshot partition")
 	}
+	return checkTopicBase(ctx, cfg, snap, topic, src, cp)
+}
+
+// checkTopicBase is checkBase without the mode: the checks that hold of
+// a copy of any topic's partition (FollowTopic's too).
+func checkTopicBase(ctx context.Context, cfg Config, snap store.TopicPartition, topic SnapshotTopic, src readloop.Source, cp store.Checkpoint) error {
+	refuse := func(reason, detail string) error {
+		return &store.CheckpointError{Snapshots: snap, Reason: reason, Checkpoint: cp, Detail: detail}
+	}
 	if topic.ID != cp.TopicID {
 		return refuse(store.CheckpointTopicRecreated, fmt.Sprintf("the snapshot topic's id is %x, the checkpoint's %x", topic.ID, cp.TopicID))
 	}

@@ -1,0 +1,121 @@
+package world
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/store"
+)
+
+// ViewWatch records the change stream of an engine.View of the world's
+// snapshot topic (its OnChange) and checks it against the snapshot
+// partitions' committed logs: the views' tests run it over the named
+// scenarios in every world.
+type ViewWatch struct {
+	mu      sync.Mutex
+	changes map[int32][]engine.ViewChange[int]
+}
+
+// NewViewWatch returns an empty watch.
+func NewViewWatch() *ViewWatch {
+	return &ViewWatch{changes: map[int32][]engine.ViewChange[int]{}}
+}
+
+// OnChange records ch; it is a ViewConfig.OnChange.
+func (w *ViewWatch) OnChange(ch engine.ViewChange[int]) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.changes[ch.Partition] = append(w.changes[ch.Partition], ch)
+}
+
+// Changes counts the changes recorded.
+func (w *ViewWatch) Changes() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, chs := range w.changes {
+		n += len(chs)
+	}
+	return n
+}
+
+// Check returns what is wrong with the recorded stream, given each
+// snapshot partition's committed log (read read_committed from its start,
+// offset markers left out, nothing compacted away), one per partition:
+//
+//   - per partition, the changes are the committed log's snapshots, in
+//     its order, each once: nothing of an aborted transaction (a stale
+//     owner's fenced flush, a crashed owner's open transaction the
+//     takeover aborted), nothing lost, nothing reordered;
+//   - per key, the input offsets never go back: no change replaces a
+//     newer state with an older one (invariant 1, NoStaleOverwrite, as a
+//     reader of the view sees it).
+//
+// The first holds of any committed log; the second is what the fence
+// adds, and fails on a Plain-mode world's log, where a stale owner's
+// snapshot lands.
+func (w *ViewWatch) Check(committed [][]store.Snapshot) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for p, log := range committed {
+		got := w.changes[int32(p)]
+		for i := range max(len(got), len(log)) {
+			switch {
+			case i >= len(got):
+				out = append(out, fmt.Sprintf("partition %d: the view stopped after %d changes; the committed log goes on with %s", p, len(got), describeSnap(log[i])))
+			case i >= len(log):
+				out = append(out, fmt.Sprintf("partition %d: the view's change %d, %s, is past the committed log's %d snapshots", p, i, describeChange(got[i]), len(log)))
+			case !sameChange(got[i], log[i]):
+				out = append(out, fmt.Sprintf("partition %d: the view's change %d is %s; the committed log's snapshot %d is %s", p, i, describeChange(got[i]), i, describeSnap(log[i])))
+			}
+			if i >= len(got) || i >= len(log) || !sameChange(got[i], log[i]) {
+				break
+			}
+		}
+	}
+	for _, p := range slices.Sorted(func(yield func(int32) bool) {
+		for p := range w.changes {
+			if !yield(p) {
+				return
+			}
+		}
+	}) {
+		last := map[string]engine.ViewChange[int]{}
+		for _, ch := range w.changes[p] {
+			if prev, ok := last[string(ch.Key)]; ok && ch.Offset < prev.Offset {
+				out = append(out, fmt.Sprintf("partition %d: the view replaced %s with the older %s: a stale snapshot", p, describeChange(prev), describeChange(ch)))
+			}
+			last[string(ch.Key)] = ch
+		}
+	}
+	return out
+}
+
+func sameChange(ch engine.ViewChange[int], s store.Snapshot) bool {
+	if ch.Err != nil || !bytes.Equal(ch.Key, s.Key) || ch.Offset != s.Offset || ch.Deleted != s.Tombstone {
+		return false
+	}
+	return s.Tombstone || string(s.Value) == strconv.Itoa(ch.State)
+}
+
+func describeChange(ch engine.ViewChange[int]) string {
+	switch {
+	case ch.Err != nil:
+		return fmt.Sprintf("%s@%d (%v)", ch.Key, ch.Offset, ch.Err)
+	case ch.Deleted:
+		return fmt.Sprintf("%s deleted@%d", ch.Key, ch.Offset)
+	}
+	return fmt.Sprintf("%s=%d@%d", ch.Key, ch.State, ch.Offset)
+}
+
+func describeSnap(s store.Snapshot) string {
+	if s.Tombstone {
+		return fmt.Sprintf("%s deleted@%d", s.Key, s.Offset)
+	}
+	return fmt.Sprintf("%s=%s@%d", s.Key, s.Value, s.Offset)
+}
