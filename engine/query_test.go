@@ -281,9 +281,17 @@ func TestQueriesDuringRebalancesOnSim(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	answers := map[string]int{}
+	// Each querier reads free-running, beside the steps, and signals the
+	// end of every round of reads (rounds, one slot: a signal not taken
+	// stands for any number); exited is closed when it stops.
+	type querier struct{ rounds, exited chan struct{} }
+	var queriers []querier
 	for _, e := range []*engine.Engine[int]{ea, eb} {
 		for _, mode := range []engine.ReadMode{engine.ReadCommitted, engine.ReadLatest} {
+			q := querier{rounds: make(chan struct{}, 1), exited: make(chan struct{})}
+			queriers = append(queriers, q)
 			wg.Go(func() {
+				defer close(q.exited)
 				for ctx.Err() == nil {
 					for _, tp := range []store.TopicPartition{accounts0, accounts1} {
 						got, ok, err := e.Get(ctx, tp, []byte("alice"), mode)
@@ -319,8 +327,29 @@ func TestQueriesDuringRebalancesOnSim(t *testing.T) {
 							}
 						}
 					}
+					select {
+					case q.rounds <- struct{}{}:
+					default:
+					}
 				}
 			})
+		}
+	}
+	// observed waits until every querier has read the state the steps
+	// left: a whole round begun after the steps.
+	observed := func() {
+		for _, q := range queriers {
+			select {
+			case <-q.rounds: // a round that may have begun before
+			default:
+			}
+			for range 2 {
+				select {
+				case <-q.rounds:
+				case <-q.exited:
+					t.Fatal("a querier stopped")
+				}
+			}
 		}
 	}
 	var rb *engine.Runner[int]
@@ -343,6 +372,7 @@ func TestQueriesDuringRebalancesOnSim(t *testing.T) {
 			}
 		}
 		w.c.Advance(time.Second)
+		observed()
 	}
 	w.drain(ra, rb)
 	cancel()
