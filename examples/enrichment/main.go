@@ -11,21 +11,35 @@
 // its input position ("partition:offset"), the order's state after it, and
 // the seller's data (name, country, commission rate, the commission on the
 // order's amount). An order whose seller is not in the seller table gives
-// records marked "unknown_seller"; an event that is not JSON, or makes no
-// sense in the order's status (shipped before paid, anything after
-// cancelled), gives a record marked "invalid" with the reason, and leaves
-// the status as it was. Neither stops the service.
+// records marked "unknown_seller" (and "seller_error" if the seller's row
+// is not JSON); an event that is not JSON, or makes no sense in the
+// order's status (shipped before paid, anything after cancelled), gives a
+// record marked "invalid" with the reason, and leaves the status as it
+// was. Neither stops the service.
 //
 // Seller data comes from the compacted topic "sellers" (key = seller id,
-// value = JSON seller), read to its end at start-up, read_committed, into a
-// map, as a Kafka Streams GlobalKTable's snapshot would be. The table is a
-// start-up snapshot: a seller change reaches the service on its next
-// restart. It is not part of the engine's state because that state is per
-// input partition (a snapshot of a key lives in the partition's snapshot
-// topic partition and moves with it on a rebalance), while every partition
-// needs every seller; and sellers are not keyed by order id, so they cannot
-// be co-partitioned with the orders. If "sellers" is empty, the program
-// seeds it from a built-in static table, so a run needs nothing else.
+// value = JSON seller), which another service keeps. Each instance follows
+// it live: an engine.View with ViewConfig.Plain, a read_committed replica
+// read through the instance's own store backend (as each process has its
+// own), kept following by View.Run, and looked up by the fold (View.Get),
+// as a Kafka Streams GlobalKTable is. The view is in engine.Config.Tables,
+// so a partition folds nothing until the view has read the topic up to
+// where it ended when the view opened: no order is enriched against a
+// table still loading. A seller change reaches the records folded after
+// the view applied it, with no restart. The table is not part of the
+// engine's state because that state is per input partition (a snapshot of
+// a key lives in the partition's snapshot topic partition and moves with
+// it on a rebalance), while every partition needs every seller; and
+// sellers are not keyed by order id, so they cannot be co-partitioned with
+// the orders. If "sellers" is empty, the program seeds it from a built-in
+// static table, so a run needs nothing else.
+//
+// A lookup is not replay-stable: a record replayed after a crash or a
+// rebalance is joined with the seller's newest row, which may not be the
+// row its first fold saw (docs/design.md, "Lookup joins"). An enrichment
+// that wants the current seller takes that; this run makes the check
+// exact by changing the table only between the batches, when nothing is
+// left to replay: every record's seller row is known.
 //
 // By default the outputs are exactly-once (engine.Config.ExactlyOnce, on a
 // Transactional store/kafka backend): they are produced by the input
@@ -39,8 +53,11 @@
 //
 // The run: two instances of the service (two engines in one consumer
 // group) share the three input partitions. A first batch of order events
-// is produced and folded until every input offset is committed. A second
-// batch is produced, and instance A is killed at the end of the poll in
+// is produced and folded until every input offset is committed. Then
+// seller s-1's commission rate goes up 3 points in "sellers", and the run
+// waits until the views of both instances show the new row (it looks
+// again at each change a view applies). A second batch is produced, and
+// instance A is killed at the end of the poll in
 // which it folds the first events of it: no flush, no revoke, no commit
 // after that poll (at least once, it is killed right after emitting the
 // poll's outputs, before the commit that poll could have made). It prints
@@ -54,9 +71,13 @@
 // Then "enriched_orders" is read read_committed and
 // checked against the input: every input event must have exactly one
 // enriched record (counted by input position), with the right content (the
-// seller joined from the table, the order's state as folding the order's
-// events once each, in order, gives). The summary gives events in, outputs
-// read, duplicates, missing and wrong records. Exactly-once, any
+// seller joined from the table: a record of the first batch carries the
+// seller rows the run found, one of the second batch, replays by B
+// included, s-1's new row; the order's state as folding the order's
+// events once each, in order, gives). The summary gives events in,
+// outputs read, duplicates, missing and wrong records, and how many
+// records of s-1's orders carry its old and its new row; a run in which
+// no later record carries the new row fails. Exactly-once, any
 // duplicate, missing or wrong record fails the run (exit status 1);
 // at-least-once, duplicates are expected after the kill (outputs A emitted
 // but never committed are emitted again by B) and only missing or wrong
@@ -78,8 +99,11 @@
 // topics <prefix>order_events, <prefix>order_events-snapshots (compacted),
 // <prefix>enriched_orders and <prefix>sellers (compacted), the consumer
 // group <prefix>enrichment and the transactional ids
-// <prefix>enrichment-<prefix>order_events-<partition>. A run with the prefix of an earlier one continues
-// from that run's committed offsets and checks the whole input topic.
+// <prefix>enrichment-<prefix>order_events-<partition>. A run with the
+// prefix of an earlier one continues from that run's committed offsets
+// (and raises s-1's rate again) and checks the whole input topic; the
+// earlier runs' records without their seller data, as only those runs
+// knew where their update fell.
 package main
 
 import (

@@ -308,3 +308,37 @@ func TestItsTopicsAreServedBeforeItUsesThem(t *testing.T) {
 	c.Close()
 	checkNoLeak(t, before)
 }
+
+// A second run on the prefix of a first continues from its committed
+// offsets: the sellers topic is not seeded again, s-1's rate goes up once
+// more, and the check covers both runs' input (the first run's records
+// without their seller data, this run's in full).
+func TestRerunOnTheSamePrefix(t *testing.T) {
+	before := goroutineIDs()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	args := []string{"-brokers", strings.Join(c.ListenAddrs(), ","), "-prefix", "again-"}
+	first := runOK(t, args...)
+	if !strings.Contains(first, "seeded again-sellers with 6 sellers") {
+		t.Errorf("the first run did not seed the sellers\noutput:\n%s", first)
+	}
+	second := runOK(t, args...)
+	if strings.Contains(second, "seeded") {
+		t.Errorf("the second run seeded the sellers again\noutput:\n%s", second)
+	}
+	const events = 2 * (firstBatch + secondBatch)
+	for name, want := range map[string]int{"events in": events, "outputs read_committed": events, "duplicates": 0, "missing": 0, "wrong content": 0} {
+		if got := count(t, second, name); got != want {
+			t.Errorf("%s = %d, want %d\noutput:\n%s", name, got, want, second)
+		}
+	}
+	if !strings.Contains(second, "seller s-1 updated: commission 1500 -> 1800 bps") {
+		t.Errorf("the second run did not raise s-1's rate from the first run's\noutput:\n%s", second)
+	}
+	checkSellerUpdateShown(t, second)
+	c.Close()
+	checkNoLeak(t, before)
+}
