@@ -14,8 +14,11 @@ import (
 
 // The example program against the real broker of the integration run, in
 // both modes: it creates its topics under a fresh prefix, runs two
-// instances, kills one mid-stream, and the read_committed check passes
-// (exactly once: no duplicate; at least once: nothing missing).
+// instances with live views of the sellers table, updates a seller
+// between the batches (both views show it), kills one instance
+// mid-stream, and the read_committed check passes (exactly once: no
+// duplicate; at least once: nothing missing; the first batch's records
+// carry the seller's old row, the second's the new one).
 func TestExampleOnKafka(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	for _, c := range []struct {
@@ -33,9 +36,12 @@ func TestExampleOnKafka(t *testing.T) {
 			if err := run(ctx, args, &out); err != nil {
 				t.Fatalf("%v\n%s", err, out.String())
 			}
-			if !strings.Contains(out.String(), c.verdict) {
-				t.Fatalf("output lacks %q:\n%s", c.verdict, out.String())
+			for _, want := range []string{c.verdict, "seller s-1 updated: commission 1200 -> 1500 bps; the views of instances A and B show it"} {
+				if !strings.Contains(out.String(), want) {
+					t.Fatalf("output lacks %q:\n%s", want, out.String())
+				}
 			}
+			checkSellerUpdateShown(t, out.String())
 			t.Logf("\n%s", out.String())
 		})
 	}

@@ -11,21 +11,35 @@
 // its input position ("partition:offset"), the order's state after it, and
 // the seller's data (name, country, commission rate, the commission on the
 // order's amount). An order whose seller is not in the seller table gives
-// records marked "unknown_seller"; an event that is not JSON, or makes no
-// sense in the order's status (shipped before paid, anything after
-// cancelled), gives a record marked "invalid" with the reason, and leaves
-// the status as it was. Neither stops the service.
+// records marked "unknown_seller" (and "seller_error" if the seller's row
+// is not JSON); an event that is not JSON, or makes no sense in the
+// order's status (shipped before paid, anything after cancelled), gives a
+// record marked "invalid" with the reason, and leaves the status as it
+// was. Neither stops the service.
 //
 // Seller data comes from the compacted topic "sellers" (key = seller id,
-// value = JSON seller), read to its end at start-up, read_committed, into a
-// map, as a Kafka Streams GlobalKTable's snapshot would be. The table is a
-// start-up snapshot: a seller change reaches the service on its next
-// restart. It is not part of the engine's state because that state is per
-// input partition (a snapshot of a key lives in the partition's snapshot
-// topic partition and moves with it on a rebalance), while every partition
-// needs every seller; and sellers are not keyed by order id, so they cannot
-// be co-partitioned with the orders. If "sellers" is empty, the program
-// seeds it from a built-in static table, so a run needs nothing else.
+// value = JSON seller), which another service keeps. Each instance follows
+// it live: an engine.View with ViewConfig.Plain, a read_committed replica
+// read through the instance's own store backend (as each process has its
+// own), kept following by View.Run, and looked up by the fold (View.Get),
+// as a Kafka Streams GlobalKTable is. The view is in engine.Config.Tables,
+// so a partition folds nothing until the view has read the topic up to
+// where it ended when the view opened: no order is enriched against a
+// table still loading. A seller change reaches the records folded after
+// the view applied it, with no restart. The table is not part of the
+// engine's state because that state is per input partition (a snapshot of
+// a key lives in the partition's snapshot topic partition and moves with
+// it on a rebalance), while every partition needs every seller; and
+// sellers are not keyed by order id, so they cannot be co-partitioned with
+// the orders. If "sellers" is empty, the program seeds it from a built-in
+// static table, so a run needs nothing else.
+//
+// A lookup is not replay-stable: a record replayed after a crash or a
+// rebalance is joined with the seller's newest row, which may not be the
+// row its first fold saw (docs/design.md, "Lookup joins"). An enrichment
+// that wants the current seller takes that; this run makes the check
+// exact by changing the table only between the batches, when nothing is
+// left to replay: every record's seller row is known.
 //
 // By default the outputs are exactly-once (engine.Config.ExactlyOnce, on a
 // Transactional store/kafka backend): they are produced by the input
@@ -39,8 +53,11 @@
 //
 // The run: two instances of the service (two engines in one consumer
 // group) share the three input partitions. A first batch of order events
-// is produced and folded until every input offset is committed. A second
-// batch is produced, and instance A is killed at the end of the poll in
+// is produced and folded until every input offset is committed. Then
+// seller s-1's commission rate goes up 3 points in "sellers", and the run
+// waits until the views of both instances show the new row (it looks
+// again at each change a view applies). A second batch is produced, and
+// instance A is killed at the end of the poll in
 // which it folds the first events of it: no flush, no revoke, no commit
 // after that poll (at least once, it is killed right after emitting the
 // poll's outputs, before the commit that poll could have made). It prints
@@ -54,9 +71,13 @@
 // Then "enriched_orders" is read read_committed and
 // checked against the input: every input event must have exactly one
 // enriched record (counted by input position), with the right content (the
-// seller joined from the table, the order's state as folding the order's
-// events once each, in order, gives). The summary gives events in, outputs
-// read, duplicates, missing and wrong records. Exactly-once, any
+// seller joined from the table: a record of the first batch carries the
+// seller rows the run found, one of the second batch, replays by B
+// included, s-1's new row; the order's state as folding the order's
+// events once each, in order, gives). The summary gives events in,
+// outputs read, duplicates, missing and wrong records, and how many
+// records of s-1's orders carry its old and its new row; a run in which
+// no later record carries the new row fails. Exactly-once, any
 // duplicate, missing or wrong record fails the run (exit status 1);
 // at-least-once, duplicates are expected after the kill (outputs A emitted
 // but never committed are emitted again by B) and only missing or wrong
@@ -78,8 +99,11 @@
 // topics <prefix>order_events, <prefix>order_events-snapshots (compacted),
 // <prefix>enriched_orders and <prefix>sellers (compacted), the consumer
 // group <prefix>enrichment and the transactional ids
-// <prefix>enrichment-<prefix>order_events-<partition>. A run with the prefix of an earlier one continues
-// from that run's committed offsets and checks the whole input topic.
+// <prefix>enrichment-<prefix>order_events-<partition>. A run with the
+// prefix of an earlier one continues from that run's committed offsets
+// (and raises s-1's rate again) and checks the whole input topic; the
+// earlier runs' records without their seller data, as only those runs
+// knew where their update fell.
 package main
 
 import (
@@ -193,12 +217,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := createTopics(ctx, cl, t); err != nil {
 		return err
 	}
-	sellers, err := loadSellers(ctx, seeds, cl, t.sellers, out)
+	// The table as it is before the run changes it, and where the run's
+	// input starts: what the check expects of the first batch.
+	sellers, err := readSellers(ctx, seeds, cl, t.sellers, out)
+	if err != nil {
+		return err
+	}
+	runStart, err := endOffsets(ctx, cl, t.input)
 	if err != nil {
 		return err
 	}
 
-	s := &service{seeds: seeds, t: t, sellers: sellers, exactlyOnce: !*atLeastOnce,
+	s := &service{seeds: seeds, t: t, exactlyOnce: !*atLeastOnce,
 		logger: logger, committed: newCommitWatch()}
 	a, err := s.start(ctx, "A")
 	if err != nil {
@@ -217,6 +247,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	rng := rand.New(rand.NewPCG(1, 2)) // the same events every run
 	gen := newGenerator(rng)
 	if err := s.produceAndAwait(ctx, cl, gen.events(firstBatch), out, "first", a, b); err != nil {
+		return err
+	}
+	// Every record of the first batch is folded and committed; the
+	// seller changes now, and the second batch is produced only once
+	// both instances' views show the change, so that every record of it
+	// (replays included) must carry the new row.
+	upd, err := s.updateSeller(ctx, cl, sellers, out, a, b)
+	if err != nil {
 		return err
 	}
 
@@ -244,7 +282,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("instance B: %w", err)
 	}
 
-	res, err := check(ctx, seeds, t, sellers)
+	res, err := check(ctx, seeds, t, runStart, sellers, upd)
 	if err != nil {
 		return err
 	}
@@ -306,7 +344,8 @@ type Enriched struct {
 	Order         Order   `json:"order"`
 	Seller        *Seller `json:"seller,omitempty"`
 	UnknownSeller bool    `json:"unknown_seller,omitempty"`
-	Commission    int64   `json:"commission"` // cents
+	SellerError   string  `json:"seller_error,omitempty"` // the seller's row does not decode
+	Commission    int64   `json:"commission"`             // cents
 	Invalid       string  `json:"invalid,omitempty"`
 }
 
@@ -331,10 +370,28 @@ func apply(o Order, exists bool, ev Event) (Order, string) {
 	return o, fmt.Sprintf("%s ignored in status %s", ev.Type, o.Status)
 }
 
+// sellerTable is where the fold looks sellers up: an instance's live
+// view of the sellers topic (*engine.View[Seller]), or, for the check and
+// the tests, a map.
+type sellerTable interface {
+	Get(id []byte) (Seller, bool, error)
+}
+
+// sellerMap is a sellerTable held in memory.
+type sellerMap map[string]Seller
+
+func (m sellerMap) Get(id []byte) (Seller, bool, error) {
+	s, ok := m[string(id)]
+	return s, ok, nil
+}
+
 // enrich folds an input record into its order and makes the enriched
 // record: the fold's logic, shared by the check. folded is false for a
-// record that is not an event of the order: the order is unchanged.
-func enrich(sellers map[string]Seller, o Order, exists bool, rec engine.Record) (_ Order, _ Enriched, folded bool) {
+// record that is not an event of the order: the order is unchanged. A
+// seller row that does not decode gives a record marked with the error,
+// as an unknown seller does: bad data in the table does not stop the
+// service.
+func enrich(sellers sellerTable, o Order, exists bool, rec engine.Record) (_ Order, _ Enriched, folded bool) {
 	out := Enriched{Input: fmt.Sprintf("%d:%d", rec.Partition, rec.Offset)}
 	var ev Event
 	if err := json.Unmarshal(rec.Value, &ev); err != nil || ev.Order != string(rec.Key) {
@@ -346,10 +403,14 @@ func enrich(sellers map[string]Seller, o Order, exists bool, rec engine.Record) 
 	out.Event = ev
 	o, out.Invalid = apply(o, exists, ev)
 	out.Order = o
-	if s, ok := sellers[o.Seller]; ok {
+	switch s, ok, err := sellers.Get([]byte(o.Seller)); {
+	case err != nil:
+		out.UnknownSeller = true
+		out.SellerError = err.Error()
+	case ok:
 		out.Seller = &s
 		out.Commission = o.Amount * s.CommissionBPS / 10000
-	} else {
+	default:
 		out.UnknownSeller = true
 	}
 	return o, out, true
@@ -358,15 +419,15 @@ func enrich(sellers map[string]Seller, o Order, exists bool, rec engine.Record) 
 type service struct {
 	seeds       []string
 	t           topics
-	sellers     map[string]Seller
 	exactlyOnce bool
 	logger      *slog.Logger
 	committed   *commitWatch
 }
 
-// fold is the engine's fold: enrich, its record the output.
-func (s *service) fold(key []byte, o Order, exists bool, rec engine.Record) (engine.Result[Order], error) {
-	o, out, folded := enrich(s.sellers, o, exists, rec)
+// fold is the engine's fold: enrich with the sellers of the table, its
+// record the output.
+func (s *service) fold(sellers sellerTable, key []byte, o Order, exists bool, rec engine.Record) (engine.Result[Order], error) {
+	o, out, folded := enrich(sellers, o, exists, rec)
 	v, err := json.Marshal(out)
 	if err != nil {
 		return engine.Result[Order]{}, err
@@ -378,8 +439,9 @@ func (s *service) fold(key []byte, o Order, exists bool, rec engine.Record) (eng
 	return engine.Set(o).With(outs...), nil
 }
 
-// instance is one process of the service: its store backend, engine and
-// group member, stepped by a goroutine of its own.
+// instance is one process of the service: its store backend, its live
+// view of the sellers table, its engine and group member, stepped by a
+// goroutine of its own.
 type instance struct {
 	name    string
 	backend *kafka.Backend
@@ -389,6 +451,15 @@ type instance struct {
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the step loop has ended, with err
 	err     error
+
+	// sellers is the instance's view of the sellers topic, read through
+	// its own backend (as a process has one), kept following by a
+	// goroutine of its own: viewDone is closed when its Run has returned,
+	// with viewErr. sellerChanged hears every change it applies.
+	sellers       *engine.View[Seller]
+	viewDone      chan struct{}
+	viewErr       error
+	sellerChanged *broadcast
 
 	// killAt arms the kill: the instance dies once it folds an event
 	// whose sequence number is at least killAt (0: never).
@@ -405,10 +476,16 @@ type instance struct {
 
 var errKilled = errors.New("killed")
 
-func (s *service) start(ctx context.Context, name string) (*instance, error) {
-	in := &instance{name: name, done: make(chan struct{}),
+func (s *service) start(ctx context.Context, name string) (_ *instance, err error) {
+	in := &instance{name: name, done: make(chan struct{}), viewDone: make(chan struct{}), sellerChanged: newBroadcast(),
 		folded: map[int32][]int64{}, commitAt: map[int32]int64{}}
-	backend, err := kafka.New(ctx, kafka.Config{
+	defer func() {
+		if err != nil {
+			in.close()
+		}
+	}()
+	logger := s.logger.With("instance", name)
+	in.backend, err = kafka.New(ctx, kafka.Config{
 		Mode: store.Transactional, SeedBrokers: s.seeds, TransactionalIDPrefix: s.t.txnPrefix,
 		Observer: store.ObserverFunc(func(ev store.TransactionEvent) {
 			if ev.Err == nil && ev.OffsetAdvanced {
@@ -418,12 +495,29 @@ func (s *service) start(ctx context.Context, name string) (*instance, error) {
 				s.committed.advance(ev.Input.Partition, ev.Offset)
 			}
 		}),
-		Logger: s.logger.With("instance", name),
+		Logger: logger,
 	})
 	if err != nil {
 		return nil, err
 	}
-	in.backend = backend
+	// The sellers table: a live read_committed replica of the compacted
+	// topic, read through the instance's backend (any mode reads a plain
+	// topic). It is in memory, so every start reads the topic from its
+	// start.
+	in.sellers, err = engine.NewView(ctx, engine.ViewConfig[Seller]{
+		Store: in.backend, Topic: s.t.sellers, Plain: true, Codec: engine.JSON[Seller](),
+		OnChange: func(engine.ViewChange[Seller]) { in.sellerChanged.notify() },
+		Logger:   logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("instance %s: the sellers view: %w", name, err)
+	}
+	go func() {
+		defer close(in.viewDone)
+		if err := in.sellers.Run(ctx); err != nil && !errors.Is(err, engine.ErrViewClosed) {
+			in.viewErr = fmt.Errorf("instance %s: the sellers view: %w", name, err)
+		}
+	}()
 	cfg := engine.Config[Order]{
 		Fold: func(key []byte, o Order, exists bool, rec engine.Record) (engine.Result[Order], error) {
 			in.mu.Lock()
@@ -432,12 +526,15 @@ func (s *service) start(ctx context.Context, name string) (*instance, error) {
 			if at := in.killAt.Load(); at > 0 && seqOf(rec.Value) >= at {
 				in.dying.Store(true)
 			}
-			return s.fold(key, o, exists, rec)
+			return s.fold(in.sellers, key, o, exists, rec)
 		},
 		Codec:       engine.JSON[Order](),
-		Store:       backend,
+		Store:       in.backend,
 		ExactlyOnce: s.exactlyOnce, // CommitInterval: 100 ms by default
-		Logger:      s.logger.With("instance", name),
+		// A partition folds nothing until the view has read the sellers
+		// topic up to where it ended when the view opened.
+		Tables: []engine.Table{in.sellers},
+		Logger: logger,
 	}
 	if !s.exactlyOnce {
 		// The exactly-once default, for a like-for-like comparison.
@@ -445,9 +542,8 @@ func (s *service) start(ctx context.Context, name string) (*instance, error) {
 		cfg.CommitInterval = engine.DefaultExactlyOnceCommitInterval
 		// The instance's own producer: idempotent, each output in the
 		// partition of its key (as the exactly-once path puts it).
-		in.emitter, err = engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: s.seeds, Logger: s.logger.With("instance", name)})
+		in.emitter, err = engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: s.seeds, Logger: logger})
 		if err != nil {
-			_ = backend.Close()
 			return nil, err
 		}
 		cfg.Emit = func(ctx context.Context, outs []engine.Output) error {
@@ -464,8 +560,6 @@ func (s *service) start(ctx context.Context, name string) (*instance, error) {
 	}
 	in.e, err = engine.New(cfg)
 	if err != nil {
-		in.closeEmitter()
-		_ = backend.Close()
 		return nil, err
 	}
 	newSource := engine.NewKafkaSource(engine.KafkaConfig{
@@ -475,9 +569,6 @@ func (s *service) start(ctx context.Context, name string) (*instance, error) {
 		return newSource(deadHandler{h: h, dead: &in.dead})
 	})
 	if err != nil {
-		_ = in.e.Close()
-		in.closeEmitter()
-		_ = backend.Close()
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -493,6 +584,16 @@ func (s *service) start(ctx context.Context, name string) (*instance, error) {
 // killed.
 func (in *instance) loop(ctx context.Context) error {
 	for ctx.Err() == nil {
+		select {
+		case <-in.viewDone:
+			// The table no longer follows its topic: folding on would
+			// join with stale sellers.
+			if in.viewErr != nil {
+				return in.viewErr
+			}
+			return fmt.Errorf("instance %s: the sellers view stopped", in.name)
+		default:
+		}
 		err := in.r.Step(ctx)
 		if in.dying.Load() {
 			return errKilled
@@ -534,10 +635,8 @@ func (in *instance) crash() int {
 	}
 	in.mu.Unlock()
 	_ = in.r.Source().Close(context.Background())
-	_ = in.e.Close()
-	in.closeEmitter()
-	_ = in.backend.Close()
 	in.r = nil
+	in.close()
 	return pending
 }
 
@@ -578,22 +677,31 @@ func (in *instance) stop() error {
 	return err
 }
 
+// close closes what the instance opened, in the reverse order: the runner
+// (its revoke flushes and commits), the engine, the emitter, the view (and
+// waits for its Run), the backend the view read through. It is also the
+// clean-up of a start that failed half-way. Idempotent.
 func (in *instance) close() {
-	if in.r == nil {
-		return
+	if in.r != nil {
+		_ = in.r.Close(context.Background())
+		in.r = nil
 	}
-	_ = in.r.Close(context.Background())
-	_ = in.e.Close()
-	in.closeEmitter()
-	_ = in.backend.Close()
-	in.r = nil
-}
-
-// closeEmitter closes the instance's emitter, if it has one, after its
-// engine.
-func (in *instance) closeEmitter() {
+	if in.e != nil {
+		_ = in.e.Close()
+		in.e = nil
+	}
 	if in.emitter != nil {
 		_ = in.emitter.Close()
+		in.emitter = nil
+	}
+	if in.sellers != nil {
+		_ = in.sellers.Close()
+		<-in.viewDone
+		in.sellers = nil
+	}
+	if in.backend != nil {
+		_ = in.backend.Close()
+		in.backend = nil
 	}
 }
 
@@ -640,6 +748,28 @@ func (w *commitWatch) String() string {
 	return fmt.Sprint(w.at)
 }
 
+// broadcast wakes every waiter on each notify.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{} // closed and replaced on every notify
+}
+
+func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
+
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+}
+
+// next is closed on the next notify.
+func (b *broadcast) next() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
 // produceAndAwait produces a batch of events and waits until the
 // instances have committed the input to its end.
 func (s *service) produceAndAwait(ctx context.Context, cl *kgo.Client, evs []Event, out io.Writer, batch string, running ...*instance) error {
@@ -658,19 +788,11 @@ func (s *service) produceAndAwait(ctx context.Context, cl *kgo.Client, evs []Eve
 // partition's end offset, or one of the (at most two) running instances
 // stops.
 func (s *service) awaitCommitted(ctx context.Context, cl *kgo.Client, running ...*instance) error {
-	listed, err := kadm.NewClient(cl).ListEndOffsets(ctx, s.t.input)
-	if err == nil {
-		err = listed.Error()
-	}
+	ends, err := endOffsets(ctx, cl, s.t.input)
 	if err != nil {
 		return err
 	}
-	ends := map[int32]int64{}
-	listed.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			ends[o.Partition] = o.Offset
-		}
-	})
+	maps.DeleteFunc(ends, func(_ int32, end int64) bool { return end == 0 })
 	var done [2]chan struct{} // nil: never ready
 	for i, in := range running[:min(len(running), 2)] {
 		done[i] = in.done
@@ -690,6 +812,21 @@ func (s *service) awaitCommitted(ctx context.Context, cl *kgo.Client, running ..
 			return fmt.Errorf("not every input offset was committed: %v of %v: %w", s.committed, ends, ctx.Err())
 		}
 	}
+}
+
+// endOffsets lists the end offsets (high watermarks) of topic's
+// partitions.
+func endOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
+	listed, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	ends := map[int32]int64{}
+	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	return ends, nil
 }
 
 // ---- input ----
@@ -781,9 +918,11 @@ var staticSellers = map[string]Seller{
 	"s-6": {Name: "Volga Tea", Country: "RU", CommissionBPS: 1100},
 }
 
-// loadSellers reads the sellers topic to its end (read_committed) into a
-// map; an empty topic is seeded from staticSellers first.
-func loadSellers(ctx context.Context, seeds []string, cl *kgo.Client, topic string, out io.Writer) (map[string]Seller, error) {
+// readSellers reads the sellers topic to its end (read_committed) into a
+// map: the table as the run finds it, which the check expects the first
+// batch to be joined with. An empty topic is seeded from staticSellers
+// first.
+func readSellers(ctx context.Context, seeds []string, cl *kgo.Client, topic string, out io.Writer) (sellerMap, error) {
 	recs, err := readAll(ctx, seeds, topic)
 	if err != nil {
 		return nil, err
@@ -803,7 +942,7 @@ func loadSellers(ctx context.Context, seeds []string, cl *kgo.Client, topic stri
 			return nil, err
 		}
 	}
-	sellers := map[string]Seller{}
+	sellers := sellerMap{}
 	for _, r := range recs {
 		if r.Value == nil {
 			delete(sellers, string(r.Key)) // a tombstone
@@ -815,8 +954,85 @@ func loadSellers(ctx context.Context, seeds []string, cl *kgo.Client, topic stri
 		}
 		sellers[string(r.Key)] = s
 	}
-	fmt.Fprintf(out, "sellers table: %d sellers (a start-up snapshot of %s)\n", len(sellers), topic)
+	fmt.Fprintf(out, "sellers table: %d sellers in %s; each instance follows it in a live view\n", len(sellers), topic)
 	return sellers, nil
+}
+
+// updatedSeller is the seller the run changes after the first batch.
+const updatedSeller = "s-1"
+
+// sellerUpdate is the change the run made to the sellers table, and where
+// the input stood when every instance's view showed it.
+type sellerUpdate struct {
+	id   string
+	row  Seller          // the new row
+	from map[int32]int64 // input end offsets once the views showed it
+}
+
+// updateSeller raises updatedSeller's commission rate by 3 points (its
+// row as the run found it, or the static one) in the sellers topic, as
+// another service keeping the table would, and waits until the view of
+// every running instance shows the new row. It returns the update, with
+// the input's end offsets after that: every input record from them on is
+// folded after both views showed it.
+func (s *service) updateSeller(ctx context.Context, cl *kgo.Client, sellers sellerMap, out io.Writer, running ...*instance) (sellerUpdate, error) {
+	old, ok := sellers[updatedSeller]
+	if !ok {
+		old = staticSellers[updatedSeller]
+	}
+	row := old
+	row.CommissionBPS += 300
+	v, err := json.Marshal(row)
+	if err != nil {
+		return sellerUpdate{}, err
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: s.t.sellers, Key: []byte(updatedSeller), Value: v}).FirstErr(); err != nil {
+		return sellerUpdate{}, fmt.Errorf("updating seller %s in %s: %w", updatedSeller, s.t.sellers, err)
+	}
+	for _, in := range running {
+		if err := in.awaitSeller(ctx, updatedSeller, row); err != nil {
+			return sellerUpdate{}, err
+		}
+	}
+	from, err := endOffsets(ctx, cl, s.t.input)
+	if err != nil {
+		return sellerUpdate{}, err
+	}
+	fmt.Fprintf(out, "seller %s updated: commission %d -> %d bps; the views of instances %s show it\n",
+		updatedSeller, old.CommissionBPS, row.CommissionBPS, instanceNames(running))
+	return sellerUpdate{id: updatedSeller, row: row, from: from}, nil
+}
+
+func instanceNames(ins []*instance) string {
+	names := make([]string, len(ins))
+	for i, in := range ins {
+		names[i] = in.name
+	}
+	return strings.Join(names, " and ")
+}
+
+// awaitSeller waits until the instance's view holds row for the seller:
+// it looks again on every change the view applies.
+func (in *instance) awaitSeller(ctx context.Context, id string, row Seller) error {
+	for {
+		changed := in.sellerChanged.next() // before the look, so no change is missed
+		got, ok, err := in.sellers.Get([]byte(id))
+		if err != nil {
+			return fmt.Errorf("instance %s: seller %s in the view: %w", in.name, id, err)
+		}
+		if ok && got == row {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-in.viewDone:
+			return fmt.Errorf("instance %s: the sellers view stopped before it showed seller %s's update: %v", in.name, id, in.viewErr)
+		case <-in.done:
+			return fmt.Errorf("instance %s stopped: %v", in.name, in.err)
+		case <-ctx.Done():
+			return fmt.Errorf("instance %s: the view never showed seller %s's update (it holds %+v, exists %t): %w", in.name, id, got, ok, ctx.Err())
+		}
+	}
 }
 
 // readAll reads a topic from its start to its current end, read_committed,
@@ -874,12 +1090,29 @@ func readAll(ctx context.Context, seeds []string, topic string) ([]*kgo.Record, 
 type result struct {
 	events, outputs, duplicates, missing, wrong, strays int
 	unknownSeller, invalid                              int
-	examples                                            []string
+	// The seller the run updated, and how many right records of its
+	// orders from this run carry its row before and after the update.
+	updated            string
+	carryOld, carryNew int
+	examples           []string
 }
 
+// era says which seller table an input record's fold had to see.
+type era int
+
+const (
+	earlierRun   era = iota // input of an earlier run on the same prefix
+	beforeUpdate            // this run's, before the seller update
+	afterUpdate             // this run's, after every view showed it
+)
+
 // check reads the input and the output topics and compares every input
-// event with its enriched records.
-func check(ctx context.Context, seeds []string, t topics, sellers map[string]Seller) (*result, error) {
+// event with its enriched records. This run's records are checked in
+// full: the first batch's must carry the sellers the run found (before),
+// the second batch's (from upd.from on) the updated row. Records of an
+// earlier run on the same prefix are checked without their seller data:
+// the sellers they saw changed at a point only that run knew.
+func check(ctx context.Context, seeds []string, t topics, runStart map[int32]int64, before sellerMap, upd sellerUpdate) (*result, error) {
 	in, err := readAll(ctx, seeds, t.input)
 	if err != nil {
 		return nil, err
@@ -888,24 +1121,40 @@ func check(ctx context.Context, seeds []string, t topics, sellers map[string]Sel
 	if err != nil {
 		return nil, err
 	}
+	after := maps.Clone(before)
+	after[upd.id] = upd.row
 	// What each input event's record must be: the fold's logic over the
 	// input in offset order (an order's events all sit in one partition).
-	want := map[string][]byte{}
+	type expected struct {
+		value []byte
+		era   era
+	}
+	want := map[string]expected{}
 	orders := map[string]Order{}
 	exists := map[string]bool{}
 	for _, r := range in {
 		k := string(r.Key)
+		x := expected{era: beforeUpdate}
+		sellers := before
+		switch {
+		case r.Offset < runStart[r.Partition]:
+			x.era = earlierRun
+		case r.Offset >= upd.from[r.Partition]:
+			x.era, sellers = afterUpdate, after
+		}
 		o, e, folded := enrich(sellers, orders[k], exists[k], engine.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
 		if folded {
 			orders[k], exists[k] = o, true
 		}
-		v, err := json.Marshal(e)
-		if err != nil {
+		if x.era == earlierRun {
+			e = withoutSeller(e)
+		}
+		if x.value, err = json.Marshal(e); err != nil {
 			return nil, err
 		}
-		want[e.Input] = v
+		want[e.Input] = x
 	}
-	res := &result{events: len(in), outputs: len(outs)}
+	res := &result{events: len(in), outputs: len(outs), updated: upd.id}
 	seen := map[string]int{}
 	for _, r := range outs {
 		var e Enriched
@@ -915,26 +1164,42 @@ func check(ctx context.Context, seeds []string, t topics, sellers map[string]Sel
 			continue
 		}
 		w, ok := want[e.Input]
+		got := r.Value
+		if ok && w.era == earlierRun {
+			if got, err = json.Marshal(withoutSeller(e)); err != nil {
+				return nil, err
+			}
+		}
+		right := string(w.value) == string(got)
 		switch {
 		case !ok:
 			res.strays++
 			res.example("record of no input event: %s", r.Value)
 			continue
-		case string(w) != string(r.Value):
+		case !right:
 			res.wrong++
-			res.example("input %s:\n  got  %s\n  want %s", e.Input, r.Value, w)
+			res.example("input %s:\n  got  %s\n  want %s", e.Input, got, w.value)
 		}
 		if seen[e.Input]++; seen[e.Input] == 2 {
 			res.example("input %s enriched more than once: %s", e.Input, r.Value)
 		}
 		if seen[e.Input] > 1 {
 			res.duplicates++
+			continue
 		}
-		if e.UnknownSeller && seen[e.Input] == 1 {
+		if e.UnknownSeller {
 			res.unknownSeller++
 		}
-		if e.Invalid != "" && seen[e.Input] == 1 {
+		if e.Invalid != "" {
 			res.invalid++
+		}
+		if right && e.Order.Seller == upd.id {
+			switch w.era {
+			case beforeUpdate:
+				res.carryOld++
+			case afterUpdate:
+				res.carryNew++
+			}
 		}
 	}
 	for _, r := range in {
@@ -944,6 +1209,12 @@ func check(ctx context.Context, seeds []string, t topics, sellers map[string]Sel
 		}
 	}
 	return res, nil
+}
+
+// withoutSeller is an enriched record without what the seller table gave.
+func withoutSeller(e Enriched) Enriched {
+	e.Seller, e.UnknownSeller, e.SellerError, e.Commission = nil, false, "", 0
+	return e
 }
 
 func (r *result) example(format string, args ...any) {
@@ -971,6 +1242,14 @@ func (r *result) report(out io.Writer, exactlyOnce bool) error {
 	}
 	if bad > 0 {
 		return fmt.Errorf("%d violations: %d duplicates, %d missing, %d wrong", bad, r.duplicates, r.missing, r.wrong+r.strays)
+	}
+	if r.updated != "" {
+		// Every record is right, so each of the seller's orders carries
+		// the row of its batch; the update must also have been met.
+		if r.carryNew == 0 {
+			return fmt.Errorf("seller %s was updated, but no later record is of its orders: the run shows nothing of the update", r.updated)
+		}
+		fmt.Fprintf(out, "seller %s updated between the batches: %d earlier records carry its old row, %d later records carry the new one\n", r.updated, r.carryOld, r.carryNew)
 	}
 	if exactlyOnce {
 		fmt.Fprintln(out, "exactly once: every input event has exactly one enriched record, and each is right")

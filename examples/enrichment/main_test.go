@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"runtime"
@@ -30,11 +31,13 @@ func TestExactlyOnceEmbedded(t *testing.T) {
 			t.Errorf("%s = %d, want %d\noutput:\n%s", name, got, want, printed)
 		}
 	}
-	for _, s := range []string{"mode exactly-once", "seeded sellers with 6 sellers", "instance A killed after folding", "exactly once: every input event"} {
+	for _, s := range []string{"mode exactly-once", "seeded sellers with 6 sellers", "seller s-1 updated: commission 1200 -> 1500 bps; the views of instances A and B show it",
+		"instance A killed after folding", "exactly once: every input event"} {
 		if !strings.Contains(printed, s) {
 			t.Errorf("output lacks %q\noutput:\n%s", s, printed)
 		}
 	}
+	checkSellerUpdateShown(t, printed)
 	if count(t, printed, "marked unknown-seller") == 0 {
 		t.Errorf("no record marked unknown-seller: the run does not show the missing seller\noutput:\n%s", printed)
 	}
@@ -63,7 +66,23 @@ func TestAtLeastOnceEmbedded(t *testing.T) {
 	if !strings.Contains(printed, fmt.Sprintf("at least once: every input event has an enriched record, and each is right; %d duplicates", dups)) {
 		t.Errorf("no at-least-once verdict\noutput:\n%s", printed)
 	}
+	checkSellerUpdateShown(t, printed)
 	checkNoLeak(t, before)
+}
+
+// checkSellerUpdateShown: the check saw records of the updated seller's
+// orders on both sides of the update, each with the row of its side (the
+// check counts only right records; a later record with the old row is
+// wrong content and fails the run).
+func checkSellerUpdateShown(t *testing.T, printed string) {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^seller s-1 updated between the batches: (\d+) earlier records carry its old row, (\d+) later records carry the new one$`).FindStringSubmatch(printed)
+	if m == nil {
+		t.Fatalf("no line on the seller update's records\noutput:\n%s", printed)
+	}
+	if m[1] == "0" || m[2] == "0" {
+		t.Errorf("seller update: %s earlier, %s later records of s-1's orders, want some of each\noutput:\n%s", m[1], m[2], printed)
+	}
 }
 
 func runOK(t *testing.T, args ...string) string {
@@ -92,7 +111,8 @@ func count(t *testing.T, printed, name string) int {
 // event that is not JSON gives a record marked invalid: neither panics
 // nor fails the fold.
 func TestFoldMarksUnknownSellerAndInvalidEvent(t *testing.T) {
-	s := &service{t: names(""), sellers: map[string]Seller{"s-1": staticSellers["s-1"]}}
+	s := &service{t: names("")}
+	sellers := sellerMap{"s-1": staticSellers["s-1"]}
 	rec := func(off int64, v string) engine.Record {
 		return engine.Record{Topic: "order_events", Partition: 1, Offset: off, Key: []byte("o-1"), Value: []byte(v)}
 	}
@@ -108,7 +128,7 @@ func TestFoldMarksUnknownSellerAndInvalidEvent(t *testing.T) {
 		return e
 	}
 
-	res, err := s.fold([]byte("o-1"), Order{}, false, rec(7, `{"id":"ev-1","order":"o-1","type":"created","seller":"s-9","amount":5000}`))
+	res, err := s.fold(sellers, []byte("o-1"), Order{}, false, rec(7, `{"id":"ev-1","order":"o-1","type":"created","seller":"s-9","amount":5000}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +140,7 @@ func TestFoldMarksUnknownSellerAndInvalidEvent(t *testing.T) {
 		t.Errorf("state %+v, want %+v", res.State(), want)
 	}
 
-	res, err = s.fold([]byte("o-1"), res.State(), true, rec(8, `not json`))
+	res, err = s.fold(sellers, []byte("o-1"), res.State(), true, rec(8, `not json`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +148,7 @@ func TestFoldMarksUnknownSellerAndInvalidEvent(t *testing.T) {
 		t.Errorf("invalid event: %+v, keep %v", e, res.Kept())
 	}
 
-	res, err = s.fold([]byte("o-1"), Order{Status: "created", Seller: "s-1", Amount: 5000, Events: 1}, true, rec(9, `{"id":"ev-2","order":"o-1","type":"paid"}`))
+	res, err = s.fold(sellers, []byte("o-1"), Order{Status: "created", Seller: "s-1", Amount: 5000, Events: 1}, true, rec(9, `{"id":"ev-2","order":"o-1","type":"paid"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +156,29 @@ func TestFoldMarksUnknownSellerAndInvalidEvent(t *testing.T) {
 	if e.UnknownSeller || e.Seller == nil || e.Seller.Name != "Acme Books" || e.Commission != 600 || e.Order.Status != "paid" || e.Order.Events != 2 {
 		t.Errorf("known seller: %+v", e)
 	}
+
+	// A row of the table that does not decode (the view's Get returns
+	// the error): the record is marked with it and the order folded.
+	broken := brokenTable{err: errors.New(`seller "s-1" does not decode`)}
+	res, err = s.fold(broken, []byte("o-1"), Order{Status: "created", Seller: "s-1", Amount: 5000, Events: 1}, true, rec(10, `{"id":"ev-3","order":"o-1","type":"paid"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e = decode(res)
+	if !e.UnknownSeller || e.SellerError != broken.err.Error() || e.Seller != nil || e.Commission != 0 || res.State().Status != "paid" {
+		t.Errorf("undecodable seller: %+v, state %+v", e, res.State())
+	}
 }
+
+// brokenTable is a seller table whose every row fails to decode.
+type brokenTable struct{ err error }
+
+func (b brokenTable) Get([]byte) (Seller, bool, error) { return Seller{}, false, b.err }
+
+// The live table in the fold: an instance's engine.View of the sellers
+// topic is what the fold reads (a compile-time check that it is a
+// sellerTable).
+var _ sellerTable = (*engine.View[Seller])(nil)
 
 // The order's status follows the events that make sense and records the
 // rest without changing it.
@@ -177,6 +219,10 @@ func TestReportVerdicts(t *testing.T) {
 		{result{events: 3, outputs: 2, missing: 1}, false, true},
 		{result{events: 3, outputs: 3, wrong: 1}, false, true},
 		{result{events: 3, outputs: 4, strays: 1}, true, true},
+		// The seller update: shown by later records, or the run failed
+		// to show it.
+		{result{events: 3, outputs: 3, updated: "s-1", carryOld: 1, carryNew: 1}, true, false},
+		{result{events: 3, outputs: 3, updated: "s-1", carryOld: 2}, true, true},
 	} {
 		var out bytes.Buffer
 		if err := c.r.report(&out, c.exactlyOnce); (err != nil) != c.fails {
@@ -259,6 +305,40 @@ func TestItsTopicsAreServedBeforeItUsesThem(t *testing.T) {
 			t.Errorf("%s: only %d of its 3 ListOffsets were refused", topic, late.Refused(topic))
 		}
 	}
+	c.Close()
+	checkNoLeak(t, before)
+}
+
+// A second run on the prefix of a first continues from its committed
+// offsets: the sellers topic is not seeded again, s-1's rate goes up once
+// more, and the check covers both runs' input (the first run's records
+// without their seller data, this run's in full).
+func TestRerunOnTheSamePrefix(t *testing.T) {
+	before := goroutineIDs()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	args := []string{"-brokers", strings.Join(c.ListenAddrs(), ","), "-prefix", "again-"}
+	first := runOK(t, args...)
+	if !strings.Contains(first, "seeded again-sellers with 6 sellers") {
+		t.Errorf("the first run did not seed the sellers\noutput:\n%s", first)
+	}
+	second := runOK(t, args...)
+	if strings.Contains(second, "seeded") {
+		t.Errorf("the second run seeded the sellers again\noutput:\n%s", second)
+	}
+	const events = 2 * (firstBatch + secondBatch)
+	for name, want := range map[string]int{"events in": events, "outputs read_committed": events, "duplicates": 0, "missing": 0, "wrong content": 0} {
+		if got := count(t, second, name); got != want {
+			t.Errorf("%s = %d, want %d\noutput:\n%s", name, got, want, second)
+		}
+	}
+	if !strings.Contains(second, "seller s-1 updated: commission 1500 -> 1800 bps") {
+		t.Errorf("the second run did not raise s-1's rate from the first run's\noutput:\n%s", second)
+	}
+	checkSellerUpdateShown(t, second)
 	c.Close()
 	checkNoLeak(t, before)
 }
