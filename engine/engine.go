@@ -156,6 +156,11 @@ type Config[S any] struct {
 	// above 0 (and 0 without a Tick).
 	Tick         TickFunc[S]
 	TickInterval time.Duration
+	// OnTimer runs a key's timer when it is due (Result.SetTimer); nil by
+	// default, and then a Result that sets a timer fails with
+	// ErrNoTimerHandler. Tick stays for work over the whole partition;
+	// timers are per key, and cost nothing for keys without them.
+	OnTimer OnTimerFunc[S]
 	// Codec is required.
 	Codec Codec[S]
 	// Store is the snapshot store; required.
