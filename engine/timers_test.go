@@ -33,7 +33,7 @@ func timerFold(key []byte, state int, exists bool, rec engine.Record) (engine.Re
 }
 
 func onTimer(key []byte, state int, t engine.Timer) (engine.Result[int], error) {
-	return engine.Set(state+1000).With(engine.Output{Topic: "fired", Key: key, Value: []byte(t.Kind.String())}), nil
+	return engine.Set(state + 1000).With(engine.Output{Topic: "fired", Key: key, Value: []byte(t.Kind.String())}), nil
 }
 
 // firings counts the "fired" outputs per key, across every engine that
