@@ -185,6 +185,9 @@ func (r *Runner[S]) fatalErr() error {
 func (r *Runner[S]) step(ctx context.Context) error {
 	r.mu.Lock()
 	wait := r.sched.pollStarting(r.src.Now())
+	if at, ok := r.nextTimer(); ok { // a processing-time timer due first
+		wait = max(min(wait, time.UnixMilli(at).Sub(r.src.Now())), time.Millisecond)
+	}
 	if r.standby != nil {
 		wait = max(min(wait, r.standby.until(r.src.Now())), time.Millisecond)
 	}
@@ -227,6 +230,17 @@ func (r *Runner[S]) step(ctx context.Context) error {
 		r.standby.round(ctx)
 	}
 	return pollErr
+}
+
+// nextTimer is when the earliest processing-time timer of the running
+// flows may be due, in Unix milliseconds.
+func (r *Runner[S]) nextTimer() (at int64, ok bool) {
+	for _, f := range r.sched.running() {
+		if t, has := f.core.NextProcessingTimer(); has && (!ok || t < at) {
+			at, ok = t, true
+		}
+	}
+	return at, ok
 }
 
 // awaitEmit waits for the outputs in flight (Config.StartEmit), if any.

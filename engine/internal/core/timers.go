@@ -253,6 +253,16 @@ func (c *Core[S, O]) TimersDue(nowMillis int64) bool {
 	return len(p) > 0 && p[0].at <= nowMillis || len(e) > 0 && e[0].at <= c.tm.watermark
 }
 
+// NextProcessingTimer is when the earliest processing-time timer may be
+// due, in Unix milliseconds (ok false: none), for the poll's wait: a hint,
+// so at worst an early wake.
+func (c *Core[S, O]) NextProcessingTimer() (at int64, ok bool) {
+	if p := c.tm.heaps[0]; len(p) > 0 {
+		return p[0].at, true
+	}
+	return 0, false
+}
+
 // Timers returns a key's timers, sorted by (At, Kind).
 func (c *Core[S, O]) Timers(key []byte) ([]store.Timer, error) {
 	sl, err := c.load(key)
@@ -367,6 +377,9 @@ func (c *Core[S, O]) callTimer(key []byte, state S, t store.Timer) (ch Change[S,
 			err = &FoldError{Input: c.cfg.Input, Offset: -1, Key: key, Timer: &t, Panic: p}
 		}
 	}()
+	if c.cfg.Timer == nil { // a recovered timer, and no handler now
+		return ch, &FoldError{Input: c.cfg.Input, Offset: -1, Key: key, Timer: &t, Err: ErrNoTimerHandler}
+	}
 	ch, err = c.cfg.Timer(key, state, t)
 	if err != nil {
 		err = &FoldError{Input: c.cfg.Input, Offset: -1, Key: key, Timer: &t, Err: err}
