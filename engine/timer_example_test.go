@@ -76,3 +76,66 @@ func ExampleResult_SetTimer() {
 	// Output:
 	// 2m0s emit sessions: ada=3 clicks
 }
+
+// An event-time timer follows the records' timestamps, not the clock: a
+// payment is due a minute after its invoice's timestamp, and the reminder
+// fires right after the first record of the partition stamped at or past
+// that, however late it is folded. (Here the records' timestamps are
+// their append times on the simulated clock.)
+func ExampleTimer_eventTime() {
+	ctx := context.Background()
+	cluster := sim.New(sim.Config{Seed: 1})
+	_ = cluster.CreateTopic("invoices", sim.TopicConfig{Partitions: 1})
+	backend, _ := cluster.NewBackend(sim.BackendConfig{
+		Mode: store.Transactional, TransactionalIDPrefix: "billing", CreateTopics: true,
+	})
+	defer backend.Close()
+
+	e, err := engine.New(engine.Config[string]{
+		Fold: func(key []byte, status string, exists bool, rec engine.Record) (engine.Result[string], error) {
+			fmt.Printf("fold %s %s\n", key, rec.Value)
+			if string(rec.Value) == "paid" {
+				return engine.Delete[string](), nil // drops the reminder
+			}
+			due := engine.Timer{Kind: engine.EventTime, At: rec.Timestamp.Add(time.Minute)}
+			return engine.Set("open").SetTimer(due), nil
+		},
+		OnTimer: func(key []byte, status string, t engine.Timer) (engine.Result[string], error) {
+			fmt.Printf("remind %s: %s invoice past due\n", key, status)
+			return engine.Set("overdue"), nil
+		},
+		Codec: engine.String(),
+		Store: backend,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer e.Close()
+	r, _ := e.NewRunner(simsource.New(cluster, "billing", sim.ClassicEager, 0, "invoices"))
+	defer r.Close(ctx)
+
+	tp := store.TopicPartition{Topic: "invoices", Partition: 0}
+	send := func(key, value string) {
+		_, _ = cluster.Produce(tp, store.WireRecord{Key: []byte(key), Value: []byte(value)})
+		_ = r.Step(ctx)
+	}
+	wait := func(d time.Duration) { // the clock moves; the member polls
+		for range int(d / time.Second) {
+			cluster.Advance(time.Second)
+			_ = r.Step(ctx)
+		}
+	}
+	send("inv-1", "issued")
+	send("inv-2", "issued")
+	wait(10 * time.Second)
+	send("inv-2", "paid")
+	wait(2 * time.Minute) // past inv-1's due time: nothing fires without a record
+	send("inv-3", "issued") // stamped past it
+	// Output:
+	// fold inv-1 issued
+	// fold inv-2 issued
+	// fold inv-2 paid
+	// fold inv-3 issued
+	// remind inv-1: open invoice past due
+}
