@@ -130,7 +130,7 @@ func ExampleTimer_eventTime() {
 	send("inv-2", "issued")
 	wait(10 * time.Second)
 	send("inv-2", "paid")
-	wait(2 * time.Minute) // past inv-1's due time: nothing fires without a record
+	wait(2 * time.Minute)   // past inv-1's due time: nothing fires without a record
 	send("inv-3", "issued") // stamped past it
 	// Output:
 	// fold inv-1 issued
