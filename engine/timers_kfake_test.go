@@ -157,3 +157,32 @@ func timersOnKfake(t *testing.T, protocol kgo.Opt) {
 		t.Fatal(err)
 	}
 }
+
+// An event-time timer on kfake: the watermark is the records' timestamps
+// (the producer's, in the bubble's virtual time), so the timer waits for a
+// record of its partition stamped past it however long the clock runs,
+// and fires right after that record is folded.
+func TestEventTimeTimerOnKfake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		fired := &firings{n: map[string]int{}}
+		e := w.engineWith(func(c *engine.Config[int]) { c.Fold, c.OnTimer, c.Emit = timerFold, onTimer, fired.emit })
+		r := w.runner(e, protocols["classic-eager"])
+		w.produce("alice=+1", "alice=deadline") // an event-time timer timerDelay after the record
+		w.drain(r)
+		time.Sleep(2 * timerDelay) // the bubble's clock moves past the timer (no record does)
+		w.drain(r)
+		if got := fired.of("alice"); got != 0 {
+			t.Fatalf("fired %d times with no record past its time", got)
+		}
+		w.produce("carol=+5") // alice's partition, stamped past the timer
+		w.drain(r)
+		tp := store.TopicPartition{Topic: "accounts", Partition: 1}
+		if s, _, _ := r.State(tp, []byte("alice")); fired.of("alice") != 1 || s != 1001 {
+			t.Fatalf("fired %d times, alice = %d; want 1 and 1001", fired.of("alice"), s)
+		}
+		if err := r.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
