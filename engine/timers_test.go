@@ -362,3 +362,59 @@ func TestDeleteDropsTimersOnSim(t *testing.T) {
 		t.Fatalf("a deleted key's timer fired %d times", got)
 	}
 }
+
+// A firing's outputs under ExactlyOnce go out in the batch's transaction
+// with the snapshot that removes the timer: a member that fired and
+// crashed before its batch committed sent nothing, and the next owner's
+// firing is read_committed once. At least once the crashed member's
+// output stays, and the firing's output is read twice (the control).
+func TestTimerOutputsThroughACrashOnSim(t *testing.T) {
+	for _, eos := range []bool{true, false} {
+		t.Run(map[bool]string{true: "exactly once", false: "at least once"}[eos], func(t *testing.T) {
+			w := newEOSWorld(t, eos)
+			ctx := context.Background()
+			timed := func(c *engine.Config[int]) {
+				c.Fold = timerFold
+				c.OnTimer = func(key []byte, state int, tm engine.Timer) (engine.Result[int], error) {
+					return engine.Set(state + 1000).With(engine.Output{Topic: "audit", Key: key, Value: []byte("fired " + string(key))}), nil
+				}
+			}
+			p1 := store.TopicPartition{Topic: "accounts", Partition: 1}
+			w.c.Produce(p1, store.WireRecord{Key: []byte("alice"), Value: []byte("+1")}, store.WireRecord{Key: []byte("alice"), Value: []byte("remind")})
+			a := w.runner(w.engine(time.Hour, timed))
+			if err := a.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+			a.FlushAll(ctx) // the timer is committed
+			for range 7 {   // it fires; the batch that carries the firing is not committed
+				w.c.Advance(time.Second)
+				if err := a.Step(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if s, _, _ := a.State(p1, []byte("alice")); s != 1001 {
+				t.Fatalf("a: alice = %d, want the firing (1001)", s)
+			}
+			crashOnSim(t, a)
+			w.c.Advance(time.Minute)
+			b := w.runner(w.engine(time.Second, timed))
+			w.drain(b)
+			for range 3 {
+				w.c.Advance(time.Second)
+				if err := b.Step(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if s, _, _ := b.State(p1, []byte("alice")); s != 1001 {
+				t.Fatalf("b: alice = %d, want one firing (1001)", s)
+			}
+			want := 1
+			if !eos {
+				want = 2
+			}
+			if got := w.audit(true)["fired alice"]; got != want {
+				t.Fatalf("the firing's output read_committed %d times, want %d", got, want)
+			}
+		})
+	}
+}
