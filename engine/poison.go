@@ -11,8 +11,8 @@ import (
 
 // PoisonPolicy is what the engine does with a poison record: one its fold
 // fails or panics on (a record the fold cannot decode, an input it
-// refuses), a key whose tick fails, or a recovered state that the Codec
-// cannot decode. Replaying such a record fails again, so retrying cannot
+// refuses), a key whose tick or timer handler fails, or a recovered state
+// that the Codec cannot decode. Going past a failed timer removes it. Replaying such a record fails again, so retrying cannot
 // help: the choice is to stop or to go past it, as with Kafka Streams'
 // exception handlers.
 //
