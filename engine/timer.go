@@ -11,7 +11,7 @@ import (
 // with Result.SetTimer for the key it runs for, and Config.OnTimer runs
 // once when it is due. A key's timers are kept with its state, in its
 // snapshot, so they survive restarts and move with the partition; a key
-// without timers costs nothing (docs/design.md, "Timers").
+// without timers costs nothing (docs/design.md, "Per-key timers").
 type Timer struct {
 	Kind TimerKind
 	// At is when the timer is due, kept to the millisecond (Kafka's
