@@ -574,6 +574,9 @@ func (c *Core[S, O]) apply(k []byte, sl *slot[S], ch Change[S, O], offset int64,
 		sl.timers = timers
 		c.retimed(sl.key, old, timers)
 	}
+	if fired != nil && hasTimer(timers, *fired) {
+		c.hint(sl.key, *fired) // set again by its handler: its hint was taken
+	}
 	if !sl.dirty {
 		held := offset
 		if offset < 0 { // a tick: nothing to replay; hold what is consumed

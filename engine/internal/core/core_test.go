@@ -51,7 +51,8 @@ type Output = store.Output
 // op=keep keeps the state (emitting "key:kept"); a key's
 // snapshots list its timers in braces. The timer handler adds 1000 to the
 // key's sum and emits "key:fired-T"; a timer at 666 panics, and one at 777
-// sets the same kind of timer 1000 later (a repeating timer).
+// sets the same kind of timer 1000 later (a repeating timer), one at 888
+// sets itself again.
 //
 //	assign ... [no-timers]            no timer handler
 //	recover ... timers=T,...          a recovered snapshot with timers
@@ -124,6 +125,9 @@ func (s *script) timer(key, state []byte, t store.Timer) (Change[[]byte, Output]
 		Outputs: []Output{{Key: key, Value: []byte("fired-" + timerString(t))}}}
 	if t.At == 777 {
 		ch.Timers = []TimerOp{{Timer: store.Timer{Kind: t.Kind, At: t.At + 1000}}}
+	}
+	if t.At == 888 { // sets itself again, in the past
+		ch.Timers = []TimerOp{{Timer: t}}
 	}
 	return ch, nil
 }

@@ -285,24 +285,28 @@ func (c *Core[S, O]) FireTimers(nowMillis int64) (outs []O, failed []*FoldError,
 	if c.stopped != nil || c.poisoned != nil {
 		return nil, nil, c.stopped
 	}
-	limits := [2]int64{nowMillis, c.tm.watermark}
-	for {
-		i := -1
-		for h := range c.tm.heaps {
-			if hs := c.tm.heaps[h]; len(hs) > 0 && hs[0].at <= limits[h] && (i < 0 || hs[0].at < c.tm.heaps[i][0].at) {
-				i = h
-			}
+	// The timers due now, taken before any fires: one that a handler sets
+	// in the past fires at the next call (the next record or poll), not
+	// in this one, so a handler that always does cannot spin here.
+	var due []timerRef
+	for h, limit := range [2]int64{nowMillis, c.tm.watermark} {
+		kind := store.ProcessingTime
+		if h == 1 {
+			kind = store.EventTime
 		}
-		if i < 0 {
-			return outs, failed, nil
+		for hs := &c.tm.heaps[h]; len(*hs) > 0 && (*hs)[0].at <= limit; {
+			x := heap.Pop(hs).(hint)
+			ref := timerRef{kind: kind, at: x.at, key: x.key}
+			delete(c.tm.queued, ref)
+			due = append(due, ref)
 		}
-		h := heap.Pop(&c.tm.heaps[i]).(hint)
-		t := store.Timer{Kind: store.ProcessingTime, At: h.at}
-		if i == 1 {
-			t.Kind = store.EventTime
-		}
-		delete(c.tm.queued, timerRef{kind: t.Kind, at: t.At, key: h.key})
-		key := []byte(h.key)
+	}
+	slices.SortFunc(due, func(a, b timerRef) int {
+		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.key, b.key), -cmp.Compare(a.kind, b.kind))
+	})
+	for _, ref := range due {
+		t := store.Timer{Kind: ref.kind, At: ref.at}
+		key := []byte(ref.key)
 		sl, err := c.load(key)
 		if err != nil {
 			return nil, nil, c.stop(err)
@@ -328,6 +332,7 @@ func (c *Core[S, O]) FireTimers(nowMillis int64) (outs []O, failed []*FoldError,
 		}
 		outs = append(outs, ch.Outputs...)
 	}
+	return outs, failed, nil
 }
 
 // SkipTimer removes the timer whose handler failed (the poison policy
