@@ -8,6 +8,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/snapfence/snapfence/internal/world"
+	"github.com/snapfence/snapfence/internal/world/kfakeworld"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -66,4 +67,11 @@ func TestTimerRemovalsLostAreCaught(t *testing.T) {
 		t.Fatalf("timer removals lost: the minimal trace has %d steps; want it shrunk to at most 20:\n%s", steps, report)
 	}
 	t.Logf("timer removals lost: caught and shrunk to %d steps:\n%s", shrunkSteps(report), last)
+}
+
+// Timers hold on the kfake world too (real franz-go clients and
+// store/kafka against kfake, the records' timestamps the producer's):
+// kfakeScenarios random scenarios per protocol.
+func TestKfakeTimersHoldEveryInvariant(t *testing.T) {
+	kfakeHoldsEveryInvariant(t, kfakeworld.Config{Mode: store.Transactional, Timers: true}, kfakeScenarios)
 }

@@ -25,7 +25,7 @@ func Fold(key []byte, state int, exists bool, rec engine.Record) (engine.Result[
 	case closed:
 		return engine.Delete[int]().With(out...), nil
 	case d > 0: // Config.Timers
-		return engine.Set(state + n).With(out...).SetTimer(engine.Timer{Kind: engine.ProcessingTime, At: timerAt(rec.Timestamp, d, rec.Offset)}), nil
+		return engine.Set(state + n).With(out...).SetTimer(engine.Timer{Kind: engine.ProcessingTime, At: TimerAt(rec.Timestamp, d, rec.Offset)}), nil
 	}
 	return engine.Set(state + n).With(out...), nil
 }

@@ -21,17 +21,17 @@ import (
 // events plus TimerMark per firing (history.SplitState). The checks of
 // the fold judge the sum; invariant 10 judges the firings.
 
-// timerValue is the input value of delta with a timer d later: "5@30000".
-func timerValue(delta int, d time.Duration) string {
+// TimerValue is the input value of delta with a timer d later: "5@30000".
+func TimerValue(delta int, d time.Duration) string {
 	return Value(delta) + "@" + strconv.FormatInt(d.Milliseconds(), 10)
 }
 
-// timerAt is when the timer of the event at offset with timestamp ts and
+// TimerAt is when the timer of the event at offset with timestamp ts and
 // delay d is due: d after the event, plus a millisecond per offset, so
 // that each event sets a timer of its own (one set again after it fired
 // would be a new timer, and the checker could not tell from the ledger
 // whether it was).
-func timerAt(ts time.Time, d time.Duration, offset int64) time.Time {
+func TimerAt(ts time.Time, d time.Duration, offset int64) time.Time {
 	return ts.Add(d + time.Duration(offset)*time.Millisecond)
 }
 
@@ -95,8 +95,9 @@ func (l Ledger) CheckTimers(snaps map[string]Visible) []Violation {
 	return vs
 }
 
-// lastTimer is when the last timer the world set is due (zero: none).
-func (l Ledger) lastTimer() time.Time {
+// LastTimer is when the last timer the ledger's events set is due (zero:
+// none).
+func (l Ledger) LastTimer() time.Time {
 	var last time.Time
 	for _, e := range l {
 		if e.TimerAt.After(last) {
@@ -113,7 +114,7 @@ func (l Ledger) lastTimer() time.Time {
 // reports whether it got there: false while a partition has no running
 // flow or the group has not settled, for Quiesce to step on.
 func (w *World) settleTimers() bool {
-	if d := w.ledger.lastTimer().Sub(w.c.Now()); d >= 0 {
+	if d := w.ledger.LastTimer().Sub(w.c.Now()); d >= 0 {
 		w.advance(d + time.Second)
 	}
 	for range 10 {
@@ -227,4 +228,48 @@ func (p *checkedPartition) WriteBatch(ctx context.Context, snaps []store.Snapsho
 
 func (p *checkedPartition) StartWriteBatch(ctx context.Context, snaps []store.Snapshot) store.Pending {
 	return p.Partition.StartWriteBatch(ctx, p.rewrite(snaps))
+}
+
+// ScenarioTimerCrash: a timer fires on m0, whose firing is not written when it
+// crashes; m1 takes the partition over, recovers the timer and fires it
+// again, once. Then a timer whose firing m1 flushed, and a leave: it
+// never fires again.
+var ScenarioTimerCrash = []Step{
+	{Kind: Join, Member: 0},
+	{Kind: Produce, Key: "a", Delta: 1, D: 2 * time.Second},
+	{Kind: Poll, Member: 0},
+	{Kind: Flush, Member: 0}, // the timer is committed
+	{Kind: Advance, D: 3 * time.Second},
+	{Kind: Poll, Member: 0}, // it fires; the firing is not written
+	{Kind: Crash, Member: 0},
+	{Kind: Join, Member: 1},
+	{Kind: Advance, D: 11 * time.Second}, // m0's session expires
+	{Kind: Poll, Member: 1},              // m1 recovers the timer and fires it
+	{Kind: Poll, Member: 1},
+	{Kind: Produce, Key: "a", Delta: 2, D: 2 * time.Second},
+	{Kind: Poll, Member: 1},
+	{Kind: Advance, D: 3 * time.Second},
+	{Kind: Poll, Member: 1},
+	{Kind: Flush, Member: 1}, // the second firing is committed
+	{Kind: Leave, Member: 1},
+	{Kind: Join, Member: 2},
+	{Kind: Advance, D: 11 * time.Second},
+	{Kind: Poll, Member: 2},
+}
+
+// FinalFirings are the timer firings in each key's state as the final read
+// returned it.
+func FinalFirings(ops []history.Op) map[string]int {
+	final := map[int]bool{}
+	out := map[string]int{}
+	for _, op := range ops {
+		switch {
+		case op.Kind == history.ReadStart && op.Detail == history.FinalRead:
+			final[op.Read] = true
+		case op.Kind == history.Read && final[op.Read] && !op.Tombstone:
+			v, _ := strconv.Atoi(op.Value)
+			_, out[op.Key] = history.SplitState(v)
+		}
+	}
+	return out
 }

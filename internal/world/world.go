@@ -504,7 +504,7 @@ func (w *World) produce(key string, delta int, timer time.Duration) {
 	value, ev := Value(delta), Event{Partition: tp.Partition, Key: key, Delta: delta}
 	timed := w.cfg.Timers && delta != 0 && timer > 0
 	if timed {
-		value = timerValue(delta, timer)
+		value = TimerValue(delta, timer)
 	}
 	offs, err := w.c.Produce(tp, store.WireRecord{Key: []byte(key), Value: []byte(value)})
 	if err != nil {
@@ -512,7 +512,7 @@ func (w *World) produce(key string, delta int, timer time.Duration) {
 	}
 	ev.Offset = offs[0]
 	if timed {
-		ev.TimerAt = timerAt(w.c.Now(), timer, ev.Offset) // the record's timestamp is its append time, now
+		ev.TimerAt = TimerAt(w.c.Now(), timer, ev.Offset) // the record's timestamp is its append time, now
 	}
 	w.ledger = append(w.ledger, ev)
 	w.rec.Add(history.Op{Kind: history.Produce, Member: -1, Partition: tp.Partition, Offset: offs[0], Key: key, Delta: delta})
@@ -902,10 +902,8 @@ func (w *World) Quiesce() []Violation {
 	var vs []Violation
 	const rounds = 200
 	for round := 0; round < rounds; round++ {
-		if w.cfg.Timers && w.caughtUp() && !w.settleTimers() {
-			continue // the timers' rounds moved the group: catch up again
-		}
-		if w.caughtUp() {
+		// With Timers, caught up once every due timer fired too.
+		if w.caughtUp() && (!w.cfg.Timers || w.settleTimers()) {
 			for _, m := range w.members {
 				if m.state == running && len(m.acked) > 0 {
 					// EmitsAckedEarly: a live process delivers them yet.
