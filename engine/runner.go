@@ -233,14 +233,30 @@ func (r *Runner[S]) step(ctx context.Context) error {
 }
 
 // nextTimer is when the earliest processing-time timer of the running
-// flows may be due, in Unix milliseconds.
+// flows may be due, in Unix milliseconds. (The scheduler's partitions in
+// map order: running() sorts them, and this runs every poll.)
 func (r *Runner[S]) nextTimer() (at int64, ok bool) {
-	for _, f := range r.sched.running() {
-		if t, has := f.core.NextProcessingTimer(); has && (!ok || t < at) {
+	for _, p := range r.sched.parts {
+		if p.phase != phaseRunning {
+			continue
+		}
+		if t, has := p.flow.core.NextProcessingTimer(); has && (!ok || t < at) {
 			at, ok = t, true
 		}
 	}
 	return at, ok
+}
+
+// timersDue reports whether a running flow has a timer due at now (Unix
+// milliseconds) or at its watermark; as nextTimer, without a sort, as
+// most polls find none.
+func (r *Runner[S]) timersDue(now int64) bool {
+	for _, p := range r.sched.parts {
+		if p.phase == phaseRunning && p.flow.core.TimersDue(now) {
+			return true
+		}
+	}
+	return false
 }
 
 // awaitEmit waits for the outputs in flight (Config.StartEmit), if any.
@@ -280,9 +296,11 @@ func (r *Runner[S]) fold(ctx context.Context, recs []Record) error {
 		r.foldRun(ctx, recs[i:i+n], now)
 		i += n
 	}
-	for _, f := range r.sched.running() { // outputs in a fixed order
-		if f.core.TimersDue(now) {
-			r.fireTimers(ctx, f, now)
+	if r.timersDue(now) {
+		for _, f := range r.sched.running() { // outputs in a fixed order
+			if f.core.TimersDue(now) {
+				r.fireTimers(ctx, f, now)
+			}
 		}
 	}
 	if err := r.mode.emit(ctx); err != nil {
