@@ -21,6 +21,14 @@
 // snapshots and the offset commit that cover them, and a read_committed
 // consumer sees each input record's outputs exactly once.
 //
+// A fold (or a tick, or a timer handler) may set timers for its key
+// (Result.SetTimer): Config.OnTimer runs each once when it is due, by the
+// consumer's clock or by the records' timestamps. A key's timers are kept
+// in its snapshot with its state, and a firing's effect and the timer's
+// removal are one change, so a timer fires exactly once in the state's
+// sense across crashes, rebalances and restarts (docs/design.md,
+// "Per-key timers").
+//
 // The committable offset of a partition is the smallest offset still held
 // by a key whose change is not durable, or the last consumed offset + 1. It
 // never passes a change that is not in a committed snapshot. Dirty keys are
@@ -156,6 +164,11 @@ type Config[S any] struct {
 	// above 0 (and 0 without a Tick).
 	Tick         TickFunc[S]
 	TickInterval time.Duration
+	// OnTimer runs a key's timer when it is due (Result.SetTimer); nil by
+	// default, and then a Result that sets a timer fails with
+	// ErrNoTimerHandler. Tick stays for work over the whole partition;
+	// timers are per key, and cost nothing for keys without them.
+	OnTimer OnTimerFunc[S]
 	// Codec is required.
 	Codec Codec[S]
 	// Store is the snapshot store; required.

@@ -5,19 +5,24 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// FoldError names the record a fold or tick failed on; match it with
-// errors.As. Under StopOnPoison (the default) Run returns it after
-// committing everything before the record; the record is not consumed (a
-// replay would fail again) until the fold is fixed or Config.Poison skips
-// it.
+// FoldError names the record a fold, tick or timer handler failed on;
+// match it with errors.As. Under StopOnPoison (the default) Run returns it
+// after committing everything before the record; the record is not
+// consumed (a replay would fail again) until the fold is fixed or
+// Config.Poison skips it. A failed timer stays in its key's state (it
+// fires again after a restart) unless Config.Poison skips it, which
+// removes it.
 type FoldError struct {
 	Input store.TopicPartition
-	// Offset is the record's input offset; -1 for a tick.
+	// Offset is the record's input offset; -1 for a tick or a timer.
 	Offset int64
 	Key    []byte
 	// Panic is the recovered value if the fold panicked.
 	Panic any
 	Err   error
+	// Timer is the timer whose OnTimer failed (At in Unix milliseconds);
+	// nil for a fold or a tick.
+	Timer *store.Timer
 }
 
 func (e *FoldError) Error() string { return (*core.FoldError)(e).Error() }

@@ -159,12 +159,14 @@ func openPebble(dir string) (*pebbleKV, error) {
 }
 
 // layoutKey holds the layout of the database's content; core's keys
-// start with 's', 'd' or 'c', so it is apart from them.
+// start with 's', 'd', 'c' or 't', so it is apart from them.
 var layoutKey = []byte("\x00layout")
 
-// cacheLayout is the current layout: core's committed states, overlays
-// and checkpoints.
-const cacheLayout = "2"
+// cacheLayout is the current layout: core's committed states, overlays,
+// checkpoints and timer index. Layout 3 added timers to the state entries
+// (a flag bit an older engine would ignore, misreading the entry) and the
+// 't' index; a cache of another layout is emptied, whichever is newer.
+const cacheLayout = "3"
 
 // upgrade empties a database of an earlier layout and marks it current.
 func (k *pebbleKV) upgrade() error {

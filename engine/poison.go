@@ -11,8 +11,8 @@ import (
 
 // PoisonPolicy is what the engine does with a poison record: one its fold
 // fails or panics on (a record the fold cannot decode, an input it
-// refuses), a key whose tick fails, or a recovered state that the Codec
-// cannot decode. Replaying such a record fails again, so retrying cannot
+// refuses), a key whose tick or timer handler fails, or a recovered state
+// that the Codec cannot decode. Going past a failed timer removes it. Replaying such a record fails again, so retrying cannot
 // help: the choice is to stop or to go past it, as with Kafka Streams'
 // exception handlers.
 //
@@ -72,7 +72,9 @@ const (
 	// and the value.
 	HeaderDeadLetterError = "snapfence.dlt.error"
 	// HeaderDeadLetterKind is what failed: "record" (a fold; the letter
-	// is the record), "tick" (a key's tick; no value) or "state" (a
+	// is the record), "tick" (a key's tick; no value), "timer" (a key's
+	// timer, skipped and removed; no value, and HeaderDeadLetterTimestamp
+	// is the timer's At) or "state" (a
 	// recovered state that does not decode; the value is the state's
 	// bytes, the offset the input offset its snapshot held, and the key
 	// was deleted).
@@ -103,6 +105,10 @@ func deadLetter(topic string, rec *Record, fe *FoldError) Output {
 	o := Output{Topic: topic, Key: bytes.Clone(fe.Key)}
 	var ts time.Time
 	kind := "tick"
+	if fe.Timer != nil {
+		kind = "timer"
+		ts = time.UnixMilli(fe.Timer.At)
+	}
 	if rec != nil {
 		kind = "record"
 		o.Value = bytes.Clone(rec.Value)

@@ -188,6 +188,9 @@ func (r *Runner[S]) fatalErr() error {
 func (r *Runner[S]) step(ctx context.Context) error {
 	r.mu.Lock()
 	wait := r.sched.pollStarting(r.src.Now())
+	if at, ok := r.nextTimer(); ok { // a processing-time timer due first
+		wait = max(min(wait, time.UnixMilli(at).Sub(r.src.Now())), time.Millisecond)
+	}
 	if r.standby != nil {
 		wait = max(min(wait, r.standby.until(r.src.Now())), time.Millisecond)
 	}
@@ -232,6 +235,33 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	return pollErr
 }
 
+// nextTimer is when the earliest processing-time timer of the running
+// flows may be due, in Unix milliseconds. (The scheduler's partitions in
+// map order: running() sorts them, and this runs every poll.)
+func (r *Runner[S]) nextTimer() (at int64, ok bool) {
+	for _, p := range r.sched.parts {
+		if p.phase != phaseRunning {
+			continue
+		}
+		if t, has := p.flow.core.NextProcessingTimer(); has && (!ok || t < at) {
+			at, ok = t, true
+		}
+	}
+	return at, ok
+}
+
+// timersDue reports whether a running flow has a timer due at now (Unix
+// milliseconds) or at its watermark; as nextTimer, without a sort, as
+// most polls find none.
+func (r *Runner[S]) timersDue(now int64) bool {
+	for _, p := range r.sched.parts {
+		if p.phase == phaseRunning && p.flow.core.TimersDue(now) {
+			return true
+		}
+	}
+	return false
+}
+
 // awaitEmit waits for the outputs in flight (Config.StartEmit), if any.
 // Call it before anything that writes a snapshot or commits an offset,
 // before the actions that do it are computed: a failure fails partitions
@@ -261,12 +291,20 @@ func (r *Runner[S]) emitFailed(ctx context.Context, err error) error {
 }
 
 // fold folds a poll's records, run by run (a poll's records come in runs
-// of one partition), and emits their outputs.
+// of one partition), fires the timers due, and emits their outputs.
 func (r *Runner[S]) fold(ctx context.Context, recs []Record) error {
+	now := r.src.Now().UnixMilli()
 	for i := 0; i < len(recs); {
 		n := runLength(recs[i:])
-		r.foldRun(ctx, recs[i:i+n])
+		r.foldRun(ctx, recs[i:i+n], now)
 		i += n
+	}
+	if r.timersDue(now) {
+		for _, f := range r.sched.running() { // outputs in a fixed order
+			if f.core.TimersDue(now) {
+				r.fireTimers(ctx, f, now)
+			}
+		}
 	}
 	if err := r.mode.emit(ctx); err != nil {
 		return r.emitFailed(ctx, err)
@@ -274,10 +312,13 @@ func (r *Runner[S]) fold(ctx context.Context, recs []Record) error {
 	return nil
 }
 
-// foldRun folds one partition's run of records into its flow, if it runs.
-// A failed fold, or a failed commit of a full batch, stops the flow: the
-// rest of the run is not folded (it restarts from the committed state).
-func (r *Runner[S]) foldRun(ctx context.Context, run []Record) {
+// foldRun folds one partition's run of records into its flow, if it runs,
+// firing after each record the timers due (an event-time timer right
+// after the record that moves the watermark past it; now is the poll's
+// time, Unix milliseconds). A failed fold, or a failed commit of a full
+// batch, stops the flow: the rest of the run is not folded (it restarts
+// from the committed state).
+func (r *Runner[S]) foldRun(ctx context.Context, run []Record, now int64) {
 	tp := recordTP(&run[0])
 	f, ok := r.sched.flow(tp)
 	if !ok {
@@ -304,7 +345,29 @@ func (r *Runner[S]) foldRun(ctx context.Context, run []Record) {
 		if r.mode.folded(f, o) && !r.commit(ctx, f) {
 			return
 		}
+		if f.core.TimersDue(now) && !r.fireTimers(ctx, f, now) {
+			return
+		}
 	}
+}
+
+// fireTimers runs f's timers due at now (Unix milliseconds) and at its
+// watermark. Their outputs go as a tick's do; a failed handler goes to
+// the poison policy, as a failed tick does. It reports whether f goes on.
+func (r *Runner[S]) fireTimers(ctx context.Context, f *flow[S], now int64) bool {
+	o, failed, err := f.core.FireTimers(now)
+	if err != nil {
+		r.do(ctx, r.sched.failed(f.tp, causeTick, fromCore(err), r.src.Now()))
+		return false
+	}
+	r.mode.ticked(f, o)
+	for _, fe := range failed {
+		if !r.poisoned(ctx, f, nil, fe) {
+			return false
+		}
+		r.mode.ticked(f, r.deadLetters(nil, fe))
+	}
+	return true
 }
 
 // poisoned hands a fold's or tick's failure on rec (nil for a tick) to
@@ -326,11 +389,16 @@ func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *
 		r.do(ctx, acts)
 		return false
 	}
-	if rec != nil {
-		if err := f.core.Skip(cfe); err != nil {
-			r.do(ctx, r.sched.failed(f.tp, causeFold, err, r.src.Now()))
-			return false
-		}
+	skipErr := error(nil)
+	switch {
+	case rec != nil:
+		skipErr = f.core.Skip(cfe)
+	case cfe.Timer != nil: // the timer goes: it would fail again
+		skipErr = f.core.SkipTimer(cfe)
+	}
+	if skipErr != nil {
+		r.do(ctx, r.sched.failed(f.tp, causeFold, skipErr, r.src.Now()))
+		return false
 	}
 	action := "skipped"
 	if r.e.cfg.Poison == DeadLetterPoison {
@@ -563,7 +631,7 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, seek 
 // full otherwise.
 func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part store.Partition, seek bool, begin time.Time) {
 	assigned := part.CommittedOffset()
-	c, err := core.New(core.Config[S, Output]{Input: tp, Fold: r.e.coreFold(), Tick: r.e.coreTick(), Codec: r.e.cfg.Codec,
+	c, err := core.New(core.Config[S, Output]{Input: tp, Fold: r.e.coreFold(), Tick: r.e.coreTick(), Timer: r.e.coreTimer(), Codec: r.e.cfg.Codec,
 		Assigned: assigned, HotKeys: r.e.cfg.HotKeys, Warm: true}, r.e.kv)
 	if err != nil {
 		_ = part.Close()

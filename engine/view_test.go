@@ -458,3 +458,35 @@ func TestViewRunAndCloseOnSim(t *testing.T) {
 		t.Fatalf("WaitCaughtUp after Close = %v, want ErrViewClosed", err)
 	}
 }
+
+// A view of an engine whose keys hold timers shows their states as
+// written: a snapshot carrying timers (record format version 2) is read,
+// its timers passed over.
+func TestViewOfKeysWithTimersOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	e, err := engine.New(engine.Config[int]{
+		Codec: intCodec{}, Store: w.store, PersistInterval: time.Second, CommitInterval: 2 * time.Second,
+		Fold: func(key []byte, s int, exists bool, rec engine.Record) (engine.Result[int], error) {
+			res, err := balance(key, s, exists, rec)
+			if err != nil || res.Deleted() {
+				return res, err
+			}
+			return res.SetTimer(engine.Timer{Kind: engine.ProcessingTime, At: rec.Timestamp.Add(time.Hour)}), nil
+		},
+		OnTimer: func(key []byte, s int, _ engine.Timer) (engine.Result[int], error) { return engine.Keep[int](), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	r := w.runner(e)
+	w.produce("alice=+1", "bob=+2", "dave=+4", "alice=+10")
+	w.drain(r)
+	v := w.view(nil)
+	w.stepView(v)
+	for _, key := range []string{"alice", "bob", "dave"} {
+		if got, ok, err := v.Get([]byte(key)); err != nil || !ok || got != w.want[key] {
+			t.Fatalf("Get %s = %d, %t, %v; want %d", key, got, ok, err, w.want[key])
+		}
+	}
+}

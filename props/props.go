@@ -8,6 +8,7 @@ package props
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -88,6 +89,11 @@ var durations = []time.Duration{time.Second, 3 * time.Second, 6 * time.Second, 1
 // checkpoint (world.Config.DeleteRetention less the store's margin).
 var warmDurations = append(slices.Clone(durations), 2*time.Minute, 4*time.Minute)
 
+// timerDelays are the delays of the timers a Produce sets under
+// world.Config.Timers (0: none): below and above the persist and commit
+// intervals and the session timeout.
+var timerDelays = []time.Duration{0, 0, 2 * time.Second, 7 * time.Second, 31 * time.Second}
+
 // StepGen draws one step for a world of cfg (defaults filled in).
 func StepGen(cfg world.Config) *rapid.Generator[world.Step] {
 	ks, ds := kinds, durations
@@ -100,6 +106,10 @@ func StepGen(cfg world.Config) *rapid.Generator[world.Step] {
 		case world.Produce:
 			s.Key = rapid.SampledFrom(Keys).Draw(t, "key")
 			s.Delta = rapid.IntRange(-3, 12).Draw(t, "delta") // 0 closes the account
+			// A timer for the key, or none (first: rapid shrinks to none).
+			if cfg.Timers && s.Delta != 0 {
+				s.D = rapid.SampledFrom(timerDelays).Draw(t, "timer")
+			}
 		case world.SlowFetches:
 			s.D = rapid.SampledFrom([]time.Duration{0, 2 * time.Second, 6 * time.Second}).Draw(t, "d")
 		case world.Poll, world.Flush, world.Persist, world.Join, world.Leave, world.Pause, world.Resume, world.Evict, world.Crash:
@@ -134,6 +144,9 @@ type Stats struct {
 	// StepsOutputsInFlight counts the steps after which a member had
 	// outputs in flight (world.Config.PipelinedEmits).
 	StepsOutputsInFlight int
+	// TimerFirings counts the timer firings in the final reads' states
+	// (world.Config.Timers).
+	TimerFirings int
 }
 
 func (s *Stats) add(steps []world.Step, ops []history.Op, inFlight, outputsInFlight int) {
@@ -156,6 +169,13 @@ func (s *Stats) add(steps []world.Step, ops []history.Op, inFlight, outputsInFli
 		switch op.Kind {
 		case history.ReadStart:
 			starts[op.Read] = op
+		case history.Read:
+			if start := starts[op.Read]; start.Detail == history.FinalRead && !op.Tombstone {
+				if v, err := strconv.Atoi(op.Value); err == nil {
+					_, fired := history.SplitState(v)
+					s.TimerFirings += fired
+				}
+			}
 		case history.ReadEnd:
 			start, ok := starts[op.Read]
 			if !ok || start.Detail == history.FinalRead {
@@ -262,7 +282,8 @@ func describe(cfg world.Config) string {
 		name string
 	}{{cfg.ExactlyOnce, "exactly-once"}, {cfg.ProduceOutputs, "outputs produced"}, {cfg.WarmRestarts, "warm restarts"},
 		{cfg.WriteLatency > 0, fmt.Sprintf("writes in flight for %v", cfg.WriteLatency)}, {cfg.CachedIdentity, "identity cached"}, {cfg.LSOBoundRecovery, "recovery bound by the LSO"}, {cfg.TrustCheckpoints, "checkpoints trusted"}, {cfg.TombstonesAheadOfCommit, "tombstones ahead of the commit"}, {cfg.CommitAheadOfWrites, "commits ahead of the writes"},
-		{cfg.PipelinedEmits, "outputs in flight"}, {cfg.EmitsAckedEarly, "outputs acked early"}} {
+		{cfg.PipelinedEmits, "outputs in flight"}, {cfg.EmitsAckedEarly, "outputs acked early"},
+		{cfg.Timers, "timers"}, {cfg.TimerRemovalsLost, "timer removals lost"}} {
 		if f.on {
 			out += ", " + f.name
 		}

@@ -9,9 +9,17 @@ import (
 	"time"
 )
 
-// FormatVersion is the snapshot record format this code writes. Readers
-// accept exactly the versions they know and fail clearly on others.
-const FormatVersion = 1
+// FormatVersion is the snapshot record format this code writes for a key
+// with timers; a key without timers is written as version 1
+// (FormatVersionNoTimers), byte-identical to a record of a snapfence
+// without timers. Readers accept exactly the versions they know and fail
+// clearly on others, so a reader that predates timers refuses a record
+// that carries some instead of dropping them.
+const FormatVersion = 2
+
+// FormatVersionNoTimers is the format of a record without timers: version 2
+// is version 1 with the HeaderTimers header.
+const FormatVersionNoTimers = 1
 
 // Header names of a snapshot record. The key and value of the Kafka record
 // are the snapshot's key and state, so tools that know nothing of snapfence
@@ -20,6 +28,9 @@ const (
 	HeaderVersion = "snapfence.v" // decimal format version
 	HeaderOffset  = "snapfence.o" // 8-byte big-endian input offset
 	HeaderKind    = "snapfence.k" // one byte: RecordKind
+	// HeaderTimers is the key's timers (version 2 only): 9 bytes each, a
+	// TimerKind and the 8-byte big-endian At.
+	HeaderTimers = "snapfence.t"
 )
 
 // OffsetMarkerKey is the key of the offset marker record a backend may write
@@ -49,7 +60,13 @@ type WireRecord struct {
 	Headers []Header
 }
 
-var versionBytes = []byte(strconv.Itoa(FormatVersion))
+var (
+	versionBytes       = []byte(strconv.Itoa(FormatVersionNoTimers))
+	timersVersionBytes = []byte(strconv.Itoa(FormatVersion))
+)
+
+// timerBytes is the size of one timer in HeaderTimers.
+const timerBytes = 9
 
 // EncodeSnapshot frames s as a record. A tombstone has a nil value, so
 // compaction removes the key after delete.retention.ms; its offset header
@@ -62,7 +79,25 @@ func EncodeSnapshot(s Snapshot) WireRecord {
 	} else if value == nil {
 		value = []byte{}
 	}
-	return WireRecord{Key: s.Key, Value: value, Headers: headers(kind, s.Offset)}
+	hs := headers(kind, s.Offset)
+	if len(s.Timers) > 0 && !s.Tombstone {
+		hs = withTimers(hs, s.Timers)
+	}
+	return WireRecord{Key: s.Key, Value: value, Headers: hs}
+}
+
+// withTimers is hs (version 1 headers) as version 2, with the timers'
+// header; only keys with timers pay for it.
+func withTimers(hs []Header, ts []Timer) []Header {
+	b := make([]byte, 0, timerBytes*len(ts))
+	for _, t := range ts {
+		b = append(b, byte(t.Kind))
+		b = binary.BigEndian.AppendUint64(b, uint64(t.At))
+	}
+	out := make([]Header, len(hs), len(hs)+1)
+	copy(out, hs)
+	out[0].Value = timersVersionBytes
+	return append(out, Header{Key: HeaderTimers, Value: b})
 }
 
 // EncodeOffsetMarker frames the marker record of an offset-only
@@ -98,8 +133,8 @@ func DecodeRecord(tp TopicPartition, offset int64, r WireRecord) (Snapshot, Reco
 	corrupt := func(format string, args ...any) (Snapshot, RecordKind, error) {
 		return Snapshot{}, 0, &CorruptRecordError{Snapshots: tp, Offset: offset, Reason: fmt.Sprintf(format, args...)}
 	}
-	var version, kind, off []byte
-	var haveVersion, haveKind, haveOff bool
+	var version, kind, off, timers []byte
+	var haveVersion, haveKind, haveOff, haveTimers bool
 	for _, h := range r.Headers {
 		switch h.Key {
 		case HeaderVersion:
@@ -108,13 +143,22 @@ func DecodeRecord(tp TopicPartition, offset int64, r WireRecord) (Snapshot, Reco
 			kind, haveKind = h.Value, true
 		case HeaderOffset:
 			off, haveOff = h.Value, true
+		case HeaderTimers:
+			timers, haveTimers = h.Value, true
 		}
 	}
 	if !haveVersion {
 		return corrupt("no %s header: not written by snapfence (a foreign producer on the snapshot topic?)", HeaderVersion)
 	}
-	if !bytes.Equal(version, versionBytes) {
-		return corrupt("format version %q is not supported (this build reads version %d)", version, FormatVersion)
+	v2 := bytes.Equal(version, timersVersionBytes)
+	if !v2 && !bytes.Equal(version, versionBytes) {
+		return corrupt("format version %q is not supported (this build reads versions %d and %d)", version, FormatVersionNoTimers, FormatVersion)
+	}
+	if haveTimers != v2 {
+		if v2 {
+			return corrupt("format version %d without a %s header", FormatVersion, HeaderTimers)
+		}
+		return corrupt("a %s header in a format version %d record", HeaderTimers, FormatVersionNoTimers)
 	}
 	if !haveKind || len(kind) != 1 {
 		return corrupt("missing or malformed %s header", HeaderKind)
@@ -132,16 +176,35 @@ func DecodeRecord(tp TopicPartition, offset int64, r WireRecord) (Snapshot, Reco
 			return corrupt("snapshot record with a null value")
 		}
 		s.Value = r.Value
+		if v2 {
+			if len(timers) == 0 || len(timers)%timerBytes != 0 {
+				return corrupt("malformed %s header (%d bytes)", HeaderTimers, len(timers))
+			}
+			s.Timers = make([]Timer, 0, len(timers)/timerBytes)
+			for b := timers; len(b) > 0; b = b[timerBytes:] {
+				t := Timer{Kind: TimerKind(b[0]), At: int64(binary.BigEndian.Uint64(b[1:timerBytes]))}
+				if t.Kind != ProcessingTime && t.Kind != EventTime {
+					return corrupt("unknown timer kind %q in %s", b[0], HeaderTimers)
+				}
+				s.Timers = append(s.Timers, t)
+			}
+		}
 		return s, k, nil
 	case KindTombstone:
 		if r.Value != nil {
 			return corrupt("tombstone record with a value")
+		}
+		if v2 {
+			return corrupt("tombstone record with timers")
 		}
 		s.Tombstone = true
 		return s, k, nil
 	case KindOffsetMarker:
 		if !bytes.Equal(r.Key, OffsetMarkerKey) {
 			return corrupt("offset marker with key %q", r.Key)
+		}
+		if v2 {
+			return corrupt("offset marker with timers")
 		}
 		return s, k, nil
 	default:
@@ -161,6 +224,9 @@ func SnapshotBytes(s Snapshot) int {
 	n := len(s.Key) + snapshotHeaderBytes
 	if !s.Tombstone {
 		n += len(s.Value)
+		if len(s.Timers) > 0 {
+			n += len(HeaderTimers) + timerBytes*len(s.Timers)
+		}
 	}
 	return n
 }
@@ -191,6 +257,15 @@ func CheckWrite(input TopicPartition, s Snapshot, limit int) error {
 	}
 	if s.Offset < 0 {
 		return fmt.Errorf("store: %s key %q: negative input offset %d", input, printableKey(s.Key), s.Offset)
+	}
+	if s.Tombstone && len(s.Timers) > 0 {
+		return fmt.Errorf("store: %s key %q: a tombstone with timers (compaction removes a tombstone, and its timers with it)",
+			input, printableKey(s.Key))
+	}
+	for _, t := range s.Timers {
+		if t.Kind != ProcessingTime && t.Kind != EventTime {
+			return fmt.Errorf("store: %s key %q: timer of unknown kind %v", input, printableKey(s.Key), t.Kind)
+		}
 	}
 	return nil
 }

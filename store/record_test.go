@@ -3,6 +3,7 @@ package store_test
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,15 +17,48 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		{Key: []byte("k"), Value: []byte("state"), Offset: 41},
 		{Key: []byte("k"), Value: []byte{}, Offset: 0},
 		{Key: []byte("k"), Offset: 77, Tombstone: true},
+		{Key: []byte("k"), Value: []byte("state"), Offset: 41, Timers: []store.Timer{{Kind: store.EventTime, At: -5}, {Kind: store.ProcessingTime, At: 1 << 40}}},
 	} {
 		got, kind, err := store.DecodeRecord(tp, 5, store.EncodeSnapshot(s))
 		if err != nil {
 			t.Fatalf("%+v: %v", s, err)
 		}
 		if kind == store.KindOffsetMarker || !bytes.Equal(got.Key, s.Key) || !bytes.Equal(got.Value, s.Value) ||
-			got.Offset != s.Offset || got.Tombstone != s.Tombstone || (s.Tombstone && got.Value != nil) {
+			got.Offset != s.Offset || got.Tombstone != s.Tombstone || (s.Tombstone && got.Value != nil) ||
+			!slices.Equal(got.Timers, s.Timers) {
 			t.Fatalf("round trip of %+v gave %+v (%c)", s, got, kind)
 		}
+	}
+}
+
+// A key without timers is written as format version 1, byte-identical to
+// a record of a snapfence without timers; one with timers as version 2,
+// which a reader of version 1 only refuses (it cannot drop them unseen).
+func TestTimersOnlyInVersion2(t *testing.T) {
+	plain := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1})
+	if len(plain.Headers) != 3 || string(plain.Headers[0].Value) != "1" {
+		t.Fatalf("a key without timers has headers %+v, want the three of version 1", plain.Headers)
+	}
+	timed := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1,
+		Timers: []store.Timer{{Kind: store.ProcessingTime, At: 7}}})
+	if len(timed.Headers) != 4 || string(timed.Headers[0].Value) != "2" || timed.Headers[3].Key != store.HeaderTimers {
+		t.Fatalf("a key with timers has headers %+v, want version 2 with %s", timed.Headers, store.HeaderTimers)
+	}
+	if string(plain.Headers[0].Value) != "1" {
+		t.Fatal("encoding timers changed another record's headers")
+	}
+	// A tombstone never carries timers.
+	dead := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Offset: 1, Tombstone: true, Timers: []store.Timer{{Kind: store.EventTime}}})
+	if len(dead.Headers) != 3 {
+		t.Fatalf("a tombstone has headers %+v", dead.Headers)
+	}
+	if err := store.CheckWrite(tp, store.Snapshot{Key: []byte("k"), Offset: 1, Tombstone: true, Timers: []store.Timer{{Kind: store.EventTime}}}, 0); err == nil ||
+		!strings.Contains(err.Error(), "tombstone with timers") {
+		t.Fatalf("CheckWrite of a tombstone with timers: %v", err)
+	}
+	if err := store.CheckWrite(tp, store.Snapshot{Key: []byte("k"), Value: []byte("v"), Timers: []store.Timer{{Kind: 'x'}}}, 0); err == nil ||
+		!strings.Contains(err.Error(), "unknown kind") {
+		t.Fatalf("CheckWrite of a timer of no kind: %v", err)
 	}
 }
 
@@ -56,13 +90,19 @@ func TestBadRecordsNamePartitionAndOffset(t *testing.T) {
 		want string
 	}{
 		"foreign":            {store.WireRecord{Key: []byte("k"), Value: []byte("{}")}, "not written by snapfence"},
-		"future version":     {with(store.HeaderVersion, []byte("2")), `format version "2" is not supported`},
+		"future version":     {with(store.HeaderVersion, []byte("3")), `format version "3" is not supported`},
 		"no kind":            {with(store.HeaderKind, nil), "malformed snapfence.k"},
 		"short offset":       {with(store.HeaderOffset, []byte{1, 2}), "malformed snapfence.o"},
 		"negative offset":    {with(store.HeaderOffset, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}), "negative input offset"},
 		"unknown kind":       {with(store.HeaderKind, []byte("z")), "unknown record kind"},
 		"null snapshot":      {store.WireRecord{Key: good.Key, Headers: good.Headers}, "null value"},
 		"tombstone w/ value": {with(store.HeaderKind, []byte("d")), "tombstone record with a value"},
+		"v2 without timers":  {with(store.HeaderVersion, []byte("2")), "format version 2 without a snapfence.t header"},
+		"timers in v1":       {withHeader(good, store.HeaderTimers, []byte("p12345678")), "snapfence.t header in a format version 1"},
+		"short timers":       {withHeader(withV2(good), store.HeaderTimers, []byte("p1234")), "malformed snapfence.t header (5 bytes)"},
+		"empty timers":       {withHeader(withV2(good), store.HeaderTimers, []byte{}), "malformed snapfence.t header (0 bytes)"},
+		"bad timer kind":     {withHeader(withV2(good), store.HeaderTimers, []byte("z12345678")), "unknown timer kind"},
+		"tombstone w/ timer": {withHeader(withV2(store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Offset: 1, Tombstone: true})), store.HeaderTimers, []byte("p12345678")), "tombstone record with timers"},
 	}
 	for name, c := range cases {
 		_, _, err := store.DecodeRecord(tp, 1234, c.rec)
@@ -77,13 +117,31 @@ func TestBadRecordsNamePartitionAndOffset(t *testing.T) {
 	}
 }
 
+// withHeader is r with header name added.
+func withHeader(r store.WireRecord, name string, value []byte) store.WireRecord {
+	r.Headers = append(slices.Clip(r.Headers), store.Header{Key: name, Value: value})
+	return r
+}
+
+// withV2 is r claiming format version 2.
+func withV2(r store.WireRecord) store.WireRecord {
+	r.Headers = slices.Clone(r.Headers)
+	r.Headers[0].Value = []byte("2")
+	return r
+}
+
 func FuzzDecodeRecord(f *testing.F) {
 	good := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1})
-	f.Add([]byte("k"), []byte("v"), good.Headers[0].Value, good.Headers[1].Value, good.Headers[2].Value)
-	f.Fuzz(func(t *testing.T, key, value, version, kind, offset []byte) {
+	f.Add([]byte("k"), []byte("v"), good.Headers[0].Value, good.Headers[1].Value, good.Headers[2].Value, []byte(nil))
+	timed := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1, Timers: []store.Timer{{Kind: store.EventTime, At: 9}}})
+	f.Add([]byte("k"), []byte("v"), timed.Headers[0].Value, timed.Headers[1].Value, timed.Headers[2].Value, timed.Headers[3].Value)
+	f.Fuzz(func(t *testing.T, key, value, version, kind, offset, timers []byte) {
 		r := store.WireRecord{Key: key, Value: value, Headers: []store.Header{
 			{Key: store.HeaderVersion, Value: version}, {Key: store.HeaderKind, Value: kind}, {Key: store.HeaderOffset, Value: offset},
 		}}
+		if timers != nil {
+			r.Headers = append(r.Headers, store.Header{Key: store.HeaderTimers, Value: timers})
+		}
 		s, k, err := store.DecodeRecord(tp, 7, r)
 		if err != nil {
 			if !errors.Is(err, store.ErrCorruptRecord) {
@@ -93,7 +151,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 		if k != store.KindOffsetMarker {
 			again, _, err := store.DecodeRecord(tp, 7, store.EncodeSnapshot(s))
-			if err != nil || !bytes.Equal(again.Value, s.Value) || again.Offset != s.Offset {
+			if err != nil || !bytes.Equal(again.Value, s.Value) || again.Offset != s.Offset || !slices.Equal(again.Timers, s.Timers) {
 				t.Fatalf("re-encoding %+v does not round-trip: %v", s, err)
 			}
 		}
@@ -143,6 +201,8 @@ func TestSnapshotBytesIsTheEncodedRecordsSize(t *testing.T) {
 		{Key: []byte("key-00001"), Value: make([]byte, 10<<10)},
 		{Key: []byte("empty")},
 		{Key: []byte("gone"), Value: []byte("ignored"), Tombstone: true, Offset: 3},
+		{Key: []byte("timed"), Value: []byte("v"), Offset: 3, Timers: []store.Timer{{Kind: store.EventTime, At: 1}, {Kind: store.ProcessingTime, At: 2}}},
+		{Key: []byte("gone"), Tombstone: true, Offset: 3, Timers: []store.Timer{{Kind: store.EventTime, At: 1}}},
 	} {
 		r := store.EncodeSnapshot(s)
 		want := len(r.Key) + len(r.Value)

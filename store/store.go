@@ -112,6 +112,38 @@ type Snapshot struct {
 	Offset int64
 	// Tombstone marks a delete of the key.
 	Tombstone bool
+	// Timers are the key's pending timers, carried with its state so that
+	// they move and survive with it (engine.Result.SetTimer); nil for a
+	// key without timers, whose record is then byte-identical to one of a
+	// store without timers. A tombstone has none: compaction removes it.
+	Timers []Timer
+}
+
+// Timer is a pending timer of a key: when it is due, by which clock.
+type Timer struct {
+	Kind TimerKind
+	// At is when the timer is due, in Unix milliseconds.
+	At int64
+}
+
+// TimerKind is the clock a Timer follows.
+type TimerKind byte
+
+const (
+	// ProcessingTime timers follow the consumer's clock.
+	ProcessingTime TimerKind = 'p'
+	// EventTime timers follow the input records' timestamps.
+	EventTime TimerKind = 'e'
+)
+
+func (k TimerKind) String() string {
+	switch k {
+	case ProcessingTime:
+		return "processing-time"
+	case EventTime:
+		return "event-time"
+	}
+	return fmt.Sprintf("TimerKind(%d)", byte(k))
 }
 
 // Backend hands out partitions of a snapshot store.

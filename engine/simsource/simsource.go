@@ -126,6 +126,7 @@ func (s *Source) Poll(ctx context.Context, _ time.Duration) ([]engine.Record, er
 		for _, e := range ents {
 			out = append(out, engine.Record{
 				Topic: tp.Topic, Partition: tp.Partition, Offset: e.Offset, Key: e.Record.Key, Value: e.Record.Value, Headers: e.Record.Headers,
+				Timestamp: e.Appended, // the log append time: event time on the virtual clock
 			})
 		}
 		s.pos[tp] = next

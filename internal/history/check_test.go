@@ -3,6 +3,7 @@ package history
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -306,4 +307,16 @@ func TestAReadMayMissAWriteANewerOwnerSuperseded(t *testing.T) {
 	}
 	t.Run("by the new owner", func(t *testing.T) { expect(t, during(2, 1)) })
 	t.Run("by the reader", func(t *testing.T) { expect(t, during(2, 2), LostWrite) })
+}
+
+func TestSplitState(t *testing.T) {
+	for _, c := range []struct{ sum, firings int }{{0, 0}, {5, 0}, {-7, 0}, {5, 3}, {-7, 2}, {1000, 1}} {
+		sum, firings := SplitState(c.sum + c.firings*TimerMark)
+		if sum != c.sum || firings != c.firings {
+			t.Errorf("SplitState(%d + %d marks) = %d, %d", c.sum, c.firings, sum, firings)
+		}
+	}
+	if got := StateSum(strconv.Itoa(2*TimerMark - 3)); got != "-3" {
+		t.Errorf("StateSum = %s, want -3", got)
+	}
 }

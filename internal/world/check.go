@@ -34,15 +34,16 @@ func (v Violation) String() string {
 
 // The invariants, by number.
 var invariantNames = map[int]string{
-	1: "NoStaleOverwrite",
-	2: "CommittedOffsetNeverAhead",
-	3: "ExactlyOnceState",
-	4: "AbortedWritesInvisible",
-	5: "RecoveryComplete",
-	6: "Liveness",
-	7: "OutputAtLeastOnce",
-	8: "OutputExactlyOnce",
-	9: "WarmCacheExact",
+	1:  "NoStaleOverwrite",
+	2:  "CommittedOffsetNeverAhead",
+	3:  "ExactlyOnceState",
+	4:  "AbortedWritesInvisible",
+	5:  "RecoveryComplete",
+	6:  "Liveness",
+	7:  "OutputAtLeastOnce",
+	8:  "OutputExactlyOnce",
+	9:  "WarmCacheExact",
+	10: "TimerFiresOnce",
 }
 
 // InvariantName names invariant n.
@@ -268,7 +269,11 @@ func (c *checker) atQuiescence() []Violation {
 	vs := c.pending
 	c.pending = nil
 	vs = append(vs, c.warmCache()...)
-	return append(vs, c.w.ledger.CheckAtQuiescence(c.snapshots(), c.outputs)...)
+	snaps := c.snapshots()
+	if c.w.cfg.Timers {
+		vs = append(vs, c.w.ledger.CheckTimers(snaps)...)
+	}
+	return append(vs, c.w.ledger.CheckAtQuiescence(snaps, c.outputs)...)
 }
 
 // warmCache checks invariant 9 under WarmRestarts: the state a running
@@ -324,6 +329,7 @@ func (c *checker) warmCache() []Violation {
 				switch {
 				case !ok && (!has || want.Tombstone):
 				case ok && has && !want.Tombstone && want.Value == strconv.Itoa(got):
+				case ok && has && !want.Tombstone && c.w.cfg.Timers && timerWarmOK(want.Value, got):
 				default:
 					gotS := "absent"
 					if ok {
@@ -495,6 +501,7 @@ func (p *checkedPartition) checkCommitted(committed map[string]bool, s store.Sna
 // without its offset: each write of a batch carries the committed
 // offset, as a persist's does.
 func (p *checkedPartition) CommitBatch(ctx context.Context, b store.Batch) error {
+	b.Snapshots = p.rewrite(b.Snapshots)
 	if !p.tombstonesAhead(b) {
 		return p.Partition.CommitBatch(ctx, b)
 	}
@@ -509,6 +516,7 @@ func (p *checkedPartition) CommitBatch(ctx context.Context, b store.Batch) error
 // StartCommitBatch is CommitBatch's Start: under TombstonesAheadOfCommit
 // the batch is written as CommitBatch writes it, before it returns.
 func (p *checkedPartition) StartCommitBatch(ctx context.Context, b store.Batch) store.Pending {
+	b.Snapshots = p.rewrite(b.Snapshots)
 	if !p.tombstonesAhead(b) {
 		return p.Partition.StartCommitBatch(ctx, b)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/internal/history"
@@ -17,12 +18,14 @@ import (
 // "close" deletes; one output per event, naming it ("partition:offset").
 func Fold(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
 	out := []engine.Output{{Topic: OutputTopic, Key: key, Value: []byte(history.OutputValue(rec.Partition, rec.Offset))}}
-	if string(rec.Value) == "close" {
+	n, closed, d, err := parseValue(string(rec.Value))
+	switch {
+	case err != nil:
+		return engine.Result[int]{}, err
+	case closed:
 		return engine.Delete[int]().With(out...), nil
-	}
-	n, err := strconv.Atoi(string(rec.Value))
-	if err != nil {
-		return engine.Result[int]{}, fmt.Errorf("bad amount %q", rec.Value)
+	case d > 0: // Config.Timers
+		return engine.Set(state + n).With(out...).SetTimer(engine.Timer{Kind: engine.ProcessingTime, At: TimerAt(rec.Timestamp, d, rec.Offset)}), nil
 	}
 	return engine.Set(state + n).With(out...), nil
 }
@@ -56,6 +59,9 @@ type Event struct {
 	Offset    int64
 	Key       string
 	Delta     int // 0: close
+	// TimerAt is when the timer the event set is due (Config.Timers);
+	// zero if it set none.
+	TimerAt time.Time
 }
 
 // Ledger is a world's input events in production order: the truth.
@@ -175,7 +181,7 @@ func (l Ledger) CheckAtQuiescence(snaps map[string]Visible, outputs map[string]i
 		v, ok := snaps[key]
 		switch {
 		case !exists && (!ok || v.Tombstone):
-		case exists && ok && !v.Tombstone && v.Value == fmt.Sprint(want):
+		case exists && ok && !v.Tombstone && history.StateSum(v.Value) == fmt.Sprint(want):
 		default:
 			wantS := "closed"
 			if exists {

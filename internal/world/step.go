@@ -41,7 +41,9 @@ type Kind string
 // The steps of the vocabulary.
 const (
 	// Produce appends an input event: Key, Delta (a deposit or a
-	// withdrawal; Delta 0 closes the account, a delete).
+	// withdrawal; Delta 0 closes the account, a delete); under
+	// Config.Timers a D above 0 (and a Delta not 0) sets a timer for the
+	// key that long after the event.
 	Produce Kind = "produce"
 	// Poll runs one engine step of Member: a poll, the fold of what it
 	// fetched, and the flush and commit when due.
@@ -119,6 +121,9 @@ func (s Step) String() string {
 	case Produce:
 		if s.Delta == 0 {
 			return fmt.Sprintf("produce %s=close", s.Key)
+		}
+		if s.D > 0 {
+			return fmt.Sprintf("produce %s=%+d timer %s", s.Key, s.Delta, s.D)
 		}
 		return fmt.Sprintf("produce %s=%+d", s.Key, s.Delta)
 	case Poll, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash:

@@ -130,6 +130,20 @@ type Config struct {
 	// committed ahead of its outputs in flight would behave; a crash loses
 	// what it acked.
 	EmitsAckedEarly bool
+
+	// Timers gives the engines timers (engine.Config.OnTimer): a Produce
+	// step with D above 0 sets a processing-time timer for its key, D
+	// after the event (timers.go). A firing adds history.TimerMark to the
+	// key's state; at quiescence, with time past every timer, each timer
+	// a key's events set since it was last closed must have fired exactly
+	// once in its committed state (invariant 10).
+	Timers bool
+	// TimerRemovalsLost is a broken variant for Timers: a fired timer's
+	// removal never reaches the store (every snapshot of a key is written
+	// with every timer an earlier one carried), as a design that kept a
+	// firing's effect in the snapshot but not the timer's removal would,
+	// so a recovery brings the timer back and it fires again.
+	TimerRemovalsLost bool
 }
 
 // WithDefaults is cfg with its zero values replaced by the defaults.
@@ -200,6 +214,8 @@ type World struct {
 	// created are the directories the world created (WarmRestarts), for
 	// Close to remove.
 	created []string
+	// lost is the TimerRemovalsLost variant's memory; nil without it.
+	lost *removalsLost
 }
 
 type memberState int
@@ -279,6 +295,12 @@ func New(cfg Config) (*World, error) {
 	if cfg.TrustCheckpoints && !cfg.WarmRestarts {
 		return nil, fmt.Errorf("world: TrustCheckpoints needs WarmRestarts")
 	}
+	if cfg.TimerRemovalsLost {
+		if !cfg.Timers {
+			return nil, fmt.Errorf("world: TimerRemovalsLost needs Timers")
+		}
+		w.lost = &removalsLost{seen: map[string][]store.Timer{}}
+	}
 	w.members = make([]*member, cfg.Members)
 	for i := range w.members {
 		w.members[i] = &member{slot: i}
@@ -357,7 +379,7 @@ func (w *World) Apply(s Step) []Violation {
 	m := w.members[s.Member]
 	switch s.Kind {
 	case Produce:
-		w.produce(s.Key, s.Delta)
+		w.produce(s.Key, s.Delta, s.D)
 	case Poll:
 		if m.state == running && m.busy == nil {
 			w.step(m)
@@ -475,13 +497,24 @@ func (w *World) advance(d time.Duration) {
 	}
 }
 
-func (w *World) produce(key string, delta int) {
+// produce appends an event of key; with Timers, one with delta and timer
+// above 0 sets a timer that long after it.
+func (w *World) produce(key string, delta int, timer time.Duration) {
 	tp := store.TopicPartition{Topic: InputTopic, Partition: PartitionOf(key, w.cfg.Partitions)}
-	offs, err := w.c.Produce(tp, store.WireRecord{Key: []byte(key), Value: []byte(Value(delta))})
+	value, ev := Value(delta), Event{Partition: tp.Partition, Key: key, Delta: delta}
+	timed := w.cfg.Timers && delta != 0 && timer > 0
+	if timed {
+		value = TimerValue(delta, timer)
+	}
+	offs, err := w.c.Produce(tp, store.WireRecord{Key: []byte(key), Value: []byte(value)})
 	if err != nil {
 		panic(fmt.Sprintf("world: producing to %s: %v", tp, err)) // the world's own topic: a bug
 	}
-	w.ledger = append(w.ledger, Event{Partition: tp.Partition, Offset: offs[0], Key: key, Delta: delta})
+	ev.Offset = offs[0]
+	if timed {
+		ev.TimerAt = TimerAt(w.c.Now(), timer, ev.Offset) // the record's timestamp is its append time, now
+	}
+	w.ledger = append(w.ledger, ev)
 	w.rec.Add(history.Op{Kind: history.Produce, Member: -1, Partition: tp.Partition, Offset: offs[0], Key: key, Delta: delta})
 }
 
@@ -508,6 +541,9 @@ func (w *World) start(m *member) {
 		FullRecovery: !w.cfg.WarmRestarts, Dir: m.dir,
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
 		Emit: func(_ context.Context, outs []engine.Output) error { return w.deliver(m, outs) },
+	}
+	if w.cfg.Timers {
+		ecfg.OnTimer = OnTimer
 	}
 	if w.cfg.PipelinedEmits {
 		ecfg.Emit, ecfg.StartEmit = nil, func(_ context.Context, outs []engine.Output) func() error {
@@ -866,7 +902,8 @@ func (w *World) Quiesce() []Violation {
 	var vs []Violation
 	const rounds = 200
 	for round := 0; round < rounds; round++ {
-		if w.caughtUp() {
+		// With Timers, caught up once every due timer fired too.
+		if w.caughtUp() && (!w.cfg.Timers || w.settleTimers()) {
 			for _, m := range w.members {
 				if m.state == running && len(m.acked) > 0 {
 					// EmitsAckedEarly: a live process delivers them yet.

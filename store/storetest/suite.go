@@ -52,6 +52,7 @@ func Run(t *testing.T, h Harness) {
 		{"Issue732/Plain/StaleFlushCorrupts", issue732(store.Plain)},
 		{"Issue732/Transactional/NewerSnapshotSurvives", issue732(store.Transactional)},
 		{"TombstoneKeepsItsOffset", tombstoneKeepsOffset},
+		{"TimersRoundTrip", timersRoundTrip},
 		{"CorruptRecordNamesPartitionAndOffset", corruptRecord},
 		{"OversizeSnapshotNamesKey", oversizeSnapshot},
 		{"LargestAllowedSnapshotCommits", largestAllowedSnapshot},
@@ -969,6 +970,33 @@ func tombstoneKeepsOffset(t *testing.T, w World) {
 	mustNil(t, "recover", r.err)
 	if got := latest(r.snaps)["k"]; !got.Tombstone || got.Offset != 8 || got.Value != nil {
 		t.Fatalf("k recovered as %s, want a tombstone at offset 8", describe([]store.Snapshot{got}))
+	}
+}
+
+// A snapshot's timers are recovered as written, through a write and an
+// exactly-once batch; a later snapshot without timers recovers with none.
+func timersRoundTrip(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	ts := []store.Timer{{Kind: store.EventTime, At: -1}, {Kind: store.ProcessingTime, At: 1_700_000_000_123}}
+	a, b, c := snap("a", "1", 1), snap("b", "2", 2), snap("c", "3", 3)
+	a.Timers, b.Timers = ts, ts[1:]
+	mustNil(t, "write", o.Write(context.Background(), a))
+	mustNil(t, "batch", o.CommitBatch(context.Background(), store.Batch{Snapshots: []store.Snapshot{b, c}, Offset: 4}))
+	r := collect(o.Recover(context.Background()))
+	mustNil(t, "recover", r.err)
+	got := latest(r.snaps)
+	for _, want := range []store.Snapshot{a, b, c} {
+		if g := got[string(want.Key)]; fmt.Sprint(g.Timers) != fmt.Sprint(want.Timers) || string(g.Value) != string(want.Value) {
+			t.Fatalf("%s recovered with timers %v, value %q; want %v, %q", want.Key, g.Timers, g.Value, want.Timers, want.Value)
+		}
+	}
+	mustNil(t, "rewrite", o.Write(context.Background(), snap("a", "5", 5)))
+	r = collect(o.Recover(context.Background()))
+	mustNil(t, "recover again", r.err)
+	if g := latest(r.snaps)["a"]; g.Timers != nil {
+		t.Fatalf("a's snapshot without timers recovered with %v", g.Timers)
 	}
 }
 

@@ -57,6 +57,9 @@ type Change[S, O any] struct {
 	// State is the new state when Op is Set; ignored otherwise.
 	State   S
 	Outputs []O
+	// Timers are the changes of the key's timers, applied in order after
+	// Op.
+	Timers []TimerOp
 }
 
 // FoldFunc folds one record into a key's state (exists is false for a new
@@ -110,12 +113,17 @@ type FoldError struct {
 	// Panic is the recovered value if the fold panicked.
 	Panic any
 	Err   error
+	// Timer is the timer whose handler failed; nil for a fold or a tick.
+	Timer *store.Timer
 }
 
 func (e *FoldError) Error() string {
 	what := fmt.Sprint(e.Err)
 	if e.Panic != nil {
 		what = fmt.Sprintf("panic: %v", e.Panic)
+	}
+	if e.Timer != nil {
+		return fmt.Sprintf("engine: %v timer at %d of %s key %q failed: %s", e.Timer.Kind, e.Timer.At, e.Input, e.Key, what)
 	}
 	if e.Offset < 0 {
 		return fmt.Sprintf("engine: tick of %s key %q failed: %s", e.Input, e.Key, what)
@@ -147,6 +155,9 @@ type Config[S, O any] struct {
 	Input store.TopicPartition
 	Fold  FoldFunc[S, O]
 	Tick  TickFunc[S, O]
+	// Timer runs a key's due timer; nil refuses every Change that sets
+	// one (ErrNoTimerHandler).
+	Timer TimerFunc[S, O]
 	Codec Codec[S]
 	// Assigned is the offset the input resumes from.
 	Assigned int64
@@ -177,6 +188,10 @@ type Core[S, O any] struct {
 	statePrefix   []byte
 	overlayPrefix []byte
 	checkpointKey []byte
+	// timerPrefix holds the index of the committed states' timers
+	// (timers.go).
+	timerPrefix []byte
+	tm          timers
 	// overlaid: the keys with an entry under overlayPrefix: dirty ones,
 	// and landed ones until the pending writes that delete it are applied.
 	overlaid map[string]struct{}
@@ -221,6 +236,9 @@ type slot[S any] struct {
 	live   bool
 	offset int64 // input offset of the last event folded into the state
 	state  S
+	// timers are the key's timers, sorted by (At, Kind); nil for most
+	// keys. Never written to: a new slice replaces it.
+	timers []store.Timer
 	// dirty and busy mirror the key's membership of Core.dirty and
 	// Core.inflight while the slot is the key's hot slot (set by makeHot,
 	// kept by apply, flush and WriteDone), so that a fold of a hot key
@@ -235,6 +253,9 @@ type slot[S any] struct {
 type written struct {
 	offset int64
 	entry  []byte // the KV entry to keep once the write is durable
+	// timers are the written state's, whose KV index entries go with
+	// it; unindex the timers removed before it, whose entries go then.
+	timers, unindex []store.Timer
 	// stale: the key changed after the write was taken (a fold or a
 	// tick while it was in flight), so it stays dirty once the write
 	// lands. A tick leaves the key's offset alone, so the offset alone
@@ -251,6 +272,7 @@ func New[S, O any](cfg Config[S, O], kv KV) (*Core[S, O], error) {
 	c := &Core[S, O]{
 		cfg: cfg, kv: kv, consumed: cfg.Assigned,
 		statePrefix: append([]byte{'s'}, pp...), overlayPrefix: append([]byte{'d'}, pp...), checkpointKey: append([]byte{'c'}, pp...),
+		timerPrefix: append([]byte{'t'}, pp...), tm: newTimers(),
 		hot: map[string]*slot[S]{}, dirty: map[string]int64{}, inflight: map[string]written{}, overlaid: map[string]struct{}{},
 	}
 	drop := c.Drop
@@ -270,23 +292,30 @@ func partitionPrefix(tp store.TopicPartition) []byte {
 }
 
 // An entry is a key's state in the KV: flags, the input offset of the last
-// event folded into it, the encoded state.
+// event folded into it, its timers if it has any (flagTimers), the encoded
+// state.
 const (
 	flagLive    = 1
 	entryHeader = 9
 )
 
-func encodeEntry(live bool, offset int64, state []byte) []byte {
-	return appendEntry(make([]byte, 0, entryHeader+len(state)), live, offset, state)
+func encodeEntry(live bool, offset int64, timers []store.Timer, state []byte) []byte {
+	return appendEntry(make([]byte, 0, entryHeader+timersSize(timers)+len(state)), live, offset, timers, state)
 }
 
-func appendEntry(b []byte, live bool, offset int64, state []byte) []byte {
+func appendEntry(b []byte, live bool, offset int64, timers []store.Timer, state []byte) []byte {
 	var flags byte
 	if live {
 		flags = flagLive
 	}
+	if len(timers) > 0 {
+		flags |= flagTimers
+	}
 	b = append(b, flags)
 	b = binary.BigEndian.AppendUint64(b, uint64(offset))
+	if len(timers) > 0 {
+		b = appendTimers(b, timers)
+	}
 	return append(b, state...)
 }
 
@@ -309,8 +338,15 @@ func decodeEntryOf[S any](input store.TopicPartition, codec Codec[S], k, v []byt
 		return nil, fmt.Errorf("engine: corrupt cache entry of key %q", k)
 	}
 	sl := &slot[S]{live: v[0]&flagLive != 0, offset: int64(binary.BigEndian.Uint64(v[1:9]))}
+	state := v[entryHeader:]
+	if v[0]&flagTimers != 0 {
+		var ok bool
+		if sl.timers, state, ok = decodeTimers(state); !ok {
+			return nil, fmt.Errorf("engine: corrupt timers in the cache entry of key %q", k)
+		}
+	}
 	if sl.live {
-		s, err := codec.Decode(bytes.Clone(v[entryHeader:]))
+		s, err := codec.Decode(bytes.Clone(state))
 		if err != nil {
 			return nil, &StateError{Input: input, Key: bytes.Clone(k), Offset: sl.offset, Err: err}
 		}
@@ -378,7 +414,14 @@ func (c *Core[S, O]) Recovered(s store.Snapshot) error {
 		return err
 	}
 	delete(c.hot, string(s.Key))
-	return c.kv.Set(c.stateKey(s.Key), encodeEntry(!s.Tombstone, s.Offset, s.Value))
+	entry := encodeEntry(!s.Tombstone, s.Offset, s.Timers, s.Value)
+	if len(s.Timers) == 0 {
+		return c.kv.Set(c.stateKey(s.Key), entry)
+	}
+	for _, t := range s.Timers {
+		c.hint(string(s.Key), t)
+	}
+	return c.kv.Apply(c.indexWrites([]Write{{Key: c.stateKey(s.Key), Value: entry}}, s.Key, s.Timers))
 }
 
 // Replicated writes snapshots a standby read (committed, in log order)
@@ -388,7 +431,8 @@ func (c *Core[S, O]) Recovered(s store.Snapshot) error {
 func (c *Core[S, O]) Replicated(snaps []store.Snapshot, checkpoint []byte) error {
 	ws := make([]Write, 0, len(snaps)+1)
 	for _, s := range snaps {
-		ws = append(ws, Write{Key: c.stateKey(s.Key), Value: encodeEntry(!s.Tombstone, s.Offset, s.Value)})
+		ws = append(ws, Write{Key: c.stateKey(s.Key), Value: encodeEntry(!s.Tombstone, s.Offset, s.Timers, s.Value)})
+		ws = c.indexWrites(ws, s.Key, s.Timers)
 	}
 	if checkpoint != nil {
 		ws = append(ws, Write{Key: c.checkpointKey, Value: checkpoint})
@@ -418,6 +462,9 @@ func (c *Core[S, O]) Fold(rec *Record) ([]O, error) {
 	if rec.Offset < c.cfg.Assigned {
 		return nil, nil // before the resume point
 	}
+	if !rec.Timestamp.IsZero() {
+		c.tm.watermark = max(c.tm.watermark, rec.Timestamp.UnixMilli())
+	}
 	sl, err := c.load(rec.Key)
 	if err != nil {
 		return nil, c.stop(err)
@@ -432,6 +479,11 @@ func (c *Core[S, O]) Fold(rec *Record) ([]O, error) {
 		state, exists = sl.state, sl.live
 	}
 	ch, err := c.callFold(rec, state, exists)
+	if err == nil && len(ch.Timers) > 0 {
+		if cerr := c.checkTimers(&ch, ch.Op == Set || ch.Op == Keep && exists); cerr != nil {
+			err = &FoldError{Input: c.cfg.Input, Offset: rec.Offset, Key: rec.Key, Err: cerr}
+		}
+	}
 	if err != nil {
 		// The record is poison, not the cache: what was folded before it
 		// can still be flushed and committed (the engine commits it before
@@ -439,7 +491,7 @@ func (c *Core[S, O]) Fold(rec *Record) ([]O, error) {
 		c.poisoned = err.(*FoldError)
 		return nil, err
 	}
-	if err := c.apply(rec.Key, sl, ch, rec.Offset); err != nil {
+	if err := c.apply(rec.Key, sl, ch, rec.Offset, nil); err != nil {
 		return nil, c.stop(err)
 	}
 	c.consumed = max(c.consumed, rec.Offset+1)
@@ -467,7 +519,7 @@ func (c *Core[S, O]) Discard(key []byte) error {
 	if err != nil {
 		return c.stop(err)
 	}
-	return c.stop(c.apply(key, sl, Change[S, O]{Op: Delete}, -1))
+	return c.stop(c.apply(key, sl, Change[S, O]{Op: Delete}, -1, nil))
 }
 
 // Poisoned is the record a fold failed on, if the core waits for it to be
@@ -487,11 +539,19 @@ func (c *Core[S, O]) callFold(rec *Record, state S, exists bool) (ch Change[S, O
 	return ch, err
 }
 
-// apply records a change of key k folded at offset (-1 for a tick) and
-// marks the key dirty, holding the first offset not yet in a durable
-// snapshot.
-func (c *Core[S, O]) apply(k []byte, sl *slot[S], ch Change[S, O], offset int64) error {
-	if ch.Op != Set && ch.Op != Delete {
+// apply records a change of key k folded at offset (-1 for a tick or a
+// timer; fired is the timer, removed with the change) and marks the key
+// dirty, holding the first offset not yet in a durable snapshot.
+func (c *Core[S, O]) apply(k []byte, sl *slot[S], ch Change[S, O], offset int64, fired *store.Timer) error {
+	var old, timers []store.Timer
+	if sl != nil {
+		old, timers = sl.timers, sl.timers
+	}
+	if fired != nil || len(ch.Timers) > 0 || ch.Op == Delete && len(old) > 0 {
+		timers = nextTimers(old, fired, &ch)
+	}
+	retimed := !timersEqual(old, timers)
+	if ch.Op != Set && ch.Op != Delete && !retimed {
 		return nil // Keep, the zero Op
 	}
 	if sl == nil {
@@ -504,12 +564,23 @@ func (c *Core[S, O]) apply(k []byte, sl *slot[S], ch Change[S, O], offset int64)
 			c.inflight[sl.key] = w
 		}
 	}
-	sl.live = ch.Op == Set
+	// A Keep that changed the timers folded its record too: its offset is
+	// the key's, so that a replay does not set them again.
 	sl.offset = max(offset, sl.offset)
-	var zero S
-	sl.state = zero
-	if sl.live {
-		sl.state = ch.State
+	if ch.Op == Set || ch.Op == Delete {
+		sl.live = ch.Op == Set
+		var zero S
+		sl.state = zero
+		if sl.live {
+			sl.state = ch.State
+		}
+	}
+	if retimed {
+		sl.timers = timers
+		c.retimed(sl.key, old, timers)
+	}
+	if fired != nil && hasTimer(timers, *fired) {
+		c.hint(sl.key, *fired) // set again by its handler: its hint was taken
 	}
 	if !sl.dirty {
 		held := offset
@@ -585,7 +656,7 @@ func (c *Core[S, O]) encode(k string, sl *slot[S]) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return encodeEntry(sl.live, sl.offset, state), nil
+	return encodeEntry(sl.live, sl.offset, sl.timers, state), nil
 }
 
 // encodeState is key k's state through the codec (nil for a deleted key).
@@ -641,11 +712,16 @@ func (c *Core[S, O]) Tick(nowMillis int64) (outs []O, failed []*FoldError, err e
 			continue
 		}
 		ch, err := c.callTick(k, sl.state, nowMillis)
+		if err == nil && len(ch.Timers) > 0 {
+			if cerr := c.checkTimers(&ch, ch.Op != Delete); cerr != nil {
+				err = &FoldError{Input: c.cfg.Input, Offset: -1, Key: k, Err: cerr}
+			}
+		}
 		if err != nil {
 			failed = append(failed, err.(*FoldError))
 			continue
 		}
-		if err := c.apply(k, sl, ch, -1); err != nil {
+		if err := c.apply(k, sl, ch, -1, nil); err != nil {
 			return nil, nil, c.stop(err)
 		}
 		outs = append(outs, ch.Outputs...)
@@ -739,7 +815,7 @@ func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 			if err != nil {
 				return nil, c.stop(err)
 			}
-			if need := len(k) + entryHeader + len(state); cap(buf)-len(buf) < need {
+			if need := len(k) + entryHeader + timersSize(sl.timers) + len(state); cap(buf)-len(buf) < need {
 				// Room for the keys left if they are like this one, in
 				// parts of at most 64 KiB: a small flush stays small.
 				buf = make([]byte, 0, max(need, min(need*(len(keys)-i), 64<<10)))
@@ -748,13 +824,13 @@ func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 			buf = append(buf, k...)
 			key := buf[from:len(buf):len(buf)]
 			from = len(buf)
-			buf = appendEntry(buf, sl.live, sl.offset, state)
+			buf = appendEntry(buf, sl.live, sl.offset, sl.timers, state)
 			enc := buf[from:len(buf):len(buf)]
-			s := store.Snapshot{Key: key, Offset: sl.offset, Tombstone: !sl.live}
+			s := store.Snapshot{Key: key, Offset: sl.offset, Tombstone: !sl.live, Timers: sl.timers}
 			if sl.live {
-				s.Value = enc[entryHeader:]
+				s.Value = enc[len(enc)-len(state):]
 			}
-			c.inflight[k] = written{offset: sl.offset, entry: enc}
+			c.inflight[k] = written{offset: sl.offset, entry: enc, timers: sl.timers, unindex: c.takeUnindex(k)}
 			sl.busy = true
 			out = append(out, s)
 		}
@@ -814,6 +890,9 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 		sl.busy = false
 	}
 	if err != nil {
+		if len(w.unindex) > 0 { // the removals are not written yet
+			c.tm.unindex[string(key)] = append(w.unindex, c.tm.unindex[string(key)]...)
+		}
 		return nil // still dirty: a later flush writes it again
 	}
 	var lerr error
@@ -832,6 +911,14 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	// that checkpoint would find the key in neither the cache nor the
 	// delta after it, and replay its later events onto no state.
 	c.pending = append(c.pending, Write{Key: c.pendingKey(c.statePrefix, key), Value: w.entry})
+	// The index of the committed timers changes with the committed state,
+	// in the same batch.
+	c.pending = c.indexWrites(c.pending, key, w.timers)
+	for _, t := range w.unindex {
+		if !hasTimer(w.timers, t) {
+			c.pending = append(c.pending, Write{Key: c.timerKey(t, key), Delete: true})
+		}
+	}
 	if !w.stale {
 		delete(c.dirty, string(key))
 		sl.dirty = false
@@ -1153,6 +1240,9 @@ func (c *Core[S, O]) Drop() error {
 	if err := c.kv.DeletePrefix(c.overlayPrefix); err != nil {
 		return err
 	}
+	if err := c.kv.DeletePrefix(c.timerPrefix); err != nil {
+		return err
+	}
 	return c.kv.DeletePrefix(c.statePrefix)
 }
 
@@ -1162,7 +1252,12 @@ func (c *Core[S, O]) Drop() error {
 func (c *Core[S, O]) DropUncommitted() error {
 	err := c.settle() // committed: WriteDone said so
 	c.forget()
-	return errors.Join(err, c.kv.DeletePrefix(c.overlayPrefix))
+	err = errors.Join(err, c.kv.DeletePrefix(c.overlayPrefix))
+	if err != nil {
+		return err
+	}
+	// The committed states' timers are what is left to fire.
+	return c.loadHints()
 }
 
 func (c *Core[S, O]) forget() {
@@ -1172,6 +1267,7 @@ func (c *Core[S, O]) forget() {
 	clear(c.overlaid)
 	c.pending, c.pendingBuf, c.unoverlaid = nil, nil, nil
 	c.hotOrder, c.flushRound = nil, nil
+	c.tm = newTimers()
 }
 
 // Stopped is the error that stopped the core, if any.

@@ -1,11 +1,13 @@
 package core
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 
@@ -42,6 +44,26 @@ type Output = store.Output
 //	checkpoint                        the checkpoint in the KV
 //	drop-uncommitted                  drop all but the committed states
 //	keys                              the number of keys the partition holds
+//
+// Timers (timers.go): a timer is written p<ms> (processing time) or e<ms>
+// (event time). A fold's record may carry set=T,T... and cancel=T,...
+// (its Change's timer ops, set first) and ts=<ms> (its timestamp), and
+// op=keep keeps the state (emitting "key:kept"); a key's
+// snapshots list its timers in braces. The timer handler adds 1000 to the
+// key's sum and emits "key:fired-T"; a timer at 666 panics, and one at 777
+// sets the same kind of timer 1000 later (a repeating timer), one at 888
+// sets itself again.
+//
+//	assign ... [no-timers]            no timer handler
+//	recover ... timers=T,...          a recovered snapshot with timers
+//	fire now=N                        fire what is due at processing time N
+//	                                  and at the watermark; answers the
+//	                                  outputs, then each failure
+//	skip-timer                        skip the last failed timer
+//	timers key=K                      the key's timers
+//	due now=N                         whether a timer may be due (TimersDue)
+//	watermark                         the event-time watermark
+//	index                             the KV's timer index entries
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		s := newScript()
@@ -56,6 +78,8 @@ type script struct {
 	in   store.TopicPartition
 	fold FoldFunc[[]byte, Output]
 	tick TickFunc[[]byte, Output]
+	// lastFailed is the last timer failure fire answered.
+	lastFailed *FoldError
 }
 
 func newScript() *script {
@@ -66,11 +90,15 @@ func newScript() *script {
 			panic("boom")
 		}
 		if op == "del" {
-			return Change[[]byte, Output]{Op: Delete, Outputs: []Output{{Key: key, Value: []byte("deleted")}}}, nil
+			return Change[[]byte, Output]{Op: Delete, Outputs: []Output{{Key: key, Value: []byte("deleted")}}, Timers: timerOps(rec.Headers)}, nil
 		}
 		sum := 0
 		if exists {
 			sum, _ = strconv.Atoi(string(state))
+		}
+		ops := timerOps(rec.Headers)
+		if op == "keep" {
+			return Change[[]byte, Output]{Timers: ops, Outputs: []Output{{Key: key, Value: []byte("kept")}}}, nil
 		}
 		n, err := strconv.Atoi(op)
 		if err != nil {
@@ -78,13 +106,80 @@ func newScript() *script {
 		}
 		sum += n
 		v := strconv.Itoa(sum)
-		return Change[[]byte, Output]{Op: Set, State: []byte(v), Outputs: []Output{{Key: key, Value: []byte(v)}}}, nil
+		return Change[[]byte, Output]{Op: Set, State: []byte(v), Outputs: []Output{{Key: key, Value: []byte(v)}}, Timers: ops}, nil
 	}
 	s.tick = func(key, state []byte, now int64) (Change[[]byte, Output], error) {
 		sum, _ := strconv.Atoi(string(state))
 		return Change[[]byte, Output]{Op: Set, State: []byte(strconv.Itoa(sum + 100))}, nil
 	}
 	return s
+}
+
+// timer is the handler of the scripts' timers.
+func (s *script) timer(key, state []byte, t store.Timer) (Change[[]byte, Output], error) {
+	if t.At == 666 {
+		panic("boom")
+	}
+	sum, _ := strconv.Atoi(string(state))
+	ch := Change[[]byte, Output]{Op: Set, State: []byte(strconv.Itoa(sum + 1000)),
+		Outputs: []Output{{Key: key, Value: []byte("fired-" + timerString(t))}}}
+	if t.At == 777 {
+		ch.Timers = []TimerOp{{Timer: store.Timer{Kind: t.Kind, At: t.At + 1000}}}
+	}
+	if t.At == 888 { // sets itself again, in the past
+		ch.Timers = []TimerOp{{Timer: t}}
+	}
+	return ch, nil
+}
+
+// timerOps are a record's timer ops: its set and cancel headers.
+func timerOps(hs []store.Header) []TimerOp {
+	var ops []TimerOp
+	for _, h := range hs {
+		for _, t := range parseTimers(string(h.Value)) {
+			ops = append(ops, TimerOp{Timer: t, Cancel: h.Key == "cancel"})
+		}
+	}
+	return ops
+}
+
+// parseTimers parses "p100,e5".
+func parseTimers(list string) []store.Timer {
+	var ts []store.Timer
+	for _, f := range strings.Split(list, ",") {
+		if f == "" {
+			continue
+		}
+		at, err := strconv.ParseInt(f[1:], 10, 64)
+		if err != nil {
+			panic(fmt.Sprintf("bad timer %q", f))
+		}
+		kind := store.ProcessingTime
+		switch f[0] {
+		case 'e':
+			kind = store.EventTime
+		case 'x':
+			kind = 'x'
+		}
+		ts = append(ts, store.Timer{Kind: kind, At: at})
+	}
+	return ts
+}
+
+func timerString(t store.Timer) string {
+	k := "p"
+	if t.Kind == store.EventTime {
+		k = "e"
+	}
+	return k + strconv.FormatInt(t.At, 10)
+}
+
+func timersString(ts []store.Timer) string {
+	var parts []string
+	for _, t := range ts {
+		parts = append(parts, timerString(t))
+	}
+	return "{" + strings.Join(parts, ",") + "}"
 }
 
 // step runs one directive and returns its answer.
@@ -102,8 +197,12 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 			d.ScanArgs(t, "hot", &hot)
 		}
 		var err error
-		s.c, err = New(Config[[]byte, Output]{Input: s.in, Fold: s.fold, Tick: s.tick, Codec: BytesCodec{}, Assigned: offset,
-			HotKeys: hot, Warm: d.HasArg("warm")}, s.kv)
+		cfg := Config[[]byte, Output]{Input: s.in, Fold: s.fold, Tick: s.tick, Timer: s.timer, Codec: BytesCodec{}, Assigned: offset,
+			HotKeys: hot, Warm: d.HasArg("warm")}
+		if d.HasArg("no-timers") {
+			cfg.Timer = nil
+		}
+		s.c, err = New(cfg, s.kv)
 		return errString(err)
 	case "recover":
 		d.ScanArgs(t, "key", &key)
@@ -114,13 +213,31 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 			d.ScanArgs(t, "value", &v)
 			snap.Value = []byte(v)
 		}
+		if d.HasArg("timers") {
+			var v string
+			d.ScanArgs(t, "timers", &v)
+			snap.Timers = parseTimers(v)
+		}
 		return errString(s.c.Recovered(snap))
 	case "fold":
 		var op string
 		d.ScanArgs(t, "key", &key)
 		d.ScanArgs(t, "offset", &offset)
 		d.ScanArgs(t, "op", &op)
-		outs, err := s.c.Fold(&Record{Offset: offset, Key: []byte(key), Value: []byte(op)})
+		rec := &Record{Offset: offset, Key: []byte(key), Value: []byte(op)}
+		for _, h := range []string{"set", "cancel"} {
+			if d.HasArg(h) {
+				var v string
+				d.ScanArgs(t, h, &v)
+				rec.Headers = append(rec.Headers, store.Header{Key: h, Value: []byte(v)})
+			}
+		}
+		if d.HasArg("ts") {
+			var ts int64
+			d.ScanArgs(t, "ts", &ts)
+			rec.Timestamp = time.UnixMilli(ts)
+		}
+		outs, err := s.c.Fold(rec)
 		switch {
 		case err != nil:
 			return err.Error()
@@ -145,6 +262,9 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 				parts = append(parts, fmt.Sprintf("%s=~@%d", s.Key, s.Offset))
 			} else {
 				parts = append(parts, fmt.Sprintf("%s=%s@%d", s.Key, s.Value, s.Offset))
+			}
+			if s.Timers != nil {
+				parts[len(parts)-1] += timersString(s.Timers)
 			}
 		}
 		return "[" + strings.Join(parts, " ") + "]"
@@ -205,6 +325,54 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 		return errString(s.c.DropUncommitted())
 	case "keys":
 		return strconv.Itoa(s.c.Keys())
+	case "fire":
+		var now int64
+		d.ScanArgs(t, "now", &now)
+		outs, failed, err := s.c.FireTimers(now)
+		if err != nil {
+			return err.Error()
+		}
+		lines := []string{outputs(outs)}
+		if len(outs) == 0 {
+			lines[0] = "nothing fired"
+		}
+		for _, fe := range failed {
+			lines = append(lines, fe.Error())
+			s.lastFailed = fe
+		}
+		return strings.Join(lines, "\n")
+	case "skip-timer":
+		if s.lastFailed == nil {
+			return "nothing to skip"
+		}
+		fe := s.lastFailed
+		s.lastFailed = nil
+		return errString(s.c.SkipTimer(fe))
+	case "timers":
+		d.ScanArgs(t, "key", &key)
+		ts, err := s.c.Timers([]byte(key))
+		if err != nil {
+			return err.Error()
+		}
+		return timersString(ts)
+	case "due":
+		var now int64
+		d.ScanArgs(t, "now", &now)
+		return strconv.FormatBool(s.c.TimersDue(now))
+	case "watermark":
+		wm, ok := s.c.Watermark()
+		if !ok {
+			return "none"
+		}
+		return strconv.FormatInt(wm, 10)
+	case "index":
+		var parts []string
+		for k := range s.kv.Scan(s.c.timerPrefix) {
+			b := k[len(s.c.timerPrefix):]
+			tm := store.Timer{Kind: store.TimerKind(b[0]), At: int64(binary.BigEndian.Uint64(b[1:9]) ^ (1 << 63))}
+			parts = append(parts, fmt.Sprintf("%s:%s", b[9:], timerString(tm)))
+		}
+		return "[" + strings.Join(parts, " ") + "]"
 	}
 	d.Fatalf(t, "unknown command %q", d.Cmd)
 	return ""

@@ -16,11 +16,18 @@ func StatePrefix(tp store.TopicPartition) []byte {
 
 // ParseEntry splits a committed-state entry read under StatePrefix: live
 // is false for a tombstone; offset is the input offset of the state (for
-// a tombstone, of the delete); state is the encoded state, a slice of v.
-// ok is false for an entry too short to be one.
+// a tombstone, of the delete); state is the encoded state, a slice of v
+// (the key's timers, which a snapshot may carry, are passed over). ok is
+// false for an entry too short, or with timers too short, to be one.
 func ParseEntry(v []byte) (live bool, offset int64, state []byte, ok bool) {
 	if len(v) < entryHeader {
 		return false, 0, nil, false
 	}
-	return v[0]&flagLive != 0, int64(binary.BigEndian.Uint64(v[1:entryHeader])), v[entryHeader:], true
+	state = v[entryHeader:]
+	if v[0]&flagTimers != 0 {
+		if _, state, ok = decodeTimers(state); !ok {
+			return false, 0, nil, false
+		}
+	}
+	return v[0]&flagLive != 0, int64(binary.BigEndian.Uint64(v[1:entryHeader])), state, true
 }

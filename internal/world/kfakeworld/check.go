@@ -277,6 +277,9 @@ func (w *World) atQuiescence() []world.Violation {
 	}
 	w.mu.Lock()
 	vs := w.ledger.CheckAtQuiescence(latest(logs), outputs)
+	if w.cfg.Timers {
+		vs = append(vs, w.ledger.CheckTimers(latest(logs))...)
+	}
 	w.mu.Unlock()
 	return append(vs, world.CheckHistory(w.rec.Ops())...)
 }

@@ -70,6 +70,10 @@ type Config struct {
 	// quiescence the topic is read read_committed and read_uncommitted
 	// into the history, and invariant 8 is checked.
 	ExactlyOnce, ProduceOutputs bool
+	// Timers is internal/world's (world.Config): a Produce step with D
+	// sets a processing-time timer for its key; at quiescence time moves
+	// past every timer, and invariant 10 is checked.
+	Timers bool
 
 	// Brokers, if set, runs the world on a real Kafka cluster in real
 	// time instead of kfake (the seed brokers, host:port; see
@@ -111,7 +115,7 @@ func (cfg *Config) setDefaults() {
 func (cfg Config) StepConfig() world.Config {
 	cfg.setDefaults()
 	return world.Config{Mode: cfg.Mode, Members: cfg.Members, Partitions: Partitions,
-		ExactlyOnce: cfg.ExactlyOnce, ProduceOutputs: cfg.ProduceOutputs}.WithDefaults()
+		ExactlyOnce: cfg.ExactlyOnce, ProduceOutputs: cfg.ProduceOutputs, Timers: cfg.Timers}.WithDefaults()
 }
 
 // outputs reports whether the outputs go to the output topic and are read
@@ -355,7 +359,7 @@ func (w *World) Apply(s world.Step) []world.Violation {
 	m := w.members[s.Member]
 	switch s.Kind {
 	case world.Produce:
-		w.produce(s.Key, s.Delta)
+		w.produce(s.Key, s.Delta, s.D)
 	case world.Poll:
 		if m.state == running {
 			w.poll(m)
@@ -513,12 +517,24 @@ func (w *World) advance(d time.Duration) {
 	w.wait()
 }
 
-func (w *World) produce(key string, delta int) {
+// produce appends an event of key; with Timers, one with delta and timer
+// above 0 sets a timer that long after it.
+func (w *World) produce(key string, delta int, timer time.Duration) {
 	r := &kgo.Record{Topic: w.input, Partition: world.PartitionOf(key, Partitions), Key: []byte(key), Value: []byte(world.Value(delta))}
+	timed := w.cfg.Timers && delta != 0 && timer > 0
+	if timed {
+		r.Value = []byte(world.TimerValue(delta, timer))
+	}
 	if err := w.cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
 		panic(fmt.Sprintf("kfakeworld: producing to %s/%d: %v", r.Topic, r.Partition, err)) // the world's own topic: a bug
 	}
-	w.ledger = append(w.ledger, world.Event{Partition: r.Partition, Offset: r.Offset, Key: key, Delta: delta})
+	ev := world.Event{Partition: r.Partition, Offset: r.Offset, Key: key, Delta: delta}
+	if timed {
+		// The record's timestamp as a consumer reads it: the producer's,
+		// to the millisecond.
+		ev.TimerAt = world.TimerAt(time.UnixMilli(r.Timestamp.UnixMilli()), timer, r.Offset)
+	}
+	w.ledger = append(w.ledger, ev)
 	w.rec.Add(history.Op{Kind: history.Produce, Member: -1, Partition: r.Partition, Offset: r.Offset, Key: key, Delta: delta})
 }
 
@@ -592,6 +608,9 @@ func (w *World) start(m *member) {
 				return nil
 			}
 		},
+	}
+	if w.cfg.Timers {
+		ecfg.OnTimer = world.OnTimer
 	}
 	if w.cfg.ExactlyOnce {
 		ecfg.StartEmit, ecfg.ExactlyOnce = nil, true
@@ -751,7 +770,8 @@ func (w *World) Quiesce() []world.Violation {
 	w.wait()
 	var vs []world.Violation
 	for range quiesceRounds {
-		if w.caughtUp() {
+		// With Timers, caught up once every due timer fired too.
+		if w.caughtUp() && (!w.cfg.Timers || w.settleTimers()) {
 			return append(vs, w.atQuiescence()...)
 		}
 		for _, m := range w.members {
@@ -1042,3 +1062,50 @@ func Run(cfg Config, steps []world.Step) []world.Violation {
 // waits first (kafkatest.SlowFetches; virtual time: the wait ends in the
 // next advance step).
 func (w *World) fetchDelay() time.Duration { return time.Duration(w.fetchLatency.Load()) }
+
+// settleTimers moves time past the last timer and has every running
+// member poll and flush, until a round writes nothing to the snapshot
+// topic, as internal/world's does: a firing holds no input offset back,
+// so caughtUp does not wait for it. False while a partition has no
+// running flow or the group has not settled, for Quiesce to step on.
+func (w *World) settleTimers() bool {
+	if d := time.Until(w.ledger.LastTimer()); d >= 0 {
+		w.advance(d + time.Second)
+	}
+	for range 10 {
+		_, before := w.snapshotEnds()
+		for _, m := range w.members {
+			if m.state == running {
+				w.poll(m)
+			}
+		}
+		w.advance(time.Second) // a poll waits for records in virtual time
+		for _, m := range w.members {
+			if m.state == running {
+				w.flush(m, m.p.r.FlushAll)
+			}
+		}
+		w.wait()
+		if !w.everyPartitionRuns() {
+			return false
+		}
+		if _, after := w.snapshotEnds(); slices.Equal(before, after) && w.caughtUp() {
+			return true
+		}
+	}
+	return false
+}
+
+// everyPartitionRuns reports whether every input partition has a running
+// flow on a running member: only a flow fires its timers.
+func (w *World) everyPartitionRuns() bool {
+	for p := range int32(Partitions) {
+		tp := store.TopicPartition{Topic: w.input, Partition: p}
+		if !slices.ContainsFunc(w.members, func(m *member) bool {
+			return m.state == running && slices.Contains(m.p.r.Flows(), tp)
+		}) {
+			return false
+		}
+	}
+	return true
+}
