@@ -2,10 +2,11 @@ package engine
 
 import "github.com/snapfence/snapfence/engine/internal/core"
 
-// Result is what a fold or tick made of a key's state: a new state (Set),
-// a delete (Delete), or nothing (Keep), and the outputs to emit (With),
-// emitted at least once (exactly once to read_committed consumers under
-// Config.ExactlyOnce).
+// Result is what a fold, tick or timer handler made of a key's state: a
+// new state (Set), a delete (Delete), or nothing (Keep), the outputs to
+// emit (With), emitted at least once (exactly once to read_committed
+// consumers under Config.ExactlyOnce), and the key's timers it sets or
+// cancels (SetTimer, CancelTimer).
 //
 // The zero Result changes nothing and emits nothing: it is Keep. Its
 // fields are unexported, so a state is replaced only by a Result made with

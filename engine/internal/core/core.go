@@ -414,6 +414,7 @@ func (c *Core[S, O]) Recovered(s store.Snapshot) error {
 		return err
 	}
 	delete(c.hot, string(s.Key))
+	s.Timers = sortedTimers(s.Timers)
 	entry := encodeEntry(!s.Tombstone, s.Offset, s.Timers, s.Value)
 	if len(s.Timers) == 0 {
 		return c.kv.Set(c.stateKey(s.Key), entry)
@@ -431,6 +432,7 @@ func (c *Core[S, O]) Recovered(s store.Snapshot) error {
 func (c *Core[S, O]) Replicated(snaps []store.Snapshot, checkpoint []byte) error {
 	ws := make([]Write, 0, len(snaps)+1)
 	for _, s := range snaps {
+		s.Timers = sortedTimers(s.Timers)
 		ws = append(ws, Write{Key: c.stateKey(s.Key), Value: encodeEntry(!s.Tombstone, s.Offset, s.Timers, s.Value)})
 		ws = c.indexWrites(ws, s.Key, s.Timers)
 	}

@@ -93,6 +93,23 @@ func compareTimers(a, b store.Timer) int {
 	return cmp.Or(cmp.Compare(a.At, b.At), cmp.Compare(a.Kind, b.Kind))
 }
 
+// sortedTimers is ts as the core keeps a key's timers: sorted by (At,
+// Kind), without duplicates. A snapshot's are already (the core wrote
+// them), unless another writer's were not: a recovered one is checked.
+func sortedTimers(ts []store.Timer) []store.Timer {
+	for i := 1; i < len(ts); i++ {
+		if compareTimers(ts[i-1], ts[i]) >= 0 { // out of order, or twice
+			ts = slices.Clone(ts)
+			slices.SortFunc(ts, compareTimers)
+			return slices.Compact(ts)
+		}
+	}
+	if len(ts) == 0 {
+		return nil
+	}
+	return ts
+}
+
 // hasTimer reports whether the sorted ts holds t.
 func hasTimer(ts []store.Timer, t store.Timer) bool {
 	_, ok := slices.BinarySearchFunc(ts, t, compareTimers)
