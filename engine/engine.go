@@ -68,6 +68,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -371,10 +372,12 @@ type Engine[S any] struct {
 	board atomic.Pointer[statusBoard]
 	// runner is the runner made last: the one queries read (Get, Range).
 	runner atomic.Pointer[Runner[S]]
-	// runEnded and runErr: Run returned, with runErr (Status).
+	// runEnded and runErr: Run returned, with runErr (Status); runs
+	// counts the Runs under way (Close refuses to close under them).
 	runMu    sync.Mutex
 	runEnded bool
 	runErr   error
+	runs     int
 }
 
 // New checks the configuration, opens the local cache and returns an
@@ -495,8 +498,22 @@ func (cfg *Config[S]) check() error {
 	return nil
 }
 
-// Close closes the local cache.
-func (e *Engine[S]) Close() error { return e.kv.Close() }
+// ErrRunning is Close's refusal while Run runs: the local cache stays
+// open; cancel Run's context and wait for it to return first.
+var ErrRunning = errors.New("engine: Close while Run runs: cancel Run's context and wait for it to return first")
+
+// Close closes the local cache. It refuses, with ErrRunning and closing
+// nothing, while a Run of this engine is under way: the runner would meet
+// a closed cache. (A Runner stepped by hand must be closed first too.)
+func (e *Engine[S]) Close() error {
+	e.runMu.Lock()
+	running := e.runs > 0
+	e.runMu.Unlock()
+	if running {
+		return ErrRunning
+	}
+	return e.kv.Close()
+}
 
 // coreFold is the user's fold, as the core calls it. The record is the
 // runner's, converted in place ((*core.Record)(rec), the same fields), and

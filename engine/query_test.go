@@ -444,6 +444,14 @@ func TestQueriesWhileRunningOnKfake(t *testing.T) {
 			_, _, err = other.Get(ctx, tp, []byte(key), engine.ReadCommitted)
 			notOwned(t, err, tp)
 		}
+		// Closing the cache under a Run is refused (the runner would meet
+		// a closed cache), and the Run goes on.
+		if err := ea.Close(); !errors.Is(err, engine.ErrRunning) {
+			t.Fatalf("Close under Run = %v, want ErrRunning", err)
+		}
+		if _, _, err := ea.Get(ctx, accounts1, []byte("alice"), engine.ReadCommitted); err != nil && !errors.Is(err, engine.ErrNotOwned) {
+			t.Fatalf("a query after the refused Close: %v", err)
+		}
 		cancel()
 		wg.Wait()
 		_, _, err := ea.Get(context.Background(), accounts1, []byte("alice"), engine.ReadCommitted)

@@ -238,10 +238,12 @@ func (e *Engine[S]) Status() Status {
 func (e *Engine[S]) trackRun() func(*error) {
 	e.runMu.Lock()
 	e.runEnded, e.runErr = false, nil
+	e.runs++
 	e.runMu.Unlock()
 	return func(err *error) {
 		e.runMu.Lock()
 		defer e.runMu.Unlock()
+		e.runs--
 		e.runEnded, e.runErr = true, *err
 	}
 }
