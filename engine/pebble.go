@@ -292,7 +292,7 @@ func (k *pebbleKV) Scan(prefix []byte) iter.Seq2[[]byte, []byte] {
 		if k.check() != nil {
 			return
 		}
-		it, err := k.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		it, err := k.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: core.PrefixEnd(prefix)})
 		if err != nil {
 			k.fail(err)
 			return
@@ -337,7 +337,7 @@ func (k *pebbleKV) Apply(ws []core.Write) error {
 
 // DeletePrefix implements core.KV.
 func (k *pebbleKV) DeletePrefix(prefix []byte) error {
-	if err := k.db.DeleteRange(prefix, prefixEnd(prefix), pebble.NoSync); err != nil {
+	if err := k.db.DeleteRange(prefix, core.PrefixEnd(prefix), pebble.NoSync); err != nil {
 		return fmt.Errorf("engine: cache delete: %w", err)
 	}
 	return nil
@@ -360,17 +360,6 @@ func (k *pebbleKV) Close() error {
 		err = errors.Join(err, k.lock.Close())
 	}
 	return err
-}
-
-func prefixEnd(prefix []byte) []byte {
-	end := bytes.Clone(prefix)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil
 }
 
 // quietLogger drops Pebble's informational logs; errors reach the flow as

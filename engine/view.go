@@ -721,7 +721,7 @@ func (v *View[S]) Range(p int32) iter.Seq2[ViewEntry[S], error] {
 			return
 		}
 		defer v.readers.Done()
-		it, err := v.kv.db.NewIter(&pebble.IterOptions{LowerBound: part.prefix, UpperBound: prefixEnd(part.prefix)})
+		it, err := v.kv.db.NewIter(&pebble.IterOptions{LowerBound: part.prefix, UpperBound: core.PrefixEnd(part.prefix)})
 		if err != nil {
 			yield(ViewEntry[S]{}, fmt.Errorf("engine: view of %s: reading partition %d: %w", v.name, p, err))
 			return

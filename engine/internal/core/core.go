@@ -1170,7 +1170,7 @@ func (r CommittedReader[S]) Page(kv ReadKV, after []byte, n int) (page []Entry[S
 	}
 	read := 0
 	var derr error
-	err = kv.Range(lower, prefixEnd(r.prefix), func(k, v []byte) bool {
+	err = kv.Range(lower, PrefixEnd(r.prefix), func(k, v []byte) bool {
 		if read == n {
 			more = true
 			return false
@@ -1192,8 +1192,9 @@ func (r CommittedReader[S]) Page(kv ReadKV, after []byte, n int) (page []Entry[S
 	return page, last, more, errors.Join(err, derr)
 }
 
-// prefixEnd is the first key after every key with prefix (nil: none).
-func prefixEnd(prefix []byte) []byte {
+// PrefixEnd is the first key after every key with prefix (nil: none):
+// the upper bound of a scan of the prefix.
+func PrefixEnd(prefix []byte) []byte {
 	end := bytes.Clone(prefix)
 	for i := len(end) - 1; i >= 0; i-- {
 		if end[i] < 0xff {
