@@ -253,14 +253,28 @@ type slot[S any] struct {
 type written struct {
 	offset int64
 	entry  []byte // the KV entry to keep once the write is durable
-	// timers are the written state's, whose KV index entries go with
-	// it; unindex the timers removed before it, whose entries go then.
-	timers, unindex []store.Timer
+	// timers is the written state's timers, nil for a key that has
+	// none and removed none (most keys: the map's values stay small).
+	timers *writtenTimers
 	// stale: the key changed after the write was taken (a fold or a
 	// tick while it was in flight), so it stays dirty once the write
 	// lands. A tick leaves the key's offset alone, so the offset alone
 	// cannot tell.
 	stale bool
+}
+
+// writtenTimers are a written state's timers, whose KV index entries go
+// with it, and the timers removed before it (unindex), whose entries go
+// then.
+type writtenTimers struct{ timers, unindex []store.Timer }
+
+// writtenTimersOf is what a write of a state with timers, after removals
+// unindex, carries; nil when both are empty.
+func writtenTimersOf(timers, unindex []store.Timer) *writtenTimers {
+	if len(timers) == 0 && len(unindex) == 0 {
+		return nil
+	}
+	return &writtenTimers{timers: timers, unindex: unindex}
 }
 
 // New returns a core for one partition, with an empty state for it in kv.
@@ -832,7 +846,7 @@ func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 			if sl.live {
 				s.Value = enc[len(enc)-len(state):]
 			}
-			c.inflight[k] = written{offset: sl.offset, entry: enc, timers: sl.timers, unindex: c.takeUnindex(k)}
+			c.inflight[k] = written{offset: sl.offset, entry: enc, timers: writtenTimersOf(sl.timers, c.takeUnindex(k))}
 			sl.busy = true
 			out = append(out, s)
 		}
@@ -892,8 +906,8 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 		sl.busy = false
 	}
 	if err != nil {
-		if len(w.unindex) > 0 { // the removals are not written yet
-			c.tm.unindex[string(key)] = append(w.unindex, c.tm.unindex[string(key)]...)
+		if w.timers != nil && len(w.timers.unindex) > 0 { // the removals are not written yet
+			c.tm.unindex[string(key)] = append(w.timers.unindex, c.tm.unindex[string(key)]...)
 		}
 		return nil // still dirty: a later flush writes it again
 	}
@@ -915,10 +929,12 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	c.pending = append(c.pending, Write{Key: c.pendingKey(c.statePrefix, key), Value: w.entry})
 	// The index of the committed timers changes with the committed state,
 	// in the same batch.
-	c.pending = c.indexWrites(c.pending, key, w.timers)
-	for _, t := range w.unindex {
-		if !hasTimer(w.timers, t) {
-			c.pending = append(c.pending, Write{Key: c.timerKey(t, key), Delete: true})
+	if w.timers != nil {
+		c.pending = c.indexWrites(c.pending, key, w.timers.timers)
+		for _, t := range w.timers.unindex {
+			if !hasTimer(w.timers.timers, t) {
+				c.pending = append(c.pending, Write{Key: c.timerKey(t, key), Delete: true})
+			}
 		}
 	}
 	if !w.stale {
