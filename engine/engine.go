@@ -64,6 +64,20 @@
 // names the transaction and the command that aborts it. (franz-go, like
 // Kafka's Java client, holds back the fetch of every partition assigned
 // together with a held one until it is released.)
+//
+// # Tables
+//
+// Engine.Get and Engine.Range read a running engine's state from any
+// goroutine: committed (ReadCommitted, what a crash leaves; the default)
+// or latest folded (ReadLatest), with the input offset each answer
+// reflects; a partition this instance does not serve answers a
+// *NotOwnedError. A View is a read-only replica of another engine's
+// snapshot topic, or of a compacted topic of plain key/values, in any
+// process; a fold looks one up while it runs (a lookup join), and
+// Config.Tables makes each partition wait, before it folds, until its
+// tables have caught up. Per-key timers (Result.SetTimer, Config.OnTimer)
+// are described above. docs/design.md, "Tables", gives the guarantees,
+// and what a join costs a replay.
 package engine
 
 import (
