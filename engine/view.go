@@ -229,11 +229,11 @@ type View[S any] struct {
 
 // viewPart is one held partition.
 type viewPart[S any] struct {
-	num    int32
-	tp     store.TopicPartition // what the store follows: the input partition, or the plain topic's
-	prefix []byte               // its states in the cache
-	core   *core.Core[S, Output]
-	f      store.Follow // nil while failed
+	num  int32
+	tp   store.TopicPartition    // what the store follows: the input partition, or the plain topic's
+	rd   core.CommittedReader[S] // its states in the cache
+	core *core.Core[S, Output]
+	f    store.Follow // nil while failed
 
 	// Guarded by View.mu.
 	st ViewPartitionStatus
@@ -330,7 +330,7 @@ func NewView[S any](ctx context.Context, cfg ViewConfig[S]) (*View[S], error) {
 		tp := store.TopicPartition{Topic: cfg.Topic, Partition: p}
 		c, err := core.New(core.Config[S, Output]{Input: tp, Codec: cfg.Codec, Warm: true}, v.kv)
 		if err == nil {
-			part := &viewPart[S]{num: p, tp: tp, prefix: core.StatePrefix(tp), core: c,
+			part := &viewPart[S]{num: p, tp: tp, rd: c.CommittedReader(), core: c,
 				st: ViewPartitionStatus{Partition: p, Target: -1, LogEnd: -1, Lag: -1, From: -1}}
 			v.parts[p] = part
 			err = v.open(ctx, part)
@@ -675,7 +675,7 @@ func (v *View[S]) Get(key []byte) (state S, exists bool, err error) {
 		return state, false, err
 	}
 	defer v.readers.Done()
-	b, ok, err := v.kv.Get(append(bytes.Clone(part.prefix), key...))
+	b, ok, err := v.kv.Get(append(bytes.Clone(part.rd.Prefix()), key...))
 	if err != nil || !ok {
 		return state, false, err
 	}
@@ -689,19 +689,16 @@ type viewEntry[S any] struct {
 	live bool
 }
 
-// entry decodes a cache entry of key.
+// entry decodes a cache entry of key, as the engine's queries do (one
+// decoder of the cache's entries: core.CommittedReader).
 func (v *View[S]) entry(part *viewPart[S], key, b []byte) (viewEntry[S], error) {
-	live, off, enc, ok := core.ParseEntry(b)
-	if !ok {
-		return viewEntry[S]{}, fmt.Errorf("engine: view of %s: corrupt cache entry of key %q in partition %d", v.name, key, part.num)
-	}
-	e := viewEntry[S]{ViewEntry: ViewEntry[S]{Partition: part.num, Key: key, Offset: off}, live: live}
-	if live {
-		s, err := v.cfg.Codec.Decode(bytes.Clone(enc))
-		if err != nil {
-			return e, &RecoveredStateError{Input: part.tp, Key: bytes.Clone(key), Offset: off, Err: err}
+	ce, live, err := part.rd.Decode(key, b)
+	e := viewEntry[S]{ViewEntry: ViewEntry[S]{Partition: part.num, Key: key, Offset: ce.Offset, State: ce.State}, live: live}
+	if err != nil {
+		if _, ok := err.(*core.StateError); ok {
+			return e, fromCore(err)
 		}
-		e.State = s
+		return e, fmt.Errorf("engine: view of %s, partition %d: %w", v.name, part.num, err)
 	}
 	return e, nil
 }
@@ -721,14 +718,15 @@ func (v *View[S]) Range(p int32) iter.Seq2[ViewEntry[S], error] {
 			return
 		}
 		defer v.readers.Done()
-		it, err := v.kv.db.NewIter(&pebble.IterOptions{LowerBound: part.prefix, UpperBound: core.PrefixEnd(part.prefix)})
+		prefix := part.rd.Prefix()
+		it, err := v.kv.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: core.PrefixEnd(prefix)})
 		if err != nil {
 			yield(ViewEntry[S]{}, fmt.Errorf("engine: view of %s: reading partition %d: %w", v.name, p, err))
 			return
 		}
 		defer func() { _ = it.Close() }()
 		for ok := it.First(); ok; ok = it.Next() {
-			key := bytes.Clone(it.Key()[len(part.prefix):])
+			key := bytes.Clone(it.Key()[len(prefix):])
 			e, err := v.entry(part, key, it.Value())
 			if err != nil {
 				yield(ViewEntry[S]{}, err)

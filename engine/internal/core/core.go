@@ -1167,6 +1167,17 @@ func (r CommittedReader[S]) Get(kv ReadKV, key []byte) (e Entry[S], exists bool,
 	if err != nil || !ok {
 		return e, false, err
 	}
+	return r.Decode(key, v)
+}
+
+// Prefix is the KV prefix of the partition's committed states: a key's
+// entry is at Prefix followed by the key.
+func (r CommittedReader[S]) Prefix() []byte { return r.prefix }
+
+// Decode decodes key's committed entry v, read under Prefix; live is
+// false for a tombstone (whose offset is still returned).
+func (r CommittedReader[S]) Decode(key, v []byte) (e Entry[S], live bool, err error) {
+	e = Entry[S]{Key: key, Offset: -1}
 	sl, err := decodeEntryOf(r.input, r.codec, key, v)
 	if err != nil {
 		return e, false, err
@@ -1197,12 +1208,12 @@ func (r CommittedReader[S]) Page(kv ReadKV, after []byte, n int) (page []Entry[S
 		if len(v) > 0 && v[0]&flagLive == 0 {
 			return true
 		}
-		sl, err := decodeEntryOf(r.input, r.codec, key, v)
+		e, _, err := r.Decode(key, v)
 		if err != nil {
 			derr = err
 			return false
 		}
-		page = append(page, Entry[S]{Key: key, State: sl.state, Offset: sl.offset})
+		page = append(page, e)
 		return true
 	})
 	return page, last, more, errors.Join(err, derr)
