@@ -280,8 +280,16 @@ type HangingTransaction struct {
 // waited its stall timeout returns it with Stall set: it then matches
 // ErrRecoveryStalled too.
 type HangingTransactionError struct {
-	// Snapshots is the snapshot partition whose read is held.
+	// Snapshots is the snapshot partition whose read is held, or whose
+	// input partition's takeover found the transactions (Takeover).
 	Snapshots TopicPartition
+	// Takeover is set when the takeover of Input found them left open by
+	// a producer of the partition's own lineage, on any partition its
+	// transactions write (the snapshot partition, the group's offsets
+	// partition, an output partition): the partition writes nothing until
+	// they are aborted, as its next transaction would commit them.
+	Takeover bool
+	Input    TopicPartition
 	// TransactionalID is the partition's own transactional.id, and
 	// Coordinator what its transaction coordinator reports of it (state,
 	// producer id and epoch), or why it could not be asked.
@@ -301,7 +309,11 @@ type HangingTransactionError struct {
 
 func (e *HangingTransactionError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "store: recovery of %s is held by a hanging transaction, open with no transaction coordinator having it ongoing", e.Snapshots)
+	if e.Takeover {
+		fmt.Fprintf(&b, "store: the takeover of input partition %s found a transaction of its own lineage left open, with no transaction coordinator having it ongoing; the partition writes nothing until it is aborted, as its next transaction would commit it", e.Input)
+	} else {
+		fmt.Fprintf(&b, "store: recovery of %s is held by a hanging transaction, open with no transaction coordinator having it ongoing", e.Snapshots)
+	}
 	if e.Stall != nil {
 		fmt.Fprintf(&b, " (stalled for %s at offset %d of target %d)", e.Stall.Stalled, e.Stall.Position, e.Stall.Target)
 	}
@@ -314,6 +326,7 @@ func (e *HangingTransactionError) Error() string {
 		}
 	}
 	writeHangingAbort(&b, e.Hanging, e.NotAborted, e.AbortErr, e.Bootstrap)
+	writeFindHanging(&b, e.Bootstrap)
 	return b.String()
 }
 
@@ -478,7 +491,6 @@ func (e *UnstableOffsetError) Error() string {
 		b.WriteString("; hanging (open, with no transaction coordinator having it ongoing): ")
 		writeHangingList(&b, e.Hanging)
 		writeHangingAbort(&b, e.Hanging, e.NotAborted, e.AbortErr, e.Bootstrap)
-		return b.String()
 	case len(e.Open) == 0:
 		b.WriteString("; no open transaction could be listed")
 		if e.DiagnoseErr != nil {
@@ -488,8 +500,14 @@ func (e *UnstableOffsetError) Error() string {
 		b.WriteString("; open: ")
 		writeOpen(&b, e.Open, e.Bootstrap)
 	}
-	fmt.Fprintf(&b, "; a transaction that is also open on other partitions (an output topic) is found with: kafka-transactions.sh --bootstrap-server %s find-hanging --broker-id <each broker>", e.Bootstrap)
+	writeFindHanging(&b, e.Bootstrap)
 	return b.String()
+}
+
+// writeFindHanging writes how to find a transaction's partitions that the
+// store does not know: an output topic no longer declared, say.
+func writeFindHanging(b *strings.Builder, bootstrap string) {
+	fmt.Fprintf(b, "; a transaction also open on partitions the store does not know (an output topic no longer declared) is found with: kafka-transactions.sh --bootstrap-server %s find-hanging --broker-id <each broker>", bootstrap)
 }
 
 // writeOpen writes the open transactions, then the commands that abort
@@ -524,6 +542,28 @@ func (e *UnstableOffsetError) Unwrap() []error {
 	}
 	return errs
 }
+
+// UndeclaredOutputError names an output of an exactly-once batch for a
+// topic the partition's Acquisition.Outputs does not list: the store
+// looks for transactions left open only on the topics it knows, so it
+// writes to no other. It matches ErrInvalidOutput and ErrMisconfigured:
+// the fold makes the same output again on replay, so only declaring the
+// topic cures it.
+type UndeclaredOutputError struct {
+	Input TopicPartition
+	Topic string
+	Key   []byte
+	// Declared are the topics the acquisition declared.
+	Declared []string
+}
+
+func (e *UndeclaredOutputError) Error() string {
+	return fmt.Sprintf("store: %s: output record of key %q is for topic %q, which the partition's acquisition does not declare (declared: %q)",
+		e.Input, printableKey(e.Key), e.Topic, e.Declared)
+}
+
+// Unwrap returns ErrInvalidOutput and ErrMisconfigured.
+func (e *UndeclaredOutputError) Unwrap() []error { return []error{ErrInvalidOutput, ErrMisconfigured} }
 
 // CorruptRecordError names a snapshot record that cannot be decoded.
 type CorruptRecordError struct {

@@ -181,6 +181,19 @@ type Acquisition struct {
 	// then fails with an *UnstableOffsetError that diagnoses the holder,
 	// and the caller retries later.
 	ResolveAssignedOffset func(ctx context.Context) (int64, error)
+	// Outputs are the topics the partition's exactly-once batches
+	// (CommitBatch) may write outputs to. A batch's output for any other
+	// topic is refused before its transaction begins (an
+	// *UndeclaredOutputError). The store checks at Acquire that each
+	// exists, and after the takeover looks on every partition of them, as
+	// on the snapshot and offsets partitions, for a transaction of the
+	// partition's own lineage that a failure left open with no
+	// coordinator to end it: the next transaction of the same producer
+	// would commit it along with its own records. Such a transaction is
+	// aborted (store/kafka's AbortHangingTransactions) or reported, on
+	// every partition it touched, before the partition writes anything.
+	// Empty for a partition that writes no outputs.
+	Outputs []string
 	// Progress, if set, hears every recovery read of the acquired
 	// partition: its start, each advance and its end, as a Backend's
 	// RecoveryObserver does (both hear each event). It is called on the

@@ -172,13 +172,26 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 // Close releases every partition and client.
 func (b *Backend) Close() error { return b.core.Close() }
 
-// Open implements backend.Broker: the topic checks.
-func (br *broker) Open(ctx context.Context, input, snap store.TopicPartition) (backend.Link, error) {
+// Open implements backend.Broker: the topic checks, the declared output
+// topics' among them (outputPartitions: each must exist, or is created
+// with Config.CreateOutputTopics), so a missing one fails the partition's
+// first acquisition rather than its first batch.
+func (br *broker) Open(ctx context.Context, input, snap store.TopicPartition, outputs []string) (backend.Link, error) {
 	inputID, topic, err := br.b.checkTopics(ctx, input, snap)
 	if err != nil {
 		return nil, err
 	}
+	for _, t := range outputs {
+		if _, err := br.b.outputPartitions(ctx, t); err != nil {
+			return nil, err
+		}
+	}
 	return &partition{b: br.b, input: input, inputID: inputID, snap: snap, topic: topic, pid: -1}, nil
+}
+
+// Leftover implements backend.Broker.
+func (br *broker) Leftover(ctx context.Context, a store.Acquisition, l backend.Link, txnID string) error {
+	return br.b.leftover(ctx, a, l.(*partition), txnID)
 }
 
 // Unstable implements backend.Broker.

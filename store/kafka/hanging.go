@@ -42,6 +42,7 @@ func (s *source) CheckPinned(ctx context.Context, _ int64) (bool, *store.Hanging
 	b := p.b
 	var aborted bool
 	if h.NotAborted, h.AbortErr, aborted = b.abortOwn(ctx, h.Hanging, h.TransactionalID, h.Coordinator, "snapshots", s.tp.String()); aborted {
+		p.renew(ctx, h.TransactionalID)
 		return true, nil
 	}
 	fresh := false
@@ -102,12 +103,49 @@ func (p *partition) findHanging(ctx context.Context) *store.HangingTransactionEr
 	set := kadm.TopicsSet{p.snap.Topic: {p.snap.Partition: {}}}
 	b.addOutputs(set)
 	ownPID, ownEpoch := p.lineage()
-	hanging, coordinator := b.findHanging(ctx, txnID, p.snap, set, ownPID, ownEpoch)
+	hanging, coordinator := b.findHanging(ctx, txnID, p.snap, set, ownPID, ownEpoch, false)
 	if len(hanging) == 0 {
 		return nil
 	}
 	return &store.HangingTransactionError{Snapshots: p.snap, TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0],
 		Coordinator: coordinator, Hanging: hanging}
+}
+
+// leftover is Broker.Leftover: after the takeover, the transactions of
+// the partition's own lineage still open on its snapshot partition, the
+// group's offsets partition or a partition of a declared output topic.
+// The takeover's InitProducerID aborted every transaction the coordinator
+// knew of, and Kafka takes a later epoch's writes to a partition into the
+// transaction still open there, so the partition's next transaction would
+// commit a forgotten one's outputs with its own. Each found is aborted
+// (AbortHangingTransactions) on every partition it touched, or reported;
+// the partition writes nothing meanwhile. What cannot be described is
+// logged, and the acquisition goes on: the recovery and the committed
+// offset still catch a forgotten transaction on the snapshot or offsets
+// partition.
+func (b *Backend) leftover(ctx context.Context, a store.Acquisition, p *partition, txnID string) error {
+	set := kadm.TopicsSet{p.snap.Topic: {p.snap.Partition: {}}}
+	if group := a.Identity.CurrentIdentity().Group; group != "" {
+		if op, err := b.groupOffsetsPartition(ctx, group); err == nil {
+			set.Add(offsetsTopic, op)
+		}
+	}
+	b.addOutputs(set)
+	ownPID, ownEpoch := p.lineage()
+	hanging, coordinator := b.findHanging(ctx, txnID, p.snap, set, ownPID, ownEpoch, true)
+	if len(hanging) == 0 {
+		return nil
+	}
+	e := &store.HangingTransactionError{Snapshots: p.snap, Takeover: true, Input: a.Input, TransactionalID: txnID,
+		Bootstrap: b.cfg.SeedBrokers[0], Coordinator: coordinator, Hanging: hanging}
+	var aborted bool
+	if e.NotAborted, e.AbortErr, aborted = b.abortOwn(ctx, hanging, txnID, coordinator, "input", a.Input.String()); aborted {
+		p.renew(ctx, txnID)
+		return nil
+	}
+	b.set.Logger.Error("the takeover found a transaction of the partition's own lineage left open; the partition writes nothing until it is aborted",
+		"input", a.Input.String(), "err", e)
+	return e
 }
 
 // lineage is the producer id and epoch the partition's takeover got (-1
@@ -135,6 +173,8 @@ func (b *Backend) addOutputs(set kadm.TopicsSet) {
 // holds a committed offset) and, of the same producers, on the rest of
 // set (which holds pinned), the ones on pinned first; and what txnID's
 // coordinator reports of it. None if there are none or it cannot tell.
+// With ownOnly, the transactions of txnID's own lineage hanging anywhere
+// in set, and no others.
 //
 // A transaction is hanging when DescribeProducers shows it open and no
 // coordinator has its producer's transaction ongoing: neither the one
@@ -149,16 +189,22 @@ func (b *Backend) addOutputs(set kadm.TopicsSet) {
 // OwnLineage is proven by the producer id: the one the takeover of txnID
 // got (ownPID, ownEpoch; -1 for none) or the one txnID's coordinator
 // reports, at an epoch no later than theirs.
-func (b *Backend) findHanging(ctx context.Context, txnID string, pinned store.TopicPartition, set kadm.TopicsSet, ownPID int64, ownEpoch int16) ([]store.HangingTransaction, string) {
+func (b *Backend) findHanging(ctx context.Context, txnID string, pinned store.TopicPartition, set kadm.TopicsSet, ownPID int64, ownEpoch int16, ownOnly bool) ([]store.HangingTransaction, string) {
 	log := b.set.Logger
 	open, err := b.openTransactions(ctx, set)
 	if err != nil {
-		log.Debug("cannot look for hanging transactions", "partition", pinned.String(), "err", err)
+		if ownOnly {
+			// The only look at the output partitions: say so.
+			log.Warn("cannot look for transactions of the partition's own lineage left open", "partition", pinned.String(),
+				"transactional_id", txnID, "err", err)
+		} else {
+			log.Debug("cannot look for hanging transactions", "partition", pinned.String(), "err", err)
+		}
 		return nil, ""
 	}
-	pinning := map[int64]bool{} // producers open on the pinned partition
+	pinning := map[int64]bool{} // the producers to look at: open on the pinned partition, or anywhere
 	for _, o := range open {
-		if o.Partition == pinned {
+		if ownOnly || o.Partition == pinned {
 			pinning[o.ProducerID] = true
 		}
 	}
@@ -213,6 +259,9 @@ func (b *Backend) findHanging(ctx context.Context, txnID string, pinned store.To
 		}
 		t.OwnLineage = ownPID >= 0 && o.ProducerID == ownPID && o.ProducerEpoch <= ownEpoch ||
 			own != nil && o.ProducerID == own.ProducerID && o.ProducerEpoch <= own.ProducerEpoch
+		if ownOnly && !t.OwnLineage {
+			continue
+		}
 		if t.OwnLineage && t.TransactionalID == "" {
 			t.TransactionalID = txnID
 		}

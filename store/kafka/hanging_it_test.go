@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/storetest"
@@ -415,5 +416,190 @@ func TestAHangingTransactionHoldingTheCommittedOffsetOnKafka(t *testing.T) {
 		if n := strings.Count(logs.String(), "aborted a hanging transaction"); n != 2 {
 			t.Fatalf("%d log lines of the abort, want 2 (the offsets and the snapshot partition):\n%s", n, logs)
 		}
+	})
+}
+
+// forgottenWithOutput is a broker whose coordinator forgot a transaction
+// of in's own transactional.id that is open on in's snapshot partition,
+// on the output partition of key k, and on the group's offsets partition,
+// as an engine's exactly-once batch leaves it: the batch of input offset
+// 1, whose output "out-of-1" the replay makes again.
+type forgottenWithOutput struct {
+	forgotten
+	out store.TopicPartition
+}
+
+// forgetWithOutput commits the batch of input offset 0 through the store
+// (k=committed, output "out-of-0", offset 1), opens the batch of offset 1
+// (a snapshot, output "out-of-1" and the commit of offset 2) under the
+// same transactional.id, and cuts __transaction_state back to its end
+// before it.
+func forgetWithOutput(t *testing.T, w *brokerWorld) forgottenWithOutput {
+	t.Helper()
+	ctx := context.Background()
+	in := store.TopicPartition{Topic: w.input, Partition: 0}
+	snap := snapTP(in)
+	out := store.TopicPartition{Topic: w.OutputTopic(), Partition: store.OutputPartition([]byte("k"), 2)}
+	m := w.Join(t)
+	newBackend := func(abort bool, logs *lockedBuffer) *kafka.Backend {
+		b, err := kafka.New(ctx, kafka.Config{
+			Mode: store.Transactional, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
+			AbortHangingTransactions: abort, RecoveryStallTimeout: 20 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	b := newBackend(false, &lockedBuffer{})
+	p, err := b.Acquire(ctx, store.Acquisition{Input: in, Identity: store.IdentityFunc(m.Identity), Outputs: []string{out.Topic}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CommitBatch(ctx, store.Batch{Snapshots: []store.Snapshot{{Key: []byte("k"), Value: []byte("committed"), Offset: 0}},
+		Outputs: []store.Output{{Topic: out.Topic, Key: []byte("k"), Value: []byte("out-of-0")}}, Offset: 1}); err != nil {
+		t.Fatal(err)
+	}
+	txnID := b.TransactionalID(in)
+	_ = b.Close()
+	committed := w.stableCommittedOffset(t, m.Identity().Group, in)
+
+	w.awaitTxnState(t, txnID, "CompleteCommit")
+	txnState := store.TopicPartition{Topic: "__transaction_state", Partition: 0}
+	stateEnd := w.listEnd(t, txnState, 0)
+	start := w.stableEnd(t, snap)
+	outStart := w.stableEnd(t, out)
+	cl := w.client(t, kgo.TransactionalID(txnID), kgo.TransactionTimeout(15*time.Minute), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	recs := append(toKgo(snap, []store.WireRecord{store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("never committed"), Offset: 1})}),
+		toKgo(out, []store.WireRecord{{Key: []byte("k"), Value: []byte("out-of-1")}})...)
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.txnOffsetCommit(t, cl, txnID, m.Identity(), in, committed+1)
+	w.cutAndRestart(t, txnState, stateEnd)
+	for _, tp := range []store.TopicPartition{snap, out} {
+		s := map[store.TopicPartition]int64{snap: start, out: outStart}[tp]
+		if lso, hw := w.stable(t, tp); lso != s || hw != s+1 {
+			t.Fatalf("after the restart %s's last stable offset is %d and its end %d, want %d and %d (the transaction open)", tp, lso, hw, s, s+1)
+		}
+	}
+	return forgottenWithOutput{forgotten: forgotten{w: w, in: in, snap: snap, m: m, start: start, pid: pid, epoch: epoch,
+		committed: committed, newBackend: newBackend}, out: out}
+}
+
+// replay is the new owner's replay of input offset 1: its batch makes
+// "out-of-1" again. A read_committed reader of the output topic must
+// then see each input's output once.
+func (f forgottenWithOutput) replay(t *testing.T, p store.Partition) {
+	t.Helper()
+	if err := p.CommitBatch(context.Background(), store.Batch{Snapshots: []store.Snapshot{{Key: []byte("k"), Value: []byte("replayed"), Offset: 1}},
+		Outputs: []store.Output{{Topic: f.out.Topic, Key: []byte("k"), Value: []byte("out-of-1")}}, Offset: 2}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, r := range f.w.ReadOutputs(t, true) {
+		seen[string(r.Value)]++
+	}
+	if seen["out-of-0"] != 1 || seen["out-of-1"] != 1 || len(seen) != 2 {
+		t.Fatalf("read_committed outputs %v, want out-of-0 and out-of-1 once each", seen)
+	}
+	// The replay's snapshot landed too (a write the broker took for a
+	// duplicate of the forgotten one would be acknowledged, not written).
+	var last string
+	for _, s := range f.w.ReadSnapshots(t, f.in) {
+		if string(s.Key) == "k" {
+			last = string(s.Value)
+		}
+	}
+	if last != "replayed" {
+		t.Fatalf("k's last committed snapshot is %q, want the replay's", last)
+	}
+}
+
+// A forgotten exactly-once batch spans the snapshot partition, the
+// offsets partition and an output partition, on a real broker. With
+// AbortHangingTransactions the new owner's takeover aborts it on all
+// three before it writes anything, and its replayed batch's output is the
+// only one a read_committed reader sees (without the output partition in
+// the abort, the replay's commit marker committed the forgotten output
+// too: every output of the batch twice).
+func TestAForgottenBatchWithOutputsIsAbortedEverywhereOnKafka(t *testing.T) {
+	brokerHarness{}.RunOnOwnCluster(t, func(t *testing.T, sw storetest.World) {
+		f := forgetWithOutput(t, sw.(*brokerWorld))
+		logs := &lockedBuffer{}
+		b := f.newBackend(true, logs)
+		p, err := b.Acquire(context.Background(), store.Acquisition{Input: f.in, Identity: store.IdentityFunc(f.m.Identity),
+			Outputs: []string{f.out.Topic}, ResolveAssignedOffset: f.w.committedOffset(f.m.Identity().Group, f.in)})
+		if err != nil {
+			t.Fatalf("acquire: %v\n%s", err, logs)
+		}
+		for _, tp := range []store.TopicPartition{f.snap, f.out} {
+			if !strings.Contains(logs.String(), "partition="+tp.String()) {
+				t.Fatalf("no log line of the abort on %s:\n%s", tp, logs)
+			}
+		}
+		if got := p.CommittedOffset(); got != f.committed {
+			t.Fatalf("resumes at %d, want the committed %d", got, f.committed)
+		}
+		f.replay(t, p)
+	})
+}
+
+// Without the option the takeover reports the forgotten batch on every
+// partition it touched, each with its kafka-transactions.sh abort
+// command, and the partition writes nothing; an operator runs the
+// commands (Kafka's own tool), the next acquisition succeeds, and a
+// read_committed reader sees each input's output once.
+func TestAForgottenBatchWithOutputsIsReportedWithEveryCommandOnKafka(t *testing.T) {
+	brokerHarness{}.RunOnOwnCluster(t, func(t *testing.T, sw storetest.World) {
+		f := forgetWithOutput(t, sw.(*brokerWorld))
+		ctx := context.Background()
+		b := f.newBackend(false, &lockedBuffer{})
+		a := store.Acquisition{Input: f.in, Identity: store.IdentityFunc(f.m.Identity), Outputs: []string{f.out.Topic},
+			ResolveAssignedOffset: f.w.committedOffset(f.m.Identity().Group, f.in)}
+		_, err := b.Acquire(ctx, a)
+		var he *store.HangingTransactionError
+		if !errors.As(err, &he) || !he.Takeover || !errors.Is(err, store.ErrHangingTransaction) {
+			t.Fatalf("err = %v, want the takeover's HangingTransactionError", err)
+		}
+		where := map[string]bool{}
+		for _, h := range he.Hanging {
+			if h.ProducerID != f.pid || !h.OwnLineage {
+				t.Fatalf("hanging %+v, want producer %d of the own lineage", h, f.pid)
+			}
+			where[h.Partition.Topic] = true
+			if !strings.Contains(err.Error(), h.AbortCommand(he.Bootstrap)) {
+				t.Fatalf("%q lacks the command for %s", err, h.Partition)
+			}
+		}
+		if !where[f.snap.Topic] || !where[f.out.Topic] || !where["__consumer_offsets"] || len(he.Hanging) != 3 {
+			t.Fatalf("hanging on %v, want the snapshot, output and offsets partitions", he.Hanging)
+		}
+		if lso, _ := f.w.stable(t, f.out); lso != f.w.listEnd(t, f.out, 0)-1 {
+			t.Fatalf("the output partition's transaction was touched with the option off")
+		}
+		for _, h := range he.Hanging {
+			args := strings.Fields(strings.TrimPrefix(h.AbortCommand(he.Bootstrap), "kafka-transactions.sh "))
+			tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			out, err := kafkatest.RunTool(tctx, "org.apache.kafka.tools.TransactionsCommand", args...)
+			cancel()
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", h.AbortCommand(he.Bootstrap), err, out)
+			}
+		}
+		p, err := b.Acquire(ctx, a)
+		if err != nil {
+			t.Fatalf("acquire after the operator's aborts: %v", err)
+		}
+		f.replay(t, p)
 	})
 }

@@ -12,7 +12,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/snapfence/snapfence/store"
@@ -53,6 +55,8 @@ type forgetful struct {
 	pid   int64
 	epoch int16
 	start int64
+	// shadow is the shadow transaction's producer.
+	shadow *kgo.Client
 }
 
 const (
@@ -78,7 +82,7 @@ func hangOn(t *testing.T, w *fakeWorld, in, tp store.TopicPartition, key string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := forgetful{pid: pid, epoch: epoch, start: start}
+	f := forgetful{pid: pid, epoch: epoch, start: start, shadow: cl}
 	txnID := fmt.Sprintf("%s-%s-%d", prefix, in.Topic, in.Partition)
 	w.c.ControlKey(int16(kmsg.ListTransactions), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		w.c.KeepControl()
@@ -457,6 +461,137 @@ func TestAHangingTransactionOnTheOffsetsPartitionOfAForeignLineageIsOnlyReported
 		}
 		if !w.offsetsHeld(t) {
 			t.Fatal("a transaction of a foreign lineage was aborted")
+		}
+	})
+}
+
+// outputHang is a forgotten transaction of the partition's lineage (own)
+// or of another (foreign) left open on partition 1 of the output topic
+// only: no snapshot and no committed offset of it, so neither the
+// recovery nor the offset resolution meets it; only the takeover's look
+// at the declared output topics does.
+func outputHang(t *testing.T, w *fakeWorld, own bool) (forgetful, store.TopicPartition, store.Acquisition) {
+	t.Helper()
+	in := store.TopicPartition{Topic: inputTopic, Partition: 0}
+	out := store.TopicPartition{Topic: w.OutputTopic(), Partition: 1}
+	f := hangOn(t, w, in, out, "ghost-output", own)
+	return f, out, store.Acquisition{Input: in, Identity: joinGroup(t, w, group), Outputs: []string{w.OutputTopic()}}
+}
+
+func (w *fakeWorld) outputHeld(t *testing.T, out store.TopicPartition) bool {
+	t.Helper()
+	return w.listEnd(t, out, 1) < w.listEnd(t, out, 0)
+}
+
+// With the option, the takeover aborts a transaction of the partition's
+// own lineage left open on an output partition, before the partition
+// writes anything; its first batch's outputs are then the only ones a
+// read_committed reader sees.
+func TestATransactionLeftOpenOnAnOutputPartitionIsAbortedAtTheTakeover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		f, out, a := outputHang(t, w, ownLineage)
+		logs := &lockedBuffer{}
+		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix,
+			AbortHangingTransactions: true, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := b.Acquire(context.Background(), a)
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		if w.outputHeld(t, out) {
+			t.Fatalf("%s still has the transaction open after the takeover", out)
+		}
+		if s := logs.String(); !strings.Contains(s, "aborted a hanging transaction") || !strings.Contains(s, fmt.Sprintf("producer_id=%d", f.pid)) ||
+			!strings.Contains(s, "partition="+out.String()) {
+			t.Fatalf("no log line of the abort on %s:\n%s", out, s)
+		}
+		if err := p.CommitBatch(context.Background(), store.Batch{Outputs: []store.Output{{Topic: out.Topic, Key: []byte("k"), Value: []byte("once")}}, Offset: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.ReadOutputs(t, true); len(got) != 1 || string(got[0].Value) != "once" {
+			t.Fatalf("read_committed outputs %v, want the batch's one", got)
+		}
+	})
+}
+
+// Without the option, the takeover reports it, with the command that
+// aborts it, and the acquisition fails (the caller retries; nothing is
+// written); once an operator aborts it as the command does, the next
+// acquisition succeeds.
+func TestATransactionLeftOpenOnAnOutputPartitionIsReportedAtTheTakeover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		f, out, a := outputHang(t, w, ownLineage)
+		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = b.Acquire(context.Background(), a)
+		var he *store.HangingTransactionError
+		if !errors.As(err, &he) || !errors.Is(err, store.ErrHangingTransaction) || !he.Takeover || he.Input != a.Input {
+			t.Fatalf("err = %v, want a HangingTransactionError of the takeover of %s", err, a.Input)
+		}
+		if len(he.Hanging) != 1 || he.Hanging[0].Partition != out || he.Hanging[0].ProducerID != f.pid || he.Hanging[0].StartOffset != f.start || !he.Hanging[0].OwnLineage {
+			t.Fatalf("hanging = %+v, want producer %d on %s at %d, own lineage", he.Hanging, f.pid, out, f.start)
+		}
+		cmd := fmt.Sprintf("kafka-transactions.sh --bootstrap-server %s abort --topic %s --partition %d --start-offset %d",
+			w.c.ListenAddrs()[0], out.Topic, out.Partition, f.start)
+		for _, want := range []string{cmd, "AbortHangingTransactions is off", "writes nothing until it is aborted"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("%q does not say %q", err, want)
+			}
+		}
+		if !w.outputHeld(t, out) {
+			t.Fatal("the transaction was aborted with AbortHangingTransactions off")
+		}
+		// The operator's abort, as kafka-transactions.sh abort sends it.
+		resp, err := w.adm.WriteTxnMarkers(context.Background(), kadm.TxnMarkers{ProducerID: he.Hanging[0].ProducerID,
+			ProducerEpoch: he.Hanging[0].ProducerEpoch, CoordinatorEpoch: he.Hanging[0].CoordinatorEpoch,
+			Topics: kadm.TopicsSet{out.Topic: {out.Partition: {}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.EachPartition(func(r kadm.TxnMarkersPartitionResponse) {
+			if r.Err != nil {
+				t.Fatalf("abort: %v", r.Err)
+			}
+		})
+		if w.outputHeld(t, out) {
+			t.Fatal("the operator's abort left the transaction open")
+		}
+		// kfake's coordinator still has the shadow transaction ongoing,
+		// and its DescribeProducers reports what its coordinator has, not
+		// what the partition's markers say (Kafka clears a producer's
+		// transaction at its abort marker): end it there too.
+		if err := f.shadow.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Acquire(context.Background(), a); err != nil {
+			t.Fatalf("acquire after the abort: %v", err)
+		}
+	})
+}
+
+// Negative control: a transaction of another lineage open on an output
+// partition is not the takeover's to abort, or to wait for (the output
+// topic is shared with other producers): the acquisition goes on, and
+// the transaction is left alone.
+func TestATransactionOfAForeignLineageOnAnOutputPartitionIsLeftAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		_, out, a := outputHang(t, w, foreignLineage)
+		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix, AbortHangingTransactions: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Acquire(context.Background(), a); err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		if !w.outputHeld(t, out) {
+			t.Fatal("a foreign transaction on the output partition was aborted")
 		}
 	})
 }

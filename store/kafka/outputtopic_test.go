@@ -23,11 +23,10 @@ func TestOutputTopicsMissingOrCreatedOnKfake(t *testing.T) {
 	})
 }
 
-// outputTopicChecks: an exactly-once batch with an output for a missing
-// topic fails within fast, before its transaction begins (nothing of it
-// is committed, and the partition commits the next batch), with a
+// outputTopicChecks: an acquisition that declares a missing output topic
+// fails within fast, before anything is taken over or written, with a
 // *store.ConfigError that wraps ErrTopicMissing and names the topic and
-// the fix; with CreateOutputTopics the topic is created with
+// the fix; with CreateOutputTopics the acquisition creates the topic with
 // OutputTopicPartitions and the batch commits, its outputs in the
 // partitions of their keys.
 func outputTopicChecks(t *testing.T, w *world, fast time.Duration) {
@@ -46,16 +45,8 @@ func outputTopicChecks(t *testing.T, w *world, fast time.Duration) {
 		return b
 	}
 
-	p, err := newBackend(kafka.Config{}).Acquire(ctx, store.Acquisition{Input: in, Identity: id})
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	err = p.CommitBatch(ctx, store.Batch{
-		Snapshots: []store.Snapshot{{Key: []byte("k"), Value: []byte("v"), Offset: 0}},
-		Outputs:   []store.Output{{Topic: w.OutputTopic(), Key: []byte("k"), Value: []byte("ok")}, {Topic: missing, Key: []byte("k"), Value: []byte("lost")}},
-		Offset:    1,
-	})
+	_, err := newBackend(kafka.Config{}).Acquire(ctx, store.Acquisition{Input: in, Identity: id, Outputs: []string{w.OutputTopic(), missing}})
 	took := time.Since(start)
 	t.Logf("after %v: %v", took, err)
 	var ce *store.ConfigError
@@ -70,10 +61,14 @@ func outputTopicChecks(t *testing.T, w *world, fast time.Duration) {
 		t.Errorf("the missing output topic took %v to report", took)
 	}
 	if off, ok := w.CommittedOffset(t, in); ok && off > 0 {
-		t.Errorf("committed offset %d after the failed batch", off)
+		t.Errorf("committed offset %d after the failed acquisition", off)
 	}
 	if snaps := w.ReadSnapshots(t, in); len(snaps) != 0 {
-		t.Errorf("snapshots %v after the failed batch", snaps)
+		t.Errorf("snapshots %v after the failed acquisition", snaps)
+	}
+	p, err := newBackend(kafka.Config{}).Acquire(ctx, store.Acquisition{Input: in, Identity: id, Outputs: []string{w.OutputTopic()}})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := p.CommitBatch(ctx, store.Batch{Outputs: []store.Output{{Topic: w.OutputTopic(), Key: []byte("k"), Value: []byte("ok")}}, Offset: 1}); err != nil {
 		t.Fatalf("the next batch: %v", err)
@@ -82,7 +77,9 @@ func outputTopicChecks(t *testing.T, w *world, fast time.Duration) {
 		t.Fatal(err)
 	}
 
-	p, err = newBackend(kafka.Config{CreateOutputTopics: true, OutputTopicPartitions: 3}).Acquire(ctx, store.Acquisition{Input: in, AssignedOffset: 1, Identity: id})
+	start = time.Now()
+	p, err = newBackend(kafka.Config{CreateOutputTopics: true, OutputTopicPartitions: 3}).Acquire(ctx,
+		store.Acquisition{Input: in, AssignedOffset: 1, Identity: id, Outputs: []string{made}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,12 +87,11 @@ func outputTopicChecks(t *testing.T, w *world, fast time.Duration) {
 	for i := range 9 {
 		outs = append(outs, store.Output{Topic: made, Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")})
 	}
-	start = time.Now()
 	if err := p.CommitBatch(ctx, store.Batch{Outputs: outs, Offset: 2}); err != nil {
 		t.Fatalf("CreateOutputTopics: %v", err)
 	}
 	if took := time.Since(start); took > fast {
-		t.Errorf("a batch that created its output topic took %v", took)
+		t.Errorf("an acquisition that created its output topic, and its batch, took %v", took)
 	}
 	td, err := w.adm.ListTopics(ctx, made)
 	if err != nil || len(td[made].Partitions) != 3 {

@@ -105,9 +105,32 @@ func (p *partition) Takeover(ctx context.Context, txnID string) error {
 		return fmt.Errorf("kafka: %s: initialising transactional.id %q (the takeover): %w", p.input, txnID, err)
 	}
 	p.mu.Lock()
+	old := p.prod
 	p.prod, p.pid, p.epoch = prod, pid, epoch
 	p.mu.Unlock()
+	if old != nil {
+		old.Close() // a second takeover (renew)
+	}
 	return nil
+}
+
+// renew takes the partition over again after the store aborted a
+// transaction of its own lineage that the first takeover could not end:
+// the coordinator that forgot it may have handed out the same epoch
+// again, and Kafka takes a write of that epoch whose sequence the aborted
+// transaction already used as a duplicate, acknowledging it without
+// writing it. A new InitProducerID bumps the epoch, which starts the
+// sequences over. A renewal that fails leaves the partition's producer
+// unusable: its next transaction fails, and the partition is acquired
+// again.
+func (p *partition) renew(ctx context.Context, txnID string) {
+	if err := p.Takeover(ctx, txnID); err != nil {
+		p.mu.Lock()
+		if p.fatal == nil {
+			p.fatal = fmt.Errorf("kafka: %s: taking over again after aborting a hanging transaction: %w", p.input, err)
+		}
+		p.mu.Unlock()
+	}
 }
 
 // Transact implements backend.Link: one transaction of the group commit,

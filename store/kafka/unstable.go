@@ -46,11 +46,14 @@ func (b *Backend) unstableOffset(ctx context.Context, a store.Acquisition, p *pa
 	set := kadm.TopicsSet{p.snap.Topic: {p.snap.Partition: {}}, offsetsTopic: {op: {}}}
 	b.addOutputs(set)
 	ownPID, ownEpoch := p.lineage()
-	e.Hanging, _ = b.findHanging(ctx, txnID, offsets, set, ownPID, ownEpoch)
+	e.Hanging, _ = b.findHanging(ctx, txnID, offsets, set, ownPID, ownEpoch, false)
 	if len(e.Hanging) == 0 {
 		return false, e
 	}
 	e.NotAborted, e.AbortErr, aborted = b.abortOwn(ctx, e.Hanging, txnID, e.Coordinator, "input", a.Input.String())
+	if aborted {
+		p.renew(ctx, txnID)
+	}
 	return aborted, e
 }
 

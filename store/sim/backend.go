@@ -118,12 +118,23 @@ type broker struct {
 }
 
 // Open implements backend.Broker: the topic checks.
-func (b *broker) Open(ctx context.Context, input, snap store.TopicPartition) (backend.Link, error) {
+func (b *broker) Open(ctx context.Context, input, snap store.TopicPartition, outputs []string) (backend.Link, error) {
 	if err := b.checkTopics(input, snap); err != nil {
 		return nil, err
 	}
+	for _, t := range outputs {
+		if _, ok := b.c.Topic(t); !ok {
+			return nil, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", t), Problem: "does not exist",
+				Fix: fmt.Sprintf("create it, or remove it from the output topics %s declares", input)}
+		}
+	}
 	return &link{b: b, input: input, snap: snap}, nil
 }
+
+// Leftover implements backend.Broker: the simulated coordinator never
+// forgets a transaction, so the takeover has ended every one of the
+// partition's lineage.
+func (b *broker) Leftover(context.Context, store.Acquisition, backend.Link, string) error { return nil }
 
 // Close implements backend.Broker: the cluster is the caller's.
 func (b *broker) Close() error { return nil }

@@ -177,13 +177,20 @@ func (o *owner) awaitQueued(t *testing.T, w World, n int) {
 
 func acquire(t *testing.T, w World, cfg BackendConfig, input store.TopicPartition, assigned int64, id store.GroupIdentity) *owner {
 	t.Helper()
+	return acquireOutputs(t, w, cfg, input, assigned, id, nil)
+}
+
+// acquireOutputs is acquire with the output topics the partition's
+// exactly-once batches write (store.Acquisition.Outputs).
+func acquireOutputs(t *testing.T, w World, cfg BackendConfig, input store.TopicPartition, assigned int64, id store.GroupIdentity, outputs []string) *owner {
+	t.Helper()
 	rec := &recorder{}
 	if cfg.Observer == nil {
 		cfg.Observer = rec
 	}
 	b := w.Backend(t, cfg)
 	ident := newIdentity(id)
-	p, err := b.Acquire(context.Background(), store.Acquisition{Input: input, AssignedOffset: assigned, Identity: ident})
+	p, err := b.Acquire(context.Background(), store.Acquisition{Input: input, AssignedOffset: assigned, Identity: ident, Outputs: outputs})
 	if err != nil {
 		t.Fatalf("acquire %s: %v", input, err)
 	}

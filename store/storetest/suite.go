@@ -61,7 +61,7 @@ func Run(t *testing.T, h Harness) {
 		{"ExactlyOnceBatch/SnapshotsOutputsAndOffsetCommitTogether", batchCommitsTogether},
 		{"ExactlyOnceBatch/StaleBatchLeavesNothing", staleBatchLeavesNothing},
 		{"ExactlyOnceBatch/InvalidOutputRefusesTheWholeBatch", invalidOutputRefusesBatch},
-		{"ExactlyOnceBatch/MissingOutputTopicIsNamed", missingOutputTopic},
+		{"ExactlyOnceBatch/MissingOrUndeclaredOutputTopicIsNamed", missingOutputTopic},
 		{"ExactlyOnceBatch/PlainModeRefuses", plainRefusesBatch},
 		{"ExactlyOnceBatch/CrashedBatchVisibleOnlyReadUncommitted", crashedBatchReadUncommitted},
 		{"ExactlyOnceBatch/OutputsWithoutSnapshots", outputsWithoutSnapshots},
@@ -1095,7 +1095,7 @@ func batchCommitsTogether(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
 	rec := &recorder{}
-	o := acquire(t, w, BackendConfig{Mode: store.Transactional, Observer: rec}, in, 0, m.Identity())
+	o := acquireOutputs(t, w, BackendConfig{Mode: store.Transactional, Observer: rec}, in, 0, m.Identity(), []string{w.OutputTopic()})
 	outs := outputs(w, "o1", "o2", "o3", "o4")
 	mustNil(t, "batch", o.CommitBatch(context.Background(), store.Batch{
 		Snapshots: []store.Snapshot{snap("a", "1", 3), snap("b", "2", 6)}, Outputs: outs, Offset: 7,
@@ -1128,7 +1128,7 @@ func batchCommitsTogether(t *testing.T, w World) {
 // output or offset) becomes visible to a read_committed reader.
 func staleBatchLeavesNothing(t *testing.T, w World) {
 	in := input(w, 0)
-	stale, _ := staleSetup(t, w, transactional, 0)
+	stale := acquireOutputs(t, w, transactional, in, 0, w.Join(t).Identity(), []string{w.OutputTopic()})
 	w.Rebalance(t)
 	err := stale.CommitBatch(context.Background(), store.Batch{
 		Snapshots: []store.Snapshot{snap("k", "stale", 3)}, Outputs: outputs(w, "stale"), Offset: 4,
@@ -1153,7 +1153,7 @@ func invalidOutputRefusesBatch(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
 	rec := &recorder{}
-	o := acquire(t, w, BackendConfig{Mode: store.Transactional, Observer: rec}, in, 0, m.Identity())
+	o := acquireOutputs(t, w, BackendConfig{Mode: store.Transactional, Observer: rec}, in, 0, m.Identity(), []string{w.OutputTopic()})
 	snapTopic := in.Topic + "-snapshots" // the default of both backends
 	bad := append(outputs(w, "fine"), store.Output{Topic: snapTopic, Key: []byte("k"), Value: []byte("v")})
 	err := o.CommitBatch(context.Background(), store.Batch{
@@ -1176,23 +1176,36 @@ func invalidOutputRefusesBatch(t *testing.T, w World) {
 	}
 }
 
-// 12. An output for a topic that does not exist fails the batch with a
-// permanent configuration error (a *store.ConfigError) naming the topic;
-// nothing of the batch commits.
+// 12. An output topic that does not exist fails the acquisition that
+// declares it, with a permanent configuration error (a *store.ConfigError)
+// naming the topic, before anything is written; an output for a topic the
+// acquisition does not declare is refused with the batch, before anything
+// is sent (a *store.UndeclaredOutputError, a configuration error too).
 func missingOutputTopic(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	o := acquire(t, w, transactional, in, 0, m.Identity())
-	err := o.CommitBatch(context.Background(), store.Batch{
-		Snapshots: []store.Snapshot{snap("k", "1", 1)},
-		Outputs:   []store.Output{{Topic: "no-such-output-topic", Key: []byte("k")}}, Offset: 2,
-	})
+	b := w.Backend(t, transactional)
+	_, err := b.Acquire(context.Background(), store.Acquisition{Input: in, Identity: newIdentity(m.Identity()),
+		Outputs: []string{w.OutputTopic(), "no-such-output-topic"}})
 	var ce *store.ConfigError
-	if !errors.As(err, &ce) || ce.Subject != `output topic "no-such-output-topic"` || ce.Problem != "does not exist" {
+	if !errors.As(err, &ce) || !strings.Contains(ce.Subject, `"no-such-output-topic"`) || !errors.Is(err, store.ErrMisconfigured) {
 		t.Fatalf("err = %v, want a *store.ConfigError naming the missing output topic", err)
+	}
+	o := acquireOutputs(t, w, transactional, in, 0, m.Identity(), []string{w.OutputTopic()})
+	err = o.CommitBatch(context.Background(), store.Batch{
+		Snapshots: []store.Snapshot{snap("k", "1", 1)},
+		Outputs:   append(outputs(w, "fine"), store.Output{Topic: "undeclared", Key: []byte("k")}), Offset: 2,
+	})
+	var ue *store.UndeclaredOutputError
+	if !errors.As(err, &ue) || ue.Topic != "undeclared" || ue.Input != in || string(ue.Key) != "k" ||
+		!errors.Is(err, store.ErrMisconfigured) || !errors.Is(err, store.ErrInvalidOutput) {
+		t.Fatalf("err = %v, want a *store.UndeclaredOutputError naming %s, the key and the topic", err, in)
 	}
 	if got := w.ReadSnapshots(t, in); len(got) != 0 {
 		t.Fatalf("the failed batch's snapshots are visible: %s", describe(got))
+	}
+	if got := w.ReadOutputs(t, false); len(got) != 0 {
+		t.Fatalf("the refused batch's outputs were sent: %s", describeOutputs(got))
 	}
 	if off, ok := w.CommittedOffset(t, in); ok {
 		t.Fatalf("the failed batch committed offset %d", off)
@@ -1205,7 +1218,7 @@ func missingOutputTopic(t *testing.T, w World) {
 func outputsWithoutSnapshots(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	o := acquire(t, w, transactional, in, 0, m.Identity())
+	o := acquireOutputs(t, w, transactional, in, 0, m.Identity(), []string{w.OutputTopic()})
 	mustNil(t, "batch", o.CommitBatch(context.Background(),
 		store.Batch{Outputs: outputs(w, "o1", "o2"), Offset: 3}))
 	if got := w.ReadOutputs(t, true); len(got) != 2 {
@@ -1250,7 +1263,7 @@ func crashedBatchReadUncommitted(t *testing.T, w World) {
 	if got := w.ReadOutputs(t, true); len(got) != 0 {
 		t.Fatalf("read_committed sees %s of an open batch", describeOutputs(got))
 	}
-	next := acquire(t, w, transactional, in, 0, m.Identity()) // the takeover aborts it
+	next := acquireOutputs(t, w, transactional, in, 0, m.Identity(), []string{w.OutputTopic()}) // the takeover aborts it
 	if got := w.ReadOutputs(t, true); len(got) != 0 {
 		t.Fatalf("read_committed sees %s of an aborted batch", describeOutputs(got))
 	}

@@ -134,10 +134,21 @@ func minTimeoutFor(n int) time.Duration {
 
 // Broker is a backend's cluster, as the skeleton needs it.
 type Broker interface {
-	// Open checks the input partition and its snapshot topic (creating the
-	// snapshot topic if the backend is configured to) and returns the
-	// partition's link to the cluster. Nothing is taken over yet.
-	Open(ctx context.Context, input, snap store.TopicPartition) (Link, error)
+	// Open checks the input partition, its snapshot topic and the output
+	// topics the partition declares (creating those the backend is
+	// configured to) and returns the partition's link to the cluster.
+	// Nothing is taken over yet.
+	Open(ctx context.Context, input, snap store.TopicPartition, outputs []string) (Link, error)
+	// Leftover looks, after the takeover of txnID on link, for
+	// transactions of the partition's own lineage that are still open on
+	// its snapshot partition, the group's offsets partition or any
+	// partition of a.Outputs: the takeover aborts every transaction its
+	// coordinator knows, so one left open was forgotten, and the next
+	// transaction of the same producer would commit it. It returns nil if
+	// there is none or it aborted them (on every partition each touched),
+	// else a *store.HangingTransactionError naming them. Called in
+	// Transactional mode, for a partition with declared outputs.
+	Leftover(ctx context.Context, a store.Acquisition, link Link, txnID string) error
 	// Unstable diagnoses an acquisition whose assigned offset is held by a
 	// transaction the takeover of txnID on link did not end (err wraps
 	// store.ErrOffsetUnstable): it returns a *store.UnstableOffsetError
@@ -272,7 +283,7 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 		return nil, store.ErrClosed
 	}
 	snap := b.SnapshotPartition(a.Input)
-	link, err := b.broker.Open(ctx, a.Input, snap)
+	link, err := b.broker.Open(ctx, a.Input, snap, a.Outputs)
 	if err != nil {
 		return nil, err
 	}
@@ -281,6 +292,12 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 		if err := link.Takeover(ctx, txnID); err != nil {
 			link.Release()
 			return nil, err
+		}
+		if len(a.Outputs) > 0 {
+			if err := b.broker.Leftover(ctx, a, link, txnID); err != nil {
+				link.Release()
+				return nil, err
+			}
 		}
 	}
 	assigned, err := a.Resolve(ctx)
@@ -301,7 +318,7 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 	p := &Partition{b: b, input: a.Input, snap: snap, identity: a.Identity, progress: a.Progress, link: link}
 	if b.cfg.Mode == store.Transactional {
 		p.w = groupcommit.New(b.life, groupcommit.Config{
-			Input: a.Input, SnapshotTopic: snap.Topic, AssignedOffset: assigned,
+			Input: a.Input, SnapshotTopic: snap.Topic, Outputs: a.Outputs, AssignedOffset: assigned,
 			MaxWrites: b.cfg.MaxWritesPerTransaction, MaxBytes: b.cfg.MaxBytesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
 			Now: b.cfg.Now, Observer: b.cfg.Observer, Position: p.Position, Inline: b.cfg.Inline, Defer: b.cfg.Defer,
 		}, p.exec)

@@ -42,7 +42,7 @@ func (b *Backend) Follow(ctx context.Context, input store.TopicPartition, from *
 		return nil, &store.CheckpointError{Snapshots: snap, Reason: store.CheckpointPlain, Checkpoint: cp,
 			Detail: "without transactions nothing fences another writer out of the snapshot partition, so no standby copy is vouched for"}
 	}
-	link, err := b.broker.Open(ctx, input, snap)
+	link, err := b.broker.Open(ctx, input, snap, nil)
 	if err != nil {
 		return nil, err
 	}

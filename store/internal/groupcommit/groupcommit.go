@@ -42,6 +42,10 @@ type Config struct {
 	Input store.TopicPartition
 	// SnapshotTopic is where snapshots go: outputs may not.
 	SnapshotTopic string
+	// Outputs are the topics a batch's outputs may go to
+	// (store.Acquisition.Outputs); an output for another topic is
+	// refused with a *store.UndeclaredOutputError.
+	Outputs []string
 	// AssignedOffset seeds the staged and committed offsets (I3).
 	AssignedOffset int64
 	// MaxWrites caps the writes per transaction; 0 means the default.
@@ -157,6 +161,9 @@ func (c *Committer) startCommitBatch(ctx context.Context, b store.Batch, inline 
 	for _, o := range b.Outputs {
 		if err := store.CheckOutput(c.cfg.Input, c.cfg.SnapshotTopic, o, c.cfg.MaxValueBytes); err != nil {
 			return refuse(err)
+		}
+		if !slices.Contains(c.cfg.Outputs, o.Topic) {
+			return refuse(&store.UndeclaredOutputError{Input: c.cfg.Input, Topic: o.Topic, Key: o.Key, Declared: c.cfg.Outputs})
 		}
 	}
 	e := newEntry(nil, b.Offset)
