@@ -62,6 +62,10 @@ var errEmitInFlight = errors.New("engine: internal error: a snapshot write or co
 
 func (m *atLeastOnce[S]) persistInterval() time.Duration { return m.r.e.cfg.PersistInterval }
 
+// outputTopics: none; the outputs leave through Emit, outside the store's
+// transactions.
+func (m *atLeastOnce[S]) outputTopics() []string { return nil }
+
 func (m *atLeastOnce[S]) folded(f *flow[S], outs []Output) bool {
 	m.take(f, outs)
 	return false

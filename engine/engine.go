@@ -295,6 +295,22 @@ type Config[S any] struct {
 	// covered: a rewound batch folds again, so such effects must be
 	// idempotent on their side (docs/exactly-once.md).
 	ExactlyOnce bool
+	// OutputTopics are the topics the outputs of Fold, Tick and OnTimer go
+	// to. Under ExactlyOnce they are required for every output topic (the
+	// dead-letter topic is added by itself): an output for a topic not
+	// listed stops Run with a *store.ConfigError naming it, before its
+	// transaction begins. The store checks at each acquisition that they
+	// exist, and looks on every partition of them for a transaction of the
+	// partition's own lineage that a failure left open with no coordinator
+	// to end it (a broker that lost the tail of __transaction_state): the
+	// partition's next transaction would commit it, and its outputs would
+	// be seen twice. Such a transaction is aborted
+	// (kafka.Config.AbortHangingTransactions) or reported, and the
+	// partition waits, as for a held committed offset
+	// (UnstableOffsetTimeout). Keep a topic listed while transactions
+	// that wrote to it may be open: one removed is no longer searched.
+	// Default none.
+	OutputTopics []string
 	// MaxTransactionRecords caps one exactly-once transaction's snapshots
 	// plus outputs; default DefaultMaxTransactionRecords. A batch is
 	// sealed as soon as it reaches the cap (one fold's outputs are never
@@ -492,6 +508,11 @@ func (cfg *Config[S]) check() error {
 		{"UnstableOffsetTimeout", cfg.UnstableOffsetTimeout}, {"TableTimeout", cfg.TableTimeout}} {
 		if d.v < 0 {
 			return bad(d.field, fmt.Sprintf("is negative (%v)", d.v), "leave it 0 for the default, or set a positive duration")
+		}
+	}
+	for i, t := range cfg.OutputTopics {
+		if p := kafkaNameProblem(t); p != "" {
+			return bad(fmt.Sprintf("OutputTopics[%d]", i), fmt.Sprintf("topic %q: %s", t, p), "use the output topic's name as Kafka spells it")
 		}
 	}
 	for i, t := range cfg.Tables {

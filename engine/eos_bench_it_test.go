@@ -165,7 +165,7 @@ func runOutputs(b *testing.B, brokers []string, eos bool, interval time.Duration
 	defer func() { _ = backend.Close() }()
 	cfg := engine.Config[int]{Fold: w.fold, Codec: intCodec{}, Store: backend, Dir: b.TempDir(), CommitInterval: interval}
 	if eos {
-		cfg.ExactlyOnce = true
+		cfg.ExactlyOnce, cfg.OutputTopics = true, []string{w.output}
 	} else {
 		cfg.PersistInterval = interval
 		cfg.Emit = w.emit

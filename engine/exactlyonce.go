@@ -18,7 +18,13 @@ import (
 // (causeBatch): its outputs are never sent again from memory.
 type exactlyOnce[S any] struct {
 	r *Runner[S]
+	// outputs are Config.OutputTopics and the dead-letter topic, once
+	// each.
+	outputs []string
 }
+
+// outputTopics: the batches' transactions write the outputs.
+func (m *exactlyOnce[S]) outputTopics() []string { return m.outputs }
 
 func (m *exactlyOnce[S]) persistInterval() time.Duration { return 0 }
 
@@ -94,6 +100,13 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 func (m *exactlyOnce[S]) failure(f *flow[S], err error) (cause, error) {
 	if errors.Is(err, store.ErrNotTransactional) {
 		err = fmt.Errorf("engine: %s: ExactlyOnce needs a Transactional store: %w", f.tp, err)
+	}
+	if ue, ok := errors.AsType[*store.UndeclaredOutputError](err); ok {
+		return causeBatch, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", ue.Topic),
+			Problem: fmt.Sprintf("an output of %s (key %q) goes to it, and engine.Config.OutputTopics (%q) does not list it", f.tp, ue.Key, m.outputs),
+			Fix: "add it to Config.OutputTopics: under ExactlyOnce the engine must know every topic a transaction may write, " +
+				"to find what a failure left open there",
+			Err: err}
 	}
 	if classify(causeBatch, err) != classTransient && !errors.Is(err, store.ErrFenced) {
 		return causeBatch, fmt.Errorf("engine: exactly-once batch of %s failed: %w", f.tp, err)

@@ -26,6 +26,7 @@ func (w *brokerWorld) eosRunner(protocol kgo.Opt, commitEvery time.Duration) *en
 func (w *brokerWorld) eosConfig(commitEvery time.Duration) func(*engine.Config[int]) {
 	return func(c *engine.Config[int]) {
 		c.Fold, c.ExactlyOnce, c.CommitInterval = auditedTo(w.topic+"-audit", w.topic+"-balances"), true, commitEvery
+		c.OutputTopics = []string{w.topic + "-audit", w.topic + "-balances"}
 	}
 }
 

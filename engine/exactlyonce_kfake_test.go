@@ -20,6 +20,7 @@ import (
 func (w *fakeWorld) eosEngine(commitEvery time.Duration) *engine.Engine[int] {
 	return w.engineWith(func(c *engine.Config[int]) {
 		c.Fold, c.ExactlyOnce, c.CommitInterval = audited, true, commitEvery
+		c.OutputTopics = []string{"audit", "balances"}
 	})
 }
 

@@ -58,7 +58,7 @@ func newEOSWorld(t *testing.T, exactlyOnce bool) *eosWorld {
 
 func (w *eosWorld) engine(commitEvery time.Duration, mod ...func(*engine.Config[int])) *engine.Engine[int] {
 	cfg := engine.Config[int]{Fold: audited, Codec: intCodec{}, Store: w.store, CommitInterval: commitEvery,
-		PersistInterval: commitEvery, ExactlyOnce: w.exactlyOnce}
+		PersistInterval: commitEvery, ExactlyOnce: w.exactlyOnce, OutputTopics: []string{"audit", "balances"}}
 	if !w.exactlyOnce {
 		cfg.Emit = w.emitPlain
 	}

@@ -139,6 +139,7 @@ func TestMissingOutputTopicEndsRunOnKfake(t *testing.T) {
 		logs := &logCount{}
 		e := w.engineWith(func(c *engine.Config[int]) {
 			c.Fold, c.ExactlyOnce, c.CommitInterval, c.Logger = audited, true, 100*time.Millisecond, slog.New(logs)
+			c.OutputTopics = []string{"audit", "balances"}
 		})
 		err := w.runner(e, protocols["consumer"]).Run(context.Background())
 		if !errors.Is(err, store.ErrMisconfigured) || !strings.Contains(err.Error(), `output topic "`) {
@@ -171,6 +172,7 @@ func TestDeadLetterExactlyOnceThroughACrashOnKfake(t *testing.T) {
 		eos := func(commitEvery time.Duration) *engine.Engine[int] {
 			return w.engineWith(func(c *engine.Config[int]) {
 				c.Fold, c.ExactlyOnce, c.CommitInterval = audited, true, commitEvery
+				c.OutputTopics = []string{"audit", "balances"}
 				c.Poison, c.DeadLetterTopic = engine.DeadLetterPoison, "dead"
 			})
 		}

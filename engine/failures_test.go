@@ -362,7 +362,7 @@ func TestIdlePartitionSendsNoTransactionOnSim(t *testing.T) {
 			}
 			w := &simWorld{t: t, c: c, store: b, want: ledger{}}
 			w.produce("alice=+1", "dave=+2")
-			r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.ExactlyOnce = exactlyOnce }))
+			r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.ExactlyOnce, c.OutputTopics = exactlyOnce, []string{"balances"} }))
 			w.drain(r)
 			for range 3 { // the last commits land
 				if err := r.Step(context.Background()); err != nil {
@@ -391,14 +391,16 @@ func TestIdlePartitionSendsNoTransactionOnSim(t *testing.T) {
 }
 
 // Exactly-once with a missing output topic is a configuration that cannot
-// work: Run returns the error naming the topic at the first batch, with
-// one ERROR line (it used to rewind and retry ~8 times a second, forever).
-// Nothing of the batch is committed.
+// work: Run returns the error naming the topic at the partition's
+// acquisition, with one ERROR line, not a rewind and retry ~8 times a
+// second, forever. Nothing is committed.
 func TestMissingOutputTopicEndsRunOnSim(t *testing.T) {
 	w := newSimWorld(t) // no "balances" topic
 	w.produce("alice=+1", "dave=+2")
 	logs := &logCount{}
-	e := w.engineWith(func(c *engine.Config[int]) { c.ExactlyOnce, c.Logger = true, slog.New(logs) })
+	e := w.engineWith(func(c *engine.Config[int]) {
+		c.ExactlyOnce, c.OutputTopics, c.Logger = true, []string{"balances"}, slog.New(logs)
+	})
 	r := w.runner(e)
 	var err error
 	for range 10 {

@@ -669,6 +669,7 @@ func (lr *limitRun) startEngine(eos, syncEmit bool) func() error {
 	var em *engine.KafkaEmitter
 	if eos {
 		cfg.ExactlyOnce = true // CommitInterval: DefaultExactlyOnceCommitInterval
+		cfg.OutputTopics = []string{lr.output}
 	} else {
 		if em, err = engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: lr.brokers}); err != nil {
 			_ = backend.Close()

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -31,12 +32,20 @@ type outputMode[S any] interface {
 	// failure is how a failed persist or commit of f is reported to the
 	// scheduler: its cause, and the error as the user sees it.
 	failure(f *flow[S], err error) (cause, error)
+	// outputTopics are the topics a partition's store transactions may
+	// write outputs to (store.Acquisition.Outputs).
+	outputTopics() []string
 }
 
 // newOutputMode is the mode r's configuration asks for.
 func newOutputMode[S any](r *Runner[S]) outputMode[S] {
-	if r.e.cfg.ExactlyOnce {
-		return &exactlyOnce[S]{r: r}
+	if cfg := &r.e.cfg; cfg.ExactlyOnce {
+		outs := slices.Clone(cfg.OutputTopics)
+		if cfg.DeadLetterTopic != "" {
+			outs = append(outs, cfg.DeadLetterTopic)
+		}
+		slices.Sort(outs)
+		return &exactlyOnce[S]{r: r, outputs: slices.Compact(outs)}
 	}
 	return &atLeastOnce[S]{r: r}
 }

@@ -477,7 +477,7 @@ func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
 		case actHold:
 			r.src.Pause(a.tp)
 			if a.first {
-				r.e.log.Warn("partition waits: a transaction its takeover did not end holds its committed offset; retrying",
+				r.e.log.Warn("partition waits: a transaction its takeover did not end holds its committed offset, or is left open where it writes; retrying",
 					"input", a.tp.String(), "timeout", r.e.cfg.UnstableOffsetTimeout, "err", a.err)
 			}
 		case actTick:
@@ -608,6 +608,7 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, seek 
 			Input: tp, Identity: identity[S]{r},
 			ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
 			Progress:              r.status.progress(tp),
+			Outputs:               r.mode.outputTopics(),
 		})
 		proceed, acts := r.sched.acquired(tp, err, r.src.Now())
 		r.do(ctx, acts)

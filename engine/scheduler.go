@@ -331,10 +331,11 @@ func (s *scheduler[F]) release(tps []store.TopicPartition, flush bool) []action[
 // runtime goes on to recover the partition; a takeover that succeeded for a
 // partition released meanwhile is the runtime's to release.
 //
-// A refusal for a held committed offset waits: the partition is paused
-// and retried after a later poll, with a growing backoff, while the other
-// partitions fold and commit; a wait past unstableTimeout ends the runner
-// with the error.
+// A refusal for a held committed offset, or for a transaction of the
+// partition's lineage left open (which only an abort ends), waits: the
+// partition is paused and retried after a later poll, with a growing
+// backoff, while the other partitions fold and commit; a wait past
+// unstableTimeout ends the runner with the error.
 func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Time) (proceed bool, acts []action[F]) {
 	p := s.parts[tp]
 	if p == nil || p.phase != phaseStarting {
@@ -344,7 +345,7 @@ func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Tim
 	case err == nil:
 		p.acquired()
 		return true, nil
-	case !errors.Is(err, store.ErrOffsetUnstable):
+	case !errors.Is(err, store.ErrOffsetUnstable) && !errors.Is(err, store.ErrHangingTransaction):
 		return false, s.failed(tp, causeAcquire, fmt.Errorf("engine: acquiring %s: %w", tp, err), now)
 	}
 	h := p.held
@@ -373,6 +374,9 @@ func withWaited(tp store.TopicPartition, err error, waited time.Duration) error 
 		e := *ue
 		e.Waited = waited
 		return &e
+	}
+	if _, ok := errors.AsType[*store.HangingTransactionError](err); ok {
+		return fmt.Errorf("engine: %s: held for %s by a transaction left open: %w", tp, waited, err)
 	}
 	return fmt.Errorf("engine: %s: its committed offset has been held by an open transaction for %s: %w", tp, waited, err)
 }

@@ -172,7 +172,7 @@ func (w *securedWorld) newRunner(exactlyOnce bool, logs *logCount) (*engine.Runn
 	cfg := engine.Config[int]{Fold: auditedTo(w.audit(), w.balances()), Codec: intCodec{}, Store: b, Dir: t.TempDir(),
 		PersistInterval: 200 * time.Millisecond, CommitInterval: 400 * time.Millisecond, Logger: slog.New(logs)}
 	if exactlyOnce {
-		cfg.ExactlyOnce = true
+		cfg.ExactlyOnce, cfg.OutputTopics = true, []string{w.audit(), w.balances()}
 	} else {
 		em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.s.Brokers, ClientOpts: auth})
 		if err != nil {

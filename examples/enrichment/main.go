@@ -528,9 +528,10 @@ func (s *service) start(ctx context.Context, name string) (_ *instance, err erro
 			}
 			return s.fold(in.sellers, key, o, exists, rec)
 		},
-		Codec:       engine.JSON[Order](),
-		Store:       in.backend,
-		ExactlyOnce: s.exactlyOnce, // CommitInterval: 100 ms by default
+		Codec:        engine.JSON[Order](),
+		Store:        in.backend,
+		ExactlyOnce:  s.exactlyOnce, // CommitInterval: 100 ms by default
+		OutputTopics: []string{s.t.output},
 		// A partition folds nothing until the view has read the sellers
 		// topic up to where it ended when the view opened.
 		Tables: []engine.Table{in.sellers},

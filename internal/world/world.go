@@ -564,7 +564,7 @@ func (w *World) start(m *member) {
 		ecfg.MaxWritesInFlight = 2 * ecfg.FlushBatch
 	}
 	if w.cfg.ExactlyOnce {
-		ecfg.Emit, ecfg.ExactlyOnce = nil, true
+		ecfg.Emit, ecfg.ExactlyOnce, ecfg.OutputTopics = nil, true, []string{OutputTopic}
 		// Batches sealed by the cap too, not only by the interval.
 		ecfg.MaxTransactionRecords = 2 * w.cfg.MaxWritesPerTransaction
 	}

@@ -288,7 +288,7 @@ func runMember(name string, seeds []string, topic, output, dir, mode, broken str
 	var em *engine.KafkaEmitter
 	switch mode {
 	case "eos":
-		cfg.ExactlyOnce = true
+		cfg.ExactlyOnce, cfg.OutputTopics = true, []string{output}
 	case "alo":
 		cfg.PersistInterval = 200 * time.Millisecond
 		cfg.CommitInterval = 200 * time.Millisecond
