@@ -93,6 +93,8 @@ type partition[F any] struct {
 type heldOffset struct {
 	since, retry time.Time
 	backoff      time.Duration
+	// err is the last refusal: the reason the status shows.
+	err error
 }
 
 // The transitions. Each keeps the invariants of the fields above; nothing

@@ -362,7 +362,7 @@ func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Tim
 		}
 		return false, append(acts, action[F]{kind: actStop, tp: tp, err: err, fatal: true, class: classPermanent, first: first})
 	}
-	h.retry = now.Add(h.backoff)
+	h.retry, h.err = now.Add(h.backoff), err
 	h.backoff = min(2*h.backoff, unstableMaxRetry)
 	p.await(h)
 	return false, acts

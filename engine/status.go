@@ -83,7 +83,9 @@ type PartitionStatus struct {
 	// with nothing new commits nothing, so an idle partition's ages.
 	LastCommit time.Time
 	// Held: waiting because a transaction the takeover did not end holds
-	// the committed offset (Err is the *store.UnstableOffsetError).
+	// the committed offset (Err is the *store.UnstableOffsetError), or is
+	// left open on a partition its transactions write (Err is the
+	// *store.HangingTransactionError).
 	Held bool
 	// Err is why the partition is waiting or stopped; nil otherwise.
 	Err error
@@ -326,6 +328,9 @@ func syncStatus[F any](b *statusBoard, s *scheduler[F], acts []action[F]) {
 			b.parts[tp] = ps
 		}
 		ps.Held, ps.Err = p.held != nil, p.err
+		if p.held != nil {
+			ps.Err = p.held.err // the wait's reason
+		}
 		switch p.phase {
 		case phaseStarting:
 			if ps.State != StateStarting && ps.State != StateRecovering {

@@ -131,9 +131,11 @@ func (b *broker) Open(ctx context.Context, input, snap store.TopicPartition, out
 	return &link{b: b, input: input, snap: snap}, nil
 }
 
-// Leftover implements backend.Broker: the simulated coordinator never
-// forgets a transaction, so the takeover has ended every one of the
-// partition's lineage.
+// Leftover implements backend.Broker. The simulated coordinator forgets a
+// transaction (Cluster.ForgetTransaction) with its producer: the takeover
+// then gets a new producer id, whose transactions cannot take in the
+// forgotten one's, so none of the partition's current lineage is left
+// open.
 func (b *broker) Leftover(context.Context, store.Acquisition, backend.Link, string) error { return nil }
 
 // Close implements backend.Broker: the cluster is the caller's.
