@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
-	"github.com/snapfence/snapfence/store/sim"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
 )
 
 // Under ExactlyOnce an output for a topic Config.OutputTopics does not
