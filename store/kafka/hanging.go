@@ -143,8 +143,8 @@ func (b *Backend) leftover(ctx context.Context, a store.Acquisition, p *partitio
 		p.renew(ctx, txnID)
 		return nil
 	}
-	b.set.Logger.Error("the takeover found a transaction of the partition's own lineage left open; the partition writes nothing until it is aborted",
-		"input", a.Input.String(), "err", e)
+	// Not logged here: the caller retries the acquisition, and the engine
+	// logs the wait once, with this error, and shows it in the status.
 	return e
 }
 
