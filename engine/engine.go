@@ -331,11 +331,14 @@ type Config[S any] struct {
 	// for its committed offset, when a transaction that the takeover did
 	// not end holds it (Kafka's UNSTABLE_OFFSET_COMMIT: a transaction of
 	// another transactional.id, or one the coordinator forgot after an
-	// unclean broker failure). Meanwhile the partition is paused and its
-	// acquisition retried, and the other partitions fold and commit; past
-	// the timeout Step and Run return the *store.UnstableOffsetError,
-	// which names the transaction and the command that aborts it. Default
-	// DefaultUnstableOffsetTimeout (3 min).
+	// unclean broker failure), or for a forgotten transaction of its own
+	// lineage left open where it writes (OutputTopics) to be aborted.
+	// Meanwhile the partition is paused and its acquisition retried, and
+	// the other partitions fold and commit; past the timeout Step and Run
+	// return the *store.UnstableOffsetError or
+	// *store.HangingTransactionError, which names the transaction and the
+	// commands that abort it. Default DefaultUnstableOffsetTimeout (3
+	// min).
 	UnstableOffsetTimeout time.Duration
 	// FullRecovery makes every acquisition read its snapshot partition
 	// from the start, ignoring the cache's checkpoints. Default false: a
