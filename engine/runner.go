@@ -659,8 +659,10 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		restart := false
 		for s, err := range snaps(ctx) {
 			if ce, ok := errors.AsType[*store.CheckpointError](err); ok && first && delta {
-				// The store refuses the checkpoint before reading:
-				// recover in full, from an empty cache.
+				// The store refuses the checkpoint, before reading or
+				// after (a transaction straddling it was aborted while
+				// the read waited): recover in full, from an empty
+				// cache.
 				delta, reason, restart = false, ce.Reason, true
 				r.e.log.Info("the cache's checkpoint is not usable; recovering in full", "input", tp.String(), "reason", ce.Reason, "detail", ce.Detail)
 				break

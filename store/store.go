@@ -366,6 +366,14 @@ const (
 	// CheckpointTombstoneRetention: the checkpoint is older than the
 	// snapshot topic's delete.retention.ms (less a margin for clock skew).
 	CheckpointTombstoneRetention = "older_than_delete_retention"
+	// CheckpointAbortedTransaction: a transaction whose records start
+	// below the checkpoint was aborted at or after it. A local copy holds
+	// a state once its transaction is acknowledged as committed, so the
+	// copy may hold states that are not in the log: a broker that lost a
+	// committed transaction's markers in an unclean failure leaves it open,
+	// and the abort that ends it (the store's, with
+	// AbortHangingTransactions, or an operator's) drops it.
+	CheckpointAbortedTransaction = "aborted_transaction"
 )
 
 // CheckpointError says why a checkpoint is not a valid base for a delta

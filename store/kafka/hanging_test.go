@@ -595,3 +595,63 @@ func TestATransactionOfAForeignLineageOnAnOutputPartitionIsLeftAlone(t *testing.
 		}
 	})
 }
+
+// A checkpoint that a transaction aborted after it straddles is refused
+// (store.CheckpointAbortedTransaction): a local copy takes a state in once
+// its transaction is acknowledged, and a broker that lost the markers of
+// an acknowledged commit leaves it open for an abort to drop. Refused
+// before the read when the abort came first; after it when the store
+// aborted the transaction while the read waited behind it. A checkpoint
+// at the transaction's start, or past its abort, is a valid base.
+func TestACheckpointStraddlingAnAbortedTransactionIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
+		f := committedThenHang(t, w, ownLineage) // k=committed, then the ghost from f.start
+		// A second record of the ghost, so that a read from inside it has
+		// something to wait for.
+		if err := f.shadow.ProduceSync(context.Background(), toKgo(snapTP(in),
+			[]store.WireRecord{store.EncodeSnapshot(store.Snapshot{Key: []byte("ghost-2"), Value: []byte("never committed")})})...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix, AbortHangingTransactions: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := b.Acquire(context.Background(), store.Acquisition{Input: in, Identity: joinGroup(t, w, group)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		td, err := w.adm.ListTopics(context.Background(), snapTP(in).Topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := store.Checkpoint{TopicID: td[snapTP(in).Topic].ID, At: time.Now()}
+		recoverFrom := func(offset int64) error {
+			cp := base
+			cp.Offset = offset
+			var last error
+			for _, err := range p.RecoverFrom(context.Background(), cp) {
+				last = err
+			}
+			return last
+		}
+		// The store aborts the ghost while the read from inside it waits.
+		err = recoverFrom(f.start + 1)
+		ce, ok := errors.AsType[*store.CheckpointError](err)
+		if !ok || ce.Reason != store.CheckpointAbortedTransaction || !errors.Is(err, store.ErrCheckpointUnusable) {
+			t.Fatalf("a delta from inside the hanging transaction: %v, want a CheckpointError %q", err, store.CheckpointAbortedTransaction)
+		}
+		// Aborted now: refused before the read.
+		if err := recoverFrom(f.start + 1); !errors.Is(err, store.ErrCheckpointUnusable) {
+			t.Fatalf("a delta from inside the aborted transaction: %v, want it refused", err)
+		}
+		// Negative controls: at its start, and past its marker.
+		if err := recoverFrom(f.start); err != nil {
+			t.Fatalf("a delta from the transaction's start: %v", err)
+		}
+		if err := recoverFrom(w.listEnd(t, snapTP(in), 0)); err != nil {
+			t.Fatalf("a delta from the log end: %v", err)
+		}
+	})
+}

@@ -157,3 +157,55 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 	})
 	return out, s.pos, nil
 }
+
+// AbortedAcross implements backend.Link: one read_committed Fetch of the
+// snapshot partition at at, to its leader, whose answer lists the aborted
+// transactions that overlap what it returns (Kafka's aborted-transaction
+// index: those whose abort marker is at or after at); one starting below
+// at straddles it. franz-go's consumer uses that list to drop aborted
+// records and does not pass it on, hence the request of its own.
+func (p *partition) AbortedAcross(ctx context.Context, at int64) (int64, bool, error) {
+	b := p.b
+	details, err := b.adm.ListTopics(ctx, p.snap.Topic)
+	if err != nil {
+		return 0, false, fmt.Errorf("kafka: describing %s: %w", p.snap.Topic, err)
+	}
+	pd, ok := details[p.snap.Topic].Partitions[p.snap.Partition]
+	if !ok || pd.Err != nil || pd.Leader < 0 {
+		return 0, false, fmt.Errorf("kafka: %s has no leader (%v)", p.snap, pd.Err)
+	}
+	req := kmsg.NewPtrFetchRequest()
+	// Kafka lists the aborted transactions overlapping the records it
+	// returns; kfake only those whose marker the answer reaches, hence
+	// room for more than one batch.
+	const maxBytes = 64 << 10
+	req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 0, 1, maxBytes
+	req.IsolationLevel, req.SessionEpoch = 1, -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = p.snap.Topic, p.topic.ID
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p.snap.Partition, at, maxBytes
+	rp.CurrentLeaderEpoch, rp.LastFetchedEpoch, rp.LogStartOffset = -1, -1, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, b.admin.Broker(int(pd.Leader)))
+	if err != nil {
+		return 0, false, fmt.Errorf("kafka: fetching %s at %d: %w", p.snap, at, err)
+	}
+	for _, t := range resp.Topics {
+		for _, rp := range t.Partitions {
+			if rp.Partition != p.snap.Partition {
+				continue
+			}
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				return 0, false, fmt.Errorf("kafka: fetching %s at %d: %w", p.snap, at, err)
+			}
+			for _, a := range rp.AbortedTransactions {
+				if a.FirstOffset < at {
+					return a.FirstOffset, true, nil
+				}
+			}
+		}
+	}
+	return 0, false, nil
+}

@@ -131,6 +131,12 @@ func (b *broker) Open(ctx context.Context, input, snap store.TopicPartition, out
 	return &link{b: b, input: input, snap: snap}, nil
 }
 
+// AbortedAcross implements backend.Link: the simulated coordinator never
+// loses a committed transaction's markers, so a transaction the engine
+// saw committed is never aborted later, and a checkpoint never straddles
+// an aborted one that a local copy took in.
+func (l *link) AbortedAcross(context.Context, int64) (int64, bool, error) { return 0, false, nil }
+
 // Leftover implements backend.Broker. The simulated coordinator forgets a
 // transaction (Cluster.ForgetTransaction) with its producer: the takeover
 // then gets a new producer id, whose transactions cannot take in the

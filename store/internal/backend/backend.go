@@ -206,6 +206,10 @@ type Link interface {
 	// read_committed in Transactional mode, positioned at from (0: the
 	// log start), and what releases it.
 	Source(ctx context.Context, from int64) (readloop.Source, func(), error)
+	// AbortedAcross returns the first offset of a transaction on the
+	// snapshot partition that was aborted at or after at and whose
+	// records start below it (found false: none). Transactional mode.
+	AbortedAcross(ctx context.Context, at int64) (first int64, found bool, err error)
 	// Snapshots describes the snapshot topic as Open found it.
 	Snapshots() SnapshotTopic
 	// Release closes what the link holds (its producer), after the

@@ -213,7 +213,30 @@ func checkpointMargin(retention time.Duration) time.Duration {
 
 // check says why cp is no base for a delta read of src (nil: it is one).
 func (p *Partition) check(ctx context.Context, src readloop.Source, cp store.Checkpoint) error {
-	return checkBase(ctx, p.b.cfg, p.snap, p.link.Snapshots(), src, cp)
+	if err := checkBase(ctx, p.b.cfg, p.snap, p.link.Snapshots(), src, cp); err != nil {
+		return err
+	}
+	return p.checkAborted(ctx, cp)
+}
+
+// checkAborted refuses cp if a transaction straddling it was aborted: the
+// copy behind cp took in the transaction's states when its commit was
+// acknowledged, so they may be in the copy and not in the log. Kafka
+// acknowledges a commit only once its markers are written, but a single
+// broker that fails uncleanly can lose them; the transaction then hangs,
+// and the abort that ends it drops states the copy holds. The check runs
+// before the delta read and after it (a hanging transaction may be
+// aborted while the read waits behind it).
+func (p *Partition) checkAborted(ctx context.Context, cp store.Checkpoint) error {
+	first, found, err := p.link.AbortedAcross(ctx, cp.Offset)
+	if err != nil {
+		return err
+	}
+	if found {
+		return &store.CheckpointError{Snapshots: p.snap, Reason: store.CheckpointAbortedTransaction, Checkpoint: cp,
+			Detail: fmt.Sprintf("a transaction from offset %d was aborted after the checkpoint: the copy may hold its states", first)}
+	}
+	return nil
 }
 
 // checkBase says why cp is no base for a delta read of snap through src
@@ -301,8 +324,15 @@ func (p *Partition) read(ctx context.Context, cp *store.Checkpoint) iter.Seq2[st
 				return
 			}
 		}
-		if target >= 0 {
-			p.recovered(start, target)
+		if target < 0 {
+			return
 		}
+		if cp != nil {
+			if err := p.checkAborted(ctx, *cp); err != nil {
+				yield(store.Snapshot{}, err)
+				return
+			}
+		}
+		p.recovered(start, target)
 	}
 }
