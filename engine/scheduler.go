@@ -88,8 +88,10 @@ const (
 	// actStart: take tps over, in order, then recover each one taken
 	// (all takeovers first: a recovery can wait, and a member evicted
 	// meanwhile must not take a later partition's producer from its new
-	// owner). seek: a restart, so the input is positioned at the committed
-	// offset (on assignment the consumer starts there itself). Report
+	// owner). seek: a restart rather than an assignment (either way the
+	// runtime positions the input at the committed offset it recovered:
+	// a restart's input has fetched past it, an assignment's has fetched
+	// nothing). Report
 	// each takeover with acquired and each recovery with recovered or
 	// failed.
 	actStart actionKind = iota + 1
