@@ -93,6 +93,9 @@ type partition[F any] struct {
 type heldOffset struct {
 	since, retry time.Time
 	backoff      time.Duration
+	// err is the last refusal: the status's reason for as long as the
+	// wait lasts.
+	err error
 }
 
 // The transitions. Each keeps the invariants of the fields above; nothing

@@ -354,6 +354,7 @@ func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Tim
 	if h == nil {
 		h = &heldOffset{since: now, backoff: unstableFirstRetry}
 	}
+	h.err = err
 	if waited := now.Sub(h.since); waited >= s.cfg.unstableTimeout {
 		err = withWaited(tp, err, waited)
 		p.stop(err, false)

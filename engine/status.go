@@ -326,6 +326,9 @@ func syncStatus[F any](b *statusBoard, s *scheduler[F], acts []action[F]) {
 			b.parts[tp] = ps
 		}
 		ps.Held, ps.Err = p.held != nil, p.err
+		if p.held != nil && p.err == nil {
+			ps.Err = p.held.err
+		}
 		switch p.phase {
 		case phaseStarting:
 			if ps.State != StateStarting && ps.State != StateRecovering {
