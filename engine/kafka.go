@@ -104,6 +104,10 @@ type KafkaConfig struct {
 	// balancer (default franz-go's cooperative-sticky; kgo.RangeBalancer()
 	// for classic eager), or kgo.ServerSideBalancer... for the consumer
 	// protocol (KIP-848). The input-topic check at start uses them too.
+	// The consumer is two franz-go clients, a group member and a
+	// group-less client that fetches the records: both take ClientOpts,
+	// but the group options (kgo.GroupOpt) go to the member only, and a
+	// subscription (kgo.ConsumeTopics, kgo.ConsumePartitions) to neither.
 	ClientOpts []kgo.Opt
 }
 
