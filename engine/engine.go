@@ -61,9 +61,12 @@
 // inside the callback: it stays paused, its acquisition is retried after
 // later polls while the other partitions fold and commit, and after
 // Config.UnstableOffsetTimeout Run returns a *store.UnstableOffsetError that
-// names the transaction and the command that aborts it. (franz-go, like
-// Kafka's Java client, holds back the fetch of every partition assigned
-// together with a held one until it is released.)
+// names the transaction and the command that aborts it. This holds at
+// assignment too: the Kafka source fetches each partition from the offset
+// the engine resolved for it alone, so a held offset holds back no
+// partition assigned with it (as franz-go's and Java's group consumers
+// would, fetching an assignment's offsets all at once). Once the holding
+// transaction ends, the partition resumes at its next retry.
 //
 // # Tables
 //

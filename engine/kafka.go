@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -103,6 +104,10 @@ type KafkaConfig struct {
 	// balancer (default franz-go's cooperative-sticky; kgo.RangeBalancer()
 	// for classic eager), or kgo.ServerSideBalancer... for the consumer
 	// protocol (KIP-848). The input-topic check at start uses them too.
+	// The consumer is two franz-go clients, a group member and a
+	// group-less client that fetches the records: both take ClientOpts,
+	// but the group options (kgo.GroupOpt) go to the member only, and a
+	// subscription (kgo.ConsumeTopics, kgo.ConsumePartitions) to neither.
 	ClientOpts []kgo.Opt
 }
 
@@ -234,14 +239,31 @@ const (
 	committedOffsetLastRetry  = 40 * time.Millisecond
 )
 
-// kafkaSource is a franz-go group consumer as a Source. Offsets are never
+// kafkaSource is a Source of two franz-go clients. Offsets are never
 // committed through it: the store commits them inside its transactions.
+//
+// The group client (member) only keeps the membership: it joins, heartbeats,
+// runs the rebalance callbacks and gives the identity the store's
+// transactional offset commits carry; its input topics are paused before
+// it could fetch anything. The records come from a direct, group-less
+// client (cl), read_committed, to which a partition is added at the
+// offset the engine resolved for it (Seek) and from which it is removed
+// once the engine has given it up. franz-go's group consumer fetches the
+// committed offsets of a whole assignment in one request with
+// RequireStable, and retries it without bound while one of them is held
+// by an open transaction, fetching none meanwhile; the engine resolves
+// each partition's offset alone (CommittedOffset), so one held partition
+// waits alone and the others of its assignment are folded. The member's
+// own fetch of those offsets still runs, paused topics or not, and harms
+// nothing: its heartbeats and rejoins run beside it, and a new session
+// cancels it.
 type kafkaSource struct {
-	cfg   KafkaConfig
-	cl    *kgo.Client
-	adm   *kadm.Client
-	group string
-	buf   []Record // reused by every Poll: valid until the next
+	cfg    KafkaConfig
+	member *kgo.Client
+	cl     *kgo.Client
+	adm    *kadm.Client
+	group  string
+	buf    []Record // reused by every Poll: valid until the next
 	// logEnd is each partition's high watermark from the last fetch
 	// response that carried it, or from a ListOffsets (Poll and LogEnd
 	// run on one goroutine).
@@ -251,6 +273,28 @@ type kafkaSource struct {
 	// per logEndRefresh (lastListed).
 	unknownEnd map[store.TopicPartition]bool
 	lastListed time.Time
+
+	// turn is held by Poll from its start until PollDone, and by a
+	// rebalance callback while it runs: callbacks run between polls,
+	// never while a poll's records are folded (the member is not polled,
+	// so franz-go's BlockRebalanceOnPoll cannot do it). A channel of one
+	// slot, as the runner's lock, so that a wait for it counts as blocked
+	// in a testing/synctest bubble.
+	turn chanMutex
+	// polling: Poll holds the turn (Poll and PollDone run on the
+	// runner's goroutine).
+	polling bool
+
+	mu sync.Mutex
+	// cancelPoll ends the poll in flight, if any, so that a callback
+	// waiting for the turn gets it within moments, not after the poll's
+	// wait.
+	cancelPoll context.CancelFunc
+	// rebalancing counts the callbacks waiting for the turn or running:
+	// a poll that starts meanwhile returns at once.
+	rebalancing int
+	// consumed are the partitions added to cl.
+	consumed map[store.TopicPartition]bool
 }
 
 // logEndRefresh is the least time between two ListOffsets requests for
@@ -305,6 +349,30 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 		if err := checkInputTopics(ctx, cfg); err != nil {
 			return nil, err
 		}
+		s := &kafkaSource{cfg: cfg, group: cfg.Group, logEnd: map[store.TopicPartition]int64{},
+			unknownEnd: map[store.TopicPartition]bool{}, turn: make(chanMutex, 1), consumed: map[store.TopicPartition]bool{}}
+		// The direct client takes the user's options but their group
+		// options (franz-go refuses them without a group) and their
+		// subscription (it consumes only what the engine adds).
+		direct := []kgo.Opt{
+			kgo.SeedBrokers(cfg.SeedBrokers...),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			// Java's fetch.max.wait.ms, not franz-go's 5 s: a fetch
+			// parked on quiet partitions holds back the first fetch of
+			// partitions just added, and so a takeover's replay, for up
+			// to this long. (ClientOpts may set another.)
+			kgo.FetchMaxWait(DefaultFetchMaxWait),
+		}
+		for _, o := range cfg.ClientOpts {
+			if _, group := o.(kgo.GroupOpt); !group {
+				direct = append(direct, o)
+			}
+		}
+		cl, err := kgo.NewClient(append(direct, kgo.ConsumeTopics(), kgo.ConsumePartitions(nil))...)
+		if err != nil {
+			return nil, fmt.Errorf("engine: consumer: %w", err)
+		}
+		s.cl, s.adm = cl, kadm.NewClient(cl)
 		opts := []kgo.Opt{
 			kgo.SeedBrokers(cfg.SeedBrokers...),
 			kgo.ConsumerGroup(cfg.Group),
@@ -314,35 +382,69 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 			kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 			// The store commits offsets, inside its transactions.
 			kgo.DisableAutoCommit(),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			// Rebalances run between polls, never in the middle of
-			// folding a poll's records.
-			kgo.BlockRebalanceOnPoll(),
-			// Java's fetch.max.wait.ms, not franz-go's 5 s: a fetch
-			// parked on quiet partitions holds back the first fetch of
-			// partitions just assigned, and so a takeover's replay, for
-			// up to this long. (ClientOpts may set another.)
-			kgo.FetchMaxWait(DefaultFetchMaxWait),
-			kgo.OnPartitionsAssigned(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
-				h.Assigned(ctx, tps(m))
+			kgo.OnPartitionsAssigned(func(ctx context.Context, member *kgo.Client, m map[string][]int32) {
+				// Before the member's own offset fetch starts, which
+				// would then fetch records: the topics stay paused for
+				// good (franz-go keeps a pause across assignments).
+				member.PauseFetchTopics(cfg.Topics...)
+				s.rebalance(func() { h.Assigned(ctx, tps(m)) }, nil)
 			}),
 			kgo.OnPartitionsRevoked(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
-				h.Revoked(ctx, tps(m))
+				s.rebalance(func() { h.Revoked(ctx, tps(m)) }, m)
 			}),
 			kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
-				h.Lost(ctx, tps(m))
+				s.rebalance(func() { h.Lost(ctx, tps(m)) }, m)
 			}),
 		}
 		if cfg.InstanceID != "" {
 			opts = append(opts, kgo.InstanceID(cfg.InstanceID))
 		}
-		cl, err := kgo.NewClient(append(opts, cfg.ClientOpts...)...)
+		member, err := kgo.NewClient(append(opts, cfg.ClientOpts...)...)
 		if err != nil {
+			cl.Close()
 			return nil, fmt.Errorf("engine: consumer: %w", err)
 		}
-		return &kafkaSource{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), group: cfg.Group, logEnd: map[store.TopicPartition]int64{},
-			unknownEnd: map[store.TopicPartition]bool{}}, nil
+		member.PauseFetchTopics(cfg.Topics...)
+		s.member = member
+		return s, nil
 	}
+}
+
+// rebalance runs a rebalance callback's handler call between two polls:
+// it ends the poll in flight, waits for the turn, and runs it. released
+// are the partitions the callback gives up: once the handler is done with
+// them they leave the direct client, dropping whatever it fetched of them
+// (a partition assigned again starts over at the offset the engine
+// resolves).
+func (s *kafkaSource) rebalance(handle func(), released map[string][]int32) {
+	s.mu.Lock()
+	s.rebalancing++
+	if s.cancelPoll != nil {
+		s.cancelPoll()
+	}
+	s.mu.Unlock()
+	s.turn.Lock()
+	defer func() {
+		s.mu.Lock()
+		s.rebalancing--
+		s.mu.Unlock()
+		s.turn.Unlock()
+	}()
+	handle()
+	if len(released) == 0 {
+		return
+	}
+	s.mu.Lock()
+	drop := map[string][]int32{}
+	for _, tp := range tps(released) {
+		if s.consumed[tp] {
+			drop[tp.Topic] = append(drop[tp.Topic], tp.Partition)
+			delete(s.consumed, tp)
+		}
+	}
+	s.mu.Unlock()
+	s.cl.RemoveConsumePartitions(drop)
+	s.cl.ResumeFetchPartitions(released) // a later assignment starts unpaused
 }
 
 // checkInputTopics makes sure every input topic exists, creating the
@@ -476,14 +578,34 @@ func tps(m map[string][]int32) []store.TopicPartition {
 }
 
 func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]Record, error) {
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s.polling = true
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	s.mu.Lock()
+	if s.rebalancing > 0 {
+		cancel() // the callback goes first: take only what is buffered
+	}
+	s.cancelPoll = cancel
+	s.mu.Unlock()
 	fs := s.cl.PollRecords(pctx, s.cfg.MaxPollRecords)
+	s.mu.Lock()
+	s.cancelPoll = nil
+	s.mu.Unlock()
 	if fs.IsClientClosed() {
 		return nil, kgo.ErrClientClosed
 	}
 	var err error
-	fs.EachError(func(t string, p int32, e error) {
+	// The member's news (a session lost, a join refused): franz-go
+	// queues it as a fetch error, which a poll without a context takes
+	// without waiting.
+	//lint:ignore SA1012 a nil context is franz-go's documented non-blocking drain
+	news := s.member.PollRecords(nil, 1)
+	news.EachError(func(_ string, _ int32, e error) {
 		if _, ok := errors.AsType[*kgo.ErrGroupSession](e); ok {
 			// The member was kicked from the group (or could not join):
 			// the client rejoins by itself, and the lost-partitions
@@ -492,9 +614,14 @@ func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]Record, e
 			if cerr := s.groupConfigError(e); cerr != nil && err == nil {
 				err = cerr
 			}
+		}
+	})
+	fs = append(fs, news...)
+	fs.EachError(func(t string, p int32, e error) {
+		if _, ok := errors.AsType[*kgo.ErrGroupSession](e); ok {
 			return
 		}
-		if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) && err == nil {
+		if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) && !errors.Is(e, kgo.ErrClientClosed) && err == nil {
 			err = fmt.Errorf("engine: fetching %s/%d: %w", t, p, e)
 		}
 	})
@@ -519,10 +646,17 @@ func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]Record, e
 	return out, err
 }
 
-func (s *kafkaSource) PollDone() { s.cl.AllowRebalance() }
+// PollDone gives the turn to the rebalance callbacks waiting for it.
+func (s *kafkaSource) PollDone() {
+	if s.polling {
+		s.polling = false
+		s.turn.Unlock()
+	}
+}
 
+// Identity is the member's: the store's offset commits carry it.
 func (s *kafkaSource) Identity() store.GroupIdentity {
-	member, gen := s.cl.GroupMetadata()
+	member, gen := s.member.GroupMetadata()
 	return store.GroupIdentity{Group: s.group, MemberID: member, Generation: gen}
 }
 
@@ -619,8 +753,18 @@ func (s *kafkaSource) fetchCommitted(ctx context.Context, tp store.TopicPartitio
 	return kadm.OffsetResponse{}, false, nil
 }
 
+// Seek makes tp's next fetch start at offset: the partition is (re)added
+// to the direct client there, paused if it was, and whatever was fetched
+// of it before is dropped.
 func (s *kafkaSource) Seek(tp store.TopicPartition, offset int64) {
-	s.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{tp.Topic: {tp.Partition: {Epoch: -1, Offset: offset}}})
+	s.mu.Lock()
+	again := s.consumed[tp]
+	s.consumed[tp] = true
+	s.mu.Unlock()
+	if again {
+		s.cl.RemoveConsumePartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+	}
+	s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{tp.Topic: {tp.Partition: kgo.NewOffset().At(offset)}})
 }
 
 func (s *kafkaSource) Resume(tp store.TopicPartition) {
@@ -676,8 +820,11 @@ func (s *kafkaSource) groupConfigError(err error) error {
 // closes before rejoining does leave, so that they are assigned; under
 // the consumer protocol, a static member sends its temporary leave,
 // member epoch -2, which keeps its partitions reserved the same way.)
+//
+// The member closes first, its revoke callback using the direct client's
+// partitions and the member's identity; then the direct client.
 func (s *kafkaSource) Close(ctx context.Context) error {
-	s.cl.AllowRebalance()
+	s.member.Close()
 	s.cl.Close()
 	return nil
 }

@@ -93,7 +93,8 @@ type partition[F any] struct {
 type heldOffset struct {
 	since, retry time.Time
 	backoff      time.Duration
-	// err is the last refusal: the reason the status shows.
+	// err is the last refusal: the status's reason for as long as the
+	// wait lasts.
 	err error
 }
 

@@ -466,7 +466,7 @@ func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
 	for _, a := range acts {
 		switch a.kind {
 		case actStart:
-			r.start(ctx, a.tps, a.seek)
+			r.start(ctx, a.tps)
 		case actTeardown:
 			if a.flush {
 				r.flushOnRevoke(ctx, a.flow)
@@ -595,7 +595,7 @@ func (r *Runner[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
 
 // start takes tps over, in order, then recovers each one taken, reporting
 // every outcome to the scheduler (actStart).
-func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, seek bool) {
+func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition) {
 	begin := r.src.Now()
 	parts := make([]store.Partition, len(tps))
 	for _, tp := range tps {
@@ -621,16 +621,15 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, seek 
 	}
 	for i, tp := range tps {
 		if parts[i] != nil {
-			r.recover(ctx, tp, parts[i], seek, begin)
+			r.recover(ctx, tp, parts[i], begin)
 		}
 	}
 }
 
-// recover recovers an acquired partition's state into a new flow, and
-// positions the input at the committed offset when restarting (seek):
-// from the cache's checkpoint (a delta) when there is a usable one, in
-// full otherwise.
-func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part store.Partition, seek bool, begin time.Time) {
+// recover recovers an acquired partition's state into a new flow, from
+// the cache's checkpoint (a delta) when there is a usable one, in full
+// otherwise, and positions the input at the committed offset.
+func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part store.Partition, begin time.Time) {
 	assigned := part.CommittedOffset()
 	c, err := core.New(core.Config[S, Output]{Input: tp, Fold: r.e.coreFold(), Tick: r.e.coreTick(), Timer: r.e.coreTimer(), Codec: r.e.cfg.Codec,
 		Assigned: assigned, HotKeys: r.e.cfg.HotKeys, Warm: true}, r.e.kv)
@@ -716,9 +715,9 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 	}
 	r.queries.open(tp, c)
 	r.discarded(f, bad)
-	if seek {
-		r.src.Seek(tp, assigned)
-	}
+	// At the offset the takeover resolved, also at assignment: the
+	// Kafka source fetches a partition only from where it is told.
+	r.src.Seek(tp, assigned)
 	r.src.Resume(tp)
 	kind := "delta"
 	if !delta {

@@ -88,8 +88,10 @@ const (
 	// actStart: take tps over, in order, then recover each one taken
 	// (all takeovers first: a recovery can wait, and a member evicted
 	// meanwhile must not take a later partition's producer from its new
-	// owner). seek: a restart, so the input is positioned at the committed
-	// offset (on assignment the consumer starts there itself). Report
+	// owner). seek: a restart rather than an assignment (either way the
+	// runtime positions the input at the committed offset it recovered:
+	// a restart's input has fetched past it, an assignment's has fetched
+	// nothing). Report
 	// each takeover with acquired and each recovery with recovered or
 	// failed.
 	actStart actionKind = iota + 1
@@ -353,6 +355,7 @@ func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Tim
 	if h == nil {
 		h = &heldOffset{since: now, backoff: unstableFirstRetry}
 	}
+	h.err = err
 	if waited := now.Sub(h.since); waited >= s.cfg.unstableTimeout {
 		err = withWaited(tp, err, waited)
 		p.stop(err, false)
@@ -362,7 +365,7 @@ func (s *scheduler[F]) acquired(tp store.TopicPartition, err error, now time.Tim
 		}
 		return false, append(acts, action[F]{kind: actStop, tp: tp, err: err, fatal: true, class: classPermanent, first: first})
 	}
-	h.retry, h.err = now.Add(h.backoff), err
+	h.retry = now.Add(h.backoff)
 	h.backoff = min(2*h.backoff, unstableMaxRetry)
 	p.await(h)
 	return false, acts

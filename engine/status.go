@@ -328,8 +328,8 @@ func syncStatus[F any](b *statusBoard, s *scheduler[F], acts []action[F]) {
 			b.parts[tp] = ps
 		}
 		ps.Held, ps.Err = p.held != nil, p.err
-		if p.held != nil {
-			ps.Err = p.held.err // the wait's reason
+		if p.held != nil && p.err == nil {
+			ps.Err = p.held.err
 		}
 		switch p.phase {
 		case phaseStarting:

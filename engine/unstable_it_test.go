@@ -89,3 +89,44 @@ func heldOffsetOnKafka(t *testing.T, atAssignment bool) {
 func TestAHeldCommittedOffsetStopsOnlyItsPartitionOnKafka(t *testing.T) { heldOffsetOnKafka(t, false) }
 
 func TestAHeldCommittedOffsetAtAssignmentFailsLoudlyOnKafka(t *testing.T) { heldOffsetOnKafka(t, true) }
+
+// heldThenReleasedOnKafka is heldThenReleased on Kafka 4.3.1 under the
+// classic cooperative protocol: partition 1 folds and commits while
+// partition 0's committed offset is held, and partition 0 resumes in the
+// same runner once the holder's transaction ends. It logs the longest
+// wait of a partition-1 record to be folded during the hold.
+func heldThenReleasedOnKafka(t *testing.T, atAssignment bool) {
+	w := newBrokerWorld(t)
+	in0 := store.TopicPartition{Topic: w.topic, Partition: 0}
+	snap0 := store.TopicPartition{Topic: w.topic + "-snapshots", Partition: 0}
+	opts := []kgo.Opt{kgo.SeedBrokers(w.brokers...)}
+	var release func()
+	longest := heldThenReleased(t, heldWorld{
+		in0: in0, in1: store.TopicPartition{Topic: w.topic, Partition: 1},
+		produce:        w.produce,
+		committedAtEnd: w.committedAtEnd,
+		caughtUp:       w.caughtUp,
+		check:          w.check,
+		hold: func() {
+			_, release = holdCommittedOffset(t, opts, w.topic+"-intruder", w.topic+"-group", in0, snap0)
+		},
+		release: func() { release() },
+		fence:   func() { fenceProducer(t, opts, fmt.Sprintf("%s-%s-0", w.topic, w.topic)) },
+		bound:   time.Minute, holdFor: 15 * time.Second,
+	}, func(mod func(*engine.Config[int])) *engine.Runner[int] {
+		return w.runnerWith(protocols["classic-cooperative"], mod)
+	}, atAssignment)
+	// A bound far above what a fetch takes, far below a held fetch's
+	// forever: partition 1 was never held back by partition 0.
+	if longest > 5*time.Second {
+		t.Fatalf("a record of partition 1 waited %v to be folded while partition 0 was held", longest)
+	}
+}
+
+func TestAHeldCommittedOffsetAtAssignmentStopsOnlyItsPartitionOnKafka(t *testing.T) {
+	heldThenReleasedOnKafka(t, true)
+}
+
+func TestAHeldCommittedOffsetAtRestartResumesWhenReleasedOnKafka(t *testing.T) {
+	heldThenReleasedOnKafka(t, false)
+}

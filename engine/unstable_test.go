@@ -392,3 +392,205 @@ func heldOffsetOnKfake(t *testing.T, atAssignment bool) {
 func TestAHeldCommittedOffsetStopsOnlyItsPartitionOnKfake(t *testing.T) { heldOffsetOnKfake(t, false) }
 
 func TestAHeldCommittedOffsetAtAssignmentFailsLoudlyOnKfake(t *testing.T) { heldOffsetOnKfake(t, true) }
+
+// heldWorld is what heldThenReleased runs on: kfake in a synctest bubble,
+// or a broker.
+type heldWorld struct {
+	in0, in1 store.TopicPartition
+	produce  func(events ...string)
+	// committedAtEnd: the group's committed offset of tp is at its end.
+	committedAtEnd func(tp store.TopicPartition) bool
+	// caughtUp: every input partition is committed to its end.
+	caughtUp func() bool
+	check    func(r *engine.Runner[int])
+	// hold holds in0's committed offset by another transactional.id's
+	// open transaction; release ends that transaction.
+	hold, release func()
+	// fence fences in0's own producer, so that its flow restarts.
+	fence func()
+	// bound is how long one condition may take to hold: a bound, not a
+	// wait; hold is how long the offset stays held while in1 folds.
+	bound, holdFor time.Duration
+}
+
+// heldThenReleased holds the committed offset of in0 by a transaction
+// its takeover cannot end, at its assignment (hold before the runner
+// starts) or at a restart of its flow (hold, then fence it), and checks
+// that in1 folds and commits everything produced to it meanwhile while
+// in0 is reported waiting and held, never running; then releases the
+// hold, and checks that in0 resumes in the same runner and that the
+// state is the exact fold. It returns the longest time a record of in1
+// waited to be folded during the hold.
+func heldThenReleased(t *testing.T, w heldWorld, start func(mod func(*engine.Config[int])) *engine.Runner[int], atAssignment bool) time.Duration {
+	t.Helper()
+	logs := &logCount{}
+	// Longer than the test: the hold ends by its release only.
+	mod := func(c *engine.Config[int]) { c.UnstableOffsetTimeout, c.Logger = time.Hour, slog.New(logs) }
+	ctx := context.Background()
+	w.produce("dave=+1", "bob=+5") // dave: in0; bob: in1
+	var r *engine.Runner[int]
+	if atAssignment {
+		w.hold()
+		r = start(mod)
+	} else {
+		r = start(mod)
+		for deadline := time.Now().Add(w.bound); !w.caughtUp() || len(r.Flows()) < 2; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the runner did not commit to the end in %v; errors: %v", w.bound, r.Errors())
+			}
+			if err := r.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.hold()
+		w.fence()
+		w.produce("erin=+2") // in0's next commit meets the fence
+	}
+	// held: in0 has been seen held, so it may not run until released.
+	held, released := atAssignment, false
+	heldState := func() engine.PartitionStatus {
+		t.Helper()
+		var p0, p1 engine.PartitionStatus
+		for _, ps := range r.Status().Partitions {
+			switch ps.Input {
+			case w.in0:
+				p0 = ps
+			case w.in1:
+				p1 = ps
+			}
+		}
+		if p0.Held && !released {
+			held = true
+		}
+		if held && (p0.State == engine.StateRunning || slices.Contains(r.Flows(), w.in0)) {
+			t.Fatalf("%s is reported running (flows %v) while its committed offset is held: %+v", w.in0, r.Flows(), p0)
+		}
+		if p1.State == engine.StateStarting && !atAssignment {
+			t.Fatalf("%s restarted while %s was held: %+v", w.in1, w.in0, p1)
+		}
+		return p0
+	}
+	stepUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(w.bound); !cond(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within %v: %s; status %+v; errors %v; logs:\n%s", w.bound, what, r.Status(), r.Errors(), logs)
+			}
+			if err := r.Step(ctx); err != nil {
+				t.Fatalf("%s: %v; logs:\n%s", what, err, logs)
+			}
+			heldState()
+		}
+	}
+	stepUntil(w.in0.String()+" held and "+w.in1.String()+" committed to its end", func() bool {
+		return held && w.committedAtEnd(w.in1)
+	})
+	// in1 goes on: records produced to it during the hold are folded
+	// (each one's wait measured) and committed, in0's too are kept.
+	w.produce("erin=+2", "alice=+3") // erin: in0; alice: in1
+	bob := 5
+	type pending struct {
+		value int
+		at    time.Time
+	}
+	var produced []pending
+	var longest time.Duration
+	lastProduce := time.Time{}
+	for end := time.Now().Add(w.holdFor); time.Now().Before(end); {
+		if now := time.Now(); now.Sub(lastProduce) >= 100*time.Millisecond {
+			w.produce("bob=+1")
+			bob++
+			produced, lastProduce = append(produced, pending{bob, now}), now
+		}
+		if err := r.Step(ctx); err != nil {
+			t.Fatalf("while %s was held: %v; logs:\n%s", w.in0, err, logs)
+		}
+		heldState()
+		got, _, err := r.State(w.in1, []byte("bob"))
+		if err != nil {
+			t.Fatalf("%s does not run while %s is held: %v", w.in1, w.in0, err)
+		}
+		for len(produced) > 0 && produced[0].value <= got {
+			longest = max(longest, time.Since(produced[0].at))
+			produced = produced[1:]
+		}
+		if len(produced) > 0 {
+			longest = max(longest, time.Since(produced[0].at))
+		}
+	}
+	w.produce("carol=+4") // in1
+	stepUntil(w.in1.String()+" committed to its end again while "+w.in0.String()+" is held", func() bool { return w.committedAtEnd(w.in1) })
+	p0 := heldState()
+	if p0.State != engine.StateWaiting || !p0.Held || !errors.Is(p0.Err, store.ErrOffsetUnstable) {
+		t.Fatalf("%s's status while its committed offset is held: %+v, want waiting, held, with the error", w.in0, p0)
+	}
+	if w.committedAtEnd(w.in0) {
+		t.Fatalf("%s committed to its end while held", w.in0)
+	}
+	t.Logf("%s was held; the longest wait of a %s record to be folded meanwhile: %v", w.in0, w.in1, longest)
+
+	// The holder's transaction ends: in0 resumes in this runner, its
+	// held-retry acquiring it.
+	w.release()
+	held, released = false, true
+	stepUntil(w.in0.String()+" resumed and every partition committed to its end", func() bool {
+		return slices.Contains(r.Flows(), w.in0) && w.caughtUp()
+	})
+	if p0 := partitionStatus(t, r.Status(), w.in0); p0.State != engine.StateRunning || p0.Held || p0.Err != nil {
+		t.Fatalf("%s after the release: %+v, want running", w.in0, p0)
+	}
+	w.check(r)
+	if n := logs.count(slog.LevelWarn, "unstable "+w.in0.String()); n != 1 {
+		t.Fatalf("logged the held offset of %s %d times, want once:\n%s", w.in0, n, logs)
+	}
+	if n := logs.count(slog.LevelError, "unstable "+w.in0.String()); n != 0 {
+		t.Fatalf("logged the held offset of %s as an error %d times:\n%s", w.in0, n, logs)
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return longest
+}
+
+// heldThenReleasedOnKfake is heldThenReleased on kfake under protocol,
+// in virtual time.
+func heldThenReleasedOnKfake(t *testing.T, protocol string, atAssignment bool) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		var release func()
+		heldThenReleased(t, heldWorld{
+			in0: accounts0, in1: accounts1,
+			produce:        w.produce,
+			committedAtEnd: w.committedAtEnd,
+			caughtUp:       w.caughtUp,
+			check:          w.check,
+			hold: func() {
+				_, release = holdCommittedOffset(t, w.opts(), "intruder", "bank", accounts0, snaps0)
+				w.stableAsKafka(accounts0)
+			},
+			release: func() { release() },
+			fence:   func() { fenceProducer(t, w.opts(), "bank-accounts-0") },
+			bound:   5 * time.Minute, holdFor: 30 * time.Second,
+		}, func(mod func(*engine.Config[int])) *engine.Runner[int] {
+			return w.runner(w.engineWith(mod), protocols[protocol])
+		}, atAssignment)
+	})
+}
+
+// A committed offset held at assignment stops only its partition: the
+// other partition of the assignment folds and commits, the held one is
+// reported waiting and held, and once the holder's transaction ends it
+// resumes in the same runner; under each consumer protocol.
+func TestAHeldCommittedOffsetAtAssignmentStopsOnlyItsPartitionOnKfake(t *testing.T) {
+	for _, protocol := range []string{"classic-cooperative", "classic-eager", "consumer"} {
+		t.Run(protocol, func(t *testing.T) { heldThenReleasedOnKfake(t, protocol, true) })
+	}
+}
+
+// The same, held at a restart of the partition's flow (its producer
+// fenced).
+func TestAHeldCommittedOffsetAtRestartResumesWhenReleasedOnKfake(t *testing.T) {
+	for _, protocol := range []string{"classic-cooperative", "classic-eager", "consumer"} {
+		t.Run(protocol, func(t *testing.T) { heldThenReleasedOnKfake(t, protocol, false) })
+	}
+}
