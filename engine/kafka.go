@@ -295,6 +295,11 @@ type kafkaSource struct {
 	rebalancing int
 	// consumed are the partitions added to cl.
 	consumed map[store.TopicPartition]bool
+	// seeks are the positions a rebalance callback's handler set, added
+	// to cl together once it returns (nil outside a callback): added one
+	// at a time, the first partition's fetch would be in flight, parked
+	// for up to the fetch wait, before the next one's could start.
+	seeks map[store.TopicPartition]int64
 }
 
 // logEndRefresh is the least time between two ListOffsets requests for
@@ -430,7 +435,15 @@ func (s *kafkaSource) rebalance(handle func(), released map[string][]int32) {
 		s.mu.Unlock()
 		s.turn.Unlock()
 	}()
+	s.mu.Lock()
+	s.seeks = map[store.TopicPartition]int64{}
+	s.mu.Unlock()
 	handle()
+	s.mu.Lock()
+	seeks := s.seeks
+	s.seeks = nil
+	s.mu.Unlock()
+	s.position(seeks)
 	if len(released) == 0 {
 		return
 	}
@@ -758,13 +771,39 @@ func (s *kafkaSource) fetchCommitted(ctx context.Context, tp store.TopicPartitio
 // of it before is dropped.
 func (s *kafkaSource) Seek(tp store.TopicPartition, offset int64) {
 	s.mu.Lock()
-	again := s.consumed[tp]
-	s.consumed[tp] = true
-	s.mu.Unlock()
-	if again {
-		s.cl.RemoveConsumePartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+	if s.seeks != nil {
+		s.seeks[tp] = offset // in a callback: added with the others
+		s.mu.Unlock()
+		return
 	}
-	s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{tp.Topic: {tp.Partition: kgo.NewOffset().At(offset)}})
+	s.mu.Unlock()
+	s.position(map[store.TopicPartition]int64{tp: offset})
+}
+
+// position has cl fetch each partition of seeks from its offset, in one
+// call: a partition it fetched already starts over there.
+func (s *kafkaSource) position(seeks map[store.TopicPartition]int64) {
+	if len(seeks) == 0 {
+		return
+	}
+	again := map[string][]int32{}
+	add := map[string]map[int32]kgo.Offset{}
+	s.mu.Lock()
+	for tp, offset := range seeks {
+		if s.consumed[tp] {
+			again[tp.Topic] = append(again[tp.Topic], tp.Partition)
+		}
+		s.consumed[tp] = true
+		if add[tp.Topic] == nil {
+			add[tp.Topic] = map[int32]kgo.Offset{}
+		}
+		add[tp.Topic][tp.Partition] = kgo.NewOffset().At(offset)
+	}
+	s.mu.Unlock()
+	if len(again) > 0 {
+		s.cl.RemoveConsumePartitions(again)
+	}
+	s.cl.AddConsumePartitions(add)
 }
 
 func (s *kafkaSource) Resume(tp store.TopicPartition) {

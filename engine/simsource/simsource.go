@@ -7,7 +7,6 @@ package simsource
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
@@ -23,22 +22,21 @@ const DefaultMaxPoll = 500
 // engine.Source: rebalance callbacks run inside Poll, on the caller's
 // goroutine, and time is the cluster's virtual time.
 type Source struct {
-	c      *sim.Cluster
-	m      *sim.Member
-	group  string
-	h      engine.Handler
-	pos    map[store.TopicPartition]int64
-	paused map[store.TopicPartition]bool
-	// unresolved are assigned partitions whose committed offsets are not
-	// read yet: as franz-go's group consumer does (and Java's), the
-	// offsets of an assignment are fetched with RequireStable for all its
-	// partitions at once, retried while any is held by an open
-	// transaction, and none of them is fetched until all are read.
-	unresolved []store.TopicPartition
-	maxPoll    int
-	ctx        context.Context
-	callback   sim.Callbacks
-	topics     []string
+	c     *sim.Cluster
+	m     *sim.Member
+	group string
+	h     engine.Handler
+	// pos is the fetch position of each partition the engine has
+	// positioned (Seek): as the engine's Kafka source does, a partition
+	// is fetched only once the engine, having resolved its committed
+	// offset itself, tells it where from, so a partition whose offset is
+	// held is not fetched and the others are.
+	pos      map[store.TopicPartition]int64
+	paused   map[store.TopicPartition]bool
+	maxPoll  int
+	ctx      context.Context
+	callback sim.Callbacks
+	topics   []string
 }
 
 // New returns a factory for engine.Engine.NewRunner: a new member of
@@ -56,11 +54,7 @@ func New(c *sim.Cluster, group string, protocol sim.Protocol, maxPoll int, topic
 				for _, tp := range tps {
 					delete(s.paused, tp)
 				}
-				s.unresolved = append(s.unresolved, tps...)
-				// franz-go fetches the offsets after the callback,
-				// so after the takeovers it makes.
 				h.Assigned(s.ctx, tps)
-				s.resolve()
 			},
 			Revoked: func(_ *sim.Member, tps []store.TopicPartition) {
 				h.Revoked(s.ctx, tps)
@@ -86,24 +80,6 @@ func (s *Source) forget(tps []store.TopicPartition) {
 		delete(s.pos, tp)
 		delete(s.paused, tp)
 	}
-	s.unresolved = slices.DeleteFunc(s.unresolved, func(tp store.TopicPartition) bool { return slices.Contains(tps, tp) })
-}
-
-// resolve reads the committed offsets of the unresolved partitions, all or
-// none: while one is held by an open transaction, none is fetched.
-func (s *Source) resolve() {
-	offs := make([]int64, len(s.unresolved))
-	for i, tp := range s.unresolved {
-		off, err := s.CommittedOffset(s.ctx, tp)
-		if err != nil {
-			return
-		}
-		offs[i] = off
-	}
-	for i, tp := range s.unresolved {
-		s.pos[tp] = offs[i]
-	}
-	s.unresolved = nil
 }
 
 // Poll implements engine.Source: one poll of the member (a stalled member does
@@ -112,7 +88,6 @@ func (s *Source) resolve() {
 func (s *Source) Poll(ctx context.Context, _ time.Duration) ([]engine.Record, error) {
 	s.ctx = ctx
 	s.m.Poll(s.callback)
-	s.resolve()
 	var out []engine.Record
 	for _, tp := range s.m.Owned() {
 		pos, ok := s.pos[tp]
@@ -150,13 +125,8 @@ func (s *Source) CommittedOffset(_ context.Context, tp store.TopicPartition) (in
 	return off, nil
 }
 
-// Seek implements engine.Source. Like franz-go's SetOffsets it skips a partition
-// whose committed offset is not read yet.
-func (s *Source) Seek(tp store.TopicPartition, offset int64) {
-	if !slices.Contains(s.unresolved, tp) {
-		s.pos[tp] = offset
-	}
-}
+// Seek implements engine.Source: tp is fetched from offset on.
+func (s *Source) Seek(tp store.TopicPartition, offset int64) { s.pos[tp] = offset }
 
 // Resume implements engine.Source.
 func (s *Source) Resume(tp store.TopicPartition) { delete(s.paused, tp) }
