@@ -281,6 +281,7 @@ func (c *chaos) verify(ctx context.Context, adm *kadm.Client, mr *modeReport) er
 					mr.TailMissing++
 				case seen > 1:
 					mr.TailDuplicates += int64(seen - 1)
+					mr.TailInputsDup++
 				}
 				if seen != n && len(mr.TailDiffers) < 5 {
 					mr.TailDiffers = append(mr.TailDiffers, fmt.Sprintf("input %d/%d: %d outputs seen during the run, %d after", k.p, k.off, seen, n))
