@@ -47,11 +47,14 @@ type modeReport struct {
 	DoubledEvents int64    `json:"doubled_events"`
 	WrongExamples []string `json:"wrong_examples,omitempty"`
 	// (2) outputs
-	OutputsRead      int64 `json:"outputs_read"`
-	OutputsMissing   int64 `json:"outputs_missing"`
-	OutputDuplicates int64 `json:"output_duplicates"`
-	InputsDuplicated int64 `json:"inputs_with_duplicate_outputs"`
-	OutputsForeign   int   `json:"outputs_foreign"`
+	OutputsRead    int64 `json:"outputs_read"`
+	OutputsMissing int64 `json:"outputs_missing"`
+	// MissingExamples are the first inputs (partition/offset) without an
+	// output.
+	MissingExamples  []string `json:"missing_examples,omitempty"`
+	OutputDuplicates int64    `json:"output_duplicates"`
+	InputsDuplicated int64    `json:"inputs_with_duplicate_outputs"`
+	OutputsForeign   int      `json:"outputs_foreign"`
 	// (2b) the concurrent read_committed consumer
 	TailChecked    bool     `json:"concurrent_checked"`
 	TailRead       int64    `json:"concurrent_outputs_read"`
@@ -228,6 +231,9 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  (2) outputs read_committed     %d for %d inputs: missing %d, duplicates %d (over %d inputs)\n",
 			m.OutputsRead, m.EventsIn, m.OutputsMissing, m.OutputDuplicates, m.InputsDuplicated)
+		if len(m.MissingExamples) > 0 {
+			fmt.Fprintf(w, "        the first inputs without an output: %s\n", strings.Join(m.MissingExamples, " "))
+		}
 		fmt.Fprintf(w, "  (2b) concurrent read_committed %d outputs read during the run: missing %d, duplicates %d (over %d inputs), foreign %d, inputs differing from (2) %d\n",
 			m.TailRead, m.TailMissing, m.TailDuplicates, m.TailInputsDup, m.TailForeign, m.TailDiffering)
 		for _, e := range m.TailDiffers {

@@ -65,11 +65,11 @@ func summarizeReports(w io.Writer, files []string) error {
 				}
 			}
 			exactS := fmt.Sprintf("%d/%d", m.Keys-m.KeysWrong, m.Keys)
-			fmt.Fprintf(w, "%-14s %-7s %-5v %-20s %-6d %-9s %-9d %-9d %-8d %-6d %-8d %-9.1fs %s\n",
+			fmt.Fprintf(w, "%-14s %-7s %-5v %-20s %-6d %-9s %-9d %-9d %-8d %-6d %-8d %-10s %s\n",
 				name, m.Verdict, m.Hang,
 				fmt.Sprintf("%d/%d/%d", m.HangLogs["aborted"], m.HangLogs["takeover-left-open"], m.HangLogs["recovery-held"]),
 				len(m.Holds), exactS, m.InputsDuplicated, m.OutputsMissing, m.TailInputsDup, len(m.Hanging), len(m.OpenAtEnd),
-				m.UnheldGapSeconds, strings.Join(kinds, ", "))
+				fmt.Sprintf("%.1fs", m.UnheldGapSeconds), strings.Join(kinds, ", "))
 		}
 	}
 	fmt.Fprintf(w, "\n%d runs: %d passed; %d met a hanging transaction; state exact in %d; outputs seen twice in %d, never in %d; "+
