@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-warm bench-failover bench-scale it it-cluster it-secure props-long html-check failover chaos chaos-short
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-warm bench-failover bench-scale it it-cluster it-secure props-long html-check failover chaos chaos-short probe
 
 all: lint test
 
@@ -274,3 +274,23 @@ chaos-short:
 	@it/kafka/cluster classpath
 	@bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && $(GO) build -o "$$bin/chaos" ./it/chaos && \
 	it/kafka/cluster run "$$bin/chaos" $(CHAOSSHORTARGS) $(CHAOSARGS)
+
+## probe: the fault probe (it/chaos/probe): PROBERUNS runs of it/chaos,
+## each on a fresh single-node Kafka (PROBENODES), exactly-once, 3 members
+## over 8 input partitions at 2700 records/s for 75 s (~200k records),
+## the members aborting hanging transactions (-abort-hanging); then one
+## table: hanging transactions met, exact state, outputs a read_committed
+## reader saw twice or never, hanging transactions left, the longest time
+## an unheld partition folded nothing during a hold. PROBEARGS: the fault
+## schedule, e.g. '-broker-kills 3' (broker SIGKILLs under load) or
+## '-kills-in-outage 1' (an engine SIGKILLed while the broker is down,
+## then both restarted). PROBEOUT: where the reports and logs go.
+PROBERUNS  ?= 3
+PROBENODES ?= 1
+PROBEOUT   ?= probe-out
+PROBEBASE  ?= -mode eos -members 3 -partitions 8 -rate 2700 -duration 75s -abort-hanging -kills 0 -stops 0 -pauses 0 -broker-kills 0 -broker-restarts 0
+PROBEARGS  ?= -broker-kills 3
+probe:
+	@it/kafka/cluster classpath
+	@bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && $(GO) build -o "$$bin/chaos" ./it/chaos && \
+	SNAPFENCE_KAFKA_NODES=$(PROBENODES) it/chaos/probe "$$bin/chaos" $(PROBERUNS) $(PROBEOUT) $(PROBEBASE) $(PROBEARGS)

@@ -32,9 +32,15 @@ const (
 	enginePause   = "engine-pause"   // SIGSTOP past the session timeout, then SIGCONT
 	brokerKill    = "broker-kill"    // SIGKILL of a node, then restart-node
 	brokerRestart = "broker-restart" // stop-node (SIGTERM), then restart-node
+	// A broker node SIGKILLed, an engine process SIGKILLed while the node
+	// is down, then the node restarted, then the engine: on a single
+	// node, the engine dies with its transaction open while no
+	// coordinator is there to end it, and the restarted coordinator may
+	// have lost the tail of __transaction_state.
+	outageKill = "engine-kill-in-outage"
 )
 
-var faultKinds = []string{engineKill, engineStop, enginePause, brokerKill, brokerRestart}
+var faultKinds = []string{engineKill, engineStop, enginePause, brokerKill, brokerRestart, outageKill}
 
 // The roles a broker kill aims at, in turn.
 const (
@@ -57,6 +63,8 @@ func (f fault) String() string {
 		return fmt.Sprintf("%s (the %s)", f.Kind, f.Role)
 	case brokerRestart:
 		return fmt.Sprintf("%s node %d", f.Kind, f.Node)
+	case outageKill:
+		return fmt.Sprintf("%s m%d (broker: the %s)", f.Kind, f.Member, f.Role)
 	default:
 		return fmt.Sprintf("%s m%d", f.Kind, f.Member)
 	}
@@ -64,7 +72,7 @@ func (f fault) String() string {
 
 // makeSchedule draws the order of the faults from seed: the same seed and
 // sizes give the same schedule.
-func makeSchedule(seed uint64, members, nodes, kills, stops, pauses, bkills, brestarts int) []fault {
+func makeSchedule(seed uint64, members, nodes, kills, stops, pauses, bkills, brestarts, okills int) []fault {
 	var s []fault
 	for i := range kills {
 		s = append(s, fault{Kind: engineKill, Member: i % members})
@@ -81,6 +89,9 @@ func makeSchedule(seed uint64, members, nodes, kills, stops, pauses, bkills, bre
 	}
 	for i := range brestarts {
 		s = append(s, fault{Kind: brokerRestart, Node: i % max(nodes, 1)})
+	}
+	for i := range okills {
+		s = append(s, fault{Kind: outageKill, Member: i % members, Role: roles[(i+1)%len(roles)]})
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	rng.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
@@ -101,7 +112,10 @@ type chaos struct {
 	timeout    time.Duration
 	keep       bool
 	verbose    bool
-	broken     string // -break: the members' deliberate bug (a negative control)
+	broken     string        // -break: the members' deliberate bug (a negative control)
+	abortHang  bool          // -abort-hanging: the members' kafka.Config.AbortHangingTransactions
+	duration   time.Duration // -duration: the faults spread over it, the producer runs at least as long
+	outage     time.Duration // -outage: how long a node stays down in an engine-kill-in-outage
 	schedule   []fault
 	// killed are the nodes killed in the current round of broker kills:
 	// each node is killed once before any is killed again.
@@ -118,6 +132,7 @@ type chaos struct {
 	tmp      string
 	failures []string // members that died on their own
 	start    time.Time
+	holds    holdWatch // the partitions held, and how long the others folded nothing meanwhile
 }
 
 // proc is one incarnation of a member process.
@@ -222,7 +237,8 @@ func (c *chaos) startMember(i int) (*proc, error) {
 		return nil, err
 	}
 	args := []string{"-member", name, "-brokers", strings.Join(c.seeds, ","), "-topic", c.topic, "-output", c.output,
-		"-dir", filepath.Join(c.tmp, name), "-mode", c.mode, "-session", c.session.String(), "-break", c.broken}
+		"-dir", filepath.Join(c.tmp, name), "-mode", c.mode, "-session", c.session.String(), "-break", c.broken,
+		fmt.Sprintf("-abort-hanging=%v", c.abortHang)}
 	cmd := exec.Command(exe, args...)
 	// A child dies with this process even if it is SIGKILLed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -264,6 +280,7 @@ func (c *chaos) startMember(i int) (*proc, error) {
 					c.logf("  %s#%d running %v other %v live %v %s", name, inc, ev.Running, ev.Other, ev.Live, ev.Err)
 				}
 				p.status, p.statusAt = ev, time.Now()
+				c.holds.observe(c, p, ev)
 			case "exit":
 				if ev.Err != "" {
 					p.exitErr = errors.New(ev.Err)
@@ -442,6 +459,7 @@ func (c *chaos) runMode(mode string) (*modeReport, error) {
 	c.mu.Lock()
 	c.procs = map[string]*proc{}
 	c.failures = nil
+	c.holds.reset(c.partitions)
 	c.mu.Unlock()
 	c.notify = make(chan struct{}, 1)
 	passed := false
@@ -515,8 +533,16 @@ func (c *chaos) runMode(mode string) (*modeReport, error) {
 		return mr, err
 	}
 	c.logf("steady: every partition running after %.1fs; %d records in", time.Since(t0).Seconds(), acked.Load())
+	steady := time.Now()
+	c.countGaps(true)
 
 	for i, f := range c.schedule {
+		// With -duration the faults are spread over it: fault i is due
+		// at i+1 n+1ths of it (a pace, not a synchronisation: the
+		// recovery before it was observed).
+		if err := c.pace(steady, time.Duration(int64(c.duration)*int64(i+1)/int64(len(c.schedule)+1))); err != nil {
+			return mr, err
+		}
 		rec, err := c.inject(ctx, f, &acked)
 		rec.Index = i + 1
 		mr.FaultLog = append(mr.FaultLog, rec)
@@ -531,6 +557,10 @@ func (c *chaos) runMode(mode string) (*modeReport, error) {
 			rec.Detail, acked.Load())
 	}
 
+	if err := c.pace(steady, c.duration); err != nil {
+		return mr, err
+	}
+	c.countGaps(false)
 	c.logf("schedule done; stopping the producer")
 	if err := stopProducer(); err != nil {
 		return mr, err
@@ -541,10 +571,46 @@ func (c *chaos) runMode(mode string) (*modeReport, error) {
 	}
 	c.mu.Lock()
 	mr.MemberFailures = append(mr.MemberFailures, c.failures...)
+	c.holds.finish()
+	mr.Holds, mr.HeldErrors = c.holds.holds, c.holds.heldErrs
+	mr.HeldMaxSeconds = c.holds.heldMax.Seconds()
+	mr.UnheldGapSeconds, mr.UnheldGapWhere = c.holds.gap.Seconds(), c.holds.gapWhere
 	c.mu.Unlock()
+	var err2 error
+	mr.HangLogs, mr.HangLogExamples, err2 = scanHangLogs(c.tmp, c.members)
+	if err2 != nil {
+		mr.Problems = append(mr.Problems, "reading the members' logs: "+err2.Error())
+	}
 	mr.finish()
 	passed = mr.Verdict == "pass"
 	return mr, nil
+}
+
+// countGaps starts or stops counting how long unheld partitions fold
+// nothing during a hold.
+func (c *chaos) countGaps(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holds.count(on)
+}
+
+// pace waits until since+d, the time -duration gives the next step; the
+// members that die meanwhile are started again.
+func (c *chaos) pace(since time.Time, d time.Duration) error {
+	due := since.Add(d)
+	for {
+		left := time.Until(due)
+		if left <= 0 {
+			return nil
+		}
+		if err := c.reviveDead(); err != nil {
+			return err
+		}
+		select {
+		case <-c.notify:
+		case <-time.After(left):
+		}
+	}
 }
 
 // faultRecord is one injected fault and its recovery.
@@ -627,7 +693,14 @@ func (c *chaos) inject(ctx context.Context, f fault, acked *atomic.Int64) (fault
 		}
 		rec.Target = fmt.Sprintf("node %d", node)
 		t0 := time.Now()
-		if f.Kind == brokerKill {
+		c.countGaps(false)
+		if f.Kind == brokerKill && c.nodes == 1 {
+			// A single node: nothing serves until it is back, so it is
+			// started again at once, under the load that piled up.
+			if err := c.cluster.KillNode(ctx, node); err != nil {
+				return rec, err
+			}
+		} else if f.Kind == brokerKill {
 			if err := c.cluster.KillNode(ctx, node); err != nil {
 				return rec, err
 			}
@@ -651,6 +724,7 @@ func (c *chaos) inject(ctx context.Context, f fault, acked *atomic.Int64) (fault
 		if err := c.cluster.WaitHealthy(ctx, c.timeout); err != nil {
 			return rec, err
 		}
+		c.countGaps(true)
 		// Most of a broker fault's recovery is the node's: its JVM's
 		// start and its replicas catching up. Said apart from the
 		// engine's part, which follows.
@@ -661,8 +735,60 @@ func (c *chaos) inject(ctx context.Context, f fault, acked *atomic.Int64) (fault
 		}
 		rec.RecoverSeconds = time.Since(t0).Seconds()
 		return rec, nil
+
+	case outageKill:
+		return c.injectOutageKill(ctx, f, rec)
 	}
 	return rec, fmt.Errorf("unknown fault kind %q", f.Kind)
+}
+
+// injectOutageKill SIGKILLs a broker node, then the member while the node
+// is down, then restarts the node (waiting for the cluster to be healthy),
+// then the member, and waits for every partition to run again.
+func (c *chaos) injectOutageKill(ctx context.Context, f fault, rec faultRecord) (faultRecord, error) {
+	name := fmt.Sprintf("m%d", f.Member)
+	node, detail, err := c.pickNode(ctx, f.Role)
+	if err != nil {
+		return rec, err
+	}
+	rec.Target, rec.Detail = fmt.Sprintf("%s, node %d", name, node), detail
+	c.mu.Lock()
+	p := c.procs[name]
+	p.expected = true
+	c.mu.Unlock()
+	t0 := time.Now()
+	c.countGaps(false)
+	if err := c.cluster.KillNode(ctx, node); err != nil {
+		return rec, err
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return rec, err
+	}
+	if err := c.waitFor(name+" exiting after SIGKILL with the node down", func() bool { return exited(p) }); err != nil {
+		return rec, err
+	}
+	// -outage: the node stays down that long after the member died (a
+	// fault's shape, not a synchronisation).
+	if err := c.pace(t0, c.outage); err != nil {
+		return rec, err
+	}
+	if err := c.cluster.RestartNode(ctx, node); err != nil {
+		return rec, err
+	}
+	if err := c.cluster.WaitHealthy(ctx, c.timeout); err != nil {
+		return rec, err
+	}
+	c.countGaps(true)
+	rec.Detail += fmt.Sprintf("; node down %.1fs, cluster healthy again", time.Since(t0).Seconds())
+	if _, err := c.startMember(f.Member); err != nil {
+		return rec, err
+	}
+	since := time.Now()
+	if err := c.waitFor("every partition running after "+rec.Fault, func() bool { return c.allRunning(since, "", true) }); err != nil {
+		return rec, err
+	}
+	rec.RecoverSeconds = time.Since(t0).Seconds()
+	return rec, nil
 }
 
 // pickNode chooses the node a broker kill aims at: one holding role (the

@@ -20,12 +20,15 @@
 // SIGCONTinued (a zombie that wakes up); a broker node SIGKILLed (in turn
 // the active controller and the leaders of __transaction_state and
 // __consumer_offsets partitions, as `it/kafka/cluster leaders` names them)
-// and started again, and a node restarted cleanly. After each fault the
+// and started again, and a node restarted cleanly; with -kills-in-outage,
+// a node SIGKILLed, an engine process SIGKILLed while it is down, then
+// the node and the engine started again. After each fault the
 // run waits for recovery, observed: for a broker fault `cluster
 // wait-healthy`, and for every fault every input partition running again
 // on exactly one live member (the members' status lines) with every member
 // owning some. Every wait has a deadline that fails the run naming what it
-// waited for; nothing sleeps a fixed time to synchronise.
+// waited for; nothing sleeps a fixed time to synchronise. With -duration
+// the faults are spread over that time and the producer runs as long.
 //
 // Then, with the producer stopped and every partition's committed offset
 // observed at the input's end, the verifier reads the topics back: (1)
@@ -44,9 +47,19 @@
 // duplicate, any stale overwrite, any hanging or open transaction, any
 // member that died on its own, or any failed wait.
 //
+// The report also says whether a hanging transaction (one its coordinator
+// forgot) was met: the store's log lines that abort or report one, or a
+// held partition's error naming one; the holds the members' status showed
+// (-abort-hanging runs the members with
+// kafka.Config.AbortHangingTransactions); and the longest time a partition
+// that was not held folded nothing while one was. -summarize prints one
+// table of several runs' -report files: `make probe` (it/chaos/probe)
+// repeats a run on a fresh single-node broker each time.
+//
 //	make chaos-short                                   # < 8 min: eos, 7 faults
 //	make chaos CHAOSARGS='-seed 7'                     # the default size (21 faults), both modes
 //	it/kafka/cluster run go run ./it/chaos -seed 7 -mode alo   # by hand
+//	make probe PROBERUNS=7 PROBEARGS='-broker-kills 3'          # the fault probe, a fresh single node a run
 //
 // The cluster comes from SNAPFENCE_KAFKA_BROKERS and SNAPFENCE_KAFKA_CLUSTER
 // (`it/kafka/cluster run` sets both); -brokers and -cluster override them.
@@ -58,6 +71,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -96,6 +110,13 @@ type event struct {
 	Live    bool    `json:"live"`
 	At      int64   `json:"at"` // unix nanoseconds
 	Err     string  `json:"err,omitempty"`
+	// Held are the partitions waiting on a transaction the takeover did
+	// not end (PartitionStatus.Held), HeldErr the first one's error.
+	Held    []int32 `json:"held,omitempty"`
+	HeldErr string  `json:"held_err,omitempty"`
+	// Folds counts the records this incarnation folded, per partition:
+	// the parent sees from it when a partition last made progress.
+	Folds map[int32]int64 `json:"folds,omitempty"`
 }
 
 func main() {
@@ -108,6 +129,7 @@ func main() {
 		dir     = flag.String("dir", "", "member: cache directory")
 		mode    = flag.String("mode", "both", "eos (exactly-once outputs), alo (at-least-once outputs) or both, one after the other; member: eos or alo")
 		session = flag.Duration("session", 0, "KafkaConfig.SessionTimeout of the members (0: the default, 10s)")
+		abortH  = flag.Bool("abort-hanging", false, "the members run with kafka.Config.AbortHangingTransactions (they abort a hanging transaction of their own partition)")
 		broken  = flag.String("break", "", "a negative control: the members' fold has a deliberate bug the verifier must catch: "+
 			"double-output (two outputs an input: duplicates under eos) or lose-event (every 97th sequence number is not folded: state lost)")
 
@@ -121,6 +143,10 @@ func main() {
 		pauses     = flag.Int("pauses", -1, "engine SIGSTOPs past the session timeout, then SIGCONT (-1: one per member)")
 		bkills     = flag.Int("broker-kills", -1, "broker SIGKILLs, each node in turn (-1: one per node)")
 		brestarts  = flag.Int("broker-restarts", -1, "clean broker restarts, each node in turn (-1: one per node)")
+		okills     = flag.Int("kills-in-outage", 0, "broker SIGKILLs during each of which an engine process is SIGKILLed, then the node and the engine restarted")
+		outage     = flag.Duration("outage", 0, "with -kills-in-outage: how long the node stays down after the engine died")
+		duration   = flag.Duration("duration", 0, "the producer runs at least this long after the steady state, the faults spread evenly over it (0: the faults back to back)")
+		summarize  = flag.Bool("summarize", false, "print one table of the -report JSON files given as arguments (the probe's runs) and exit")
 		timeout    = flag.Duration("recover-timeout", 3*time.Minute, "deadline of every wait for recovery")
 		reportFile = flag.String("report", "", "also write the report as JSON to this file")
 		keep       = flag.Bool("keep", false, "keep the members' directories and logs even if the run passed")
@@ -129,6 +155,13 @@ func main() {
 		nodes      = flag.Int("nodes", 3, "with -print-schedule: the cluster's node count")
 	)
 	flag.Parse()
+	if *summarize {
+		if err := summarizeReports(os.Stdout, flag.Args()); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			os.Exit(2)
+		}
+		return
+	}
 	if *only {
 		def := func(v *int, d int) {
 			if *v < 0 {
@@ -140,7 +173,7 @@ func main() {
 		def(pauses, *members)
 		def(bkills, *nodes)
 		def(brestarts, *nodes)
-		for i, f := range makeSchedule(*seed, *members, *nodes, *kills, *stops, *pauses, *bkills, *brestarts) {
+		for i, f := range makeSchedule(*seed, *members, *nodes, *kills, *stops, *pauses, *bkills, *brestarts, *okills) {
 			fmt.Printf("%2d  %s\n", i+1, f)
 		}
 		return
@@ -151,7 +184,7 @@ func main() {
 	}
 	seeds := strings.Split(*brokers, ",")
 	if *member != "" {
-		if err := runMember(*member, seeds, *topic, *output, *dir, *mode, *broken, *session); err != nil {
+		if err := runMember(*member, seeds, *topic, *output, *dir, *mode, *broken, *session, *abortH); err != nil {
 			emit(event{Member: *member, Ev: "exit", Err: err.Error()})
 			os.Exit(1)
 		}
@@ -187,6 +220,7 @@ func main() {
 	c := &chaos{
 		seeds: seeds, clusterDir: *cluster, seed: *seed, members: *members, partitions: int32(*partitions),
 		keys: *keys, rate: *rate, session: *session, timeout: *timeout, keep: *keep, verbose: *verbose, broken: *broken,
+		abortHang: *abortH, duration: *duration, outage: *outage,
 	}
 	if err := c.openCluster(); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
@@ -194,11 +228,11 @@ func main() {
 	}
 	def(bkills, c.nodes)
 	def(brestarts, c.nodes)
-	if (*bkills > 0 || *brestarts > 0) && c.cluster == nil {
-		fmt.Fprintln(os.Stderr, "chaos: broker faults need the cluster's directory: -cluster or SNAPFENCE_KAFKA_CLUSTER (it/kafka/cluster run sets it), or -broker-kills 0 -broker-restarts 0")
+	if (*bkills > 0 || *brestarts > 0 || *okills > 0) && c.cluster == nil {
+		fmt.Fprintln(os.Stderr, "chaos: broker faults need the cluster's directory: -cluster or SNAPFENCE_KAFKA_CLUSTER (it/kafka/cluster run sets it), or -broker-kills 0 -broker-restarts 0 -kills-in-outage 0")
 		os.Exit(2)
 	}
-	c.schedule = makeSchedule(*seed, *members, c.nodes, *kills, *stops, *pauses, *bkills, *brestarts)
+	c.schedule = makeSchedule(*seed, *members, c.nodes, *kills, *stops, *pauses, *bkills, *brestarts, *okills)
 
 	// Every child dies with this process, however it ends: the deferred
 	// kills on the normal paths, and this handler on a signal.
@@ -258,16 +292,22 @@ const (
 	breakLoseEvent    = "lose-event"
 )
 
-func runMember(name string, seeds []string, topic, output, dir, mode, broken string, session time.Duration) error {
+func runMember(name string, seeds []string, topic, output, dir, mode, broken string, session time.Duration, abortHanging bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("member", name)
-	b, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: seeds, TransactionalIDPrefix: topic, Logger: log})
+	b, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: seeds, TransactionalIDPrefix: topic, Logger: log,
+		AbortHangingTransactions: abortHanging})
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	var foldsMu sync.Mutex
+	folds := map[int32]int64{}
 	fold := func(key []byte, s state, exists bool, rec engine.Record) (engine.Result[state], error) {
+		foldsMu.Lock()
+		folds[rec.Partition]++
+		foldsMu.Unlock()
 		seq, err := strconv.ParseInt(string(rec.Value), 10, 64)
 		if err != nil {
 			return engine.Result[state]{}, fmt.Errorf("input %d/%d: value %q: %w", rec.Partition, rec.Offset, rec.Value, err)
@@ -341,14 +381,24 @@ func runMember(name string, seeds []string, topic, output, dir, mode, broken str
 				} else {
 					ev.Other = append(ev.Other, ps.Input.Partition)
 				}
+				if ps.Held {
+					ev.Held = append(ev.Held, ps.Input.Partition)
+					if ev.HeldErr == "" && ps.Err != nil {
+						ev.HeldErr = ps.Err.Error()
+					}
+				}
 			}
 			slices.Sort(ev.Running)
 			slices.Sort(ev.Other)
+			slices.Sort(ev.Held)
+			foldsMu.Lock()
+			ev.Folds = maps.Clone(folds)
+			foldsMu.Unlock()
 			if st.Err != nil {
 				ev.Err = st.Err.Error()
 			}
 			if slices.Equal(ev.Running, last.Running) && slices.Equal(ev.Other, last.Other) && ev.Live == last.Live &&
-				ev.Err == last.Err && time.Since(lastAt) < time.Second {
+				ev.Err == last.Err && slices.Equal(ev.Held, last.Held) && maps.Equal(ev.Folds, last.Folds) && time.Since(lastAt) < time.Second {
 				continue
 			}
 			emit(ev)

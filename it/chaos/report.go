@@ -47,16 +47,20 @@ type modeReport struct {
 	DoubledEvents int64    `json:"doubled_events"`
 	WrongExamples []string `json:"wrong_examples,omitempty"`
 	// (2) outputs
-	OutputsRead      int64 `json:"outputs_read"`
-	OutputsMissing   int64 `json:"outputs_missing"`
-	OutputDuplicates int64 `json:"output_duplicates"`
-	InputsDuplicated int64 `json:"inputs_with_duplicate_outputs"`
-	OutputsForeign   int   `json:"outputs_foreign"`
+	OutputsRead    int64 `json:"outputs_read"`
+	OutputsMissing int64 `json:"outputs_missing"`
+	// MissingExamples are the first inputs (partition/offset) without an
+	// output.
+	MissingExamples  []string `json:"missing_examples,omitempty"`
+	OutputDuplicates int64    `json:"output_duplicates"`
+	InputsDuplicated int64    `json:"inputs_with_duplicate_outputs"`
+	OutputsForeign   int      `json:"outputs_foreign"`
 	// (2b) the concurrent read_committed consumer
 	TailChecked    bool     `json:"concurrent_checked"`
 	TailRead       int64    `json:"concurrent_outputs_read"`
 	TailMissing    int64    `json:"concurrent_missing"`
 	TailDuplicates int64    `json:"concurrent_duplicates"`
+	TailInputsDup  int64    `json:"concurrent_inputs_duplicated"`
 	TailForeign    int      `json:"concurrent_foreign"`
 	TailDiffering  int64    `json:"concurrent_inputs_differing"`
 	TailDiffers    []string `json:"concurrent_differ_examples,omitempty"`
@@ -71,6 +75,21 @@ type modeReport struct {
 	Hanging        []string `json:"hanging,omitempty"`
 	OpenAtEnd      []string `json:"open_at_end,omitempty"`
 	ReadIncomplete []string `json:"read_incomplete,omitempty"`
+	// Hanging transactions met during the run: the store's log lines by
+	// kind (aborted, takeover-left-open, recovery-held), and the holds
+	// the members' status showed (PartitionStatus.Held). Hang: one of
+	// those lines, or a held partition's error naming a hanging
+	// transaction.
+	Hang            bool           `json:"hang"`
+	HangLogs        map[string]int `json:"hang_logs,omitempty"`
+	HangLogExamples []string       `json:"hang_log_examples,omitempty"`
+	Holds           []string       `json:"holds,omitempty"`
+	HeldErrors      []string       `json:"held_errors,omitempty"`
+	HeldMaxSeconds  float64        `json:"held_max_seconds"`
+	// The longest time a partition that was not held folded nothing while
+	// one was (the producer running and every broker up), and which.
+	UnheldGapSeconds float64 `json:"unheld_gap_seconds"`
+	UnheldGapWhere   string  `json:"unheld_gap_where,omitempty"`
 	// (5) offsets
 	OffsetsAtEnd   bool     `json:"offsets_at_end"`
 	OffsetProblems []string `json:"offset_problems,omitempty"`
@@ -109,6 +128,12 @@ func (m *modeReport) recovery() {
 // finish computes the recovery figures and the verdict.
 func (m *modeReport) finish() {
 	m.recovery()
+	for _, n := range m.HangLogs {
+		m.Hang = m.Hang || n > 0
+	}
+	for _, e := range m.HeldErrors {
+		m.Hang = m.Hang || strings.Contains(e, "hanging") || strings.Contains(e, "left open")
+	}
 	var why []string
 	if m.LostEvents > 0 || m.KeysWrong > 0 {
 		why = append(why, fmt.Sprintf("(1) %d keys wrong: %d events lost, %d doubled", m.KeysWrong, m.LostEvents, m.DoubledEvents))
@@ -206,8 +231,11 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  (2) outputs read_committed     %d for %d inputs: missing %d, duplicates %d (over %d inputs)\n",
 			m.OutputsRead, m.EventsIn, m.OutputsMissing, m.OutputDuplicates, m.InputsDuplicated)
-		fmt.Fprintf(w, "  (2b) concurrent read_committed %d outputs read during the run: missing %d, duplicates %d, foreign %d, inputs differing from (2) %d\n",
-			m.TailRead, m.TailMissing, m.TailDuplicates, m.TailForeign, m.TailDiffering)
+		if len(m.MissingExamples) > 0 {
+			fmt.Fprintf(w, "        the first inputs without an output: %s\n", strings.Join(m.MissingExamples, " "))
+		}
+		fmt.Fprintf(w, "  (2b) concurrent read_committed %d outputs read during the run: missing %d, duplicates %d (over %d inputs), foreign %d, inputs differing from (2) %d\n",
+			m.TailRead, m.TailMissing, m.TailDuplicates, m.TailInputsDup, m.TailForeign, m.TailDiffering)
 		for _, e := range m.TailDiffers {
 			fmt.Fprintf(w, "        %s\n", e)
 		}
@@ -221,6 +249,18 @@ func (r *report) print(w io.Writer) {
 			fmt.Fprintf(w, "        %s\n", e)
 		}
 		fmt.Fprintf(w, "  (5) committed offsets at end   %v\n", m.OffsetsAtEnd)
+		fmt.Fprintf(w, "  hanging transaction met        %v (store log lines %v)\n", m.Hang, m.HangLogs)
+		for _, e := range m.HangLogExamples {
+			fmt.Fprintf(w, "        %s\n", e)
+		}
+		fmt.Fprintf(w, "  holds                          %d, longest %.1fs; unheld partitions folded nothing for at most %.1fs during a hold %s\n",
+			len(m.Holds), m.HeldMaxSeconds, m.UnheldGapSeconds, m.UnheldGapWhere)
+		for _, e := range m.Holds {
+			fmt.Fprintf(w, "        %s\n", e)
+		}
+		for _, e := range m.HeldErrors {
+			fmt.Fprintf(w, "        held: %s\n", e)
+		}
 		for _, f := range m.MemberFailures {
 			fmt.Fprintf(w, "  member failure: %s\n", f)
 		}

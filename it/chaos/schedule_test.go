@@ -8,12 +8,12 @@ import (
 // The same seed gives the same schedule; another seed another order of
 // the same faults.
 func TestScheduleFromSeed(t *testing.T) {
-	a := makeSchedule(7, 3, 3, 9, 3, 3, 3, 3)
-	b := makeSchedule(7, 3, 3, 9, 3, 3, 3, 3)
+	a := makeSchedule(7, 3, 3, 9, 3, 3, 3, 3, 0)
+	b := makeSchedule(7, 3, 3, 9, 3, 3, 3, 3, 0)
 	if !slices.Equal(a, b) {
 		t.Fatalf("seed 7 gave two schedules:\n%v\n%v", a, b)
 	}
-	c := makeSchedule(8, 3, 3, 9, 3, 3, 3, 3)
+	c := makeSchedule(8, 3, 3, 9, 3, 3, 3, 3, 0)
 	if slices.Equal(a, c) {
 		t.Fatalf("seeds 7 and 8 gave the same schedule %v", a)
 	}

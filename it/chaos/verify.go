@@ -248,10 +248,19 @@ func (c *chaos) verify(ctx context.Context, adm *kadm.Client, mr *modeReport) er
 	}
 	mr.ReadIncomplete = append(mr.ReadIncomplete, incomplete...)
 	mr.OutputsForeign = strange
-	for _, n := range inputs {
+	for _, k := range slices.SortedFunc(maps.Keys(inputs), func(x, y io) int {
+		if x.p != y.p {
+			return int(x.p - y.p)
+		}
+		return int(x.off - y.off)
+	}) {
+		n := inputs[k]
 		switch {
 		case n == 0:
 			mr.OutputsMissing++
+			if len(mr.MissingExamples) < 10 {
+				mr.MissingExamples = append(mr.MissingExamples, fmt.Sprintf("%d/%d", k.p, k.off))
+			}
 		case n > 1:
 			mr.OutputDuplicates += int64(n - 1)
 			mr.InputsDuplicated++
@@ -281,6 +290,7 @@ func (c *chaos) verify(ctx context.Context, adm *kadm.Client, mr *modeReport) er
 					mr.TailMissing++
 				case seen > 1:
 					mr.TailDuplicates += int64(seen - 1)
+					mr.TailInputsDup++
 				}
 				if seen != n && len(mr.TailDiffers) < 5 {
 					mr.TailDiffers = append(mr.TailDiffers, fmt.Sprintf("input %d/%d: %d outputs seen during the run, %d after", k.p, k.off, seen, n))
