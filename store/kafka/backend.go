@@ -371,7 +371,7 @@ func (b *Backend) describeOutput(ctx context.Context, topic string) (int, error)
 	td, ok := details[topic]
 	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
 		return 0, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", topic), Problem: "does not exist",
-			Fix: fmt.Sprintf("create it (kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions N), or set Config.CreateOutputTopics",
+			Fix: fmt.Sprintf("create it (kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions N), or set kafka.Config.CreateOutputTopics",
 				b.cfg.SeedBrokers[0], topic),
 			Err: ErrTopicMissing}
 	}
