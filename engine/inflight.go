@@ -133,16 +133,14 @@ func (r *Runner[S]) reapOne(ctx context.Context, f *flow[S]) error {
 		if err := r.durableAt(f, cp, cpOK); err != nil { // the commit's marker moved the checkpoint
 			return err
 		}
-		r.e.cfg.Metrics.lag(f.tp, f.core.Consumed()-s.offset)
-		r.status.committed(f.tp, f.part.CommittedOffset())
+		r.status.committed(f.tp, f.part.CommittedOffset(), f.core.Consumed()-s.offset)
 		return nil
 	default: // startedBatch
 		if err := r.committedBatchAt(f, s.snaps, errs[0], cp, cpOK); err != nil {
 			return err
 		}
 		r.e.cfg.Metrics.flushed(len(s.snaps), time.Since(s.begin))
-		r.e.cfg.Metrics.lag(f.tp, f.core.Consumed()-s.offset)
-		r.status.committed(f.tp, f.part.CommittedOffset())
+		r.status.committed(f.tp, f.part.CommittedOffset(), f.core.Consumed()-s.offset)
 		return nil
 	}
 }

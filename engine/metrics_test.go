@@ -76,3 +76,55 @@ func TestMetricsCountFoldsFlushesTransactionsAndRecoveries(t *testing.T) {
 		t.Fatalf("fences = %v, want 0", got["snapfence_fences_total"])
 	}
 }
+
+// A partition given back in a rebalance keeps no committable offset lag
+// series on the member that gave it back: its revoke-time flush commits
+// after the partition left the member, and the new owner reports it.
+func TestAGivenBackPartitionLeavesNoCommittableLagSeries(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := engine.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newSimWorld(t)
+	a := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Metrics = m }))
+	w.produce("alice=+1", "bob=+2", "dave=+3")
+	w.drain(a)
+	w.produce("alice=+4", "bob=+5") // dirty when the rebalance revokes them
+	if err := a.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b := w.runner(w.engine())
+	for range 30 {
+		w.drain(a, b)
+		if len(a.Flows()) == 1 && len(b.Flows()) == 1 {
+			break
+		}
+	}
+	if len(a.Flows()) != 1 || len(b.Flows()) != 1 {
+		t.Fatalf("flows %v and %v, want one partition each", a.Flows(), b.Flows())
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "snapfence_committable_offset_lag" {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			var tp store.TopicPartition
+			for _, l := range mt.GetLabel() {
+				switch l.GetName() {
+				case "topic":
+					tp.Topic = l.GetValue()
+				case "partition":
+					tp.Partition = int32(l.GetValue()[0] - '0')
+				}
+			}
+			if tp != a.Flows()[0] {
+				t.Errorf("a committable offset lag series for %s, which the member gave back (it owns %v)", tp, a.Flows())
+			}
+		}
+	}
+}

@@ -396,12 +396,15 @@ func (b *statusBoard) recovered(tp store.TopicPartition, committed int64, snapsh
 }
 
 // committed: a commit of tp at offset succeeded.
-func (b *statusBoard) committed(tp store.TopicPartition, offset int64) {
+func (b *statusBoard) committed(tp store.TopicPartition, offset, committableLag int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// Only for a partition still on the board: the commit of a revoke's
+	// flush lands after the partition left it, and its series with it.
 	if ps := b.parts[tp]; ps != nil {
 		ps.CommittedOffset, ps.LastCommit = offset, b.now()
 		b.updateLag(tp, ps)
+		b.m.lag(tp, committableLag)
 	}
 }
 
