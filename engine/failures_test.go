@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -572,4 +573,23 @@ func TestTransientFailureRestartsWithBackoffOnSim(t *testing.T) {
 	fresh := w.runner(w.engine())
 	w.drain(fresh)
 	w.check(fresh)
+}
+
+// A poison record's key is logged as its text when it is printable, and
+// in hex otherwise: not as base64, which a JSON log makes of bytes.
+func TestPoisonKeysAreLoggedReadably(t *testing.T) {
+	w := newSimWorld(t)
+	w.produce("bob=lots")
+	w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 0}, store.WireRecord{Key: []byte{0xff, 0x01}, Value: []byte("lots")})
+	var buf bytes.Buffer
+	r := w.runner(w.engineWith(func(c *engine.Config[int]) {
+		c.Poison = engine.SkipPoison
+		c.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
+	}))
+	w.drain(r)
+	for _, want := range []string{`"key":"bob"`, `"key":"0xff01"`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Fatalf("the log lacks %s:\n%s", want, buf.String())
+		}
+	}
 }

@@ -1,6 +1,12 @@
 package engine
 
-import "time"
+import (
+	"encoding/hex"
+	"log/slog"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
 
 // logEvery is the least time between two log lines of one kind of repeated
 // failure of one partition (a transient failure's restarts, skipped poison
@@ -30,4 +36,30 @@ func (l *logLimiter) allow(key string, now time.Time) (ok bool, suppressed int) 
 	suppressed = l.suppressed[key]
 	delete(l.suppressed, key)
 	return true, suppressed
+}
+
+// logKey is a key as a log attribute: its text when it is printable
+// UTF-8, else 0x and its bytes in hex, cut to 64 bytes either way. (A
+// []byte attribute is base64 in a JSON log, unreadable even for a text
+// key.)
+type logKey []byte
+
+// LogValue implements slog.LogValuer.
+func (k logKey) LogValue() slog.Value {
+	const max = 64
+	b, cut := []byte(k), ""
+	if len(b) > max {
+		b, cut = b[:max], "..."
+	}
+	printable := utf8.Valid(b)
+	for _, r := range string(b) {
+		if !unicode.IsPrint(r) {
+			printable = false
+			break
+		}
+	}
+	if printable {
+		return slog.StringValue(string(b) + cut)
+	}
+	return slog.StringValue("0x" + hex.EncodeToString(b) + cut)
 }

@@ -407,7 +407,7 @@ func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *
 	r.e.cfg.Metrics.poisoned(f.tp, action)
 	if ok, n := r.logs.allow("poison "+f.tp.String(), r.src.Now()); ok {
 		r.e.log.Warn("poison record "+action+" (Config.Poison)", "input", f.tp.String(), "offset", fe.Offset,
-			"key", fe.Key, "err", fe, "not_logged_since_last", n)
+			"key", logKey(fe.Key), "err", fe, "not_logged_since_last", n)
 	}
 	return true
 }
@@ -426,7 +426,7 @@ func (r *Runner[S]) discarded(f *flow[S], bad []*RecoveredStateError) {
 		r.e.cfg.Metrics.poisoned(f.tp, action)
 		if ok, n := r.logs.allow("poison "+f.tp.String(), r.src.Now()); ok {
 			r.e.log.Warn("undecodable state "+action+" and its key deleted (Config.Poison)", "input", f.tp.String(),
-				"key", se.Key, "offset", se.Offset, "err", se, "not_logged_since_last", n)
+				"key", logKey(se.Key), "offset", se.Offset, "err", se, "not_logged_since_last", n)
 		}
 		if r.e.cfg.Poison == DeadLetterPoison {
 			dls = append(dls, stateDeadLetter(r.e.cfg.DeadLetterTopic, se))
