@@ -201,3 +201,39 @@ func committedAtEnd(adm *kadm.Client, group string, tp store.TopicPartition) boo
 	c, found := committed.Lookup(tp.Topic, tp.Partition)
 	return found && c.At == end.Offset || !found && end.Offset == 0
 }
+
+// A member's status says it joined only with the identity it joined with:
+// its group, member id and generation, from the assignment on (the
+// rebalance callback runs between polls, before the next poll's status).
+func TestStatusJoinedCarriesTheIdentityOnKfake(t *testing.T) {
+	for name, protocol := range protocols {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newFakeWorld(t)
+				w.produce("alice=+1", "bob=+2")
+				r := w.runner(w.engine(), protocol)
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- r.Run(ctx) }()
+				for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) { // virtual time
+					synctest.Wait()
+					st := r.Status()
+					if !st.Joined {
+						continue
+					}
+					if id := st.Identity; id.Group == "" || id.MemberID == "" || id.Generation < 0 {
+						t.Fatalf("joined with identity %+v, want the group, member and generation", id)
+					}
+					break
+				}
+				if !r.Status().Joined {
+					t.Fatal("not joined within a minute")
+				}
+				cancel()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}

@@ -814,8 +814,12 @@ type rebalanceHandler[S any] struct{ r *Runner[S] }
 
 // Assigned starts every assigned partition without a running flow.
 func (h rebalanceHandler[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
-	h.r.status.assignment()
-	h.callback(ctx, func() []action[*flow[S]] { return h.r.sched.assigned(tps) })
+	h.callback(ctx, func() []action[*flow[S]] {
+		// The identity the assignment came with: the status shows the
+		// member joined only with its group, member id and generation.
+		h.r.status.assignment(h.r.src.Identity())
+		return h.r.sched.assigned(tps)
+	})
 }
 
 // Revoked flushes and commits (unless NoFlushOnRevoke), then tears the

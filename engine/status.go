@@ -441,11 +441,15 @@ func (b *statusBoard) updateLag(tp store.TopicPartition, ps *PartitionStatus) {
 	b.m.setConsumerLag(tp, ps.Lag)
 }
 
-// assignment: an assignment callback ran (the member has joined).
-func (b *statusBoard) assignment() {
+// assignment: an assignment callback ran (the member has joined) with
+// the member's identity id.
+func (b *statusBoard) assignment(id store.GroupIdentity) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.joined = true
+	if id.Valid() {
+		b.identity = id
+	}
 }
 
 // failed: err ends the runner.
