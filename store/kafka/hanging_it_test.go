@@ -104,6 +104,24 @@ type forgotten struct {
 	newBackend func(abort bool, logs *lockedBuffer) *kafka.Backend
 }
 
+// hangingBackends makes the backends of the hanging-transaction cases:
+// Transactional, with AbortHangingTransactions as asked, logging to logs,
+// each closed at the test's end.
+func (w *brokerWorld) hangingBackends(t *testing.T) func(abort bool, logs *lockedBuffer) *kafka.Backend {
+	return func(abort bool, logs *lockedBuffer) *kafka.Backend {
+		b, err := kafka.New(context.Background(), kafka.Config{
+			Mode: store.Transactional, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
+			AbortHangingTransactions: abort, RecoveryStallTimeout: 20 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+}
+
 // forget commits k=committed through the store, opens the transaction to
 // forget and cuts __transaction_state back to its end before it, less
 // drop records of the committed transaction's state (1: its
@@ -118,18 +136,7 @@ func forget(t *testing.T, w *brokerWorld, drop int64, offsets bool) forgotten {
 	in := store.TopicPartition{Topic: w.input, Partition: 0}
 	snap := snapTP(in)
 	m := w.Join(t)
-	newBackend := func(abort bool, logs *lockedBuffer) *kafka.Backend {
-		b, err := kafka.New(ctx, kafka.Config{
-			Mode: store.Transactional, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
-			AbortHangingTransactions: abort, RecoveryStallTimeout: 20 * time.Second,
-			Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
-		return b
-	}
+	newBackend := w.hangingBackends(t)
 
 	// k=committed, through the store.
 	b := newBackend(false, &lockedBuffer{})
@@ -441,18 +448,7 @@ func forgetWithOutput(t *testing.T, w *brokerWorld) forgottenWithOutput {
 	snap := snapTP(in)
 	out := store.TopicPartition{Topic: w.OutputTopic(), Partition: store.OutputPartition([]byte("k"), 2)}
 	m := w.Join(t)
-	newBackend := func(abort bool, logs *lockedBuffer) *kafka.Backend {
-		b, err := kafka.New(ctx, kafka.Config{
-			Mode: store.Transactional, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
-			AbortHangingTransactions: abort, RecoveryStallTimeout: 20 * time.Second,
-			Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
-		return b
-	}
+	newBackend := w.hangingBackends(t)
 	b := newBackend(false, &lockedBuffer{})
 	p, err := b.Acquire(ctx, store.Acquisition{Input: in, Identity: store.IdentityFunc(m.Identity), Outputs: []string{out.Topic}})
 	if err != nil {
