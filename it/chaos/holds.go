@@ -130,7 +130,7 @@ func (w *holdWatch) finish() {
 // coordinator (a hanging transaction), by kind.
 var hangLines = []struct{ kind, msg string }{
 	{"aborted", "aborted a hanging transaction"},
-	{"takeover-left-open", "the takeover found a transaction of the partition's own lineage left open"},
+	{"takeover-left-open", "found a transaction of its own lineage left open"},
 	{"recovery-held", "recovery is held by a hanging transaction"},
 }
 

@@ -75,7 +75,7 @@ func summarizeReports(w io.Writer, files []string) error {
 	fmt.Fprintf(w, "\n%d runs: %d passed; %d met a hanging transaction; state exact in %d; outputs seen twice in %d, never in %d; "+
 		"hanging transactions left in %d; longest unheld fold gap during a hold %.1fs\n",
 		runs, pass, hangs, exact, dupRuns, lost, left, maxGap)
-	fmt.Fprintln(w, "(hang logs a/t/r: the store's lines \"aborted a hanging transaction\", \"the takeover found a transaction ... left open\", "+
+	fmt.Fprintln(w, "(hang logs a/t/r: the store's lines \"aborted a hanging transaction\", \"... found a transaction of its own lineage left open\", "+
 		"\"recovery is held by a hanging transaction\"; dup-in: inputs whose outputs the verifier's read_committed read saw twice; "+
 		"dup-tail: the same for the consumer that read throughout the run; left: find-hanging at the end)")
 	return nil
