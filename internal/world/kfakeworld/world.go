@@ -613,7 +613,7 @@ func (w *World) start(m *member) {
 		ecfg.OnTimer = world.OnTimer
 	}
 	if w.cfg.ExactlyOnce {
-		ecfg.StartEmit, ecfg.ExactlyOnce, ecfg.OutputTopics = nil, true, []string{world.OutputTopic}
+		ecfg.StartEmit, ecfg.ExactlyOnce, ecfg.OutputTopics = nil, true, []string{w.output}
 		// Batches sealed by the cap too, not only by the interval.
 		ecfg.MaxTransactionRecords = 2 * w.cfg.MaxWritesPerTransaction
 	}
