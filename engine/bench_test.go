@@ -405,7 +405,7 @@ func BenchmarkEngineMemory(b *testing.B) {
 // the peaks and the directory's size after the load.
 func benchPebbleLoad(b *testing.B, dir string, value func(int) []byte) (benchPeak, int64) {
 	p := startBenchPeak()
-	kv, err := engine.OpenPebble(dir)
+	kv, err := engine.OpenPebble(dir, "")
 	if err != nil {
 		b.Fatal(err)
 	}

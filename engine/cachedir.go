@@ -12,7 +12,9 @@ import (
 )
 
 // The engine's directory inside Config.Dir, and the marker in it that says
-// the directory is the engine's: "snapfence cache format N".
+// the directory is the engine's: "snapfence cache format N", then, for an
+// engine's cache, a line "application NAME" naming the application
+// (store/kafka's Config.Application) whose state it holds.
 const (
 	// CacheDirName is the directory the engine keeps its cache in,
 	// inside Config.Dir.
@@ -23,6 +25,7 @@ const (
 
 	cacheFormat       = 1
 	cacheMarkerPrefix = "snapfence cache format "
+	cacheMarkerApp    = "application "
 )
 
 // The ways a cache directory is refused, for errors.Is; a *CacheDirError
@@ -30,8 +33,8 @@ const (
 var (
 	// ErrCacheDirNotOwned: Config.Dir/snapfence-cache exists and is not the
 	// engine's: it is not a directory, or it holds files but no marker
-	// (CacheMarkerName), or a marker the engine did not write. The engine
-	// touched nothing in it.
+	// (CacheMarkerName), or a marker the engine did not write, or one that
+	// names another application. The engine touched nothing in it.
 	ErrCacheDirNotOwned = errors.New("engine: cache directory not the engine's")
 	// ErrCacheDirInUse: another engine, in this process or another, has
 	// the cache directory open (Pebble's lock on it is held).
@@ -80,8 +83,11 @@ func (e *CacheDirError) Unwrap() []error {
 // marker of the format it knows, or empty (then it marks it). It deletes
 // nothing and never writes into a directory that holds anything but its
 // marker or is not marked. It does not lock the directory: Pebble's lock
-// does, before anything in it is changed.
-func claimCacheDir(dir string) (string, error) {
+// does, before anything in it is changed. app is the application whose
+// state the cache holds ("" for a View's, which holds any application's):
+// a marker naming another is refused. A marker that names none (written
+// before applications were named) is accepted and left as it is.
+func claimCacheDir(dir, app string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", &CacheDirError{Path: dir, Detail: "creating Config.Dir", Err: err}
 	}
@@ -100,11 +106,11 @@ func claimCacheDir(dir string) (string, error) {
 	// Twice at most: another engine may mark the directory between this
 	// one's look and its marking; its marker is then read like any other.
 	for range 2 {
-		marked, err := checkMarker(owned)
+		marked, err := checkMarker(owned, app)
 		if marked || err != nil {
 			return owned, err
 		}
-		err = writeMarker(owned)
+		err = writeMarker(owned, app)
 		if !errors.Is(err, fs.ErrExist) {
 			return owned, err
 		}
@@ -117,7 +123,7 @@ func claimCacheDir(dir string) (string, error) {
 // so is a marker of another format, or one the engine did not write (an
 // empty one too, which a crash between creating the marker and syncing it
 // could leave: the engine cannot tell it from a file it did not create).
-func checkMarker(owned string) (bool, error) {
+func checkMarker(owned, app string) (bool, error) {
 	entries, err := os.ReadDir(owned)
 	if err != nil {
 		return false, &CacheDirError{Path: owned, Detail: "listing the directory", Err: err}
@@ -151,7 +157,8 @@ func checkMarker(owned string) (bool, error) {
 				CacheMarkerName)}
 	}
 	text, ok := strings.CutPrefix(string(content), cacheMarkerPrefix)
-	format, err := strconv.Atoi(strings.TrimSuffix(text, "\n"))
+	formatLine, rest, _ := strings.Cut(text, "\n")
+	format, err := strconv.Atoi(formatLine)
 	if !ok || err != nil || format < 1 {
 		return false, &CacheDirError{Path: owned, Kind: ErrCacheDirNotOwned,
 			Detail: fmt.Sprintf("its %s file says %q, not %q, so it is not the engine's; nothing in it was touched",
@@ -161,13 +168,18 @@ func checkMarker(owned string) (bool, error) {
 		return false, &CacheDirError{Path: owned, Kind: ErrCacheDirFormat,
 			Detail: fmt.Sprintf("its marker says format %d; this engine knows format %d; nothing in it was touched", format, cacheFormat)}
 	}
+	if owner, named := strings.CutPrefix(strings.TrimSuffix(rest, "\n"), cacheMarkerApp); named && app != "" && owner != app {
+		return false, &CacheDirError{Path: owned, Kind: ErrCacheDirNotOwned,
+			Detail: fmt.Sprintf("it holds the state of application %q, and this engine is application %q; nothing in it was touched "+
+				"(give each application a Config.Dir of its own)", owner, app)}
+	}
 	return true, nil
 }
 
 // writeMarker creates the marker in the empty directory owned, durably,
 // before the cache writes anything there. It fails with fs.ErrExist if
 // another engine created it first.
-func writeMarker(owned string) error {
+func writeMarker(owned, app string) error {
 	path := filepath.Join(owned, CacheMarkerName)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if errors.Is(err, fs.ErrExist) {
@@ -176,7 +188,11 @@ func writeMarker(owned string) error {
 	if err != nil {
 		return &CacheDirError{Path: owned, Detail: "creating its marker " + CacheMarkerName, Err: err}
 	}
-	_, err = io.WriteString(f, fmt.Sprintf("%s%d\n", cacheMarkerPrefix, cacheFormat))
+	marker := fmt.Sprintf("%s%d\n", cacheMarkerPrefix, cacheFormat)
+	if app != "" {
+		marker += cacheMarkerApp + app + "\n"
+	}
+	_, err = io.WriteString(f, marker)
 	err = errors.Join(err, f.Sync(), f.Close())
 	if err == nil {
 		err = syncDir(owned)

@@ -80,7 +80,7 @@ func keysOf(kv *pebbleKV) []string {
 
 func open(t *testing.T, dir string) *pebbleKV {
 	t.Helper()
-	kv, err := openPebble(dir)
+	kv, err := openPebble(dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,13 +160,15 @@ func TestCacheRefusesADirectoryNotItsOwn(t *testing.T) {
 			ErrCacheDirNotOwned, "SNAPFENCE marker is empty"},
 		{"a newer format", map[string]string{"snapfence-cache/SNAPFENCE": "snapfence cache format 2\n", "snapfence-cache/000004.sst": "x"},
 			ErrCacheDirFormat, "format 2; this engine knows format 1"},
+		{"another application's", map[string]string{"snapfence-cache/SNAPFENCE": "snapfence cache format 1\napplication billing\n", "snapfence-cache/000004.sst": "x"},
+			ErrCacheDirNotOwned, `holds the state of application "billing", and this engine is application "bank"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeFiles(t, dir, c.files)
 			writeFiles(t, dir, map[string]string{"important.txt": "keep me"})
 			before := tree(t, dir)
-			kv, err := openPebble(dir)
+			kv, err := openPebble(dir, "bank")
 			if err == nil {
 				closeKV(t, kv)
 				t.Fatal("opened")
@@ -183,6 +185,35 @@ func TestCacheRefusesADirectoryNotItsOwn(t *testing.T) {
 				t.Fatalf("the refused open changed the directory:\nbefore %v\nafter  %v", before, after)
 			}
 		})
+	}
+}
+
+// A cache names the application whose state it holds, and reopens for it;
+// one marked before applications were named opens for any, unchanged.
+func TestCacheIsOneApplications(t *testing.T) {
+	dir := t.TempDir()
+	kv, err := openPebble(dir, "bank")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeKV(t, kv)
+	marker := filepath.Join(dir, "snapfence-cache", "SNAPFENCE")
+	if b, err := os.ReadFile(marker); err != nil || string(b) != "snapfence cache format 1\napplication bank\n" {
+		t.Fatalf("marker %q, %v", b, err)
+	}
+	if kv, err = openPebble(dir, "bank"); err != nil {
+		t.Fatalf("reopening for its application: %v", err)
+	}
+	closeKV(t, kv)
+
+	old := t.TempDir()
+	writeFiles(t, old, map[string]string{"snapfence-cache/SNAPFENCE": "snapfence cache format 1\n"})
+	if kv, err = openPebble(old, "bank"); err != nil {
+		t.Fatalf("a cache marked before applications were named: %v", err)
+	}
+	closeKV(t, kv)
+	if b, _ := os.ReadFile(filepath.Join(old, "snapfence-cache", "SNAPFENCE")); string(b) != "snapfence cache format 1\n" {
+		t.Fatalf("the old marker was rewritten: %q", b)
 	}
 }
 
@@ -238,7 +269,7 @@ func TestSecondCacheOnTheSameDirFails(t *testing.T) {
 	dir := t.TempDir()
 	first := open(t, dir)
 	fill(t, first, "s1a")
-	second, err := openPebble(dir)
+	second, err := openPebble(dir, "")
 	if err == nil {
 		closeKV(t, second)
 		t.Fatal("a second cache opened the same directory")
@@ -311,7 +342,7 @@ func TestCacheHeldByAnotherProcess(t *testing.T) {
 	if lines.Err() != nil || lines.Text() != "HOLDING" {
 		t.Fatalf("the holder did not open the cache: %v", lines.Err())
 	}
-	kv, err := openPebble(dir)
+	kv, err := openPebble(dir, "")
 	if err == nil {
 		closeKV(t, kv)
 		t.Fatal("opened a cache another process holds")

@@ -34,7 +34,7 @@ func BenchmarkCoreCycle(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				b.StopTimer()
-				kv, err := engine.OpenPebble(filepath.Join(b.TempDir(), "cache"))
+				kv, err := engine.OpenPebble(filepath.Join(b.TempDir(), "cache"), "")
 				if err != nil {
 					b.Fatal(err)
 				}

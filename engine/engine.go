@@ -460,7 +460,7 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	if cfg.HotKeys == 0 {
 		cfg.HotKeys = DefaultHotKeys
 	}
-	kv, err := openPebble(cfg.Dir)
+	kv, err := openPebble(cfg.Dir, storeApplication(cfg.Store))
 	if err != nil {
 		return nil, err
 	}
@@ -517,7 +517,7 @@ func (cfg *Config[S]) check() error {
 		}
 	}
 	for i, t := range cfg.OutputTopics {
-		if p := kafkaNameProblem(t); p != "" {
+		if p := store.NameProblem(t); p != "" {
 			return bad(fmt.Sprintf("OutputTopics[%d]", i), fmt.Sprintf("topic %q: %s", t, p), "use the output topic's name as Kafka spells it")
 		}
 	}
@@ -554,6 +554,15 @@ func (e *Engine[S]) Close() error {
 		return ErrRunning
 	}
 	return e.kv.Close()
+}
+
+// storeApplication is the application the store belongs to, if it says
+// (store.Named).
+func storeApplication(b store.Backend) string {
+	if n, ok := b.(store.Named); ok {
+		return n.Application()
+	}
+	return ""
 }
 
 // coreFold is the user's fold, as the core calls it. The record is the

@@ -117,8 +117,8 @@ func TestUndecodableRecoveredStateNamesIt(t *testing.T) {
 	}
 	p.Close()
 	// A foreign writer of the right format but the wrong state encoding.
-	w.c.Produce(store.TopicPartition{Topic: "accounts-snapshots", Partition: 1},
-		store.EncodeSnapshot(store.Snapshot{Key: []byte("bob"), Value: []byte("not-a-number"), Offset: 41}))
+	w.c.Produce(store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 1},
+		store.EncodeSnapshot("", store.Snapshot{Key: []byte("bob"), Value: []byte("not-a-number"), Offset: 41}))
 	w.produce("bob=+1")
 	r := w.runner(w.engine())
 	for range 3 {
@@ -262,7 +262,7 @@ func TestStartEmitIsAwaitedBeforeAnythingDurable(t *testing.T) {
 	durable := func() string {
 		var s []string
 		for p := range int32(2) {
-			_, _, hw, _ := w.c.Offsets(store.TopicPartition{Topic: "accounts-snapshots", Partition: p})
+			_, _, hw, _ := w.c.Offsets(store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: p})
 			off, _ := w.c.CommittedOffset("bank", store.TopicPartition{Topic: "accounts", Partition: p})
 			s = append(s, fmt.Sprintf("%d/%d", hw, off))
 		}

@@ -427,7 +427,7 @@ func TestExactlyOnceRefusesAPlainStore(t *testing.T) {
 func TestExactlyOnceRefusesAnOutputToTheSnapshotTopicOnSim(t *testing.T) {
 	w := newEOSWorld(t, true)
 	bad := func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
-		return engine.Set(state + 1).With(engine.Output{Topic: "accounts-snapshots", Key: key}), nil
+		return engine.Set(state + 1).With(engine.Output{Topic: "bank-accounts-snapshots", Key: key}), nil
 	}
 	r := w.runner(w.engine(time.Second, func(c *engine.Config[int]) { c.Fold = bad }))
 	w.produce("bob=+1")
@@ -437,7 +437,7 @@ func TestExactlyOnceRefusesAnOutputToTheSnapshotTopicOnSim(t *testing.T) {
 		w.c.Advance(time.Second)
 	}
 	errs := r.Errors()
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `accounts/1: output record of key "bob" is for the snapshot topic "accounts-snapshots"`) ||
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `accounts/1: output record of key "bob" is for the snapshot topic "bank-accounts-snapshots"`) ||
 		!errors.Is(errs[0], store.ErrInvalidOutput) {
 		t.Fatalf("errors = %v, want one ErrInvalidOutput naming the partition, key and topic (a replay would make the same output: no restart)", errs)
 	}

@@ -68,7 +68,7 @@ func ExampleRunner_Step() {
 	cluster := sim.New(sim.Config{Seed: 1})
 	_ = cluster.CreateTopic("accounts", sim.TopicConfig{Partitions: 1})
 	backend, _ := cluster.NewBackend(sim.BackendConfig{
-		Mode: store.Transactional, TransactionalIDPrefix: "bank", CreateTopics: true,
+		Mode: store.Transactional, Application: "bank", CreateTopics: true,
 	})
 	defer backend.Close()
 
@@ -126,7 +126,7 @@ func ExampleEngine_NewRunner() {
 	cluster := sim.New(sim.Config{Seed: 1})
 	_ = cluster.CreateTopic("accounts", sim.TopicConfig{Partitions: 1})
 	backend, _ := cluster.NewBackend(sim.BackendConfig{
-		Mode: store.Transactional, TransactionalIDPrefix: "bank", CreateTopics: true,
+		Mode: store.Transactional, Application: "bank", CreateTopics: true,
 	})
 	defer backend.Close()
 	tp := store.TopicPartition{Topic: "accounts", Partition: 0}

@@ -94,13 +94,13 @@ func TestPoisonRecordEndsRunOnKfake(t *testing.T) {
 func TestSnapshotTopicMisconfiguredEndsRunOnKfake(t *testing.T) {
 	for name, break_ := range map[string]func(*fakeWorld){
 		"missing": func(w *fakeWorld) {
-			if _, err := w.adm.DeleteTopics(context.Background(), "accounts-snapshots"); err != nil {
+			if _, err := w.adm.DeleteTopics(context.Background(), "bank-accounts-snapshots"); err != nil {
 				w.t.Fatal(err)
 			}
 		},
 		"not-compacted": func(w *fakeWorld) {
 			del := "delete"
-			if _, err := w.adm.AlterTopicConfigs(context.Background(), []kadm.AlterConfig{{Name: "cleanup.policy", Value: &del}}, "accounts-snapshots"); err != nil {
+			if _, err := w.adm.AlterTopicConfigs(context.Background(), []kadm.AlterConfig{{Name: "cleanup.policy", Value: &del}}, "bank-accounts-snapshots"); err != nil {
 				w.t.Fatal(err)
 			}
 		},
@@ -115,7 +115,7 @@ func TestSnapshotTopicMisconfiguredEndsRunOnKfake(t *testing.T) {
 				start := time.Now()
 				err := r.Run(context.Background())
 				if !errors.Is(err, store.ErrMisconfigured) || !errors.Is(err, kafka.ErrTopicMissing) && !errors.Is(err, kafka.ErrTopicConfig) ||
-					!strings.Contains(err.Error(), `"accounts-snapshots"`) {
+					!strings.Contains(err.Error(), `"bank-accounts-snapshots"`) {
 					t.Fatalf("Run = %v, want a misconfiguration naming the snapshot topic", err)
 				}
 				if d := time.Since(start); d > 30*time.Second {

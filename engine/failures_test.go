@@ -428,7 +428,7 @@ func TestMissingOutputTopicEndsRunOnSim(t *testing.T) {
 // first acquisition, naming the topic and the fix, with one ERROR line.
 func TestUncompactedSnapshotTopicEndsRunOnSim(t *testing.T) {
 	c := sim.New(sim.Config{Seed: 3})
-	for topic, cfg := range map[string]sim.TopicConfig{"accounts": {Partitions: 2}, "accounts-snapshots": {Partitions: 2}} {
+	for topic, cfg := range map[string]sim.TopicConfig{"accounts": {Partitions: 2}, "bank-accounts-snapshots": {Partitions: 2}} {
 		if err := c.CreateTopic(topic, cfg); err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +442,7 @@ func TestUncompactedSnapshotTopicEndsRunOnSim(t *testing.T) {
 	logs := &logCount{}
 	err = w.runner(w.engineWith(func(c *engine.Config[int]) { c.Logger = slog.New(logs) })).Run(context.Background())
 	ce, ok := errors.AsType[*store.ConfigError](err)
-	if !ok || ce.Subject != `snapshot topic "accounts-snapshots"` || !strings.Contains(ce.Fix, "cleanup.policy=compact") {
+	if !ok || ce.Subject != `snapshot topic "bank-accounts-snapshots"` || !strings.Contains(ce.Fix, "cleanup.policy=compact") {
 		t.Fatalf("Run = %v, want a *store.ConfigError naming the snapshot topic and the fix", err)
 	}
 	if n := logs.errorLines(); n != 1 {
@@ -506,8 +506,8 @@ func TestUndecodableStateIsDeadLetteredAndDeletedOnSim(t *testing.T) {
 	}
 	p.Close()
 	w.produce("alice=+2") // offset 0 of accounts/1
-	snaps := store.TopicPartition{Topic: "accounts-snapshots", Partition: 1}
-	if _, err := w.c.Produce(snaps, store.EncodeSnapshot(store.Snapshot{Key: []byte("bob"), Value: []byte("not-a-number"), Offset: 0})); err != nil {
+	snaps := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 1}
+	if _, err := w.c.Produce(snaps, store.EncodeSnapshot("", store.Snapshot{Key: []byte("bob"), Value: []byte("not-a-number"), Offset: 0})); err != nil {
 		t.Fatal(err)
 	}
 	w.produce("bob=+1")
@@ -551,7 +551,7 @@ func TestTransientFailureRestartsWithBackoffOnSim(t *testing.T) {
 	r := w.runner(e)
 	w.drain(r)
 	refused := errors.New("NOT_LEADER_OR_FOLLOWER (simulated)")
-	w.c.FailProduce(store.TopicPartition{Topic: "accounts-snapshots", Partition: 1}, refused)
+	w.c.FailProduce(store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 1}, refused)
 	w.produce("bob=+1", "alice=+2")
 	if err := w.stepUntilError(r, outage, nil); err != nil {
 		t.Fatalf("the runner ended in a transient outage: %v", err)
@@ -561,7 +561,7 @@ func TestTransientFailureRestartsWithBackoffOnSim(t *testing.T) {
 	if maxRestarts := 8 + int(outage/(15*time.Second)) + 1; ps.Restarts < 2 || ps.Restarts > maxRestarts || !errors.Is(ps.LastFailure, refused) {
 		t.Fatalf("%s: %d restarts, last failure %v; want 2 to %d, the refusal", hot, ps.Restarts, ps.LastFailure, maxRestarts)
 	}
-	w.c.FailProduce(store.TopicPartition{Topic: "accounts-snapshots", Partition: 1}, nil)
+	w.c.FailProduce(store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 1}, nil)
 	w.drain(r)
 	w.check(r)
 	if warns, maxWarns := logs.count(slog.LevelWarn, hot.String()), int(outage/(30*time.Second))+1; warns == 0 || warns > maxWarns || logs.errorLines() != 0 {

@@ -65,7 +65,7 @@ func TestFlushAllWritesAKeyChangedWhileInFlight(t *testing.T) {
 	if errs := r.Errors(); len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	snap := store.TopicPartition{Topic: "accounts-snapshots", Partition: 1}
+	snap := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 1}
 	ents, err := c.Read(snap, true)
 	if err != nil {
 		t.Fatal(err)

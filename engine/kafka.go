@@ -161,7 +161,7 @@ func (cfg KafkaConfig) resolve() (KafkaConfig, error) {
 		return bad("Topics", "empty", "name at least one input topic")
 	}
 	for _, t := range cfg.Topics {
-		if p := kafkaNameProblem(t); p != "" {
+		if p := store.NameProblem(t); p != "" {
 			return bad("Topics", fmt.Sprintf("topic %q: %s", t, p), "use the input topic's name as Kafka spells it")
 		}
 	}
@@ -193,7 +193,7 @@ func (cfg KafkaConfig) resolve() (KafkaConfig, error) {
 			"leave it 0 for the default (1m) or set how long a member may take to finish its poll and revoke-time flush")
 	}
 	if cfg.InstanceID != "" {
-		if p := kafkaNameProblem(cfg.InstanceID); p != "" {
+		if p := store.NameProblem(cfg.InstanceID); p != "" {
 			return bad("InstanceID", fmt.Sprintf("%q: %s", cfg.InstanceID, p), "use letters, digits, '.', '_' and '-' (a pod name, say), or leave it empty for dynamic membership")
 		}
 	}
@@ -210,25 +210,6 @@ func (cfg KafkaConfig) resolve() (KafkaConfig, error) {
 		return bad("CreateReplicationFactor", fmt.Sprintf("%d is negative", cfg.CreateReplicationFactor), "set a replication factor, or 0 or -1 for the broker's default.replication.factor")
 	}
 	return cfg, nil
-}
-
-// kafkaNameProblem is what makes name an invalid topic name or
-// group.instance.id for Kafka ("" if nothing).
-func kafkaNameProblem(name string) string {
-	switch {
-	case name == "":
-		return "empty"
-	case name == "." || name == "..":
-		return "not allowed"
-	case len(name) > 249:
-		return fmt.Sprintf("%d characters, more than 249", len(name))
-	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Sprintf("%q is not allowed (letters, digits, '.', '_' and '-' are)", c)
-		}
-	}
-	return ""
 }
 
 // The source's wait for a committed offset that a transaction holds

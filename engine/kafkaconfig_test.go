@@ -114,7 +114,7 @@ func TestCreateInputTopicsOnKfake(t *testing.T) {
 		w := newFakeWorld(t)
 		ctx := context.Background()
 		compact := "compact"
-		if err := kafka.CreateTopic(ctx, w.prod, "ledger-snapshots", 3, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+		if err := kafka.CreateTopic(ctx, w.prod, "bank-ledger-snapshots", 3, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 			t.Fatal(err)
 		}
 		r, err := w.engine().NewRunner(engine.NewKafkaSource(engine.KafkaConfig{

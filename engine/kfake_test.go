@@ -42,7 +42,7 @@ func newFakeWorld(t *testing.T) *fakeWorld {
 		t.Fatal(err)
 	}
 	compact := "compact"
-	if err := kafka.CreateTopic(ctx, w.prod, "accounts-snapshots", 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+	if err := kafka.CreateTopic(ctx, w.prod, "bank-accounts-snapshots", 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		t.Fatal(err)
 	}
 	return w

@@ -204,7 +204,7 @@ func runLimit(b *testing.B, brokers []string, v limitVariant, round int) {
 	defer cancel()
 	id := fmt.Sprintf("limit-%s-%d", v.name, time.Now().UnixNano())
 	lr := &limitRun{b: b, brokers: brokers, variant: v.name, round: round,
-		input: id, output: id + "-out", snaps: kafka.DefaultSnapshotTopic(id), group: id + "-group", txnPrefix: id}
+		input: id, output: id + "-out", snaps: kafka.DefaultSnapshotTopic(id, id), group: id + "-group", txnPrefix: id}
 	lr.brokerPID, _ = strconv.Atoi(os.Getenv("SNAPFENCE_KAFKA_PID"))
 	lr.nudged = make(chan struct{}, 1)
 	switch {

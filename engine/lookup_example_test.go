@@ -26,7 +26,7 @@ func ExampleConfig_tables() {
 	_ = cluster.CreateTopic("orders", sim.TopicConfig{Partitions: 1})
 	_ = cluster.CreateTopic("tiers", sim.TopicConfig{Partitions: 1, Compacted: true})
 	backend, _ := cluster.NewBackend(sim.BackendConfig{
-		Mode: store.Transactional, TransactionalIDPrefix: "shop", CreateTopics: true,
+		Mode: store.Transactional, Application: "shop", CreateTopics: true,
 	})
 	defer backend.Close()
 	tiersTP := store.TopicPartition{Topic: "tiers", Partition: 0}

@@ -43,7 +43,7 @@ func lookupWaitsScript(t *testing.T, c lookupCluster) {
 	for _, tp := range []struct {
 		name string
 		cfg  map[string]*string
-	}{{input, nil}, {kafka.DefaultSnapshotTopic(input), map[string]*string{"cleanup.policy": &compact}},
+	}{{input, nil}, {kafka.DefaultSnapshotTopic(c.prefix+"shop", input), map[string]*string{"cleanup.policy": &compact}},
 		{tiers, map[string]*string{"cleanup.policy": &compact}}} {
 		if err := kafka.CreateTopic(ctx, admin, tp.name, 1, 1, tp.cfg); err != nil {
 			t.Fatal(err)

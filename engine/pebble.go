@@ -101,7 +101,8 @@ func (k *pebbleKV) check() error {
 	return nil
 }
 
-// openPebble opens the cache, in memory if dir is empty. Otherwise the
+// openPebble opens the cache of the application app ("" for a View),
+// in memory if dir is empty. Otherwise the
 // cache lives in dir/snapfence-cache (CacheDirName), which the engine
 // creates (dir too, if missing) and marks as its own with a file
 // SNAPFENCE (CacheMarkerName); nothing else in dir is ever touched. It
@@ -116,7 +117,7 @@ func (k *pebbleKV) check() error {
 // removed but those Pebble itself retires. One of the current layout is
 // kept: its committed states and checkpoints are checked per partition
 // at acquisition (delta or full recovery), its overlays dropped.
-func openPebble(dir string) (*pebbleKV, error) {
+func openPebble(dir, app string) (*pebbleKV, error) {
 	compactions := make(chan struct{}, 1)
 	opts := pebbleOptions(compactions)
 	if dir == "" {
@@ -127,7 +128,7 @@ func openPebble(dir string) (*pebbleKV, error) {
 		}
 		return &pebbleKV{db: db, compactions: compactions}, nil
 	}
-	owned, err := claimCacheDir(dir)
+	owned, err := claimCacheDir(dir, app)
 	if err != nil {
 		return nil, err
 	}

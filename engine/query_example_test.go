@@ -22,7 +22,7 @@ func ExampleEngine_Get() {
 	cluster := sim.New(sim.Config{Seed: 1})
 	_ = cluster.CreateTopic("accounts", sim.TopicConfig{Partitions: 1})
 	backend, _ := cluster.NewBackend(sim.BackendConfig{
-		Mode: store.Transactional, TransactionalIDPrefix: "bank", CreateTopics: true,
+		Mode: store.Transactional, Application: "bank", CreateTopics: true,
 	})
 	defer backend.Close()
 	e, err := engine.New(engine.Config[exampleAccount]{

@@ -117,8 +117,8 @@ func TestStandbyFailoverReadsOnlyTheDeltaOnSim(t *testing.T) {
 			// (the replica least of all) may ever see it.
 			p.rs[own].Source().(*simsource.Source).Member().Stall()
 			crashed := w.c.InitProducerID(store.TransactionalID("bank", in0), time.Minute)
-			if _, err := crashed.Produce(store.TopicPartition{Topic: "accounts-snapshots", Partition: 0},
-				store.EncodeSnapshot(store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40})); err != nil {
+			if _, err := crashed.Produce(store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 0},
+				store.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40})); err != nil {
 				t.Fatal(err)
 			}
 			recoveryLines(p.logs[other]) // forget the first recoveries

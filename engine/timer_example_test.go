@@ -21,7 +21,7 @@ func ExampleResult_SetTimer() {
 	cluster := sim.New(sim.Config{Seed: 1})
 	_ = cluster.CreateTopic("clicks", sim.TopicConfig{Partitions: 1})
 	backend, _ := cluster.NewBackend(sim.BackendConfig{
-		Mode: store.Transactional, TransactionalIDPrefix: "sessions", CreateTopics: true,
+		Mode: store.Transactional, Application: "sessions", CreateTopics: true,
 	})
 	defer backend.Close()
 	start := cluster.Now()
@@ -87,7 +87,7 @@ func ExampleTimer_eventTime() {
 	cluster := sim.New(sim.Config{Seed: 1})
 	_ = cluster.CreateTopic("invoices", sim.TopicConfig{Partitions: 1})
 	backend, _ := cluster.NewBackend(sim.BackendConfig{
-		Mode: store.Transactional, TransactionalIDPrefix: "billing", CreateTopics: true,
+		Mode: store.Transactional, Application: "billing", CreateTopics: true,
 	})
 	defer backend.Close()
 

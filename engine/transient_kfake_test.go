@@ -60,7 +60,7 @@ func TestTransientFailureRestartsWithBackoffOnKfake(t *testing.T) {
 				for !w.caughtUp() {
 					time.Sleep(100 * time.Millisecond)
 				}
-				h := w.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "accounts-snapshots", Err: tc.err, Count: -1})
+				h := w.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "bank-accounts-snapshots", Err: tc.err, Count: -1})
 				w.produce("bob=+1", "alice=+2", "dave=+4")
 				time.Sleep(outage)
 				select {

@@ -105,7 +105,7 @@ func (w *simWorld) forgetHeldTransaction(in, snap store.TopicPartition) {
 	w.t.Helper()
 	txnID := fmt.Sprintf("bank-%s-%d", in.Topic, in.Partition)
 	prod := w.c.InitProducerID(txnID, 0)
-	if _, err := prod.Produce(snap, store.EncodeSnapshot(store.Snapshot{Key: []byte("dave"), Value: []byte("1"), Offset: 0})); err != nil {
+	if _, err := prod.Produce(snap, store.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("1"), Offset: 0})); err != nil {
 		w.t.Fatal(err)
 	}
 	if err := prod.TxnOffsetCommit(store.GroupIdentity{Group: "bank", Generation: -1}, map[store.TopicPartition]int64{in: 1}); err != nil {
@@ -144,7 +144,7 @@ func (w *simWorld) stepUntilError(r *engine.Runner[int], limit time.Duration, pr
 var (
 	accounts0 = store.TopicPartition{Topic: "accounts", Partition: 0}
 	accounts1 = store.TopicPartition{Topic: "accounts", Partition: 1}
-	snaps0    = store.TopicPartition{Topic: "accounts-snapshots", Partition: 0}
+	snaps0    = store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 0}
 )
 
 // A partition whose own transactional.id left a transaction the
@@ -189,7 +189,7 @@ func TestAHeldCommittedOffsetStopsOnlyItsPartitionOnSim(t *testing.T) {
 // wait ends with the typed error.
 func TestAHeldCommittedOffsetAtAssignmentFailsLoudlyOnSim(t *testing.T) {
 	w := newSimWorld(t)
-	if err := w.c.CreateTopic("accounts-snapshots", sim.TopicConfig{Partitions: 2, Compacted: true}); err != nil {
+	if err := w.c.CreateTopic("bank-accounts-snapshots", sim.TopicConfig{Partitions: 2, Compacted: true}); err != nil {
 		t.Fatal(err)
 	}
 	w.produce("dave=+1", "bob=+5", "erin=+2", "alice=+3")

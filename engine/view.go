@@ -323,7 +323,7 @@ func NewView[S any](ctx context.Context, cfg ViewConfig[S]) (*View[S], error) {
 				Problem: fmt.Sprintf("name partition %d; topic %q has %d", p, cfg.Topic, v.count), Fix: "name only the topic's partitions"}
 		}
 	}
-	if v.kv, err = openPebble(cfg.Dir); err != nil {
+	if v.kv, err = openPebble(cfg.Dir, ""); err != nil {
 		return nil, err
 	}
 	for _, p := range v.held {

@@ -21,7 +21,7 @@ func ExampleView() {
 	cluster := sim.New(sim.Config{Seed: 1})
 	_ = cluster.CreateTopic("accounts", sim.TopicConfig{Partitions: 1})
 	backend, _ := cluster.NewBackend(sim.BackendConfig{
-		Mode: store.Transactional, TransactionalIDPrefix: "bank", CreateTopics: true,
+		Mode: store.Transactional, Application: "bank", CreateTopics: true,
 	})
 	defer backend.Close()
 
@@ -72,7 +72,7 @@ func ExampleView() {
 	fmt.Println("alice exists:", ok)
 	_ = r.Close(ctx)
 	// Output:
-	// reads accounts-snapshots
+	// reads bank-accounts-snapshots
 	// change: alice={Balance:12 Txns:3} (input offset 2)
 	// alice={Balance:12 Txns:3} (true)
 	// change: alice deleted (input offset 3)

@@ -50,11 +50,11 @@ func TestViewOnKafka(t *testing.T) {
 	if err := crashed.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	if err := crashed.ProduceSync(ctx, kgoRecordOf(snaps0, store.EncodeSnapshot(store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40}))).FirstErr(); err != nil {
+	if err := crashed.ProduceSync(ctx, kgoRecordOf(snaps0, store.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40}))).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 
-	b, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: w.brokers, TransactionalIDPrefix: w.topic + "-view"})
+	b, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: w.brokers, Application: w.topic})
 	if err != nil {
 		t.Fatal(err)
 	}

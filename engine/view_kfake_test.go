@@ -37,12 +37,12 @@ func TestViewOnKfake(t *testing.T) {
 		if err := crashed.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		snaps0 := store.TopicPartition{Topic: "accounts-snapshots", Partition: 0}
-		if err := crashed.ProduceSync(ctx, kgoRecordOf(snaps0, store.EncodeSnapshot(store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40}))).FirstErr(); err != nil {
+		snaps0 := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 0}
+		if err := crashed.ProduceSync(ctx, kgoRecordOf(snaps0, store.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40}))).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 
-		b, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: w.c.ListenAddrs(), TransactionalIDPrefix: "view",
+		b, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: w.c.ListenAddrs(), Application: "bank",
 			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
 		if err != nil {
 			t.Fatal(err)
@@ -209,7 +209,7 @@ func TestViewBadInputsOnKfake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
 		ctx := context.Background()
-		b, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: w.c.ListenAddrs(), TransactionalIDPrefix: "view",
+		b, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: w.c.ListenAddrs(), Application: "bank",
 			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
 		if err != nil {
 			t.Fatal(err)
@@ -218,7 +218,7 @@ func TestViewBadInputsOnKfake(t *testing.T) {
 		if _, err := engine.NewView(ctx, engine.ViewConfig[int]{Store: b, Topic: "nope", Codec: intCodec{}}); !errors.Is(err, kafka.ErrTopicMissing) || !errors.Is(err, store.ErrMisconfigured) {
 			t.Fatalf("a view of a missing topic: %v, want kafka.ErrTopicMissing", err)
 		}
-		if err := w.prod.ProduceSync(ctx, &kgo.Record{Topic: "accounts-snapshots", Partition: 1, Key: []byte("foreign"), Value: []byte("x")}).FirstErr(); err != nil {
+		if err := w.prod.ProduceSync(ctx, &kgo.Record{Topic: "bank-accounts-snapshots", Partition: 1, Key: []byte("foreign"), Value: []byte("x")}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 		v, err := engine.NewView(ctx, engine.ViewConfig[int]{Store: b, Topic: "accounts", Codec: intCodec{}})

@@ -87,8 +87,8 @@ func TestViewWaitsPastAnOpenTransactionAndNeverShowsItOnSim(t *testing.T) {
 	}
 	in0 := store.TopicPartition{Topic: "accounts", Partition: 0}
 	crashed := w.c.InitProducerID(store.TransactionalID("bank", in0), time.Minute)
-	if _, err := crashed.Produce(store.TopicPartition{Topic: "accounts-snapshots", Partition: 0},
-		store.EncodeSnapshot(store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40})); err != nil {
+	if _, err := crashed.Produce(store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 0},
+		store.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40})); err != nil {
 		t.Fatal(err)
 	}
 
@@ -300,12 +300,12 @@ func TestViewCorruptRecordsOnSim(t *testing.T) {
 	r := w.runner(w.engine())
 	w.produce("alice=+1", "dave=+2")
 	w.drain(r)
-	snaps0 := store.TopicPartition{Topic: "accounts-snapshots", Partition: 0}
-	snaps1 := store.TopicPartition{Topic: "accounts-snapshots", Partition: 1}
+	snaps0 := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 0}
+	snaps1 := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 1}
 	if _, err := w.c.Produce(snaps0, store.WireRecord{Key: []byte("foreign"), Value: []byte("no headers")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.c.Produce(snaps1, store.EncodeSnapshot(store.Snapshot{Key: []byte("zed"), Value: []byte("not a number"), Offset: 99})); err != nil {
+	if _, err := w.c.Produce(snaps1, store.EncodeSnapshot("", store.Snapshot{Key: []byte("zed"), Value: []byte("not a number"), Offset: 99})); err != nil {
 		t.Fatal(err)
 	}
 	var decodeErrs []error

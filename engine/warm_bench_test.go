@@ -240,7 +240,7 @@ func newWarmFixture(b *testing.B, addrs []string, shape warmShape) *warmFixture 
 		warmDir: b.TempDir(), writerDir: b.TempDir(),
 		versions: make([]int, shape.keys),
 	}
-	fx.snapshots = kafka.DefaultSnapshotTopic(fx.input)
+	fx.snapshots = kafka.DefaultSnapshotTopic(fx.txnPrefix, fx.input)
 	fx.keyPartition = func(i int) int32 { return int32(i % shape.partitions) }
 	// A state is a 100-byte window of 1 MB of random bytes, chosen by the
 	// key and its version: incompressible, and different for every

@@ -118,7 +118,7 @@ func (w *warmWorld) checkCommitted(r *engine.Runner[int]) error {
 	w.t.Helper()
 	want := map[string]int{}
 	for p := range int32(2) {
-		snaps := store.TopicPartition{Topic: "accounts-snapshots", Partition: p}
+		snaps := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: p}
 		ents, err := w.c.Read(snaps, true)
 		if err != nil {
 			w.t.Fatal(err)
@@ -205,7 +205,7 @@ func TestWarmRestartReadsOnlyTheDeltaOnSim(t *testing.T) {
 // (the first run) and the perturbation it names, and each with the state
 // equal to the committed snapshots after it.
 func TestWarmRestartFallsBackToAFullRecoveryOnSim(t *testing.T) {
-	snaps0 := store.TopicPartition{Topic: "accounts-snapshots", Partition: 0}
+	snaps0 := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 0}
 	full := func(reason string) map[string]string {
 		return map[string]string{"accounts/0": "full " + reason, "accounts/1": "full " + reason}
 	}
@@ -216,10 +216,10 @@ func TestWarmRestartFallsBackToAFullRecoveryOnSim(t *testing.T) {
 	}{
 		"another group": {group: "ledger", want: full(engine.RecoveryOtherGroup)},
 		"the snapshot topic recreated": {perturb: func(w *warmWorld) {
-			if err := w.c.DeleteTopic("accounts-snapshots"); err != nil {
+			if err := w.c.DeleteTopic("bank-accounts-snapshots"); err != nil {
 				w.t.Fatal(err)
 			}
-			if err := w.c.CreateTopic("accounts-snapshots", sim.TopicConfig{Partitions: 2, Compacted: true}); err != nil {
+			if err := w.c.CreateTopic("bank-accounts-snapshots", sim.TopicConfig{Partitions: 2, Compacted: true}); err != nil {
 				w.t.Fatal(err)
 			}
 		}, want: full(store.CheckpointTopicRecreated)},
@@ -287,7 +287,7 @@ func TestWarmRestartNeverResurrectsACompactedTombstoneOnSim(t *testing.T) {
 			w.other()
 			// The cleaner's first pass keeps the tombstone and sets its
 			// delete horizon; a pass delete.retention.ms later removes it.
-			snaps := store.TopicPartition{Topic: "accounts-snapshots", Partition: 1}
+			snaps := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 1}
 			if err := w.c.Compact(snaps); err != nil {
 				t.Fatal(err)
 			}

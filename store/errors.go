@@ -76,6 +76,12 @@ var (
 	// partition's last stable offset until it is aborted. A
 	// *HangingTransactionError matches it.
 	ErrHangingTransaction = errors.New("store: hanging transaction")
+	// ErrForeignState: an acquisition met state of another application:
+	// a snapshot record that names another application, or a
+	// transactional.id another application's transactions use. It is
+	// refused before the partition takes anything over or reads any of
+	// it (*ForeignStateError); it matches ErrMisconfigured too.
+	ErrForeignState = errors.New("store: another application's state")
 )
 
 // ConfigError names a permanent configuration problem: what is wrong
@@ -564,6 +570,44 @@ func (e *UndeclaredOutputError) Error() string {
 
 // Unwrap returns ErrInvalidOutput and ErrMisconfigured.
 func (e *UndeclaredOutputError) Unwrap() []error { return []error{ErrInvalidOutput, ErrMisconfigured} }
+
+// ForeignStateError names state of another application met by an
+// acquisition of Application: a record of the snapshot partition written
+// by Owner (Offset), or a transactional.id whose transactions write to
+// partitions of another application (TransactionalID, Evidence). Nothing
+// was taken over, folded or written. It matches ErrForeignState and
+// ErrMisconfigured: two applications never share a snapshot topic or a
+// transactional.id, and only a change of configuration cures it.
+type ForeignStateError struct {
+	Input     TopicPartition
+	Snapshots TopicPartition
+	// Application is the acquiring application; Owner the other one, as
+	// its record names it ("" when a transaction is the evidence).
+	Application string
+	Owner       string
+	// Offset is the offset of Owner's record in Snapshots; -1 when a
+	// transaction is the evidence.
+	Offset int64
+	// TransactionalID is set when the evidence is the id's transaction.
+	TransactionalID string
+	// Evidence says what showed the id to be another application's.
+	Evidence string
+}
+
+func (e *ForeignStateError) Error() string {
+	if e.TransactionalID != "" {
+		return fmt.Sprintf("store: %s: transactional.id %q is another application's: %s; application %q did not take it over, "+
+			"so the other keeps running; fix: give every application its own TransactionalIDPrefix (the default is the application's name)",
+			e.Input, e.TransactionalID, e.Evidence, e.Application)
+	}
+	return fmt.Sprintf("store: %s: snapshot partition %s holds state of application %q (a record at offset %d), and this is application %q: "+
+		"two applications never share a snapshot topic; nothing was taken over or read; fix: give this application its own snapshot topic "+
+		"(the default, \"<application>-<input>-snapshots\", is), or read the other's state with a View",
+		e.Input, e.Snapshots, e.Owner, e.Offset, e.Application)
+}
+
+// Unwrap returns ErrForeignState and ErrMisconfigured.
+func (e *ForeignStateError) Unwrap() []error { return []error{ErrForeignState, ErrMisconfigured} }
 
 // CorruptRecordError names a snapshot record that cannot be decoded.
 type CorruptRecordError struct {

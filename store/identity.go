@@ -46,3 +46,22 @@ type IdentityFunc func() GroupIdentity
 
 // CurrentIdentity calls f.
 func (f IdentityFunc) CurrentIdentity() GroupIdentity { return f() }
+
+// NameProblem is what makes name invalid as a Kafka topic name, a
+// group.instance.id or an application's name ("" if nothing).
+func NameProblem(name string) string {
+	switch {
+	case name == "":
+		return "empty"
+	case name == "." || name == "..":
+		return "not allowed"
+	case len(name) > 249:
+		return fmt.Sprintf("%d characters, more than 249", len(name))
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Sprintf("%q is not allowed (letters, digits, '.', '_' and '-' are)", c)
+		}
+	}
+	return ""
+}

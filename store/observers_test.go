@@ -55,11 +55,11 @@ func TestObserversOnABackend(t *testing.T) {
 	if err := c.CreateTopic("in", sim.TopicConfig{Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CreateTopic("in-snapshots", sim.TopicConfig{Partitions: 1, Compacted: true}); err != nil {
+	if err := c.CreateTopic("obs-in-snapshots", sim.TopicConfig{Partitions: 1, Compacted: true}); err != nil {
 		t.Fatal(err)
 	}
 	var log []string
-	b, err := c.NewBackend(sim.BackendConfig{Mode: store.Plain,
+	b, err := c.NewBackend(sim.BackendConfig{Mode: store.Plain, Application: "obs",
 		Observer: store.Observers(txns{"plain", &log}, both{txns{"both", &log}})})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unsafe"
 )
 
 // FormatVersion is the snapshot record format this code writes for a key
@@ -31,6 +32,11 @@ const (
 	// HeaderTimers is the key's timers (version 2 only): 9 bytes each, a
 	// TimerKind and the 8-byte big-endian At.
 	HeaderTimers = "snapfence.t"
+	// HeaderApplication is the name of the application that wrote the
+	// record (the store's Application), in both versions. A record
+	// without it was written before applications were named, and is read
+	// as any application's.
+	HeaderApplication = "snapfence.a"
 )
 
 // OffsetMarkerKey is the key of the offset marker record a backend may write
@@ -68,10 +74,11 @@ var (
 // timerBytes is the size of one timer in HeaderTimers.
 const timerBytes = 9
 
-// EncodeSnapshot frames s as a record. A tombstone has a nil value, so
-// compaction removes the key after delete.retention.ms; its offset header
-// stays until then.
-func EncodeSnapshot(s Snapshot) WireRecord {
+// EncodeSnapshot frames s as a record written by the application app
+// (HeaderApplication; none if app is empty). A tombstone has a nil value,
+// so compaction removes the key after delete.retention.ms; its offset
+// header stays until then.
+func EncodeSnapshot(app string, s Snapshot) WireRecord {
 	kind := KindSnapshot
 	value := s.Value
 	if s.Tombstone {
@@ -79,7 +86,7 @@ func EncodeSnapshot(s Snapshot) WireRecord {
 	} else if value == nil {
 		value = []byte{}
 	}
-	hs := headers(kind, s.Offset)
+	hs := headers(kind, s.Offset, app)
 	if len(s.Timers) > 0 && !s.Tombstone {
 		hs = withTimers(hs, s.Timers)
 	}
@@ -101,28 +108,58 @@ func withTimers(hs []Header, ts []Timer) []Header {
 }
 
 // EncodeOffsetMarker frames the marker record of an offset-only
-// transaction. Its value says what was committed, for humans.
-func EncodeOffsetMarker(offset int64, id GroupIdentity) WireRecord {
+// transaction of the application app. Its value says what was committed,
+// for humans.
+func EncodeOffsetMarker(app string, offset int64, id GroupIdentity) WireRecord {
 	v := fmt.Sprintf("offset=%d member=%s generation=%d", offset, id.MemberID, id.Generation)
-	return WireRecord{Key: OffsetMarkerKey, Value: []byte(v), Headers: headers(KindOffsetMarker, offset)}
+	return WireRecord{Key: OffsetMarkerKey, Value: []byte(v), Headers: headers(KindOffsetMarker, offset, app)}
 }
 
 // headers frames a record's headers in one allocation: a snapshot is
 // framed per input record changed, so this is on the engine's hot path.
-func headers(kind RecordKind, offset int64) []Header {
+// The application header comes last, so that version 2's timers header
+// is appended after it and the first three stay where readers of version
+// 1 found them.
+func headers(kind RecordKind, offset int64, app string) []Header {
 	f := new(struct {
-		hs   [3]Header
+		hs   [4]Header
 		kind [1]byte
 		off  [8]byte
 	})
 	f.kind[0] = byte(kind)
 	binary.BigEndian.PutUint64(f.off[:], uint64(offset))
-	f.hs = [3]Header{
+	f.hs = [4]Header{
 		{Key: HeaderVersion, Value: versionBytes},
 		{Key: HeaderKind, Value: f.kind[:]},
 		{Key: HeaderOffset, Value: f.off[:]},
 	}
+	if app == "" {
+		return f.hs[:3]
+	}
+	// The name's bytes are shared, not copied: every record of a backend
+	// carries the same name, and a header's value is only ever read.
+	f.hs[3] = Header{Key: HeaderApplication, Value: unsafe.Slice(unsafe.StringData(app), len(app))}
 	return f.hs[:]
+}
+
+// RecordApplication returns the application a snapshot-partition record
+// names (HeaderApplication), and false for a record that names none.
+func RecordApplication(r WireRecord) ([]byte, bool) {
+	for _, h := range r.Headers {
+		if h.Key == HeaderApplication {
+			return h.Value, true
+		}
+	}
+	return nil, false
+}
+
+// ApplicationHeaderBytes is what HeaderApplication adds to a record of the
+// application app (EncodeSnapshot); SnapshotBytes leaves it out.
+func ApplicationHeaderBytes(app string) int {
+	if app == "" {
+		return 0
+	}
+	return len(HeaderApplication) + len(app)
 }
 
 // DecodeRecord decodes a record read at offset of the snapshot partition

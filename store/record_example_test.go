@@ -14,7 +14,7 @@ func ExampleEncodeSnapshot() {
 	timed := plain
 	timed.Timers = []store.Timer{{Kind: store.ProcessingTime, At: 1_700_000_060_000}}
 	for _, s := range []store.Snapshot{plain, timed} {
-		r := store.EncodeSnapshot(s)
+		r := store.EncodeSnapshot("", s)
 		fmt.Printf("%s=%s", r.Key, r.Value)
 		for _, h := range r.Headers {
 			fmt.Printf(" %s:%x", h.Key, h.Value)

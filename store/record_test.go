@@ -19,7 +19,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		{Key: []byte("k"), Offset: 77, Tombstone: true},
 		{Key: []byte("k"), Value: []byte("state"), Offset: 41, Timers: []store.Timer{{Kind: store.EventTime, At: -5}, {Kind: store.ProcessingTime, At: 1 << 40}}},
 	} {
-		got, kind, err := store.DecodeRecord(tp, 5, store.EncodeSnapshot(s))
+		got, kind, err := store.DecodeRecord(tp, 5, store.EncodeSnapshot("", s))
 		if err != nil {
 			t.Fatalf("%+v: %v", s, err)
 		}
@@ -35,11 +35,11 @@ func TestSnapshotRoundTrip(t *testing.T) {
 // a record of a snapfence without timers; one with timers as version 2,
 // which a reader of version 1 only refuses (it cannot drop them unseen).
 func TestTimersOnlyInVersion2(t *testing.T) {
-	plain := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1})
+	plain := store.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1})
 	if len(plain.Headers) != 3 || string(plain.Headers[0].Value) != "1" {
 		t.Fatalf("a key without timers has headers %+v, want the three of version 1", plain.Headers)
 	}
-	timed := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1,
+	timed := store.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1,
 		Timers: []store.Timer{{Kind: store.ProcessingTime, At: 7}}})
 	if len(timed.Headers) != 4 || string(timed.Headers[0].Value) != "2" || timed.Headers[3].Key != store.HeaderTimers {
 		t.Fatalf("a key with timers has headers %+v, want version 2 with %s", timed.Headers, store.HeaderTimers)
@@ -48,7 +48,7 @@ func TestTimersOnlyInVersion2(t *testing.T) {
 		t.Fatal("encoding timers changed another record's headers")
 	}
 	// A tombstone never carries timers.
-	dead := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Offset: 1, Tombstone: true, Timers: []store.Timer{{Kind: store.EventTime}}})
+	dead := store.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Offset: 1, Tombstone: true, Timers: []store.Timer{{Kind: store.EventTime}}})
 	if len(dead.Headers) != 3 {
 		t.Fatalf("a tombstone has headers %+v", dead.Headers)
 	}
@@ -63,7 +63,7 @@ func TestTimersOnlyInVersion2(t *testing.T) {
 }
 
 func TestOffsetMarkerDecodesAsMarker(t *testing.T) {
-	r := store.EncodeOffsetMarker(12, store.GroupIdentity{MemberID: "m", Generation: 3})
+	r := store.EncodeOffsetMarker("", 12, store.GroupIdentity{MemberID: "m", Generation: 3})
 	_, kind, err := store.DecodeRecord(tp, 9, r)
 	if err != nil || kind != store.KindOffsetMarker {
 		t.Fatalf("kind %c err %v, want an offset marker", kind, err)
@@ -71,7 +71,7 @@ func TestOffsetMarkerDecodesAsMarker(t *testing.T) {
 }
 
 func TestBadRecordsNamePartitionAndOffset(t *testing.T) {
-	good := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1})
+	good := store.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1})
 	with := func(name string, value []byte) store.WireRecord {
 		r := store.WireRecord{Key: good.Key, Value: good.Value}
 		for _, h := range good.Headers {
@@ -102,7 +102,7 @@ func TestBadRecordsNamePartitionAndOffset(t *testing.T) {
 		"short timers":       {withHeader(withV2(good), store.HeaderTimers, []byte("p1234")), "malformed snapfence.t header (5 bytes)"},
 		"empty timers":       {withHeader(withV2(good), store.HeaderTimers, []byte{}), "malformed snapfence.t header (0 bytes)"},
 		"bad timer kind":     {withHeader(withV2(good), store.HeaderTimers, []byte("z12345678")), "unknown timer kind"},
-		"tombstone w/ timer": {withHeader(withV2(store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Offset: 1, Tombstone: true})), store.HeaderTimers, []byte("p12345678")), "tombstone record with timers"},
+		"tombstone w/ timer": {withHeader(withV2(store.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Offset: 1, Tombstone: true})), store.HeaderTimers, []byte("p12345678")), "tombstone record with timers"},
 	}
 	for name, c := range cases {
 		_, _, err := store.DecodeRecord(tp, 1234, c.rec)
@@ -131,9 +131,9 @@ func withV2(r store.WireRecord) store.WireRecord {
 }
 
 func FuzzDecodeRecord(f *testing.F) {
-	good := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1})
+	good := store.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1})
 	f.Add([]byte("k"), []byte("v"), good.Headers[0].Value, good.Headers[1].Value, good.Headers[2].Value, []byte(nil))
-	timed := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1, Timers: []store.Timer{{Kind: store.EventTime, At: 9}}})
+	timed := store.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 1, Timers: []store.Timer{{Kind: store.EventTime, At: 9}}})
 	f.Add([]byte("k"), []byte("v"), timed.Headers[0].Value, timed.Headers[1].Value, timed.Headers[2].Value, timed.Headers[3].Value)
 	f.Fuzz(func(t *testing.T, key, value, version, kind, offset, timers []byte) {
 		r := store.WireRecord{Key: key, Value: value, Headers: []store.Header{
@@ -150,7 +150,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			return
 		}
 		if k != store.KindOffsetMarker {
-			again, _, err := store.DecodeRecord(tp, 7, store.EncodeSnapshot(s))
+			again, _, err := store.DecodeRecord(tp, 7, store.EncodeSnapshot("", s))
 			if err != nil || !bytes.Equal(again.Value, s.Value) || again.Offset != s.Offset || !slices.Equal(again.Timers, s.Timers) {
 				t.Fatalf("re-encoding %+v does not round-trip: %v", s, err)
 			}
@@ -204,7 +204,7 @@ func TestSnapshotBytesIsTheEncodedRecordsSize(t *testing.T) {
 		{Key: []byte("timed"), Value: []byte("v"), Offset: 3, Timers: []store.Timer{{Kind: store.EventTime, At: 1}, {Kind: store.ProcessingTime, At: 2}}},
 		{Key: []byte("gone"), Tombstone: true, Offset: 3, Timers: []store.Timer{{Kind: store.EventTime, At: 1}}},
 	} {
-		r := store.EncodeSnapshot(s)
+		r := store.EncodeSnapshot("", s)
 		want := len(r.Key) + len(r.Value)
 		for _, h := range r.Headers {
 			want += len(h.Key) + len(h.Value)

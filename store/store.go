@@ -159,6 +159,16 @@ type Backend interface {
 	Close() error
 }
 
+// Named is a Backend that knows the application whose state it holds
+// (store/kafka's and store/sim's Config.Application). The engine names its
+// cache directory's marker after it, so that a cache is never reused by
+// another application.
+type Named interface {
+	// Application is the application's name; "" if the backend has none
+	// (it only follows topics).
+	Application() string
+}
+
 // Acquisition describes a partition being taken over.
 type Acquisition struct {
 	// Input is the input topic-partition whose snapshots are acquired.

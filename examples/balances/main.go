@@ -7,7 +7,7 @@
 // "account: closed") to topic "balances" for every change, through the
 // built-in at-least-once emitter (engine.KafkaEmitter), which creates the
 // topic if it is missing. Snapshots go to the compacted topic
-// "transactions-snapshots" in Kafka transactions that also commit the input
+// "balances-example-transactions-snapshots" in Kafka transactions that also commit the input
 // offsets (store/kafka, Transactional mode), so the state survives
 // restarts exactly once; the outputs are at-least-once.
 //
@@ -55,10 +55,10 @@ import (
 
 const (
 	inputTopic     = "transactions"
-	snapshotTopic  = "transactions-snapshots" // kafka.DefaultSnapshotTopic(inputTopic)
+	application    = "balances-example"
+	snapshotTopic  = "balances-example-transactions-snapshots" // kafka.DefaultSnapshotTopic(application, inputTopic)
 	outputTopic    = "balances"
-	group          = "balances-example"
-	txnPrefix      = "balances-example"
+	group          = application
 	partitions     = 3
 	commitDeadline = time.Minute // a run that has not committed everything by then fails
 )
@@ -191,7 +191,7 @@ func runEngine(ctx context.Context, seeds []string, cl *kgo.Client, out io.Write
 	committed := newCommitWatch(ends)
 
 	backend, err := kafka.New(ctx, kafka.Config{
-		Mode: store.Transactional, SeedBrokers: seeds, TransactionalIDPrefix: txnPrefix,
+		Mode: store.Transactional, SeedBrokers: seeds, Application: application,
 		Observer: committed,
 	})
 	if err != nil {

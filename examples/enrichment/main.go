@@ -151,7 +151,7 @@ func names(prefix string) topics {
 	input := prefix + "order_events"
 	return topics{
 		input:     input,
-		snapshots: kafka.DefaultSnapshotTopic(input),
+		snapshots: kafka.DefaultSnapshotTopic(prefix+"enrichment", input),
 		output:    prefix + "enriched_orders",
 		sellers:   prefix + "sellers",
 		group:     prefix + "enrichment",

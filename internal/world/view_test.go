@@ -32,7 +32,7 @@ func watchScenario(t *testing.T, s Scenario, mode store.Mode) (failed []string, 
 		t.Fatal(err)
 	}
 	defer w.Close()
-	reader, err := w.c.NewBackend(sim.BackendConfig{Mode: store.Transactional, TransactionalIDPrefix: "view"})
+	reader, err := w.c.NewBackend(sim.BackendConfig{Mode: store.Transactional, Application: "view", SnapshotTopic: sim.LegacySnapshotTopic})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -524,6 +524,9 @@ func (w *World) produce(key string, delta int, timer time.Duration) {
 func (w *World) start(m *member) {
 	be, err := w.c.NewBackend(sim.BackendConfig{
 		Mode: w.cfg.Mode, TransactionalIDPrefix: Prefix,
+		// The scenarios of the design name the snapshot topic after the
+		// input alone, and the worlds' histories are compared by name.
+		SnapshotTopic:           sim.LegacySnapshotTopic,
 		MaxWritesPerTransaction: w.cfg.MaxWritesPerTransaction,
 		TransactionTimeout:      w.cfg.TransactionTimeout,
 		RecoveryStallTimeout:    w.cfg.StallTimeout,
@@ -733,7 +736,7 @@ func (w *World) crash(m *member) {
 		p := w.c.InitProducerID(store.TransactionalID(Prefix, tp), w.cfg.TransactionTimeout)
 		snap := store.TopicPartition{Topic: snapshotTopic, Partition: tp.Partition}
 		s := store.Snapshot{Key: []byte("crash-" + strconv.Itoa(m.slot)), Value: []byte("-999999"), Offset: 1 << 40}
-		if _, err := p.Produce(snap, store.EncodeSnapshot(s)); err == nil {
+		if _, err := p.Produce(snap, store.EncodeSnapshot("", s)); err == nil {
 			w.rec.Add(history.Op{Kind: history.Abandon, Member: m.slot, Partition: tp.Partition,
 				Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Outcome: history.Unknown})
 		}
@@ -829,11 +832,11 @@ func (w *World) recreate() {
 		}
 		for i, s := range snaps {
 			if last[string(s.Key)] == i && (!s.Tombstone || s.Offset >= committed[p]) {
-				restore[p] = append(restore[p], store.EncodeSnapshot(s))
+				restore[p] = append(restore[p], store.EncodeSnapshot("", s))
 			}
 		}
 		for int64(len(restore[p])) < hw {
-			restore[p] = append(restore[p], store.EncodeOffsetMarker(0, store.GroupIdentity{}))
+			restore[p] = append(restore[p], store.EncodeOffsetMarker("", 0, store.GroupIdentity{}))
 		}
 	}
 	if err := w.c.DeleteTopic(snapshotTopic); err != nil {
@@ -858,7 +861,7 @@ func (w *World) openForeign(partition int, hang bool) {
 	tp := store.TopicPartition{Topic: snapshotTopic, Partition: int32(partition)}
 	// An offset marker: a valid snapfence record that recovery skips, so
 	// committing it changes no state.
-	if _, err := p.Produce(tp, store.EncodeOffsetMarker(0, store.GroupIdentity{})); err != nil {
+	if _, err := p.Produce(tp, store.EncodeOffsetMarker("", 0, store.GroupIdentity{})); err != nil {
 		return
 	}
 	if hang {

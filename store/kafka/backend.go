@@ -75,7 +75,7 @@ type broker struct{ b *Backend }
 // configuration, not the topics: those are checked at each Acquire.
 func New(ctx context.Context, cfg Config) (*Backend, error) {
 	set, err := backend.Config{
-		Name: "kafka", Mode: cfg.Mode, TransactionalIDPrefix: cfg.TransactionalIDPrefix,
+		Name: "kafka", Mode: cfg.Mode, Application: cfg.Application, TransactionalIDPrefix: cfg.TransactionalIDPrefix,
 		SnapshotTopic: cfg.SnapshotTopic, MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
 		MaxBytesPerTransaction: cfg.MaxBytesPerTransaction,
 		MaxValueBytes:          cfg.MaxValueBytes, TransactionTimeout: cfg.TransactionTimeout,
@@ -145,6 +145,10 @@ func transactionVersion2(ctx context.Context, cl *kgo.Client) (bool, error) {
 	}
 	return false, nil
 }
+
+// Application is the application's name (Config.Application, or the
+// transactional.id prefix when that is unset); it implements store.Named.
+func (b *Backend) Application() string { return b.set.Application }
 
 // Mode reports the backend's mode.
 func (b *Backend) Mode() store.Mode { return b.set.Mode }
@@ -216,7 +220,15 @@ func (br *broker) Close() error {
 func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartition) ([16]byte, backend.SnapshotTopic, error) {
 	var noID [16]byte
 	var topic backend.SnapshotTopic
-	details, err := b.adm.ListTopics(ctx, input.Topic, snap.Topic)
+	legacy := ""
+	if b.set.SnapshotTopicIsDefault {
+		legacy = backend.LegacySnapshotTopic(input.Topic)
+	}
+	names := []string{input.Topic, snap.Topic}
+	if legacy != "" {
+		names = append(names, legacy)
+	}
+	details, err := b.adm.ListTopics(ctx, names...)
 	if err != nil {
 		return noID, topic, fmt.Errorf("kafka: describing topics %q and %q: %w", input.Topic, snap.Topic, err)
 	}
@@ -232,6 +244,9 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 	}
 	sd, ok := details[snap.Topic]
 	if !ok || errors.Is(sd.Err, kerr.UnknownTopicOrPartition) {
+		if ld, ok := details[legacy]; ok && legacy != "" && ld.Err == nil {
+			return noID, topic, backend.LegacyTopicError(b.set, input.Topic, snap.Topic)
+		}
 		if !b.cfg.CreateTopics {
 			return noID, topic, fmt.Errorf("%w: snapshot topic %q of input topic %q does not exist; create it with cleanup.policy=compact and at least %d partitions, or set CreateTopics",
 				ErrTopicMissing, snap.Topic, input.Topic, len(in.Partitions))

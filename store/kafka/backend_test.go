@@ -50,7 +50,7 @@ func TestPrefixCollisionIsLoud(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
 		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
-		cfg := kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: "shared"}
+		cfg := kafka.Config{Mode: store.Transactional, Application: prefix, TransactionalIDPrefix: "shared"}
 		flowA, err := newBackend(t, w, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -96,17 +96,24 @@ func TestTopicChecksNameWhatIsWrong(t *testing.T) {
 		if err := kafka.CreateTopic(ctx, w.admin, "plainly", 2, 1, nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := kafka.CreateTopic(ctx, w.admin, "plainly-snapshots", 2, 1, map[string]*string{"cleanup.policy": &del}); err != nil {
+		if err := kafka.CreateTopic(ctx, w.admin, prefix+"-plainly-snapshots", 2, 1, map[string]*string{"cleanup.policy": &del}); err != nil {
 			t.Fatal(err)
 		}
 		if err := kafka.CreateTopic(ctx, w.admin, "wide", 3, 1, nil); err != nil {
 			t.Fatal(err)
 		}
 		compact := "compact"
-		if err := kafka.CreateTopic(ctx, w.admin, "wide-snapshots", 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+		if err := kafka.CreateTopic(ctx, w.admin, prefix+"-wide-snapshots", 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 			t.Fatal(err)
 		}
 		if err := kafka.CreateTopic(ctx, w.admin, "fresh", 2, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		// An input whose snapshots are under the name of earlier versions.
+		if err := kafka.CreateTopic(ctx, w.admin, "legacy", 1, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := kafka.CreateTopic(ctx, w.admin, "legacy-snapshots", 1, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 			t.Fatal(err)
 		}
 		id := joinGroup(t, w, group)
@@ -120,9 +127,10 @@ func TestTopicChecksNameWhatIsWrong(t *testing.T) {
 			says     string
 		}{
 			{"missing", kafka.ErrTopicMissing, `input topic "missing" does not exist`},
-			{"fresh", kafka.ErrTopicMissing, `snapshot topic "fresh-snapshots" of input topic "fresh" does not exist`},
-			{"plainly", kafka.ErrTopicConfig, `"plainly-snapshots" has cleanup.policy="delete"`},
-			{"wide", kafka.ErrTopicConfig, `"wide-snapshots" has 2 partitions, fewer than the 3`},
+			{"fresh", kafka.ErrTopicMissing, `snapshot topic "sf-test-fresh-snapshots" of input topic "fresh" does not exist`},
+			{"plainly", kafka.ErrTopicConfig, `"sf-test-plainly-snapshots" has cleanup.policy="delete"`},
+			{"wide", kafka.ErrTopicConfig, `"sf-test-wide-snapshots" has 2 partitions, fewer than the 3`},
+			{"legacy", store.ErrMisconfigured, `snapshot topic "sf-test-legacy-snapshots": does not exist, but "legacy-snapshots", the snapshot topic of input "legacy" before applications were named, does`},
 		} {
 			_, err := b.Acquire(ctx, store.Acquisition{Input: store.TopicPartition{Topic: c.input}, Identity: id})
 			if !errors.Is(err, c.sentinel) || !strings.Contains(err.Error(), c.says) {
@@ -132,6 +140,10 @@ func TestTopicChecksNameWhatIsWrong(t *testing.T) {
 		create, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix, CreateTopics: true})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// CreateTopics does not create an empty topic beside the legacy one.
+		if _, err := create.Acquire(ctx, store.Acquisition{Input: store.TopicPartition{Topic: "legacy"}, Identity: id}); !errors.Is(err, store.ErrMisconfigured) {
+			t.Errorf("CreateTopics beside a legacy snapshot topic: err = %v, want the legacy topic named", err)
 		}
 		p, err := create.Acquire(ctx, store.Acquisition{Input: store.TopicPartition{Topic: "fresh", Partition: 1}, Identity: id})
 		if err != nil {
@@ -146,8 +158,8 @@ func TestTopicChecksNameWhatIsWrong(t *testing.T) {
 		if err := writeOne(ctx, p, store.Snapshot{Key: []byte("k"), Value: []byte("v"), Offset: 0}); err != nil {
 			t.Fatal(err)
 		}
-		td, err := w.adm.ListTopics(ctx, "fresh-snapshots")
-		if err != nil || len(td["fresh-snapshots"].Partitions) != 2 {
+		td, err := w.adm.ListTopics(ctx, "sf-test-fresh-snapshots")
+		if err != nil || len(td["sf-test-fresh-snapshots"].Partitions) != 2 {
 			t.Fatalf("created snapshot topic: %v %v", td, err)
 		}
 	})
@@ -183,8 +195,8 @@ func TestAnAcquisitionThatCreatesItsSnapshotTopicReturnsOnceItIsServed(t *testin
 			t.Fatalf("CreateTopics: %v", err)
 		}
 		acquired := time.Since(start)
-		if !late.Served("fresh-snapshots") {
-			t.Errorf("the acquisition returned after %d of 3 refused ListOffsets, before its new snapshot topic was served", late.Refused("fresh-snapshots"))
+		if !late.Served("sf-test-fresh-snapshots") {
+			t.Errorf("the acquisition returned after %d of 3 refused ListOffsets, before its new snapshot topic was served", late.Refused("sf-test-fresh-snapshots"))
 		}
 		if acquired >= time.Second {
 			t.Errorf("acquiring a partition whose snapshot topic it created took %v of virtual time; the metadata min age is 5s, and kfake answers at once", acquired)
@@ -205,8 +217,18 @@ func TestAnAcquisitionThatCreatesItsSnapshotTopicReturnsOnceItIsServed(t *testin
 func TestConfigurationErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
-		if _, err := newBackend(t, w, kafka.Config{Mode: store.Transactional}); err == nil || !strings.Contains(err.Error(), "TransactionalIDPrefix is required") {
-			t.Errorf("no prefix: %v", err)
+		// A backend without a name may follow topics (a View), and acquires
+		// nothing: the refusal names the field.
+		unnamed, err := newBackend(t, w, kafka.Config{Mode: store.Transactional})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ce *store.ConfigError
+		if _, err := unnamed.Acquire(context.Background(), store.Acquisition{Input: store.TopicPartition{Topic: inputTopic}, Identity: joinGroup(t, w, group)}); !errors.As(err, &ce) || ce.Subject != "Config.Application" {
+			t.Errorf("no application: %v", err)
+		}
+		if _, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, Application: "orders app"}); err == nil || !strings.Contains(err.Error(), "Config.Application") {
+			t.Errorf("an application name with a space: %v", err)
 		}
 		if _, err := kafka.New(context.Background(), kafka.Config{Mode: store.Plain}); err == nil || !strings.Contains(err.Error(), "SeedBrokers") {
 			t.Errorf("no brokers: %v", err)

@@ -186,8 +186,8 @@ func (bc *benchCluster) newInput(b *testing.B) *input {
 		b.Fatalf("creating %s: %v", topic, err)
 	}
 	compact := "compact"
-	if err := kafka.CreateTopic(ctx, bc.admin, kafka.DefaultSnapshotTopic(topic), 1, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
-		b.Fatalf("creating %s: %v", kafka.DefaultSnapshotTopic(topic), err)
+	if err := kafka.CreateTopic(ctx, bc.admin, kafka.DefaultSnapshotTopic(benchPrefix, topic), 1, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+		b.Fatalf("creating %s: %v", kafka.DefaultSnapshotTopic(benchPrefix, topic), err)
 	}
 	details, err := bc.adm.ListTopics(ctx, topic)
 	if err != nil || details[topic].Err != nil {
@@ -497,7 +497,7 @@ type bareTxns struct {
 func (bc *benchCluster) newBareTxns(ctx context.Context, b *testing.B, in *input, tv2 bool, clientOpts ...kgo.Opt) *bareTxns {
 	b.Helper()
 	t := &bareTxns{in: in, tv2: tv2,
-		snap:  store.TopicPartition{Topic: kafka.DefaultSnapshotTopic(in.tp.Topic), Partition: 0},
+		snap:  store.TopicPartition{Topic: kafka.DefaultSnapshotTopic(benchPrefix, in.tp.Topic), Partition: 0},
 		txnID: store.TransactionalID(benchPrefix+"-bare", in.tp)}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(bc.addrs...), kgo.ProducerLinger(0)}, clientOpts...)
 	opts = append(opts,
@@ -557,7 +557,7 @@ func (t *bareTxns) transact(ctx context.Context, s store.Snapshot) error {
 }
 
 func (t *bareTxns) record(s store.Snapshot) *kgo.Record {
-	w := store.EncodeSnapshot(s)
+	w := store.EncodeSnapshot("", s)
 	r := &kgo.Record{Topic: t.snap.Topic, Partition: t.snap.Partition, Key: w.Key, Value: w.Value}
 	for _, h := range w.Headers {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})

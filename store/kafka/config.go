@@ -45,11 +45,30 @@ type Config struct {
 	Mode store.Mode
 	// SeedBrokers are the bootstrap brokers, "host:port". Required.
 	SeedBrokers []string
-	// TransactionalIDPrefix is required in Transactional mode. See the
-	// package documentation: it is cluster-scoped.
+	// Application names the application, once, unique on the cluster
+	// like a group id (letters, digits, '.', '_' and '-'). Everything
+	// the store owns is named from it by default: the snapshot topic
+	// "<Application>-<input>-snapshots" (DefaultSnapshotTopic) and the
+	// transactional.id prefix. Every snapshot record carries it
+	// (store.HeaderApplication), and an acquisition that meets a record
+	// or a transactional.id of another application fails with a
+	// *store.ForeignStateError before it takes anything over or folds
+	// anything. Default TransactionalIDPrefix; one of the two is
+	// required.
+	Application string
+	// TransactionalIDPrefix is the prefix of the producers'
+	// transactional.ids; default Application. See the package
+	// documentation: it is cluster-scoped. A deployment from before
+	// Application existed keeps its prefix by keeping this field.
 	TransactionalIDPrefix string
 	// SnapshotTopic names the snapshot topic of an input topic; default
-	// "<input>-snapshots". Partition N holds input partition N's keys.
+	// DefaultSnapshotTopic, "<Application>-<input>-snapshots". Partition N
+	// holds input partition N's keys. Before applications were named the
+	// default was "<input>-snapshots" (LegacySnapshotTopic): an
+	// acquisition whose default topic is missing while that one exists
+	// fails with a *store.ConfigError rather than start without the state
+	// it may hold (docs/operations.md, "Upgrading to named
+	// applications").
 	SnapshotTopic func(input string) string
 	// CreateTopics creates a missing snapshot topic (compacted, with the
 	// input topic's partition count and the broker's default replication)
@@ -176,8 +195,14 @@ type Config struct {
 	Now func() time.Time
 }
 
-// DefaultSnapshotTopic is the default snapshot topic of an input topic.
-func DefaultSnapshotTopic(input string) string { return backend.DefaultSnapshotTopic(input) }
+// DefaultSnapshotTopic is the default snapshot topic of an input topic in
+// the application app: "<app>-<input>-snapshots".
+func DefaultSnapshotTopic(app, input string) string { return backend.DefaultSnapshotTopic(app, input) }
+
+// LegacySnapshotTopic is the snapshot topic snapfence named before
+// applications were, "<input>-snapshots": set it as Config.SnapshotTopic
+// to keep a deployment's state where it is.
+func LegacySnapshotTopic(input string) string { return backend.LegacySnapshotTopic(input) }
 
 // clientOpts are the options every client starts from: connection
 // settings, snapfence's defaults, then the user's ClientOpts, which may

@@ -113,7 +113,7 @@ func TestAcquireCreatingItsSnapshotTopicOnKafka(t *testing.T) {
 	id := store.IdentityFunc(func() store.GroupIdentity { return store.GroupIdentity{Group: "unused"} })
 	for i := range 5 {
 		input := fmt.Sprintf("acquire-creating-%d", time.Now().UnixNano())
-		snaps := kafka.DefaultSnapshotTopic(input)
+		snaps := kafka.DefaultSnapshotTopic(input, input)
 		t.Cleanup(func() { _, _ = adm.DeleteTopics(context.Background(), input, snaps) })
 		if err := kafka.CreateTopic(ctx, cl, input, 2, 1, nil); err != nil {
 			t.Fatal(err)

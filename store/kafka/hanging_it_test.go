@@ -163,7 +163,7 @@ func forget(t *testing.T, w *brokerWorld, drop int64, offsets bool) forgotten {
 	// end).
 	start := w.stableEnd(t, snap)
 	cl := w.openTransaction(t, txnID, 15*time.Minute, snap,
-		[]store.WireRecord{store.EncodeSnapshot(store.Snapshot{Key: []byte("ghost"), Value: []byte("never committed")})})
+		[]store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte("ghost"), Value: []byte("never committed")})})
 	pid, epoch, err := cl.ProducerID(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -471,7 +471,7 @@ func forgetWithOutput(t *testing.T, w *brokerWorld) forgottenWithOutput {
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	recs := append(toKgo(snap, []store.WireRecord{store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("never committed"), Offset: 1})}),
+	recs := append(toKgo(snap, []store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("never committed"), Offset: 1})}),
 		toKgo(out, []store.WireRecord{{Key: []byte("k"), Value: []byte("out-of-1")}})...)
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)

@@ -77,7 +77,7 @@ func hangOn(t *testing.T, w *fakeWorld, in, tp store.TopicPartition, key string,
 	t.Helper()
 	start := w.listEnd(t, tp, 0)
 	cl := w.openTransaction(t, "shadow-"+key, 15*time.Minute, tp,
-		[]store.WireRecord{store.EncodeSnapshot(store.Snapshot{Key: []byte(key), Value: []byte("never committed")})})
+		[]store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte(key), Value: []byte("never committed")})})
 	pid, epoch, err := cl.ProducerID(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +251,7 @@ func TestAnOngoingTransactionIsNeverAborted(t *testing.T) {
 		w := newFakeWorld(t)
 		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
 		w.openTransaction(t, "other-app", 15*time.Minute, snapTP(in),
-			[]store.WireRecord{store.EncodeSnapshot(store.Snapshot{Key: []byte("theirs"), Value: []byte("open")})})
+			[]store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte("theirs"), Value: []byte("open")})})
 		r := recoverBehind(t, w, true)
 		var se *store.RecoveryStalledError
 		if !errors.As(r.err, &se) || se.Cause != store.StallOpenTransaction || errors.Is(r.err, store.ErrHangingTransaction) {
@@ -611,7 +611,7 @@ func TestACheckpointStraddlingAnAbortedTransactionIsRefused(t *testing.T) {
 		// A second record of the ghost, so that a read from inside it has
 		// something to wait for.
 		if err := f.shadow.ProduceSync(context.Background(), toKgo(snapTP(in),
-			[]store.WireRecord{store.EncodeSnapshot(store.Snapshot{Key: []byte("ghost-2"), Value: []byte("never committed")})})...).FirstErr(); err != nil {
+			[]store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte("ghost-2"), Value: []byte("never committed")})})...).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix, AbortHangingTransactions: true})

@@ -20,7 +20,7 @@ import (
 const (
 	inputTopic = "orders"
 	group      = "flow"
-	prefix     = "sf-test"
+	prefix     = storetest.Application
 )
 
 // fakeWorld is a kfake cluster on a virtual network inside a synctest

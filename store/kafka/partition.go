@@ -309,9 +309,9 @@ func (p *partition) transact(ctx context.Context, prod *kgo.Client, batch groupc
 // counts are the partition counts of the outputs' topics (outputCounts).
 func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupcommit.Batch, id store.GroupIdentity, counts map[string]int) (end int64, err error) {
 	var rb recordBuilder
-	recs := rb.start(len(batch.Writes)+len(batch.Outputs), len(batch.Writes)*3+outputHeaders(batch.Outputs))
+	recs := rb.start(len(batch.Writes)+len(batch.Outputs), len(batch.Writes)*4+outputHeaders(batch.Outputs))
 	for _, w := range batch.Writes {
-		recs = append(recs, rb.record(p.snap, store.EncodeSnapshot(w)))
+		recs = append(recs, rb.record(p.snap, store.EncodeSnapshot(p.b.set.Application, w)))
 	}
 	for _, o := range batch.Outputs {
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, counts[o.Topic])}
@@ -322,7 +322,7 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 		// nothing, although our raw TxnOffsetCommit opened it on the
 		// broker; a raw EndTxn of our own would bump the epoch behind the
 		// client's back. A marker record keeps the client in step.
-		recs = append(recs, p.record(store.EncodeOffsetMarker(batch.Offset, id)))
+		recs = append(recs, p.record(store.EncodeOffsetMarker(p.b.set.Application, batch.Offset, id)))
 	}
 	results := prod.ProduceSync(ctx, recs...)
 	if err := results.FirstErr(); err != nil {

@@ -81,7 +81,7 @@ func newRealWorld(t *testing.T) *realWorld {
 	w := &realWorld{t: t, brokers: brokers, adm: kadm.NewClient(cl)}
 	name := fmt.Sprintf("rec-%d", time.Now().UnixNano())
 	w.input = store.TopicPartition{Topic: name}
-	w.snaps = store.TopicPartition{Topic: kafka.DefaultSnapshotTopic(name)}
+	w.snaps = store.TopicPartition{Topic: kafka.DefaultSnapshotTopic(name, name)}
 	w.group = name + "-group"
 	ctx := context.Background()
 	compact := "compact"
@@ -180,7 +180,7 @@ func TestRecoveryWaitsOutAForeignTransactionOnKafka(t *testing.T) {
 	if err := writeOne(ctx, p, store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 1}); err != nil {
 		t.Fatal(err)
 	}
-	foreign := w.foreign(time.Minute, store.EncodeSnapshot(store.Snapshot{Key: []byte("foreign"), Value: []byte("x"), Offset: 2}))
+	foreign := w.foreign(time.Minute, store.EncodeSnapshot("", store.Snapshot{Key: []byte("foreign"), Value: []byte("x"), Offset: 2}))
 	if err := writeOne(ctx, p, store.Snapshot{Key: []byte("b"), Value: []byte("2"), Offset: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestStallDeadlineNamesAnOpenTransactionOnKafka(t *testing.T) {
 	if err := writeOne(ctx, p, store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 1}); err != nil {
 		t.Fatal(err)
 	}
-	foreign := w.foreign(time.Minute, store.EncodeSnapshot(store.Snapshot{Key: []byte("foreign"), Value: []byte("x"), Offset: 2}))
+	foreign := w.foreign(time.Minute, store.EncodeSnapshot("", store.Snapshot{Key: []byte("foreign"), Value: []byte("x"), Offset: 2}))
 	defer foreign.EndTransaction(ctx, kgo.TryAbort)
 	r := collectSnaps(p)
 	var se *store.RecoveryStalledError

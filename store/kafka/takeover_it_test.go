@@ -37,7 +37,7 @@ func TestCrashedOwnerProcess(t *testing.T) {
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	rec := store.EncodeSnapshot(store.Snapshot{Key: []byte("k"), Value: []byte("unfinished"), Offset: 9})
+	rec := store.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("unfinished"), Offset: 9})
 	if err := cl.ProduceSync(context.Background(), toKgo(store.TopicPartition{Topic: topic}, []store.WireRecord{rec})...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func newLateTopicWorld(t *testing.T) *lateTopicWorld {
 			input: inputTopic, group: group, prefix: prefix,
 			seeds: c.ListenAddrs, dial: net.DialContext,
 		},
-		c: c, snap: kafka.DefaultSnapshotTopic(inputTopic),
+		c: c, snap: kafka.DefaultSnapshotTopic(prefix, inputTopic),
 		metaHeld: make(chan struct{}), metaRelease: make(chan struct{}),
 		wedged: make(chan struct{}), unwedge: make(chan struct{}),
 	}
@@ -187,7 +187,7 @@ func TestFranzGoCommitEndsAsAnAbortBeforeItPublishesANewTopic(t *testing.T) {
 		snap := store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 7}
 		produced := make(chan error, 1)
 		go func() {
-			recs := toKgo(snapTP(in), []store.WireRecord{store.EncodeSnapshot(snap)})
+			recs := toKgo(snapTP(in), []store.WireRecord{store.EncodeSnapshot("", snap)})
 			produced <- cl.ProduceSync(context.Background(), recs...).FirstErr()
 		}()
 		unwedge := w.wedge(t, cl)

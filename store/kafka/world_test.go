@@ -71,7 +71,7 @@ func (w *world) createTopics(t *testing.T) {
 		t.Fatal(err)
 	}
 	compact := "compact"
-	if err := kafka.CreateTopic(ctx, w.admin, kafka.DefaultSnapshotTopic(w.input), 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+	if err := kafka.CreateTopic(ctx, w.admin, kafka.DefaultSnapshotTopic(w.prefix, w.input), 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		t.Fatal(err)
 	}
 	if err := kafka.CreateTopic(ctx, w.admin, w.OutputTopic(), 2, 1, nil); err != nil {
@@ -260,7 +260,7 @@ func (w *world) awaitTransactionEnd(t *testing.T, in store.TopicPartition) {
 }
 
 func snapTP(in store.TopicPartition) store.TopicPartition {
-	return store.TopicPartition{Topic: kafka.DefaultSnapshotTopic(in.Topic), Partition: in.Partition}
+	return store.TopicPartition{Topic: kafka.DefaultSnapshotTopic(prefix, in.Topic), Partition: in.Partition}
 }
 
 func (w *world) listEnd(t *testing.T, tp store.TopicPartition, isolation int8) int64 {

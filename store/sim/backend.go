@@ -20,11 +20,16 @@ import (
 type BackendConfig struct {
 	// Mode is required.
 	Mode store.Mode
-	// TransactionalIDPrefix is required in Transactional mode: partition N
-	// of input topic T uses the transactional.id "<prefix>-T-N".
+	// Application names the application, as store/kafka's does: the
+	// default snapshot topic "<Application>-<input>-snapshots", the
+	// transactional.id prefix, the header of every record. Default
+	// TransactionalIDPrefix; one of the two is required.
+	Application string
+	// TransactionalIDPrefix: partition N of input topic T uses the
+	// transactional.id "<prefix>-T-N"; default Application.
 	TransactionalIDPrefix string
 	// SnapshotTopic names the snapshot topic of an input topic; default
-	// "<input>-snapshots".
+	// DefaultSnapshotTopic.
 	SnapshotTopic func(input string) string
 	// CreateTopics creates a missing snapshot topic (compacted, with the
 	// input topic's partition count) instead of failing.
@@ -55,8 +60,13 @@ type BackendConfig struct {
 	WriteLatency time.Duration
 }
 
-// DefaultSnapshotTopic is the default snapshot topic of an input topic.
-func DefaultSnapshotTopic(input string) string { return backend.DefaultSnapshotTopic(input) }
+// DefaultSnapshotTopic is the default snapshot topic of an input topic in
+// the application app: "<app>-<input>-snapshots".
+func DefaultSnapshotTopic(app, input string) string { return backend.DefaultSnapshotTopic(app, input) }
+
+// LegacySnapshotTopic is the snapshot topic named before applications
+// were, "<input>-snapshots".
+func LegacySnapshotTopic(input string) string { return backend.LegacySnapshotTopic(input) }
 
 // Backend is a store.Backend over a simulated cluster: the shared backend
 // skeleton (store/internal/backend) over the cluster's seam (broker, link).
@@ -69,7 +79,7 @@ var _ store.Backend = (*Backend)(nil)
 // NewBackend returns a store backend over c.
 func (c *Cluster) NewBackend(cfg BackendConfig) (*Backend, error) {
 	set, err := backend.Config{
-		Name: "sim", Mode: cfg.Mode, TransactionalIDPrefix: cfg.TransactionalIDPrefix,
+		Name: "sim", Mode: cfg.Mode, Application: cfg.Application, TransactionalIDPrefix: cfg.TransactionalIDPrefix,
 		SnapshotTopic: cfg.SnapshotTopic, MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
 		MaxBytesPerTransaction: cfg.MaxBytesPerTransaction,
 		MaxValueBytes:          cfg.MaxValueBytes, TransactionTimeout: cfg.TransactionTimeout,
@@ -86,6 +96,10 @@ func (c *Cluster) NewBackend(cfg BackendConfig) (*Backend, error) {
 	}
 	return &Backend{core: backend.New(set, &broker{c: c, cfg: cfg, set: set})}, nil
 }
+
+// Application is the application's name (Config.Application, or the
+// transactional.id prefix when that is unset); it implements store.Named.
+func (b *Backend) Application() string { return b.core.Config().Application }
 
 // Mode reports the backend's mode.
 func (b *Backend) Mode() store.Mode { return b.core.Mode() }
@@ -211,6 +225,9 @@ func (b *broker) checkTopics(input, snap store.TopicPartition) error {
 	}
 	cfg, ok := b.c.Topic(snap.Topic)
 	if !ok {
+		if _, ok := b.c.Topic(backend.LegacySnapshotTopic(input.Topic)); ok && b.set.SnapshotTopicIsDefault {
+			return backend.LegacyTopicError(b.set, input.Topic, snap.Topic)
+		}
 		if !b.cfg.CreateTopics {
 			return &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", snap.Topic), Problem: fmt.Sprintf("of input topic %q does not exist", input.Topic),
 				Fix: fmt.Sprintf("create it compacted with at least %d partitions, or set CreateTopics", in.Partitions)}
@@ -272,10 +289,10 @@ func (p *link) transact(batch groupcommit.Batch, id store.GroupIdentity, end *in
 	}
 	recs := make([]store.WireRecord, 0, max(len(batch.Writes), 1))
 	for _, w := range batch.Writes {
-		recs = append(recs, store.EncodeSnapshot(w))
+		recs = append(recs, store.EncodeSnapshot(p.b.set.Application, w))
 	}
 	if len(recs) == 0 {
-		recs = append(recs, store.EncodeOffsetMarker(batch.Offset, id))
+		recs = append(recs, store.EncodeOffsetMarker(p.b.set.Application, batch.Offset, id))
 	}
 	offs, err := p.prod.Produce(p.snap, recs...)
 	if err != nil {

@@ -32,7 +32,7 @@ func (h harness) Run(t *testing.T, body func(t *testing.T, w storetest.World)) {
 		if err := c.CreateTopic("orders", sim.TopicConfig{Partitions: 2}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.CreateTopic("orders-snapshots", sim.TopicConfig{Partitions: 2, Compacted: true}); err != nil {
+		if err := c.CreateTopic(sim.DefaultSnapshotTopic(storetest.Application, "orders"), sim.TopicConfig{Partitions: 2, Compacted: true}); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.CreateTopic("orders-enriched", sim.TopicConfig{Partitions: 2}); err != nil {
@@ -74,7 +74,7 @@ func (w *world) ReadOutputs(t *testing.T, readCommitted bool) []storetest.Output
 func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend {
 	t.Helper()
 	b, err := w.c.NewBackend(sim.BackendConfig{
-		Mode: cfg.Mode, TransactionalIDPrefix: "sf-test",
+		Mode: cfg.Mode, TransactionalIDPrefix: storetest.Application,
 		MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
 		MaxBytesPerTransaction:  cfg.MaxBytesPerTransaction,
 		RecoveryStallTimeout:    cfg.RecoveryStallTimeout,
@@ -125,7 +125,7 @@ func (w *world) CommittedOffset(t *testing.T, in store.TopicPartition) (int64, b
 }
 
 func snapTP(in store.TopicPartition) store.TopicPartition {
-	return store.TopicPartition{Topic: sim.DefaultSnapshotTopic(in.Topic), Partition: in.Partition}
+	return store.TopicPartition{Topic: sim.DefaultSnapshotTopic(storetest.Application, in.Topic), Partition: in.Partition}
 }
 
 func (w *world) ReadSnapshots(t *testing.T, in store.TopicPartition) []store.Snapshot {
@@ -156,14 +156,14 @@ func (w *world) StableOffsets(t *testing.T, in store.TopicPartition) (int64, int
 }
 
 func (w *world) CrashedOwnerTransaction(t *testing.T, in store.TopicPartition, recs ...store.WireRecord) {
-	p := w.c.InitProducerID("sf-test-"+in.Topic+"-"+itoa(in.Partition), 0)
+	p := w.c.InitProducerID(storetest.Application+"-"+in.Topic+"-"+itoa(in.Partition), 0)
 	if _, err := p.Produce(snapTP(in), recs...); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (w *world) CrashedOwnerOutputs(t *testing.T, in store.TopicPartition, recs ...store.WireRecord) {
-	p := w.c.InitProducerID("sf-test-"+in.Topic+"-"+itoa(in.Partition), 0)
+	p := w.c.InitProducerID(storetest.Application+"-"+in.Topic+"-"+itoa(in.Partition), 0)
 	if _, err := p.Produce(store.TopicPartition{Topic: w.OutputTopic()}, recs...); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/backend"
 )
 
 // The follower cases: store.Follower, the read of a standby replica.
@@ -66,7 +67,7 @@ func followReadsCommittedOnly(t *testing.T, w World) {
 	o := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot(snap("x", "aborted", 9)))
+	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot("", snap("x", "aborted", 9)))
 
 	f := follower(t, w, w.Backend(t, transactional), in, nil)
 	got := followUntil(t, w, f, "a is read, up to the open transaction", func(g followed) bool { return len(g.snaps) >= 1 && g.ok })
@@ -149,9 +150,9 @@ func isRefusal(err error, reason string) bool {
 }
 
 // snapshotPartition is input's snapshot partition under the default
-// snapshot topic name (every world's backends use it).
+// snapshot topic name of Application (every world's backends use it).
 func snapshotPartition(in store.TopicPartition) store.TopicPartition {
-	return store.TopicPartition{Topic: in.Topic + "-snapshots", Partition: in.Partition}
+	return store.TopicPartition{Topic: backend.DefaultSnapshotTopic(Application, in.Topic), Partition: in.Partition}
 }
 
 // A follower of any topic (store.TopicFollower), here the snapshot

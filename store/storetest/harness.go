@@ -39,6 +39,10 @@ type BackendConfig struct {
 	Observer             store.Observer
 }
 
+// Application is the application every world's backends are of: their
+// Application, and their transactional.id prefix by default.
+const Application = "sf-test"
+
 // World is one cluster as the suite sees it. Backends of one world share
 // the cluster and the transactional.id prefix, so a second backend's
 // Acquire is a takeover of the first's partition.

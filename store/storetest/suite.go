@@ -167,22 +167,27 @@ func batchesNeverExceedTheCap(t *testing.T, w World) {
 	}
 }
 
-// sizedSnap is a snapshot of key whose record (store.SnapshotBytes) is n
-// bytes.
+// sizedSnap is a snapshot of key whose record (recordBytes) is n bytes.
 func sizedSnap(key string, n int, offset int64) store.Snapshot {
 	s := store.Snapshot{Key: []byte(key), Offset: offset}
-	s.Value = []byte(strings.Repeat("v", n-store.SnapshotBytes(s)))
+	s.Value = []byte(strings.Repeat("v", n-recordBytes(s)))
 	return s
 }
 
-// committedBytes is the bytes (store.SnapshotBytes) of each committed
+// recordBytes is the size of s as a record of Application: what the byte
+// cap counts.
+func recordBytes(s store.Snapshot) int {
+	return store.SnapshotBytes(s) + store.ApplicationHeaderBytes(Application)
+}
+
+// committedBytes is the bytes (recordBytes) of each committed
 // transaction's writes.
 func committedBytes(o *owner) []int {
 	var out []int
 	for _, e := range o.rec.committed() {
 		n := 0
 		for _, s := range e.Writes {
-			n += store.SnapshotBytes(s)
+			n += recordBytes(s)
 		}
 		out = append(out, n)
 	}
@@ -454,7 +459,7 @@ func recoveryDrainsToHighWatermark(t *testing.T, w World) {
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot(snap("foreign", "x", 2)))
+	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot("", snap("foreign", "x", 2)))
 	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
 	lso, hw := w.StableOffsets(t, in)
 	if lso >= hw {
@@ -540,7 +545,7 @@ func stalledOpenTransaction(t *testing.T, w World) {
 	timeout, slack := w.StallTimeout()
 	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	w.ForeignTransaction(t, in, true, store.EncodeSnapshot(snap("foreign", "x", 2)))
+	w.ForeignTransaction(t, in, true, store.EncodeSnapshot("", snap("foreign", "x", 2)))
 	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
 	pin, hw := w.StableOffsets(t, in)
 	res := recoverAsync(o)
@@ -572,7 +577,7 @@ func stalledTruncation(t *testing.T, w World) {
 	timeout, slack := w.StallTimeout()
 	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	w.ForeignTransaction(t, in, true, store.EncodeSnapshot(snap("foreign", "x", 2)))
+	w.ForeignTransaction(t, in, true, store.EncodeSnapshot("", snap("foreign", "x", 2)))
 	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
 	pin, hw := w.StableOffsets(t, in)
 	res := recoverAsync(o)
@@ -631,7 +636,7 @@ func stalledUndetermined(t *testing.T, w World) {
 	timeout, slack := w.StallTimeout()
 	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	w.ForeignTransaction(t, in, true, store.EncodeSnapshot(snap("foreign", "x", 2)))
+	w.ForeignTransaction(t, in, true, store.EncodeSnapshot("", snap("foreign", "x", 2)))
 	pin, _ := w.StableOffsets(t, in)
 	res := recoverAsync(o)
 	o.rec.awaitRecovery(t, "to read up to the open transaction", func(e store.RecoveryEvent) bool { return e.Position >= pin })
@@ -772,7 +777,7 @@ func takeoverAborts(t *testing.T, w World) {
 	in := input(w, 0)
 	first := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write", first.Write(context.Background(), snap("k", "committed", 1)))
-	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot(snap("k", "unfinished", 2)))
+	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot("", snap("k", "unfinished", 2)))
 	if lso, hw := w.StableOffsets(t, in); lso >= hw {
 		t.Fatalf("the crashed owner's transaction is not open (lso %d, hw %d)", lso, hw)
 	}
@@ -799,7 +804,7 @@ func takeoverAborts(t *testing.T, w World) {
 func assignedOffsetResolvedAfterTakeover(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot(snap("k", "unfinished", 2)))
+	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot("", snap("k", "unfinished", 2)))
 	b := w.Backend(t, transactional)
 	var lso, hw int64
 	p, err := b.Acquire(context.Background(), store.Acquisition{
@@ -1154,7 +1159,7 @@ func invalidOutputRefusesBatch(t *testing.T, w World) {
 	in := input(w, 0)
 	rec := &recorder{}
 	o := acquireOutputs(t, w, BackendConfig{Mode: store.Transactional, Observer: rec}, in, 0, m.Identity(), []string{w.OutputTopic()})
-	snapTopic := in.Topic + "-snapshots" // the default of both backends
+	snapTopic := snapshotPartition(in).Topic
 	bad := append(outputs(w, "fine"), store.Output{Topic: snapTopic, Key: []byte("k"), Value: []byte("v")})
 	err := o.CommitBatch(context.Background(), store.Batch{
 		Snapshots: []store.Snapshot{snap("k", "1", 1)}, Outputs: bad, Offset: 2,

@@ -228,7 +228,7 @@ func (w *World) openReal() (err error) {
 		name = randomName()
 	}
 	base := "snapfence-simulate-" + name
-	w.real = &realBroker{snapshot: kafka.DefaultSnapshotTopic(base), background: map[*process]chan struct{}{}}
+	w.real = &realBroker{snapshot: kafka.LegacySnapshotTopic(base), background: map[*process]chan struct{}{}}
 	w.net, w.seeds = rn, cfg.Brokers
 	w.input, w.group, w.prefix, w.foreignID = base, base+"-group", base, base+"-foreign"
 	if w.output != "" {

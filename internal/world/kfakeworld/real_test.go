@@ -30,7 +30,7 @@ func TestARealWorldKeepsTopicsItDidNotCreate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Someone else's snapshot topic, under the name the world will use.
-	theirs := kafka.DefaultSnapshotTopic("snapfence-simulate-taken")
+	theirs := kafka.LegacySnapshotTopic("snapfence-simulate-taken")
 	if err := kafka.CreateTopic(ctx, cl, theirs, Partitions, 1, nil); err != nil {
 		t.Fatal(err)
 	}

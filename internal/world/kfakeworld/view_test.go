@@ -37,7 +37,7 @@ const viewStepsAtMost = 2000
 func watchScenario(t *testing.T, w *World, steps []world.Step) (failed []string, aborted int) {
 	t.Helper()
 	ctx := context.Background()
-	reader, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: w.seeds, TransactionalIDPrefix: w.prefix + "-view",
+	reader, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: w.seeds, Application: w.prefix + "-view",
 		SnapshotTopic: func(string) string { return w.snapshotTopic }, ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
 	if err != nil {
 		t.Fatal(err)

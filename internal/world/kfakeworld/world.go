@@ -253,7 +253,7 @@ func New(cfg Config) (*World, error) {
 	began := time.Now() // the bubble's virtual time
 	w.rec = history.NewRecorder(func() time.Duration { return time.Since(began) })
 	w.input, w.group, w.prefix, w.foreignID = world.InputTopic, world.Group, world.Prefix, foreignID
-	w.snapshotTopic = kafka.DefaultSnapshotTopic(w.input)
+	w.snapshotTopic = kafka.LegacySnapshotTopic(w.input)
 	if cfg.ExactlyOnce && cfg.Mode != store.Transactional {
 		return nil, errors.New("kfakeworld: ExactlyOnce needs Mode Transactional")
 	}
@@ -578,6 +578,9 @@ func (w *World) start(m *member) {
 	ctx := context.Background()
 	be, err := kafka.New(ctx, kafka.Config{
 		Mode: w.cfg.Mode, SeedBrokers: w.seeds, TransactionalIDPrefix: w.prefix,
+		// As the sim world: the design's snapshot topic name, which the
+		// worlds' histories are compared by.
+		SnapshotTopic:           kafka.LegacySnapshotTopic,
 		MaxWritesPerTransaction: w.cfg.MaxWritesPerTransaction,
 		TransactionTimeout:      w.cfg.TransactionTimeout,
 		RecoveryStallTimeout:    w.cfg.StallTimeout,
@@ -718,7 +721,7 @@ func (w *World) openForeign(partition int, hang bool) {
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: foreign producer: %v", err))
 	}
-	rec := store.EncodeOffsetMarker(0, store.GroupIdentity{})
+	rec := store.EncodeOffsetMarker("", 0, store.GroupIdentity{})
 	kr := &kgo.Record{Topic: w.snapshotTopic, Partition: int32(partition), Key: rec.Key, Value: rec.Value}
 	for _, h := range rec.Headers {
 		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})

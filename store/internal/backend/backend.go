@@ -24,10 +24,16 @@ import (
 // and fills in the defaults; the rest of the package reads it checked.
 type Config struct {
 	// Name prefixes the skeleton's errors ("kafka", "sim").
-	Name                  string
-	Mode                  store.Mode
+	Name string
+	Mode store.Mode
+	// Application names the application: every record the backend writes
+	// carries it, and recovery refuses a snapshot partition another
+	// application wrote. Default TransactionalIDPrefix; one of the two is
+	// required.
+	Application string
+	// TransactionalIDPrefix: default Application.
 	TransactionalIDPrefix string
-	// SnapshotTopic: default DefaultSnapshotTopic.
+	// SnapshotTopic: default DefaultSnapshotTopic of Application.
 	SnapshotTopic func(input string) string
 	// MaxWritesPerTransaction: default store.DefaultMaxWritesPerTransaction.
 	MaxWritesPerTransaction int
@@ -69,24 +75,59 @@ type Config struct {
 	// Defer is groupcommit.Config.Defer: the simulated cluster's writes in
 	// flight (sim.BackendConfig.WriteLatency). nil: none.
 	Defer func(run func()) (hurry func())
+
+	// SnapshotTopicIsDefault is set by Check when SnapshotTopic is the
+	// default: a backend then refuses to start on a missing snapshot
+	// topic beside a legacy one (LegacySnapshotTopic), whose state it
+	// would otherwise leave behind.
+	SnapshotTopicIsDefault bool
 }
 
-// DefaultSnapshotTopic is the default snapshot topic of an input topic.
-func DefaultSnapshotTopic(input string) string { return input + "-snapshots" }
+// DefaultSnapshotTopic is the default snapshot topic of an input topic
+// in the application app: "<app>-<input>-snapshots", so that two
+// applications on one input never share one.
+func DefaultSnapshotTopic(app, input string) string { return app + "-" + input + "-snapshots" }
+
+// LegacySnapshotTopic is the snapshot topic of an input topic that
+// snapfence named before applications were: "<input>-snapshots".
+func LegacySnapshotTopic(input string) string { return input + "-snapshots" }
+
+// LegacyTopicError is the refusal of an acquisition whose default snapshot
+// topic is missing while its legacy one (LegacySnapshotTopic) exists: the
+// application's state may be there, and starting empty would leave it
+// behind while the input resumes from the committed offset.
+func LegacyTopicError(cfg Config, input, snapTopic string) error {
+	legacy := LegacySnapshotTopic(input)
+	return fmt.Errorf("%s: %w", cfg.Name, &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", snapTopic),
+		Problem: fmt.Sprintf("does not exist, but %q, the snapshot topic of input %q before applications were named, does: application %q's state may be there, and starting without it would lose it",
+			legacy, input, cfg.Application),
+		Fix: fmt.Sprintf("to keep the state where it is, set SnapshotTopic to the legacy name (LegacySnapshotTopic); to move it, copy %q to %q (docs/operations.md, \"Upgrading to named applications\"); if %q is another application's, create %q yourself",
+			legacy, snapTopic, legacy, snapTopic)})
+}
 
 // Check validates cfg and returns it with the defaults filled in.
 func (cfg Config) Check() (Config, error) {
 	switch cfg.Mode {
-	case store.Transactional:
-		if cfg.TransactionalIDPrefix == "" {
-			return cfg, fmt.Errorf("%s: TransactionalIDPrefix is required in transactional mode (it is cluster-scoped, like a group id)", cfg.Name)
-		}
-	case store.Plain:
+	case store.Transactional, store.Plain:
 	default:
 		return cfg, fmt.Errorf("%s: invalid mode %v", cfg.Name, cfg.Mode)
 	}
+	if cfg.Application == "" {
+		cfg.Application = cfg.TransactionalIDPrefix
+	}
+	if cfg.Application != "" {
+		if p := store.NameProblem(cfg.Application); p != "" {
+			return cfg, fmt.Errorf("%s: %w", cfg.Name, &store.ConfigError{Subject: "Config.Application",
+				Problem: fmt.Sprintf("%q: %s", cfg.Application, p), Fix: "use letters, digits, '.', '_' and '-': it becomes part of topic names"})
+		}
+	}
+	if cfg.TransactionalIDPrefix == "" {
+		cfg.TransactionalIDPrefix = cfg.Application
+	}
 	if cfg.SnapshotTopic == nil {
-		cfg.SnapshotTopic = DefaultSnapshotTopic
+		app := cfg.Application
+		cfg.SnapshotTopic = func(input string) string { return DefaultSnapshotTopic(app, input) }
+		cfg.SnapshotTopicIsDefault = true
 	}
 	if cfg.MaxWritesPerTransaction <= 0 {
 		cfg.MaxWritesPerTransaction = store.DefaultMaxWritesPerTransaction
@@ -280,6 +321,12 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 	if a.Identity == nil {
 		return nil, fmt.Errorf("%s: acquire %s: an identity reader is required", b.cfg.Name, a.Input)
 	}
+	if b.cfg.Application == "" {
+		// Checked here, not in Check: a backend that only follows topics
+		// (Views) owns no state and needs no name.
+		return nil, fmt.Errorf("%s: acquire %s: %w", b.cfg.Name, a.Input, &store.ConfigError{Subject: "Config.Application", Problem: "empty",
+			Fix: "name the application once, unique on the cluster like a group id: it names its snapshot topics (\"<application>-<input>-snapshots\"), its transactional ids and its records"})
+	}
 	b.mu.Lock()
 	closed := b.closed
 	b.mu.Unlock()
@@ -323,7 +370,8 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 	if b.cfg.Mode == store.Transactional {
 		p.w = groupcommit.New(b.life, groupcommit.Config{
 			Input: a.Input, SnapshotTopic: snap.Topic, Outputs: a.Outputs, AssignedOffset: assigned,
-			MaxWrites: b.cfg.MaxWritesPerTransaction, MaxBytes: b.cfg.MaxBytesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
+			HeaderBytes: store.ApplicationHeaderBytes(b.cfg.Application),
+			MaxWrites:   b.cfg.MaxWritesPerTransaction, MaxBytes: b.cfg.MaxBytesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
 			Now: b.cfg.Now, Observer: b.cfg.Observer, Position: p.Position, Inline: b.cfg.Inline, Defer: b.cfg.Defer,
 		}, p.exec)
 	} else {

@@ -18,23 +18,29 @@ func TestCheckRefusesAndDefaults(t *testing.T) {
 		want string
 	}{
 		{Config{Name: "x"}, "x: invalid mode"},
-		{Config{Name: "x", Mode: store.Transactional}, "x: TransactionalIDPrefix is required in transactional mode"},
+		{Config{Name: "x", Mode: store.Transactional, Application: "a/b"}, `x: misconfigured: Config.Application: "a/b": '/' is not allowed`},
 	} {
 		if _, err := c.cfg.Check(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Check(%+v) = %v, want %q", c.cfg, err, c.want)
 		}
 	}
-	got, err := Config{Name: "x", Mode: store.Plain}.Check()
+	got, err := Config{Name: "x", Mode: store.Plain, Application: "app"}.Check()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.SnapshotTopic("in") != "in-snapshots" || got.MaxWritesPerTransaction != store.DefaultMaxWritesPerTransaction ||
+	if got.SnapshotTopic("in") != "app-in-snapshots" || got.TransactionalIDPrefix != "app" || !got.SnapshotTopicIsDefault || got.MaxWritesPerTransaction != store.DefaultMaxWritesPerTransaction ||
 		got.MaxValueBytes != store.DefaultMaxValueBytes || got.TransactionTimeout != store.DefaultTransactionTimeout ||
 		got.RecoveryStallTimeout != store.DefaultRecoveryStallTimeout || got.Logger == nil || got.Now == nil {
 		t.Fatalf("defaults not filled in: %+v", got)
 	}
 	if id := store.TransactionalID("app", store.TopicPartition{Topic: "orders", Partition: 3}); id != "app-orders-3" {
 		t.Fatalf("transactional.id %q, want app-orders-3", id)
+	}
+	// A deployment of before Application names itself by its prefix,
+	// which it keeps.
+	old, err := Config{Name: "x", Mode: store.Transactional, TransactionalIDPrefix: "orders-flow"}.Check()
+	if err != nil || old.Application != "orders-flow" || old.TransactionalIDPrefix != "orders-flow" {
+		t.Fatalf("prefix only: %+v, %v", old, err)
 	}
 }
 

@@ -33,6 +33,10 @@ func (b *Backend) Follow(ctx context.Context, input store.TopicPartition, from *
 	if err := b.open(ctx); err != nil {
 		return nil, err
 	}
+	if b.cfg.Application == "" && b.cfg.SnapshotTopicIsDefault {
+		return nil, fmt.Errorf("%s: follow %s: %w", b.cfg.Name, input, &store.ConfigError{Subject: "Config.Application", Problem: "empty",
+			Fix: "name the application whose snapshots are read (its Application), or its SnapshotTopic"})
+	}
 	snap := b.SnapshotPartition(input)
 	if b.cfg.Mode != store.Transactional {
 		cp := store.Checkpoint{}

@@ -302,7 +302,8 @@ func (p *Partition) read(ctx context.Context, cp *store.Checkpoint) iter.Seq2[st
 				return
 			}
 		}
-		rc := readloop.Config{Snapshots: p.snap, From: from, StallTimeout: cfg.RecoveryStallTimeout, Now: cfg.Now, Logger: cfg.Logger}
+		rc := readloop.Config{Snapshots: p.snap, From: from, StallTimeout: cfg.RecoveryStallTimeout, Now: cfg.Now, Logger: cfg.Logger,
+			Application: cfg.Application, Input: p.input}
 		hooks := []func(store.RecoveryEvent){}
 		if o, ok := cfg.Observer.(store.RecoveryObserver); ok {
 			hooks = append(hooks, o.OnRecovery)

@@ -64,7 +64,7 @@ func (w *plainPath) WriteBatch(ctx context.Context, snaps []store.Snapshot) []er
 			errs[i] = store.ErrClosed
 			continue
 		}
-		recs = append(recs, store.EncodeSnapshot(s))
+		recs = append(recs, store.EncodeSnapshot(cfg.Application, s))
 		at = append(at, i)
 	}
 	if len(recs) == 0 {

@@ -48,6 +48,10 @@ type Config struct {
 	Outputs []string
 	// AssignedOffset seeds the staged and committed offsets (I3).
 	AssignedOffset int64
+	// HeaderBytes is what every write's record carries beyond
+	// store.SnapshotBytes: the application's header
+	// (store.ApplicationHeaderBytes).
+	HeaderBytes int
 	// MaxWrites caps the writes per transaction; 0 means the default.
 	MaxWrites int
 	// MaxBytes caps the bytes (store.SnapshotBytes) of the writes per
@@ -266,7 +270,7 @@ func (c *Committer) startWriteBatch(ctx context.Context, snaps []store.Snapshot,
 			continue
 		}
 		e := newEntry(&s, 0)
-		e.size = store.SnapshotBytes(s)
+		e.size = store.SnapshotBytes(s) + c.cfg.HeaderBytes
 		es = append(es, e)
 		at = append(at, i)
 	}

@@ -71,6 +71,12 @@ type Config struct {
 	Logger   *slog.Logger
 	// Progress, if set, hears the read's start, advances and end.
 	Progress func(store.RecoveryEvent)
+	// Application, if set, is the reading application: a record that
+	// names another (store.HeaderApplication) ends the read with a
+	// *store.ForeignStateError for Input. Empty (a View's read) reads
+	// any application's records.
+	Application string
+	Input       store.TopicPartition
 }
 
 // pinCheckInterval is the interval of cfg's pin checks:
@@ -142,6 +148,13 @@ func Read(ctx context.Context, cfg Config, src Source) iter.Seq2[store.Snapshot,
 			for _, r := range recs {
 				if r.Offset >= target {
 					continue // written after the read started
+				}
+				if cfg.Application != "" {
+					if app, ok := store.RecordApplication(r.Record); ok && string(app) != cfg.Application {
+						fail(&store.ForeignStateError{Input: cfg.Input, Snapshots: cfg.Snapshots,
+							Application: cfg.Application, Owner: string(app), Offset: r.Offset})
+						return
+					}
 				}
 				s, kind, err := store.DecodeRecord(cfg.Snapshots, r.Offset, r.Record)
 				if err != nil {
