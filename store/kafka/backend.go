@@ -198,6 +198,51 @@ func (br *broker) Leftover(ctx context.Context, a store.Acquisition, l backend.L
 	return br.b.leftover(ctx, a, l.(*partition), txnID)
 }
 
+// Claimed implements backend.Broker: DescribeTransactions of txnID, and
+// the snapshot partition's end offset when its last transaction
+// committed. An id the coordinator does not know is unclaimed.
+func (br *broker) Claimed(ctx context.Context, txnID string, snap store.TopicPartition) (backend.IDState, error) {
+	var st backend.IDState
+	ds, err := br.b.adm.DescribeTransactions(ctx, txnID)
+	if err != nil {
+		if errors.Is(err, kerr.TransactionalIDNotFound) {
+			return st, nil
+		}
+		return st, err
+	}
+	d, ok := ds[txnID]
+	switch {
+	case !ok || errors.Is(d.Err, kerr.TransactionalIDNotFound):
+		return st, nil
+	case d.Err != nil:
+		return st, d.Err
+	}
+	switch d.State {
+	case "Ongoing", "PrepareCommit", "PrepareAbort":
+		st.Ongoing = true
+		d.Topics.EachPartitions(func(topic string, parts []int32) {
+			for _, p := range parts {
+				st.Partitions = append(st.Partitions, store.TopicPartition{Topic: topic, Partition: p})
+			}
+		})
+	case "CompleteCommit":
+		st.Committed = true
+		ends, err := br.b.adm.ListEndOffsets(ctx, snap.Topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil {
+			return st, err
+		}
+		end, ok := ends.Lookup(snap.Topic, snap.Partition)
+		if !ok {
+			return st, fmt.Errorf("kafka: no end offset for %s", snap)
+		}
+		st.SnapshotsEmpty = end.Offset == 0
+	}
+	return st, nil
+}
+
 // Unstable implements backend.Broker.
 func (br *broker) Unstable(ctx context.Context, a store.Acquisition, l backend.Link, txnID string, err error) (bool, error) {
 	return br.b.unstableOffset(ctx, a, l.(*partition), txnID, err)

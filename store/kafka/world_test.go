@@ -138,7 +138,7 @@ func (w *world) InputTopic() string { return w.input }
 func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend {
 	t.Helper()
 	b, err := kafka.New(context.Background(), kafka.Config{
-		Mode: cfg.Mode, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
+		Mode: cfg.Mode, SeedBrokers: w.seeds(), Application: cfg.Application, TransactionalIDPrefix: w.prefix, CreateTopics: cfg.Application != "",
 		MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
 		MaxBytesPerTransaction:  cfg.MaxBytesPerTransaction,
 		RecoveryStallTimeout:    cfg.RecoveryStallTimeout,

@@ -158,6 +158,25 @@ func (l *link) AbortedAcross(context.Context, int64) (int64, bool, error) { retu
 // open.
 func (b *broker) Leftover(context.Context, store.Acquisition, backend.Link, string) error { return nil }
 
+// Claimed implements backend.Broker: the coordinator's state of txnID,
+// as Kafka's DescribeTransactions reports it.
+func (b *broker) Claimed(_ context.Context, txnID string, snap store.TopicPartition) (backend.IDState, error) {
+	var st backend.IDState
+	known, ongoing, parts, committed := b.c.TransactionState(txnID)
+	if !known {
+		return st, nil
+	}
+	st.Ongoing, st.Partitions, st.Committed = ongoing, parts, committed
+	if committed {
+		_, _, end, err := b.c.Offsets(snap)
+		if err != nil {
+			return st, err
+		}
+		st.SnapshotsEmpty = end == 0
+	}
+	return st, nil
+}
+
 // Close implements backend.Broker: the cluster is the caller's.
 func (b *broker) Close() error { return nil }
 

@@ -74,7 +74,7 @@ func (w *world) ReadOutputs(t *testing.T, readCommitted bool) []storetest.Output
 func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend {
 	t.Helper()
 	b, err := w.c.NewBackend(sim.BackendConfig{
-		Mode: cfg.Mode, TransactionalIDPrefix: storetest.Application,
+		Mode: cfg.Mode, Application: cfg.Application, TransactionalIDPrefix: storetest.Application, CreateTopics: cfg.Application != "",
 		MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
 		MaxBytesPerTransaction:  cfg.MaxBytesPerTransaction,
 		RecoveryStallTimeout:    cfg.RecoveryStallTimeout,

@@ -26,6 +26,9 @@ type txnState struct {
 	// timeOutAtEnd: the next commit finds the transaction aborted by
 	// the coordinator's timeout (TimeOutAtCommit).
 	timeOutAtEnd bool
+	// committed: the last transaction committed and no producer
+	// initialised the id since (Kafka's CompleteCommit).
+	committed bool
 }
 
 type pendingOffsets struct {
@@ -66,6 +69,7 @@ func (c *Cluster) InitProducerID(txnID string, timeout time.Duration) *Producer 
 	if t.ongoing {
 		c.endTxnLocked(t, AbortMarker, "takeover")
 	}
+	t.committed = false
 	t.epoch++
 	t.timeout = timeout
 	c.record("init_producer_id", "txn_id=%s pid=%d epoch=%d", txnID, t.pid, t.epoch)
@@ -196,6 +200,22 @@ func (c *Cluster) endTxnLocked(t *txnState, marker Control, why string) {
 	}
 	c.record("txn_end", "txn_id=%s pid=%d epoch=%d result=%s reason=%s", t.id, t.pid, t.epoch, marker, why)
 	t.ongoing, t.partitions, t.offsets = false, nil, nil
+	t.committed = marker == CommitMarker
+}
+
+// TransactionState is what the coordinator knows of txnID, as Kafka's
+// DescribeTransactions reports it: whether a transaction is open and the
+// partitions it wrote to, and whether the last one committed with no
+// producer initialised since (CompleteCommit). known is false for an id
+// the coordinator has no state for.
+func (c *Cluster) TransactionState(txnID string) (known, ongoing bool, partitions []store.TopicPartition, committed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.txns[txnID]
+	if t == nil {
+		return false, false, nil, false
+	}
+	return true, t.ongoing, slices.Clone(t.partitions), t.committed
 }
 
 // Hang makes txnID's open transaction hang: it never times out, as a

@@ -30,6 +30,11 @@ type ClusterOfItsOwn interface {
 // BackendConfig is what the suite varies between backends of a world.
 type BackendConfig struct {
 	Mode store.Mode
+	// Application, if set, names another application than Application
+	// that keeps the world's transactional.id prefix: a misconfigured
+	// second application. Its snapshot topic, the default of its name,
+	// is created by the backend (CreateTopics).
+	Application string
 	// MaxWritesPerTransaction; 0 means the default.
 	MaxWritesPerTransaction int
 	// MaxBytesPerTransaction; 0 means the default.

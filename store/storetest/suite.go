@@ -54,6 +54,8 @@ func Run(t *testing.T, h Harness) {
 		{"TombstoneKeepsItsOffset", tombstoneKeepsOffset},
 		{"TimersRoundTrip", timersRoundTrip},
 		{"CorruptRecordNamesPartitionAndOffset", corruptRecord},
+		{"AnotherApplicationsRecordIsRefused", anotherApplicationsRecord},
+		{"AnotherApplicationsTransactionalIDIsNotTakenOver", anotherApplicationsTransactionalID},
 		{"OversizeSnapshotNamesKey", oversizeSnapshot},
 		{"LargestAllowedSnapshotCommits", largestAllowedSnapshot},
 		{"ReservedKeyRefused", reservedKey},
@@ -1022,6 +1024,68 @@ func corruptRecord(t *testing.T, w World) {
 	if ce.Offset != before || ce.Snapshots.Partition != in.Partition {
 		t.Fatalf("corrupt record named at %s offset %d, want partition %d offset %d", ce.Snapshots, ce.Offset, in.Partition, before)
 	}
+}
+
+// Every record names its application; a recovery reads records that name
+// none (written before applications were named) and refuses one of
+// another application, naming it, the offset and both applications.
+func anotherApplicationsRecord(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 3)))
+	w.ProduceForeign(t, in, store.EncodeSnapshot("", snap("old", "unnamed", 4)))
+	r := collect(o.Recover(context.Background()))
+	if r.err != nil || len(r.snaps) != 2 {
+		t.Fatalf("recovery = %d snapshots, %v; want k and old", len(r.snaps), r.err)
+	}
+	_, before := w.StableOffsets(t, in)
+	w.ProduceForeign(t, in, store.EncodeSnapshot("billing", snap("k", "theirs", 5)))
+	r = collect(o.Recover(context.Background()))
+	var fe *store.ForeignStateError
+	if !errors.As(r.err, &fe) || !errors.Is(r.err, store.ErrForeignState) || !errors.Is(r.err, store.ErrMisconfigured) {
+		t.Fatalf("err = %v, want a ForeignStateError", r.err)
+	}
+	if fe.Owner != "billing" || fe.Application != Application || fe.Offset != before || fe.Input != in || fe.Snapshots.Partition != in.Partition {
+		t.Fatalf("refusal %+v, want billing's record at offset %d of %s refused to %s", fe, before, in, Application)
+	}
+	for _, want := range []string{`"billing"`, `"` + Application + `"`, "View"} {
+		if !strings.Contains(r.err.Error(), want) {
+			t.Errorf("%q does not say %s", r.err, want)
+		}
+	}
+}
+
+// A second application misconfigured with the first's transactional.id
+// prefix does not take the first's ids over: while the first has a
+// transaction open on its snapshot partition (every transaction writes
+// one there), the second's acquisition is refused, naming the id, before
+// its takeover could fence the first or abort that transaction. The
+// first's own takeover of the same id goes ahead.
+func anotherApplicationsTransactionalID(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot(Application, snap("k", "open", 1)))
+	other := w.Backend(t, BackendConfig{Mode: store.Transactional, Application: "billing"})
+	_, err := other.Acquire(context.Background(), store.Acquisition{Input: in, Identity: newIdentity(m.Identity())})
+	var fe *store.ForeignStateError
+	if !errors.As(err, &fe) || !errors.Is(err, store.ErrForeignState) || fe.TransactionalID == "" || fe.Application != "billing" {
+		t.Fatalf("err = %v, want a ForeignStateError naming the transactional.id", err)
+	}
+	own := snapshotPartition(in).String()
+	for _, want := range []string{fe.TransactionalID, own, "TransactionalIDPrefix"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not name %s", err, want)
+		}
+	}
+	if lso, hw := w.StableOffsets(t, in); lso >= hw {
+		t.Fatalf("the refused acquisition ended the first application's transaction (lso %d, hw %d)", lso, hw)
+	}
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	if lso, hw := w.StableOffsets(t, in); lso != hw {
+		t.Fatalf("the application's own takeover did not abort its transaction (lso %d, hw %d)", lso, hw)
+	}
+	mustNil(t, "a write after the own takeover", o.Write(context.Background(), snap("k", "v", 2)))
 }
 
 // An oversize snapshot is refused with its key, size and the limit.

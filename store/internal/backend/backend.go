@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -198,6 +199,12 @@ type Broker interface {
 	// hanging transaction of txnID's own lineage, with the backend's
 	// option to abort those): the skeleton resolves the offset once more.
 	Unstable(ctx context.Context, a store.Acquisition, link Link, txnID string, err error) (aborted bool, _ error)
+	// Claimed reports what the coordinator knows of txnID before a
+	// takeover, and whether snap holds no record at all (only asked, and
+	// only answered, when the id's last transaction committed). A
+	// coordinator that does not answer is an error: the caller goes on
+	// without the check.
+	Claimed(ctx context.Context, txnID string, snap store.TopicPartition) (IDState, error)
 	// Partitions returns topic's partition count, or an error matching
 	// store.ErrMisconfigured if the topic does not exist.
 	Partitions(ctx context.Context, topic string) (int32, error)
@@ -209,6 +216,21 @@ type Broker interface {
 	// Close releases the broker's clients, once every partition is
 	// released.
 	Close() error
+}
+
+// IDState is what a coordinator reports of a transactional.id, and what
+// the snapshot partition shows, before a takeover (Broker.Claimed).
+type IDState struct {
+	// Ongoing: a transaction of the id is open; Partitions are those it
+	// wrote to.
+	Ongoing    bool
+	Partitions []store.TopicPartition
+	// Committed: the id's last transaction committed, and no producer
+	// initialised the id since (Kafka's CompleteCommit).
+	Committed bool
+	// SnapshotsEmpty: with Committed, the snapshot partition holds no
+	// record.
+	SnapshotsEmpty bool
 }
 
 // TopicLink is a follower's connection to a partition of any topic.
@@ -340,6 +362,10 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 	}
 	txnID := b.TransactionalID(a.Input)
 	if b.cfg.Mode == store.Transactional {
+		if err := b.checkClaim(ctx, a, snap, txnID); err != nil {
+			link.Release()
+			return nil, err
+		}
 		if err := link.Takeover(ctx, txnID); err != nil {
 			link.Release()
 			return nil, err
@@ -396,6 +422,52 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 		"assigned_offset", assigned, "mode", b.cfg.Mode.String())
 	return p, nil
 }
+
+// checkClaim refuses a takeover of txnID that would fence another
+// application: one whose transactional.id prefix is this one's (the
+// takeover would fence its producer, and its running partition would
+// fail). The coordinator names no owner, but what the id's transactions
+// touch does: every transaction of this partition writes to its snapshot
+// partition, and to nothing but that, the group's offsets and the
+// declared outputs. So an open transaction that writes elsewhere is
+// another application's, and so is a committed one when the snapshot
+// partition holds nothing at all. A coordinator that cannot be asked
+// leaves the takeover as it was: the check guards against a
+// misconfiguration, and must not stop a healthy start.
+func (b *Backend) checkClaim(ctx context.Context, a store.Acquisition, snap store.TopicPartition, txnID string) error {
+	st, err := b.broker.Claimed(ctx, txnID, snap)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		b.cfg.Logger.Warn("could not check that the transactional.id is this application's; taking it over", "input", a.Input.String(),
+			"transactional_id", txnID, "err", err)
+		return nil
+	}
+	foreign := func(evidence string) error {
+		return &store.ForeignStateError{Input: a.Input, Snapshots: snap, Application: b.cfg.Application, Offset: -1,
+			TransactionalID: txnID, Evidence: evidence}
+	}
+	if st.Ongoing {
+		for _, p := range st.Partitions {
+			if p == snap || p.Topic == consumerOffsetsTopic || slices.Contains(a.Outputs, p.Topic) {
+				continue
+			}
+			return foreign(fmt.Sprintf("its open transaction writes to %s, where partition %s of application %q never writes "+
+				"(its snapshot partition is %s; if it wrote outputs there before, declare the topic as an output again)",
+				p, a.Input, b.cfg.Application, snap))
+		}
+	}
+	if st.Committed && st.SnapshotsEmpty {
+		return foreign(fmt.Sprintf("its last transaction committed, yet snapshot partition %s, where every transaction of application %q writes, holds no record "+
+			"(if the snapshot topic was re-created on purpose, wait for the id to expire, transactional.id.expiration.ms after its last use, or give the application another TransactionalIDPrefix)",
+			snap, b.cfg.Application))
+	}
+	return nil
+}
+
+// consumerOffsetsTopic is where a transactional offset commit writes.
+const consumerOffsetsTopic = "__consumer_offsets"
 
 // Close releases every partition, then the broker's clients.
 func (b *Backend) Close() error {
