@@ -19,7 +19,8 @@ import (
 // codec's encoding is the format of the snapshots already written: changing
 // the codec of a running application (from Int64 to JSON, or to a struct
 // with fields of other types) makes the next recovery fail to decode the
-// old snapshots, unless the new codec reads the old format too.
+// old snapshots, unless the new codec reads the old format too
+// (VersionedCodec).
 
 // JSON returns a codec that encodes a state with encoding/json
 // (json.Marshal) and decodes it with json.Unmarshal into a zero S. The

@@ -57,3 +57,38 @@ func ExampleBytes() {
 	fmt.Printf("% x\n", b)
 	// Output: 08 96 01
 }
+
+// VersionedCodec lets the state type change in a deploy without a
+// reprocess. An account was a bare balance, first in engine.Int64's
+// encoding, then in the same encoding behind version 1 (the codec
+// wrapped as VersionedCodec{Version: 1, Current: engine.Int64(),
+// Unversioned: engine.Int64().Decode}). Version 2 adds a currency: its
+// codec writes version 2 and upgrades both older encodings, so recovery
+// reads the old snapshots instead of stopping on them.
+func ExampleVersionedCodec() {
+	type account struct {
+		Balance  int64  `json:"balance"`
+		Currency string `json:"currency"`
+	}
+	fromBalance := func(b []byte) (account, error) {
+		n, err := engine.Int64().Decode(b)
+		return account{Balance: n, Currency: "EUR"}, err
+	}
+	codec := engine.VersionedCodec[account]{
+		Version:     2,
+		Current:     engine.JSON[account](),
+		Older:       map[uint8]func([]byte) (account, error){1: fromBalance},
+		Unversioned: fromBalance,
+	}
+	for _, snapshot := range []string{"1250", "\xf5\x011250", "\xf5\x02{\"balance\":1300,\"currency\":\"USD\"}"} {
+		a, err := codec.Decode([]byte(snapshot))
+		fmt.Printf("%+v %v\n", a, err)
+	}
+	b, _ := codec.Encode(account{Balance: 1300, Currency: "EUR"})
+	fmt.Printf("%q\n", b)
+	// Output:
+	// {Balance:1250 Currency:EUR} <nil>
+	// {Balance:1250 Currency:EUR} <nil>
+	// {Balance:1300 Currency:USD} <nil>
+	// "\xf5\x02{\"balance\":1300,\"currency\":\"EUR\"}"
+}

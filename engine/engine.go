@@ -385,8 +385,16 @@ type Config[S any] struct {
 	// Poison is what a record that the fold fails or panics on (or a key
 	// whose tick fails) does: StopOnPoison (the default) commits what came
 	// before it and makes Run return the *FoldError; SkipPoison and
-	// DeadLetterPoison go past it. See PoisonPolicy.
+	// DeadLetterPoison go past it. See PoisonPolicy. It does not apply
+	// to a stored state that does not decode (UndecodableState).
 	Poison PoisonPolicy
+	// UndecodableState is what a recovered snapshot whose state the Codec
+	// cannot decode does: StopOnUndecodableState (the default) stops the
+	// partition with a *RecoveredStateError before anything is deleted;
+	// DiscardUndecodableState deletes such keys, losing their state. A
+	// codec that reads the older encodings (VersionedCodec) makes neither
+	// necessary. See UndecodableStatePolicy.
+	UndecodableState UndecodableStatePolicy
 	// DeadLetterTopic is where DeadLetterPoison sends poison records;
 	// required with it, and only with it. Outside ExactlyOnce dead
 	// letters go out through Emit or StartEmit, one of which is then
@@ -496,6 +504,9 @@ func (cfg *Config[S]) check() error {
 		return bad("TickInterval", "is set without a Tick", "set Tick, or leave TickInterval 0")
 	case cfg.Poison > DeadLetterPoison:
 		return bad("Poison", fmt.Sprintf("is %v, not a PoisonPolicy", cfg.Poison), "use StopOnPoison, SkipPoison or DeadLetterPoison")
+	case cfg.UndecodableState > DiscardUndecodableState:
+		return bad("UndecodableState", fmt.Sprintf("is %v, not an UndecodableStatePolicy", cfg.UndecodableState),
+			"use StopOnUndecodableState or DiscardUndecodableState")
 	case cfg.Poison == DeadLetterPoison && cfg.DeadLetterTopic == "":
 		return bad("DeadLetterTopic", "is empty under DeadLetterPoison", "name the dead-letter topic")
 	case cfg.Poison != DeadLetterPoison && cfg.DeadLetterTopic != "":

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+
 	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 )
@@ -31,20 +33,36 @@ func (e *FoldError) Unwrap() error { return e.Err }
 
 // RecoveredStateError names a state that does not decode with the
 // Codec: a recovered snapshot's, or a state the cache kept. It gives the
-// partition, the key and the input offset of the state; match it with
-// errors.As. Under StopOnPoison (the default) Run returns it; a skipping
-// Config.Poison deletes the key instead.
+// partition, the key and the input offset of the state: for a recovery,
+// those of the key's latest snapshot, the one recovery would use (an
+// earlier one it supersedes does not matter). Match it with errors.As.
+// Under StopOnUndecodableState (the default) Run returns it with nothing
+// deleted; DiscardUndecodableState deletes the keys instead. Config.Poison
+// does not apply to it.
 type RecoveredStateError struct {
 	Input  store.TopicPartition
 	Key    []byte
 	Offset int64
 	Err    error
+	// Keys is how many of the partition's keys had a latest snapshot that
+	// does not decode when recovery stopped, this one included (the error
+	// names the first in key order); 0 for a state met when its key was
+	// first touched.
+	Keys int
 	// value is the undecodable state, for its dead letter.
 	value []byte
 }
 
 func (e *RecoveredStateError) Error() string {
-	return (&core.StateError{Input: e.Input, Key: e.Key, Offset: e.Offset, Err: e.Err}).Error()
+	msg := fmt.Sprintf("engine: %s: the state of key %q (input offset %d) does not decode: %v", e.Input, logKey(e.Key).LogValue().String(), e.Offset, e.Err)
+	if e.Keys > 1 {
+		msg += fmt.Sprintf("; so do %d other keys' states", e.Keys-1)
+	}
+	msg += "; deploy a Codec that reads the old encoding (engine.VersionedCodec)"
+	if e.Keys > 0 { // a recovery's: the policy applies
+		msg += ", or set Config.UndecodableState to DiscardUndecodableState to delete such keys and their state"
+	}
+	return msg
 }
 
 func (e *RecoveredStateError) Unwrap() error { return e.Err }

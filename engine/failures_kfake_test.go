@@ -251,3 +251,53 @@ func TestRoutineTwoMemberStartLogsNoErrorOnKfake(t *testing.T) {
 		})
 	}
 }
+
+// A deploy that changes the state encoding, under SkipPoison: Run returns
+// the *RecoveredStateError of the key first in order, at the input offset
+// of its latest snapshot, counting the partition's keys; nothing is
+// written to the snapshot topic. The fixed deploy (a codec that reads the
+// old encoding) recovers every key's state.
+func TestUndecodableStateStopsUnderSkipPoisonOnKfake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		tp := store.TopicPartition{Topic: "accounts", Partition: 1}
+		w.produce("bob=+5", "carol=+3")
+		first := w.runner(w.engine(), protocols["classic-cooperative"])
+		w.drain(first)
+		if err := first.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		latest := w.endOffset(tp)
+		w.produce("bob=+2") // bob's second snapshot, the one recovery uses
+		second := w.runner(w.engine(), protocols["classic-cooperative"])
+		w.drain(second)
+		if err := second.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		snaps := store.TopicPartition{Topic: "accounts-snapshots", Partition: 1}
+		written := w.endOffset(snaps)
+
+		changed := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Poison, c.Codec = engine.SkipPoison, taggedCodec{} }),
+			protocols["classic-cooperative"])
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a skip would run on
+		defer cancel()
+		err := changed.Run(ctx)
+		se, ok := errors.AsType[*engine.RecoveredStateError](err)
+		if !ok || se.Input != tp || string(se.Key) != "bob" || se.Offset != latest || se.Keys != 2 {
+			t.Fatalf("Run = %v, want the *engine.RecoveredStateError of bob at input offset %d, 2 keys", err, latest)
+		}
+		if got := w.endOffset(snaps); got != written {
+			t.Fatalf("the snapshot partition's end moved from %d to %d: a stop wrote to it", written, got)
+		}
+
+		fixed := w.runner(w.engineWith(func(c *engine.Config[int]) {
+			c.Poison = engine.SkipPoison
+			c.Codec = engine.VersionedCodec[int]{Version: 1, Current: taggedCodec{}, Unversioned: intCodec{}.Decode}
+		}), protocols["classic-cooperative"])
+		w.drain(fixed)
+		w.check(fixed)
+		if err := fixed.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -492,12 +492,13 @@ func TestSharedTransactionalIDPrefixEndsRunOnSim(t *testing.T) {
 	t.Logf("ended with: %v", ended)
 }
 
-// A recovered state that does not decode, under DeadLetterPoison and
-// ExactlyOnce: the key is deleted (a tombstone replaces the snapshot), the
-// state's bytes go to the dead-letter topic once, in the batch's
-// transaction, and the key folds on from empty.
+// A recovered state that does not decode, under DiscardUndecodableState,
+// DeadLetterPoison and ExactlyOnce: the key is deleted (a tombstone
+// replaces the snapshot), the state's bytes go to the dead-letter topic
+// once, in the batch's transaction, and the key folds on from empty.
 func TestUndecodableStateIsDeadLetteredAndDeletedOnSim(t *testing.T) {
 	w := newDeadLetterWorld(t, true)
+	w.mods = append(w.mods, func(c *engine.Config[int]) { c.UndecodableState = engine.DiscardUndecodableState })
 	tp := store.TopicPartition{Topic: "accounts", Partition: 1}
 	p, err := w.store.Acquire(context.Background(), store.Acquisition{Input: tp,
 		Identity: store.IdentityFunc(func() store.GroupIdentity { return store.GroupIdentity{} })})

@@ -860,7 +860,8 @@ func (s *kafkaSource) Close(ctx context.Context) error {
 //     the topic or option and the fix;
 //   - a poison record under StopOnPoison: the *FoldError naming its topic,
 //     partition, offset and key, after everything before it is committed;
-//   - a state that does not decode (*RecoveredStateError), a snapshot
+//   - a state that does not decode under StopOnUndecodableState
+//     (*RecoveredStateError, naming the key), a snapshot
 //     record that is not snapfence's (*store.CorruptRecordError), a
 //     snapshot over the size limit (*store.ValueTooLargeError);
 //   - a committed offset held past UnstableOffsetTimeout

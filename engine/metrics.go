@@ -29,6 +29,7 @@ type Metrics struct {
 	consumerLag         *prometheus.GaugeVec
 	partitions          *prometheus.GaugeVec
 	poison              *prometheus.CounterVec
+	undecodable         *prometheus.CounterVec
 	restarts            *prometheus.CounterVec
 	recoveries          *prometheus.CounterVec
 	standbyLag          *prometheus.GaugeVec
@@ -96,7 +97,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"state"}),
 		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snapfence_poison_records_total",
-			Help: "Records a fold, a tick or a decode failed on, by what was done (stopped, skipped, dead_lettered).",
+			Help: "Records a fold or a tick failed on, by what was done (stopped, skipped, dead_lettered).",
+		}, []string{"topic", "action"}),
+		undecodable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snapfence_undecodable_states_total",
+			Help: "Keys whose recovered state the Codec could not decode, by what was done (stopped: the recovery stopped, nothing deleted; discarded).",
 		}, []string{"topic", "action"}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snapfence_partition_restarts_total",
@@ -115,7 +120,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.partitions.WithLabelValues(string(s)) // every state has a series, 0 included
 	}
 	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.emitWait, m.transactions, m.transactionDuration,
-		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.restarts, m.recoveries, m.standbyLag} {
+		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.undecodable, m.restarts, m.recoveries, m.standbyLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -167,11 +172,19 @@ func (m *Metrics) fenced(reason string) {
 	}
 }
 
-// poisoned counts a record a fold, tick or decode failed on, and what was
+// poisoned counts a record a fold or tick failed on, and what was
 // done with it (PoisonStopped, PoisonSkipped, PoisonDeadLettered).
 func (m *Metrics) poisoned(tp store.TopicPartition, action string) {
 	if m != nil {
 		m.poison.WithLabelValues(tp.Topic, action).Inc()
+	}
+}
+
+// undecodableStates counts keys of tp whose recovered state did not
+// decode, and what was done with them ("stopped" or "discarded").
+func (m *Metrics) undecodableStates(tp store.TopicPartition, action string, keys int) {
+	if m != nil {
+		m.undecodable.WithLabelValues(tp.Topic, action).Add(float64(keys))
 	}
 }
 

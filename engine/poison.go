@@ -11,17 +11,15 @@ import (
 
 // PoisonPolicy is what the engine does with a poison record: one its fold
 // fails or panics on (a record the fold cannot decode, an input it
-// refuses), a key whose tick or timer handler fails, or a recovered state
-// that the Codec cannot decode. Going past a failed timer removes it. Replaying such a record fails again, so retrying cannot
-// help: the choice is to stop or to go past it, as with Kafka Streams'
-// exception handlers.
+// refuses), or a key whose tick or timer handler fails. Going past a
+// failed timer removes it. Replaying such a record fails again, so
+// retrying cannot help: the choice is to stop or to go past it, as with
+// Kafka Streams' exception handlers.
 //
-// Going past a state that does not decode deletes its key: the key starts
-// empty, and a tombstone replaces the snapshot with the next flush (under
-// DeadLetterPoison the state's bytes are in the dead letter). A codec
-// change that cannot read the old states would delete every key, so
-// choose a skipping policy with care; the default stops with the
-// *RecoveredStateError before anything is deleted.
+// A stored state that the Codec cannot decode is not a poison record:
+// going past it would lose the key's state, not one input, so
+// Config.UndecodableState decides it (UndecodableStatePolicy), whatever
+// the PoisonPolicy.
 type PoisonPolicy uint8
 
 const (
@@ -56,6 +54,41 @@ func (p PoisonPolicy) String() string {
 	return fmt.Sprintf("PoisonPolicy(%d)", uint8(p))
 }
 
+// UndecodableStatePolicy is what the engine does with a key whose
+// recovered snapshot the Codec cannot decode: usually a deploy that
+// changed the state type without a codec that reads the old encoding
+// (VersionedCodec). It is separate from the PoisonPolicy on purpose: a
+// team that skips bad input does not mean to delete the state a codec
+// change made unreadable.
+type UndecodableStatePolicy uint8
+
+const (
+	// StopOnUndecodableState, the default: the partition stops before it
+	// is running, with nothing deleted or written, and Run returns the
+	// *RecoveredStateError naming the key and the input offset of the
+	// snapshot recovery read for it. Deploy a codec that reads the old
+	// encoding and the next recovery goes on from the same snapshots.
+	StopOnUndecodableState UndecodableStatePolicy = iota
+	// DiscardUndecodableState deletes every key whose snapshot does not
+	// decode: the key starts empty, a tombstone replaces its snapshot
+	// with the next flush, and its state is lost (under DeadLetterPoison
+	// its bytes also go to the dead-letter topic, kind "state"). Each key
+	// is logged at a bounded rate and counted in
+	// snapfence_undecodable_states_total{action="discarded"}. Choose it
+	// only when losing those keys' state is meant.
+	DiscardUndecodableState
+)
+
+func (p UndecodableStatePolicy) String() string {
+	switch p {
+	case StopOnUndecodableState:
+		return "stop"
+	case DiscardUndecodableState:
+		return "discard"
+	}
+	return fmt.Sprintf("UndecodableStatePolicy(%d)", uint8(p))
+}
+
 // The headers a dead letter carries besides the record's own.
 const (
 	// HeaderDeadLetterTopic, HeaderDeadLetterPartition and
@@ -74,10 +107,10 @@ const (
 	// HeaderDeadLetterKind is what failed: "record" (a fold; the letter
 	// is the record), "tick" (a key's tick; no value), "timer" (a key's
 	// timer, skipped and removed; no value, and HeaderDeadLetterTimestamp
-	// is the timer's At) or "state" (a
-	// recovered state that does not decode; the value is the state's
-	// bytes, the offset the input offset its snapshot held, and the key
-	// was deleted).
+	// is the timer's At) or "state" (a recovered state that does not
+	// decode, discarded under DiscardUndecodableState; the value is the
+	// state's bytes, the offset the input offset its snapshot held, and
+	// the key was deleted).
 	HeaderDeadLetterKind = "snapfence.dlt.kind"
 )
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -413,20 +414,20 @@ func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *
 }
 
 // discarded reports the recovered states of f that did not decode and
-// that the poison policy skipped: each key is deleted (its tombstone goes
-// with the next flush or batch), counted, logged at a bounded rate, and
-// under DeadLetterPoison its snapshot's bytes go to the dead-letter topic.
+// that DiscardUndecodableState deleted, one per key: each is counted,
+// logged at a bounded rate, and under DeadLetterPoison its snapshot's
+// bytes go to the dead-letter topic. (The tombstones go with the next
+// flush or batch.)
 func (r *Runner[S]) discarded(f *flow[S], bad []*RecoveredStateError) {
-	action := "skipped"
-	if r.e.cfg.Poison == DeadLetterPoison {
-		action = "dead_lettered"
+	if len(bad) == 0 {
+		return
 	}
+	r.e.cfg.Metrics.undecodableStates(f.tp, "discarded", len(bad))
 	var dls []Output
 	for _, se := range bad {
-		r.e.cfg.Metrics.poisoned(f.tp, action)
-		if ok, n := r.logs.allow("poison "+f.tp.String(), r.src.Now()); ok {
-			r.e.log.Warn("undecodable state "+action+" and its key deleted (Config.Poison)", "input", f.tp.String(),
-				"key", logKey(se.Key), "offset", se.Offset, "err", se, "not_logged_since_last", n)
+		if ok, n := r.logs.allow("undecodable "+f.tp.String(), r.src.Now()); ok {
+			r.e.log.Warn("undecodable state discarded: its key is deleted (Config.UndecodableState)", "input", f.tp.String(),
+				"key", logKey(se.Key), "offset", se.Offset, "err", se.Err, "not_logged_since_last", n)
 		}
 		if r.e.cfg.Poison == DeadLetterPoison {
 			dls = append(dls, stateDeadLetter(r.e.cfg.DeadLetterTopic, se))
@@ -435,6 +436,36 @@ func (r *Runner[S]) discarded(f *flow[S], bad []*RecoveredStateError) {
 	if len(dls) > 0 {
 		r.mode.ticked(f, dls)
 	}
+}
+
+// undecodable are a recovery's keys whose latest snapshot so far does not
+// decode, by key: a later snapshot of a key supersedes what an earlier
+// one said, so a key is counted once, with the snapshot recovery uses.
+type undecodable map[string]*RecoveredStateError
+
+// checkState records in u whether snapshot s of tp decodes with codec;
+// keepValue: keep an undecodable state's bytes (for its dead letter).
+func checkState[S any](u undecodable, tp store.TopicPartition, codec Codec[S], s store.Snapshot, keepValue bool) {
+	if s.Tombstone {
+		delete(u, string(s.Key))
+		return
+	}
+	if _, err := codec.Decode(s.Value); err != nil {
+		se := &RecoveredStateError{Input: tp, Key: bytes.Clone(s.Key), Offset: s.Offset, Err: err}
+		if keepValue {
+			se.value = bytes.Clone(s.Value)
+		}
+		u[string(s.Key)] = se
+		return
+	}
+	delete(u, string(s.Key))
+}
+
+// sorted is u's errors in key order.
+func (u undecodable) sorted() []*RecoveredStateError {
+	ses := slices.Collect(maps.Values(u))
+	slices.SortFunc(ses, func(a, b *RecoveredStateError) int { return bytes.Compare(a.Key, b.Key) })
+	return ses
 }
 
 // deadLetters is the dead letter of a record, or nil if the policy sends
@@ -653,9 +684,10 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		return
 	}
 	n := 0
-	var bad []*RecoveredStateError // skipped by the poison policy
+	bad := undecodable{} // the keys whose latest snapshot does not decode
 	for first := true; ; first = false {
 		restart := false
+		clear(bad)
 		for s, err := range snaps(ctx) {
 			if ce, ok := errors.AsType[*store.CheckpointError](err); ok && first && delta {
 				// The store refuses the checkpoint, before reading or
@@ -666,14 +698,8 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 				r.e.log.Info("the cache's checkpoint is not usable; recovering in full", "input", tp.String(), "reason", ce.Reason, "detail", ce.Detail)
 				break
 			}
-			if err == nil && !s.Tombstone {
-				if _, derr := r.e.cfg.Codec.Decode(s.Value); derr != nil {
-					err = &RecoveredStateError{Input: tp, Key: s.Key, Offset: s.Offset, Err: derr, value: s.Value}
-					if r.e.cfg.Poison != StopOnPoison {
-						bad = append(bad, err.(*RecoveredStateError))
-						s, err = store.Snapshot{Key: s.Key, Offset: s.Offset, Tombstone: true}, nil
-					}
-				}
+			if err == nil {
+				checkState(bad, tp, r.e.cfg.Codec, s, r.e.cfg.Poison == DeadLetterPoison)
 			}
 			if err == nil {
 				err = fromCore(c.Recovered(s))
@@ -693,7 +719,21 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		}
 		snaps = part.Recover
 	}
-	for _, se := range bad {
+	// Only now is it known which snapshot each key recovers from: one
+	// that did not decode may have been superseded by a later one.
+	undecoded := bad.sorted()
+	if len(undecoded) > 0 && r.e.cfg.UndecodableState != DiscardUndecodableState {
+		se := undecoded[0]
+		se.Keys = len(undecoded)
+		r.e.cfg.Metrics.undecodableStates(tp, "stopped", len(undecoded))
+		fail(se) // before the checkpoint and the positioning: nothing is deleted
+		return
+	}
+	for _, se := range undecoded {
+		if err := c.Recovered(store.Snapshot{Key: se.Key, Offset: se.Offset, Tombstone: true}); err != nil {
+			fail(fromCore(err))
+			return
+		}
 		if err := c.Discard(se.Key); err != nil {
 			fail(fromCore(err))
 			return
@@ -714,7 +754,7 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 		return
 	}
 	r.queries.open(tp, c)
-	r.discarded(f, bad)
+	r.discarded(f, undecoded)
 	// At the offset the takeover resolved, also at assignment: the
 	// Kafka source fetches a partition only from where it is told.
 	r.src.Seek(tp, assigned)

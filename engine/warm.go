@@ -30,6 +30,11 @@ const (
 	RecoveryUnreadableCheckpoint = "unreadable_checkpoint"
 	// RecoveryConfigured: Config.FullRecovery is set.
 	RecoveryConfigured = "configured"
+	// RecoveryDiscardUndecodableState: Config.UndecodableState is
+	// DiscardUndecodableState. Only a full recovery decodes every key's
+	// state before the partition runs; a delta would meet the states the
+	// cache kept one by one, as their keys are folded.
+	RecoveryDiscardUndecodableState = "discard_undecodable_state"
 )
 
 // checkpointVersion is the first byte of an encoded checkpoint.
@@ -104,6 +109,9 @@ func (r *Runner[S]) durableAt(f *flow[S], cp store.Checkpoint, ok bool) error {
 func (r *Runner[S]) recoveryBase(f *flow[S]) (cp store.Checkpoint, delta bool, reason string) {
 	if r.e.cfg.FullRecovery {
 		return cp, false, RecoveryConfigured
+	}
+	if r.e.cfg.UndecodableState == DiscardUndecodableState {
+		return cp, false, RecoveryDiscardUndecodableState
 	}
 	b, ok, err := f.core.Checkpoint()
 	switch {
