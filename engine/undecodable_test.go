@@ -41,7 +41,7 @@ func olderStates(t *testing.T) *simWorld {
 		key, value string
 		offset     int64
 	}{{"bob", "old:5", 7}, {"dan", "old:4", 3}, {"zed", "old:1", 5}, {"bob", "old:6", 12}, {"zed", "9", 9}, {"eve", "4", 2}} {
-		if _, err := w.c.Produce(snapshotsOf(tp), store.EncodeSnapshot(store.Snapshot{Key: []byte(s.key), Value: []byte(s.value), Offset: s.offset})); err != nil {
+		if _, err := w.c.Produce(snapshotsOf(tp), store.EncodeSnapshot("bank", store.Snapshot{Key: []byte(s.key), Value: []byte(s.value), Offset: s.offset})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -49,7 +49,7 @@ func olderStates(t *testing.T) *simWorld {
 }
 
 func snapshotsOf(tp store.TopicPartition) store.TopicPartition {
-	return store.TopicPartition{Topic: tp.Topic + "-snapshots", Partition: tp.Partition}
+	return store.TopicPartition{Topic: sim.DefaultSnapshotTopic("bank", tp.Topic), Partition: tp.Partition}
 }
 
 // snapshotTombstones are the keys with a tombstone in tp's snapshot
@@ -181,7 +181,7 @@ func TestSupersededUndecodableSnapshotIsIgnoredOnSim(t *testing.T) {
 	p.Close()
 	w.produce("bob=+1", "bob=+1")
 	for _, v := range []string{"old:1", "1"} { // both of input offset 0
-		if _, err := w.c.Produce(snapshotsOf(tp), store.EncodeSnapshot(store.Snapshot{Key: []byte("bob"), Value: []byte(v), Offset: 0})); err != nil {
+		if _, err := w.c.Produce(snapshotsOf(tp), store.EncodeSnapshot("bank", store.Snapshot{Key: []byte("bob"), Value: []byte(v), Offset: 0})); err != nil {
 			t.Fatal(err)
 		}
 	}
