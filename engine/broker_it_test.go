@@ -42,12 +42,16 @@ func newBrokerWorld(t *testing.T) *brokerWorld {
 	if err := kafka.CreateTopic(ctx, w.prod, w.topic, 2, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := kafka.CreateTopic(ctx, w.prod, w.topic+"-snapshots", 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+	if err := kafka.CreateTopic(ctx, w.prod, w.snapshots(), 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { w.adm.DeleteTopics(context.Background(), w.topic, w.topic+"-snapshots") })
+	t.Cleanup(func() { w.adm.DeleteTopics(context.Background(), w.topic, w.snapshots()) })
 	return w
 }
+
+// snapshots is the world's snapshot topic: the default of its
+// application, named after the topic.
+func (w *brokerWorld) snapshots() string { return kafka.DefaultSnapshotTopic(w.topic, w.topic) }
 
 func (w *brokerWorld) produce(events ...string) {
 	for _, ev := range events {

@@ -114,7 +114,7 @@ func runOutputs(b *testing.B, brokers []string, eos bool, interval time.Duration
 	b.StopTimer()
 	ctx := context.Background()
 	id := fmt.Sprintf("outputs-%d", time.Now().UnixNano())
-	w := &outputsRun{b: b, input: id, output: id + "-out", snaps: id + "-snapshots", seen: map[int64]bool{}}
+	w := &outputsRun{b: b, input: id, output: id + "-out", snaps: kafka.DefaultSnapshotTopic(id, id), seen: map[int64]bool{}}
 	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
 	if err != nil {
 		b.Fatal(err)

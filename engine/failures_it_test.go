@@ -76,13 +76,13 @@ func TestPoisonRecordEndsRunOnKafka(t *testing.T) {
 func TestSnapshotTopicMisconfiguredEndsRunOnKafka(t *testing.T) {
 	for name, break_ := range map[string]func(*brokerWorld){
 		"missing": func(w *brokerWorld) {
-			if _, err := w.adm.DeleteTopics(context.Background(), w.topic+"-snapshots"); err != nil {
+			if _, err := w.adm.DeleteTopics(context.Background(), w.snapshots()); err != nil {
 				w.t.Fatal(err)
 			}
 		},
 		"not-compacted": func(w *brokerWorld) {
 			del := "delete"
-			if _, err := w.adm.AlterTopicConfigs(context.Background(), []kadm.AlterConfig{{Name: "cleanup.policy", Value: &del}}, w.topic+"-snapshots"); err != nil {
+			if _, err := w.adm.AlterTopicConfigs(context.Background(), []kadm.AlterConfig{{Name: "cleanup.policy", Value: &del}}, w.snapshots()); err != nil {
 				w.t.Fatal(err)
 			}
 		},
@@ -96,7 +96,7 @@ func TestSnapshotTopicMisconfiguredEndsRunOnKafka(t *testing.T) {
 			start := time.Now()
 			err := runWithin(t, r, time.Minute)
 			if !errors.Is(err, store.ErrMisconfigured) || !errors.Is(err, kafka.ErrTopicMissing) && !errors.Is(err, kafka.ErrTopicConfig) ||
-				!strings.Contains(err.Error(), `"`+w.topic+`-snapshots"`) {
+				!strings.Contains(err.Error(), `"`+w.snapshots()+`"`) {
 				t.Fatalf("Run = %v, want a misconfiguration naming the snapshot topic", err)
 			}
 			if n := logs.errorLines(); n != 1 {

@@ -85,7 +85,7 @@ func TestCreateInputTopicsOnKafka(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	prod, adm := brokerAdmin(t, brokers)
 	topic := fmt.Sprintf("created-%d", time.Now().UnixNano())
-	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, topic+"-snapshots") })
+	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, kafka.DefaultSnapshotTopic(topic, topic)) })
 	r, err := brokerEngine(t, brokers, topic).NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
 		SeedBrokers: brokers, Group: topic + "-group", Topics: []string{topic},
 		CreateTopics: true, CreatePartitions: 3, CreateReplicationFactor: 1,
@@ -147,7 +147,7 @@ func TestRefusedSessionTimeoutOnKafka(t *testing.T) {
 	if err := kafka.CreateTopic(context.Background(), cl, topic, 2, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, topic+"-snapshots") })
+	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, kafka.DefaultSnapshotTopic(topic, topic)) })
 	r, err := newTopicRunner(t, brokers, topic, func(c *engine.KafkaConfig) { c.SessionTimeout = 2 * time.Hour })
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestDuplicateInstanceIDOnKafka(t *testing.T) {
 	if err := kafka.CreateTopic(context.Background(), cl, topic, 2, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, topic+"-snapshots") })
+	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, kafka.DefaultSnapshotTopic(topic, topic)) })
 	static := func(c *engine.KafkaConfig) { c.InstanceID = "pod-0" }
 	first, err := newTopicRunner(t, brokers, topic, static)
 	if err != nil {

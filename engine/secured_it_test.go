@@ -60,7 +60,7 @@ func newSecuredWorld(t *testing.T) *securedWorld {
 	return w
 }
 
-func (w *securedWorld) snapshots() string { return w.topic + "-snapshots" }
+func (w *securedWorld) snapshots() string { return kafka.DefaultSnapshotTopic(w.topic, w.topic) }
 func (w *securedWorld) audit() string     { return w.topic + "-audit" }
 func (w *securedWorld) balances() string  { return w.topic + "-balances" }
 func (w *securedWorld) group() string     { return w.topic + "-group" }

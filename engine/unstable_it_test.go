@@ -31,7 +31,7 @@ func heldOffsetOnKafka(t *testing.T, atAssignment bool) {
 	w := newBrokerWorld(t)
 	in0 := store.TopicPartition{Topic: w.topic, Partition: 0}
 	in1 := store.TopicPartition{Topic: w.topic, Partition: 1}
-	snap0 := store.TopicPartition{Topic: w.topic + "-snapshots", Partition: 0}
+	snap0 := store.TopicPartition{Topic: w.snapshots(), Partition: 0}
 	intruder := w.topic + "-intruder"
 	txnID := fmt.Sprintf("%s-%s-0", w.topic, w.topic)
 	opts := []kgo.Opt{kgo.SeedBrokers(w.brokers...)}
@@ -98,7 +98,7 @@ func TestAHeldCommittedOffsetAtAssignmentFailsLoudlyOnKafka(t *testing.T) { held
 func heldThenReleasedOnKafka(t *testing.T, atAssignment bool) {
 	w := newBrokerWorld(t)
 	in0 := store.TopicPartition{Topic: w.topic, Partition: 0}
-	snap0 := store.TopicPartition{Topic: w.topic + "-snapshots", Partition: 0}
+	snap0 := store.TopicPartition{Topic: w.snapshots(), Partition: 0}
 	opts := []kgo.Opt{kgo.SeedBrokers(w.brokers...)}
 	var release func()
 	longest := heldThenReleased(t, heldWorld{

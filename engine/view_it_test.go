@@ -38,7 +38,7 @@ func TestViewOnKafka(t *testing.T) {
 	// The crashed owner: a transaction under the partition's own
 	// transactional.id, a snapshot written, never ended.
 	in0 := store.TopicPartition{Topic: w.topic, Partition: 0}
-	snaps0 := store.TopicPartition{Topic: w.topic + "-snapshots", Partition: 0}
+	snaps0 := store.TopicPartition{Topic: w.snapshots(), Partition: 0}
 	crashed, err := kgo.NewClient(kgo.SeedBrokers(w.brokers...), kgo.TransactionalID(store.TransactionalID(w.topic, in0)),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(time.Minute))
 	if err != nil {

@@ -601,7 +601,7 @@ func (e *ForeignStateError) Error() string {
 			e.Input, e.TransactionalID, e.Evidence, e.Application)
 	}
 	return fmt.Sprintf("store: %s: snapshot partition %s holds state of application %q (a record at offset %d), and this is application %q: "+
-		"two applications never share a snapshot topic; nothing was taken over or read; fix: give this application its own snapshot topic "+
+		"two applications never share a snapshot topic; nothing of it was folded or written; fix: give this application its own snapshot topic "+
 		"(the default, \"<application>-<input>-snapshots\", is), or read the other's state with a View",
 		e.Input, e.Snapshots, e.Owner, e.Offset, e.Application)
 }

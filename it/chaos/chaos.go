@@ -440,7 +440,7 @@ func (c *chaos) runMode(mode string) (*modeReport, error) {
 	for _, t := range []struct {
 		name string
 		cfg  map[string]*string
-	}{{c.topic, nil}, {c.topic + "-snapshots", map[string]*string{"cleanup.policy": &compact}}, {c.output, nil}} {
+	}{{c.topic, nil}, {kafka.DefaultSnapshotTopic(c.topic, c.topic), map[string]*string{"cleanup.policy": &compact}}, {c.output, nil}} {
 		if err := kafka.CreateTopic(ctx, admCl, t.name, c.partitions, rf, t.cfg); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", t.name, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
 )
 
 // verify waits for the quiet (every partition committed to the input's
@@ -103,7 +104,7 @@ func (c *chaos) verify(ctx context.Context, adm *kadm.Client, mr *modeReport) er
 		return fmt.Errorf("%d input records without a sequence number", badInput)
 	}
 
-	snaps := c.topic + "-snapshots"
+	snaps := kafka.DefaultSnapshotTopic(c.topic, c.topic)
 	snapHW, snapLSO, err := c.bounds(ctx, adm, snaps)
 	if err != nil {
 		return err

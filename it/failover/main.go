@@ -312,10 +312,10 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 	if err := kafka.CreateTopic(ctx, cl, topic, partitions, 1, nil); err != nil {
 		return result{}, err
 	}
-	if err := kafka.CreateTopic(ctx, cl, topic+"-snapshots", partitions, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+	if err := kafka.CreateTopic(ctx, cl, kafka.DefaultSnapshotTopic(topic, topic), partitions, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		return result{}, err
 	}
-	defer m.adm.DeleteTopics(context.Background(), topic, topic+"-snapshots")
+	defer m.adm.DeleteTopics(context.Background(), topic, kafka.DefaultSnapshotTopic(topic, topic))
 	tmp, err := os.MkdirTemp("", "failover-")
 	if err != nil {
 		return result{}, err
@@ -703,7 +703,7 @@ func (m *measurer) verify(ctx context.Context, topic string, want map[string]int
 		}
 		time.Sleep(200 * time.Millisecond) // polling the observed commit, bounded above
 	}
-	snaps := topic + "-snapshots"
+	snaps := kafka.DefaultSnapshotTopic(topic, topic)
 	hws, err := m.adm.ListEndOffsets(ctx, snaps)
 	if err != nil {
 		return err

@@ -110,7 +110,7 @@ type forgotten struct {
 func (w *brokerWorld) hangingBackends(t *testing.T) func(abort bool, logs *lockedBuffer) *kafka.Backend {
 	return func(abort bool, logs *lockedBuffer) *kafka.Backend {
 		b, err := kafka.New(context.Background(), kafka.Config{
-			Mode: store.Transactional, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
+			Mode: store.Transactional, SeedBrokers: w.seeds(), Application: storetest.Application, TransactionalIDPrefix: w.prefix,
 			AbortHangingTransactions: abort, RecoveryStallTimeout: 20 * time.Second,
 			Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		})

@@ -71,7 +71,7 @@ func (w *world) createTopics(t *testing.T) {
 		t.Fatal(err)
 	}
 	compact := "compact"
-	if err := kafka.CreateTopic(ctx, w.admin, kafka.DefaultSnapshotTopic(w.prefix, w.input), 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+	if err := kafka.CreateTopic(ctx, w.admin, kafka.DefaultSnapshotTopic(storetest.Application, w.input), 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		t.Fatal(err)
 	}
 	if err := kafka.CreateTopic(ctx, w.admin, w.OutputTopic(), 2, 1, nil); err != nil {
@@ -137,8 +137,12 @@ func (w *world) InputTopic() string { return w.input }
 
 func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend {
 	t.Helper()
+	app := cfg.Application
+	if app == "" {
+		app = storetest.Application
+	}
 	b, err := kafka.New(context.Background(), kafka.Config{
-		Mode: cfg.Mode, SeedBrokers: w.seeds(), Application: cfg.Application, TransactionalIDPrefix: w.prefix, CreateTopics: cfg.Application != "",
+		Mode: cfg.Mode, SeedBrokers: w.seeds(), Application: app, TransactionalIDPrefix: w.prefix, CreateTopics: cfg.Application != "",
 		MaxWritesPerTransaction: cfg.MaxWritesPerTransaction,
 		MaxBytesPerTransaction:  cfg.MaxBytesPerTransaction,
 		RecoveryStallTimeout:    cfg.RecoveryStallTimeout,
@@ -260,7 +264,7 @@ func (w *world) awaitTransactionEnd(t *testing.T, in store.TopicPartition) {
 }
 
 func snapTP(in store.TopicPartition) store.TopicPartition {
-	return store.TopicPartition{Topic: kafka.DefaultSnapshotTopic(prefix, in.Topic), Partition: in.Partition}
+	return store.TopicPartition{Topic: kafka.DefaultSnapshotTopic(storetest.Application, in.Topic), Partition: in.Partition}
 }
 
 func (w *world) listEnd(t *testing.T, tp store.TopicPartition, isolation int8) int64 {
