@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/sim"
 )
 
@@ -177,4 +183,69 @@ func drainApps(t *testing.T, c *sim.Cluster, apps ...*appOnSim) {
 		}
 	}
 	t.Fatal("the applications did not commit to the end of the input in 60s")
+}
+
+// On kfake, two applications on one input topic, each named once in its
+// store and run with no Group (the application's name is the group's):
+// each creates and fills its own snapshot topic, and each folds and emits
+// every record.
+func TestTwoApplicationsOnOneInputOnKfake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		w.produce("alice=+10", "bob=+5", "carol=+7", "alice=-3")
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		emitted := make([]atomic.Int64, 2)
+		for i, app := range []string{"bank", "audit"} {
+			b, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: w.c.ListenAddrs(), Application: app, CreateTopics: true,
+				ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.Close() })
+			e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b, PersistInterval: time.Second, CommitInterval: time.Second,
+				Emit: func(_ context.Context, outs []engine.Output) error { emitted[i].Add(int64(len(outs))); return nil }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Close() })
+			wg.Go(func() {
+				errs[i] = e.Run(ctx, engine.KafkaConfig{SeedBrokers: w.c.ListenAddrs(), Topics: []string{"accounts"},
+					ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
+			})
+		}
+		done := func() bool {
+			for _, g := range []string{"bank", "audit"} {
+				for p := range int32(2) {
+					if !committedAtEnd(w.adm, g, store.TopicPartition{Topic: "accounts", Partition: p}) {
+						return false
+					}
+				}
+			}
+			return true
+		}
+		for deadline := time.Now().Add(time.Minute); !done(); time.Sleep(10 * time.Millisecond) { // virtual time
+			if time.Now().After(deadline) {
+				t.Fatal("the groups bank and audit did not both commit the input within a minute")
+			}
+		}
+		cancel()
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("application %d: %v", i, err)
+			}
+		}
+		if emitted[0].Load() < 4 || emitted[1].Load() < 4 {
+			t.Errorf("outputs: bank %d, audit %d; want each at least one per record (4)", emitted[0].Load(), emitted[1].Load())
+		}
+		tds, err := w.adm.ListTopics(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tds.Has("bank-accounts-snapshots") || !tds.Has("audit-accounts-snapshots") || tds.Has("accounts-snapshots") {
+			t.Errorf("topics %v: want bank-accounts-snapshots and audit-accounts-snapshots, and no accounts-snapshots", tds.Names())
+		}
+	})
 }

@@ -33,7 +33,8 @@ import (
 // (kafka-configs.sh --entity-type groups); SessionTimeout and
 // HeartbeatInterval are not sent.
 type KafkaConfig struct {
-	// SeedBrokers, Group and Topics are required.
+	// SeedBrokers, Group and Topics are required, but Engine.Run takes
+	// an empty Group as the store's application (kafka.Config.Application).
 	SeedBrokers []string
 	Group       string
 	// Topics are the input topics. Each must exist when the source starts
@@ -865,7 +866,13 @@ func (s *kafkaSource) Close(ctx context.Context) error {
 //     record that is not snapfence's (*store.CorruptRecordError), a
 //     snapshot over the size limit (*store.ValueTooLargeError);
 //   - a committed offset held past UnstableOffsetTimeout
-//     (*store.UnstableOffsetError).
+//     (*store.UnstableOffsetError);
+//   - state or a transactional.id of another application
+//     (*store.ForeignStateError): a snapshot topic or a
+//     TransactionalIDPrefix shared by mistake.
+//
+// An empty cfg.Group is the store's application (store.Named): one name
+// for the group, the snapshot topics and the transactional ids.
 //
 // Everything else is transient or expected and is retried: a failed poll
 // after a backoff, a partition's failure by restarting it from its
@@ -873,6 +880,9 @@ func (s *kafkaSource) Close(ctx context.Context) error {
 // counted in Metrics; none is returned.
 func (e *Engine[S]) Run(ctx context.Context, cfg KafkaConfig) (err error) {
 	defer e.trackRun()(&err)
+	if cfg.Group == "" {
+		cfg.Group = storeApplication(e.cfg.Store)
+	}
 	r, err := e.NewRunner(NewKafkaSource(cfg))
 	if err != nil {
 		return err
