@@ -636,7 +636,7 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition) {
 	}
 	for i, tp := range tps {
 		part, err := r.e.cfg.Store.Acquire(ctx, store.Acquisition{
-			Input: tp, Identity: identity[S]{r},
+			Input: tp, Identity: identity[S]{r}, Group: r.src.Identity().Group,
 			ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
 			Progress:              r.status.progress(tp),
 			Outputs:               r.mode.outputTopics(),

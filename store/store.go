@@ -181,6 +181,11 @@ type Acquisition struct {
 	// called for every transaction and must never return a copy captured
 	// at assignment.
 	Identity IdentityReader
+	// Group is the consumer group whose offsets the partition commits
+	// (Identity's group; known before the member's first join, which
+	// Identity is not). The takeover check reads its committed offsets;
+	// empty: Identity's group, if it has one.
+	Group string
 	// ResolveAssignedOffset, if set, is called after the takeover and
 	// before Acquire returns; its result replaces AssignedOffset. The
 	// engine reads the group's committed offset there (with RequireStable,

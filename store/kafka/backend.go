@@ -198,25 +198,35 @@ func (br *broker) Leftover(ctx context.Context, a store.Acquisition, l backend.L
 	return br.b.leftover(ctx, a, l.(*partition), txnID)
 }
 
-// Claimed implements backend.Broker: DescribeTransactions of txnID, and
-// the snapshot partition's end offset when its last transaction
-// committed. An id the coordinator does not know is unclaimed.
-func (br *broker) Claimed(ctx context.Context, txnID string, snap store.TopicPartition) (backend.IDState, error) {
+// Claimed implements backend.Broker: DescribeTransactions of txnID, the
+// snapshot partition's end offset, and the group's committed offset when
+// it matters. An id the coordinator does not know is unclaimed.
+func (br *broker) Claimed(ctx context.Context, txnID string, snap, input store.TopicPartition, group string) (backend.IDState, error) {
 	var st backend.IDState
-	ds, err := br.b.adm.DescribeTransactions(ctx, txnID)
+	ends, err := br.b.adm.ListEndOffsets(ctx, snap.Topic)
+	if err == nil {
+		err = ends.Error()
+	}
 	if err != nil {
-		if errors.Is(err, kerr.TransactionalIDNotFound) {
-			return st, nil
-		}
+		return st, err
+	}
+	end, ok := ends.Lookup(snap.Topic, snap.Partition)
+	if !ok {
+		return st, fmt.Errorf("kafka: no end offset for %s", snap)
+	}
+	st.SnapshotsEmpty = end.Offset == 0
+	ds, err := br.b.adm.DescribeTransactions(ctx, txnID)
+	if err != nil && !errors.Is(err, kerr.TransactionalIDNotFound) {
 		return st, err
 	}
 	d, ok := ds[txnID]
 	switch {
-	case !ok || errors.Is(d.Err, kerr.TransactionalIDNotFound):
+	case err != nil || !ok || errors.Is(d.Err, kerr.TransactionalIDNotFound):
 		return st, nil
 	case d.Err != nil:
 		return st, d.Err
 	}
+	st.Claimed = d.State != "Empty" || d.ProducerEpoch > 0
 	switch d.State {
 	case "Ongoing", "PrepareCommit", "PrepareAbort":
 		st.Ongoing = true
@@ -225,20 +235,16 @@ func (br *broker) Claimed(ctx context.Context, txnID string, snap store.TopicPar
 				st.Partitions = append(st.Partitions, store.TopicPartition{Topic: topic, Partition: p})
 			}
 		})
-	case "CompleteCommit":
-		st.Committed = true
-		ends, err := br.b.adm.ListEndOffsets(ctx, snap.Topic)
+	}
+	if st.Claimed && st.SnapshotsEmpty {
+		offs, err := br.b.adm.FetchOffsets(ctx, group)
 		if err == nil {
-			err = ends.Error()
+			err = offs.Error()
 		}
 		if err != nil {
 			return st, err
 		}
-		end, ok := ends.Lookup(snap.Topic, snap.Partition)
-		if !ok {
-			return st, fmt.Errorf("kafka: no end offset for %s", snap)
-		}
-		st.SnapshotsEmpty = end.Offset == 0
+		_, st.GroupCommitted = offs.Lookup(input.Topic, input.Partition)
 	}
 	return st, nil
 }

@@ -114,6 +114,36 @@ func (p *partition) Takeover(ctx context.Context, txnID string) error {
 	return nil
 }
 
+// Claim implements backend.Link: a transaction of the marker alone, with
+// no offset commit.
+func (p *partition) Claim(ctx context.Context, marker store.WireRecord, id store.GroupIdentity) error {
+	p.mu.Lock()
+	prod := p.prod
+	p.mu.Unlock()
+	if prod == nil {
+		return store.ErrClosed
+	}
+	err := prod.BeginTransaction()
+	if err == nil {
+		if err = prod.ProduceSync(ctx, p.record(marker)).FirstErr(); err != nil {
+			if aerr := prod.EndTransaction(ctx, kgo.TryAbort); aerr != nil {
+				err = errors.Join(err, fmt.Errorf("aborting: %w", aerr))
+			}
+		} else {
+			err = prod.EndTransaction(ctx, kgo.TryCommit)
+		}
+	}
+	switch {
+	case err == nil:
+		return nil
+	case isFatal(err):
+		return p.fenced(id, err)
+	case errors.Is(err, kerr.TopicAuthorizationFailed):
+		return p.writeRefused(groupcommit.Batch{}, err)
+	}
+	return fmt.Errorf("kafka: %s: the first transaction after the takeover: %w", p.input, err)
+}
+
 // renew takes the partition over again after the store aborted a
 // transaction of its own lineage that the first takeover could not end:
 // the coordinator that forgot it may have handed out the same epoch

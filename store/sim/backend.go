@@ -159,20 +159,23 @@ func (l *link) AbortedAcross(context.Context, int64) (int64, bool, error) { retu
 func (b *broker) Leftover(context.Context, store.Acquisition, backend.Link, string) error { return nil }
 
 // Claimed implements backend.Broker: the coordinator's state of txnID,
-// as Kafka's DescribeTransactions reports it.
-func (b *broker) Claimed(_ context.Context, txnID string, snap store.TopicPartition) (backend.IDState, error) {
+// as Kafka's DescribeTransactions reports it, the snapshot partition's end
+// and the group's committed offset.
+func (b *broker) Claimed(_ context.Context, txnID string, snap, input store.TopicPartition, group string) (backend.IDState, error) {
 	var st backend.IDState
-	known, ongoing, parts, committed := b.c.TransactionState(txnID)
+	_, _, end, err := b.c.Offsets(snap)
+	if err != nil {
+		return st, err
+	}
+	st.SnapshotsEmpty = end == 0
+	known, epoch, ongoing, parts, committed := b.c.TransactionState(txnID)
 	if !known {
 		return st, nil
 	}
-	st.Ongoing, st.Partitions, st.Committed = ongoing, parts, committed
-	if committed {
-		_, _, end, err := b.c.Offsets(snap)
-		if err != nil {
-			return st, err
-		}
-		st.SnapshotsEmpty = end == 0
+	st.Claimed = ongoing || committed || epoch > 0
+	st.Ongoing, st.Partitions = ongoing, parts
+	if st.Claimed && st.SnapshotsEmpty {
+		_, st.GroupCommitted = b.c.CommittedOffset(group, input)
 	}
 	return st, nil
 }
@@ -283,6 +286,18 @@ type link struct {
 // and abort its unfinished transaction before anything reads (I7).
 func (p *link) Takeover(_ context.Context, txnID string) error {
 	p.prod = p.b.c.InitProducerID(txnID, p.b.set.TransactionTimeout)
+	return nil
+}
+
+// Claim implements backend.Link: a transaction of the marker alone.
+func (p *link) Claim(_ context.Context, marker store.WireRecord, id store.GroupIdentity) error {
+	if _, err := p.prod.Produce(p.snap, marker); err != nil {
+		_ = p.prod.EndTxn(false)
+		return p.fail(id, err)
+	}
+	if err := p.prod.EndTxn(true); err != nil {
+		return p.fail(id, err)
+	}
 	return nil
 }
 

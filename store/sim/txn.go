@@ -204,18 +204,18 @@ func (c *Cluster) endTxnLocked(t *txnState, marker Control, why string) {
 }
 
 // TransactionState is what the coordinator knows of txnID, as Kafka's
-// DescribeTransactions reports it: whether a transaction is open and the
-// partitions it wrote to, and whether the last one committed with no
-// producer initialised since (CompleteCommit). known is false for an id
-// the coordinator has no state for.
-func (c *Cluster) TransactionState(txnID string) (known, ongoing bool, partitions []store.TopicPartition, committed bool) {
+// DescribeTransactions reports it: the producer epoch, whether a
+// transaction is open and the partitions it wrote to, and whether the
+// last one committed with no producer initialised since (CompleteCommit).
+// known is false for an id the coordinator has no state for.
+func (c *Cluster) TransactionState(txnID string) (known bool, epoch int16, ongoing bool, partitions []store.TopicPartition, committed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := c.txns[txnID]
 	if t == nil {
-		return false, false, nil, false
+		return false, 0, false, nil, false
 	}
-	return true, t.ongoing, slices.Clone(t.partitions), t.committed
+	return true, t.epoch, t.ongoing, slices.Clone(t.partitions), t.committed
 }
 
 // Hang makes txnID's open transaction hang: it never times out, as a

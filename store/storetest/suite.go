@@ -56,6 +56,7 @@ func Run(t *testing.T, h Harness) {
 		{"CorruptRecordNamesPartitionAndOffset", corruptRecord},
 		{"AnotherApplicationsRecordIsRefused", anotherApplicationsRecord},
 		{"AnotherApplicationsTransactionalIDIsNotTakenOver", anotherApplicationsTransactionalID},
+		{"AnotherApplicationsClaimedIDIsNotTakenOver", anotherApplicationsClaimedID},
 		{"OversizeSnapshotNamesKey", oversizeSnapshot},
 		{"LargestAllowedSnapshotCommits", largestAllowedSnapshot},
 		{"ReservedKeyRefused", reservedKey},
@@ -1086,6 +1087,30 @@ func anotherApplicationsTransactionalID(t *testing.T, w World) {
 		t.Fatalf("the application's own takeover did not abort its transaction (lso %d, hw %d)", lso, hw)
 	}
 	mustNil(t, "a write after the own takeover", o.Write(context.Background(), snap("k", "v", 2)))
+}
+
+// The first takeover of an empty snapshot partition claims the id (a
+// transaction of one marker there), so a second application with the
+// same prefix, starting afresh, is refused while the first holds the id
+// with no transaction open, even on an input partition that never had a
+// record; the first's next write commits.
+func anotherApplicationsClaimedID(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	if lso, hw := w.StableOffsets(t, in); hw == 0 || lso != hw {
+		t.Fatalf("after the first takeover of an empty partition: lso %d, hw %d; want a committed claim", lso, hw)
+	}
+	other := w.Backend(t, BackendConfig{Mode: store.Transactional, Application: "billing"})
+	_, err := other.Acquire(context.Background(), store.Acquisition{Input: in, Identity: newIdentity(m.Identity())})
+	var fe *store.ForeignStateError
+	if !errors.As(err, &fe) || fe.TransactionalID == "" || fe.Application != "billing" {
+		t.Fatalf("err = %v, want a ForeignStateError naming the transactional.id", err)
+	}
+	mustNil(t, "the first application's write after the refusal", o.Write(context.Background(), snap("k", "v", 1)))
+	if r := collect(o.Recover(context.Background())); r.err != nil || len(r.snaps) != 1 {
+		t.Fatalf("recovered %d snapshots, %v; want k alone (the claim is no snapshot)", len(r.snaps), r.err)
+	}
 }
 
 // An oversize snapshot is refused with its key, size and the limit.

@@ -199,12 +199,12 @@ type Broker interface {
 	// hanging transaction of txnID's own lineage, with the backend's
 	// option to abort those): the skeleton resolves the offset once more.
 	Unstable(ctx context.Context, a store.Acquisition, link Link, txnID string, err error) (aborted bool, _ error)
-	// Claimed reports what the coordinator knows of txnID before a
-	// takeover, and whether snap holds no record at all (only asked, and
-	// only answered, when the id's last transaction committed). A
-	// coordinator that does not answer is an error: the caller goes on
-	// without the check.
-	Claimed(ctx context.Context, txnID string, snap store.TopicPartition) (IDState, error)
+	// Claimed reports, before a takeover, what the coordinator knows of
+	// txnID, whether snap holds any record, and (only when the id is
+	// claimed and snap holds none) whether group has committed an offset
+	// of input. A coordinator that does not answer is an error: the
+	// caller goes on without the check.
+	Claimed(ctx context.Context, txnID string, snap, input store.TopicPartition, group string) (IDState, error)
 	// Partitions returns topic's partition count, or an error matching
 	// store.ErrMisconfigured if the topic does not exist.
 	Partitions(ctx context.Context, topic string) (int32, error)
@@ -219,18 +219,23 @@ type Broker interface {
 }
 
 // IDState is what a coordinator reports of a transactional.id, and what
-// the snapshot partition shows, before a takeover (Broker.Claimed).
+// the snapshot partition and the group show, before a takeover
+// (Broker.Claimed).
 type IDState struct {
+	// Claimed: some producer initialised the id and it has done more
+	// than that: a transaction began or ended, or the id was initialised
+	// again (its epoch is above 0). An id initialised once and left
+	// there (a first start that died before its claim) is not.
+	Claimed bool
 	// Ongoing: a transaction of the id is open; Partitions are those it
 	// wrote to.
 	Ongoing    bool
 	Partitions []store.TopicPartition
-	// Committed: the id's last transaction committed, and no producer
-	// initialised the id since (Kafka's CompleteCommit).
-	Committed bool
-	// SnapshotsEmpty: with Committed, the snapshot partition holds no
-	// record.
+	// SnapshotsEmpty: the snapshot partition holds no record.
 	SnapshotsEmpty bool
+	// GroupCommitted: the group has a committed offset of the input
+	// partition (asked only when Claimed and SnapshotsEmpty).
+	GroupCommitted bool
 }
 
 // TopicLink is a follower's connection to a partition of any topic.
@@ -251,6 +256,12 @@ type Link interface {
 	// unfinished transaction (I7). Transactional mode only; called once,
 	// before the assigned offset is resolved.
 	Takeover(ctx context.Context, txnID string) error
+	// Claim commits a transaction holding only marker, on the snapshot
+	// partition, right after the takeover of a partition whose snapshot
+	// partition is empty: from then on it holds a record, which is how a
+	// later acquisition of the id tells this application's from another
+	// one's (checkClaim). Transactional mode only.
+	Claim(ctx context.Context, marker store.WireRecord, id store.GroupIdentity) error
 	// Transact runs one transaction of the group commit with id, already
 	// read live and checked valid (I1, I4): all of b becomes durable with
 	// the fenced commit of b.Offset, or none of it. Transactional mode.
@@ -361,8 +372,9 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 		return nil, err
 	}
 	txnID := b.TransactionalID(a.Input)
+	claim := false
 	if b.cfg.Mode == store.Transactional {
-		if err := b.checkClaim(ctx, a, snap, txnID); err != nil {
+		if claim, err = b.checkClaim(ctx, a, snap, txnID); err != nil {
 			link.Release()
 			return nil, err
 		}
@@ -387,6 +399,10 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 				_, err = b.broker.Unstable(ctx, a, link, txnID, err)
 			}
 		}
+	}
+	if err == nil && claim {
+		id := a.Identity.CurrentIdentity()
+		err = link.Claim(ctx, store.EncodeOffsetMarker(b.cfg.Application, assigned, id), id)
 	}
 	if err != nil {
 		link.Release()
@@ -427,22 +443,31 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 // application: one whose transactional.id prefix is this one's (the
 // takeover would fence its producer, and its running partition would
 // fail). The coordinator names no owner, but what the id's transactions
-// touch does: every transaction of this partition writes to its snapshot
+// touch does. Every transaction of this partition writes to its snapshot
 // partition, and to nothing but that, the group's offsets and the
-// declared outputs. So an open transaction that writes elsewhere is
-// another application's, and so is a committed one when the snapshot
-// partition holds nothing at all. A coordinator that cannot be asked
-// leaves the takeover as it was: the check guards against a
-// misconfiguration, and must not stop a healthy start.
-func (b *Backend) checkClaim(ctx context.Context, a store.Acquisition, snap store.TopicPartition, txnID string) error {
-	st, err := b.broker.Claimed(ctx, txnID, snap)
+// declared outputs; and the first takeover of an empty snapshot
+// partition writes a claim there (claim: the caller commits one after the
+// takeover). So the id is another application's when its open
+// transaction writes elsewhere, or when it is claimed while the snapshot
+// partition holds nothing and the group has committed nothing of the
+// input (a new application meeting an id in use). A snapshot topic
+// re-created under a running deployment keeps its group's offsets, and
+// passes. A coordinator that cannot be asked leaves the takeover as it
+// was, without a claim: the check guards against a misconfiguration, and
+// must not stop a healthy start.
+func (b *Backend) checkClaim(ctx context.Context, a store.Acquisition, snap store.TopicPartition, txnID string) (claim bool, _ error) {
+	group := a.Group
+	if group == "" {
+		group = a.Identity.CurrentIdentity().Group
+	}
+	st, err := b.broker.Claimed(ctx, txnID, snap, a.Input, group)
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 		b.cfg.Logger.Warn("could not check that the transactional.id is this application's; taking it over", "input", a.Input.String(),
 			"transactional_id", txnID, "err", err)
-		return nil
+		return false, nil
 	}
 	foreign := func(evidence string) error {
 		return &store.ForeignStateError{Input: a.Input, Snapshots: snap, Application: b.cfg.Application, Offset: -1,
@@ -453,17 +478,20 @@ func (b *Backend) checkClaim(ctx context.Context, a store.Acquisition, snap stor
 			if p == snap || p.Topic == consumerOffsetsTopic || slices.Contains(a.Outputs, p.Topic) {
 				continue
 			}
-			return foreign(fmt.Sprintf("its open transaction writes to %s, where partition %s of application %q never writes "+
+			return false, foreign(fmt.Sprintf("its open transaction writes to %s, where partition %s of application %q never writes "+
 				"(its snapshot partition is %s; if it wrote outputs there before, declare the topic as an output again)",
 				p, a.Input, b.cfg.Application, snap))
 		}
 	}
-	if st.Committed && st.SnapshotsEmpty {
-		return foreign(fmt.Sprintf("its last transaction committed, yet snapshot partition %s, where every transaction of application %q writes, holds no record "+
-			"(if the snapshot topic was re-created on purpose, wait for the id to expire, transactional.id.expiration.ms after its last use, or give the application another TransactionalIDPrefix)",
-			snap, b.cfg.Application))
+	// Without a group to ask, a re-created snapshot topic cannot be told
+	// from another application's id: the takeover goes ahead.
+	if st.Claimed && st.SnapshotsEmpty && !st.GroupCommitted && group != "" {
+		return false, foreign(fmt.Sprintf("it is in use, yet snapshot partition %s, where every owner of it in application %q writes first, holds no record, "+
+			"and group %q has committed nothing of %s (if this application was reset on purpose, its topics and offsets deleted, wait for the id to expire, "+
+			"transactional.id.expiration.ms after its last use, or give it another TransactionalIDPrefix)",
+			snap, b.cfg.Application, group, a.Input))
 	}
-	return nil
+	return st.SnapshotsEmpty, nil
 }
 
 // consumerOffsetsTopic is where a transactional offset commit writes.
