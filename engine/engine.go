@@ -409,11 +409,13 @@ type Engine[S any] struct {
 	// runner is the runner made last: the one queries read (Get, Range).
 	runner atomic.Pointer[Runner[S]]
 	// runEnded and runErr: Run returned, with runErr (Status); runs
-	// counts the Runs under way (Close refuses to close under them).
+	// counts the Runs under way, and open the runners made and not
+	// closed (Close refuses to close the cache under either).
 	runMu    sync.Mutex
 	runEnded bool
 	runErr   error
 	runs     int
+	open     map[*Runner[S]]bool
 }
 
 // New checks the configuration, opens the local cache and returns an
@@ -539,16 +541,17 @@ func (cfg *Config[S]) check() error {
 	return nil
 }
 
-// ErrRunning is Close's refusal while Run runs: the local cache stays
-// open; cancel Run's context and wait for it to return first.
-var ErrRunning = errors.New("engine: Close while Run runs: cancel Run's context and wait for it to return first")
+// ErrRunning is Close's refusal while Run runs, or while a Runner made
+// by NewRunner is not closed: the local cache stays open; cancel Run's
+// context and wait for it to return (or close the Runner) first.
+var ErrRunning = errors.New("engine: Close while Run runs or a Runner is open: cancel Run's context and wait for it to return (close the Runner) first")
 
 // Close closes the local cache. It refuses, with ErrRunning and closing
-// nothing, while a Run of this engine is under way: the runner would meet
-// a closed cache. (A Runner stepped by hand must be closed first too.)
+// nothing, while a Run of this engine is under way or a Runner it made is
+// not closed: the runner would meet a closed cache.
 func (e *Engine[S]) Close() error {
 	e.runMu.Lock()
-	running := e.runs > 0
+	running := e.runs > 0 || len(e.open) > 0
 	e.runMu.Unlock()
 	if running {
 		return ErrRunning

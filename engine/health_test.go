@@ -258,7 +258,7 @@ func TestHealthHandlerOnSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e2.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(e2) })
 	h = serveHealth(t, e2, reg)
 	c.SlowFetches(100*time.Millisecond, 1)
 	r2 := w.runner(e2)

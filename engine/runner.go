@@ -85,6 +85,9 @@ type Runner[S any] struct {
 	logs *logLimiter
 	// queries is the partitions open to committed reads (query.go).
 	queries readers[S]
+	// released: the runner no longer counts as open for Engine.Close
+	// (closed, or abandoned by a test's simulated crash).
+	released atomic.Bool
 }
 
 // flow is a running partition's state: its core and its acquired store
@@ -130,8 +133,24 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 	now := src.Now()
 	r.sched.lastPersist, r.sched.lastCommit, r.sched.lastTick = now, now, now
 	e.runner.Store(r) // built: queries may read it
+	e.runMu.Lock()
+	if e.open == nil {
+		e.open = map[*Runner[S]]bool{}
+	}
+	e.open[r] = true
+	e.runMu.Unlock()
 	close(r.ready)
 	return r, nil
+}
+
+// release stops r counting as open, once: Engine.Close may close the
+// cache after it.
+func (r *Runner[S]) release() {
+	if r.released.CompareAndSwap(false, true) {
+		r.e.runMu.Lock()
+		delete(r.e.open, r)
+		r.e.runMu.Unlock()
+	}
 }
 
 // identity is the runner's store.IdentityReader: the identity published
@@ -896,7 +915,9 @@ func (r *Runner[S]) Persist(ctx context.Context) {
 }
 
 // Close leaves the group; the revoke callbacks flush and tear down.
+// Once it has returned, Engine.Close may close the cache.
 func (r *Runner[S]) Close(ctx context.Context) error {
+	defer r.release()
 	r.status.close()
 	err := r.src.Close(ctx)
 	r.mu.Lock()
