@@ -104,7 +104,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"class"}),
 		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snapfence_recoveries_total",
-			Help: "Partition recoveries by kind (delta: from the cache's checkpoint; full) and, for a full one, the reason it was not a delta.",
+			Help: "Partition recoveries by kind (delta: from the cache's checkpoint; full) and reason (checkpoint for a delta; for a full one, why it was not a delta).",
 		}, []string{"kind", "reason"}),
 		standbyLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "snapfence_standby_lag",
@@ -184,7 +184,8 @@ func (m *Metrics) restarted(k class) {
 }
 
 // recovered counts a recovery of kind (delta, full) that read snapshots
-// in d; reason is why a full one was not a delta ("" for a delta).
+// in d; reason is why a full one was not a delta (RecoveryCheckpoint for a
+// delta).
 func (m *Metrics) recovered(snapshots int, d time.Duration, kind, reason string) {
 	if m != nil {
 		m.snapshotsRead.Add(float64(snapshots))

@@ -745,7 +745,9 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 	r.e.cfg.Metrics.recovered(n, r.src.Now().Sub(begin), kind, reason)
 	r.status.recovered(tp, assigned, n, r.src.Now().Sub(begin))
 	attrs := []any{"input", tp.String(), "recovery", kind}
-	if !delta {
+	if delta {
+		attrs = append(attrs, "checkpoint_offset", cp.Offset)
+	} else {
 		attrs = append(attrs, "full_reason", reason)
 	}
 	// No count of the keys: it scans the partition's whole cache on the
