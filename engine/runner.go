@@ -213,6 +213,9 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	if r.standby != nil {
 		wait = max(min(wait, r.standby.until(r.src.Now())), time.Millisecond)
 	}
+	if r.inflight() {
+		wait = min(wait, inflightPollWait)
+	}
 	r.mu.Unlock()
 	recs, pollErr := r.src.Poll(ctx, wait)
 	r.publish()
@@ -252,6 +255,23 @@ func (r *Runner[S]) step(ctx context.Context) error {
 		r.standby.round(ctx)
 	}
 	return pollErr
+}
+
+// inflightPollWait bounds a poll's wait while a store call is in flight.
+// A call's outcome reaches the core, the status and the lag metrics when
+// it is reaped, after a poll: on an idle partition the poll would wait for
+// the next timer (a commit interval), and the status would show the last
+// commit but one while the broker already shows the last.
+const inflightPollWait = 100 * time.Millisecond
+
+// inflight reports whether a running flow has a store call in flight.
+func (r *Runner[S]) inflight() bool {
+	for _, p := range r.sched.parts {
+		if p.phase == phaseRunning && len(p.flow.inflight) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // nextTimer is when the earliest processing-time timer of the running
