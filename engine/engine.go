@@ -392,6 +392,15 @@ type Config[S any] struct {
 	// letters go out through Emit or StartEmit, one of which is then
 	// required too.
 	DeadLetterTopic string
+	// GroupReportInterval is how often the runner reads its whole
+	// group's view of the input, when the source can (a GroupDescriber:
+	// the Kafka source and simsource are): every partition's committed
+	// offset and log end (snapfence_group_lag), and the partitions no
+	// member is assigned (Status.Unserved, snapfence_unserved_partitions),
+	// so that a partition whose owner died is still reported by every
+	// other instance. Default DefaultGroupReportInterval (5 s); negative:
+	// never.
+	GroupReportInterval time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger
 	// Metrics, if set, receives the engine's measurements.
@@ -436,6 +445,9 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	}
 	if cfg.MaxTransactionRecords == 0 {
 		cfg.MaxTransactionRecords = DefaultMaxTransactionRecords
+	}
+	if cfg.GroupReportInterval == 0 {
+		cfg.GroupReportInterval = DefaultGroupReportInterval
 	}
 	if cfg.MaxTransactionBytes == 0 {
 		cfg.MaxTransactionBytes = DefaultMaxTransactionBytes

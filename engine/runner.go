@@ -85,6 +85,8 @@ type Runner[S any] struct {
 	logs *logLimiter
 	// queries is the partitions open to committed reads (query.go).
 	queries readers[S]
+	// lastGroupReport is when the last group report was read (group.go).
+	lastGroupReport time.Time
 	// released: the runner no longer counts as open for Engine.Close
 	// (closed, or abandoned by a test's simulated crash).
 	released atomic.Bool
@@ -216,6 +218,9 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	if r.inflight() {
 		wait = min(wait, inflightPollWait)
 	}
+	if due, ok := r.groupReportDue(); ok {
+		wait = max(min(wait, due.Sub(r.src.Now())), time.Millisecond)
+	}
 	r.mu.Unlock()
 	recs, pollErr := r.src.Poll(ctx, wait)
 	r.publish()
@@ -254,6 +259,7 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	if r.standby != nil {
 		r.standby.round(ctx)
 	}
+	r.groupReport(ctx)
 	return pollErr
 }
 
