@@ -101,7 +101,7 @@ func (w *brokerWorld) runnerOf(protocol kgo.Opt, mod func(*engine.Config[int]),
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.t.Cleanup(func() { _ = e.Close() })
+	w.t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	newSource := engine.NewKafkaSource(engine.KafkaConfig{
 		SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic},
 		ClientOpts: []kgo.Opt{protocol, kgo.SessionTimeout(6 * time.Second)},

@@ -17,8 +17,8 @@ import (
 
 // crashOnSim kills r's process on the simulated cluster: its member
 // stalls for good (no poll, no heartbeat, no leave), and the group evicts
-// it once its session expires. r must not be stepped or closed again; its
-// engine's cache goes when its engine is closed.
+// it once its session expires. r must not be stepped or closed again; it
+// stops counting as open, so its engine's Close closes the cache.
 func crashOnSim[S any](t *testing.T, r *engine.Runner[S]) {
 	t.Helper()
 	s, ok := r.Source().(*simsource.Source)
@@ -26,6 +26,7 @@ func crashOnSim[S any](t *testing.T, r *engine.Runner[S]) {
 		t.Fatalf("source %T", r.Source())
 	}
 	s.Member().Stall()
+	engine.Abandon(r)
 }
 
 // killSwitch stands between a runner and its source's rebalance
@@ -78,4 +79,5 @@ func crashAndLeave[S any](t *testing.T, r *engine.Runner[S], k *killSwitch) {
 	if err := r.Source().Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	engine.Abandon(r)
 }

@@ -400,6 +400,15 @@ type Config[S any] struct {
 	// letters go out through Emit or StartEmit, one of which is then
 	// required too.
 	DeadLetterTopic string
+	// GroupReportInterval is how often the runner reads its whole
+	// group's view of the input, when the source can (a GroupDescriber:
+	// the Kafka source and simsource are): every partition's committed
+	// offset and log end (snapfence_group_lag), and the partitions no
+	// member is assigned (Status.Unserved, snapfence_unserved_partitions),
+	// so that a partition whose owner died is still reported by every
+	// other instance. Default DefaultGroupReportInterval (5 s); negative:
+	// never.
+	GroupReportInterval time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger
 	// Metrics, if set, receives the engine's measurements.
@@ -417,11 +426,13 @@ type Engine[S any] struct {
 	// runner is the runner made last: the one queries read (Get, Range).
 	runner atomic.Pointer[Runner[S]]
 	// runEnded and runErr: Run returned, with runErr (Status); runs
-	// counts the Runs under way (Close refuses to close under them).
+	// counts the Runs under way, and open the runners made and not
+	// closed (Close refuses to close the cache under either).
 	runMu    sync.Mutex
 	runEnded bool
 	runErr   error
 	runs     int
+	open     map[*Runner[S]]bool
 }
 
 // New checks the configuration, opens the local cache and returns an
@@ -442,6 +453,9 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	}
 	if cfg.MaxTransactionRecords == 0 {
 		cfg.MaxTransactionRecords = DefaultMaxTransactionRecords
+	}
+	if cfg.GroupReportInterval == 0 {
+		cfg.GroupReportInterval = DefaultGroupReportInterval
 	}
 	if cfg.MaxTransactionBytes == 0 {
 		cfg.MaxTransactionBytes = DefaultMaxTransactionBytes
@@ -550,16 +564,17 @@ func (cfg *Config[S]) check() error {
 	return nil
 }
 
-// ErrRunning is Close's refusal while Run runs: the local cache stays
-// open; cancel Run's context and wait for it to return first.
-var ErrRunning = errors.New("engine: Close while Run runs: cancel Run's context and wait for it to return first")
+// ErrRunning is Close's refusal while Run runs, or while a Runner made
+// by NewRunner is not closed: the local cache stays open; cancel Run's
+// context and wait for it to return (or close the Runner) first.
+var ErrRunning = errors.New("engine: Close while Run runs or a Runner is open: cancel Run's context and wait for it to return (close the Runner) first")
 
 // Close closes the local cache. It refuses, with ErrRunning and closing
-// nothing, while a Run of this engine is under way: the runner would meet
-// a closed cache. (A Runner stepped by hand must be closed first too.)
+// nothing, while a Run of this engine is under way or a Runner it made is
+// not closed: the runner would meet a closed cache.
 func (e *Engine[S]) Close() error {
 	e.runMu.Lock()
-	running := e.runs > 0
+	running := e.runs > 0 || len(e.open) > 0
 	e.runMu.Unlock()
 	if running {
 		return ErrRunning

@@ -247,7 +247,7 @@ func (o *failingOutput) engine(w *simWorld, start bool) *engine.Engine[int] {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.t.Cleanup(func() { _ = e.Close() })
+	w.t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	return e
 }
 
@@ -395,5 +395,50 @@ func TestCancelDuringADueFlushStillCommitsOnLeave(t *testing.T) {
 	}
 	if !w.caughtUp() {
 		t.Fatal("the leave did not commit to the end of the input")
+	}
+}
+
+// Engine.Close refuses while a Runner stepped by hand is open, as it does
+// under Run, and closes nothing: the runner goes on and closes cleanly
+// (committing what it folded). Once the runner is closed, Close closes
+// the cache. A crashed runner (never closed) is the test's to abandon.
+func TestCloseRefusesWhileARunnerIsOpenOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store,
+		PersistInterval: time.Second, CommitInterval: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.produce("alice=+1", "bob=+2")
+	r := w.runner(e)
+	w.drain(r)
+	w.produce("alice=+3")
+	if err := r.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); !errors.Is(err, engine.ErrRunning) {
+		t.Fatalf("Close with a runner open = %v, want ErrRunning", err)
+	}
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatalf("the runner's Close after the refused engine Close: %v", err)
+	}
+	if off, _ := w.c.CommittedOffset("bank", store.TopicPartition{Topic: "accounts", Partition: 1}); off != 3 {
+		t.Fatalf("committed offset of accounts/1 = %d after the runner's Close, want 3", off)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatalf("Close after the runner's Close = %v", err)
+	}
+
+	// A crashed runner is never closed: abandoned, it no longer holds
+	// the engine open.
+	e2, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := w.runner(e2)
+	w.drain(crashed)
+	crashOnSim(t, crashed)
+	if err := e2.Close(); err != nil {
+		t.Fatalf("Close after the runner crashed and was abandoned = %v", err)
 	}
 }

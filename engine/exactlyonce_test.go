@@ -69,7 +69,7 @@ func (w *eosWorld) engine(commitEvery time.Duration, mod ...func(*engine.Config[
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.t.Cleanup(func() { _ = e.Close() })
+	w.t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	return e
 }
 

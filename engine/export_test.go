@@ -4,3 +4,24 @@ package engine
 // an external test (it drives the core directly) and cannot reach
 // openPebble; the cache is not part of the API.
 var OpenPebble = openPebble
+
+// Abandon makes r, whose process a test has crashed, stop counting as an
+// open runner, without closing anything of it: a killed process closes
+// nothing, and the test closes the engine's cache afterwards.
+func Abandon[S any](r *Runner[S]) { r.release() }
+
+// CloseAbandoning closes e's cache after abandoning the runners still
+// open, as a test's end leaves them (a process that exits closes
+// nothing either): for cleanups.
+func CloseAbandoning[S any](e *Engine[S]) error {
+	e.runMu.Lock()
+	open := make([]*Runner[S], 0, len(e.open))
+	for r := range e.open {
+		open = append(open, r)
+	}
+	e.runMu.Unlock()
+	for _, r := range open {
+		r.release()
+	}
+	return e.Close()
+}

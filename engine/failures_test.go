@@ -90,7 +90,7 @@ func (w *simWorld) engineWith(mod func(*engine.Config[int])) *engine.Engine[int]
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.t.Cleanup(func() { _ = e.Close() })
+	w.t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	return e
 }
 
@@ -468,7 +468,7 @@ func TestSharedTransactionalIDPrefixEndsRunOnSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = eb.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(eb) })
 	b, err := eb.NewRunner(simsource.New(w.c, "audit", sim.ClassicEager, 0, "accounts"))
 	if err != nil {
 		t.Fatal(err)

@@ -74,7 +74,7 @@ func (w *brokerWorld) member(mode store.Mode, protocol kgo.Opt, o memberOpts) *f
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	m.r, err = e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
 		SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic},
 		ClientOpts: []kgo.Opt{protocol, kgo.Dialer(m.consumer.Dial),

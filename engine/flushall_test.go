@@ -33,7 +33,7 @@ func TestFlushAllWritesAKeyChangedWhileInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	r, err := e.NewRunner(simsource.New(c, "bank", sim.ClassicEager, 0, "accounts"))
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func healthHandlerOnKafka(t *testing.T, w *brokerWorld, committed bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	h := serveHealth(t, e, reg)
 	if code, _ := h.ready(); code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz %d before Run, want 503", code)

@@ -196,7 +196,7 @@ func TestHealthHandlerOnSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	h := serveHealth(t, e, reg)
 
 	if code, _ := h.live(); code != http.StatusOK {
@@ -258,7 +258,7 @@ func TestHealthHandlerOnSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e2.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(e2) })
 	h = serveHealth(t, e2, reg)
 	c.SlowFetches(100*time.Millisecond, 1)
 	r2 := w.runner(e2)
@@ -461,4 +461,81 @@ func TestHealthHandlerOnKfake(t *testing.T) {
 			})
 		})
 	}
+}
+
+// brokerCommitted is the group's committed offset of every partition of
+// accounts as the broker answers (-1: none).
+func (w *fakeWorld) brokerCommitted() map[int32]int64 {
+	w.t.Helper()
+	committed, err := w.adm.FetchOffsets(context.Background(), "bank")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	out := map[int32]int64{0: -1, 1: -1}
+	committed.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == "accounts" && o.Err == nil {
+			out[o.Partition] = o.At
+		}
+	})
+	return out
+}
+
+// On kfake, an idle partition's status and lag metric agree with the
+// broker's committed offset within moments of the commit landing, not one
+// commit interval later: the commit is reaped although no record comes.
+// The runner runs (Run) while the test watches the broker and the status
+// side by side, every 100 ms of virtual time.
+func TestIdleStatusAgreesWithTheBrokerOnKfake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		reg := prometheus.NewPedanticRegistry()
+		m, err := engine.NewMetrics(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := w.engineWith(func(c *engine.Config[int]) {
+			c.Metrics, c.PersistInterval, c.CommitInterval = m, time.Hour, 10*time.Second
+		})
+		h := serveHealthOn(t, w.net, e, reg)
+		r := w.runner(e, protocols["classic-cooperative"])
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}()
+		w.produce("alice=+1", "bob=+2", "dave=+4", "erin=+5", "bob=+7")
+		ends := w.ends()
+		const within = 2 * time.Second
+		var agreedAt time.Time // when the broker first showed every partition committed at its end
+		for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+			if time.Since(start) > time.Minute {
+				t.Fatalf("the broker never showed the input committed to its end: %v, ends %v", w.brokerCommitted(), ends)
+			}
+			broker := w.brokerCommitted()
+			if agreedAt.IsZero() && broker[0] == ends[0] && broker[1] == ends[1] {
+				agreedAt = time.Now()
+			}
+			if agreedAt.IsZero() {
+				continue
+			}
+			st := r.Status()
+			agree := len(st.Partitions) == 2
+			for _, p := range st.Partitions {
+				agree = agree && p.CommittedOffset == broker[p.Input.Partition] && p.Lag == 0
+			}
+			if agree {
+				for p := range int32(2) {
+					h.wantMetric(`snapfence_consumer_lag{partition="`+strconv.Itoa(int(p))+`",topic="accounts"}`, 0)
+				}
+				return
+			}
+			if time.Since(agreedAt) > within {
+				t.Fatalf("%v after the broker showed offsets %v the status still shows %+v", time.Since(agreedAt), broker, st.Partitions)
+			}
+		}
+	})
 }

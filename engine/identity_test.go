@@ -46,7 +46,7 @@ func keepingEngine(t *testing.T) (*sim.Backend, *Engine[[]byte]) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Close() })
+	t.Cleanup(func() { _ = CloseAbandoning(e) })
 	return b, e
 }
 

@@ -940,19 +940,107 @@ func (r *Runner[S]) Run(ctx context.Context) error {
 // Partitions implements PartitionLister: every partition of
 // KafkaConfig.Topics, from a metadata request bounded by ctx.
 func (s *kafkaSource) Partitions(ctx context.Context) ([]store.TopicPartition, error) {
+	tps, _, err := s.inputTopics(ctx)
+	return tps, err
+}
+
+// inputTopics is every partition of KafkaConfig.Topics and the topics'
+// names by id, from one metadata request.
+func (s *kafkaSource) inputTopics(ctx context.Context) ([]store.TopicPartition, map[kadm.TopicID]string, error) {
 	details, err := s.adm.ListTopics(ctx, s.cfg.Topics...)
 	if err != nil {
-		return nil, fmt.Errorf("engine: listing the partitions of %q: %w", s.cfg.Topics, err)
+		return nil, nil, fmt.Errorf("engine: listing the partitions of %q: %w", s.cfg.Topics, err)
 	}
 	var out []store.TopicPartition
+	names := map[kadm.TopicID]string{}
 	for _, t := range s.cfg.Topics {
 		d, ok := details[t]
 		if !ok || d.Err != nil {
-			return nil, fmt.Errorf("engine: listing the partitions of %q: topic %q: %v", s.cfg.Topics, t, d.Err)
+			return nil, nil, fmt.Errorf("engine: listing the partitions of %q: topic %q: %v", s.cfg.Topics, t, d.Err)
 		}
+		names[d.ID] = t
 		for _, p := range d.Partitions.Numbers() {
 			out = append(out, store.TopicPartition{Topic: t, Partition: p})
 		}
 	}
+	return out, names, nil
+}
+
+// DescribeGroup implements GroupDescriber: the partitions of
+// KafkaConfig.Topics with the group's committed offsets, their log starts
+// and ends, and which the coordinator has assigned to a member. The
+// assignment is read as a consumer-protocol group first
+// (ConsumerGroupDescribe), then as a classic one (DescribeGroups: a
+// classic group describes no assignment while it rebalances, and nothing
+// is served then).
+func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]GroupPartition, error) {
+	tps, names, err := s.inputTopics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	starts, err := s.adm.ListStartOffsets(ctx, s.cfg.Topics...)
+	if err != nil {
+		return nil, fmt.Errorf("engine: listing the start offsets of %q: %w", s.cfg.Topics, err)
+	}
+	ends, err := s.adm.ListEndOffsets(ctx, s.cfg.Topics...)
+	if err != nil {
+		return nil, fmt.Errorf("engine: listing the end offsets of %q: %w", s.cfg.Topics, err)
+	}
+	committed, err := s.adm.FetchOffsets(ctx, s.group)
+	if err != nil {
+		return nil, fmt.Errorf("engine: fetching the committed offsets of group %s: %w", s.group, err)
+	}
+	assigned, err := s.groupAssigned(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]GroupPartition, 0, len(tps))
+	for _, tp := range tps {
+		start, sok := starts.Lookup(tp.Topic, tp.Partition)
+		end, eok := ends.Lookup(tp.Topic, tp.Partition)
+		if !sok || !eok || start.Err != nil || end.Err != nil {
+			return nil, fmt.Errorf("engine: the log start or end of %s: %v %v", tp, start.Err, end.Err)
+		}
+		gp := GroupPartition{Input: tp, CommittedOffset: -1, LogStartOffset: start.Offset, LogEndOffset: end.Offset,
+			Assigned: assigned.Lookup(tp.Topic, tp.Partition)}
+		if c, ok := committed.Lookup(tp.Topic, tp.Partition); ok && c.Err == nil && c.At >= 0 {
+			gp.CommittedOffset = c.At
+		}
+		out = append(out, gp)
+	}
 	return out, nil
+}
+
+// groupAssigned is the partitions the group's coordinator has assigned to
+// its members (names: the input topics' names by id, for a response that
+// names a topic by its id alone).
+func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]string) (kadm.TopicsSet, error) {
+	req := kmsg.NewPtrConsumerGroupDescribeRequest()
+	req.Groups = []string{s.group}
+	if resp, err := req.RequestWith(ctx, s.cl); err == nil && len(resp.Groups) == 1 && resp.Groups[0].ErrorCode == 0 {
+		set := kadm.TopicsSet{}
+		for _, m := range resp.Groups[0].Members {
+			for _, t := range m.Assignment.TopicPartitions {
+				name := t.Topic
+				if name == "" {
+					name = names[t.TopicID]
+				}
+				set.Add(name, t.Partitions...)
+			}
+		}
+		return set, nil
+	}
+	// Not a consumer-protocol group (or a broker without the API).
+	groups, err := s.adm.DescribeGroups(ctx, s.group)
+	if err != nil {
+		return nil, fmt.Errorf("engine: describing group %s: %w", s.group, err)
+	}
+	g, ok := groups[s.group]
+	if !ok {
+		return kadm.TopicsSet{}, nil
+	}
+	if g.Err != nil {
+		return nil, fmt.Errorf("engine: describing group %s: %w", s.group, g.Err)
+	}
+	return g.AssignedPartitions(), nil
 }

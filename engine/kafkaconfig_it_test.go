@@ -34,7 +34,7 @@ func brokerEngine(t *testing.T, brokers []string, prefix string) *engine.Engine[
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	return e
 }
 

@@ -95,7 +95,7 @@ func (w *fakeWorld) engineWith(mod func(*engine.Config[int])) *engine.Engine[int
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.t.Cleanup(func() { _ = e.Close() })
+	w.t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	return e
 }
 

@@ -33,6 +33,9 @@ type Metrics struct {
 	restarts            *prometheus.CounterVec
 	recoveries          *prometheus.CounterVec
 	standbyLag          *prometheus.GaugeVec
+	groupLag            *prometheus.GaugeVec
+	unserved            prometheus.Gauge
+	groupReportFailures prometheus.Counter
 }
 
 // The poison-record actions (the action label of
@@ -109,18 +112,31 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"class"}),
 		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snapfence_recoveries_total",
-			Help: "Partition recoveries by kind (delta: from the cache's checkpoint; full) and, for a full one, the reason it was not a delta.",
+			Help: "Partition recoveries by kind (delta: from the cache's checkpoint; full) and reason (checkpoint for a delta; for a full one, why it was not a delta).",
 		}, []string{"kind", "reason"}),
 		standbyLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "snapfence_standby_lag",
 			Help: "Snapshot records a standby replica has not read yet: its snapshot partition's high watermark minus its position (-1: not following, after a failure).",
 		}, []string{"topic", "partition"}),
+		groupLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "snapfence_group_lag",
+			Help: "Every input partition's lag as the group's committed offset gives it (log end minus committed offset), whoever serves it, from the last group report; the same from every instance.",
+		}, []string{"topic", "partition"}),
+		unserved: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "snapfence_unserved_partitions",
+			Help: "Input partitions no member of the group is assigned, from the last group report; the same from every instance.",
+		}),
+		groupReportFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "snapfence_group_report_failures_total",
+			Help: "Group reports (committed offsets, log ends, the group's assignment) that could not be read.",
+		}),
 	}
 	for _, s := range partitionStates {
 		m.partitions.WithLabelValues(string(s)) // every state has a series, 0 included
 	}
 	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.emitWait, m.transactions, m.transactionDuration,
-		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.undecodable, m.restarts, m.recoveries, m.standbyLag} {
+		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.undecodable, m.restarts, m.recoveries, m.standbyLag,
+		m.groupLag, m.unserved, m.groupReportFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -197,7 +213,8 @@ func (m *Metrics) restarted(k class) {
 }
 
 // recovered counts a recovery of kind (delta, full) that read snapshots
-// in d; reason is why a full one was not a delta ("" for a delta).
+// in d; reason is why a full one was not a delta (RecoveryCheckpoint for a
+// delta).
 func (m *Metrics) recovered(snapshots int, d time.Duration, kind, reason string) {
 	if m != nil {
 		m.snapshotsRead.Add(float64(snapshots))
@@ -258,5 +275,24 @@ func (m *Metrics) standbys(st []StandbyStatus) {
 		for _, s := range st {
 			m.standbyLag.WithLabelValues(s.Input.Topic, partitionLabel(s.Input)).Set(float64(s.Lag))
 		}
+	}
+}
+
+// group sets the group report's series: every partition's group lag, and
+// the count of unserved partitions (none and 0: no report).
+func (m *Metrics) group(parts []GroupPartition, unserved int) {
+	if m != nil {
+		m.groupLag.Reset()
+		for _, p := range parts {
+			m.groupLag.WithLabelValues(p.Input.Topic, partitionLabel(p.Input)).Set(float64(p.Lag()))
+		}
+		m.unserved.Set(float64(unserved))
+	}
+}
+
+// groupReportFailed counts a group report that could not be read.
+func (m *Metrics) groupReportFailed() {
+	if m != nil {
+		m.groupReportFailures.Inc()
 	}
 }

@@ -46,7 +46,7 @@ func flushedByHand(w *simWorld) *engine.Engine[int] {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.t.Cleanup(func() { _ = e.Close() })
+	w.t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	return e
 }
 

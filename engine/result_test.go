@@ -51,7 +51,7 @@ func TestZeroResultLeavesTheStateAndWritesNoSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	r := w.runner(e)
 	w.produce("alice=+10", "bob=+5")
 	w.drain(r)

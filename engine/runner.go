@@ -86,6 +86,11 @@ type Runner[S any] struct {
 	logs *logLimiter
 	// queries is the partitions open to committed reads (query.go).
 	queries readers[S]
+	// lastGroupReport is when the last group report was read (group.go).
+	lastGroupReport time.Time
+	// released: the runner no longer counts as open for Engine.Close
+	// (closed, or abandoned by a test's simulated crash).
+	released atomic.Bool
 }
 
 // flow is a running partition's state: its core and its acquired store
@@ -131,8 +136,24 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 	now := src.Now()
 	r.sched.lastPersist, r.sched.lastCommit, r.sched.lastTick = now, now, now
 	e.runner.Store(r) // built: queries may read it
+	e.runMu.Lock()
+	if e.open == nil {
+		e.open = map[*Runner[S]]bool{}
+	}
+	e.open[r] = true
+	e.runMu.Unlock()
 	close(r.ready)
 	return r, nil
+}
+
+// release stops r counting as open, once: Engine.Close may close the
+// cache after it.
+func (r *Runner[S]) release() {
+	if r.released.CompareAndSwap(false, true) {
+		r.e.runMu.Lock()
+		delete(r.e.open, r)
+		r.e.runMu.Unlock()
+	}
 }
 
 // identity is the runner's store.IdentityReader: the identity published
@@ -195,6 +216,12 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	if r.standby != nil {
 		wait = max(min(wait, r.standby.until(r.src.Now())), time.Millisecond)
 	}
+	if r.inflight() {
+		wait = min(wait, inflightPollWait)
+	}
+	if due, ok := r.groupReportDue(); ok {
+		wait = max(min(wait, due.Sub(r.src.Now())), time.Millisecond)
+	}
 	r.mu.Unlock()
 	recs, pollErr := r.src.Poll(ctx, wait)
 	r.publish()
@@ -233,7 +260,25 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	if r.standby != nil {
 		r.standby.round(ctx)
 	}
+	r.groupReport(ctx)
 	return pollErr
+}
+
+// inflightPollWait bounds a poll's wait while a store call is in flight.
+// A call's outcome reaches the core, the status and the lag metrics when
+// it is reaped, after a poll: on an idle partition the poll would wait for
+// the next timer (a commit interval), and the status would show the last
+// commit but one while the broker already shows the last.
+const inflightPollWait = 100 * time.Millisecond
+
+// inflight reports whether a running flow has a store call in flight.
+func (r *Runner[S]) inflight() bool {
+	for _, p := range r.sched.parts {
+		if p.phase == phaseRunning && len(p.flow.inflight) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // nextTimer is when the earliest processing-time timer of the running
@@ -766,7 +811,9 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 	r.e.cfg.Metrics.recovered(n, r.src.Now().Sub(begin), kind, reason)
 	r.status.recovered(tp, assigned, n, r.src.Now().Sub(begin))
 	attrs := []any{"input", tp.String(), "recovery", kind}
-	if !delta {
+	if delta {
+		attrs = append(attrs, "checkpoint_offset", cp.Offset)
+	} else {
 		attrs = append(attrs, "full_reason", reason)
 	}
 	// No count of the keys: it scans the partition's whole cache on the
@@ -936,7 +983,9 @@ func (r *Runner[S]) Persist(ctx context.Context) {
 }
 
 // Close leaves the group; the revoke callbacks flush and tear down.
+// Once it has returned, Engine.Close may close the cache.
 func (r *Runner[S]) Close(ctx context.Context) error {
+	defer r.release()
 	r.status.close()
 	err := r.src.Close(ctx)
 	r.mu.Lock()

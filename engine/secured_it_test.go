@@ -185,7 +185,7 @@ func (w *securedWorld) newRunner(exactlyOnce bool, logs *logCount) (*engine.Runn
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	r, err := e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
 		SeedBrokers: w.s.Brokers, Group: w.group(), Topics: []string{w.topic},
 		ClientOpts: append(auth, kgo.SessionTimeout(6*time.Second)),

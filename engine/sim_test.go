@@ -87,7 +87,7 @@ func (w *simWorld) engine() *engine.Engine[int] {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.t.Cleanup(func() { _ = e.Close() })
+	w.t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	return e
 }
 
@@ -206,7 +206,7 @@ func TestCrashReplaysExactlyOnceOnSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = lazy.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(lazy) })
 	a := w.runner(lazy)
 	w.produce("alice=+10", "bob=+5", "alice=+1", "bob=+2", "alice=+3")
 	ctx := context.Background()

@@ -123,6 +123,21 @@ type Status struct {
 	// Standbys are the partitions this member follows as a standby
 	// replica (Config.Standby), by topic then partition; empty without.
 	Standbys []StandbyStatus
+	// Unserved are the input's partitions that no member of the group
+	// is assigned (a rebalance under way, or no member left for them),
+	// with their lag, by topic then partition, as the last group report
+	// read them (Config.GroupReportInterval). Every live instance
+	// reports the same ones. A partition still assigned to a member that
+	// died is not among them until the coordinator drops the member (its
+	// session timeout); its lag grows meanwhile in snapfence_group_lag.
+	Unserved []UnservedPartition
+	// GroupReport is when the last group report was read; zero before
+	// the first (or without one: a source that is not a GroupDescriber,
+	// or a negative GroupReportInterval).
+	GroupReport time.Time
+	// GroupReportErr is why the last attempt failed; nil if it did not.
+	// Unserved is then the last report's.
+	GroupReportErr error
 }
 
 // Ready reports whether the member serves its share of the input: it is
@@ -177,16 +192,26 @@ func (s Status) MarshalJSON() ([]byte, error) {
 		Vouched   bool   `json:"vouched"`
 		Error     string `json:"error,omitempty"`
 	}
+	type unserved struct {
+		Topic           string `json:"topic"`
+		Partition       int32  `json:"partition"`
+		CommittedOffset int64  `json:"committed_offset"`
+		LogEndOffset    int64  `json:"log_end_offset"`
+		Lag             int64  `json:"lag"`
+	}
 	type status struct {
-		Live       bool        `json:"live"`
-		Ready      bool        `json:"ready"`
-		Joined     bool        `json:"joined"`
-		Group      string      `json:"group,omitempty"`
-		Member     string      `json:"member,omitempty"`
-		Generation int32       `json:"generation"`
-		Error      string      `json:"error,omitempty"`
-		Partitions []partition `json:"partitions"`
-		Standbys   []standby   `json:"standbys,omitempty"`
+		Live           bool        `json:"live"`
+		Ready          bool        `json:"ready"`
+		Joined         bool        `json:"joined"`
+		Group          string      `json:"group,omitempty"`
+		Member         string      `json:"member,omitempty"`
+		Generation     int32       `json:"generation"`
+		Error          string      `json:"error,omitempty"`
+		Partitions     []partition `json:"partitions"`
+		Standbys       []standby   `json:"standbys,omitempty"`
+		Unserved       []unserved  `json:"unserved"`
+		GroupReport    *time.Time  `json:"group_report,omitempty"`
+		GroupReportErr string      `json:"group_report_error,omitempty"`
 	}
 	timePtr := func(t time.Time) *time.Time {
 		if t.IsZero() {
@@ -209,6 +234,12 @@ func (s Status) MarshalJSON() ([]byte, error) {
 			LastCommit: timePtr(p.LastCommit), Held: p.Held, Error: errText(p.Err), Restarts: p.Restarts, LastFailure: errText(p.LastFailure),
 			Recovery: recovery{Target: r.Target, Position: r.Position, Snapshots: r.Snapshots, Done: r.Done, Seconds: r.Duration.Seconds()}})
 	}
+	out.Unserved = make([]unserved, 0, len(s.Unserved))
+	for _, u := range s.Unserved {
+		out.Unserved = append(out.Unserved, unserved{Topic: u.Input.Topic, Partition: u.Input.Partition,
+			CommittedOffset: u.CommittedOffset, LogEndOffset: u.LogEndOffset, Lag: u.Lag})
+	}
+	out.GroupReport, out.GroupReportErr = timePtr(s.GroupReport), errText(s.GroupReportErr)
 	for _, sb := range s.Standbys {
 		out.Standbys = append(out.Standbys, standby{Topic: sb.Input.Topic, Partition: sb.Input.Partition, Position: sb.Position,
 			LogEnd: sb.LogEnd, Lag: sb.Lag, Vouched: sb.Vouched, Error: errText(sb.Err)})
@@ -268,6 +299,10 @@ type statusBoard struct {
 	fatal    error
 	identity store.GroupIdentity
 	standby  []StandbyStatus
+	// The last group report (group.go).
+	unserved []UnservedPartition
+	groupAt  time.Time
+	groupErr error
 }
 
 func newStatusBoard(m *Metrics, now func() time.Time) *statusBoard {
@@ -290,6 +325,7 @@ func (b *statusBoard) status() Status {
 		st.Partitions = append(st.Partitions, *b.parts[tp])
 	}
 	st.Standbys = slices.Clone(b.standby)
+	st.Unserved, st.GroupReport, st.GroupReportErr = slices.Clone(b.unserved), b.groupAt, b.groupErr
 	return st
 }
 
@@ -467,6 +503,10 @@ func (b *statusBoard) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
+	// A closed runner reports its group no more: its series would go
+	// stale, and the live instances report the group.
+	b.unserved, b.groupAt, b.groupErr = nil, time.Time{}, nil
+	b.m.group(nil, 0)
 }
 
 // standbys replaces the standby replicas' status.

@@ -58,7 +58,7 @@ func TestPartitionWaitsForItsTablesOnSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	w.produce("alice=+10", "dave=+1")
 	r := w.runner(e)
 	stepped := make(chan error, 1)
@@ -103,7 +103,7 @@ func TestTableFailureStopsItsPartitionsOnSim(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = e.Close() })
+			t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 			w.produce("alice=+10", "dave=+1")
 			r := w.runner(e)
 			if err := r.Step(context.Background()); err != nil {

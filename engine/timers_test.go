@@ -73,7 +73,7 @@ func newTimerWorld(t *testing.T) *timerWorld {
 // told (FlushAll), so that a test decides what is durable at a crash.
 func (w *timerWorld) engine(dir string, tweak ...func(*engine.Config[int])) *engine.Engine[int] {
 	e := w.open(dir, tweak...)
-	w.t.Cleanup(func() { _ = e.Close() })
+	w.t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	return e
 }
 

@@ -122,7 +122,7 @@ func (w *simWorld) unstableEngine(timeout time.Duration, logs *logCount) *engine
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.t.Cleanup(func() { _ = e.Close() })
+	w.t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	return e
 }
 

@@ -478,7 +478,7 @@ func TestViewOfKeysWithTimersOnSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Close() })
+	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
 	r := w.runner(e)
 	w.produce("alice=+1", "bob=+2", "dave=+4", "alice=+10")
 	w.drain(r)

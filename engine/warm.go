@@ -18,6 +18,11 @@ import (
 // snapfence_recoveries_total, and the log line's full_reason). The store's
 // refusals (store.Checkpoint*) are reasons too.
 const (
+	// RecoveryCheckpoint is a delta recovery's reason label: it read
+	// from the cache's checkpoint on (the log line names the checkpoint's
+	// snapshot-topic offset, checkpoint_offset).
+	RecoveryCheckpoint = "checkpoint"
+
 	// RecoveryNoCheckpoint: the cache holds no checkpoint of the
 	// partition (its first acquisition on this directory, or the last one
 	// never finished its recovery).
@@ -128,5 +133,5 @@ func (r *Runner[S]) recoveryBase(f *flow[S]) (cp store.Checkpoint, delta bool, r
 	case group != r.src.Identity().Group:
 		return cp, false, RecoveryOtherGroup
 	}
-	return cp, true, ""
+	return cp, true, RecoveryCheckpoint
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
@@ -29,6 +31,8 @@ type warmWorld struct {
 	*simWorld
 	dir  string
 	logs *logCount
+	// m, if set, is every run's metrics.
+	m *engine.Metrics
 }
 
 func newWarmWorld(t *testing.T, mode store.Mode) *warmWorld {
@@ -61,7 +65,7 @@ func (w *warmWorld) runChecked(group string, st store.Backend) error {
 		st = w.store
 	}
 	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: st, Dir: w.dir,
-		PersistInterval: time.Second, CommitInterval: 2 * time.Second, Logger: slog.New(w.logs)})
+		PersistInterval: time.Second, CommitInterval: 2 * time.Second, Logger: slog.New(w.logs), Metrics: w.m})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -199,6 +203,61 @@ func TestWarmRestartReadsOnlyTheDeltaOnSim(t *testing.T) {
 	w.run("bank", nil)
 	// bob (partition 1) and erin's tombstone (partition 0): one each.
 	w.wantRecoveries("a restart after another instance wrote", map[string]string{"accounts/0": "delta  1", "accounts/1": "delta  1"})
+}
+
+// A delta recovery says what it started from: its log line names the
+// checkpoint's offset and no empty reason, and it is counted with the
+// reason checkpoint, never an empty label.
+func TestDeltaRecoveryNamesItsCheckpointOnSim(t *testing.T) {
+	w := newWarmWorld(t, store.Transactional)
+	reg := prometheus.NewPedanticRegistry()
+	m, err := engine.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.m = m
+	w.produce("alice=+1", "bob=+2")
+	w.run("bank", nil)
+	w.recoveries()
+	w.run("bank", nil)
+	w.logs.mu.Lock()
+	var lines []string
+	for _, line := range w.logs.lines {
+		if strings.HasPrefix(line, "INFO partition recovered ") {
+			lines = append(lines, line)
+		}
+	}
+	w.logs.mu.Unlock()
+	if len(lines) != 2 {
+		t.Fatalf("recovery lines %q, want one per partition", lines)
+	}
+	for _, line := range lines {
+		if !strings.Contains(line, " recovery=delta ") || !strings.Contains(line, " checkpoint_offset=") || strings.Contains(line, `=""`) ||
+			strings.Contains(line, "reason") {
+			t.Fatalf("delta recovery logged %q, want recovery=delta with its checkpoint_offset and no reason", line)
+		}
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "snapfence_recoveries_total" {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range mt.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got[labels["kind"]+"/"+labels["reason"]] += mt.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{"full/" + engine.RecoveryNoCheckpoint: 2, "delta/" + engine.RecoveryCheckpoint: 2}
+	if len(got) != len(want) || got["full/"+engine.RecoveryNoCheckpoint] != 2 || got["delta/"+engine.RecoveryCheckpoint] != 2 {
+		t.Fatalf("snapfence_recoveries_total by kind/reason %v, want %v", got, want)
+	}
 }
 
 // Every reason to fall back to a full recovery, each after a warm start

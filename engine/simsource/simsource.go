@@ -166,3 +166,31 @@ func (s *Source) Partitions(context.Context) ([]store.TopicPartition, error) {
 	}
 	return out, nil
 }
+
+// DescribeGroup implements engine.GroupDescriber: every partition of the
+// member's topics with the group's committed offset, its log start and
+// end, and whether the coordinator has it assigned to a member.
+func (s *Source) DescribeGroup(ctx context.Context) ([]engine.GroupPartition, error) {
+	tps, err := s.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	assigned := map[store.TopicPartition]bool{}
+	for _, tp := range s.c.GroupAssigned(s.group) {
+		assigned[tp] = true
+	}
+	out := make([]engine.GroupPartition, 0, len(tps))
+	for _, tp := range tps {
+		start, _, end, err := s.c.Offsets(tp)
+		if err != nil {
+			return nil, err
+		}
+		committed, ok := s.c.CommittedOffset(s.group, tp)
+		if !ok {
+			committed = -1
+		}
+		out = append(out, engine.GroupPartition{Input: tp, CommittedOffset: committed, LogStartOffset: start, LogEndOffset: end,
+			Assigned: assigned[tp]})
+	}
+	return out, nil
+}

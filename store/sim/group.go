@@ -390,3 +390,29 @@ func minus(a, b []store.TopicPartition) []store.TopicPartition {
 	}
 	return out
 }
+
+// GroupAssigned is every partition the coordinator has assigned to a
+// member of group, as a describe of the group answers: under the classic
+// protocol only while the group is stable (during a rebalance Kafka
+// describes no member's assignment, and none is served), under the
+// consumer protocol each member's current assignment. It changes
+// nothing (time expires sessions: Advance).
+func (c *Cluster) GroupAssigned(group string) []store.TopicPartition {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.groups[group]
+	if g == nil {
+		return nil
+	}
+	var out []store.TopicPartition
+	for _, id := range sortedKeys(g.members) {
+		gm := g.members[id]
+		switch {
+		case g.protocol == Consumer:
+			out = append(out, gm.assigned...)
+		case g.state == groupStable:
+			out = append(out, gm.assignment...)
+		}
+	}
+	return out
+}

@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// The group report: every member reads, every GroupReportInterval, the
+// whole group's view of the input (committed offsets, log ends, and which
+// partitions the coordinator has assigned to a member), so that a
+// partition nobody serves (its owner dead, the group rebalancing) is still
+// reported, with its lag, by every instance that is alive. A member's own
+// status shows only its own partitions, and their series go with them.
+
+// DefaultGroupReportInterval is Config.GroupReportInterval's default.
+const DefaultGroupReportInterval = 5 * time.Second
+
+// groupReportTimeout bounds one report's requests: the report runs on the
+// runner's goroutine, between polls.
+const groupReportTimeout = 2 * time.Second
+
+// GroupPartition is one input partition as the consumer group's
+// coordinator and the partition's leader report it.
+type GroupPartition struct {
+	Input store.TopicPartition
+	// CommittedOffset is the group's committed offset; -1 if none.
+	CommittedOffset int64
+	// LogStartOffset and LogEndOffset are the partition's log start and
+	// end (high watermark).
+	LogStartOffset, LogEndOffset int64
+	// Assigned: the coordinator has the partition assigned to a member
+	// of the group.
+	Assigned bool
+}
+
+// Lag is the records of the partition no commit covers: LogEndOffset
+// minus the committed offset (or, with none, minus LogStartOffset, where
+// the input resets to), never below 0.
+func (p GroupPartition) Lag() int64 {
+	from := p.CommittedOffset
+	if from < 0 {
+		from = p.LogStartOffset
+	}
+	return max(p.LogEndOffset-from, 0)
+}
+
+// GroupDescriber is a Source that describes its whole group's view of
+// every partition of the topics it consumes, by topic then partition; the
+// group report (Config.GroupReportInterval) needs one. The Kafka source
+// and simsource.Source are.
+type GroupDescriber interface {
+	DescribeGroup(ctx context.Context) ([]GroupPartition, error)
+}
+
+// UnservedPartition is an input partition that no member of the group is
+// assigned, with its lag, as the last group report read it.
+type UnservedPartition struct {
+	Input store.TopicPartition
+	// CommittedOffset is the group's committed offset; -1 if none.
+	CommittedOffset int64
+	LogEndOffset    int64
+	// Lag is GroupPartition.Lag.
+	Lag int64
+}
+
+// groupReport reads the group's view of the input into the status and
+// the metrics, if the source can and a report is due. A failure keeps the
+// last report (its time tells its age), with the error.
+func (r *Runner[S]) groupReport(ctx context.Context) {
+	gd, ok := r.src.(GroupDescriber)
+	now := r.src.Now()
+	if !ok || r.e.cfg.GroupReportInterval < 0 || (!r.lastGroupReport.IsZero() && now.Before(r.lastGroupReport.Add(r.e.cfg.GroupReportInterval))) {
+		return
+	}
+	r.lastGroupReport = now
+	rctx, cancel := context.WithTimeout(ctx, groupReportTimeout)
+	defer cancel()
+	parts, err := gd.DescribeGroup(rctx)
+	if err != nil {
+		r.e.cfg.Metrics.groupReportFailed()
+		if ok, n := r.logs.allow("group report", now); ok {
+			r.e.log.Warn("reading the group's offsets and assignment failed; the unserved partitions are as last read",
+				"err", err, "not_logged_since_last", n)
+		}
+		r.status.groupReport(nil, now, err)
+		return
+	}
+	r.status.groupReport(parts, now, nil)
+}
+
+// groupReportDue is when the next group report is due (zero: none will
+// be).
+func (r *Runner[S]) groupReportDue() (time.Time, bool) {
+	if _, ok := r.src.(GroupDescriber); !ok || r.e.cfg.GroupReportInterval < 0 {
+		return time.Time{}, false
+	}
+	return r.lastGroupReport.Add(r.e.cfg.GroupReportInterval), true
+}
+
+// groupReport records a group report read at at: parts (nil with err).
+func (b *statusBoard) groupReport(parts []GroupPartition, at time.Time, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.groupErr = err
+	if err != nil {
+		return
+	}
+	b.groupAt = at
+	b.unserved = b.unserved[:0:0]
+	for _, p := range parts {
+		if !p.Assigned {
+			b.unserved = append(b.unserved, UnservedPartition{Input: p.Input, CommittedOffset: p.CommittedOffset,
+				LogEndOffset: p.LogEndOffset, Lag: p.Lag()})
+		}
+	}
+	slices.SortFunc(b.unserved, func(a, c UnservedPartition) int { return compareTP(a.Input, c.Input) })
+	b.m.group(parts, len(b.unserved))
+}
