@@ -429,7 +429,7 @@ func (r *Runner[S]) discarded(f *flow[S], bad []*RecoveredStateError) {
 				"key", logKey(se.Key), "offset", se.Offset, "err", se, "not_logged_since_last", n)
 		}
 		if r.e.cfg.Poison == DeadLetterPoison {
-			dls = append(dls, stateDeadLetter(r.e.cfg.DeadLetterTopic, se))
+			dls = append(dls, fitDeadLetter(stateDeadLetter(r.e.cfg.DeadLetterTopic, se), 0, r.e.cfg.MaxOutputBytes))
 		}
 	}
 	if len(dls) > 0 {
@@ -443,7 +443,11 @@ func (r *Runner[S]) deadLetters(rec *Record, cfe *core.FoldError) []Output {
 	if r.e.cfg.Poison != DeadLetterPoison {
 		return nil
 	}
-	return []Output{deadLetter(r.e.cfg.DeadLetterTopic, rec, (*FoldError)(cfe))}
+	own := 0
+	if rec != nil {
+		own = len(rec.Headers)
+	}
+	return []Output{fitDeadLetter(deadLetter(r.e.cfg.DeadLetterTopic, rec, (*FoldError)(cfe)), own, r.e.cfg.MaxOutputBytes)}
 }
 
 // runLength is the length of the run of one partition's records that
