@@ -32,6 +32,7 @@ type Metrics struct {
 	restarts            *prometheus.CounterVec
 	recoveries          *prometheus.CounterVec
 	standbyLag          *prometheus.GaugeVec
+	failing             *prometheus.GaugeVec
 }
 
 // The poison-record actions (the action label of
@@ -110,12 +111,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "snapfence_standby_lag",
 			Help: "Snapshot records a standby replica has not read yet: its snapshot partition's high watermark minus its position (-1: not following, after a failure).",
 		}, []string{"topic", "partition"}),
+		failing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "snapfence_partition_failing",
+			Help: "1 while an assigned partition keeps failing: engine.FailingRestarts transient restarts, each within engine.FailingWindow of the one before, and no commit since.",
+		}, []string{"topic", "partition"}),
 	}
 	for _, s := range partitionStates {
 		m.partitions.WithLabelValues(string(s)) // every state has a series, 0 included
 	}
 	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.emitWait, m.transactions, m.transactionDuration,
-		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.restarts, m.recoveries, m.standbyLag} {
+		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.restarts, m.recoveries, m.standbyLag, m.failing} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -233,6 +238,18 @@ func (m *Metrics) forget(tp store.TopicPartition) {
 		m.offsetLag.DeleteLabelValues(tp.Topic, p)
 		m.consumerLag.DeleteLabelValues(tp.Topic, p)
 		m.recoveryLeft.DeleteLabelValues(tp.Topic, p)
+		m.failing.DeleteLabelValues(tp.Topic, p)
+	}
+}
+
+// setFailing sets whether tp keeps failing (PartitionStatus.Failing).
+func (m *Metrics) setFailing(tp store.TopicPartition, failing bool) {
+	if m != nil {
+		v := 0.0
+		if failing {
+			v = 1
+		}
+		m.failing.WithLabelValues(tp.Topic, partitionLabel(tp)).Set(v)
 	}
 }
 
