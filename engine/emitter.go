@@ -83,6 +83,11 @@ type KafkaEmitterConfig struct {
 // count is cached; a topic that later grows partitions keeps its old
 // count, as exactly-once batches do): a missing topic is a permanent
 // configuration error, returned at once, or created with CreateTopics.
+// CheckTopics does the same check ahead, for Config.CheckOutputTopics, so
+// that Run meets a missing topic before it folds anything. A record the
+// broker refuses for good (MESSAGE_TOO_LARGE, INVALID_RECORD, ...) is
+// named in the EmitError ahead of transient failures, and ends the run
+// instead of a replay that would make it again.
 //
 // A KafkaEmitter is safe for concurrent use. Close it after the engine.
 type KafkaEmitter struct {
