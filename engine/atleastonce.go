@@ -29,6 +29,9 @@ type atLeastOnce[S any] struct {
 	// from the partitions whose folds and ticks made them.
 	outs []Output
 	from []store.TopicPartition
+	// letters report the dead letters among outs once they are
+	// delivered.
+	letters []func()
 	// lastEmitted is how many outs the last emit had: the next buffer
 	// starts that large (Emit may keep the slice it was given, so it is
 	// not reused; growing a fresh one output by output cost ~6% of the
@@ -42,8 +45,9 @@ type atLeastOnce[S any] struct {
 // emitCall is a StartEmit call in flight: its wait, and the partitions
 // whose outputs it carries.
 type emitCall struct {
-	wait func() error
-	from []store.TopicPartition
+	wait    func() error
+	from    []store.TopicPartition
+	letters []func()
 }
 
 // emitFailure is a failed emit: the error, and the partitions whose
@@ -72,6 +76,13 @@ func (m *atLeastOnce[S]) folded(f *flow[S], outs []Output) bool {
 }
 
 func (m *atLeastOnce[S]) ticked(f *flow[S], outs []Output) { m.take(f, outs) }
+
+// lettered takes a dead letter with the outputs; it is reported once its
+// emit has delivered it.
+func (m *atLeastOnce[S]) lettered(f *flow[S], letter Output, report func()) {
+	m.take(f, []Output{letter})
+	m.letters = append(m.letters, report)
+}
 
 func (m *atLeastOnce[S]) take(f *flow[S], outs []Output) {
 	if len(outs) == 0 {
@@ -108,8 +119,8 @@ func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 			return err
 		}
 	}
-	outs, from := m.outs, m.from
-	m.outs, m.from = nil, nil
+	outs, from, letters := m.outs, m.from, m.letters
+	m.outs, m.from, m.letters = nil, nil, nil
 	if len(outs) > 0 {
 		m.lastEmitted = len(outs)
 	}
@@ -117,7 +128,7 @@ func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 	switch {
 	case len(outs) == 0:
 	case cfg.StartEmit != nil:
-		m.inflight = append(m.inflight, emitCall{wait: cfg.StartEmit(ctx, outs), from: from})
+		m.inflight = append(m.inflight, emitCall{wait: cfg.StartEmit(ctx, outs), from: from, letters: letters})
 	case cfg.Emit != nil:
 		begin := time.Now() // metrics only
 		err := cfg.Emit(ctx, outs)
@@ -125,6 +136,7 @@ func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 		if err != nil {
 			return &emitFailure{err: err, from: from}
 		}
+		reportAll(letters)
 	}
 	return nil
 }
@@ -149,6 +161,7 @@ func (m *atLeastOnce[S]) awaitOldest() error {
 	m.inflight = m.inflight[1:]
 	err := m.call(c)
 	if err == nil {
+		reportAll(c.letters)
 		return nil
 	}
 	from := c.from
@@ -157,8 +170,14 @@ func (m *atLeastOnce[S]) awaitOldest() error {
 		from = addPartitions(from, later.from...)
 	}
 	from = addPartitions(from, m.from...)
-	m.inflight, m.outs, m.from = nil, nil, nil
+	m.inflight, m.outs, m.from, m.letters = nil, nil, nil, nil
 	return &emitFailure{err: err, from: from}
+}
+
+func reportAll(reports []func()) {
+	for _, report := range reports {
+		report()
+	}
 }
 
 // call calls c's wait (a nil wait: delivered).

@@ -83,6 +83,11 @@ type KafkaEmitterConfig struct {
 // count is cached; a topic that later grows partitions keeps its old
 // count, as exactly-once batches do): a missing topic is a permanent
 // configuration error, returned at once, or created with CreateTopics.
+// CheckTopics does the same check ahead, for Config.CheckOutputTopics, so
+// that Run meets a missing topic before it folds anything. A record the
+// broker refuses for good (MESSAGE_TOO_LARGE, INVALID_RECORD, ...) is
+// named in the EmitError ahead of transient failures, and ends the run
+// instead of a replay that would make it again.
 //
 // A KafkaEmitter is safe for concurrent use. Close it after the engine.
 type KafkaEmitter struct {
@@ -244,7 +249,9 @@ func (d *delivery) done(r *kgo.Record, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.failed++
-	if d.first == nil {
+	// A refusal no retry cures names the failure: the engine takes it
+	// for the output's, not the cluster's.
+	if d.first == nil || !refusedForGood(d.first.Err) && refusedForGood(err) {
 		d.first = &EmitError{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Err: produceError(r.Topic, err)}
 	}
 }
@@ -327,6 +334,29 @@ func (em *KafkaEmitter) topicPartitions(ctx context.Context, outs []Output) (map
 		em.mu.Unlock()
 	}
 	return counts, nil
+}
+
+// CheckTopics checks that each topic exists (with CreateTopics: creates
+// it) and caches its partition count, as the first output to it would; it
+// is a Config.CheckOutputTopics, so that a missing output or dead-letter
+// topic ends Run at its start, before anything is folded. A missing topic
+// is a *store.ConfigError naming it and the fix.
+func (em *KafkaEmitter) CheckTopics(ctx context.Context, topics []string) error {
+	em.mu.Lock()
+	closed := em.closed
+	em.mu.Unlock()
+	if closed {
+		return ErrEmitterClosed
+	}
+	outs := make([]Output, len(topics))
+	for i, t := range topics {
+		outs[i].Topic = t
+	}
+	_, err := em.topicPartitions(ctx, outs)
+	if ee, ok := err.(*EmitError); ok {
+		return ee.Err
+	}
+	return err
 }
 
 // failAll is an *EmitError for a failure before anything was sent.

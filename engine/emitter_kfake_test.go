@@ -383,3 +383,43 @@ func testKafkaEmitterAsTheEnginesEmit(t *testing.T, start bool) {
 		}
 	})
 }
+
+// The emitter's CheckTopics as Config.CheckOutputTopics: a missing output
+// topic ends Run at its start with the *store.ConfigError naming it,
+// before any record is folded; with CreateTopics it is created and the
+// engine runs.
+func TestKafkaEmitterChecksTheOutputTopicsAtRunStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		for _, create := range []bool{false, true} {
+			em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.c.ListenAddrs(),
+				ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}, CreateTopics: create, TopicPartitions: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			folds := 0
+			r := w.runner(w.engineWith(func(c *engine.Config[int]) {
+				c.StartEmit, c.CheckOutputTopics, c.OutputTopics = em.StartEmit, em.CheckTopics, []string{"balances"}
+				c.Fold = func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
+					folds++
+					return balance(key, state, exists, rec)
+				}
+			}), protocols["classic-cooperative"])
+			w.produce("alice=10", "bob=5")
+			if !create {
+				err := r.Run(context.Background())
+				ce, ok := errors.AsType[*store.ConfigError](err)
+				if !ok || ce.Subject != `output topic "balances"` || folds != 0 {
+					t.Fatalf("Run = %v after %d folds, want the *store.ConfigError of output topic \"balances\" before any", err, folds)
+				}
+			} else {
+				w.drain(r)
+				if folds == 0 {
+					t.Fatal("nothing folded with the topic created")
+				}
+				_ = r.Close(context.Background())
+			}
+			_ = em.Close()
+		}
+	})
+}

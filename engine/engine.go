@@ -172,6 +172,11 @@ const (
 	// waits for its committed offset to be released by a transaction the
 	// takeover did not end: the store's default recovery stall timeout.
 	DefaultUnstableOffsetTimeout = store.DefaultRecoveryStallTimeout
+	// DefaultMaxOutputBytes is MaxOutputBytes' default: the store's
+	// snapshot limit (store.DefaultMaxValueBytes, 999,000 bytes), which
+	// a record batch of franz-go's default ProducerBatchMaxBytes
+	// (1,000,012 bytes) holds with the record's framing.
+	DefaultMaxOutputBytes = store.DefaultMaxValueBytes
 )
 
 // Config configures an Engine. Zero values take the defaults given.
@@ -313,7 +318,30 @@ type Config[S any] struct {
 	// (UnstableOffsetTimeout). Keep a topic listed while transactions
 	// that wrote to it may be open: one removed is no longer searched.
 	// Default none.
+	//
+	// Outside ExactlyOnce they are checked when the runner starts, with
+	// the dead-letter topic, through CheckOutputTopics (if set).
 	OutputTopics []string
+	// CheckOutputTopics checks, outside ExactlyOnce, that the output
+	// topics exist (KafkaEmitter.CheckTopics is one, which creates them
+	// under KafkaEmitterConfig.CreateTopics). The runner calls it once,
+	// before its first poll, with OutputTopics and DeadLetterTopic; an
+	// error ends Run (or the first Step) before anything is folded: a
+	// missing topic is a *store.ConfigError naming it. Nil: the topics
+	// are met when the first output goes to each. Under ExactlyOnce the
+	// store checks them at each acquisition instead.
+	CheckOutputTopics func(ctx context.Context, topics []string) error
+	// MaxOutputBytes bounds one output record: its key, value and
+	// headers (keys and values); default DefaultMaxOutputBytes (999,000).
+	// A fold, tick or timer handler whose output is larger fails with an
+	// *OutputTooLargeError before the output is sent: no retry could
+	// deliver it, so the record goes through Poison like any fold that
+	// fails (a dead letter that would be larger is sent without the
+	// record's value). Raise it together with the producer's
+	// kgo.ProducerBatchMaxBytes and the output topics'
+	// max.message.bytes (and, under ExactlyOnce, the store's
+	// MaxValueBytes, which bounds an output's key and value too).
+	MaxOutputBytes int
 	// MaxTransactionRecords caps one exactly-once transaction's snapshots
 	// plus outputs; default DefaultMaxTransactionRecords. A batch is
 	// sealed as soon as it reaches the cap (one fold's outputs are never
@@ -482,6 +510,9 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	if cfg.HotKeys == 0 {
 		cfg.HotKeys = DefaultHotKeys
 	}
+	if cfg.MaxOutputBytes == 0 {
+		cfg.MaxOutputBytes = DefaultMaxOutputBytes
+	}
 	kv, err := openPebble(cfg.Dir, storeApplication(cfg.Store))
 	if err != nil {
 		return nil, err
@@ -556,7 +587,7 @@ func (cfg *Config[S]) check() error {
 		v     int
 	}{{"HotKeys", cfg.HotKeys}, {"FlushBatch", cfg.FlushBatch}, {"MaxWritesInFlight", cfg.MaxWritesInFlight},
 		{"MaxTransactionRecords", cfg.MaxTransactionRecords}, {"MaxTransactionBytes", cfg.MaxTransactionBytes},
-		{"MaxEmitsInFlight", cfg.MaxEmitsInFlight}} {
+		{"MaxEmitsInFlight", cfg.MaxEmitsInFlight}, {"MaxOutputBytes", cfg.MaxOutputBytes}} {
 		if n.v < 0 {
 			return bad(n.field, fmt.Sprintf("is negative (%d)", n.v), "leave it 0 for the default, or set a positive number")
 		}
@@ -597,8 +628,12 @@ func storeApplication(b store.Backend) string {
 // Result's change and outputs pass through without a copy.
 func (e *Engine[S]) coreFold() core.FoldFunc[S, Output] {
 	fold := e.cfg.Fold
+	limit := e.cfg.MaxOutputBytes
 	return func(key []byte, state S, exists bool, rec *core.Record) (core.Change[S, Output], error) {
 		res, err := fold(key, state, exists, Record(*rec))
+		if err == nil {
+			err = checkOutputs(res.change.Outputs, limit)
+		}
 		return res.change, err
 	}
 }
@@ -617,6 +652,9 @@ func (e *Engine[S]) coreTick() core.TickFunc[S, Output] {
 	}
 	return func(key []byte, state S, now int64) (core.Change[S, Output], error) {
 		res, err := e.cfg.Tick(key, state, time.UnixMilli(now))
+		if err == nil {
+			err = checkOutputs(res.change.Outputs, e.cfg.MaxOutputBytes)
+		}
 		return res.change, err
 	}
 }

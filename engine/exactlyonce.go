@@ -44,6 +44,13 @@ func (m *exactlyOnce[S]) ticked(f *flow[S], outs []Output) {
 	f.batch.outputs = appendStoreOutputs(f.batch.outputs, outs)
 }
 
+// lettered adds a dead letter to f's open batch; it is reported once the
+// batch's transaction commits.
+func (m *exactlyOnce[S]) lettered(f *flow[S], letter Output, report func()) {
+	m.ticked(f, []Output{letter})
+	f.batch.letters = append(f.batch.letters, report)
+}
+
 // emit: the outputs leave with their batch's transaction only.
 func (m *exactlyOnce[S]) emit(context.Context) error { return nil }
 
@@ -82,7 +89,7 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	if err != nil {
 		return fromCore(err)
 	}
-	outs := f.batch.outputs
+	outs, letters := f.batch.outputs, f.batch.letters
 	p := f.part.StartCommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: outs, Offset: offset})
 	// The store keeps outs; the next batch's are sized from them, as
 	// batches of one interval are alike (growing from nil copies each
@@ -91,7 +98,7 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	if len(outs) > 0 {
 		f.batch.outputs = make([]store.Output, 0, len(outs))
 	}
-	return m.r.begin(ctx, f, started{kind: startedBatch, snaps: snaps, offset: offset, pending: p, begin: begin})
+	return m.r.begin(ctx, f, started{kind: startedBatch, snaps: snaps, offset: offset, pending: p, begin: begin, letters: letters})
 }
 
 // failure: a failed batch rewinds its flow. ErrNotTransactional means a
@@ -120,4 +127,6 @@ func (m *exactlyOnce[S]) failure(f *flow[S], err error) (cause, error) {
 type openBatch struct {
 	outputs []store.Output
 	bytes   int
+	// letters report the batch's dead letters once it committed.
+	letters []func()
 }

@@ -45,6 +45,8 @@ type started struct {
 	offset  int64            // startedCommit, startedBatch
 	pending store.Pending
 	begin   time.Time // metrics only
+	// letters report the dead letters of a startedBatch once it committed.
+	letters []func()
 }
 
 // weight is what s counts against MaxWritesInFlight.
@@ -138,6 +140,9 @@ func (r *Runner[S]) reapOne(ctx context.Context, f *flow[S]) error {
 	default: // startedBatch
 		if err := r.committedBatchAt(f, s.snaps, errs[0], cp, cpOK); err != nil {
 			return err
+		}
+		for _, report := range s.letters {
+			report()
 		}
 		r.e.cfg.Metrics.flushed(len(s.snaps), time.Since(s.begin))
 		r.status.committed(f.tp, f.part.CommittedOffset(), f.core.Consumed()-s.offset)

@@ -36,6 +36,7 @@ type Metrics struct {
 	groupLag            *prometheus.GaugeVec
 	unserved            prometheus.Gauge
 	groupReportFailures prometheus.Counter
+	failing             *prometheus.GaugeVec
 }
 
 // The poison-record actions (the action label of
@@ -130,13 +131,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "snapfence_group_report_failures_total",
 			Help: "Group reports (committed offsets, log ends, the group's assignment) that could not be read.",
 		}),
+		failing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "snapfence_partition_failing",
+			Help: "1 while an assigned partition keeps failing: engine.FailingRestarts transient restarts, each within engine.FailingWindow of the one before, and no commit since.",
+		}, []string{"topic", "partition"}),
 	}
 	for _, s := range partitionStates {
 		m.partitions.WithLabelValues(string(s)) // every state has a series, 0 included
 	}
 	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.emitWait, m.transactions, m.transactionDuration,
 		m.fences, m.recoveryDuration, m.recoveryLeft, m.snapshotsRead, m.offsetLag, m.consumerLag, m.partitions, m.poison, m.undecodable, m.restarts, m.recoveries, m.standbyLag,
-		m.groupLag, m.unserved, m.groupReportFailures} {
+		m.groupLag, m.unserved, m.groupReportFailures, m.failing} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -263,6 +268,18 @@ func (m *Metrics) forget(tp store.TopicPartition) {
 		m.offsetLag.DeleteLabelValues(tp.Topic, p)
 		m.consumerLag.DeleteLabelValues(tp.Topic, p)
 		m.recoveryLeft.DeleteLabelValues(tp.Topic, p)
+		m.failing.DeleteLabelValues(tp.Topic, p)
+	}
+}
+
+// setFailing sets whether tp keeps failing (PartitionStatus.Failing).
+func (m *Metrics) setFailing(tp store.TopicPartition, failing bool) {
+	if m != nil {
+		v := 0.0
+		if failing {
+			v = 1
+		}
+		m.failing.WithLabelValues(tp.Topic, partitionLabel(tp)).Set(v)
 	}
 }
 

@@ -18,6 +18,12 @@ type outputMode[S any] interface {
 	folded(f *flow[S], outs []Output) (commitNow bool)
 	// ticked takes a tick's outputs.
 	ticked(f *flow[S], outs []Output)
+	// lettered takes a dead letter of f, and report, which counts and
+	// logs it once it is written: with the emit that delivers it, or the
+	// batch whose transaction commits it. A dead letter lost with a
+	// failed emit or batch is made again by the replay, and reported
+	// then.
+	lettered(f *flow[S], letter Output, report func())
 	// emit hands over the outputs taken since the last emit, if the mode
 	// emits them outside the store; a failure is an *emitFailure.
 	emit(ctx context.Context) error

@@ -91,6 +91,8 @@ type Runner[S any] struct {
 	// released: the runner no longer counts as open for Engine.Close
 	// (closed, or abandoned by a test's simulated crash).
 	released atomic.Bool
+	// topicsChecked: Config.CheckOutputTopics passed (or there is none).
+	topicsChecked bool
 }
 
 // flow is a running partition's state: its core and its acquired store
@@ -190,12 +192,53 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	if err := r.fatalErr(); err != nil {
 		return err
 	}
+	if err := r.checkOutputTopics(ctx); err != nil {
+		return err
+	}
 	err := r.step(ctx)
 	if fatal := r.fatalErr(); fatal != nil {
 		r.status.failed(fatal)
 		return fatal
 	}
 	return err
+}
+
+// checkOutputTopics runs Config.CheckOutputTopics once, before the
+// first poll, so that a missing output or dead-letter topic ends the run
+// before anything is folded, not when the first output meets it (after a
+// delivery timeout, or with the dead letter of a record already skipped).
+// A configuration error ends the runner; another error (a broker down) is
+// returned, and the check runs again at the next Step.
+func (r *Runner[S]) checkOutputTopics(ctx context.Context) error {
+	cfg := &r.e.cfg
+	if r.topicsChecked || cfg.ExactlyOnce || cfg.CheckOutputTopics == nil {
+		return nil
+	}
+	topics := slices.Clone(cfg.OutputTopics)
+	if cfg.DeadLetterTopic != "" {
+		topics = append(topics, cfg.DeadLetterTopic)
+	}
+	slices.Sort(topics)
+	topics = slices.Compact(topics)
+	err := error(nil)
+	if len(topics) > 0 {
+		err = cfg.CheckOutputTopics(ctx, topics)
+	}
+	switch {
+	case err == nil:
+		r.topicsChecked = true
+		return nil
+	case errors.Is(err, store.ErrMisconfigured):
+		r.mu.Lock()
+		if r.sched.fatal == nil {
+			r.sched.fatal = err
+		}
+		r.mu.Unlock()
+		r.status.failed(err)
+		r.e.log.Error("output topics refused; the engine stops", "topics", topics, "err", err)
+		return err
+	}
+	return fmt.Errorf("engine: checking the output topics %q: %w", topics, err)
 }
 
 func (r *Runner[S]) fatalErr() error {
@@ -381,7 +424,7 @@ func (r *Runner[S]) foldRun(ctx context.Context, run []Record, now int64) {
 			if !r.poisoned(ctx, f, &run[i], fe) {
 				return
 			}
-			o, err = r.deadLetters(&run[i], fe), nil
+			o, err = nil, nil
 		}
 		if err != nil {
 			r.do(ctx, r.sched.failed(tp, causeFold, fromCore(err), r.src.Now()))
@@ -411,16 +454,16 @@ func (r *Runner[S]) fireTimers(ctx context.Context, f *flow[S], now int64) bool 
 		if !r.poisoned(ctx, f, nil, fe) {
 			return false
 		}
-		r.mode.ticked(f, r.deadLetters(nil, fe))
 	}
 	return true
 }
 
 // poisoned hands a fold's or tick's failure on rec (nil for a tick) to
 // the poison policy, through the scheduler. It reports whether f goes on:
-// the record is skipped (counted, logged at a bounded rate, and the caller
-// sends its dead letter); otherwise f committed what it folded before the
-// record and stopped, and the runner ends with the error.
+// the record is skipped (counted and logged at a bounded rate; under
+// DeadLetterPoison its dead letter goes with f's outputs, and is counted
+// and logged once it is written); otherwise f committed what it folded
+// before the record and stopped, and the runner ends with the error.
 func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *core.FoldError) bool {
 	fe := (*FoldError)(cfe)
 	// The policy may stop f, which commits first: the outputs in flight
@@ -446,14 +489,19 @@ func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *
 		r.do(ctx, r.sched.failed(f.tp, causeFold, skipErr, r.src.Now()))
 		return false
 	}
-	action := "skipped"
-	if r.e.cfg.Poison == DeadLetterPoison {
-		action = "dead_lettered"
+	report := func(action string) {
+		r.e.cfg.Metrics.poisoned(f.tp, action)
+		if ok, n := r.logs.allow("poison "+f.tp.String(), r.src.Now()); ok {
+			r.e.log.Warn("poison record "+action+" (Config.Poison)", "input", f.tp.String(), "offset", fe.Offset,
+				"key", logKey(fe.Key), "err", fe, "not_logged_since_last", n)
+		}
 	}
-	r.e.cfg.Metrics.poisoned(f.tp, action)
-	if ok, n := r.logs.allow("poison "+f.tp.String(), r.src.Now()); ok {
-		r.e.log.Warn("poison record "+action+" (Config.Poison)", "input", f.tp.String(), "offset", fe.Offset,
-			"key", logKey(fe.Key), "err", fe, "not_logged_since_last", n)
+	if r.e.cfg.Poison != DeadLetterPoison {
+		report(PoisonSkipped)
+		return true
+	}
+	for _, letter := range r.deadLetters(rec, cfe) {
+		r.mode.lettered(f, letter, func() { report(PoisonDeadLettered) })
 	}
 	return true
 }
@@ -468,18 +516,15 @@ func (r *Runner[S]) discarded(f *flow[S], bad []*RecoveredStateError) {
 		return
 	}
 	r.e.cfg.Metrics.undecodableStates(f.tp, "discarded", len(bad))
-	var dls []Output
 	for _, se := range bad {
 		if ok, n := r.logs.allow("undecodable "+f.tp.String(), r.src.Now()); ok {
 			r.e.log.Warn("undecodable state discarded: its key is deleted (Config.UndecodableState)", "input", f.tp.String(),
 				"key", logKey(se.Key), "offset", se.Offset, "err", se.Err, "not_logged_since_last", n)
 		}
 		if r.e.cfg.Poison == DeadLetterPoison {
-			dls = append(dls, stateDeadLetter(r.e.cfg.DeadLetterTopic, se))
+			letter := fitDeadLetter(stateDeadLetter(r.e.cfg.DeadLetterTopic, se), 0, r.e.cfg.MaxOutputBytes)
+			r.mode.lettered(f, letter, func() {})
 		}
-	}
-	if len(dls) > 0 {
-		r.mode.ticked(f, dls)
 	}
 }
 
@@ -519,7 +564,11 @@ func (r *Runner[S]) deadLetters(rec *Record, cfe *core.FoldError) []Output {
 	if r.e.cfg.Poison != DeadLetterPoison {
 		return nil
 	}
-	return []Output{deadLetter(r.e.cfg.DeadLetterTopic, rec, (*FoldError)(cfe))}
+	own := 0
+	if rec != nil {
+		own = len(rec.Headers)
+	}
+	return []Output{fitDeadLetter(deadLetter(r.e.cfg.DeadLetterTopic, rec, (*FoldError)(cfe)), own, r.e.cfg.MaxOutputBytes)}
 }
 
 // runLength is the length of the run of one partition's records that
@@ -638,7 +687,6 @@ func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
 			if !r.poisoned(ctx, f, nil, fe) {
 				break
 			}
-			r.mode.ticked(f, r.deadLetters(nil, fe))
 		}
 	}
 	// Delivered before the persist or commit that may follow in the

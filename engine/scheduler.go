@@ -201,9 +201,13 @@ func classify(c cause, err error) class {
 		return classExpected
 	case c == causeSetup:
 		return classPermanent // the cache cannot be set up
+	case c == causeEmit && refusedForGood(err):
+		// An output the broker refuses for good (too large, invalid):
+		// the replay would make it again.
+		return classPoison
 	case c == causeEmit:
-		// Outputs Emit could not take are replayed, whatever the error
-		// (unless Emit says the configuration is wrong, above).
+		// Outputs Emit could not take are replayed, whatever else the
+		// error (unless Emit says the configuration is wrong, above).
 		return classTransient
 	case !retriable(err):
 		return classPoison
@@ -541,7 +545,8 @@ func (s *scheduler[F]) runningPartitions() []store.TopicPartition {
 //
 // So does a snapshot or output the store refuses before sending it (too
 // large, a reserved key, an output without a topic or for the snapshot
-// topic): the fold makes it again on replay.
+// topic), or the broker refuses for good (refusedForGood): the fold makes
+// it again on replay.
 func retriable(err error) bool {
 	var fe *FoldError
 	var se *RecoveredStateError
@@ -550,5 +555,5 @@ func retriable(err error) bool {
 			return false
 		}
 	}
-	return !errors.As(err, &fe) && !errors.As(err, &se)
+	return !errors.As(err, &fe) && !errors.As(err, &se) && !refusedForGood(err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"strconv"
 	"strings"
 	"testing"
@@ -214,6 +215,8 @@ func namedError(name string, tp store.TopicPartition) error {
 		}
 		return &store.FencedError{Input: tp, Identity: store.GroupIdentity{Group: "g", MemberID: "m", Generation: gen},
 			TransactionalID: store.TransactionalID("app", tp), Reason: errors.New("PRODUCER_FENCED")}
+	case "too-large":
+		return &EmitError{Failed: 1, Total: 1, Topic: "out", Partition: 0, Key: []byte("k"), Err: kerr.MessageTooLarge}
 	case "missing-topic":
 		return &store.ConfigError{Subject: `topic "in-snapshots"`, Problem: "does not exist", Fix: "create it"}
 	}

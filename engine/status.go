@@ -97,7 +97,26 @@ type PartitionStatus struct {
 	// LastFailure is the failure that caused the last restart, kept
 	// after the restart succeeds (Err is cleared then); nil if none.
 	LastFailure error
+	// Failing: the partition keeps failing. It restarted after a
+	// transient failure FailingRestarts times, each within FailingWindow
+	// of the one before, without a commit since the first of them. It
+	// stops failing when it commits, or when FailingWindow passes
+	// without another restart. LastFailure says why; the member is not
+	// ready meanwhile, even while the partition shows running between
+	// two failures.
+	Failing bool
 }
+
+// The readiness rule for a partition that keeps failing
+// (PartitionStatus.Failing). Restarts are spaced by the restart backoff
+// (at most 30 s) plus the time each attempt runs before it fails again
+// (a delivery timeout, a transaction timeout: about a minute), so a
+// failure that recurs reaches three within minutes; one restart now and
+// then (a broker rolled) never does.
+const (
+	FailingRestarts = 3
+	FailingWindow   = 10 * time.Minute
+)
 
 // Status is a runner's status: its liveness, its group membership and
 // every partition assigned to it. Engine.Status and Runner.Status return
@@ -142,7 +161,8 @@ type Status struct {
 
 // Ready reports whether the member serves its share of the input: it is
 // live, has joined its group, and every partition assigned to it is
-// recovered and running. A member assigned no partition (more members
+// recovered and running, and none keeps failing (PartitionStatus.Failing).
+// A member assigned no partition (more members
 // than partitions) is ready once it joined; one waiting, stopped,
 // starting or recovering partition makes it not ready.
 func (s Status) Ready() bool {
@@ -150,7 +170,7 @@ func (s Status) Ready() bool {
 		return false
 	}
 	for _, p := range s.Partitions {
-		if p.State != StateRunning {
+		if p.State != StateRunning || p.Failing {
 			return false
 		}
 	}
@@ -182,6 +202,7 @@ func (s Status) MarshalJSON() ([]byte, error) {
 		Error           string     `json:"error,omitempty"`
 		Restarts        int        `json:"restarts"`
 		LastFailure     string     `json:"last_failure,omitempty"`
+		Failing         bool       `json:"failing,omitempty"`
 	}
 	type standby struct {
 		Topic     string `json:"topic"`
@@ -231,7 +252,7 @@ func (s Status) MarshalJSON() ([]byte, error) {
 		r := p.Recovery
 		out.Partitions = append(out.Partitions, partition{Topic: p.Input.Topic, Partition: p.Input.Partition, State: string(p.State),
 			Since: timePtr(p.Since), CommittedOffset: p.CommittedOffset, LogEndOffset: p.LogEndOffset, Lag: p.Lag,
-			LastCommit: timePtr(p.LastCommit), Held: p.Held, Error: errText(p.Err), Restarts: p.Restarts, LastFailure: errText(p.LastFailure),
+			LastCommit: timePtr(p.LastCommit), Held: p.Held, Error: errText(p.Err), Restarts: p.Restarts, LastFailure: errText(p.LastFailure), Failing: p.Failing,
 			Recovery: recovery{Target: r.Target, Position: r.Position, Snapshots: r.Snapshots, Done: r.Done, Seconds: r.Duration.Seconds()}})
 	}
 	out.Unserved = make([]unserved, 0, len(s.Unserved))
@@ -303,11 +324,21 @@ type statusBoard struct {
 	unserved []UnservedPartition
 	groupAt  time.Time
 	groupErr error
+	// failures are the partitions' transient restarts since their last
+	// commit (PartitionStatus.Failing).
+	failures map[store.TopicPartition]*failureRun
+}
+
+// failureRun is a partition's run of transient restarts, each within
+// FailingWindow of the one before, with no commit between them.
+type failureRun struct {
+	restarts int
+	last     time.Time
 }
 
 func newStatusBoard(m *Metrics, now func() time.Time) *statusBoard {
 	return &statusBoard{m: m, now: now, parts: map[store.TopicPartition]*PartitionStatus{},
-		identity: store.GroupIdentity{Generation: -1}}
+		identity: store.GroupIdentity{Generation: -1}, failures: map[store.TopicPartition]*failureRun{}}
 }
 
 // newStatusBoard makes r's board and makes it the engine's.
@@ -354,6 +385,7 @@ func syncStatus[F any](b *statusBoard, s *scheduler[F], acts []action[F]) {
 		if s.parts[tp] == nil {
 			b.setState(tp, b.parts[tp], "", now)
 			delete(b.parts, tp)
+			delete(b.failures, tp)
 			b.m.forget(tp)
 		}
 	}
@@ -441,6 +473,22 @@ func (b *statusBoard) committed(tp store.TopicPartition, offset, committableLag 
 		ps.CommittedOffset, ps.LastCommit = offset, b.now()
 		b.updateLag(tp, ps)
 		b.m.lag(tp, committableLag)
+		b.setFailing(tp, ps, nil) // it makes progress
+	}
+}
+
+// setFailing records tp's run of restarts (nil: none) and whether it
+// makes the partition failing.
+func (b *statusBoard) setFailing(tp store.TopicPartition, ps *PartitionStatus, run *failureRun) {
+	if run == nil {
+		delete(b.failures, tp)
+	} else {
+		b.failures[tp] = run
+	}
+	failing := run != nil && run.restarts >= FailingRestarts
+	if failing != ps.Failing {
+		ps.Failing = failing
+		b.m.setFailing(tp, failing)
 	}
 }
 
@@ -452,6 +500,17 @@ func (b *statusBoard) restarted(tp store.TopicPartition, k class, err error) {
 	if ps := b.parts[tp]; ps != nil {
 		ps.Restarts++
 		ps.LastFailure = err
+		if k != classTransient {
+			return // a fence in a rebalance is not the partition failing
+		}
+		now := b.now()
+		run := b.failures[tp]
+		if run == nil || now.Sub(run.last) > FailingWindow {
+			run = &failureRun{}
+		}
+		run.restarts++
+		run.last = now
+		b.setFailing(tp, ps, run)
 	}
 }
 
@@ -465,6 +524,14 @@ func (b *statusBoard) polled(src Source) {
 		if end, ok := src.LogEnd(tp); ok {
 			ps.LogEndOffset = end
 			b.updateLag(tp, ps)
+		}
+	}
+	if len(b.failures) > 0 {
+		now := b.now()
+		for tp, run := range b.failures {
+			if ps := b.parts[tp]; ps != nil && now.Sub(run.last) > FailingWindow {
+				b.setFailing(tp, ps, nil) // no restart for a window: it got past the failure
+			}
 		}
 	}
 }

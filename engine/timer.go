@@ -95,6 +95,9 @@ func (e *Engine[S]) coreTimer() core.TimerFunc[S, Output] {
 	}
 	return func(key []byte, state S, t store.Timer) (core.Change[S, Output], error) {
 		res, err := on(key, state, timerFromStore(t))
+		if err == nil {
+			err = checkOutputs(res.change.Outputs, e.cfg.MaxOutputBytes)
+		}
 		return res.change, err
 	}
 }
