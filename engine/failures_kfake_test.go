@@ -274,7 +274,7 @@ func TestUndecodableStateStopsUnderSkipPoisonOnKfake(t *testing.T) {
 		if err := second.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		snaps := store.TopicPartition{Topic: "accounts-snapshots", Partition: 1}
+		snaps := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 1}
 		written := w.endOffset(snaps)
 
 		changed := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Poison, c.Codec = engine.SkipPoison, taggedCodec{} }),

@@ -93,7 +93,7 @@ func TestIdleStatusAgreesWithTheBrokerOnKafka(t *testing.T) {
 		}
 		if agree {
 			for _, p := range st.Partitions {
-				if v := gaugeValue(t, reg, "snapfence_consumer_lag", p.Input); v != 0 {
+				if v := groupGaugeValue(t, reg, "snapfence_consumer_lag", p.Input); v != 0 {
 					t.Fatalf("snapfence_consumer_lag of %s = %v, want 0 as the broker shows", p.Input, v)
 				}
 			}
@@ -149,7 +149,7 @@ func TestGroupReportOnKafka(t *testing.T) {
 			broker := w.brokerLag()
 			for p := range int32(2) {
 				tp := store.TopicPartition{Topic: w.topic, Partition: p}
-				if v := gaugeValue(t, reg, "snapfence_group_lag", tp); v != float64(broker[p][1]) {
+				if v := groupGaugeValue(t, reg, "snapfence_group_lag", tp); v != float64(broker[p][1]) {
 					t.Fatalf("snapfence_group_lag of %s = %v, Kafka's lag %d", tp, v, broker[p][1])
 				}
 			}
@@ -174,7 +174,7 @@ func TestGroupReportOnKafka(t *testing.T) {
 			if u := st.Unserved[0]; u.Input != added || u.CommittedOffset != -1 || u.LogEndOffset != 1 {
 				t.Fatalf("unserved %+v, want %s with lag 1 and nothing committed", u, added)
 			}
-			if v := gaugeValue(t, reg, "snapfence_unserved_partitions", store.TopicPartition{}); v != 1 {
+			if v := groupGaugeValue(t, reg, "snapfence_unserved_partitions", store.TopicPartition{}); v != 1 {
 				t.Fatalf("snapfence_unserved_partitions = %v, want 1", v)
 			}
 		})
@@ -183,7 +183,7 @@ func TestGroupReportOnKafka(t *testing.T) {
 
 // gaugeValue is the value of gauge name for tp (any series: an empty
 // topic), or -1 if absent.
-func gaugeValue(t *testing.T, g prometheus.Gatherer, name string, tp store.TopicPartition) float64 {
+func groupGaugeValue(t *testing.T, g prometheus.Gatherer, name string, tp store.TopicPartition) float64 {
 	t.Helper()
 	families, err := g.Gather()
 	if err != nil {

@@ -169,7 +169,7 @@ func TestAPartitionThatKeepsFailingIsNotReadyOnSim(t *testing.T) {
 		t.Fatalf("not ready after the drain: %+v", st)
 	}
 	refused := errors.New("NOT_LEADER_OR_FOLLOWER (simulated)")
-	snaps := store.TopicPartition{Topic: "accounts-snapshots", Partition: 1}
+	snaps := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 1}
 	w.c.FailProduce(snaps, refused)
 	w.produce("bob=+1")
 	ctx := context.Background()
