@@ -423,3 +423,32 @@ func TestKafkaEmitterChecksTheOutputTopicsAtRunStart(t *testing.T) {
 		}
 	})
 }
+
+// Without Config.CheckOutputTopics the Kafka source checks them: a missing
+// dead-letter topic ends Run before anything is folded, naming it, with
+// the emitter wired the plain way (StartEmit alone).
+func TestTheSourceChecksTheOutputTopicsByDefaultOnKfake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.c.ListenAddrs(),
+			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer em.Close()
+		folds := 0
+		r := w.runner(w.engineWith(func(c *engine.Config[int]) {
+			c.StartEmit, c.Poison, c.DeadLetterTopic = em.StartEmit, engine.DeadLetterPoison, "accounts-dlt"
+			c.Fold = func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
+				folds++
+				return balance(key, state, exists, rec)
+			}
+		}), protocols["classic-cooperative"])
+		w.produce("alice=10", "bob=5")
+		err = r.Run(context.Background())
+		ce, ok := errors.AsType[*store.ConfigError](err)
+		if !ok || ce.Subject != `output topic "accounts-dlt"` || folds != 0 || !strings.Contains(ce.Fix, "CheckTopics") {
+			t.Fatalf("Run = %v after %d folds, want the *store.ConfigError of output topic \"accounts-dlt\" before any", err, folds)
+		}
+	})
+}

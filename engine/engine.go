@@ -320,16 +320,19 @@ type Config[S any] struct {
 	// Default none.
 	//
 	// Outside ExactlyOnce they are checked when the runner starts, with
-	// the dead-letter topic, through CheckOutputTopics (if set).
+	// the dead-letter topic, through CheckOutputTopics.
 	OutputTopics []string
 	// CheckOutputTopics checks, outside ExactlyOnce, that the output
 	// topics exist (KafkaEmitter.CheckTopics is one, which creates them
 	// under KafkaEmitterConfig.CreateTopics). The runner calls it once,
 	// before its first poll, with OutputTopics and DeadLetterTopic; an
 	// error ends Run (or the first Step) before anything is folded: a
-	// missing topic is a *store.ConfigError naming it. Nil: the topics
-	// are met when the first output goes to each. Under ExactlyOnce the
-	// store checks them at each acquisition instead.
+	// missing topic is a *store.ConfigError naming it. Nil (the default)
+	// checks through the source when it is a TopicChecker (the Kafka
+	// source is: a missing topic is an error, as it creates none; set
+	// KafkaEmitter.CheckTopics here for the emitter's CreateTopics to
+	// create them at start). Under ExactlyOnce the store checks them at
+	// each acquisition instead.
 	CheckOutputTopics func(ctx context.Context, topics []string) error
 	// MaxOutputBytes bounds one output record: its key, value and
 	// headers (keys and values); default DefaultMaxOutputBytes (999,000).

@@ -455,7 +455,7 @@ func checkInputTopics(ctx context.Context, cfg KafkaConfig) error {
 	adm := kadm.NewClient(cl)
 	created := false
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		missing, err := missingTopics(ctx, adm, cfg.Topics)
+		missing, err := missingTopics(ctx, adm, cfg.Topics, "input")
 		if err == nil && len(missing) == 0 {
 			return nil
 		}
@@ -492,12 +492,31 @@ func checkInputTopics(ctx context.Context, cfg KafkaConfig) error {
 // missingTopics returns the topics that the cluster's metadata does not
 // list, or does not yet list with a leader for every partition after a
 // creation. A topic this client may not describe is a *store.ConfigError.
-func missingTopics(ctx context.Context, adm *kadm.Client, topics []string) ([]string, error) {
+// CheckTopics implements TopicChecker: the output and dead-letter topics
+// the runner checks at its start (Config.CheckOutputTopics' default).
+func (s *kafkaSource) CheckTopics(ctx context.Context, topics []string) error {
+	missing, err := missingTopics(ctx, s.adm, topics, "output")
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return &store.ConfigError{Subject: fmt.Sprintf("output topic %q", missing[0]),
+			Problem: fmt.Sprintf("does not exist (Config.OutputTopics and DeadLetterTopic: %q)", topics),
+			Fix: fmt.Sprintf("create it (kafka-topics.sh --create --topic %s), or have the emitter create it at start: "+
+				"KafkaEmitterConfig.CreateTopics with Config.CheckOutputTopics set to the emitter's CheckTopics", missing[0])}
+	}
+	return nil
+}
+
+// missingTopics lists those of topics that do not exist or have no
+// leader yet; kind says what they are, for the errors ("input",
+// "output").
+func missingTopics(ctx context.Context, adm *kadm.Client, topics []string, kind string) ([]string, error) {
 	tds, err := adm.ListTopics(ctx, topics...)
 	if errors.Is(err, kerr.TopicAuthorizationFailed) {
 		// Permanent: the answer, not a missing one.
-		return nil, &store.ConfigError{Subject: fmt.Sprintf("topics %q", topics), Problem: "the consumer may not describe the input topics",
-			Fix: "grant the principal READ on each input topic (kafka-acls.sh --operation Read --topic T; READ implies DESCRIBE)", Err: err}
+		return nil, &store.ConfigError{Subject: fmt.Sprintf("topics %q", topics), Problem: fmt.Sprintf("the consumer may not describe the %s topics", kind),
+			Fix: "grant the principal DESCRIBE on each (kafka-acls.sh --operation Describe --topic T; READ and WRITE imply it)", Err: err}
 	}
 	if err != nil {
 		return nil, err
@@ -509,8 +528,8 @@ func missingTopics(ctx context.Context, adm *kadm.Client, topics []string) ([]st
 		case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
 			missing = append(missing, t)
 		case errors.Is(td.Err, kerr.TopicAuthorizationFailed):
-			return nil, &store.ConfigError{Subject: fmt.Sprintf("topic %q", t), Problem: "the consumer may not describe the input topic",
-				Fix: "grant the principal READ on the topic (kafka-acls.sh --operation Read --topic T; READ implies DESCRIBE)", Err: td.Err}
+			return nil, &store.ConfigError{Subject: fmt.Sprintf("topic %q", t), Problem: fmt.Sprintf("the consumer may not describe the %s topic", kind),
+				Fix: "grant the principal DESCRIBE on the topic (kafka-acls.sh --operation Describe --topic T; READ and WRITE imply it)", Err: td.Err}
 		case td.Err != nil:
 			return nil, fmt.Errorf("topic %q: %w", t, td.Err)
 		case len(td.Partitions) == 0:

@@ -203,15 +203,19 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 	return err
 }
 
-// checkOutputTopics runs Config.CheckOutputTopics once, before the
-// first poll, so that a missing output or dead-letter topic ends the run
+// checkOutputTopics runs Config.CheckOutputTopics (by default the
+// source's TopicChecker, if it is one) once, before the first poll, so that a missing output or dead-letter topic ends the run
 // before anything is folded, not when the first output meets it (after a
 // delivery timeout, or with the dead letter of a record already skipped).
 // A configuration error ends the runner; another error (a broker down) is
 // returned, and the check runs again at the next Step.
 func (r *Runner[S]) checkOutputTopics(ctx context.Context) error {
 	cfg := &r.e.cfg
-	if r.topicsChecked || cfg.ExactlyOnce || cfg.CheckOutputTopics == nil {
+	check := cfg.CheckOutputTopics
+	if tc, ok := r.src.(TopicChecker); ok && check == nil {
+		check = tc.CheckTopics
+	}
+	if r.topicsChecked || cfg.ExactlyOnce || check == nil {
 		return nil
 	}
 	topics := slices.Clone(cfg.OutputTopics)
@@ -222,7 +226,7 @@ func (r *Runner[S]) checkOutputTopics(ctx context.Context) error {
 	topics = slices.Compact(topics)
 	err := error(nil)
 	if len(topics) > 0 {
-		err = cfg.CheckOutputTopics(ctx, topics)
+		err = check(ctx, topics)
 	}
 	switch {
 	case err == nil:

@@ -30,6 +30,13 @@ type PartitionLister interface {
 	Partitions(ctx context.Context) ([]store.TopicPartition, error)
 }
 
+// TopicChecker is a Source that can check that topics exist: the
+// runner's default Config.CheckOutputTopics. A missing topic is a
+// *store.ConfigError naming it.
+type TopicChecker interface {
+	CheckTopics(ctx context.Context, topics []string) error
+}
+
 const (
 	// standbyInterval is the least time between two rounds of reads of
 	// the followers that are caught up.

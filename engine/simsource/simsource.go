@@ -151,6 +151,17 @@ func (s *Source) Close(ctx context.Context) error {
 	return nil
 }
 
+// CheckTopics implements engine.TopicChecker: a missing topic is a
+// *store.ConfigError naming it.
+func (s *Source) CheckTopics(_ context.Context, topics []string) error {
+	for _, t := range topics {
+		if _, ok := s.c.Topic(t); !ok {
+			return &store.ConfigError{Subject: fmt.Sprintf("output topic %q", t), Problem: "does not exist", Fix: "create it"}
+		}
+	}
+	return nil
+}
+
 // Partitions implements engine.PartitionLister: every partition of the
 // member's topics.
 func (s *Source) Partitions(context.Context) ([]store.TopicPartition, error) {
