@@ -11,12 +11,19 @@
 // high watermark, then reads read_committed until its position reaches it,
 // failing with a diagnosed store.RecoveryStalledError if it stops moving.
 //
-// # The transactional.id prefix
+// # The application
 //
-// The prefix is cluster-scoped, like a group id: one prefix per flow, unique
-// on the cluster. Two flows with the same prefix and input topic fence each
-// other's producers, loudly (store.ErrFenced with PRODUCER_FENCED). On a
-// cluster with ACLs the producer's principal needs, for the prefix (a
+// A backend belongs to one application (Config.Application), unique on the
+// cluster like a group id. It names the snapshot topics
+// ("<application>-<input>-snapshots") and the transactional.id prefix by
+// default, and every snapshot record carries it, so two applications on
+// one input never share state by default, and an acquisition that meets
+// another application's record or transactional.id fails with a
+// *store.ForeignStateError before it takes anything over. Two
+// applications with the same prefix and input topic would fence each
+// other's producers.
+//
+// On a cluster with ACLs the producer's principal needs, for the prefix (a
 // PREFIXED TransactionalId ACL): Write and Describe on TransactionalId
 // "<prefix>-"; Write, Describe and Read on the snapshot topic; Read on the
 // consumer group (TxnOffsetCommit); Describe and DescribeConfigs on the
