@@ -167,8 +167,10 @@ func ExampleEngine_NewRunner() {
 	_ = first.Step(ctx) // folded, never written
 	// The first process dies: its member never polls nor heartbeats
 	// again, and its runner is never stepped or closed (no flush, no
-	// commit, no revoke).
+	// commit, no revoke): Abandon says so, and lets its engine's cache
+	// be closed.
 	first.Source().(*simsource.Source).Member().Stall()
+	first.Abandon()
 	cluster.Advance(time.Minute) // the session times out; the group drops the dead member
 	committed, _ := cluster.CommittedOffset("bank", tp)
 	fmt.Println("committed offset after the crash:", committed)

@@ -8,7 +8,7 @@ var OpenPebble = openPebble
 // Abandon makes r, whose process a test has crashed, stop counting as an
 // open runner, without closing anything of it: a killed process closes
 // nothing, and the test closes the engine's cache afterwards.
-func Abandon[S any](r *Runner[S]) { r.release() }
+func Abandon[S any](r *Runner[S]) { r.Abandon() }
 
 // CloseAbandoning closes e's cache after abandoning the runners still
 // open, as a test's end leaves them (a process that exits closes

@@ -148,6 +148,15 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 	return r, nil
 }
 
+// Abandon drops r as a crashed process would leave it: nothing is
+// flushed, committed, revoked or closed, its source and its store handles
+// are left as they are, and r must not be used again. It is for
+// harnesses that crash a process's engine in-process (the simulated
+// cluster's worlds, a test of a fold's behaviour across crashes):
+// Engine.Close refuses while a Runner is open, and closes the cache
+// once every runner is closed or abandoned.
+func (r *Runner[S]) Abandon() { r.release() }
+
 // release stops r counting as open, once: Engine.Close may close the
 // cache after it.
 func (r *Runner[S]) release() {

@@ -727,6 +727,7 @@ func (w *World) crash(m *member) {
 		owned = m.src.Member().Owned()
 	}
 	m.src.Member().Stall()
+	m.r.Abandon()
 	_ = m.eng.Close()
 	m.state = crashed
 	if w.cfg.Mode != store.Transactional {
@@ -1068,6 +1069,7 @@ func (w *World) Close() {
 		if m.state == running || m.state == paused {
 			w.stop(m)
 			m.src.Member().Stall()
+			m.r.Abandon()
 			_ = m.eng.Close()
 			m.state = absent
 		}

@@ -700,6 +700,9 @@ func (w *World) retire(m *member, state memberState, stop func()) {
 		p.cbs.waitIdle()
 		stop()
 		_ = p.be.Close()
+		if p.crashed {
+			p.r.Abandon()
+		}
 		_ = p.eng.Close()
 	}()
 	w.retired = append(w.retired, p)
