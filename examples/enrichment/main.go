@@ -617,7 +617,7 @@ func (in *instance) wait() error {
 
 // crash kills the instance as a killed process: its step loop ends and
 // its runner is never stepped or closed again (no flush, no commit, no
-// revoke). A dead process's consumer would stay in the group until its
+// revoke: the runner is abandoned). A dead process's consumer would stay in the group until its
 // session expired; to spare the wait it leaves the group here, its revoke
 // reaching no runner (deadHandler). Its engine (the cache, with the
 // folded state never committed) and its store backend are closed. It
@@ -636,6 +636,7 @@ func (in *instance) crash() int {
 	}
 	in.mu.Unlock()
 	_ = in.r.Source().Close(context.Background())
+	in.r.Abandon() // never closed, as in a dead process; its engine may close
 	in.r = nil
 	in.close()
 	return pending

@@ -700,7 +700,7 @@ func (w *World) retire(m *member, state memberState, stop func()) {
 		p.cbs.waitIdle()
 		stop()
 		_ = p.be.Close()
-		if p.crashed {
+		if state == crashed {
 			p.r.Abandon()
 		}
 		_ = p.eng.Close()
