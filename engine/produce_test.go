@@ -341,3 +341,34 @@ func TestDeadLetterIsCountedOnceWrittenOnSim(t *testing.T) {
 		})
 	}
 }
+
+// Under StopOnPoison the partition commits what it folded before the
+// poison record only once those records' outputs are delivered: here the
+// emit of the poll's earlier outputs fails, so nothing is committed past
+// them, and a restart replays them (their outputs are made again).
+func TestAPoisonStopCommitsNothingPastUndeliveredOutputsOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	w.produce("alice=+1", "alice=+2", "alice=+3", "alice=oops")
+	refused := errors.New("MESSAGE_TOO_LARGE (simulated)")
+	r := w.runner(w.engineWith(func(c *engine.Config[int]) {
+		c.StartEmit = func(_ context.Context, outs []engine.Output) func() error {
+			return func() error { return refused }
+		}
+	}))
+	ctx := context.Background()
+	var err error
+	for range 10 {
+		if err = r.Step(ctx); err != nil {
+			break
+		}
+		w.c.Advance(time.Second)
+	}
+	var fe *engine.FoldError
+	if !errors.As(err, &fe) {
+		t.Fatalf("Step = %v, want the poison record's *FoldError", err)
+	}
+	tp := store.TopicPartition{Topic: "accounts", Partition: 1}
+	if off, ok := w.c.CommittedOffset("bank", tp); ok && off > 0 {
+		t.Fatalf("committed offset %d: the commit covers outputs that were never delivered", off)
+	}
+}

@@ -895,7 +895,20 @@ func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part s
 func (r *Runner[S]) stop(ctx context.Context, a action[*flow[S]]) {
 	if a.flow != nil {
 		if a.commit {
-			if err := r.commitNow(ctx, a.flow); err != nil {
+			// The outputs of the records folded before the poison record
+			// go out first: a commit ahead of them would cover outputs
+			// that were never delivered. If they fail, nothing is
+			// committed past them (they are replayed), and the other
+			// partitions whose outputs were lost with them stop too.
+			err := r.mode.emit(ctx)
+			if err == nil {
+				err = r.mode.await()
+			}
+			if err != nil {
+				err = r.emitFailed(ctx, err)
+				r.e.log.Error("the outputs of the records before the poison record were not delivered; nothing is committed past them, and they are replayed",
+					"input", a.tp.String(), "err", err)
+			} else if err := r.commitNow(ctx, a.flow); err != nil {
 				r.e.log.Error("committing what was folded before the poison record failed; it is replayed",
 					"input", a.tp.String(), "err", err)
 			}
