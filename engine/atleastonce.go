@@ -124,6 +124,9 @@ func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 	if len(outs) > 0 {
 		m.lastEmitted = len(outs)
 	}
+	if err := m.r.checkNewTopics(ctx, outs); err != nil {
+		return &emitFailure{err: err, from: from}
+	}
 	cfg := &m.r.e.cfg
 	switch {
 	case len(outs) == 0:

@@ -49,7 +49,10 @@ type KafkaEmitterConfig struct {
 	// CreateTopics creates a missing output topic (off by default: a
 	// missing topic fails Emit with a *store.ConfigError). It is created
 	// with TopicPartitions partitions, TopicReplicationFactor replicas
-	// and TopicConfigs, and Emit returns once it is served.
+	// and TopicConfigs, and Emit returns once it is served. Set
+	// engine.Config.CheckOutputTopics to the emitter's CheckTopics with
+	// it: the engine otherwise checks output topics through its source,
+	// which creates none, and a missing one ends Run.
 	CreateTopics bool
 	// TopicPartitions is the partition count of a topic CreateTopics
 	// creates; 0 (the default) takes the broker's num.partitions.

@@ -452,3 +452,38 @@ func TestTheSourceChecksTheOutputTopicsByDefaultOnKfake(t *testing.T) {
 		}
 	})
 }
+
+// With the emitter's check wired (Config.CheckOutputTopics), an output
+// topic not listed in Config.OutputTopics is checked at its first
+// output, before the outputs are handed to the emitter: a missing
+// one ends Run at once with the *store.ConfigError naming it, not after
+// the emitter's delivery timeout or the next commit's wait, and nothing
+// is committed past the outputs.
+func TestAnUnlistedMissingOutputTopicEndsRunAtItsFirstOutputOnKfake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.c.ListenAddrs(),
+			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer em.Close()
+		r := w.runner(w.engineWith(func(c *engine.Config[int]) {
+			c.StartEmit, c.CheckOutputTopics, c.CommitInterval = em.StartEmit, em.CheckTopics, time.Minute
+		}), protocols["classic-cooperative"])
+		w.produce("alice=10", "bob=5")
+		begin := time.Now() // virtual time
+		err = r.Run(context.Background())
+		ce, ok := errors.AsType[*store.ConfigError](err)
+		if !ok || ce.Subject != `output topic "balances"` {
+			t.Fatalf("Run = %v, want the *store.ConfigError of output topic \"balances\"", err)
+		}
+		if took := time.Since(begin); took >= engine.DefaultDeliveryTimeout {
+			t.Errorf("Run returned after %v of virtual time: the delivery timeout, not the check", took)
+		}
+		// alice and bob are in partition 1.
+		if committedAtEnd(w.adm, "bank", store.TopicPartition{Topic: "accounts", Partition: 1}) {
+			t.Error("accounts/1 committed past outputs that were never delivered")
+		}
+	})
+}

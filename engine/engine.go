@@ -331,8 +331,11 @@ type Config[S any] struct {
 	// checks through the source when it is a TopicChecker (the Kafka
 	// source is: a missing topic is an error, as it creates none; set
 	// KafkaEmitter.CheckTopics here for the emitter's CreateTopics to
-	// create them at start). Under ExactlyOnce the store checks them at
-	// each acquisition instead.
+	// create them at start). Set, it also checks each topic an output
+	// names that is not listed, at its first output, before the outputs
+	// are handed to Emit: a missing one ends Run at once, not after the
+	// emitter's delivery timeout. Under ExactlyOnce the store checks them
+	// at each acquisition instead.
 	CheckOutputTopics func(ctx context.Context, topics []string) error
 	// MaxOutputBytes bounds one output record: its key, value and
 	// headers (keys and values); default DefaultMaxOutputBytes (999,000).

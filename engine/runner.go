@@ -93,6 +93,9 @@ type Runner[S any] struct {
 	released atomic.Bool
 	// topicsChecked: Config.CheckOutputTopics passed (or there is none).
 	topicsChecked bool
+	// checkedTopics are the output topics known to exist (checked at the
+	// start, or when the first output to each was emitted).
+	checkedTopics map[string]bool
 }
 
 // flow is a running partition's state: its core and its acquired store
@@ -113,7 +116,7 @@ type flow[S any] struct {
 // NewRunner returns a runner over the source that newSource makes with the
 // runner's rebalance handler.
 func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[S], error) {
-	r := &Runner[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1), logs: newLogLimiter()}
+	r := &Runner[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1), logs: newLogLimiter(), checkedTopics: map[string]bool{}}
 	r.mode = newOutputMode(r)
 	r.status = r.newStatusBoard()
 	r.sched = newScheduler[*flow[S]](schedulerConfig{
@@ -220,10 +223,7 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 // returned, and the check runs again at the next Step.
 func (r *Runner[S]) checkOutputTopics(ctx context.Context) error {
 	cfg := &r.e.cfg
-	check := cfg.CheckOutputTopics
-	if tc, ok := r.src.(TopicChecker); ok && check == nil {
-		check = tc.CheckTopics
-	}
+	check := r.topicCheck()
 	if r.topicsChecked || cfg.ExactlyOnce || check == nil {
 		return nil
 	}
@@ -240,6 +240,9 @@ func (r *Runner[S]) checkOutputTopics(ctx context.Context) error {
 	switch {
 	case err == nil:
 		r.topicsChecked = true
+		for _, t := range topics {
+			r.checkedTopics[t] = true
+		}
 		return nil
 	case errors.Is(err, store.ErrMisconfigured):
 		r.mu.Lock()
@@ -252,6 +255,55 @@ func (r *Runner[S]) checkOutputTopics(ctx context.Context) error {
 		return err
 	}
 	return fmt.Errorf("engine: checking the output topics %q: %w", topics, err)
+}
+
+// topicCheck is the check of output topics: Config.CheckOutputTopics, or
+// the source's if it is a TopicChecker; nil if neither.
+func (r *Runner[S]) topicCheck() func(context.Context, []string) error {
+	if check := r.e.cfg.CheckOutputTopics; check != nil {
+		return check
+	}
+	if tc, ok := r.src.(TopicChecker); ok {
+		return tc.CheckTopics
+	}
+	return nil
+}
+
+// checkNewTopics checks, at least once, the topics of outs not checked
+// before (not in Config.OutputTopics), before the outputs are handed to
+// Emit: a missing one is met at once, as a configuration error naming
+// it, not after the emitter's delivery timeout, or at the next commit's
+// wait. Any other failure of the check leaves the topic to the emitter.
+// Only with Config.CheckOutputTopics: without it an output's Topic may
+// name anything a user's Emit delivers to, not a Kafka topic.
+func (r *Runner[S]) checkNewTopics(ctx context.Context, outs []Output) error {
+	check := r.e.cfg.CheckOutputTopics
+	if check == nil {
+		return nil
+	}
+	var fresh []string
+	last := ""
+	for i := range outs {
+		if t := outs[i].Topic; t != last {
+			last = t
+			if !r.checkedTopics[t] && !slices.Contains(fresh, t) {
+				fresh = append(fresh, t)
+			}
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	err := check(ctx, fresh)
+	switch {
+	case err == nil:
+		for _, t := range fresh {
+			r.checkedTopics[t] = true
+		}
+	case errors.Is(err, store.ErrMisconfigured):
+		return err
+	}
+	return nil
 }
 
 func (r *Runner[S]) fatalErr() error {

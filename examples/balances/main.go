@@ -223,7 +223,10 @@ func runEngine(ctx context.Context, seeds []string, cl *kgo.Client, out io.Write
 		// committed; a crash in between emits them again. StartEmit: the
 		// next poll is folded while a poll's outputs are on their way.
 		StartEmit: emitter.StartEmit,
-		Logger:    slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{ReplaceAttr: dropTime})),
+		// The emitter checks (and creates) the output topics, at the
+		// start and at each new topic's first output.
+		CheckOutputTopics: emitter.CheckTopics,
+		Logger:            slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{ReplaceAttr: dropTime})),
 	})
 	if err != nil {
 		return 0, err
