@@ -216,6 +216,9 @@ func (br *broker) Claimed(ctx context.Context, txnID string, snap, input store.T
 	}
 	st.SnapshotsEmpty = end.Offset == 0
 	ds, err := br.b.adm.DescribeTransactions(ctx, txnID)
+	if errors.Is(err, kerr.UnsupportedVersion) {
+		return st, fmt.Errorf("%w: %w", backend.ErrNoClaims, err)
+	}
 	if err != nil && !errors.Is(err, kerr.TransactionalIDNotFound) {
 		return st, err
 	}

@@ -202,8 +202,9 @@ type Broker interface {
 	// Claimed reports, before a takeover, what the coordinator knows of
 	// txnID, whether snap holds any record, and (only when the id is
 	// claimed and snap holds none) whether group has committed an offset
-	// of input. A coordinator that does not answer is an error: the
-	// caller goes on without the check.
+	// of input. A coordinator that does not answer is an error, and the
+	// acquisition fails (to be retried); a cluster that cannot describe
+	// ids answers ErrNoClaims, and the takeover goes ahead unchecked.
 	Claimed(ctx context.Context, txnID string, snap, input store.TopicPartition, group string) (IDState, error)
 	// Partitions returns topic's partition count, or an error matching
 	// store.ErrMisconfigured if the topic does not exist.
@@ -452,22 +453,25 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 // partition holds nothing and the group has committed nothing of the
 // input (a new application meeting an id in use). A snapshot topic
 // re-created under a running deployment keeps its group's offsets, and
-// passes. A coordinator that cannot be asked leaves the takeover as it
-// was, without a claim: the check guards against a misconfiguration, and
-// must not stop a healthy start.
+// passes. A coordinator that does not answer fails the acquisition, which
+// is retried; a cluster that cannot describe transactional.ids leaves
+// the takeover unchecked and unclaimed.
 func (b *Backend) checkClaim(ctx context.Context, a store.Acquisition, snap store.TopicPartition, txnID string) (claim bool, _ error) {
 	group := a.Group
 	if group == "" {
 		group = a.Identity.CurrentIdentity().Group
 	}
 	st, err := b.broker.Claimed(ctx, txnID, snap, a.Input, group)
-	if err != nil {
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
-		b.cfg.Logger.Warn("could not check that the transactional.id is this application's; taking it over", "input", a.Input.String(),
+	switch {
+	case errors.Is(err, ErrNoClaims):
+		b.cfg.Logger.Warn("the cluster cannot say whose the transactional.id is; taking it over", "input", a.Input.String(),
 			"transactional_id", txnID, "err", err)
 		return false, nil
+	case err != nil:
+		// A coordinator moving or not loaded yet: the acquisition fails
+		// and is retried, rather than take over an id that may be
+		// another application's.
+		return false, fmt.Errorf("%s: %s: checking whose transactional.id %q is: %w", b.cfg.Name, a.Input, txnID, err)
 	}
 	foreign := func(evidence string) error {
 		return &store.ForeignStateError{Input: a.Input, Snapshots: snap, Application: b.cfg.Application, Offset: -1,
@@ -493,6 +497,11 @@ func (b *Backend) checkClaim(ctx context.Context, a store.Acquisition, snap stor
 	}
 	return st.SnapshotsEmpty, nil
 }
+
+// ErrNoClaims: the cluster cannot describe transactional.ids (a broker
+// before DescribeTransactions): Broker.Claimed's answer, on which the
+// takeover goes ahead unchecked.
+var ErrNoClaims = errors.New("the cluster cannot describe transactional.ids")
 
 // consumerOffsetsTopic is where a transactional offset commit writes.
 const consumerOffsetsTopic = "__consumer_offsets"
