@@ -37,8 +37,9 @@ type ViewConfig[S any] struct {
 	Store store.TopicFollower
 	// Topic is required. For a view of snapshots it is the input topic of
 	// the engine whose snapshots the view reads (the view reads the
-	// snapshot topic the Store names for it, "<Topic>-snapshots" by
-	// default); with Plain it is the topic read.
+	// snapshot topic the Store names for it: by default
+	// "<application>-<Topic>-snapshots", of the Store's Application, the
+	// application whose state is read); with Plain it is the topic read.
 	Topic string
 	// Plain reads Topic as a table of plain key/values that snapfence
 	// does not write (a compacted topic another producer keeps): a
