@@ -74,15 +74,7 @@ func TestTwoApplicationsOnOneInputKeepTheirStatesApartOnSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := ledger{}
-	produce := func(events ...string) {
-		for _, ev := range events {
-			k, v, _ := strings.Cut(ev, "=")
-			if _, err := c.Produce(store.TopicPartition{Topic: "accounts", Partition: int32(len(k) % 2)}, store.WireRecord{Key: []byte(k), Value: []byte(v)}); err != nil {
-				t.Fatal(err)
-			}
-			want.apply(k, v)
-		}
-	}
+	produce := func(events ...string) { produceAccounts(t, c, want, events...) }
 	produce("alice=+10", "bob=+5", "carol=+7", "alice=-3")
 	bank := startApp(t, c, sim.BackendConfig{Application: "bank"}, "bank")
 	drainApps(t, c, bank)
@@ -119,15 +111,7 @@ func TestASharedTransactionalIDPrefixStopsTheNewcomerOnSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := ledger{}
-	produce := func(events ...string) {
-		for _, ev := range events {
-			k, v, _ := strings.Cut(ev, "=")
-			if _, err := c.Produce(store.TopicPartition{Topic: "accounts", Partition: int32(len(k) % 2)}, store.WireRecord{Key: []byte(k), Value: []byte(v)}); err != nil {
-				t.Fatal(err)
-			}
-			want.apply(k, v)
-		}
-	}
+	produce := func(events ...string) { produceAccounts(t, c, want, events...) }
 	produce("alice=+10", "bob=+5")
 	bank := startApp(t, c, sim.BackendConfig{Application: "bank", TransactionalIDPrefix: "shared"}, "bank")
 	drainApps(t, c, bank)
@@ -161,6 +145,19 @@ func TestASharedTransactionalIDPrefixStopsTheNewcomerOnSim(t *testing.T) {
 		if p.Restarts != 0 {
 			t.Errorf("the first application's %s restarted %d times (fenced by the newcomer?)", p.Input, p.Restarts)
 		}
+	}
+}
+
+// produceAccounts appends events "key=value" to the partition of accounts
+// the key hashes to, and applies them to want.
+func produceAccounts(t *testing.T, c *sim.Cluster, want ledger, events ...string) {
+	t.Helper()
+	for _, ev := range events {
+		k, v, _ := strings.Cut(ev, "=")
+		if _, err := c.Produce(store.TopicPartition{Topic: "accounts", Partition: int32(len(k) % 2)}, store.WireRecord{Key: []byte(k), Value: []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+		want.apply(k, v)
 	}
 }
 
