@@ -19,6 +19,7 @@ import (
 
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/storetest"
 )
 
 // lockedBuffer is a log sink safe for the backend's goroutines.
@@ -95,6 +96,10 @@ func hangOn(t *testing.T, w *fakeWorld, in, tp store.TopicPartition, key string,
 		return nil, nil, false
 	})
 	if own {
+		// The lineage's first takeover claimed the snapshot partition (a
+		// marker there), as the store's does: an id of this lineage
+		// never stands beside an empty snapshot partition.
+		w.ProduceForeign(t, in, store.EncodeOffsetMarker(storetest.Application, 0, store.GroupIdentity{}))
 		w.c.ControlKey(int16(kmsg.DescribeTransactions), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 			w.c.KeepControl()
 			req := kreq.(*kmsg.DescribeTransactionsRequest)
