@@ -199,8 +199,8 @@ func (br *broker) Leftover(ctx context.Context, a store.Acquisition, l backend.L
 }
 
 // Claimed implements backend.Broker: DescribeTransactions of txnID, the
-// snapshot partition's end offset, and the group's committed offset when
-// it matters. An id the coordinator does not know is unclaimed.
+// snapshot partition's end and last stable offsets, and the group's
+// committed offset when it matters. An id the coordinator does not know is unclaimed.
 func (br *broker) Claimed(ctx context.Context, txnID string, snap, input store.TopicPartition, group string) (backend.IDState, error) {
 	var st backend.IDState
 	ends, err := br.b.adm.ListEndOffsets(ctx, snap.Topic)
@@ -215,6 +215,20 @@ func (br *broker) Claimed(ctx context.Context, txnID string, snap, input store.T
 		return st, fmt.Errorf("kafka: no end offset for %s", snap)
 	}
 	st.SnapshotsEmpty = end.Offset == 0
+	if !st.SnapshotsEmpty {
+		stable, err := br.b.adm.ListCommittedOffsets(ctx, snap.Topic)
+		if err == nil {
+			err = stable.Error()
+		}
+		if err != nil {
+			return st, err
+		}
+		lso, ok := stable.Lookup(snap.Topic, snap.Partition)
+		if !ok {
+			return st, fmt.Errorf("kafka: no last stable offset for %s", snap)
+		}
+		st.SnapshotsStable = lso.Offset > 0
+	}
 	ds, err := br.b.adm.DescribeTransactions(ctx, txnID)
 	if errors.Is(err, kerr.UnsupportedVersion) {
 		return st, fmt.Errorf("%w: %w", backend.ErrNoClaims, err)

@@ -125,7 +125,12 @@ func (p *partition) Claim(ctx context.Context, marker store.WireRecord, id store
 	}
 	err := prod.BeginTransaction()
 	if err == nil {
-		if err = prod.ProduceSync(ctx, p.record(marker)).FirstErr(); err != nil {
+		if err = prod.ProduceSync(ctx, p.record(marker)).FirstErr(); err == nil {
+			// Often the producer's first records to the snapshot topic:
+			// see awaitPublished.
+			err = p.awaitPublished(ctx, prod, p.snap)
+		}
+		if err != nil {
 			if aerr := prod.EndTransaction(ctx, kgo.TryAbort); aerr != nil {
 				err = errors.Join(err, fmt.Errorf("aborting: %w", aerr))
 			}

@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -61,11 +62,12 @@ type lateTopicWorld struct {
 	mu      sync.Mutex
 	clients []*kgo.Client // transactional clients, as created
 
-	metaArmed   atomic.Bool
-	metaHeld    chan struct{} // closed when the metadata request is parked
-	metaRelease chan struct{}
-	wedged      chan struct{} // closed when the wedge's hook blocks
-	unwedge     chan struct{}
+	metaArmed     atomic.Bool
+	armAtProducer atomic.Bool
+	metaHeld      chan struct{} // closed when the metadata request is parked
+	metaRelease   chan struct{}
+	wedged        chan struct{} // closed when the wedge's hook blocks
+	unwedge       chan struct{}
 }
 
 const wedgeKey = "wedge"
@@ -119,6 +121,9 @@ func (h *lateTopicHooks) OnNewClient(cl *kgo.Client) {
 		h.mu.Lock()
 		h.clients = append(h.clients, cl)
 		h.mu.Unlock()
+		if h.armAtProducer.CompareAndSwap(true, false) {
+			h.metaArmed.Store(true)
+		}
 	}
 }
 
@@ -131,6 +136,11 @@ func (h *lateTopicHooks) OnProduceRecordPartitioned(r *kgo.Record, _ int32) {
 
 // holdNextMetadata parks the next metadata request for the snapshot topic.
 func (w *lateTopicWorld) holdNextMetadata() { w.metaArmed.Store(true) }
+
+// holdProducersMetadata parks the next metadata request for the snapshot
+// topic once the next transactional client is created: its own, not the
+// store's admin client's before it.
+func (w *lateTopicWorld) holdProducersMetadata() { w.armAtProducer.Store(true) }
 
 // wedge runs once produce (which produces cl's first records to the
 // snapshot topic, on a goroutine of its own) waits for the topic's
@@ -234,6 +244,9 @@ func TestAFirstTransactionCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = b.Close() })
 		m := w.Join(t).(member)
+		// An earlier owner of the lineage claimed the partition, so this
+		// owner's first transaction is the write.
+		w.ProduceForeign(t, in, store.EncodeOffsetMarker(w.prefix, 0, store.GroupIdentity{}))
 		p, err := b.Acquire(context.Background(), store.Acquisition{
 			Input: in, AssignedOffset: 5, Identity: store.IdentityFunc(m.Identity),
 		})
@@ -279,6 +292,77 @@ func TestAFirstTransactionCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
 		// (with the reset missed: OUT_OF_ORDER_SEQUENCE_NUMBER).
 		if err := writeOne(context.Background(), p, store.Snapshot{Key: []byte("a"), Value: []byte("2"), Offset: 6}); err != nil {
 			t.Fatalf("the next write: %v", err)
+		}
+	})
+}
+
+// The claim of a new application's first takeover is its producer's
+// first transaction to the snapshot topic: it too waits for franz-go to
+// publish the topic's partitions, and commits. An aborted claim would
+// leave the id claimed beside an empty partition, which the application's
+// next start takes for another application's.
+func TestAClaimCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newLateTopicWorld(t)
+		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
+		waiting := &logSignal{msg: "waiting for the producer to publish a partition of the transaction before ending it", ch: make(chan struct{})}
+		b, err := kafka.New(context.Background(), kafka.Config{
+			Mode: store.Transactional, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
+			ClientOpts: []kgo.Opt{kgo.Dialer(w.dial), w.hooks()},
+			Logger:     slog.New(waiting),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		m := w.Join(t).(member)
+		w.holdProducersMetadata()
+		acquired := make(chan error, 1)
+		go func() {
+			p, err := b.Acquire(context.Background(), store.Acquisition{
+				Input: in, AssignedOffset: 0, Identity: store.IdentityFunc(m.Identity),
+			})
+			if err == nil {
+				t.Cleanup(func() { _ = p.Close() })
+			}
+			acquired <- err
+		}()
+		select {
+		case err := <-acquired:
+			t.Fatalf("Acquire ended (%v) without asking for the snapshot topic's metadata: no claim", err)
+		case <-w.metaHeld:
+		}
+		unwedge := w.wedge(t, w.producer(t))
+		var aerr error
+		ended := false
+		select {
+		case aerr = <-acquired:
+			ended = true
+		case <-waiting.ch:
+		}
+		if err := unwedge(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("the wedge: %v, want its context's cancellation", err)
+		}
+		if ended {
+			t.Errorf("the claim ended (Acquire: %v) before franz-go published its partition", aerr)
+		} else {
+			aerr = <-acquired
+		}
+		if aerr != nil {
+			t.Fatalf("Acquire: %v", aerr)
+		}
+		lso, hw := w.StableOffsets(t, in)
+		if lso != hw || hw == 0 {
+			t.Fatalf("snapshot log: last stable offset %d, high watermark %d; want the claim ended", lso, hw)
+		}
+		var claims int
+		w.readTo(t, snapTP(in), hw, []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, func(r *kgo.Record) {
+			if bytes.Equal(r.Key, store.OffsetMarkerKey) {
+				claims++
+			}
+		})
+		if claims != 1 {
+			t.Fatalf("%d committed claims on the snapshot partition, want 1: the claim was aborted", claims)
 		}
 	})
 }

@@ -160,14 +160,14 @@ func (b *broker) Leftover(context.Context, store.Acquisition, backend.Link, stri
 
 // Claimed implements backend.Broker: the coordinator's state of txnID,
 // as Kafka's DescribeTransactions reports it, the snapshot partition's end
-// and the group's committed offset.
+// and last stable offset, and the group's committed offset.
 func (b *broker) Claimed(_ context.Context, txnID string, snap, input store.TopicPartition, group string) (backend.IDState, error) {
 	var st backend.IDState
-	_, _, end, err := b.c.Offsets(snap)
+	_, lso, end, err := b.c.Offsets(snap)
 	if err != nil {
 		return st, err
 	}
-	st.SnapshotsEmpty = end == 0
+	st.SnapshotsEmpty, st.SnapshotsStable = end == 0, lso > 0
 	known, epoch, ongoing, parts, committed := b.c.TransactionState(txnID)
 	if !known {
 		return st, nil

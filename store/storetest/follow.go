@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -158,7 +159,8 @@ func snapshotPartition(in store.TopicPartition) store.TopicPartition {
 // A follower of any topic (store.TopicFollower), here the snapshot
 // partition read as a plain topic by a Plain-mode backend, returns the
 // committed records raw, with their own offsets, a null value as a
-// tombstone, never an aborted transaction's; its high watermark is the
+// tombstone, never an aborted transaction's (here the offset marker of
+// the acquisition's claim, then the foreign records); its high watermark is the
 // read_uncommitted log end; Partitions counts a topic's partitions and
 // names a missing one.
 func followTopicRaw(t *testing.T, w World) {
@@ -192,11 +194,14 @@ func followTopicRaw(t *testing.T, w World) {
 	if got, err := f.HighWatermark(context.Background()); err != nil || got != hw {
 		t.Fatalf("HighWatermark = %d, %v; want the high watermark %d", got, err, hw)
 	}
-	got := followUntil(t, w, f, "the three committed records are read", func(g followed) bool { return len(g.snaps) >= 3 })
-	s := got.snaps
+	got := followUntil(t, w, f, "the four committed records are read", func(g followed) bool { return len(g.snaps) >= 4 })
+	if c := got.snaps[0]; !bytes.Equal(c.Key, store.OffsetMarkerKey) || c.Offset != 0 {
+		t.Fatalf("FollowTopic read %s first; want the claim's offset marker at offset 0", describe(got.snaps[:1]))
+	}
+	s := got.snaps[1:]
 	if len(s) != 3 || string(s[0].Value) != "v1" || s[0].Tombstone || !s[1].Tombstone || s[1].Value != nil ||
 		string(s[2].Key) != "j" || s[2].Tombstone || !(s[0].Offset < s[1].Offset && s[1].Offset < s[2].Offset) {
-		t.Fatalf("FollowTopic read %s; want k=v1, k's tombstone (a null value), j= (an empty value, no tombstone), in log order with their offsets, and not the aborted record", describe(s))
+		t.Fatalf("FollowTopic read %s; want after the claim k=v1, k's tombstone (a null value), j= (an empty value, no tombstone), in log order with their offsets, and not the aborted record", describe(got.snaps))
 	}
 	if s[2].Offset != hw-1 {
 		t.Fatalf("the last record's offset is %d, want its own offset %d (the high watermark less one)", s[2].Offset, hw-1)

@@ -57,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 		{"AnotherApplicationsRecordIsRefused", anotherApplicationsRecord},
 		{"AnotherApplicationsTransactionalIDIsNotTakenOver", anotherApplicationsTransactionalID},
 		{"AnotherApplicationsClaimedIDIsNotTakenOver", anotherApplicationsClaimedID},
+		{"ClaimBesideAnOpenTransaction", claimBesideAnOpenTransaction},
 		{"OversizeSnapshotNamesKey", oversizeSnapshot},
 		{"LargestAllowedSnapshotCommits", largestAllowedSnapshot},
 		{"ReservedKeyRefused", reservedKey},
@@ -1111,6 +1112,31 @@ func anotherApplicationsClaimedID(t *testing.T, w World) {
 	if r := collect(o.Recover(context.Background())); r.err != nil || len(r.snaps) != 1 {
 		t.Fatalf("recovered %d snapshots, %v; want k alone (the claim is no snapshot)", len(r.snaps), r.err)
 	}
+}
+
+// The first takeover claims a snapshot partition whose only records are
+// an open transaction's (another writer's, hanging): those may yet be
+// lost with a broker's unreplicated tail, and the partition would then be
+// empty beside a claimed id, which a later acquisition of the
+// application's own would take for another application's.
+func claimBesideAnOpenTransaction(t *testing.T, w World) {
+	m := w.Join(t)
+	in := input(w, 0)
+	mustNil(t, "close", acquire(t, w, transactional, input(w, 1), 0, m.Identity()).Close()) // creates the snapshot topic
+	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot("", snap("foreign", "x", 2)))
+	lso0, hw0 := w.StableOffsets(t, in)
+	if lso0 != 0 || hw0 == 0 {
+		t.Fatalf("before the takeover: lso %d, hw %d; want the foreign open transaction alone", lso0, hw0)
+	}
+	o := acquire(t, w, transactional, in, 0, m.Identity())
+	if lso, hw := w.StableOffsets(t, in); lso != 0 || hw < hw0+2 {
+		t.Fatalf("after the first takeover: lso %d, hw %d; want a committed claim (a marker and its commit marker) past the foreign record, the lso still pinned at 0", lso, hw)
+	}
+	end(false)
+	if r := collect(o.Recover(context.Background())); r.err != nil || len(r.snaps) != 0 {
+		t.Fatalf("recovered %s, %v; want nothing (the claim is no snapshot, the foreign record aborted)", describe(r.snaps), r.err)
+	}
+	mustNil(t, "a write after the claim", o.Write(context.Background(), snap("k", "v", 1)))
 }
 
 // An oversize snapshot is refused with its key, size and the limit.

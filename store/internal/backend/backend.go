@@ -234,6 +234,11 @@ type IDState struct {
 	Partitions []store.TopicPartition
 	// SnapshotsEmpty: the snapshot partition holds no record.
 	SnapshotsEmpty bool
+	// SnapshotsStable: the snapshot partition's last stable offset is
+	// above 0. Its first record is then settled (a finished transaction's,
+	// or a marker), and no loss of open transactions' records, such as a
+	// broker losing an unreplicated tail, can leave it empty again.
+	SnapshotsStable bool
 	// GroupCommitted: the group has a committed offset of the input
 	// partition (asked only when Claimed and SnapshotsEmpty).
 	GroupCommitted bool
@@ -259,7 +264,8 @@ type Link interface {
 	Takeover(ctx context.Context, txnID string) error
 	// Claim commits a transaction holding only marker, on the snapshot
 	// partition, right after the takeover of a partition whose snapshot
-	// partition is empty: from then on it holds a record, which is how a
+	// partition holds no settled record (its last stable offset is 0):
+	// from then on it holds a record for good, which is how a
 	// later acquisition of the id tells this application's from another
 	// one's (checkClaim). Transactional mode only.
 	Claim(ctx context.Context, marker store.WireRecord, id store.GroupIdentity) error
@@ -446,9 +452,9 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 // fail). The coordinator names no owner, but what the id's transactions
 // touch does. Every transaction of this partition writes to its snapshot
 // partition, and to nothing but that, the group's offsets and the
-// declared outputs; and the first takeover of an empty snapshot
-// partition writes a claim there (claim: the caller commits one after the
-// takeover). So the id is another application's when its open
+// declared outputs; and the first takeover of a snapshot partition with
+// no settled record writes a claim there (claim: the caller commits one
+// after the takeover). So the id is another application's when its open
 // transaction writes elsewhere, or when it is claimed while the snapshot
 // partition holds nothing and the group has committed nothing of the
 // input (a new application meeting an id in use). A snapshot topic
@@ -495,7 +501,10 @@ func (b *Backend) checkClaim(ctx context.Context, a store.Acquisition, snap stor
 			"transactional.id.expiration.ms after its last use, or give it another TransactionalIDPrefix)",
 			snap, b.cfg.Application, group, a.Input))
 	}
-	return st.SnapshotsEmpty, nil
+	// Claim also a partition whose only records are open transactions'
+	// (another application's, hanging): they may yet vanish, and the
+	// claim must outlive them.
+	return !st.SnapshotsStable, nil
 }
 
 // ErrNoClaims: the cluster cannot describe transactional.ids (a broker
