@@ -233,16 +233,7 @@ func TestAFirstTransactionCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newLateTopicWorld(t)
 		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
-		waiting := &logSignal{msg: "waiting for the producer to publish a partition of the transaction before ending it", ch: make(chan struct{})}
-		b, err := kafka.New(context.Background(), kafka.Config{
-			Mode: store.Transactional, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
-			ClientOpts: []kgo.Opt{kgo.Dialer(w.dial), w.hooks()},
-			Logger:     slog.New(waiting),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
+		b, waiting := w.backend(t)
 		m := w.Join(t).(member)
 		// An earlier owner of the lineage claimed the partition, so this
 		// owner's first transaction is the write.
@@ -259,26 +250,7 @@ func TestAFirstTransactionCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
 			written <- writeOne(context.Background(), p, store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 4})
 		}()
 		unwedge := w.wedge(t, w.producer(t))
-		// No synctest.Wait while the window is open: the wedge's sink
-		// waits for the partition lock its hook holds, which is not a
-		// durable block. Either the write ends (acknowledged or not) or
-		// the store says it waits.
-		var werr error
-		ended := false
-		select {
-		case werr = <-written:
-			ended = true
-		case <-waiting.ch:
-		}
-		if err := unwedge(); !errors.Is(err, context.Canceled) {
-			t.Fatalf("the wedge: %v, want its context's cancellation", err)
-		}
-		if ended {
-			t.Errorf("the write ended (%v) before franz-go published its partition", werr)
-		} else {
-			werr = <-written
-		}
-		if werr != nil {
+		if werr := w.endsAfterPublished(t, "the write", written, waiting, unwedge); werr != nil {
 			t.Fatalf("write: %v", werr)
 		}
 		got := w.ReadSnapshots(t, in)
@@ -305,16 +277,7 @@ func TestAClaimCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newLateTopicWorld(t)
 		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
-		waiting := &logSignal{msg: "waiting for the producer to publish a partition of the transaction before ending it", ch: make(chan struct{})}
-		b, err := kafka.New(context.Background(), kafka.Config{
-			Mode: store.Transactional, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
-			ClientOpts: []kgo.Opt{kgo.Dialer(w.dial), w.hooks()},
-			Logger:     slog.New(waiting),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
+		b, waiting := w.backend(t)
 		m := w.Join(t).(member)
 		w.holdProducersMetadata()
 		acquired := make(chan error, 1)
@@ -333,22 +296,7 @@ func TestAClaimCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
 		case <-w.metaHeld:
 		}
 		unwedge := w.wedge(t, w.producer(t))
-		var aerr error
-		ended := false
-		select {
-		case aerr = <-acquired:
-			ended = true
-		case <-waiting.ch:
-		}
-		if err := unwedge(); !errors.Is(err, context.Canceled) {
-			t.Fatalf("the wedge: %v, want its context's cancellation", err)
-		}
-		if ended {
-			t.Errorf("the claim ended (Acquire: %v) before franz-go published its partition", aerr)
-		} else {
-			aerr = <-acquired
-		}
-		if aerr != nil {
+		if aerr := w.endsAfterPublished(t, "the claim (Acquire)", acquired, waiting, unwedge); aerr != nil {
 			t.Fatalf("Acquire: %v", aerr)
 		}
 		lso, hw := w.StableOffsets(t, in)
@@ -365,6 +313,48 @@ func TestAClaimCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
 			t.Fatalf("%d committed claims on the snapshot partition, want 1: the claim was aborted", claims)
 		}
 	})
+}
+
+// backend is a transactional store on w whose log tells when a
+// transaction waits for its partition to be published.
+func (w *lateTopicWorld) backend(t *testing.T) (*kafka.Backend, *logSignal) {
+	t.Helper()
+	waiting := &logSignal{msg: "waiting for the producer to publish a partition of the transaction before ending it", ch: make(chan struct{})}
+	b, err := kafka.New(context.Background(), kafka.Config{
+		Mode: store.Transactional, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
+		ClientOpts: []kgo.Opt{kgo.Dialer(w.dial), w.hooks()},
+		Logger:     slog.New(waiting),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b, waiting
+}
+
+// endsAfterPublished returns what ended reports once the wedged window
+// closed: what must not end while franz-go has not published its
+// partition either ends (the test fails) or the store says it waits, and
+// then the window closes. No synctest.Wait while the window is open: the
+// wedge's sink waits for the partition lock its hook holds, which is not
+// a durable block.
+func (w *lateTopicWorld) endsAfterPublished(t *testing.T, what string, ended <-chan error, waiting *logSignal, unwedge func() error) error {
+	t.Helper()
+	var err error
+	early := false
+	select {
+	case err = <-ended:
+		early = true
+	case <-waiting.ch:
+	}
+	if uerr := unwedge(); !errors.Is(uerr, context.Canceled) {
+		t.Fatalf("the wedge: %v, want its context's cancellation", uerr)
+	}
+	if early {
+		t.Errorf("%s ended (%v) before franz-go published its partition", what, err)
+		return err
+	}
+	return <-ended
 }
 
 // logSignal is a slog handler that closes ch at the first record with
