@@ -229,19 +229,14 @@ func (br *broker) Claimed(ctx context.Context, txnID string, snap, input store.T
 		}
 		st.SnapshotsStable = lso.Offset > 0
 	}
-	ds, err := br.b.adm.DescribeTransactions(ctx, txnID)
-	if errors.Is(err, kerr.UnsupportedVersion) {
-		return st, fmt.Errorf("%w: %w", backend.ErrNoClaims, err)
-	}
-	if err != nil && !errors.Is(err, kerr.TransactionalIDNotFound) {
-		return st, err
-	}
-	d, ok := ds[txnID]
+	d, ok, err := br.describeTransaction(ctx, txnID)
 	switch {
-	case err != nil || !ok || errors.Is(d.Err, kerr.TransactionalIDNotFound):
+	case errors.Is(err, kerr.UnsupportedVersion):
+		return st, fmt.Errorf("%w: %w", backend.ErrNoClaims, err)
+	case errors.Is(err, kerr.TransactionalIDNotFound) || (err == nil && !ok):
 		return st, nil
-	case d.Err != nil:
-		return st, d.Err
+	case err != nil:
+		return st, err
 	}
 	st.Claimed = d.State != "Empty" || d.ProducerEpoch > 0
 	switch d.State {
@@ -270,6 +265,43 @@ func (br *broker) Claimed(ctx context.Context, txnID string, snap, input store.T
 func (br *broker) Unstable(ctx context.Context, a store.Acquisition, l backend.Link, txnID string, err error) (bool, error) {
 	return br.b.unstableOffset(ctx, a, l.(*partition), txnID, err)
 }
+
+// describeTransaction is DescribeTransactions of txnID, asked again while
+// its coordinator is moving or loading (a retriable error: on a fresh
+// cluster the first use of a transaction coordinator answers
+// COORDINATOR_NOT_AVAILABLE for a while), as the takeover's
+// InitProducerID is, within the transaction timeout. The error is the
+// request's or the id's own.
+func (br *broker) describeTransaction(ctx context.Context, txnID string) (kadm.DescribedTransaction, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, br.b.set.TransactionTimeout)
+	defer cancel()
+	backoff := coordinatorBackoff
+	for {
+		ds, err := br.b.adm.DescribeTransactions(ctx, txnID)
+		d, ok := ds[txnID]
+		if err == nil && ok {
+			err = d.Err
+		}
+		if err == nil || !kerr.IsRetriable(err) {
+			return d, ok, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return d, ok, fmt.Errorf("describing transactional.id %q: %w (%w)", txnID, err, context.Cause(ctx))
+		case <-t.C:
+		}
+		backoff = min(2*backoff, coordinatorBackoffMax)
+	}
+}
+
+// Backoff for a coordinator that is moving or loading: doubling from
+// 10 ms to 1 s.
+const (
+	coordinatorBackoff    = 10 * time.Millisecond
+	coordinatorBackoffMax = time.Second
+)
 
 // Close implements backend.Broker: the skeleton has released every
 // partition.
