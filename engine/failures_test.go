@@ -154,13 +154,7 @@ func TestFailingTickStopsRunByDefaultOnSim(t *testing.T) {
 		c.TickInterval = time.Second
 		c.Tick = func([]byte, int, time.Time) (engine.Result[int], error) { panic("tick bug") }
 	}))
-	var err error
-	for range 10 {
-		if err = r.Step(context.Background()); err != nil {
-			break
-		}
-		w.c.Advance(time.Second)
-	}
+	err := w.stepUntilError(r, 10*time.Second, nil)
 	fe, ok := errors.AsType[*engine.FoldError](err)
 	if !ok || fe.Offset != -1 || fe.Panic != "tick bug" {
 		t.Fatalf("Step = %v, want the tick's *engine.FoldError", err)
@@ -403,13 +397,7 @@ func TestMissingOutputTopicEndsRunOnSim(t *testing.T) {
 		c.ExactlyOnce, c.OutputTopics, c.Logger = true, []string{"balances"}, slog.New(logs)
 	})
 	r := w.runner(e)
-	var err error
-	for range 10 {
-		if err = r.Step(context.Background()); err != nil {
-			break
-		}
-		w.c.Advance(time.Second)
-	}
+	err := w.stepUntilError(r, 10*time.Second, nil)
 	ce, ok := errors.AsType[*store.ConfigError](err)
 	if !ok || ce.Subject != `output topic "balances"` || strings.Contains(err.Error(), "rewinding") {
 		t.Fatalf("Step = %v, want a *store.ConfigError naming output topic \"balances\"", err)

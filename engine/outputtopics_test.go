@@ -28,13 +28,7 @@ func TestAnUndeclaredOutputTopicStopsRunOnSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := w.runner(e)
-	var err error
-	for range 10 {
-		if err = r.Step(context.Background()); err != nil {
-			break
-		}
-		w.c.Advance(time.Second)
-	}
+	err := w.stepUntilError(r, 10*time.Second, nil)
 	ce, ok := errors.AsType[*store.ConfigError](err)
 	if !ok || ce.Subject != `output topic "balances"` || !strings.Contains(err.Error(), "Config.OutputTopics") ||
 		!errors.Is(err, store.ErrMisconfigured) {

@@ -51,13 +51,7 @@ func TestOversizeOutputStopsWithTheRecordsFoldErrorOnSim(t *testing.T) {
 			_, _, badOffset, _ := w.c.Offsets(bad)
 			w.produce("bob="+bigNote, "bob=+2")
 			r := w.runner(w.engine(time.Second, func(c *engine.Config[int]) { c.Fold = noted }))
-			var err error
-			for range 20 {
-				if err = r.Step(context.Background()); err != nil {
-					break
-				}
-				w.c.Advance(time.Second)
-			}
+			err := w.stepUntilError(r, 20*time.Second, nil)
 			fe, ok := errors.AsType[*engine.FoldError](err)
 			if !ok || fe.Input != bad || fe.Offset != badOffset || string(fe.Key) != "bob" {
 				t.Fatalf("Step = %v, want the *engine.FoldError of %s offset %d key bob", err, bad, badOffset)

@@ -126,13 +126,7 @@ func undecodableStateStops(t *testing.T, poison engine.PoisonPolicy) {
 		t.Fatal(err)
 	}
 	r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Poison, c.Metrics = poison, m }))
-	var ended error
-	for range 5 {
-		if ended = r.Step(context.Background()); ended != nil {
-			break
-		}
-		w.c.Advance(time.Second)
-	}
+	ended := w.stepUntilError(r, 5*time.Second, nil)
 	se, ok := errors.AsType[*engine.RecoveredStateError](ended)
 	if !ok || string(se.Key) != "bob" || se.Offset != 12 || se.Keys != 2 || se.Input != tp {
 		t.Fatalf("the runner ended with %v, want a *RecoveredStateError for bob at input offset 12, 2 keys", ended)
