@@ -352,12 +352,7 @@ func TestKafkaEmitterAsTheEnginesEmit(t *testing.T) {
 func testKafkaEmitterAsTheEnginesEmit(t *testing.T, start bool) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
-		em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.c.ListenAddrs(),
-			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}, CreateTopics: true, TopicPartitions: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer em.Close()
+		em := w.emitter(t, engine.KafkaEmitterConfig{CreateTopics: true, TopicPartitions: 2})
 		r := w.runner(w.engineWith(func(c *engine.Config[int]) {
 			if start {
 				c.StartEmit = em.StartEmit
@@ -430,12 +425,7 @@ func TestKafkaEmitterChecksTheOutputTopicsAtRunStart(t *testing.T) {
 func TestTheSourceChecksTheOutputTopicsByDefaultOnKfake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
-		em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.c.ListenAddrs(),
-			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer em.Close()
+		em := w.emitter(t, engine.KafkaEmitterConfig{})
 		folds := 0
 		r := w.runner(w.engineWith(func(c *engine.Config[int]) {
 			c.StartEmit, c.Poison, c.DeadLetterTopic = em.StartEmit, engine.DeadLetterPoison, "accounts-dlt"
@@ -445,7 +435,7 @@ func TestTheSourceChecksTheOutputTopicsByDefaultOnKfake(t *testing.T) {
 			}
 		}), protocols["classic-cooperative"])
 		w.produce("alice=10", "bob=5")
-		err = r.Run(context.Background())
+		err := r.Run(context.Background())
 		ce, ok := errors.AsType[*store.ConfigError](err)
 		if !ok || ce.Subject != `output topic "accounts-dlt"` || folds != 0 || !strings.Contains(ce.Fix, "CheckTopics") {
 			t.Fatalf("Run = %v after %d folds, want the *store.ConfigError of output topic \"accounts-dlt\" before any", err, folds)
@@ -462,18 +452,13 @@ func TestTheSourceChecksTheOutputTopicsByDefaultOnKfake(t *testing.T) {
 func TestAnUnlistedMissingOutputTopicEndsRunAtItsFirstOutputOnKfake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
-		em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.c.ListenAddrs(),
-			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer em.Close()
+		em := w.emitter(t, engine.KafkaEmitterConfig{})
 		r := w.runner(w.engineWith(func(c *engine.Config[int]) {
 			c.StartEmit, c.CheckOutputTopics, c.CommitInterval = em.StartEmit, em.CheckTopics, time.Minute
 		}), protocols["classic-cooperative"])
 		w.produce("alice=10", "bob=5")
 		begin := time.Now() // virtual time
-		err = r.Run(context.Background())
+		err := r.Run(context.Background())
 		ce, ok := errors.AsType[*store.ConfigError](err)
 		if !ok || ce.Subject != `output topic "balances"` {
 			t.Fatalf("Run = %v, want the *store.ConfigError of output topic \"balances\"", err)
@@ -486,4 +471,17 @@ func TestAnUnlistedMissingOutputTopicEndsRunAtItsFirstOutputOnKfake(t *testing.T
 			t.Error("accounts/1 committed past outputs that were never delivered")
 		}
 	})
+}
+
+// emitter is a KafkaEmitter of cfg on w's cluster (its seeds and dialer
+// set here), closed when the test ends.
+func (w *fakeWorld) emitter(t *testing.T, cfg engine.KafkaEmitterConfig) *engine.KafkaEmitter {
+	t.Helper()
+	cfg.SeedBrokers, cfg.ClientOpts = w.c.ListenAddrs(), append(cfg.ClientOpts, kgo.Dialer(w.net.DialContext))
+	em, err := engine.NewKafkaEmitter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = em.Close() })
+	return em
 }
