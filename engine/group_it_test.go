@@ -45,11 +45,7 @@ func (w *brokerWorld) brokerLag() map[int32][2]int64 {
 // later (10 s here).
 func TestIdleStatusAgreesWithTheBrokerOnKafka(t *testing.T) {
 	w := newBrokerWorld(t)
-	reg := prometheus.NewPedanticRegistry()
-	m, err := engine.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, reg := newMetrics(t)
 	r := w.runnerWith(kgo.Balancers(kgo.CooperativeStickyBalancer()), func(c *engine.Config[int]) {
 		c.Metrics, c.PersistInterval, c.CommitInterval = m, time.Hour, 10*time.Second
 	})
@@ -117,11 +113,7 @@ func TestGroupReportOnKafka(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			w := newBrokerWorld(t)
-			reg := prometheus.NewPedanticRegistry()
-			m, err := engine.NewMetrics(reg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, reg := newMetrics(t)
 			r := w.runnerWith(protocol, func(c *engine.Config[int]) {
 				c.Metrics, c.GroupReportInterval = m, 500*time.Millisecond
 			})

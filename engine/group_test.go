@@ -7,7 +7,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
@@ -26,11 +25,7 @@ import (
 // rebalance ends, none is.
 func TestGroupReportShowsUnservedPartitionsOnSim(t *testing.T) {
 	w := newSimWorld(t)
-	reg := prometheus.NewPedanticRegistry()
-	m, err := engine.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, reg := newMetrics(t)
 	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store,
 		PersistInterval: time.Second, CommitInterval: time.Second, Metrics: m})
 	if err != nil {
@@ -142,11 +137,7 @@ func TestGroupReportOnKfake(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := newFakeWorld(t)
-				reg := prometheus.NewPedanticRegistry()
-				m, err := engine.NewMetrics(reg)
-				if err != nil {
-					t.Fatal(err)
-				}
+				m, reg := newMetrics(t)
 				e := w.engineWith(func(c *engine.Config[int]) { c.Metrics = m })
 				h := serveHealthOn(t, w.net, e, reg)
 				w.produce("alice=+1", "bob=+2", "dave=+4")

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -47,11 +46,7 @@ func TestHealthHandlerOnKafka(t *testing.T) {
 // ready at lag 0 (committed: and it committed every partition with
 // records), then stops it.
 func healthHandlerOnKafka(t *testing.T, w *brokerWorld, committed bool) {
-	reg := prometheus.NewPedanticRegistry()
-	m, err := engine.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, reg := newMetrics(t)
 	b, err := kafka.New(context.Background(), kafka.Config{Mode: store.Transactional, SeedBrokers: w.brokers,
 		TransactionalIDPrefix: w.topic, Observer: m.StoreObserver()})
 	if err != nil {

@@ -175,11 +175,7 @@ func simEnds(t *testing.T, c *sim.Cluster, topic string, n int32) map[int32]int6
 // inside the rebalance callback (the status never waits for the runner);
 // a closed runner is not live.
 func TestHealthHandlerOnSim(t *testing.T) {
-	reg := prometheus.NewPedanticRegistry()
-	m, err := engine.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, reg := newMetrics(t)
 	c := sim.New(sim.Config{Seed: 5})
 	if err := c.CreateTopic("accounts", sim.TopicConfig{Partitions: 2}); err != nil {
 		t.Fatal(err)
@@ -390,11 +386,7 @@ func TestHealthHandlerOnKfake(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := newFakeWorld(t)
-				reg := prometheus.NewPedanticRegistry()
-				m, err := engine.NewMetrics(reg)
-				if err != nil {
-					t.Fatal(err)
-				}
+				m, reg := newMetrics(t)
 				// Commits only when the test asks (FlushAll).
 				e := w.engineWith(func(c *engine.Config[int]) {
 					c.Metrics, c.PersistInterval, c.CommitInterval = m, time.Hour, time.Hour
@@ -488,11 +480,7 @@ func (w *fakeWorld) brokerCommitted() map[int32]int64 {
 func TestIdleStatusAgreesWithTheBrokerOnKfake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
-		reg := prometheus.NewPedanticRegistry()
-		m, err := engine.NewMetrics(reg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, reg := newMetrics(t)
 		e := w.engineWith(func(c *engine.Config[int]) {
 			c.Metrics, c.PersistInterval, c.CommitInterval = m, time.Hour, 10*time.Second
 		})

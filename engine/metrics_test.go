@@ -14,11 +14,7 @@ import (
 
 // The metrics count what the engine did; without them nothing is recorded.
 func TestMetricsCountFoldsFlushesTransactionsAndRecoveries(t *testing.T) {
-	reg := prometheus.NewPedanticRegistry()
-	m, err := engine.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, reg := newMetrics(t)
 	c := sim.New(sim.Config{Seed: 5})
 	c.CreateTopic("accounts", sim.TopicConfig{Partitions: 2})
 	b, err := c.NewBackend(sim.BackendConfig{Mode: store.Transactional, TransactionalIDPrefix: "bank", CreateTopics: true,
@@ -81,11 +77,7 @@ func TestMetricsCountFoldsFlushesTransactionsAndRecoveries(t *testing.T) {
 // series on the member that gave it back: its revoke-time flush commits
 // after the partition left the member, and the new owner reports it.
 func TestAGivenBackPartitionLeavesNoCommittableLagSeries(t *testing.T) {
-	reg := prometheus.NewPedanticRegistry()
-	m, err := engine.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, reg := newMetrics(t)
 	w := newSimWorld(t)
 	a := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Metrics = m }))
 	w.produce("alice=+1", "bob=+2", "dave=+3")
@@ -127,4 +119,15 @@ func TestAGivenBackPartitionLeavesNoCommittableLagSeries(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newMetrics is the engine's metrics on a pedantic registry of their own.
+func newMetrics(t *testing.T) (*engine.Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	m, err := engine.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
 }

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
@@ -210,11 +208,7 @@ func TestWarmRestartReadsOnlyTheDeltaOnSim(t *testing.T) {
 // reason checkpoint, never an empty label.
 func TestDeltaRecoveryNamesItsCheckpointOnSim(t *testing.T) {
 	w := newWarmWorld(t, store.Transactional)
-	reg := prometheus.NewPedanticRegistry()
-	m, err := engine.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, reg := newMetrics(t)
 	w.m = m
 	w.produce("alice=+1", "bob=+2")
 	w.run("bank", nil)
