@@ -19,9 +19,11 @@
 // default, and every snapshot record carries it, so two applications on
 // one input never share state by default, and an acquisition that meets
 // another application's record or transactional.id fails with a
-// *store.ForeignStateError before it takes anything over. Two
-// applications with the same prefix and input topic would fence each
-// other's producers.
+// *store.ForeignStateError before it takes anything over. So an
+// application started with another's TransactionalIDPrefix is refused
+// before it fences the other's producers: the coordinator's state of each
+// id, the snapshot partition and the group's offsets show whose it is
+// (docs/operations.md, "Applications").
 //
 // On a cluster with ACLs the producer's principal needs, for the prefix (a
 // PREFIXED TransactionalId ACL): Write and Describe on TransactionalId
