@@ -27,8 +27,8 @@ func checkpointDeltaReadsWhatFollows(t *testing.T, w World) {
 	// The first takeover of the empty partition committed its claim (an
 	// offset marker): recovery read it, and the position is past it.
 	cp0, ok := first.Position()
-	if _, hw := w.StableOffsets(t, in); !ok || hw == 0 || cp0.Offset != hw {
-		t.Fatalf("Position after recovering a partition that holds only its claim = %+v, %t; want valid at the high watermark %d, past the claim", cp0, ok, hw)
+	if _, hw := w.StableOffsets(t, in); !ok || hw < 2 || cp0.Offset > hw || cp0.Offset < hw-1 {
+		t.Fatalf("Position after recovering a partition that holds only its claim = %+v, %t; want valid at the high watermark %d (or before the commit marker), past the claim", cp0, ok, hw)
 	}
 	mustNil(t, "write a", first.Write(context.Background(), snap("a", "1", 1)))
 	mustNil(t, "write b", first.Write(context.Background(), snap("b", "2", 2)))

@@ -1376,6 +1376,8 @@ func crashedBatchReadUncommitted(t *testing.T, w World) {
 	for _, o := range outs {
 		recs = append(recs, store.WireRecord{Key: o.Key, Value: o.Value})
 	}
+	// The lineage's first owner claimed the partition; a later one crashed.
+	mustNil(t, "close the first owner", acquire(t, w, transactional, in, 0, m.Identity()).Close())
 	w.CrashedOwnerOutputs(t, in, recs...)
 	if got := w.ReadOutputs(t, false); len(got) != 3 {
 		t.Fatalf("read_uncommitted sees %s of the open batch, want its 3 outputs", describeOutputs(got))

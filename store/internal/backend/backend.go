@@ -495,7 +495,7 @@ func (b *Backend) checkClaim(ctx context.Context, a store.Acquisition, snap stor
 	}
 	// Without a group to ask, a re-created snapshot topic cannot be told
 	// from another application's id: the takeover goes ahead.
-	if st.Claimed && !st.Ongoing && st.SnapshotsEmpty && !st.GroupCommitted && group != "" {
+	if st.Claimed && st.SnapshotsEmpty && !st.GroupCommitted && group != "" {
 		return false, foreign(fmt.Sprintf("it is in use, yet snapshot partition %s, where every owner of it in application %q writes first, holds no record, "+
 			"and group %q has committed nothing of %s (if this application was reset on purpose, its topics and offsets deleted, wait for the id to expire, "+
 			"transactional.id.expiration.ms after its last use, or give it another TransactionalIDPrefix)",
