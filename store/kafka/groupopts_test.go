@@ -18,6 +18,7 @@ import (
 
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/storetest"
 )
 
 // groupRequests are what a group member sends: a backend client sending
@@ -132,7 +133,7 @@ func testGroupOptionsIgnored(t *testing.T, w *world, c groupOptsCase, block bool
 	user := w.Join(t) // the user's consumer, the group's only member
 	before := user.Identity()
 	log := &requestLog{block: block}
-	cfg := kafka.Config{Mode: c.mode, SeedBrokers: w.seeds(), TransactionalIDPrefix: w.prefix,
+	cfg := kafka.Config{Mode: c.mode, SeedBrokers: w.seeds(), Application: storetest.Application, TransactionalIDPrefix: w.prefix,
 		ClientOpts: []kgo.Opt{kgo.Dialer(log.dialer(w.dial))}}
 	switch opts := c.userConsumerOpts(w.group, w.input); c.field {
 	case "ClientOpts":

@@ -13,6 +13,7 @@ import (
 
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/storetest"
 )
 
 // The output topics of exactly-once batches on kfake, in virtual time.
@@ -35,7 +36,7 @@ func outputTopicChecks(t *testing.T, w *world, fast time.Duration) {
 	in := store.TopicPartition{Topic: w.input, Partition: 0}
 	missing, made := w.input+"-nowhere", w.input+"-made"
 	newBackend := func(cfg kafka.Config) *kafka.Backend {
-		cfg.Mode, cfg.SeedBrokers, cfg.TransactionalIDPrefix, cfg.Now = store.Transactional, w.seeds(), w.prefix, w.now
+		cfg.Mode, cfg.SeedBrokers, cfg.Application, cfg.TransactionalIDPrefix, cfg.Now = store.Transactional, w.seeds(), storetest.Application, w.prefix, w.now
 		cfg.ClientOpts = []kgo.Opt{kgo.Dialer(w.dial)}
 		b, err := kafka.New(ctx, cfg)
 		if err != nil {
