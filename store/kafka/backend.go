@@ -313,6 +313,28 @@ func (br *broker) Close() error {
 	return nil
 }
 
+// visibleTopic reports whether topic exists as far as the backend's
+// principal can see: one it may not describe counts as absent (it cannot
+// hold this principal's state). Another error is returned: the caller
+// must not read it as absent.
+func (b *Backend) visibleTopic(ctx context.Context, topic string) (bool, error) {
+	details, err := b.adm.ListTopics(ctx, topic)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	d, ok := details[topic]
+	switch {
+	case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) || errors.Is(d.Err, kerr.TopicAuthorizationFailed):
+		return false, nil
+	case d.Err != nil:
+		return false, d.Err
+	}
+	return true, nil
+}
+
 // checkTopics checks that the input topic exists and that its snapshot
 // topic exists (or creates it), is compacted and has at least as many
 // partitions. It returns the input topic's id, for TxnOffsetCommit v6, and
@@ -324,11 +346,7 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 	if b.set.SnapshotTopicIsDefault {
 		legacy = backend.LegacySnapshotTopic(input.Topic)
 	}
-	names := []string{input.Topic, snap.Topic}
-	if legacy != "" {
-		names = append(names, legacy)
-	}
-	details, err := b.adm.ListTopics(ctx, names...)
+	details, err := b.adm.ListTopics(ctx, input.Topic, snap.Topic)
 	if err != nil {
 		return noID, topic, fmt.Errorf("kafka: describing topics %q and %q: %w", input.Topic, snap.Topic, err)
 	}
@@ -344,8 +362,14 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 	}
 	sd, ok := details[snap.Topic]
 	if !ok || errors.Is(sd.Err, kerr.UnknownTopicOrPartition) {
-		if ld, ok := details[legacy]; ok && legacy != "" && ld.Err == nil {
-			return noID, topic, backend.LegacyTopicError(b.set, input.Topic, snap.Topic)
+		if legacy != "" {
+			found, err := b.visibleTopic(ctx, legacy)
+			if err != nil {
+				return noID, topic, fmt.Errorf("kafka: describing topic %q (the snapshot topic's name before applications): %w", legacy, err)
+			}
+			if found {
+				return noID, topic, backend.LegacyTopicError(b.set, input.Topic, snap.Topic)
+			}
 		}
 		if !b.cfg.CreateTopics {
 			return noID, topic, fmt.Errorf("%w: snapshot topic %q of input topic %q does not exist; create it with cleanup.policy=compact and at least %d partitions, or set CreateTopics",
