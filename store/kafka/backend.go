@@ -235,6 +235,8 @@ func (br *broker) Claimed(ctx context.Context, txnID string, snap, input store.T
 		return st, fmt.Errorf("%w: %w", backend.ErrNoClaims, err)
 	case errors.Is(err, kerr.TransactionalIDNotFound) || (err == nil && !ok):
 		return st, nil
+	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+		return st, br.b.txnIDRefused(txnID, "the check of whose it is, before the takeover of "+input.String(), err)
 	case err != nil:
 		return st, err
 	}
@@ -264,6 +266,18 @@ func (br *broker) Claimed(ctx context.Context, txnID string, snap, input store.T
 // Unstable implements backend.Broker.
 func (br *broker) Unstable(ctx context.Context, a store.Acquisition, l backend.Link, txnID string, err error) (bool, error) {
 	return br.b.unstableOffset(ctx, a, l.(*partition), txnID, err)
+}
+
+// txnIDRefused is the *store.ConfigError of an ACL that refuses the
+// principal txnID, in what: permanent, as retrying the acquisition cannot
+// cure an ACL. WRITE implies the DESCRIBE that DescribeTransactions needs.
+func (b *Backend) txnIDRefused(txnID, what string, err error) error {
+	return &store.ConfigError{Subject: fmt.Sprintf("transactional.id %q", txnID),
+		Problem: fmt.Sprintf("the principal may not use it (%s)", what),
+		Fix: fmt.Sprintf("grant the principal WRITE on TRANSACTIONAL_ID prefix %q as a PREFIXED ACL "+
+			"(kafka-acls.sh --add --allow-principal User:... --operation Write --transactional-id %s --resource-pattern-type prefixed)",
+			b.cfg.TransactionalIDPrefix+"-", b.cfg.TransactionalIDPrefix+"-"),
+		Err: err}
 }
 
 // describeTransaction is DescribeTransactions of txnID, asked again while

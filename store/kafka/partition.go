@@ -94,13 +94,7 @@ func (p *partition) Takeover(ctx context.Context, txnID string) error {
 			return p.b.takeoverStalled(ctx, p.input, p.snap, txnID, stall, err)
 		}
 		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
-			// Permanent: retrying the acquisition cannot cure an ACL.
-			return &store.ConfigError{Subject: fmt.Sprintf("transactional.id %q", txnID),
-				Problem: fmt.Sprintf("the principal may not use it (the takeover of %s)", p.input),
-				Fix: fmt.Sprintf("grant the principal WRITE on TRANSACTIONAL_ID prefix %q as a PREFIXED ACL "+
-					"(kafka-acls.sh --add --allow-principal User:... --operation Write --transactional-id %s --resource-pattern-type prefixed)",
-					p.b.cfg.TransactionalIDPrefix+"-", p.b.cfg.TransactionalIDPrefix+"-"),
-				Err: err}
+			return p.b.txnIDRefused(txnID, "the takeover of "+p.input.String(), err)
 		}
 		return fmt.Errorf("kafka: %s: initialising transactional.id %q (the takeover): %w", p.input, txnID, err)
 	}
