@@ -204,30 +204,18 @@ func (br *broker) Leftover(ctx context.Context, a store.Acquisition, l backend.L
 func (br *broker) Claimed(ctx context.Context, txnID string, snap, input store.TopicPartition, group string) (backend.IDState, error) {
 	var st backend.IDState
 	ends, err := br.b.adm.ListEndOffsets(ctx, snap.Topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	end, err := listedOffset(ends, err, snap, "end offset")
 	if err != nil {
 		return st, err
 	}
-	end, ok := ends.Lookup(snap.Topic, snap.Partition)
-	if !ok {
-		return st, fmt.Errorf("kafka: no end offset for %s", snap)
-	}
-	st.SnapshotsEmpty = end.Offset == 0
+	st.SnapshotsEmpty = end == 0
 	if !st.SnapshotsEmpty {
 		stable, err := br.b.adm.ListCommittedOffsets(ctx, snap.Topic)
-		if err == nil {
-			err = stable.Error()
-		}
+		lso, err := listedOffset(stable, err, snap, "last stable offset")
 		if err != nil {
 			return st, err
 		}
-		lso, ok := stable.Lookup(snap.Topic, snap.Partition)
-		if !ok {
-			return st, fmt.Errorf("kafka: no last stable offset for %s", snap)
-		}
-		st.SnapshotsStable = lso.Offset > 0
+		st.SnapshotsStable = lso > 0
 	}
 	d, ok, err := br.describeTransaction(ctx, txnID)
 	switch {
@@ -268,6 +256,22 @@ func (br *broker) Unstable(ctx context.Context, a store.Acquisition, l backend.L
 	return br.b.unstableOffset(ctx, a, l.(*partition), txnID, err)
 }
 
+// listedOffset is tp's offset in l, a kadm listing such as
+// ListEndOffsets returned with err; what names the offset in an error.
+func listedOffset(l kadm.ListedOffsets, err error, tp store.TopicPartition, what string) (int64, error) {
+	if err == nil {
+		err = l.Error()
+	}
+	if err != nil {
+		return 0, err
+	}
+	o, ok := l.Lookup(tp.Topic, tp.Partition)
+	if !ok {
+		return 0, fmt.Errorf("kafka: no %s for %s", what, tp)
+	}
+	return o.Offset, nil
+}
+
 // txnIDRefused is the *store.ConfigError of an ACL that refuses the
 // principal txnID, in what: permanent, as retrying the acquisition cannot
 // cure an ACL. WRITE implies the DESCRIBE that DescribeTransactions needs.
@@ -299,14 +303,9 @@ func (br *broker) describeTransaction(ctx context.Context, txnID string) (kadm.D
 		if err == nil || !kerr.IsRetriable(err) {
 			return d, ok, err
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return d, ok, fmt.Errorf("describing transactional.id %q: %w (%w)", txnID, err, context.Cause(ctx))
-		case <-t.C:
+		if perr := pause(ctx, &backoff, coordinatorBackoffMax); perr != nil {
+			return d, ok, fmt.Errorf("describing transactional.id %q: %w (%w)", txnID, err, perr)
 		}
-		backoff = min(2*backoff, coordinatorBackoffMax)
 	}
 }
 

@@ -420,7 +420,7 @@ func (p *partition) awaitPublished(ctx context.Context, prod *kgo.Client, tp sto
 		if !logged {
 			p.b.set.Logger.Debug(msgAwaitPublished, "input", p.input.String(), "partition", tp.String())
 		}
-		if err := pause(ctx, &backoff); err != nil {
+		if err := pause(ctx, &backoff, concurrentTxnBackoffMax); err != nil {
 			return fmt.Errorf("%s: %w", msgAwaitPublished, err)
 		}
 	}
@@ -447,15 +447,15 @@ func retryConcurrent(ctx context.Context, send func() error) error {
 		if !errors.Is(err, kerr.ConcurrentTransactions) {
 			return err
 		}
-		if cerr := pause(ctx, &backoff); cerr != nil {
+		if cerr := pause(ctx, &backoff, concurrentTxnBackoffMax); cerr != nil {
 			return errors.Join(err, cerr)
 		}
 	}
 }
 
-// pause waits out *backoff and doubles it (up to concurrentTxnBackoffMax),
-// or returns the context's cause if it ends first.
-func pause(ctx context.Context, backoff *time.Duration) error {
+// pause waits out *backoff and doubles it (up to most), or returns the
+// context's cause if it ends first.
+func pause(ctx context.Context, backoff *time.Duration, most time.Duration) error {
 	t := time.NewTimer(*backoff)
 	defer t.Stop()
 	select {
@@ -463,7 +463,7 @@ func pause(ctx context.Context, backoff *time.Duration) error {
 		return context.Cause(ctx)
 	case <-t.C:
 	}
-	*backoff = min(2**backoff, concurrentTxnBackoffMax)
+	*backoff = min(2**backoff, most)
 	return nil
 }
 
