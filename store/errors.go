@@ -82,6 +82,11 @@ var (
 	// refused before the partition takes anything over or reads any of
 	// it (*ForeignStateError); it matches ErrMisconfigured too.
 	ErrForeignState = errors.New("store: another application's state")
+	// ErrOutputRefused: the broker refused an output record of an
+	// exactly-once batch in a way no retry of the same record cures (too
+	// large for its topic, invalid for it, corrupt); see
+	// OutputRefusedError.
+	ErrOutputRefused = errors.New("store: output record refused")
 )
 
 // ConfigError names a permanent configuration problem: what is wrong
@@ -608,6 +613,39 @@ func (e *ForeignStateError) Error() string {
 
 // Unwrap returns ErrForeignState and ErrMisconfigured.
 func (e *ForeignStateError) Unwrap() []error { return []error{ErrForeignState, ErrMisconfigured} }
+
+// OutputRefusedError reports output records of an exactly-once batch
+// that the broker refused for good: too large for the topic's
+// max.message.bytes, or invalid for it (a record without a key on a
+// compacted topic). The batch's transaction was aborted; a replay makes
+// the same records and meets the same refusal, so it is the records'
+// failure, not the cluster's. It matches ErrOutputRefused and Err (the
+// broker's error, a kerr.Error).
+type OutputRefusedError struct {
+	Input TopicPartition
+	// Outputs are the refused records' indexes in Batch.Outputs, in
+	// order; at least one. A broker refuses a whole produce batch for one
+	// invalid record in it, so a record listed here may be refused only
+	// for sharing a batch with another.
+	Outputs []int
+	// Topic, Partition and Key are the first refused record's.
+	Topic     string
+	Partition int32
+	Key       []byte
+	Err       error
+}
+
+func (e *OutputRefusedError) Error() string {
+	more := ""
+	if n := len(e.Outputs); n > 1 {
+		more = fmt.Sprintf(" (and %d other outputs of the batch)", n-1)
+	}
+	return fmt.Sprintf("store: %s: the broker refused the output for topic %q partition %d with key %q%s: %v",
+		e.Input, e.Topic, e.Partition, printableKey(e.Key), more, e.Err)
+}
+
+// Unwrap returns ErrOutputRefused and Err.
+func (e *OutputRefusedError) Unwrap() []error { return []error{ErrOutputRefused, e.Err} }
 
 // CorruptRecordError names a snapshot record that cannot be decoded.
 type CorruptRecordError struct {

@@ -60,6 +60,9 @@ type Backend struct {
 	// keyed outputs keep their partition, as with a producer whose
 	// metadata is stale.)
 	outputTopics map[string]int
+	// outputCaps are the output topics' max.message.bytes below
+	// franz-go's default batch cap (batchCap).
+	outputCaps map[string]int32
 }
 
 var (
@@ -105,7 +108,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: admin client: %w", err)
 	}
-	b := &Backend{cfg: cfg, set: set, admin: admin, adm: kadm.NewClient(admin), outputTopics: map[string]int{}}
+	b := &Backend{cfg: cfg, set: set, admin: admin, adm: kadm.NewClient(admin), outputTopics: map[string]int{}, outputCaps: map[string]int32{}}
 	if set.Mode == store.Transactional {
 		if b.tv2, err = transactionVersion2(ctx, admin); err != nil {
 			admin.Close()
@@ -504,10 +507,56 @@ func (b *Backend) outputPartitions(ctx context.Context, topic string) (int, erro
 	if err != nil {
 		return 0, err
 	}
+	limit, known := b.messageLimit(ctx, topic)
 	b.mu.Lock()
 	b.outputTopics[topic] = n
+	if known && limit < defaultBatchCap {
+		b.outputCaps[topic] = limit
+	}
 	b.mu.Unlock()
 	return n, nil
+}
+
+// defaultBatchCap is franz-go's default ProducerBatchMaxBytes, Kafka's
+// default max.message.bytes.
+const defaultBatchCap = 1_000_012
+
+// batchCap is the producers' ProducerBatchMaxBytesFn: an output topic's
+// max.message.bytes where it is below franz-go's default. The broker
+// refuses a produce batch over it whole, every record in it failing
+// alike; under the cap franz-go sends no such batch, and refuses on its
+// own, before sending, only a record too large to fit in any. A refusal
+// then names that record, whose input the engine's poison policy can
+// skip, never the records that only shared its batch.
+func (b *Backend) batchCap(topic string) int32 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c, ok := b.outputCaps[topic]; ok {
+		return c
+	}
+	return defaultBatchCap
+}
+
+// messageLimit is topic's max.message.bytes, if the principal may read
+// it (DESCRIBE_CONFIGS is not among the minimum ACLs of an output topic:
+// without it the producer keeps franz-go's default batch cap).
+func (b *Backend) messageLimit(ctx context.Context, topic string) (int32, bool) {
+	configs, err := b.adm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return 0, false
+	}
+	rc, err := configs.On(topic, nil)
+	if err != nil || rc.Err != nil {
+		return 0, false
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "max.message.bytes" && c.Value != nil {
+			if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil && n > 0 {
+				return int32(n), true
+			}
+		}
+	}
+	return 0, false
 }
 
 // describeOutput returns the partition count of an output topic.

@@ -66,7 +66,9 @@ func (p *partition) Release() {
 // with a *store.TakeoverStalledError after RecoveryStallTimeout.
 func (p *partition) Takeover(ctx context.Context, txnID string) error {
 	cfg := &p.b.cfg
-	opts := append(cfg.clientOpts(),
+	// The batch cap goes first: a user's own ProducerBatchMaxBytes
+	// (ClientOpts) overrides it.
+	opts := append(append([]kgo.Opt{kgo.ProducerBatchMaxBytesFn(p.b.batchCap)}, cfg.clientOpts()...),
 		kgo.TransactionalID(txnID),
 		kgo.TransactionTimeout(p.b.set.TransactionTimeout),
 		// Record.Partition is honoured only with the manual partitioner:
@@ -284,6 +286,46 @@ func refusedTopics(results kgo.ProduceResults, first error) error {
 	return &refusedError{topics: refused, err: first}
 }
 
+// refusedOutputs is the *store.OutputRefusedError of the outputs (an
+// exactly-once batch's records, in its order) that the broker refused for
+// good, by results (which come in no order), or nil if it refused none.
+func (p *partition) refusedOutputs(results kgo.ProduceResults, outputs []*kgo.Record) error {
+	refused := map[*kgo.Record]error{}
+	for _, r := range results {
+		if refusedForGood(r.Err) {
+			refused[r.Record] = r.Err
+		}
+	}
+	var re *store.OutputRefusedError
+	for i, r := range outputs {
+		err, ok := refused[r]
+		if !ok {
+			continue
+		}
+		if re == nil {
+			re = &store.OutputRefusedError{Input: p.input, Topic: r.Topic, Partition: r.Partition, Key: r.Key, Err: err}
+		}
+		re.Outputs = append(re.Outputs, i)
+	}
+	if re == nil {
+		return nil
+	}
+	return re
+}
+
+// refusedForGood reports whether the broker (or franz-go, for a record
+// over the topic's batch cap) refused a record in a way no retry of it
+// cures. CORRUPT_MESSAGE is retriable to franz-go, which retries it
+// within the delivery timeout; one that outlasts it is the record's.
+func refusedForGood(err error) bool {
+	for _, e := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *partition) fenced(id store.GroupIdentity, reason error) *store.FencedError {
 	fe := &store.FencedError{Input: p.input, Identity: id, Reason: reason}
 	if errors.Is(reason, kerr.ProducerFenced) || errors.Is(reason, kerr.InvalidProducerEpoch) {
@@ -355,6 +397,9 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 	}
 	results := prod.ProduceSync(ctx, recs...)
 	if err := results.FirstErr(); err != nil {
+		if re := p.refusedOutputs(results, recs[len(batch.Writes):len(batch.Writes)+len(batch.Outputs)]); re != nil {
+			return -1, re
+		}
 		return -1, refusedTopics(results, err)
 	}
 	end = -1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -74,10 +75,12 @@ func (w *world) createTopics(t *testing.T) {
 	if err := kafka.CreateTopic(ctx, w.admin, kafka.DefaultSnapshotTopic(storetest.Application, w.input), 2, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		t.Fatal(err)
 	}
-	if err := kafka.CreateTopic(ctx, w.admin, w.OutputTopic(), 2, 1, nil); err != nil {
+	if err := kafka.CreateTopic(ctx, w.admin, w.OutputTopic(), 2, 1, map[string]*string{"max.message.bytes": &outputMaxBytes}); err != nil {
 		t.Fatal(err)
 	}
 }
+
+var outputMaxBytes = strconv.Itoa(storetest.OutputMaxBytes)
 
 func (w *world) OutputTopic() string { return w.input + "-enriched" }
 

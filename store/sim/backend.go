@@ -355,7 +355,7 @@ func (p *link) transact(batch groupcommit.Batch, id store.GroupIdentity, end *in
 // transaction, each to the partition Kafka's default partitioner gives its
 // key.
 func (p *link) produceOutputs(id store.GroupIdentity, outs []store.Output) error {
-	for _, o := range outs {
+	for i, o := range outs {
 		cfg, ok := p.b.c.Topic(o.Topic)
 		if !ok {
 			return fmt.Errorf("sim: %s: %w", p.input, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", o.Topic),
@@ -364,6 +364,9 @@ func (p *link) produceOutputs(id store.GroupIdentity, outs []store.Output) error
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, cfg.Partitions)}
 		rec := store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}
 		if _, err := p.prod.Produce(tp, rec); err != nil {
+			if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.InvalidRecord) {
+				return &store.OutputRefusedError{Input: p.input, Outputs: []int{i}, Topic: o.Topic, Partition: tp.Partition, Key: o.Key, Err: err}
+			}
 			return p.fail(id, err)
 		}
 	}

@@ -29,6 +29,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -111,6 +113,10 @@ type TopicConfig struct {
 	// a key's last tombstone once this has passed since it was appended.
 	// Default DefaultDeleteRetention (Kafka's 24 h).
 	DeleteRetention time.Duration
+	// MaxMessageBytes is the topic's max.message.bytes: Produce refuses a
+	// record whose key, value and headers are larger with
+	// MESSAGE_TOO_LARGE. 0: no limit.
+	MaxMessageBytes int
 	// ID is the topic's id, set by CreateTopic (unique in the cluster:
 	// a topic deleted and created again gets a new one); ignored as input.
 	ID [16]byte
@@ -278,6 +284,9 @@ func (c *Cluster) Produce(tp store.TopicPartition, recs ...store.WireRecord) ([]
 	if err := c.produceFaultLocked(tp); err != nil {
 		return nil, err
 	}
+	if err := c.refusedLocked(tp.Topic, recs); err != nil {
+		return nil, err
+	}
 	offs := make([]int64, len(recs))
 	for i, r := range recs {
 		offs[i] = l.append(Entry{Record: cloneRecord(r)})
@@ -285,6 +294,27 @@ func (c *Cluster) Produce(tp store.TopicPartition, recs ...store.WireRecord) ([]
 	}
 	c.changedLocked()
 	return offs, nil
+}
+
+// refusedLocked is the error a Kafka broker refuses recs for topic with
+// for good, all of them (a produce batch is refused whole), or nil: a
+// record over the topic's MaxMessageBytes, or without a key on a
+// compacted topic.
+func (c *Cluster) refusedLocked(topic string, recs []store.WireRecord) error {
+	cfg := c.configs[topic]
+	for _, r := range recs {
+		if cfg.Compacted && r.Key == nil {
+			return fmt.Errorf("sim: topic %q is compacted and a record has no key: %w", topic, kerr.InvalidRecord)
+		}
+		n := len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			n += len(h.Key) + len(h.Value)
+		}
+		if cfg.MaxMessageBytes > 0 && n > cfg.MaxMessageBytes {
+			return fmt.Errorf("sim: a record of %d bytes, over topic %q's max.message.bytes of %d: %w", n, topic, cfg.MaxMessageBytes, kerr.MessageTooLarge)
+		}
+	}
+	return nil
 }
 
 // Offsets reports a partition's log start, last stable offset and high

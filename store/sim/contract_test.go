@@ -35,7 +35,7 @@ func (h harness) Run(t *testing.T, body func(t *testing.T, w storetest.World)) {
 		if err := c.CreateTopic(sim.DefaultSnapshotTopic(storetest.Application, "orders"), sim.TopicConfig{Partitions: 2, Compacted: true}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.CreateTopic("orders-enriched", sim.TopicConfig{Partitions: 2}); err != nil {
+		if err := c.CreateTopic("orders-enriched", sim.TopicConfig{Partitions: 2, MaxMessageBytes: storetest.OutputMaxBytes}); err != nil {
 			t.Fatal(err)
 		}
 		body(t, &world{c: c, latency: h.latency})

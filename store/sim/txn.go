@@ -117,6 +117,9 @@ func (p *Producer) Produce(tp store.TopicPartition, recs ...store.WireRecord) ([
 	if !containsTP(t.partitions, tp) {
 		t.partitions = append(t.partitions, tp)
 	}
+	if err := c.refusedLocked(tp.Topic, recs); err != nil {
+		return nil, err
+	}
 	offs := make([]int64, len(recs))
 	for i, r := range recs {
 		offs[i] = l.append(Entry{Record: cloneRecord(r), ProducerID: t.pid, Epoch: t.epoch, Transactional: true})

@@ -114,7 +114,7 @@ type World interface {
 	// Now is the world's time.
 	Now() time.Time
 	// OutputTopic is a topic of two partitions for the outputs of
-	// exactly-once batches.
+	// exactly-once batches, whose max.message.bytes is OutputMaxBytes.
 	OutputTopic() string
 	// ReadOutputs reads every partition of the output topic with a reader
 	// of the given isolation: read_committed up to the last stable offset

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -65,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 		{"ExactlyOnceBatch/SnapshotsOutputsAndOffsetCommitTogether", batchCommitsTogether},
 		{"ExactlyOnceBatch/StaleBatchLeavesNothing", staleBatchLeavesNothing},
 		{"ExactlyOnceBatch/InvalidOutputRefusesTheWholeBatch", invalidOutputRefusesBatch},
+		{"ExactlyOnceBatch/OutputTheBrokerRefusesIsNamed", brokerRefusedOutput},
 		{"ExactlyOnceBatch/MissingOrUndeclaredOutputTopicIsNamed", missingOutputTopic},
 		{"ExactlyOnceBatch/PlainModeRefuses", plainRefusesBatch},
 		{"ExactlyOnceBatch/CrashedBatchVisibleOnlyReadUncommitted", crashedBatchReadUncommitted},
@@ -1293,6 +1295,50 @@ func invalidOutputRefusesBatch(t *testing.T, w World) {
 	}
 	if got := w.ReadSnapshots(t, in); len(got) != 0 {
 		t.Fatalf("a refused batch wrote %s", describe(got))
+	}
+}
+
+// OutputMaxBytes is the max.message.bytes of World.OutputTopic: below
+// the store's own size limit, so that only the broker refuses a record
+// between the two.
+const OutputMaxBytes = 64 << 10
+
+// 12. An output the broker refuses for good (over its topic's
+// max.message.bytes) fails the batch with a *store.OutputRefusedError
+// naming that output, by its index in the batch, and no other; nothing of
+// the batch becomes visible; the next owner commits the batch without it.
+func brokerRefusedOutput(t *testing.T, w World) {
+	in := input(w, 0)
+	o := acquireOutputs(t, w, transactional, in, 0, w.Join(t).Identity(), []string{w.OutputTopic()})
+	outs := outputs(w, "before", "huge", "after")
+	outs[1].Value = make([]byte, OutputMaxBytes+1)
+	err := o.CommitBatch(context.Background(), store.Batch{Snapshots: []store.Snapshot{snap("k", "1", 2)}, Outputs: outs, Offset: 3})
+	var re *store.OutputRefusedError
+	if !errors.As(err, &re) || !errors.Is(err, store.ErrOutputRefused) {
+		t.Fatalf("err = %v, want a *store.OutputRefusedError", err)
+	}
+	if !slices.Equal(re.Outputs, []int{1}) || re.Topic != w.OutputTopic() || string(re.Key) != "key-huge" || re.Input != in {
+		t.Fatalf("refused %v of topic %q key %q, input %s; want output 1 of %q, key-huge, input %s", re.Outputs, re.Topic, re.Key, re.Input, w.OutputTopic(), in)
+	}
+	if !errors.Is(err, kerr.MessageTooLarge) {
+		t.Fatalf("err = %v, want it to match the broker's MESSAGE_TOO_LARGE", err)
+	}
+	if got := w.ReadOutputs(t, true); len(got) != 0 {
+		t.Fatalf("the refused batch's outputs are visible: %s", describeOutputs(got))
+	}
+	if got := w.ReadSnapshots(t, in); len(got) != 0 {
+		t.Fatalf("the refused batch's snapshots are visible: %s", describe(got))
+	}
+	if off, ok := w.CommittedOffset(t, in); ok {
+		t.Fatalf("the refused batch committed offset %d", off)
+	}
+	_ = o.Close()
+	next := acquireOutputs(t, w, transactional, in, 0, w.Join(t).Identity(), []string{w.OutputTopic()})
+	mustNil(t, "the batch without the refused output", next.CommitBatch(context.Background(), store.Batch{
+		Snapshots: []store.Snapshot{snap("k", "1", 2)}, Outputs: []store.Output{outs[0], outs[2]}, Offset: 3,
+	}))
+	if got := w.ReadOutputs(t, true); len(got) != 2 {
+		t.Fatalf("outputs %s, want before and after", describeOutputs(got))
 	}
 }
 
