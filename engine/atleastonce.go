@@ -29,6 +29,8 @@ type atLeastOnce[S any] struct {
 	// from the partitions whose folds and ticks made them.
 	outs []Output
 	from []store.TopicPartition
+	// origins are where outs came from.
+	origins origins
 	// letters report the dead letters among outs once they are
 	// delivered.
 	letters []func()
@@ -48,6 +50,7 @@ type emitCall struct {
 	wait    func() error
 	from    []store.TopicPartition
 	letters []func()
+	origins origins
 }
 
 // emitFailure is a failed emit: the error, and the partitions whose
@@ -70,21 +73,21 @@ func (m *atLeastOnce[S]) persistInterval() time.Duration { return m.r.e.cfg.Pers
 // transactions.
 func (m *atLeastOnce[S]) outputTopics() []string { return nil }
 
-func (m *atLeastOnce[S]) folded(f *flow[S], outs []Output) bool {
-	m.take(f, outs)
+func (m *atLeastOnce[S]) folded(f *flow[S], outs []Output, src source) bool {
+	m.take(f, outs, src)
 	return false
 }
 
-func (m *atLeastOnce[S]) ticked(f *flow[S], outs []Output) { m.take(f, outs) }
+func (m *atLeastOnce[S]) ticked(f *flow[S], outs []Output, src source) { m.take(f, outs, src) }
 
 // lettered takes a dead letter with the outputs; it is reported once its
 // emit has delivered it.
 func (m *atLeastOnce[S]) lettered(f *flow[S], letter Output, report func()) {
-	m.take(f, []Output{letter})
+	m.take(f, []Output{letter}, letterSource)
 	m.letters = append(m.letters, report)
 }
 
-func (m *atLeastOnce[S]) take(f *flow[S], outs []Output) {
+func (m *atLeastOnce[S]) take(f *flow[S], outs []Output, src source) {
 	if len(outs) == 0 {
 		return
 	}
@@ -92,6 +95,7 @@ func (m *atLeastOnce[S]) take(f *flow[S], outs []Output) {
 		m.outs = make([]Output, 0, max(m.lastEmitted, len(outs)))
 	}
 	m.outs = append(m.outs, outs...)
+	m.origins = m.origins.add(len(m.outs), f.tp, src)
 	// A poll's records come in runs of one partition: the last one is
 	// almost always f's.
 	if n := len(m.from); n == 0 || m.from[n-1] != f.tp {
@@ -119,8 +123,8 @@ func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 			return err
 		}
 	}
-	outs, from, letters := m.outs, m.from, m.letters
-	m.outs, m.from, m.letters = nil, nil, nil
+	outs, from, letters, origins := m.outs, m.from, m.letters, m.origins
+	m.outs, m.from, m.letters, m.origins = nil, nil, nil, nil
 	if len(outs) > 0 {
 		m.lastEmitted = len(outs)
 	}
@@ -131,13 +135,13 @@ func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 	switch {
 	case len(outs) == 0:
 	case cfg.StartEmit != nil:
-		m.inflight = append(m.inflight, emitCall{wait: cfg.StartEmit(ctx, outs), from: from, letters: letters})
+		m.inflight = append(m.inflight, emitCall{wait: cfg.StartEmit(ctx, outs), from: from, letters: letters, origins: origins})
 	case cfg.Emit != nil:
 		begin := time.Now() // metrics only
 		err := cfg.Emit(ctx, outs)
 		cfg.Metrics.waitedForOutputs(time.Since(begin))
 		if err != nil {
-			return &emitFailure{err: err, from: from}
+			return &emitFailure{err: refusedByEmit(err, origins), from: from}
 		}
 		reportAll(letters)
 	}
@@ -173,8 +177,8 @@ func (m *atLeastOnce[S]) awaitOldest() error {
 		from = addPartitions(from, later.from...)
 	}
 	from = addPartitions(from, m.from...)
-	m.inflight, m.outs, m.from, m.letters = nil, nil, nil, nil
-	return &emitFailure{err: err, from: from}
+	m.inflight, m.outs, m.from, m.letters, m.origins = nil, nil, nil, nil, nil
+	return &emitFailure{err: refusedByEmit(err, c.origins), from: from}
 }
 
 func reportAll(reports []func()) {

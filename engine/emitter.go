@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -102,6 +104,7 @@ type KafkaEmitter struct {
 	mu         sync.Mutex
 	closed     bool
 	partitions map[string]int // checked topics' partition counts
+	caps       map[string]int32
 }
 
 // ErrEmitterClosed: Emit on a KafkaEmitter after Close.
@@ -123,6 +126,12 @@ type EmitError struct {
 	Key       []byte
 	// Err is the first failure's cause.
 	Err error
+	// Refused are the indexes in the call's outputs, in order, of those
+	// the broker (or franz-go, for a record larger than its topic
+	// allows) refused in a way no retry cures: too large, invalid,
+	// corrupt. The engine hands the inputs that made them to
+	// Config.Poison. An Emit of your own may set it too.
+	Refused []int
 }
 
 func (e *EmitError) Error() string {
@@ -154,7 +163,10 @@ func NewKafkaEmitter(cfg KafkaEmitterConfig) (*KafkaEmitter, error) {
 			Problem: fmt.Sprintf("are %d and %d", cfg.TopicPartitions, cfg.TopicReplicationFactor),
 			Fix:     "give a positive count, or 0 for the broker's default"}
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(cfg.SeedBrokers...)}
+	em := &KafkaEmitter{cfg: cfg, log: cfg.Logger, partitions: map[string]int{}, caps: map[string]int32{}}
+	// The batch cap goes first: a ProducerBatchMaxBytes of ClientOpts
+	// overrides it.
+	opts := []kgo.Opt{kgo.ProducerBatchMaxBytesFn(em.batchCap), kgo.SeedBrokers(cfg.SeedBrokers...)}
 	for _, o := range cfg.ClientOpts {
 		if _, group := o.(kgo.GroupOpt); !group {
 			opts = append(opts, o)
@@ -170,7 +182,8 @@ func NewKafkaEmitter(cfg KafkaEmitterConfig) (*KafkaEmitter, error) {
 		return nil, &store.ConfigError{Subject: "KafkaEmitterConfig.ClientOpts", Problem: "franz-go refuses them",
 			Fix: "remove the conflicting option", Err: err}
 	}
-	return &KafkaEmitter{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), log: cfg.Logger, partitions: map[string]int{}}, nil
+	em.cl, em.adm = cl, kadm.NewClient(cl)
+	return em, nil
 }
 
 // Emit produces outs and returns once each is delivered; it is a
@@ -204,7 +217,7 @@ func (em *KafkaEmitter) StartEmit(ctx context.Context, outs []Output) (wait func
 	}
 	slab := make([]kgo.Record, len(outs)) // one allocation, not one an output
 	last, n := "", 0
-	d := &delivery{em: em, total: len(outs)}
+	d := &delivery{em: em, total: len(outs), slab: slab}
 	d.wg.Add(len(outs))
 	for i, o := range outs {
 		if o.Topic != last {
@@ -237,6 +250,11 @@ type delivery struct {
 	mu     sync.Mutex
 	failed int
 	first  *EmitError
+	// slab holds the call's records, in the order of its outputs; index
+	// finds a record's place in it, once a refusal needs it.
+	slab    []kgo.Record
+	index   map[*kgo.Record]int
+	refused []int
 }
 
 // done is each record's promise (franz-go calls it once per record).
@@ -257,6 +275,15 @@ func (d *delivery) done(r *kgo.Record, err error) {
 	if d.first == nil || !refusedForGood(d.first.Err) && refusedForGood(err) {
 		d.first = &EmitError{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Err: produceError(r.Topic, err)}
 	}
+	if refusedForGood(err) {
+		if d.index == nil {
+			d.index = make(map[*kgo.Record]int, len(d.slab))
+			for i := range d.slab {
+				d.index[&d.slab[i]] = i
+			}
+		}
+		d.refused = append(d.refused, d.index[r])
+	}
 }
 
 // wait returns once every record is delivered or failed.
@@ -268,6 +295,8 @@ func (d *delivery) wait() error {
 		return nil
 	}
 	d.first.Failed, d.first.Total = d.failed, d.total
+	slices.Sort(d.refused)
+	d.first.Refused = d.refused
 	return d.first
 }
 
@@ -402,7 +431,58 @@ func (em *KafkaEmitter) describe(ctx context.Context, topics []string) (map[stri
 			found[topic] = len(td.Partitions)
 		}
 	}
+	em.readCaps(ctx, slices.Collect(maps.Keys(found)))
 	return found, nil
+}
+
+// defaultBatchCap is franz-go's default ProducerBatchMaxBytes, Kafka's
+// default max.message.bytes.
+const defaultBatchCap = 1_000_012
+
+// batchCap is the client's ProducerBatchMaxBytesFn: a topic's
+// max.message.bytes where it is below franz-go's default. The broker
+// refuses a produce batch over it whole, every record in it failing
+// alike; under the cap franz-go sends no such batch, and refuses on its
+// own, before sending, only a record too large for any batch. A refusal
+// then names that record, whose input the engine's poison policy can
+// skip, never the records that only shared its batch.
+func (em *KafkaEmitter) batchCap(topic string) int32 {
+	em.mu.Lock()
+	defer em.mu.Unlock()
+	if c, ok := em.caps[topic]; ok {
+		return c
+	}
+	return defaultBatchCap
+}
+
+// readCaps reads the max.message.bytes of topics, those the principal
+// may read (DESCRIBE_CONFIGS is not among an output topic's minimum
+// ACLs: without it the emitter keeps franz-go's default batch cap). It
+// runs before a topic's first record is produced, when franz-go asks
+// batchCap.
+func (em *KafkaEmitter) readCaps(ctx context.Context, topics []string) {
+	if len(topics) == 0 {
+		return
+	}
+	configs, err := em.adm.DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		return
+	}
+	em.mu.Lock()
+	defer em.mu.Unlock()
+	for _, rc := range configs {
+		if rc.Err != nil {
+			continue
+		}
+		for _, c := range rc.Configs {
+			if c.Key != "max.message.bytes" || c.Value == nil {
+				continue
+			}
+			if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil && n > 0 && n < defaultBatchCap {
+				em.caps[rc.Name] = int32(n)
+			}
+		}
+	}
 }
 
 // create creates topic (CreateTopics), waits until it is served, and

@@ -2,8 +2,10 @@ package engine_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -484,4 +486,45 @@ func (w *fakeWorld) emitter(t *testing.T, cfg engine.KafkaEmitterConfig) *engine
 	}
 	t.Cleanup(func() { _ = em.Close() })
 	return em
+}
+
+// An output over its topic's max.message.bytes is refused alone, and
+// named in EmitError.Refused by its index: the emitter caps the topic's
+// produce batches at its limit, so the outputs that would have shared the
+// refused one's batch are delivered (the broker refuses an oversize batch
+// whole, every record in it alike).
+func TestKafkaEmitterRefusesOnlyTheOutputOverItsTopicsLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newEmitWorld(t)
+		limit := "4096"
+		if err := kafka.CreateTopic(context.Background(), w.cl, "small", 1, 1, map[string]*string{"max.message.bytes": &limit}); err != nil {
+			t.Fatal(err)
+		}
+		em := w.emitter(nil)
+		// Random, so that compression cannot bring a batch under the
+		// limit: each of these fits alone, and any two do not.
+		value := func(n int) []byte {
+			b := make([]byte, n)
+			_, _ = rand.Read(b)
+			return b
+		}
+		outs := []engine.Output{
+			{Topic: "small", Key: []byte("a"), Value: value(2500)},
+			{Topic: "small", Key: []byte("b"), Value: value(2500)},
+			{Topic: "small", Key: []byte("huge"), Value: value(5000)},
+			{Topic: "small", Key: []byte("c"), Value: value(2500)},
+		}
+		err := em.Emit(context.Background(), outs)
+		var ee *engine.EmitError
+		if !errors.As(err, &ee) || !slices.Equal(ee.Refused, []int{2}) || string(ee.Key) != "huge" || !errors.Is(err, kerr.MessageTooLarge) {
+			t.Fatalf("err = %v, want an *EmitError refusing output 2 (huge) with MESSAGE_TOO_LARGE", err)
+		}
+		got := map[string]bool{}
+		for _, r := range w.read("small") {
+			got[string(r.Key)] = true
+		}
+		if !got["a"] || !got["b"] || !got["c"] || got["huge"] {
+			t.Fatalf("delivered %v, want a, b and c", got)
+		}
+	})
 }

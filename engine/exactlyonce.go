@@ -30,24 +30,28 @@ func (m *exactlyOnce[S]) persistInterval() time.Duration { return 0 }
 
 // folded adds a fold's outputs to f's open batch and asks for its commit
 // once the batch reaches a cap (one fold's outputs are never split).
-func (m *exactlyOnce[S]) folded(f *flow[S], outs []Output) bool {
-	m.ticked(f, outs)
+func (m *exactlyOnce[S]) folded(f *flow[S], outs []Output, src source) bool {
+	m.ticked(f, outs, src)
 	cfg := &m.r.e.cfg
 	return len(f.batch.outputs)+f.core.DirtyKeys() >= cfg.MaxTransactionRecords || f.batch.bytes >= cfg.MaxTransactionBytes
 }
 
 // ticked adds a tick's outputs to f's open batch.
-func (m *exactlyOnce[S]) ticked(f *flow[S], outs []Output) {
+func (m *exactlyOnce[S]) ticked(f *flow[S], outs []Output, src source) {
+	if len(outs) == 0 {
+		return
+	}
 	for _, o := range outs {
 		f.batch.bytes += len(o.Key) + len(o.Value)
 	}
 	f.batch.outputs = appendStoreOutputs(f.batch.outputs, outs)
+	f.batch.origins = f.batch.origins.add(len(f.batch.outputs), f.tp, src)
 }
 
 // lettered adds a dead letter to f's open batch; it is reported once the
 // batch's transaction commits.
 func (m *exactlyOnce[S]) lettered(f *flow[S], letter Output, report func()) {
-	m.ticked(f, []Output{letter})
+	m.ticked(f, []Output{letter}, letterSource)
 	f.batch.letters = append(f.batch.letters, report)
 }
 
@@ -89,7 +93,7 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	if err != nil {
 		return fromCore(err)
 	}
-	outs, letters := f.batch.outputs, f.batch.letters
+	outs, letters, origins := f.batch.outputs, f.batch.letters, f.batch.origins
 	p := f.part.StartCommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: outs, Offset: offset})
 	// The store keeps outs; the next batch's are sized from them, as
 	// batches of one interval are alike (growing from nil copies each
@@ -98,7 +102,7 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	if len(outs) > 0 {
 		f.batch.outputs = make([]store.Output, 0, len(outs))
 	}
-	return m.r.begin(ctx, f, started{kind: startedBatch, snaps: snaps, offset: offset, pending: p, begin: begin, letters: letters})
+	return m.r.begin(ctx, f, started{kind: startedBatch, snaps: snaps, offset: offset, pending: p, begin: begin, letters: letters, origins: origins})
 }
 
 // failure: a failed batch rewinds its flow. ErrNotTransactional means a
@@ -129,4 +133,6 @@ type openBatch struct {
 	bytes   int
 	// letters report the batch's dead letters once it committed.
 	letters []func()
+	// origins are where the outputs came from.
+	origins origins
 }

@@ -47,6 +47,8 @@ type started struct {
 	begin   time.Time // metrics only
 	// letters report the dead letters of a startedBatch once it committed.
 	letters []func()
+	// origins are where a startedBatch's outputs came from.
+	origins origins
 }
 
 // weight is what s counts against MaxWritesInFlight.
@@ -138,7 +140,7 @@ func (r *Runner[S]) reapOne(ctx context.Context, f *flow[S]) error {
 		r.status.committed(f.tp, f.part.CommittedOffset(), f.core.Consumed()-s.offset)
 		return nil
 	default: // startedBatch
-		if err := r.committedBatchAt(f, s.snaps, errs[0], cp, cpOK); err != nil {
+		if err := r.committedBatchAt(f, s.snaps, refusedByStore(errs[0], s.origins), cp, cpOK); err != nil {
 			return err
 		}
 		for _, report := range s.letters {

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -87,6 +88,10 @@ type partition[F any] struct {
 	// producer in a row as one group identity (see sharedIDFences).
 	fencedAs       store.GroupIdentity
 	producerFences int
+	// refused are the inputs whose outputs the broker refused for good,
+	// which the poison policy skips: each flow of the partition fails
+	// them without folding them (core.Config.Refused).
+	refused []core.Refusal
 }
 
 // heldOffset is the wait of an acquisition for its committed offset.

@@ -13,11 +13,12 @@ import (
 type outputMode[S any] interface {
 	// persistInterval is the persist timer's period; 0: no persist timer.
 	persistInterval() time.Duration
-	// folded takes a fold's outputs; commitNow asks for the partition's
-	// commit before its next record (a full exactly-once batch).
-	folded(f *flow[S], outs []Output) (commitNow bool)
-	// ticked takes a tick's outputs.
-	ticked(f *flow[S], outs []Output)
+	// folded takes a fold's outputs, made by src; commitNow asks for the
+	// partition's commit before its next record (a full exactly-once
+	// batch).
+	folded(f *flow[S], outs []Output, src source) (commitNow bool)
+	// ticked takes the outputs of a key's tick or timer, src.
+	ticked(f *flow[S], outs []Output, src source)
 	// lettered takes a dead letter of f, and report, which counts and
 	// logs it once it is written: with the emit that delivers it, or the
 	// batch whose transaction commits it. A dead letter lost with a

@@ -36,8 +36,10 @@ func (w *brokerWorld) emitterOf() *engine.KafkaEmitter {
 
 // An output the broker refuses with MESSAGE_TOO_LARGE (the output topic's
 // max.message.bytes is below the output, which is within MaxOutputBytes)
-// is not transient: Run returns the refusal at once, in both modes,
-// instead of restarting the partition for ever while it shows running.
+// is not transient but its input record's failure: under the default
+// StopOnPoison, Run returns the *engine.FoldError naming the record at
+// once, in both modes, instead of restarting the partition for ever while
+// it shows running.
 func TestOutputTheBrokerRefusesEndsRunOnKafka(t *testing.T) {
 	for _, eos := range []bool{false, true} {
 		t.Run(modeName(eos), func(t *testing.T) {
@@ -79,6 +81,10 @@ func TestOutputTheBrokerRefusesEndsRunOnKafka(t *testing.T) {
 			}
 			if !errors.Is(err, kerr.MessageTooLarge) {
 				t.Fatalf("Run = %v, want the broker's MESSAGE_TOO_LARGE", err)
+			}
+			bad := store.TopicPartition{Topic: w.topic, Partition: 1}
+			if fe, ok := errors.AsType[*engine.FoldError](err); !ok || fe.Input != bad || fe.Offset != 1 || string(fe.Key) != "bob" {
+				t.Fatalf("Run = %v, want the *engine.FoldError of %s offset 1 key bob", err, bad)
 			}
 			for _, ps := range r.Status().Partitions {
 				if ps.Restarts > 0 {
@@ -136,6 +142,59 @@ func TestOversizeOutputIsDeadLetteredOnKafka(t *testing.T) {
 			}
 			if got := readOutputs(t, opts, w.adm, dead, true); len(got) != 1 || got[""] < 1 {
 				t.Fatalf("dead letters by value %v, want one without its value", got)
+			}
+		})
+	}
+}
+
+// An output the broker refuses for good (over its topic's
+// max.message.bytes, within MaxOutputBytes) under DeadLetterPoison, at
+// least once with the built-in emitter and exactly once: the record that
+// made it is dead-lettered, the run goes on, and every other record's
+// output arrives (exactly once: once), also the ones folded with it.
+func TestOutputTheBrokerRefusesIsDeadLetteredOnKafka(t *testing.T) {
+	for _, eos := range []bool{false, true} {
+		t.Run(modeName(eos), func(t *testing.T) {
+			w := newBrokerWorld(t)
+			ctx := context.Background()
+			notes, dead := w.topic+"-notes", w.topic+"-dead"
+			limit := "4096"
+			if err := kafka.CreateTopic(ctx, w.prod, notes, 2, 1, map[string]*string{"max.message.bytes": &limit}); err != nil {
+				t.Fatal(err)
+			}
+			if err := kafka.CreateTopic(ctx, w.prod, dead, 2, 1, nil); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { w.adm.DeleteTopics(context.Background(), notes, dead) })
+			noise := make([]byte, 6000)
+			_, _ = rand.Read(noise)
+			long := base64.StdEncoding.EncodeToString(noise)
+			w.produce("bob=+5", "bob=first note", "bob="+long, "bob=+2", "carol=small note", "alice=+1")
+			r := w.runnerWith(protocols["classic-cooperative"], func(c *engine.Config[int]) {
+				if eos {
+					w.eosConfig(100 * time.Millisecond)(c)
+				} else {
+					em := w.emitterOf()
+					c.StartEmit, c.CheckOutputTopics = em.StartEmit, em.CheckTopics
+				}
+				c.OutputTopics = []string{notes}
+				c.Poison, c.DeadLetterTopic = engine.DeadLetterPoison, dead
+				c.Fold = notedTo(notes)
+			})
+			w.drain(r)
+			w.check(r)
+			if err := r.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			opts := []kgo.Opt{kgo.SeedBrokers(w.brokers...)}
+			got := readOutputs(t, opts, w.adm, notes, true)
+			if got[long] != 0 || got["first note"] < 1 || got["small note"] < 1 || eos && (got["first note"] != 1 || got["small note"] != 1) {
+				t.Fatalf("notes read_committed: %d of them; first note %d, small note %d, the long one %d: want the first two (exactly once: once), not the long one",
+					len(got), got["first note"], got["small note"], got[long])
+			}
+			letters := readOutputs(t, opts, w.adm, dead, true)
+			if letters[long] < 1 || len(letters) != 1 || eos && letters[long] != 1 {
+				t.Fatalf("dead letters read_committed: %d of them, the long note's %d times; want the long note's (exactly once: once)", len(letters), letters[long])
 			}
 		})
 	}

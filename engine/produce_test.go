@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
@@ -297,25 +298,7 @@ func TestDeadLetterIsCountedOnceWrittenOnSim(t *testing.T) {
 			r := w.runner(w.engine(time.Second, func(c *engine.Config[int]) {
 				c.Metrics, c.Logger = m, slog.New(logs)
 			}))
-			counted := func() float64 {
-				mfs, err := reg.Gather()
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, mf := range mfs {
-					if mf.GetName() != "snapfence_poison_records_total" {
-						continue
-					}
-					for _, s := range mf.GetMetric() {
-						for _, l := range s.GetLabel() {
-							if l.GetName() == "action" && l.GetValue() == engine.PoisonDeadLettered {
-								return s.GetCounter().GetValue()
-							}
-						}
-					}
-				}
-				return 0
-			}
+			counted := func() float64 { return poisonCounted(t, reg, engine.PoisonDeadLettered) }
 			ctx := context.Background()
 			for range 10 {
 				if err := r.Step(ctx); err != nil && !errors.Is(err, refused) {
@@ -364,5 +347,217 @@ func TestAPoisonStopCommitsNothingPastUndeliveredOutputsOnSim(t *testing.T) {
 	tp := store.TopicPartition{Topic: "accounts", Partition: 1}
 	if off, ok := w.c.CommittedOffset("bank", tp); ok && off > 0 {
 		t.Fatalf("committed offset %d: the commit covers outputs that were never delivered", off)
+	}
+}
+
+// refusingWorld is an eosWorld with a topic "notes" whose
+// max.message.bytes is noteLimit, where notedTo sends notes: the broker
+// refuses a longer note's output for good, in both modes (at least once,
+// refusingEmit reports it as the KafkaEmitter does).
+func refusingWorld(t *testing.T, eos bool, poison engine.PoisonPolicy) *eosWorld {
+	w := newEOSWorld(t, eos)
+	if err := w.c.CreateTopic("notes", sim.TopicConfig{Partitions: 2, MaxMessageBytes: noteLimit}); err != nil {
+		t.Fatal(err)
+	}
+	if poison == engine.DeadLetterPoison {
+		if err := w.c.CreateTopic("dead", sim.TopicConfig{Partitions: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.mods = append(w.mods, func(c *engine.Config[int]) {
+		c.Fold = notedTo("notes")
+		c.OutputTopics = append(c.OutputTopics, "notes")
+		c.Poison = poison
+		if poison == engine.DeadLetterPoison {
+			c.DeadLetterTopic = "dead"
+		}
+		if !eos {
+			c.Emit = w.refusingEmit
+		}
+	})
+	return w
+}
+
+const noteLimit = 4096
+
+// notedTo is noted with its notes sent to topic.
+func notedTo(topic string) engine.FoldFunc[int] {
+	return func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
+		res, err := noted(key, state, exists, rec)
+		for i := range res.Outputs() {
+			res.Outputs()[i].Topic = topic
+		}
+		return res, err
+	}
+}
+
+// refusingEmit is emitPlain reporting the outputs the cluster refuses
+// for good in EmitError.Refused, as the KafkaEmitter does; the others are
+// delivered.
+func (w *eosWorld) refusingEmit(_ context.Context, outs []engine.Output) error {
+	var first *engine.EmitError
+	for i, o := range outs {
+		cfg, _ := w.c.Topic(o.Topic)
+		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, cfg.Partitions)}
+		_, err := w.c.Produce(tp, store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers})
+		switch {
+		case err == nil:
+		case errors.Is(err, kerr.MessageTooLarge):
+			if first == nil {
+				first = &engine.EmitError{Topic: o.Topic, Partition: tp.Partition, Key: o.Key, Err: err}
+			}
+			first.Failed++
+			first.Refused = append(first.Refused, i)
+		default:
+			return err
+		}
+	}
+	if first != nil {
+		first.Total = len(outs)
+		return first
+	}
+	return nil
+}
+
+// notes counts the notes the notes topic holds, read_committed.
+func (w *eosWorld) notes() map[string]int {
+	seen := map[string]int{}
+	for p := range int32(2) {
+		ents, err := w.c.Read(store.TopicPartition{Topic: "notes", Partition: p}, true)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		for _, e := range ents {
+			if e.Control == sim.NoControl {
+				seen[string(e.Record.Value)]++
+			}
+		}
+	}
+	return seen
+}
+
+// An output the broker refuses for good (over its topic's
+// max.message.bytes, within MaxOutputBytes) is its input record's
+// failure, and goes through Config.Poison in both output modes:
+// StopOnPoison ends the run with the *engine.FoldError naming the input
+// partition, offset and key, and commits nothing past the record;
+// SkipPoison skips the record, DeadLetterPoison dead-letters it, and the
+// run goes on with every other record folded and its outputs delivered
+// (exactly once: once).
+func TestOutputTheBrokerRefusesGoesThroughThePoisonPolicyOnSim(t *testing.T) {
+	tooLong := strings.Repeat("x", noteLimit)
+	for _, eos := range []bool{false, true} {
+		for _, poison := range []engine.PoisonPolicy{engine.StopOnPoison, engine.SkipPoison, engine.DeadLetterPoison} {
+			t.Run(modeName(eos)+"/"+poison.String(), func(t *testing.T) {
+				w := refusingWorld(t, eos, poison)
+				w.produce("bob=+5", "alice=+3", "bob=first note")
+				bad := store.TopicPartition{Topic: "accounts", Partition: 1}
+				_, _, badOffset, _ := w.c.Offsets(bad)
+				w.produce("bob="+tooLong, "bob=+2", "carol=small note", "alice=+1")
+				m, reg := newMetrics(t)
+				r := w.runner(w.engine(time.Second, func(c *engine.Config[int]) { c.Metrics = m }))
+				if poison == engine.StopOnPoison {
+					err := w.stepUntilError(r, 20*time.Second, nil)
+					fe, ok := errors.AsType[*engine.FoldError](err)
+					if !ok || fe.Input != bad || fe.Offset != badOffset || string(fe.Key) != "bob" {
+						t.Fatalf("Step = %v, want the *engine.FoldError of %s offset %d key bob", err, bad, badOffset)
+					}
+					if !errors.Is(err, kerr.MessageTooLarge) {
+						t.Fatalf("%v does not match the broker's MESSAGE_TOO_LARGE", err)
+					}
+					if off, _ := w.c.CommittedOffset("bank", bad); off > badOffset {
+						t.Fatalf("%s committed at %d, past the record at %d", bad, off, badOffset)
+					}
+					return
+				}
+				w.drain(r)
+				w.check(r)
+				got := w.notes()
+				if got[tooLong] != 0 || got["small note"] < 1 || got["first note"] < 1 {
+					t.Fatalf("notes: the long one %d times, small note %d, first note %d: want the others delivered, the long one not",
+						got[tooLong], got["small note"], got["first note"])
+				}
+				if eos && (got["small note"] != 1 || got["first note"] != 1) {
+					t.Fatalf("notes %v: exactly once, each once", got)
+				}
+				action := engine.PoisonSkipped
+				if poison == engine.DeadLetterPoison {
+					action = engine.PoisonDeadLettered
+					dl := w.deadLetters(t)
+					origin := "1:" + strconv.FormatInt(badOffset, 10)
+					if dl[origin] < 1 || len(dl) != 1 || eos && dl[origin] != 1 {
+						t.Fatalf("dead letters %v, want %s's (exactly once: once)", dl, origin)
+					}
+				}
+				if n := poisonCounted(t, reg, action); n < 1 || eos && n != 1 {
+					t.Fatalf("%s poison records counted %v, want the refused one", action, n)
+				}
+			})
+		}
+	}
+}
+
+// poisonCounted is snapfence_poison_records_total of action in reg.
+func poisonCounted(t *testing.T, reg *prometheus.Registry, action string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "snapfence_poison_records_total" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "action" && l.GetValue() == action {
+					return s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// A timer whose output the broker refuses for good is the timer's
+// failure: under SkipPoison it is removed, as a failing handler's timer
+// is, the key keeps its state, and the run goes on, in both modes.
+func TestTimerOutputTheBrokerRefusesIsSkippedOnSim(t *testing.T) {
+	tooLong := strings.Repeat("x", noteLimit)
+	for _, eos := range []bool{false, true} {
+		t.Run(modeName(eos), func(t *testing.T) {
+			w := refusingWorld(t, eos, engine.SkipPoison)
+			w.produce("bob=+5")
+			w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 1}, store.WireRecord{Key: []byte("bob"), Value: []byte("remind")})
+			m, reg := newMetrics(t)
+			r := w.runner(w.engine(time.Second, func(c *engine.Config[int]) {
+				c.Metrics = m
+				fold := c.Fold
+				c.Fold = func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
+					if string(rec.Value) == "remind" {
+						return timerFold(key, state, exists, rec)
+					}
+					return fold(key, state, exists, rec)
+				}
+				c.OnTimer = func(key []byte, state int, _ engine.Timer) (engine.Result[int], error) {
+					return engine.Set(state + 1000).With(engine.Output{Topic: "notes", Key: key, Value: []byte(tooLong)}), nil
+				}
+			}))
+			for range 3 * timerDelay / time.Second {
+				if err := r.Step(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				w.c.Advance(time.Second)
+			}
+			w.produce("bob=+2", "carol=small note")
+			w.drain(r)
+			w.check(r)
+			if got := w.notes(); got[tooLong] != 0 || got["small note"] < 1 {
+				t.Fatalf("notes: the timer's %d times, small note %d", got[tooLong], got["small note"])
+			}
+			if n := poisonCounted(t, reg, engine.PoisonSkipped); n < 1 || eos && n != 1 {
+				t.Fatalf("skipped poison counted %v, want the timer", n)
+			}
+		})
 	}
 }

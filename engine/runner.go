@@ -441,6 +441,11 @@ func (r *Runner[S]) emitFailed(ctx context.Context, err error) error {
 	for _, tp := range from {
 		r.do(ctx, r.sched.failed(tp, causeEmit, err, r.src.Now()))
 	}
+	if rf, ok := errors.AsType[*refusal](err); ok && !rf.letter && r.sched.cfg.skipPoison {
+		// The poison policy has it: the partitions restart to skip or
+		// dead-letter the inputs, which is no failure of the step.
+		return nil
+	}
 	return err
 }
 
@@ -496,7 +501,7 @@ func (r *Runner[S]) foldRun(ctx context.Context, run []Record, now int64) {
 			return
 		}
 		folded++
-		if r.mode.folded(f, o) && !r.commit(ctx, f) {
+		if r.mode.folded(f, o, recordSource(&run[i])) && !r.commit(ctx, f) {
 			return
 		}
 		if f.core.TimersDue(now) && !r.fireTimers(ctx, f, now) {
@@ -509,12 +514,14 @@ func (r *Runner[S]) foldRun(ctx context.Context, run []Record, now int64) {
 // watermark. Their outputs go as a tick's do; a failed handler goes to
 // the poison policy, as a failed tick does. It reports whether f goes on.
 func (r *Runner[S]) fireTimers(ctx context.Context, f *flow[S], now int64) bool {
-	o, failed, err := f.core.FireTimers(now)
+	fired, failed, err := f.core.FireTimers(now)
 	if err != nil {
 		r.do(ctx, r.sched.failed(f.tp, causeTick, fromCore(err), r.src.Now()))
 		return false
 	}
-	r.mode.ticked(f, o)
+	for _, fd := range fired {
+		r.mode.ticked(f, fd.Outputs, firedSource(fd.Key, fd.Timer))
+	}
 	for _, fe := range failed {
 		if !r.poisoned(ctx, f, nil, fe) {
 			return false
@@ -742,12 +749,14 @@ func (r *Runner[S]) failed(ctx context.Context, f *flow[S], err error) {
 
 func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
 	for _, f := range r.sched.running() { // outputs in a fixed order
-		o, failed, err := f.core.Tick(now.UnixMilli())
+		fired, failed, err := f.core.Tick(now.UnixMilli())
 		if err != nil {
 			r.do(ctx, r.sched.failed(f.tp, causeTick, fromCore(err), r.src.Now()))
 			continue
 		}
-		r.mode.ticked(f, o)
+		for _, fd := range fired {
+			r.mode.ticked(f, fd.Outputs, firedSource(fd.Key, nil))
+		}
 		for _, fe := range failed {
 			if !r.poisoned(ctx, f, nil, fe) {
 				break
@@ -821,7 +830,7 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition) {
 func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part store.Partition, begin time.Time) {
 	assigned := part.CommittedOffset()
 	c, err := core.New(core.Config[S, Output]{Input: tp, Fold: r.e.coreFold(), Tick: r.e.coreTick(), Timer: r.e.coreTimer(), Codec: r.e.cfg.Codec,
-		Assigned: assigned, HotKeys: r.e.cfg.HotKeys, Warm: true}, r.e.kv)
+		Assigned: assigned, HotKeys: r.e.cfg.HotKeys, Warm: true, Refused: r.sched.refusals(tp, assigned)}, r.e.kv)
 	if err != nil {
 		_ = part.Close()
 		r.do(ctx, r.sched.failed(tp, causeSetup, fromCore(err), r.src.Now()))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -414,6 +415,19 @@ func (s *scheduler[F]) failed(tp store.TopicPartition, c cause, err error, now t
 		// flush (the revoke's, on shutdown).
 		return nil
 	}
+	if rf, ok := errors.AsType[*refusal](err); ok {
+		switch srcs := rf.by[tp]; {
+		case rf.letter:
+			return s.end(p, classPoison, refusedLetterError(tp, rf.err), false)
+		case len(srcs) > 0:
+			return s.refused(p, srcs, rf.err)
+		}
+		// Its outputs were lost with the refused ones: they are
+		// replayed.
+		retry := p.backoff(now)
+		f := p.stop(err, true)
+		return []action[F]{{kind: actStop, tp: tp, flow: f, err: err, class: classTransient, retry: retry}}
+	}
 	k := classify(c, err)
 	if k == classExpected {
 		if shared := p.producerFenced(err); shared != nil {
@@ -441,6 +455,41 @@ func (s *scheduler[F]) poisoned(tp store.TopicPartition, err error) (skip bool, 
 		return true, nil
 	}
 	return false, s.end(p, classPoison, err, true)
+}
+
+// refused: the broker refused for good the outputs that srcs of p made,
+// with err. Under StopOnPoison the runner ends with the *FoldError of the
+// first; otherwise p restarts from its committed state, after the next
+// poll, with srcs marked: its next flow fails them without folding them,
+// for the poison policy (a restart to skip a poison input is not a
+// failure of the partition: it does not back off).
+func (s *scheduler[F]) refused(p *partition[F], srcs []source, err error) []action[F] {
+	fe := foldError(p.tp, srcs[0], err)
+	if !s.cfg.skipPoison {
+		return s.end(p, classPoison, fe, false)
+	}
+	p.refused = append(p.refused, coreRefusals(srcs, err)...)
+	p.retry = time.Time{}
+	f := p.stop(fe, true)
+	return []action[F]{{kind: actStop, tp: p.tp, flow: f, err: fe, class: classPoison}}
+}
+
+// refusals are the refusals tp's flow resuming at assigned fails
+// (core.Config.Refused). A record's lasts until the committed offset
+// passes it; a tick's or timer's is handed to one flow.
+func (s *scheduler[F]) refusals(tp store.TopicPartition, assigned int64) []core.Refusal {
+	p := s.parts[tp]
+	if p == nil || len(p.refused) == 0 {
+		return nil
+	}
+	out := p.refused
+	p.refused = nil
+	for _, r := range out {
+		if r.Offset >= assigned {
+			p.refused = append(p.refused, r)
+		}
+	}
+	return out
 }
 
 // end stops p for good on err and ends the runner with it (the first such

@@ -168,6 +168,48 @@ type Config[S, O any] struct {
 	// KV (a delta recovery follows); otherwise New drops them (a full
 	// recovery follows). Uncommitted states are dropped either way.
 	Warm bool
+	// Refused are the records, ticks and timers whose outputs the broker
+	// refused for good in an earlier run of the partition: each fails
+	// with its Err when it comes again, without running the fold or
+	// handler, for the poison policy (a run that makes the same outputs
+	// would be refused the same way).
+	Refused []Refusal
+}
+
+// Refusal names a record (Offset), a key's tick (Offset -1, Key), or a
+// key's timer (Offset -1, Key, Timer) whose outputs were refused, and why.
+type Refusal struct {
+	Offset int64
+	Key    []byte
+	Timer  *store.Timer
+	Err    error
+}
+
+// refusedAt is a Refusal's record, tick or timer, as a map key.
+type refusedAt struct {
+	offset  int64
+	key     string
+	timer   store.Timer
+	isTimer bool
+}
+
+// refusal takes the refusal of at, if there is one.
+func (c *Core[S, O]) refusal(at refusedAt) error {
+	if len(c.refused) == 0 {
+		return nil
+	}
+	err, ok := c.refused[at]
+	if ok {
+		delete(c.refused, at)
+	}
+	return err
+}
+
+// Fired is the outputs of one key's tick or timer (Timer nil: a tick).
+type Fired[O any] struct {
+	Key     []byte
+	Timer   *store.Timer
+	Outputs []O
 }
 
 // Core is one input partition's state machine.
@@ -179,6 +221,8 @@ type Config[S, O any] struct {
 type Core[S, O any] struct {
 	cfg Config[S, O]
 	kv  KV
+	// refused are Config.Refused, each removed once it has failed.
+	refused map[refusedAt]error
 	// The partition's entries in a shared KV, under three prefixes:
 	// statePrefix holds committed states only (each one a snapshot the
 	// store reported durable, or a recovered one), overlayPrefix the
@@ -288,6 +332,18 @@ func New[S, O any](cfg Config[S, O], kv KV) (*Core[S, O], error) {
 		statePrefix: append([]byte{'s'}, pp...), overlayPrefix: append([]byte{'d'}, pp...), checkpointKey: append([]byte{'c'}, pp...),
 		timerPrefix: append([]byte{'t'}, pp...), tm: newTimers(),
 		hot: map[string]*slot[S]{}, dirty: map[string]int64{}, inflight: map[string]written{}, overlaid: map[string]struct{}{},
+		refused: map[refusedAt]error{},
+	}
+	for _, r := range cfg.Refused {
+		at := refusedAt{offset: r.Offset}
+		if r.Offset < 0 {
+			at.key = string(r.Key)
+			if r.Timer != nil {
+				at.timer = *r.Timer
+				at.isTimer = true
+			}
+		}
+		c.refused[at] = r.Err
 	}
 	drop := c.Drop
 	if cfg.Warm {
@@ -494,7 +550,12 @@ func (c *Core[S, O]) Fold(rec *Record) ([]O, error) {
 	if sl != nil {
 		state, exists = sl.state, sl.live
 	}
-	ch, err := c.callFold(rec, state, exists)
+	var ch Change[S, O]
+	if rerr := c.refusal(refusedAt{offset: rec.Offset}); rerr != nil {
+		err = &FoldError{Input: c.cfg.Input, Offset: rec.Offset, Key: rec.Key, Err: rerr}
+	} else {
+		ch, err = c.callFold(rec, state, exists)
+	}
 	if err == nil && len(ch.Timers) > 0 {
 		if cerr := c.checkTimers(&ch, ch.Op == Set || ch.Op == Keep && exists); cerr != nil {
 			err = &FoldError{Input: c.cfg.Input, Offset: rec.Offset, Key: rec.Key, Err: cerr}
@@ -691,7 +752,7 @@ func (c *Core[S, O]) encodeState(k string, sl *slot[S]) ([]byte, error) {
 // or panics keeps its state, and the tick goes on with the next key: the
 // failures come back in key order, for the engine's poison policy. err is
 // a failure of the cache, which stops the core.
-func (c *Core[S, O]) Tick(nowMillis int64) (outs []O, failed []*FoldError, err error) {
+func (c *Core[S, O]) Tick(nowMillis int64) (fired []Fired[O], failed []*FoldError, err error) {
 	if c.stopped != nil || c.cfg.Tick == nil {
 		return nil, nil, c.stopped
 	}
@@ -727,7 +788,12 @@ func (c *Core[S, O]) Tick(nowMillis int64) (outs []O, failed []*FoldError, err e
 		if sl == nil || !sl.live {
 			continue
 		}
-		ch, err := c.callTick(k, sl.state, nowMillis)
+		var ch Change[S, O]
+		if rerr := c.refusal(refusedAt{offset: -1, key: string(k)}); rerr != nil {
+			err = &FoldError{Input: c.cfg.Input, Offset: -1, Key: k, Err: rerr}
+		} else {
+			ch, err = c.callTick(k, sl.state, nowMillis)
+		}
 		if err == nil && len(ch.Timers) > 0 {
 			if cerr := c.checkTimers(&ch, ch.Op != Delete); cerr != nil {
 				err = &FoldError{Input: c.cfg.Input, Offset: -1, Key: k, Err: cerr}
@@ -740,9 +806,11 @@ func (c *Core[S, O]) Tick(nowMillis int64) (outs []O, failed []*FoldError, err e
 		if err := c.apply(k, sl, ch, -1, nil); err != nil {
 			return nil, nil, c.stop(err)
 		}
-		outs = append(outs, ch.Outputs...)
+		if len(ch.Outputs) > 0 {
+			fired = append(fired, Fired[O]{Key: k, Outputs: ch.Outputs})
+		}
 	}
-	return outs, failed, nil
+	return fired, failed, nil
 }
 
 func (c *Core[S, O]) callTick(key []byte, state S, now int64) (ch Change[S, O], err error) {

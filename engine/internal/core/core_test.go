@@ -328,7 +328,8 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 	case "fire":
 		var now int64
 		d.ScanArgs(t, "now", &now)
-		outs, failed, err := s.c.FireTimers(now)
+		fired, failed, err := s.c.FireTimers(now)
+		outs := flatten(fired)
 		if err != nil {
 			return err.Error()
 		}
@@ -520,10 +521,11 @@ func TestTickVisitsKeysInKeyOrder(t *testing.T) {
 	if len(c.hot) == 6 {
 		t.Fatal("nothing was evicted: the test needs cold keys")
 	}
-	outs, _, err := c.Tick(0)
+	fired, _, err := c.Tick(0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	outs := flatten(fired)
 	if got, want := fmt.Sprint(seen), "[a b c x y z]"; got != want {
 		t.Fatalf("tick order = %s, want %s", got, want)
 	}
@@ -631,5 +633,61 @@ func TestZeroChangeKeepsTheState(t *testing.T) {
 	}
 	if s, ok, err := c.State([]byte("k")); err != nil || !ok || string(s) != "v" {
 		t.Fatalf("state %q (%t, %v), want v", s, ok, err)
+	}
+}
+
+// flatten is the outputs of fired, in order.
+func flatten(fired []Fired[Output]) []Output {
+	var outs []Output
+	for _, f := range fired {
+		outs = append(outs, f.Outputs...)
+	}
+	return outs
+}
+
+// A refused record or tick fails with its refusal without running the
+// fold or tick, once; the poison policy then skips it, and the rest
+// folds as before.
+func TestRefusedRecordAndTickFailWithoutRunning(t *testing.T) {
+	refused := errors.New("refused")
+	var ran []string
+	fold := func(key, state []byte, exists bool, rec *Record) (Change[[]byte, Output], error) {
+		ran = append(ran, "fold "+string(rec.Value))
+		return Change[[]byte, Output]{Op: Set, State: rec.Value}, nil
+	}
+	tick := func(key, state []byte, now int64) (Change[[]byte, Output], error) {
+		ran = append(ran, "tick "+string(key))
+		return Change[[]byte, Output]{Op: Keep}, nil
+	}
+	c, err := New(Config[[]byte, Output]{Input: store.TopicPartition{Topic: "t"}, Fold: fold, Tick: tick, Codec: BytesCodec{},
+		Refused: []Refusal{{Offset: 1, Err: refused}, {Offset: -1, Key: []byte("a"), Err: refused}}}, NewMemKV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Fold(&Record{Offset: 0, Key: []byte("a"), Value: []byte("0")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Fold(&Record{Offset: 1, Key: []byte("a"), Value: []byte("1")})
+	fe, ok := err.(*FoldError)
+	if !ok || fe.Offset != 1 || string(fe.Key) != "a" || !errors.Is(err, refused) {
+		t.Fatalf("fold of the refused record: %v, want its FoldError with the refusal", err)
+	}
+	if err := c.Skip(fe); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Fold(&Record{Offset: 2, Key: []byte("b"), Value: []byte("2")}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		_, failed, err := c.Tick(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ran) == 2 && (len(failed) != 1 || string(failed[0].Key) != "a" || !errors.Is(failed[0], refused)) {
+			t.Fatalf("first tick failed %v, want a's refusal", failed)
+		}
+	}
+	if got, want := fmt.Sprint(ran), "[fold 0 fold 2 tick b tick a tick b]"; got != want {
+		t.Fatalf("ran %s, want %s", got, want)
 	}
 }

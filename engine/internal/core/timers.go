@@ -298,7 +298,7 @@ func (c *Core[S, O]) Timers(key []byte) ([]store.Timer, error) {
 // the failures come back in order, for the engine's poison policy
 // (SkipTimer removes one). err is a failure of the cache, which stops
 // the core.
-func (c *Core[S, O]) FireTimers(nowMillis int64) (outs []O, failed []*FoldError, err error) {
+func (c *Core[S, O]) FireTimers(nowMillis int64) (fired []Fired[O], failed []*FoldError, err error) {
 	if c.stopped != nil || c.poisoned != nil {
 		return nil, nil, c.stopped
 	}
@@ -334,7 +334,12 @@ func (c *Core[S, O]) FireTimers(nowMillis int64) (outs []O, failed []*FoldError,
 			}
 			continue
 		}
-		ch, err := c.callTimer(key, sl.state, t)
+		var ch Change[S, O]
+		if rerr := c.refusal(refusedAt{offset: -1, key: ref.key, timer: t, isTimer: true}); rerr != nil {
+			err = &FoldError{Input: c.cfg.Input, Offset: -1, Key: key, Timer: &t, Err: rerr}
+		} else {
+			ch, err = c.callTimer(key, sl.state, t)
+		}
 		if err == nil {
 			if cerr := c.checkTimers(&ch, ch.Op == Set || ch.Op == Keep && sl.live); cerr != nil {
 				err = &FoldError{Input: c.cfg.Input, Offset: -1, Key: key, Timer: &t, Err: cerr}
@@ -347,9 +352,11 @@ func (c *Core[S, O]) FireTimers(nowMillis int64) (outs []O, failed []*FoldError,
 		if err := c.apply(key, sl, ch, -1, &t); err != nil {
 			return nil, nil, c.stop(err)
 		}
-		outs = append(outs, ch.Outputs...)
+		if len(ch.Outputs) > 0 {
+			fired = append(fired, Fired[O]{Key: key, Timer: &t, Outputs: ch.Outputs})
+		}
 	}
-	return outs, failed, nil
+	return fired, failed, nil
 }
 
 // SkipTimer removes the timer whose handler failed (the poison policy
