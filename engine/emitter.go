@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -105,6 +106,7 @@ type KafkaEmitter struct {
 	closed     bool
 	partitions map[string]int // checked topics' partition counts
 	caps       map[string]int32
+	compacted  map[string]bool
 }
 
 // ErrEmitterClosed: Emit on a KafkaEmitter after Close.
@@ -163,7 +165,7 @@ func NewKafkaEmitter(cfg KafkaEmitterConfig) (*KafkaEmitter, error) {
 			Problem: fmt.Sprintf("are %d and %d", cfg.TopicPartitions, cfg.TopicReplicationFactor),
 			Fix:     "give a positive count, or 0 for the broker's default"}
 	}
-	em := &KafkaEmitter{cfg: cfg, log: cfg.Logger, partitions: map[string]int{}, caps: map[string]int32{}}
+	em := &KafkaEmitter{cfg: cfg, log: cfg.Logger, partitions: map[string]int{}, caps: map[string]int32{}, compacted: map[string]bool{}}
 	// The batch cap goes first: a ProducerBatchMaxBytes of ClientOpts
 	// overrides it.
 	opts := []kgo.Opt{kgo.ProducerBatchMaxBytesFn(em.batchCap), kgo.SeedBrokers(cfg.SeedBrokers...)}
@@ -236,6 +238,10 @@ func (em *KafkaEmitter) StartEmit(ctx context.Context, outs []Output) (wait func
 	}
 	done := d.done // one closure for every record
 	for i := range slab {
+		if err := em.keyless(&outs[i]); err != nil {
+			done(&slab[i], err)
+			continue
+		}
 		em.cl.Produce(ctx, &slab[i], done)
 	}
 	return d.wait
@@ -455,11 +461,27 @@ func (em *KafkaEmitter) batchCap(topic string) int32 {
 	return defaultBatchCap
 }
 
-// readCaps reads the max.message.bytes of topics, those the principal
-// may read (DESCRIBE_CONFIGS is not among an output topic's minimum
-// ACLs: without it the emitter keeps franz-go's default batch cap). It
-// runs before a topic's first record is produced, when franz-go asks
-// batchCap.
+// keyless is the refusal of an output without a key to a compacted topic,
+// which the broker refuses with INVALID_RECORD, and with it every record
+// of its produce batch: the emitter refuses it alone, before sending.
+func (em *KafkaEmitter) keyless(o *Output) error {
+	if o.Key != nil {
+		return nil
+	}
+	em.mu.Lock()
+	compacted := em.compacted[o.Topic]
+	em.mu.Unlock()
+	if !compacted {
+		return nil
+	}
+	return fmt.Errorf("an output without a key to compacted topic %q: %w", o.Topic, kerr.InvalidRecord)
+}
+
+// readCaps reads the max.message.bytes and cleanup.policy of topics,
+// those the principal may read (DESCRIBE_CONFIGS is not among an output
+// topic's minimum ACLs: without it the emitter keeps franz-go's default
+// batch cap, and the broker alone refuses keyless records). It runs
+// before a topic's first record is produced, when franz-go asks batchCap.
 func (em *KafkaEmitter) readCaps(ctx context.Context, topics []string) {
 	if len(topics) == 0 {
 		return
@@ -475,11 +497,14 @@ func (em *KafkaEmitter) readCaps(ctx context.Context, topics []string) {
 			continue
 		}
 		for _, c := range rc.Configs {
-			if c.Key != "max.message.bytes" || c.Value == nil {
-				continue
-			}
-			if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil && n > 0 && n < defaultBatchCap {
-				em.caps[rc.Name] = int32(n)
+			switch {
+			case c.Value == nil:
+			case c.Key == "max.message.bytes":
+				if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil && n > 0 && n < defaultBatchCap {
+					em.caps[rc.Name] = int32(n)
+				}
+			case c.Key == "cleanup.policy":
+				em.compacted[rc.Name] = slices.Contains(strings.Split(*c.Value, ","), "compact")
 			}
 		}
 	}

@@ -528,3 +528,35 @@ func TestKafkaEmitterRefusesOnlyTheOutputOverItsTopicsLimit(t *testing.T) {
 		}
 	})
 }
+
+// An output without a key to a compacted topic, which Kafka refuses with
+// INVALID_RECORD together with every record of its produce batch, is
+// refused alone, before it is sent, and named in EmitError.Refused; the
+// outputs beside it are delivered.
+func TestKafkaEmitterRefusesOnlyAKeylessOutputToACompactedTopic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newEmitWorld(t)
+		compact := "compact"
+		if err := kafka.CreateTopic(context.Background(), w.cl, "latest", 1, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+			t.Fatal(err)
+		}
+		em := w.emitter(nil)
+		outs := []engine.Output{
+			{Topic: "latest", Key: []byte("a"), Value: []byte("1")},
+			{Topic: "latest", Value: []byte("no key")},
+			{Topic: "latest", Key: []byte("b"), Value: []byte("2")},
+		}
+		err := em.Emit(context.Background(), outs)
+		var ee *engine.EmitError
+		if !errors.As(err, &ee) || !slices.Equal(ee.Refused, []int{1}) || ee.Failed != 1 || !errors.Is(err, kerr.InvalidRecord) {
+			t.Fatalf("err = %v, want an *EmitError refusing output 1 alone with INVALID_RECORD", err)
+		}
+		got := map[string]bool{}
+		for _, r := range w.read("latest") {
+			got[string(r.Value)] = true
+		}
+		if !got["1"] || !got["2"] || got["no key"] {
+			t.Fatalf("delivered %v, want 1 and 2", got)
+		}
+	})
+}

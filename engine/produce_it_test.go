@@ -250,3 +250,55 @@ func TestMissingOutputTopicEndsRunAtOnceAtLeastOnceOnKafka(t *testing.T) {
 		})
 	}
 }
+
+// An output without a key to a compacted topic, which Kafka refuses with
+// INVALID_RECORD together with every record of its produce batch, under
+// SkipPoison, at least once with the built-in emitter and exactly once:
+// only the input that made it is skipped; the outputs of the inputs
+// around it, in the same poll or batch and the same output partition,
+// arrive.
+func TestKeylessOutputToACompactedTopicIsSkippedAloneOnKafka(t *testing.T) {
+	for _, eos := range []bool{false, true} {
+		t.Run(modeName(eos), func(t *testing.T) {
+			w := newBrokerWorld(t)
+			ctx := context.Background()
+			latest := w.topic + "-latest"
+			compact := "compact"
+			if err := kafka.CreateTopic(ctx, w.prod, latest, 1, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { w.adm.DeleteTopics(context.Background(), latest) })
+			w.produce("bob=+5", "bob=one", "bob=nokey", "bob=two", "carol=three")
+			m, reg := newMetrics(t)
+			r := w.runnerWith(protocols["classic-cooperative"], func(c *engine.Config[int]) {
+				if eos {
+					w.eosConfig(time.Second)(c)
+				} else {
+					em := w.emitterOf()
+					c.StartEmit, c.CheckOutputTopics = em.StartEmit, em.CheckTopics
+				}
+				c.OutputTopics = []string{latest}
+				c.Poison, c.Metrics = engine.SkipPoison, m
+				c.Fold = func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
+					res, err := notedTo(latest)(key, state, exists, rec)
+					if string(rec.Value) == "nokey" {
+						res.Outputs()[0].Key = nil
+					}
+					return res, err
+				}
+			})
+			w.drain(r)
+			w.check(r)
+			if err := r.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got := readOutputs(t, []kgo.Opt{kgo.SeedBrokers(w.brokers...)}, w.adm, latest, true)
+			if got["nokey"] != 0 || got["one"] < 1 || got["two"] < 1 || got["three"] < 1 {
+				t.Fatalf("outputs read_committed %v: want one, two and three, not the keyless one", got)
+			}
+			if n := poisonCounted(t, reg, engine.PoisonSkipped); n < 1 || eos && n != 1 {
+				t.Fatalf("skipped poison counted %v, want the keyless output's input", n)
+			}
+		})
+	}
+}

@@ -61,8 +61,10 @@ type Backend struct {
 	// metadata is stale.)
 	outputTopics map[string]int
 	// outputCaps are the output topics' max.message.bytes below
-	// franz-go's default batch cap (batchCap).
-	outputCaps map[string]int32
+	// franz-go's default batch cap (batchCap); outputCompacted are the
+	// compacted ones (keyless).
+	outputCaps      map[string]int32
+	outputCompacted map[string]bool
 }
 
 var (
@@ -108,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: admin client: %w", err)
 	}
-	b := &Backend{cfg: cfg, set: set, admin: admin, adm: kadm.NewClient(admin), outputTopics: map[string]int{}, outputCaps: map[string]int32{}}
+	b := &Backend{cfg: cfg, set: set, admin: admin, adm: kadm.NewClient(admin), outputTopics: map[string]int{}, outputCaps: map[string]int32{}, outputCompacted: map[string]bool{}}
 	if set.Mode == store.Transactional {
 		if b.tv2, err = transactionVersion2(ctx, admin); err != nil {
 			admin.Close()
@@ -507,14 +509,44 @@ func (b *Backend) outputPartitions(ctx context.Context, topic string) (int, erro
 	if err != nil {
 		return 0, err
 	}
-	limit, known := b.messageLimit(ctx, topic)
+	limit, compacted := b.outputConfig(ctx, topic)
 	b.mu.Lock()
 	b.outputTopics[topic] = n
-	if known && limit < defaultBatchCap {
+	if limit > 0 && limit < defaultBatchCap {
 		b.outputCaps[topic] = limit
 	}
+	b.outputCompacted[topic] = compacted
 	b.mu.Unlock()
 	return n, nil
+}
+
+// keyless is the *store.OutputRefusedError of the outputs without a key
+// to a compacted topic, or nil. The broker refuses such a record with
+// INVALID_RECORD, and with it every record of its produce batch: the
+// store refuses the batch before its transaction begins, naming only
+// them.
+func (b *Backend) keyless(input store.TopicPartition, outs []store.Output, counts map[string]int) error {
+	var re *store.OutputRefusedError
+	for i, o := range outs {
+		if o.Key != nil {
+			continue
+		}
+		b.mu.Lock()
+		compacted := b.outputCompacted[o.Topic]
+		b.mu.Unlock()
+		if !compacted {
+			continue
+		}
+		if re == nil {
+			re = &store.OutputRefusedError{Input: input, Topic: o.Topic, Partition: store.OutputPartition(nil, counts[o.Topic]),
+				Err: fmt.Errorf("an output without a key to compacted topic %q: %w", o.Topic, kerr.InvalidRecord)}
+		}
+		re.Outputs = append(re.Outputs, i)
+	}
+	if re == nil {
+		return nil
+	}
+	return re
 }
 
 // defaultBatchCap is franz-go's default ProducerBatchMaxBytes, Kafka's
@@ -537,10 +569,12 @@ func (b *Backend) batchCap(topic string) int32 {
 	return defaultBatchCap
 }
 
-// messageLimit is topic's max.message.bytes, if the principal may read
-// it (DESCRIBE_CONFIGS is not among the minimum ACLs of an output topic:
-// without it the producer keeps franz-go's default batch cap).
-func (b *Backend) messageLimit(ctx context.Context, topic string) (int32, bool) {
+// outputConfig is an output topic's max.message.bytes (0: unknown) and
+// whether it is compacted, if the principal may read them
+// (DESCRIBE_CONFIGS is not among the minimum ACLs of an output topic:
+// without it the producer keeps franz-go's default batch cap, and the
+// broker alone refuses keyless records).
+func (b *Backend) outputConfig(ctx context.Context, topic string) (limit int32, compacted bool) {
 	configs, err := b.adm.DescribeTopicConfigs(ctx, topic)
 	if err != nil {
 		return 0, false
@@ -550,13 +584,17 @@ func (b *Backend) messageLimit(ctx context.Context, topic string) (int32, bool) 
 		return 0, false
 	}
 	for _, c := range rc.Configs {
-		if c.Key == "max.message.bytes" && c.Value != nil {
+		switch {
+		case c.Value == nil:
+		case c.Key == "max.message.bytes":
 			if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil && n > 0 {
-				return int32(n), true
+				limit = int32(n)
 			}
+		case c.Key == "cleanup.policy":
+			compacted = slices.Contains(strings.Split(*c.Value, ","), "compact")
 		}
 	}
-	return 0, false
+	return limit, compacted
 }
 
 // describeOutput returns the partition count of an output topic.

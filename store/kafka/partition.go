@@ -182,6 +182,9 @@ func (p *partition) Transact(ctx context.Context, batch groupcommit.Batch, id st
 	if err != nil {
 		return -1, fmt.Errorf("kafka: %s: %w", p.input, err)
 	}
+	if err := p.b.keyless(p.input, batch.Outputs, counts); err != nil {
+		return -1, err
+	}
 	end, err := p.transact(ctx, prod, batch, id, counts)
 	if err == nil {
 		return end, nil
