@@ -7,8 +7,9 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// FoldError names the record a fold, tick or timer handler failed on;
-// match it with errors.As. Under StopOnPoison (the default) Run returns it
+// FoldError names the record a fold, tick or timer handler failed on, or
+// whose output the broker refused for good (Err is then the
+// *EmitError or *store.OutputRefusedError); match it with errors.As. Under StopOnPoison (the default) Run returns it
 // after committing everything before the record; the record is not
 // consumed (a replay would fail again) until the fold is fixed or
 // Config.Poison skips it. A failed timer stays in its key's state (it

@@ -11,10 +11,15 @@ import (
 
 // PoisonPolicy is what the engine does with a poison record: one its fold
 // fails or panics on (a record the fold cannot decode, an input it
-// refuses), or a key whose tick or timer handler fails. Going past a
+// refuses), one that makes an output the broker refuses for good (too
+// large for its topic's max.message.bytes, or invalid for it), or a key
+// whose tick or timer handler fails or makes such an output. Going past a
 // failed timer removes it. Replaying such a record fails again, so
 // retrying cannot help: the choice is to stop or to go past it, as with
-// Kafka Streams' exception handlers.
+// Kafka Streams' exception handlers. (To go past an input whose output
+// the broker refused, the partition restarts from its committed state,
+// and the input fails there without being folded: the other outputs of
+// its poll or exactly-once batch are sent again.)
 //
 // A stored state that the Codec cannot decode is not a poison record:
 // going past it would lose the key's state, not one input, so

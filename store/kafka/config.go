@@ -121,7 +121,10 @@ type Config struct {
 	// store.DefaultMaxValueBytes (999,000), which franz-go's default
 	// ProducerBatchMaxBytes (1,000,012) holds with the record's headers
 	// and framing. Above it, raise kgo.ProducerBatchMaxBytes (ClientOpts)
-	// and the snapshot topic's max.message.bytes with it.
+	// and the snapshot topic's max.message.bytes with it. (Without that
+	// option, an exactly-once output topic whose max.message.bytes is
+	// lower caps its produce batches: an output over it is refused alone,
+	// as a *store.OutputRefusedError, not with the outputs beside it.)
 	MaxValueBytes int
 	// TransactionTimeout is the producers' transaction.timeout.ms; default
 	// store.DefaultTransactionTimeout (1 min). It bounds every transaction
