@@ -8,7 +8,7 @@ import (
 )
 
 // FoldError names the record a fold, tick or timer handler failed on, or
-// whose output the broker refused for good (Err is then the
+// whose output the broker refused for good (Err then wraps the
 // *EmitError or *store.OutputRefusedError); match it with errors.As. Under StopOnPoison (the default) Run returns it
 // after committing everything before the record; the record is not
 // consumed (a replay would fail again) until the fold is fixed or

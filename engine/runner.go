@@ -992,6 +992,11 @@ func (r *Runner[S]) stop(ctx context.Context, a action[*flow[S]]) {
 	case a.class == classExpected:
 		r.e.log.Warn("partition fenced (expected in a rebalance); restarting from the committed state if still owned",
 			"input", a.tp.String(), "err", a.err)
+	case a.class == classPoison:
+		if ok, n := r.logs.allow("restart "+a.tp.String(), r.src.Now()); ok {
+			r.e.log.Warn("partition restarts from the committed state to go past an input whose output the broker refused (Config.Poison)",
+				"input", a.tp.String(), "not_logged_since_last", n, "err", a.err)
+		}
 	default:
 		if ok, n := r.logs.allow("restart "+a.tp.String(), r.src.Now()); ok {
 			r.e.log.Warn("partition failed; restarting from the committed state", "input", a.tp.String(),

@@ -464,6 +464,7 @@ func (s *scheduler[F]) poisoned(tp store.TopicPartition, err error) (skip bool, 
 // for the poison policy (a restart to skip a poison input is not a
 // failure of the partition: it does not back off).
 func (s *scheduler[F]) refused(p *partition[F], srcs []source, err error) []action[F] {
+	err = fmt.Errorf("its output was refused for good: %w", err)
 	fe := foldError(p.tp, srcs[0], err)
 	if !s.cfg.skipPoison {
 		return s.end(p, classPoison, fe, false)
