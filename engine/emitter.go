@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -104,9 +102,8 @@ type KafkaEmitter struct {
 
 	mu         sync.Mutex
 	closed     bool
-	partitions map[string]int // checked topics' partition counts
-	caps       map[string]int32
-	compacted  map[string]bool
+	partitions map[string]int     // checked topics' partition counts
+	limits     *kafkatopic.Limits // output topics' max.message.bytes and cleanup.policy
 }
 
 // ErrEmitterClosed: Emit on a KafkaEmitter after Close.
@@ -165,10 +162,10 @@ func NewKafkaEmitter(cfg KafkaEmitterConfig) (*KafkaEmitter, error) {
 			Problem: fmt.Sprintf("are %d and %d", cfg.TopicPartitions, cfg.TopicReplicationFactor),
 			Fix:     "give a positive count, or 0 for the broker's default"}
 	}
-	em := &KafkaEmitter{cfg: cfg, log: cfg.Logger, partitions: map[string]int{}, caps: map[string]int32{}, compacted: map[string]bool{}}
+	em := &KafkaEmitter{cfg: cfg, log: cfg.Logger, partitions: map[string]int{}, limits: kafkatopic.NewLimits()}
 	// The batch cap goes first: a ProducerBatchMaxBytes of ClientOpts
 	// overrides it.
-	opts := []kgo.Opt{kgo.ProducerBatchMaxBytesFn(em.batchCap), kgo.SeedBrokers(cfg.SeedBrokers...)}
+	opts := []kgo.Opt{kgo.ProducerBatchMaxBytesFn(em.limits.BatchCap), kgo.SeedBrokers(cfg.SeedBrokers...)}
 	for _, o := range cfg.ClientOpts {
 		if _, group := o.(kgo.GroupOpt); !group {
 			opts = append(opts, o)
@@ -437,77 +434,18 @@ func (em *KafkaEmitter) describe(ctx context.Context, topics []string) (map[stri
 			found[topic] = len(td.Partitions)
 		}
 	}
-	em.readCaps(ctx, slices.Collect(maps.Keys(found)))
+	em.limits.Read(ctx, em.adm, slices.Collect(maps.Keys(found))...)
 	return found, nil
-}
-
-// defaultBatchCap is franz-go's default ProducerBatchMaxBytes, Kafka's
-// default max.message.bytes.
-const defaultBatchCap = 1_000_012
-
-// batchCap is the client's ProducerBatchMaxBytesFn: a topic's
-// max.message.bytes where it is below franz-go's default. The broker
-// refuses a produce batch over it whole, every record in it failing
-// alike; under the cap franz-go sends no such batch, and refuses on its
-// own, before sending, only a record too large for any batch. A refusal
-// then names that record, whose input the engine's poison policy can
-// skip, never the records that only shared its batch.
-func (em *KafkaEmitter) batchCap(topic string) int32 {
-	em.mu.Lock()
-	defer em.mu.Unlock()
-	if c, ok := em.caps[topic]; ok {
-		return c
-	}
-	return defaultBatchCap
 }
 
 // keyless is the refusal of an output without a key to a compacted topic,
 // which the broker refuses with INVALID_RECORD, and with it every record
 // of its produce batch: the emitter refuses it alone, before sending.
 func (em *KafkaEmitter) keyless(o *Output) error {
-	if o.Key != nil {
-		return nil
-	}
-	em.mu.Lock()
-	compacted := em.compacted[o.Topic]
-	em.mu.Unlock()
-	if !compacted {
+	if o.Key != nil || !em.limits.Compacted(o.Topic) {
 		return nil
 	}
 	return fmt.Errorf("an output without a key to compacted topic %q: %w", o.Topic, kerr.InvalidRecord)
-}
-
-// readCaps reads the max.message.bytes and cleanup.policy of topics,
-// those the principal may read (DESCRIBE_CONFIGS is not among an output
-// topic's minimum ACLs: without it the emitter keeps franz-go's default
-// batch cap, and the broker alone refuses keyless records). It runs
-// before a topic's first record is produced, when franz-go asks batchCap.
-func (em *KafkaEmitter) readCaps(ctx context.Context, topics []string) {
-	if len(topics) == 0 {
-		return
-	}
-	configs, err := em.adm.DescribeTopicConfigs(ctx, topics...)
-	if err != nil {
-		return
-	}
-	em.mu.Lock()
-	defer em.mu.Unlock()
-	for _, rc := range configs {
-		if rc.Err != nil {
-			continue
-		}
-		for _, c := range rc.Configs {
-			switch {
-			case c.Value == nil:
-			case c.Key == "max.message.bytes":
-				if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil && n > 0 && n < defaultBatchCap {
-					em.caps[rc.Name] = int32(n)
-				}
-			case c.Key == "cleanup.policy":
-				em.compacted[rc.Name] = slices.Contains(strings.Split(*c.Value, ","), "compact")
-			}
-		}
-	}
 }
 
 // create creates topic (CreateTopics), waits until it is served, and

@@ -88,10 +88,14 @@ func (w *eosWorld) emitPlain(_ context.Context, outs []engine.Output) error {
 
 // audit counts each input record's outputs on the audit topic, as a
 // consumer of the given isolation sees them.
-func (w *eosWorld) audit(readCommitted bool) map[string]int {
+func (w *eosWorld) audit(readCommitted bool) map[string]int { return w.values("audit", readCommitted) }
+
+// values counts the values of topic's records (of two partitions), as a
+// consumer of the given isolation sees them.
+func (w *eosWorld) values(topic string, readCommitted bool) map[string]int {
 	seen := map[string]int{}
 	for p := range int32(2) {
-		ents, err := w.c.Read(store.TopicPartition{Topic: "audit", Partition: p}, readCommitted)
+		ents, err := w.c.Read(store.TopicPartition{Topic: topic, Partition: p}, readCommitted)
 		if err != nil {
 			w.t.Fatal(err)
 		}

@@ -419,22 +419,6 @@ func (w *eosWorld) refusingEmit(_ context.Context, outs []engine.Output) error {
 	return nil
 }
 
-// notes counts the notes the notes topic holds, read_committed.
-func (w *eosWorld) notes() map[string]int {
-	seen := map[string]int{}
-	for p := range int32(2) {
-		ents, err := w.c.Read(store.TopicPartition{Topic: "notes", Partition: p}, true)
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		for _, e := range ents {
-			if e.Control == sim.NoControl {
-				seen[string(e.Record.Value)]++
-			}
-		}
-	}
-	return seen
-}
 
 // An output the broker refuses for good (over its topic's
 // max.message.bytes, within MaxOutputBytes) is its input record's
@@ -472,7 +456,7 @@ func TestOutputTheBrokerRefusesGoesThroughThePoisonPolicyOnSim(t *testing.T) {
 				}
 				w.drain(r)
 				w.check(r)
-				got := w.notes()
+				got := w.values("notes", true)
 				if got[tooLong] != 0 || got["small note"] < 1 || got["first note"] < 1 {
 					t.Fatalf("notes: the long one %d times, small note %d, first note %d: want the others delivered, the long one not",
 						got[tooLong], got["small note"], got["first note"])
@@ -552,7 +536,7 @@ func TestTimerOutputTheBrokerRefusesIsSkippedOnSim(t *testing.T) {
 			w.produce("bob=+2", "carol=small note")
 			w.drain(r)
 			w.check(r)
-			if got := w.notes(); got[tooLong] != 0 || got["small note"] < 1 {
+			if got := w.values("notes", true); got[tooLong] != 0 || got["small note"] < 1 {
 				t.Fatalf("notes: the timer's %d times, small note %d", got[tooLong], got["small note"])
 			}
 			if n := poisonCounted(t, reg, engine.PoisonSkipped); n < 1 || eos && n != 1 {

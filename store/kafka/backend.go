@@ -60,11 +60,9 @@ type Backend struct {
 	// keyed outputs keep their partition, as with a producer whose
 	// metadata is stale.)
 	outputTopics map[string]int
-	// outputCaps are the output topics' max.message.bytes below
-	// franz-go's default batch cap (batchCap); outputCompacted are the
-	// compacted ones (keyless).
-	outputCaps      map[string]int32
-	outputCompacted map[string]bool
+	// outputLimits are the output topics' max.message.bytes and
+	// cleanup.policy: the producers' batch cap, and keyless.
+	outputLimits *kafkatopic.Limits
 }
 
 var (
@@ -110,7 +108,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: admin client: %w", err)
 	}
-	b := &Backend{cfg: cfg, set: set, admin: admin, adm: kadm.NewClient(admin), outputTopics: map[string]int{}, outputCaps: map[string]int32{}, outputCompacted: map[string]bool{}}
+	b := &Backend{cfg: cfg, set: set, admin: admin, adm: kadm.NewClient(admin), outputTopics: map[string]int{}, outputLimits: kafkatopic.NewLimits()}
 	if set.Mode == store.Transactional {
 		if b.tv2, err = transactionVersion2(ctx, admin); err != nil {
 			admin.Close()
@@ -509,13 +507,9 @@ func (b *Backend) outputPartitions(ctx context.Context, topic string) (int, erro
 	if err != nil {
 		return 0, err
 	}
-	limit, compacted := b.outputConfig(ctx, topic)
+	b.outputLimits.Read(ctx, b.adm, topic)
 	b.mu.Lock()
 	b.outputTopics[topic] = n
-	if limit > 0 && limit < defaultBatchCap {
-		b.outputCaps[topic] = limit
-	}
-	b.outputCompacted[topic] = compacted
 	b.mu.Unlock()
 	return n, nil
 }
@@ -531,10 +525,7 @@ func (b *Backend) keyless(input store.TopicPartition, outs []store.Output, count
 		if o.Key != nil {
 			continue
 		}
-		b.mu.Lock()
-		compacted := b.outputCompacted[o.Topic]
-		b.mu.Unlock()
-		if !compacted {
+		if !b.outputLimits.Compacted(o.Topic) {
 			continue
 		}
 		if re == nil {
@@ -547,54 +538,6 @@ func (b *Backend) keyless(input store.TopicPartition, outs []store.Output, count
 		return nil
 	}
 	return re
-}
-
-// defaultBatchCap is franz-go's default ProducerBatchMaxBytes, Kafka's
-// default max.message.bytes.
-const defaultBatchCap = 1_000_012
-
-// batchCap is the producers' ProducerBatchMaxBytesFn: an output topic's
-// max.message.bytes where it is below franz-go's default. The broker
-// refuses a produce batch over it whole, every record in it failing
-// alike; under the cap franz-go sends no such batch, and refuses on its
-// own, before sending, only a record too large to fit in any. A refusal
-// then names that record, whose input the engine's poison policy can
-// skip, never the records that only shared its batch.
-func (b *Backend) batchCap(topic string) int32 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c, ok := b.outputCaps[topic]; ok {
-		return c
-	}
-	return defaultBatchCap
-}
-
-// outputConfig is an output topic's max.message.bytes (0: unknown) and
-// whether it is compacted, if the principal may read them
-// (DESCRIBE_CONFIGS is not among the minimum ACLs of an output topic:
-// without it the producer keeps franz-go's default batch cap, and the
-// broker alone refuses keyless records).
-func (b *Backend) outputConfig(ctx context.Context, topic string) (limit int32, compacted bool) {
-	configs, err := b.adm.DescribeTopicConfigs(ctx, topic)
-	if err != nil {
-		return 0, false
-	}
-	rc, err := configs.On(topic, nil)
-	if err != nil || rc.Err != nil {
-		return 0, false
-	}
-	for _, c := range rc.Configs {
-		switch {
-		case c.Value == nil:
-		case c.Key == "max.message.bytes":
-			if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil && n > 0 {
-				limit = int32(n)
-			}
-		case c.Key == "cleanup.policy":
-			compacted = slices.Contains(strings.Split(*c.Value, ","), "compact")
-		}
-	}
-	return limit, compacted
 }
 
 // describeOutput returns the partition count of an output topic.

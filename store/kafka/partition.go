@@ -68,7 +68,7 @@ func (p *partition) Takeover(ctx context.Context, txnID string) error {
 	cfg := &p.b.cfg
 	// The batch cap goes first: a user's own ProducerBatchMaxBytes
 	// (ClientOpts) overrides it.
-	opts := append(append([]kgo.Opt{kgo.ProducerBatchMaxBytesFn(p.b.batchCap)}, cfg.clientOpts()...),
+	opts := append(append([]kgo.Opt{kgo.ProducerBatchMaxBytesFn(p.b.outputLimits.BatchCap)}, cfg.clientOpts()...),
 		kgo.TransactionalID(txnID),
 		kgo.TransactionTimeout(p.b.set.TransactionTimeout),
 		// Record.Partition is honoured only with the manual partitioner:
