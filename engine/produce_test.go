@@ -419,7 +419,6 @@ func (w *eosWorld) refusingEmit(_ context.Context, outs []engine.Output) error {
 	return nil
 }
 
-
 // An output the broker refuses for good (over its topic's
 // max.message.bytes, within MaxOutputBytes) is its input record's
 // failure, and goes through Config.Poison in both output modes:
