@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-warm bench-failover bench-scale it it-cluster it-secure props-long html-check failover chaos chaos-short probe
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-warm bench-failover bench-recovery-pause bench-scale it it-cluster it-secure props-long html-check failover chaos chaos-short probe
 
 all: lint test
 
@@ -224,6 +224,17 @@ bench-failover:
 	$(GO) test $(WARMFLAGS) -bench '^BenchmarkWarmRestartFailover$$' ./engine -args -warm.rounds=$(WARMROUNDS) $(WARMARGS) 2>&1 | tee "$$out" && \
 	it/kafka/broker run $(GO) test -tags it $(WARMFLAGS) -bench '^BenchmarkWarmRestartFailoverBroker$$' ./engine -args -warm.rounds=$(WARMROUNDS) $(WARMARGS) 2>&1 | tee -a "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
+
+## bench-recovery-pause: how long the partitions a member runs stop
+## folding while a partition newly assigned to it, holding 1M keys of
+## 100 B, recovers cold (docs/benchmarks.md, "Recovery pause"). On kfake
+## (BenchmarkRecoveryPause), then on a real Kafka 4.3.1 broker started for
+## the run (BenchmarkRecoveryPauseBroker, build tag `it`). About 1 min on
+## each at 3 rounds.
+bench-recovery-pause:
+	@it/kafka/broker classpath
+	$(GO) test $(WARMFLAGS) -bench '^BenchmarkRecoveryPause$$' ./engine -args -warm.keys=2000000 -warm.rounds=3
+	it/kafka/broker run $(GO) test -tags it $(WARMFLAGS) -bench '^BenchmarkRecoveryPauseBroker$$' ./engine -args -warm.keys=2000000 -warm.rounds=3
 
 ## bench-scale: what an instance pays per partition it owns (issue 18):
 ## goroutines, sockets, Go heap and RSS of one engine owning 16, 64 and 256
