@@ -235,7 +235,7 @@ func (em *KafkaEmitter) StartEmit(ctx context.Context, outs []Output) (wait func
 	}
 	done := d.done // one closure for every record
 	for i := range slab {
-		if err := em.keyless(&outs[i]); err != nil {
+		if err := em.limits.Keyless(outs[i].Topic, outs[i].Key); err != nil {
 			done(&slab[i], err)
 			continue
 		}
@@ -275,10 +275,10 @@ func (d *delivery) done(r *kgo.Record, err error) {
 	d.failed++
 	// A refusal no retry cures names the failure: the engine takes it
 	// for the output's, not the cluster's.
-	if d.first == nil || !refusedForGood(d.first.Err) && refusedForGood(err) {
+	if d.first == nil || !kafkatopic.RefusedForGood(d.first.Err) && kafkatopic.RefusedForGood(err) {
 		d.first = &EmitError{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Err: produceError(r.Topic, err)}
 	}
-	if refusedForGood(err) {
+	if kafkatopic.RefusedForGood(err) {
 		if d.index == nil {
 			d.index = make(map[*kgo.Record]int, len(d.slab))
 			for i := range d.slab {
@@ -436,16 +436,6 @@ func (em *KafkaEmitter) describe(ctx context.Context, topics []string) (map[stri
 	}
 	em.limits.Read(ctx, em.adm, slices.Collect(maps.Keys(found))...)
 	return found, nil
-}
-
-// keyless is the refusal of an output without a key to a compacted topic,
-// which the broker refuses with INVALID_RECORD, and with it every record
-// of its produce batch: the emitter refuses it alone, before sending.
-func (em *KafkaEmitter) keyless(o *Output) error {
-	if o.Key != nil || !em.limits.Compacted(o.Topic) {
-		return nil
-	}
-	return fmt.Errorf("an output without a key to compacted topic %q: %w", o.Topic, kerr.InvalidRecord)
 }
 
 // create creates topic (CreateTopics), waits until it is served, and

@@ -1,10 +1,7 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
-
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/snapfence/snapfence/store"
 )
@@ -74,21 +71,4 @@ func fitDeadLetter(o Output, ownHeaders, limit int) Output {
 		}
 	}
 	return o
-}
-
-// refusedForGood reports whether a produce error is one that no retry of
-// the same record can cure: the record is too large for the broker or
-// the topic, or the broker refuses it as invalid or corrupt. Such a
-// failure is the record's (poison), not the cluster's (transient).
-// Authorization and missing topics are configuration (store.ConfigError).
-func refusedForGood(err error) bool {
-	// CORRUPT_MESSAGE is retriable to franz-go (a checksum broken on the
-	// way), which retries it within the delivery timeout; one that
-	// outlasts it is the record's (a null key for a compacted topic).
-	for _, e := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }

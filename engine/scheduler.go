@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -202,7 +203,7 @@ func classify(c cause, err error) class {
 		return classExpected
 	case c == causeSetup:
 		return classPermanent // the cache cannot be set up
-	case c == causeEmit && refusedForGood(err):
+	case c == causeEmit && kafkatopic.RefusedForGood(err):
 		// An output the broker refuses for good (too large, invalid):
 		// the replay would make it again.
 		return classPoison
@@ -595,8 +596,8 @@ func (s *scheduler[F]) runningPartitions() []store.TopicPartition {
 //
 // So does a snapshot or output the store refuses before sending it (too
 // large, a reserved key, an output without a topic or for the snapshot
-// topic), or the broker refuses for good (refusedForGood): the fold makes
-// it again on replay.
+// topic), or the broker refuses for good (kafkatopic.RefusedForGood):
+// the fold makes it again on replay.
 func retriable(err error) bool {
 	var fe *FoldError
 	var se *RecoveredStateError
@@ -605,5 +606,5 @@ func retriable(err error) bool {
 			return false
 		}
 	}
-	return !errors.As(err, &fe) && !errors.As(err, &se) && !refusedForGood(err)
+	return !errors.As(err, &fe) && !errors.As(err, &se) && !kafkatopic.RefusedForGood(err)
 }

@@ -1,7 +1,8 @@
 // Package kafkatopic creates Kafka topics and waits until they are served:
 // the one implementation behind store/kafka.CreateTopic, the snapshot
 // topics store/kafka creates, and the output topics the engine's emitter
-// and store/kafka's exactly-once batches create.
+// and store/kafka's exactly-once batches create; and what output topics
+// accept from a producer (Limits, RefusedForGood).
 package kafkatopic
 
 import (

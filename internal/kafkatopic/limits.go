@@ -2,12 +2,15 @@ package kafkatopic
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // DefaultBatchCap is franz-go's default ProducerBatchMaxBytes, Kafka's
@@ -24,7 +27,7 @@ const DefaultBatchCap = 1_000_012
 // not tell which output's input is at fault. With BatchCap as the
 // client's ProducerBatchMaxBytesFn franz-go sends no batch over the limit
 // and refuses on its own, before sending, only a record too large for any
-// batch; a producer that checks Compacted refuses a keyless record alone.
+// batch; a producer that checks Keyless refuses a keyless record alone.
 type Limits struct {
 	mu        sync.Mutex
 	caps      map[string]int32
@@ -80,9 +83,35 @@ func (l *Limits) BatchCap(topic string) int32 {
 	return DefaultBatchCap
 }
 
-// Compacted reports whether Read found topic compacted.
-func (l *Limits) Compacted(topic string) bool {
+// Keyless is the refusal of a record without a key (key nil) to topic,
+// if Read found topic compacted: the broker would refuse it with
+// INVALID_RECORD, and with it every record of its produce batch, so the
+// producer refuses it alone, before sending. Otherwise nil.
+func (l *Limits) Keyless(topic string, key []byte) error {
+	if key != nil {
+		return nil
+	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.compacted[topic]
+	compacted := l.compacted[topic]
+	l.mu.Unlock()
+	if !compacted {
+		return nil
+	}
+	return fmt.Errorf("an output without a key to compacted topic %q: %w", topic, kerr.InvalidRecord)
+}
+
+// RefusedForGood reports whether a produce error is one that no retry of
+// the same record cures: the record is too large for the broker or the
+// topic (franz-go refuses one too large for any batch on its own), or the
+// broker refuses it as invalid or corrupt. Such a failure is the
+// record's, not the cluster's. CORRUPT_MESSAGE is retriable to franz-go
+// (a checksum broken on the way), which retries it within the delivery
+// timeout; one that outlasts it is the record's.
+func RefusedForGood(err error) bool {
+	for _, e := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }

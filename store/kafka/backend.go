@@ -522,15 +522,12 @@ func (b *Backend) outputPartitions(ctx context.Context, topic string) (int, erro
 func (b *Backend) keyless(input store.TopicPartition, outs []store.Output, counts map[string]int) error {
 	var re *store.OutputRefusedError
 	for i, o := range outs {
-		if o.Key != nil {
-			continue
-		}
-		if !b.outputLimits.Compacted(o.Topic) {
+		err := b.outputLimits.Keyless(o.Topic, o.Key)
+		if err == nil {
 			continue
 		}
 		if re == nil {
-			re = &store.OutputRefusedError{Input: input, Topic: o.Topic, Partition: store.OutputPartition(nil, counts[o.Topic]),
-				Err: fmt.Errorf("an output without a key to compacted topic %q: %w", o.Topic, kerr.InvalidRecord)}
+			re = &store.OutputRefusedError{Input: input, Topic: o.Topic, Partition: store.OutputPartition(nil, counts[o.Topic]), Err: err}
 		}
 		re.Outputs = append(re.Outputs, i)
 	}

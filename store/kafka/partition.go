@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/backend"
 	"github.com/snapfence/snapfence/store/internal/groupcommit"
@@ -295,7 +296,7 @@ func refusedTopics(results kgo.ProduceResults, first error) error {
 func (p *partition) refusedOutputs(results kgo.ProduceResults, outputs []*kgo.Record) error {
 	refused := map[*kgo.Record]error{}
 	for _, r := range results {
-		if refusedForGood(r.Err) {
+		if kafkatopic.RefusedForGood(r.Err) {
 			refused[r.Record] = r.Err
 		}
 	}
@@ -314,19 +315,6 @@ func (p *partition) refusedOutputs(results kgo.ProduceResults, outputs []*kgo.Re
 		return nil
 	}
 	return re
-}
-
-// refusedForGood reports whether the broker (or franz-go, for a record
-// over the topic's batch cap) refused a record in a way no retry of it
-// cures. CORRUPT_MESSAGE is retriable to franz-go, which retries it
-// within the delivery timeout; one that outlasts it is the record's.
-func refusedForGood(err error) bool {
-	for _, e := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }
 
 func (p *partition) fenced(id store.GroupIdentity, reason error) *store.FencedError {
