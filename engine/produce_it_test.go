@@ -24,6 +24,18 @@ import (
 // The produce failures on Kafka: what the broker refuses for good, and
 // missing output topics, in both output modes.
 
+// outputMode sets c's outputs exactly once, committing every commitEvery,
+// or at least once through a KafkaEmitter that checks the output topics
+// at start.
+func (w *brokerWorld) outputMode(c *engine.Config[int], eos bool, commitEvery time.Duration) {
+	if eos {
+		w.eosConfig(commitEvery)(c)
+		return
+	}
+	em := w.emitterOf()
+	c.StartEmit, c.CheckOutputTopics = em.StartEmit, em.CheckTopics
+}
+
 // emitterOf is a KafkaEmitter on w's broker, closed with the test.
 func (w *brokerWorld) emitterOf() *engine.KafkaEmitter {
 	em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.brokers})
@@ -64,13 +76,7 @@ func TestOutputTheBrokerRefusesEndsRunOnKafka(t *testing.T) {
 					c.StartEmit = w.emitterOf().StartEmit
 				}
 				c.Logger = slog.New(logs)
-				c.Fold = func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
-					res, err := noted(key, state, exists, rec)
-					for i := range res.Outputs() {
-						res.Outputs()[i].Topic = audit
-					}
-					return res, err
-				}
+				c.Fold = notedTo(audit)
 			})
 			start := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
@@ -115,21 +121,10 @@ func TestOversizeOutputIsDeadLetteredOnKafka(t *testing.T) {
 			// Within the input producer's batch limit, over MaxOutputBytes.
 			w.produce("bob=+5", "bob="+strings.Repeat("n", 999_500), "carol=small note", "bob=+2")
 			r := w.runnerWith(protocols["classic-cooperative"], func(c *engine.Config[int]) {
-				if eos {
-					w.eosConfig(100 * time.Millisecond)(c)
-				} else {
-					em := w.emitterOf()
-					c.StartEmit, c.CheckOutputTopics = em.StartEmit, em.CheckTopics
-				}
+				w.outputMode(c, eos, 100*time.Millisecond)
 				c.OutputTopics = []string{audit}
 				c.Poison, c.DeadLetterTopic = engine.DeadLetterPoison, dead
-				c.Fold = func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
-					res, err := noted(key, state, exists, rec)
-					for i := range res.Outputs() {
-						res.Outputs()[i].Topic = audit
-					}
-					return res, err
-				}
+				c.Fold = notedTo(audit)
 			})
 			w.drain(r)
 			w.check(r)
@@ -171,12 +166,7 @@ func TestOutputTheBrokerRefusesIsDeadLetteredOnKafka(t *testing.T) {
 			long := base64.StdEncoding.EncodeToString(noise)
 			w.produce("bob=+5", "bob=first note", "bob="+long, "bob=+2", "carol=small note", "alice=+1")
 			r := w.runnerWith(protocols["classic-cooperative"], func(c *engine.Config[int]) {
-				if eos {
-					w.eosConfig(100 * time.Millisecond)(c)
-				} else {
-					em := w.emitterOf()
-					c.StartEmit, c.CheckOutputTopics = em.StartEmit, em.CheckTopics
-				}
+				w.outputMode(c, eos, 100*time.Millisecond)
 				c.OutputTopics = []string{notes}
 				c.Poison, c.DeadLetterTopic = engine.DeadLetterPoison, dead
 				c.Fold = notedTo(notes)
@@ -271,12 +261,7 @@ func TestKeylessOutputToACompactedTopicIsSkippedAloneOnKafka(t *testing.T) {
 			w.produce("bob=+5", "bob=one", "bob=nokey", "bob=two", "carol=three")
 			m, reg := newMetrics(t)
 			r := w.runnerWith(protocols["classic-cooperative"], func(c *engine.Config[int]) {
-				if eos {
-					w.eosConfig(time.Second)(c)
-				} else {
-					em := w.emitterOf()
-					c.StartEmit, c.CheckOutputTopics = em.StartEmit, em.CheckTopics
-				}
+				w.outputMode(c, eos, time.Second)
 				c.OutputTopics = []string{latest}
 				c.Poison, c.Metrics = engine.SkipPoison, m
 				c.Fold = func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
