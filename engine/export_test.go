@@ -21,7 +21,15 @@ func CloseAbandoning[S any](e *Engine[S]) error {
 	}
 	e.runMu.Unlock()
 	for _, r := range open {
-		r.release()
+		r.Abandon()
 	}
 	return e.Close()
+}
+
+// Settled reports whether r has no takeover or recovery in flight: every
+// partition it was assigned runs, waits or has stopped.
+func Settled[S any](r *Runner[S]) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.recovering()
 }

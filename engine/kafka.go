@@ -1063,3 +1063,6 @@ func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]
 	}
 	return g.AssignedPartitions(), nil
 }
+
+// Go implements Source: f runs on a goroutine of its own.
+func (s *kafkaSource) Go(f func()) { go f() }

@@ -156,7 +156,7 @@ func (w *fakeWorld) drain(r *engine.Runner[int]) {
 		if err := r.Step(context.Background()); err != nil {
 			w.t.Fatal(err)
 		}
-		if w.caughtUp() {
+		if w.caughtUp() && engine.Settled(r) {
 			return
 		}
 	}

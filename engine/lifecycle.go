@@ -26,11 +26,12 @@ import (
 //	                             stopped ◀── not retriable (a restart would fail again)
 //
 // revoked or lost: any phase ──▶ (none), the flow torn down (revoked: after
-// its flush and commit).
+// its flush and commit), a recovery in flight cancelled.
 type phase uint8
 
 const (
-	// starting: the takeover and the recovery run (a start action is out).
+	// starting: the takeover and the recovery run, off the polling
+	// goroutine (a start action is out); the partition folds nothing.
 	phaseStarting phase = iota + 1
 	// running: the flow folds the partition's records.
 	phaseRunning

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -39,6 +38,13 @@ type Source interface {
 	Resume(tp store.TopicPartition)
 	// Now is the source's clock (virtual for the sim).
 	Now() time.Time
+	// Go runs f off the polling goroutine: the takeovers and recoveries
+	// of new partitions run there while the others fold. The Kafka source
+	// runs it on a goroutine of its own; the simulated cluster's runs it
+	// at once, on the caller's goroutine, so that its runs stay
+	// reproducible (a recovery there ends within the callback that
+	// starts it).
+	Go(f func())
 	// LogEnd is tp's log end offset (high watermark) as the source last
 	// learnt it; ok is false while it knows none. The runner calls it
 	// after each poll, on the polling goroutine, for its status and lag.
@@ -80,6 +86,11 @@ type Runner[S any] struct {
 	errs  []error
 	// status is what Status reports; it has a lock of its own.
 	status *statusBoard
+	// recoveries are the takeovers and recoveries in flight (recovery.go),
+	// by partition; life ends them when the runner is closed or abandoned.
+	recoveries map[store.TopicPartition]*recovery[S]
+	life       context.Context
+	endLife    context.CancelFunc
 	// standby is the standby replicas (Config.Standby); nil without.
 	standby *standbys[S]
 	// logs bounds the rate of the log lines of repeated failures.
@@ -116,7 +127,9 @@ type flow[S any] struct {
 // NewRunner returns a runner over the source that newSource makes with the
 // runner's rebalance handler.
 func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[S], error) {
-	r := &Runner[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1), logs: newLogLimiter(), checkedTopics: map[string]bool{}}
+	r := &Runner[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1), logs: newLogLimiter(), checkedTopics: map[string]bool{},
+		recoveries: map[store.TopicPartition]*recovery[S]{}}
+	r.life, r.endLife = context.WithCancel(context.Background())
 	r.mode = newOutputMode(r)
 	r.status = r.newStatusBoard()
 	r.sched = newScheduler[*flow[S]](schedulerConfig{
@@ -129,12 +142,14 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 	}, time.Time{})
 	src, err := newSource(rebalanceHandler[S]{r})
 	if err != nil {
+		r.endLife()
 		return nil, err
 	}
 	r.src = src
 	if e.cfg.Standby {
 		if r.standby, err = newStandbys(r); err != nil {
 			_ = src.Close(context.Background())
+			r.endLife()
 			return nil, err
 		}
 	}
@@ -158,7 +173,15 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 // cluster's worlds, a test of a fold's behaviour across crashes):
 // Engine.Close refuses while a Runner is open, and closes the cache
 // once every runner is closed or abandoned.
-func (r *Runner[S]) Abandon() { r.release() }
+func (r *Runner[S]) Abandon() {
+	r.mu.Lock()
+	r.endLife() // the recoveries in flight end, as the process would
+	for _, rc := range r.recoveries {
+		<-rc.done
+	}
+	r.mu.Unlock()
+	r.release()
+}
 
 // release stops r counting as open, once: Engine.Close may close the
 // cache after it.
@@ -324,7 +347,7 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	if r.standby != nil {
 		wait = max(min(wait, r.standby.until(r.src.Now())), time.Millisecond)
 	}
-	if r.inflight() {
+	if r.inflight() || r.recovering() {
 		wait = min(wait, inflightPollWait)
 	}
 	if due, ok := r.groupReportDue(); ok {
@@ -347,6 +370,7 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	if dead == nil && pollErr != nil && len(recs) == 0 {
 		dead = pollErr
 	}
+	r.reapRecoveries(ctx)
 	r.do(ctx, r.sched.polled(r.src.Now(), dead == nil))
 	if dead != nil {
 		return dead
@@ -372,11 +396,13 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	return pollErr
 }
 
-// inflightPollWait bounds a poll's wait while a store call is in flight.
-// A call's outcome reaches the core, the status and the lag metrics when
-// it is reaped, after a poll: on an idle partition the poll would wait for
-// the next timer (a commit interval), and the status would show the last
-// commit but one while the broker already shows the last.
+// inflightPollWait bounds a poll's wait while a store call or a
+// recovery is in flight. A call's outcome reaches the core, the status
+// and the lag metrics when it is reaped, after a poll: on an idle
+// partition the poll would wait for the next timer (a commit interval),
+// and the status would show the last commit but one while the broker
+// already shows the last; a recovered partition would wait as long
+// before it is fetched.
 const inflightPollWait = 100 * time.Millisecond
 
 // inflight reports whether a running flow has a store call in flight.
@@ -664,6 +690,8 @@ func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
 		switch a.kind {
 		case actStart:
 			r.start(ctx, a.tps)
+		case actCancel:
+			r.cancelRecovery(a.tp)
 		case actTeardown:
 			if a.flush {
 				r.flushOnRevoke(ctx, a.flow)
@@ -789,162 +817,6 @@ func (r *Runner[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
 	default:
 		r.e.log.Warn("revoke-time flush failed; the new owner replays", "input", f.tp.String(), "err", err)
 	}
-}
-
-// start takes tps over, in order, then recovers each one taken, reporting
-// every outcome to the scheduler (actStart).
-func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition) {
-	begin := r.src.Now()
-	parts := make([]store.Partition, len(tps))
-	for _, tp := range tps {
-		if r.standby != nil {
-			r.standby.release(tp) // its copy is the takeover's base
-		}
-	}
-	for i, tp := range tps {
-		part, err := r.e.cfg.Store.Acquire(ctx, store.Acquisition{
-			Input: tp, Identity: identity[S]{r}, Group: r.src.Identity().Group,
-			ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
-			Progress:              r.status.progress(tp),
-			Outputs:               r.mode.outputTopics(),
-		})
-		proceed, acts := r.sched.acquired(tp, err, r.src.Now())
-		r.do(ctx, acts)
-		switch {
-		case proceed:
-			parts[i] = part
-		case err == nil:
-			_ = part.Close() // released meanwhile
-		}
-	}
-	for i, tp := range tps {
-		if parts[i] != nil {
-			r.recover(ctx, tp, parts[i], begin)
-		}
-	}
-}
-
-// recover recovers an acquired partition's state into a new flow, from
-// the cache's checkpoint (a delta) when there is a usable one, in full
-// otherwise, and positions the input at the committed offset.
-func (r *Runner[S]) recover(ctx context.Context, tp store.TopicPartition, part store.Partition, begin time.Time) {
-	assigned := part.CommittedOffset()
-	c, err := core.New(core.Config[S, Output]{Input: tp, Fold: r.e.coreFold(), Tick: r.e.coreTick(), Timer: r.e.coreTimer(), Codec: r.e.cfg.Codec,
-		Assigned: assigned, HotKeys: r.e.cfg.HotKeys, Warm: true, Refused: r.sched.refusals(tp, assigned)}, r.e.kv)
-	if err != nil {
-		_ = part.Close()
-		r.do(ctx, r.sched.failed(tp, causeSetup, fromCore(err), r.src.Now()))
-		return
-	}
-	f := &flow[S]{tp: tp, part: part, core: c}
-	fail := func(err error) {
-		_ = c.DropUncommitted()
-		_ = part.Close()
-		r.do(ctx, r.sched.failed(tp, causeRecover, fmt.Errorf("engine: recovering %s: %w", tp, err), r.src.Now()))
-	}
-	cp, delta, reason := r.recoveryBase(f)
-	snaps := part.Recover
-	if delta {
-		snaps = func(ctx context.Context) iter.Seq2[store.Snapshot, error] { return part.RecoverFrom(ctx, cp) }
-	} else if err := c.Drop(); err != nil { // a full recovery starts empty
-		fail(fromCore(err))
-		return
-	}
-	n := 0
-	bad := undecodable{} // the keys whose latest snapshot does not decode
-	for first := true; ; first = false {
-		restart := false
-		clear(bad)
-		for s, err := range snaps(ctx) {
-			if ce, ok := errors.AsType[*store.CheckpointError](err); ok && first && delta {
-				// The store refuses the checkpoint, before reading or
-				// after (a transaction straddling it was aborted while
-				// the read waited): recover in full, from an empty
-				// cache.
-				delta, reason, restart = false, ce.Reason, true
-				r.e.log.Info("the cache's checkpoint is not usable; recovering in full", "input", tp.String(), "reason", ce.Reason, "detail", ce.Detail)
-				break
-			}
-			if err == nil {
-				checkState(bad, tp, r.e.cfg.Codec, s, r.e.cfg.Poison == DeadLetterPoison)
-			}
-			if err == nil {
-				err = fromCore(c.Recovered(s))
-			}
-			if err != nil {
-				fail(err)
-				return
-			}
-			n++
-		}
-		if !restart {
-			break
-		}
-		if err := c.Drop(); err != nil {
-			fail(fromCore(err))
-			return
-		}
-		snaps = part.Recover
-	}
-	// Only now is it known which snapshot each key recovers from: one
-	// that did not decode may have been superseded by a later one.
-	undecoded := bad.sorted()
-	if len(undecoded) > 0 && r.e.cfg.UndecodableState != DiscardUndecodableState {
-		se := undecoded[0]
-		se.Keys = len(undecoded)
-		r.e.cfg.Metrics.undecodableStates(tp, "stopped", len(undecoded))
-		fail(se) // before the checkpoint and the positioning: nothing is deleted
-		return
-	}
-	for _, se := range undecoded {
-		if err := c.Recovered(store.Snapshot{Key: se.Key, Offset: se.Offset, Tombstone: true}); err != nil {
-			fail(fromCore(err))
-			return
-		}
-		if err := c.Discard(se.Key); err != nil {
-			fail(fromCore(err))
-			return
-		}
-	}
-	if err := r.durable(f); err != nil {
-		fail(err)
-		return
-	}
-	// The tables the fold looks up first: a partition is folded only
-	// once each has caught up (Config.Tables).
-	if err := r.e.awaitTables(ctx, tp); err != nil {
-		fail(err)
-		return
-	}
-	if acts := r.sched.recovered(tp, f, r.src.Now()); acts != nil {
-		r.do(ctx, acts) // released meanwhile
-		return
-	}
-	r.queries.open(tp, c)
-	r.discarded(f, undecoded)
-	// At the offset the takeover resolved, also at assignment: the
-	// Kafka source fetches a partition only from where it is told.
-	r.src.Seek(tp, assigned)
-	r.src.Resume(tp)
-	kind := "delta"
-	if !delta {
-		kind = "full"
-	}
-	r.e.cfg.Metrics.recovered(n, r.src.Now().Sub(begin), kind, reason)
-	r.status.recovered(tp, assigned, n, r.src.Now().Sub(begin))
-	attrs := []any{"input", tp.String(), "recovery", kind}
-	if delta {
-		attrs = append(attrs, "checkpoint_offset", cp.Offset)
-	} else {
-		attrs = append(attrs, "full_reason", reason)
-	}
-	// No count of the keys: it scans the partition's whole cache on the
-	// runner's goroutine, after Resume, so the partition folds nothing
-	// meanwhile (~350 ms for 1M keys: a tenth of a full recovery, most of
-	// a delta's; docs/benchmarks.md, "Warm restarts", "Failover").
-	attrs = append(attrs, "snapshots", n)
-	r.e.log.Info("partition recovered", append(attrs,
-		"assigned_offset", assigned, "generation", r.src.Identity().Generation)...)
 }
 
 // stop carries out actStop: the flow, if any, commits what it folded
@@ -1132,9 +1004,13 @@ func (r *Runner[S]) Close(ctx context.Context) error {
 	defer r.mu.Unlock()
 	_ = r.awaitEmit(ctx)
 	r.do(ctx, r.sched.closing())
+	for _, tp := range sortedKeys(r.recoveries) {
+		r.cancelRecovery(tp) // none is left without its partition's record; should one be, it ends here
+	}
 	if r.standby != nil {
 		r.standby.close()
 	}
+	r.endLife()
 	return err
 }
 

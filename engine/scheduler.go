@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
@@ -90,13 +91,18 @@ const (
 	// actStart: take tps over, in order, then recover each one taken
 	// (all takeovers first: a recovery can wait, and a member evicted
 	// meanwhile must not take a later partition's producer from its new
-	// owner). seek: a restart rather than an assignment (either way the
-	// runtime positions the input at the committed offset it recovered:
-	// a restart's input has fetched past it, an assignment's has fetched
-	// nothing). Report
-	// each takeover with acquired and each recovery with recovered or
-	// failed.
+	// owner), off the polling goroutine: the running partitions keep
+	// folding meanwhile. seek: a restart rather than an assignment
+	// (either way the runtime positions the input at the committed
+	// offset it recovered: a restart's input has fetched past it, an
+	// assignment's has fetched nothing). Report each takeover with
+	// acquired and each recovery with recovered or failed, on the
+	// polling goroutine.
 	actStart actionKind = iota + 1
+	// actCancel: tp was released while it started: end its takeover and
+	// recovery, wait for them, and release whatever they took (the
+	// callback that released it returns only after).
+	actCancel
 	// actTeardown: drop flow's cache and release its store partition;
 	// with flush, flush and commit it first (a revoke), swallowing a
 	// failure (the new owner replays).
@@ -121,7 +127,7 @@ type action[F any] struct {
 	kind  actionKind
 	tps   []store.TopicPartition // actStart
 	seek  bool                   // actStart
-	tp    store.TopicPartition   // actTeardown, actStop, actHold
+	tp    store.TopicPartition   // actTeardown, actStop, actHold, actCancel
 	flow  F                      // actTeardown, actStop (zero: none)
 	flush bool                   // actTeardown
 	err   error                  // actStop, actHold
@@ -279,9 +285,9 @@ func (s *scheduler[F]) polled(now time.Time, folding bool) []action[F] {
 	return acts
 }
 
-// assigned: the callback assigned tps. Each one without a running flow
-// starts, whatever its phase: a due restart is void (this start replaces
-// it), a stopped partition gets a new chance.
+// assigned: the callback assigned tps. Each one neither running nor
+// starting starts, whatever its phase: a due restart is void (this start
+// replaces it), a stopped partition gets a new chance.
 func (s *scheduler[F]) assigned(tps []store.TopicPartition) []action[F] {
 	var start []store.TopicPartition
 	for _, tp := range tps {
@@ -290,7 +296,7 @@ func (s *scheduler[F]) assigned(tps []store.TopicPartition) []action[F] {
 			p = &partition[F]{tp: tp}
 			s.parts[tp] = p
 		}
-		if p.phase == phaseRunning {
+		if p.phase == phaseRunning || p.phase == phaseStarting {
 			continue
 		}
 		p.start()
@@ -328,8 +334,11 @@ func (s *scheduler[F]) release(tps []store.TopicPartition, flush bool) []action[
 			continue
 		}
 		delete(s.parts, tp)
-		if p.phase == phaseRunning {
+		switch p.phase {
+		case phaseRunning:
 			acts = append(acts, action[F]{kind: actTeardown, tp: tp, flow: p.flow, flush: flush})
+		case phaseStarting:
+			acts = append(acts, action[F]{kind: actCancel, tp: tp})
 		}
 	}
 	return acts
@@ -390,11 +399,15 @@ func withWaited(tp store.TopicPartition, err error, waited time.Duration) error 
 	return fmt.Errorf("engine: %s: its committed offset has been held by an open transaction for %s: %w", tp, waited, err)
 }
 
-// recovered: the recovery of an actStart finished; the flow runs. A flow
-// recovered for a partition released meanwhile is torn down.
-func (s *scheduler[F]) recovered(tp store.TopicPartition, f F, now time.Time) []action[F] {
+// recovered: the recovery of an actStart finished at the committed
+// offset assigned; the flow runs. The refusals it was handed
+// (refusals) are spent, but a record's, which lasts until the committed
+// offset passes it. A flow recovered for a partition released meanwhile
+// is torn down.
+func (s *scheduler[F]) recovered(tp store.TopicPartition, f F, assigned int64, now time.Time) []action[F] {
 	if p := s.parts[tp]; p != nil && p.phase == phaseStarting {
 		p.run(f, now)
+		p.refused = slices.DeleteFunc(p.refused, func(r core.Refusal) bool { return r.Offset < assigned })
 		return nil
 	}
 	return []action[F]{{kind: actTeardown, tp: tp, flow: f}}
@@ -476,22 +489,14 @@ func (s *scheduler[F]) refused(p *partition[F], srcs []source, err error) []acti
 	return []action[F]{{kind: actStop, tp: p.tp, flow: f, err: fe, class: classPoison}}
 }
 
-// refusals are the refusals tp's flow resuming at assigned fails
-// (core.Config.Refused). A record's lasts until the committed offset
-// passes it; a tick's or timer's is handed to one flow.
-func (s *scheduler[F]) refusals(tp store.TopicPartition, assigned int64) []core.Refusal {
-	p := s.parts[tp]
-	if p == nil || len(p.refused) == 0 {
-		return nil
+// refusals are the refusals tp's next flow fails (core.Config.Refused):
+// a record's lasts until the committed offset passes it; a tick's or
+// timer's is handed to the next flow that runs (recovered).
+func (s *scheduler[F]) refusals(tp store.TopicPartition) []core.Refusal {
+	if p := s.parts[tp]; p != nil {
+		return slices.Clone(p.refused)
 	}
-	out := p.refused
-	p.refused = nil
-	for _, r := range out {
-		if r.Offset >= assigned {
-			p.refused = append(p.refused, r)
-		}
-	}
-	return out
+	return nil
 }
 
 // end stops p for good on err and ends the runner with it (the first such

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,7 +32,9 @@ import (
 //	polled at=D [dead]          the poll returned (dead: its records are not folded)
 //	assigned|revoked|lost pN... a rebalance callback
 //	acquired pN at=D [err=E]    a takeover of a start action ended
-//	recovered pN [at=D]         a recovery ended well: a new flow pN#k runs
+//	recovered pN [at=D] [assigned=N]
+//	                            a recovery ended well at committed offset N
+//	                            (default 0): a new flow pN#k runs
 //	failed pN cause=C err=E [at=D]
 //	                            a call failed (C: acquire, recover, setup, fold,
 //	                            tick, write, batch, emit)
@@ -39,7 +42,7 @@ import (
 //	timers at=D                 the poll's records are folded
 //	close                       the runner closes
 //
-// Errors E: fenced, io, unstable, corrupt, canceled, fold, state,
+// Errors E: fenced, io, unstable, corrupt, canceled, fold, state, table,
 // missing-topic, producer-fenced (as member m of group g in generation 1),
 // producer-fenced-gen2.
 func TestSchedulerScripts(t *testing.T) {
@@ -150,7 +153,11 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 			return "", err
 		}
 		h.starts[tp]++
-		acts = h.s.recovered(tp, &testFlow{name: fmt.Sprintf("%s#%d", short(tp), h.starts[tp])}, now)
+		assigned, err := strconv.ParseInt(cmp.Or(args["assigned"], "0"), 10, 64)
+		if err != nil {
+			return "", err
+		}
+		acts = h.s.recovered(tp, &testFlow{name: fmt.Sprintf("%s#%d", short(tp), h.starts[tp])}, assigned, now)
 	case "failed":
 		tp, err := one()
 		if err != nil {
@@ -217,6 +224,8 @@ func namedError(name string, tp store.TopicPartition) error {
 			TransactionalID: store.TransactionalID("app", tp), Reason: errors.New("PRODUCER_FENCED")}
 	case "too-large":
 		return &EmitError{Failed: 1, Total: 1, Topic: "out", Partition: 0, Key: []byte("k"), Err: kerr.MessageTooLarge}
+	case "table":
+		return &TableError{Input: tp, Table: "prices", Err: errors.New("not caught up within Config.TableTimeout (3m0s)")}
 	case "missing-topic":
 		return &store.ConfigError{Subject: `topic "in-snapshots"`, Problem: "does not exist", Fix: "create it"}
 	}
@@ -236,6 +245,8 @@ func describe(a action[*testFlow]) string {
 		if a.seek {
 			b.WriteString(" (seek)")
 		}
+	case actCancel:
+		fmt.Fprintf(&b, "cancel the recovery of %s", short(a.tp))
 	case actTeardown:
 		fmt.Fprintf(&b, "teardown %s", a.flow.name)
 		if a.flush {

@@ -112,6 +112,10 @@ func (s *Source) Poll(ctx context.Context, _ time.Duration) ([]engine.Record, er
 // PollDone implements engine.Source.
 func (s *Source) PollDone() {}
 
+// Go implements engine.Source: f runs at once, on the caller's goroutine,
+// so that a run is a function of its seed and steps.
+func (s *Source) Go(f func()) { f() }
+
 // Identity implements engine.Source.
 func (s *Source) Identity() store.GroupIdentity { return s.m.Identity() }
 

@@ -482,6 +482,11 @@ func (w *World) poll(m *member) {
 	go func() {
 		defer close(done)
 		p.stepErr = p.r.Step(p.ctx) // a failed flow shows in the runner's errors too
+		if p.stepErr == nil {
+			// The partitions the poll assigned are recovered within
+			// its step, as the simulated cluster's members do.
+			p.stepErr = p.r.Settle(p.ctx)
+		}
 	}()
 	if w.real != nil {
 		w.realPoll(p, done)
@@ -630,12 +635,16 @@ func (w *World) start(m *member) {
 			kgo.SessionTimeout(w.cfg.SessionTimeout), kgo.HeartbeatInterval(w.cfg.HeartbeatInterval),
 			kgo.RebalanceTimeout(w.cfg.rebalanceTimeout())},
 	})
+	tracked := &trackedHandler{cbs: &p.cbs, built: make(chan struct{})}
 	r, err := eng.NewRunner(func(h engine.Handler) (engine.Source, error) {
-		return newSource(&trackedHandler{h: h, cbs: &p.cbs})
+		tracked.h = h
+		return newSource(tracked)
 	})
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: runner: %v", err))
 	}
+	tracked.r = r
+	close(tracked.built)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.eng, p.r, p.be = eng, r, be
 	m.p, m.state = p, running
@@ -1017,10 +1026,16 @@ func (c *callbacks) waitIdle() {
 }
 
 // trackedHandler counts the runner's rebalance callbacks, and keeps them
-// from the runner once its process has died.
+// from the runner once its process has died. An assignment's callback
+// lasts until the recoveries it started have ended (Runner.Settle), so
+// that a world's step sees a member's new partitions recovered, as the
+// simulated cluster's members have them.
 type trackedHandler struct {
 	h   engine.Handler
 	cbs *callbacks
+	// r is the runner, set before built is closed.
+	r     *engine.Runner[int]
+	built chan struct{}
 }
 
 func (t *trackedHandler) Assigned(ctx context.Context, tps []store.TopicPartition) {
@@ -1031,6 +1046,11 @@ func (t *trackedHandler) Assigned(ctx context.Context, tps []store.TopicPartitio
 	ctx, cancel := t.cbs.context(ctx)
 	defer cancel()
 	t.h.Assigned(ctx, tps)
+	select {
+	case <-t.built:
+		_ = t.r.Settle(ctx) // ends early only if the process dies
+	case <-ctx.Done():
+	}
 }
 
 func (t *trackedHandler) Revoked(ctx context.Context, tps []store.TopicPartition) {
