@@ -62,10 +62,16 @@ func TestPoisonRecordEndsRunOnKfake(t *testing.T) {
 		bad := store.TopicPartition{Topic: "accounts", Partition: 1}
 		w.produce("bob=+5", "alice=+3", "dave=+1")
 		badOffset := w.endOffset(bad)
-		w.produce("bob=lots", "bob=+2", "dave=+4")
 		logs := &logCount{}
 		r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Logger = slog.New(logs) }), protocols["classic-cooperative"])
-		err := r.Run(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(context.Background()) }()
+		// Both partitions run (each starts once its own recovery ends)
+		// before the poison record comes; dave's record first, so that
+		// the fetch that brings the poison record brings it too.
+		waitUntil(t, "the runner runs both partitions", func() bool { return len(r.Flows()) == 2 })
+		w.produce("dave=+4", "bob=lots", "bob=+2")
+		err := <-done
 		fe, ok := errors.AsType[*engine.FoldError](err)
 		if !ok || fe.Input != bad || fe.Offset != badOffset || string(fe.Key) != "bob" {
 			t.Fatalf("Run = %v, want the *engine.FoldError of accounts/1 offset %d key bob", err, badOffset)

@@ -400,8 +400,10 @@ func TestHealthHandlerOnKfake(t *testing.T) {
 				// callback, before the first poll.)
 				r := w.runner(e, protocol)
 				ends := w.ends()
-				// Step until both partitions run and their fetches
-				// have reported the log ends.
+				// Step until both partitions run, their fetches have
+				// reported the log ends, and their records are folded
+				// (a partition runs once its own recovery has ended,
+				// and its first fetch may follow a later poll).
 				for i := 0; ; i++ {
 					if i == 200 {
 						t.Fatalf("not both partitions running with their log ends known: %+v", r.Status())
@@ -414,7 +416,7 @@ func TestHealthHandlerOnKfake(t *testing.T) {
 					for _, p := range st.Partitions {
 						known = known && p.LogEndOffset == ends[p.Input.Partition]
 					}
-					if st.Ready() && known {
+					if st.Ready() && known && folded(r, w.want) {
 						break
 					}
 				}
@@ -526,4 +528,16 @@ func TestIdleStatusAgreesWithTheBrokerOnKfake(t *testing.T) {
 			}
 		}
 	})
+}
+
+// folded reports whether r's state of every key of want is want's.
+func folded(r *engine.Runner[int], want ledger) bool {
+	for k, v := range want {
+		tp := store.TopicPartition{Topic: "accounts", Partition: int32(len(k) % 2)}
+		got, ok, err := r.State(tp, []byte(k))
+		if err != nil || !ok || got != v {
+			return false
+		}
+	}
+	return true
 }

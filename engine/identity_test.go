@@ -14,9 +14,9 @@ import (
 // unjoined is a source whose member has not joined its group yet.
 type unjoined struct{ now time.Time }
 
-func (unjoined) Poll(context.Context, time.Duration) ([]Record, error) { return nil, nil }
-func (unjoined) PollDone()                                             {}
-func (unjoined) Identity() store.GroupIdentity                         { return store.GroupIdentity{Generation: -1} }
+func (unjoined) Poll(context.Context, func() time.Duration) ([]Record, error) { return nil, nil }
+func (unjoined) PollDone()                                                    {}
+func (unjoined) Identity() store.GroupIdentity                                { return store.GroupIdentity{Generation: -1} }
 func (unjoined) CommittedOffset(context.Context, store.TopicPartition) (int64, error) {
 	return 0, nil
 }

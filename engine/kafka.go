@@ -591,14 +591,14 @@ func tps(m map[string][]int32) []store.TopicPartition {
 	return out
 }
 
-func (s *kafkaSource) Poll(ctx context.Context, wait time.Duration) ([]Record, error) {
+func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]Record, error) {
 	select {
 	case s.turn <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	s.polling = true
-	pctx, cancel := context.WithTimeout(ctx, wait)
+	pctx, cancel := context.WithTimeout(ctx, wait())
 	defer cancel()
 	s.mu.Lock()
 	if s.rebalancing > 0 {
@@ -1064,5 +1064,16 @@ func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]
 	return g.AssignedPartitions(), nil
 }
 
-// Go implements Source: f runs on a goroutine of its own.
-func (s *kafkaSource) Go(f func()) { go f() }
+// Go implements Source: f runs on a goroutine of its own, and once it
+// returns the poll in flight, if any, ends, so that the runner takes its
+// outcome in now, not after the poll's wait.
+func (s *kafkaSource) Go(f func()) {
+	go func() {
+		f()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.cancelPoll != nil {
+			s.cancelPoll()
+		}
+	}()
+}

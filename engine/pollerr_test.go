@@ -20,7 +20,7 @@ type refusedPolls struct {
 	polls     int
 }
 
-func (s *refusedPolls) Poll(context.Context, time.Duration) ([]Record, error) {
+func (s *refusedPolls) Poll(context.Context, func() time.Duration) ([]Record, error) {
 	s.polls++
 	if s.polls <= s.transient {
 		return nil, errors.New("broker away")

@@ -19,11 +19,13 @@ import (
 // Source is the group consumer a Runner drives: franz-go against Kafka
 // (NewKafkaSource), or a member of a simulated cluster (simsource.New).
 type Source interface {
-	// Poll polls once, waiting at most wait for records, and returns the
-	// records fetched. Rebalance
+	// Poll polls once, waiting for records at most as long as wait says,
+	// and returns the records fetched. It calls wait once the poll has
+	// its turn: after any rebalance callback that went first, whose
+	// takeovers wait changes. Rebalance
 	// callbacks reach the Handler the source was made with: inside Poll
 	// (the sim) or between a PollDone and the next Poll (franz-go).
-	Poll(ctx context.Context, wait time.Duration) ([]Record, error)
+	Poll(ctx context.Context, wait func() time.Duration) ([]Record, error)
 	// PollDone ends the processing of a poll; rebalances may run now.
 	PollDone()
 	// Identity is the group identity the client reports now.
@@ -39,11 +41,12 @@ type Source interface {
 	// Now is the source's clock (virtual for the sim).
 	Now() time.Time
 	// Go runs f off the polling goroutine: the takeovers and recoveries
-	// of new partitions run there while the others fold. The Kafka source
-	// runs it on a goroutine of its own; the simulated cluster's runs it
-	// at once, on the caller's goroutine, so that its runs stay
-	// reproducible (a recovery there ends within the callback that
-	// starts it).
+	// of new partitions run there while the others fold. Once f returns,
+	// the poll in flight ends (or the next one does not wait), so that
+	// its outcome is taken in at once. The Kafka source runs f on a
+	// goroutine of its own; the simulated cluster's runs it at once, on
+	// the caller's goroutine, so that its runs stay reproducible (a
+	// recovery there ends within the callback that starts it).
 	Go(f func())
 	// LogEnd is tp's log end offset (high watermark) as the source last
 	// learnt it; ok is false while it knows none. The runner calls it
@@ -340,21 +343,13 @@ func (r *Runner[S]) fatalErr() error {
 // franz-go), each under r.mu.
 func (r *Runner[S]) step(ctx context.Context) error {
 	r.mu.Lock()
-	wait := r.sched.pollStarting(r.src.Now())
-	if at, ok := r.nextTimer(); ok { // a processing-time timer due first
-		wait = max(min(wait, time.UnixMilli(at).Sub(r.src.Now())), time.Millisecond)
-	}
-	if r.standby != nil {
-		wait = max(min(wait, r.standby.until(r.src.Now())), time.Millisecond)
-	}
-	if r.inflight() || r.recovering() {
-		wait = min(wait, inflightPollWait)
-	}
-	if due, ok := r.groupReportDue(); ok {
-		wait = max(min(wait, due.Sub(r.src.Now())), time.Millisecond)
-	}
+	due := r.sched.pollStarting(r.src.Now())
 	r.mu.Unlock()
-	recs, pollErr := r.src.Poll(ctx, wait)
+	recs, pollErr := r.src.Poll(ctx, func() time.Duration {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.pollWait(due)
+	})
 	r.publish()
 	r.status.polled(r.src)
 	defer r.src.PollDone()
@@ -396,13 +391,35 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	return pollErr
 }
 
-// inflightPollWait bounds a poll's wait while a store call or a
-// recovery is in flight. A call's outcome reaches the core, the status
-// and the lag metrics when it is reaped, after a poll: on an idle
-// partition the poll would wait for the next timer (a commit interval),
-// and the status would show the last commit but one while the broker
-// already shows the last; a recovered partition would wait as long
-// before it is fetched.
+// pollWait is how long a poll may wait for records, at most wait (the
+// scheduler's next timer or retry): until a processing-time timer or a
+// standby round is due, or the next group report, and briefly while a
+// store call or a recovery is in flight. The poll asks once it has its
+// turn, after any rebalance callback that went first.
+func (r *Runner[S]) pollWait(wait time.Duration) time.Duration {
+	now := r.src.Now()
+	if at, ok := r.nextTimer(); ok { // a processing-time timer due first
+		wait = max(min(wait, time.UnixMilli(at).Sub(now)), time.Millisecond)
+	}
+	if r.standby != nil {
+		wait = max(min(wait, r.standby.until(now)), time.Millisecond)
+	}
+	if r.inflight() || r.recovering() {
+		wait = min(wait, inflightPollWait)
+	}
+	if due, ok := r.groupReportDue(); ok {
+		wait = max(min(wait, due.Sub(now)), time.Millisecond)
+	}
+	return wait
+}
+
+// inflightPollWait bounds a poll's wait while a store call is in flight.
+// A call's outcome reaches the core, the status and the lag metrics when
+// it is reaped, after a poll: on an idle partition the poll would wait for
+// the next timer (a commit interval), and the status would show the last
+// commit but one while the broker already shows the last. A recovery's
+// end ends the poll in flight (Source.Go); the bound covers one that
+// ends while no poll is.
 const inflightPollWait = 100 * time.Millisecond
 
 // inflight reports whether a running flow has a store call in flight.

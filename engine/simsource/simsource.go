@@ -85,7 +85,7 @@ func (s *Source) forget(tps []store.TopicPartition) {
 // Poll implements engine.Source: one poll of the member (a stalled member does
 // nothing), then a read_committed fetch of every owned partition. It never
 // waits: virtual time moves only when the caller advances it.
-func (s *Source) Poll(ctx context.Context, _ time.Duration) ([]engine.Record, error) {
+func (s *Source) Poll(ctx context.Context, _ func() time.Duration) ([]engine.Record, error) {
 	s.ctx = ctx
 	s.m.Poll(s.callback)
 	var out []engine.Record
