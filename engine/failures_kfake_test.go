@@ -66,11 +66,16 @@ func TestPoisonRecordEndsRunOnKfake(t *testing.T) {
 		r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Logger = slog.New(logs) }), protocols["classic-cooperative"])
 		done := make(chan error, 1)
 		go func() { done <- r.Run(context.Background()) }()
-		// Both partitions run (each starts once its own recovery ends)
-		// before the poison record comes; dave's record first, so that
-		// the fetch that brings the poison record brings it too.
+		// The other partition has folded all its records when the
+		// poison record comes: each partition starts once its own
+		// recovery ends, and is fetched from then on.
 		waitUntil(t, "the runner runs both partitions", func() bool { return len(r.Flows()) == 2 })
-		w.produce("dave=+4", "bob=lots", "bob=+2")
+		w.produce("dave=+4")
+		waitUntil(t, "dave's records are folded", func() bool {
+			got, ok, err := r.State(store.TopicPartition{Topic: "accounts", Partition: 0}, []byte("dave"))
+			return err == nil && ok && got == 5
+		})
+		w.produce("bob=lots", "bob=+2")
 		err := <-done
 		fe, ok := errors.AsType[*engine.FoldError](err)
 		if !ok || fe.Input != bad || fe.Offset != badOffset || string(fe.Key) != "bob" {
