@@ -64,7 +64,7 @@ type recoveryOutcome[S any] struct {
 // time it returns (on the simulated cluster, all of them).
 func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition) {
 	begin := r.src.Now()
-	group := r.src.Identity().Group
+	group, outputs := r.src.Identity().Group, r.mode.outputTopics()
 	rcs := make([]*recovery[S], len(tps))
 	for i, tp := range tps {
 		if r.standby != nil {
@@ -81,7 +81,7 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition) {
 				Input: tp, Identity: identity[S]{r}, Group: group,
 				ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
 				Progress:              r.status.progress(tp),
-				Outputs:               r.mode.outputTopics(),
+				Outputs:               outputs,
 			}}
 		r.recoveries[tp] = rcs[i]
 	}

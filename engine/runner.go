@@ -42,8 +42,8 @@ type Source interface {
 	Now() time.Time
 	// Go runs f off the polling goroutine: the takeovers and recoveries
 	// of new partitions run there while the others fold. Once f returns,
-	// the poll in flight ends (or the next one does not wait), so that
-	// its outcome is taken in at once. The Kafka source runs f on a
+	// the poll in flight, if any, ends, so that its outcome is taken in
+	// at once. The Kafka source runs f on a
 	// goroutine of its own; the simulated cluster's runs it at once, on
 	// the caller's goroutine, so that its runs stay reproducible (a
 	// recovery there ends within the callback that starts it).
