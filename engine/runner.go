@@ -21,10 +21,10 @@ import (
 type Source interface {
 	// Poll polls once, waiting for records at most as long as wait says,
 	// and returns the records fetched. It calls wait once the poll has
-	// its turn: after any rebalance callback that went first, whose
-	// takeovers wait changes. Rebalance
-	// callbacks reach the Handler the source was made with: inside Poll
-	// (the sim) or between a PollDone and the next Poll (franz-go).
+	// its turn, after any rebalance callback that went first (a callback
+	// that starts recoveries shortens the wait). Rebalance callbacks
+	// reach the Handler the source was made with: inside Poll (the sim)
+	// or between a PollDone and the next Poll (franz-go).
 	Poll(ctx context.Context, wait func() time.Duration) ([]Record, error)
 	// PollDone ends the processing of a poll; rebalances may run now.
 	PollDone()
@@ -41,12 +41,12 @@ type Source interface {
 	// Now is the source's clock (virtual for the sim).
 	Now() time.Time
 	// Go runs f off the polling goroutine: the takeovers and recoveries
-	// of new partitions run there while the others fold. Once f returns,
-	// the poll in flight, if any, ends, so that its outcome is taken in
-	// at once. The Kafka source runs f on a
-	// goroutine of its own; the simulated cluster's runs it at once, on
-	// the caller's goroutine, so that its runs stay reproducible (a
-	// recovery there ends within the callback that starts it).
+	// of new partitions run there while the others fold. Once f
+	// returns, the poll in flight, if any, ends, so that its outcome is
+	// taken in at once. The Kafka source runs f on a goroutine of its
+	// own; the simulated cluster's runs it at once, on the caller's
+	// goroutine, so that its runs stay reproducible (a recovery there
+	// ends within the callback that starts it).
 	Go(f func())
 	// LogEnd is tp's log end offset (high watermark) as the source last
 	// learnt it; ok is false while it knows none. The runner calls it
