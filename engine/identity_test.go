@@ -27,6 +27,7 @@ func (u unjoined) Now() time.Time                          { return u.now }
 func (unjoined) Close(context.Context) error               { return nil }
 func (unjoined) LogEnd(store.TopicPartition) (int64, bool) { return 0, false }
 func (unjoined) Go(f func())                               { f() }
+func (unjoined) Sleep(context.Context, time.Duration)      {}
 
 // keepingEngine is an engine whose fold keeps every state, on a
 // transactional sim backend over topic accounts (2 partitions); both are

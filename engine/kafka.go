@@ -817,6 +817,16 @@ func (s *kafkaSource) Pause(tp store.TopicPartition) {
 
 func (s *kafkaSource) Now() time.Time { return time.Now() }
 
+// Sleep implements Source: d of the wall clock, or until ctx ends.
+func (s *kafkaSource) Sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
 // LogEnd is tp's high watermark from the last fetch response that carried
 // it. franz-go passes on only fetches with records or errors, so a
 // partition with nothing fetched since its assignment has none at first:
@@ -907,53 +917,6 @@ func (e *Engine[S]) Run(ctx context.Context, cfg KafkaConfig) (err error) {
 		return err
 	}
 	return r.Run(ctx)
-}
-
-// Backoff of Run after a poll that failed (a broker down, a network
-// partition): pollFirstBackoff doubling up to pollMaxBackoff.
-const (
-	pollFirstBackoff = 100 * time.Millisecond
-	pollMaxBackoff   = 5 * time.Second
-)
-
-// Run steps the runner until ctx ends, then closes it and returns nil; or
-// until a failure ends the runner, which it returns after closing it. A
-// step that fails otherwise (a poll) is retried after a backoff. This is
-// Engine.Run's loop, over any source (a simsource member, in tests).
-func (r *Runner[S]) Run(ctx context.Context) error {
-	backoff := pollFirstBackoff
-	for ctx.Err() == nil {
-		err := r.Step(ctx)
-		if fatal := r.fatalErr(); fatal != nil {
-			_ = r.Close(context.WithoutCancel(ctx))
-			return fatal
-		}
-		if err == nil || ctx.Err() != nil {
-			backoff = pollFirstBackoff
-			continue
-		}
-		if errors.Is(err, store.ErrMisconfigured) {
-			// A poll the broker refuses for good (a group ACL, a session
-			// timeout out of its range): retrying cannot cure it.
-			r.e.log.Error("poll refused; the configuration must change", "err", err)
-			_ = r.Close(context.WithoutCancel(ctx))
-			return err
-		}
-		r.mu.Lock()
-		ok, n := r.logs.allow("poll", r.src.Now())
-		r.mu.Unlock()
-		if ok {
-			r.e.log.Warn("poll failed; retrying", "backoff", backoff, "not_logged_since_last", n, "err", err)
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		backoff = min(2*backoff, pollMaxBackoff)
-	}
-	return r.Close(context.WithoutCancel(ctx))
 }
 
 // Partitions implements PartitionLister: every partition of

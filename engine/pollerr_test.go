@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -56,4 +57,31 @@ func TestAPollRefusedForGoodEndsRun(t *testing.T) {
 			t.Fatalf("%d polls, want the %d transient failures retried and the refusal not", src.polls, src.transient)
 		}
 	})
+}
+
+// sleepingPolls is refusedPolls that records Run's waits between polls.
+type sleepingPolls struct {
+	refusedPolls
+	sleeps []time.Duration
+}
+
+func (s *sleepingPolls) Sleep(_ context.Context, d time.Duration) { s.sleeps = append(s.sleeps, d) }
+
+// Run's backoff between failed polls is the scheduler's, waited on the
+// source's clock (Source.Sleep: virtual on the simulated cluster), not
+// on a timer of its own.
+func TestRunBacksOffFailedPollsOnTheSourcesClock(t *testing.T) {
+	_, e := keepingEngine(t)
+	src := &sleepingPolls{refusedPolls: refusedPolls{transient: 4}}
+	r, err := e.NewRunner(func(Handler) (Source, error) { return src, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(context.Background()); !errors.Is(err, store.ErrMisconfigured) {
+		t.Fatalf("Run = %v, want the poll's ConfigError", err)
+	}
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
+	if !slices.Equal(src.sleeps, want) {
+		t.Fatalf("Run slept %v between polls, want %v", src.sleeps, want)
+	}
 }

@@ -40,6 +40,9 @@ type Source interface {
 	Resume(tp store.TopicPartition)
 	// Now is the source's clock (virtual for the sim).
 	Now() time.Time
+	// Sleep waits d on the source's clock, or until ctx ends: Run's
+	// backoff after a poll that failed.
+	Sleep(ctx context.Context, d time.Duration)
 	// Go runs f off the polling goroutine: the takeovers and recoveries
 	// of new partitions run there while the others fold. Once f
 	// returns, the poll in flight, if any, ends, so that its outcome is
@@ -732,6 +735,8 @@ func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
 			}
 		case actCommit:
 			r.commitAll(ctx)
+		case actDrain:
+			r.drainAll(ctx)
 		}
 	}
 }
@@ -987,12 +992,8 @@ func (r *Runner[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) 
 func (r *Runner[S]) FlushAll(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// What is in flight first: a key changed while its write was in
-	// flight is dirty again only once that write has ended.
-	_ = r.awaitEmit(ctx)
-	r.drainAll(ctx)
-	r.commitAll(ctx)
-	r.drainAll(ctx)
+	_ = r.awaitEmit(ctx) // outputs first, as before a timer's commit
+	r.do(ctx, r.sched.flushRequested(true))
 }
 
 // Persist flushes every flow's dirty keys now without advancing the
@@ -1006,9 +1007,7 @@ func (r *Runner[S]) Persist(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_ = r.awaitEmit(ctx) // as FlushAll
-	r.drainAll(ctx)
-	r.do(ctx, []action[*flow[S]]{{kind: actPersist}})
-	r.drainAll(ctx)
+	r.do(ctx, r.sched.flushRequested(false))
 }
 
 // Close leaves the group; the revoke callbacks flush and tear down.
@@ -1029,6 +1028,45 @@ func (r *Runner[S]) Close(ctx context.Context) error {
 	}
 	r.endLife()
 	return err
+}
+
+// Run steps the runner until ctx ends, then closes it and returns nil; or
+// until a failure ends the runner, which it returns after closing it. A
+// step that fails otherwise (a poll) is retried after the scheduler's
+// backoff, waited on the source's clock (Source.Sleep). This is
+// Engine.Run's loop, over any source (a simsource member, in tests).
+func (r *Runner[S]) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		err := r.Step(ctx)
+		if fatal := r.fatalErr(); fatal != nil {
+			_ = r.Close(context.WithoutCancel(ctx))
+			return fatal
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if errors.Is(err, store.ErrMisconfigured) {
+			// A poll the broker refuses for good (a group ACL, a session
+			// timeout out of its range): retrying cannot cure it.
+			r.e.log.Error("poll refused; the configuration must change", "err", err)
+			_ = r.Close(context.WithoutCancel(ctx))
+			return err
+		}
+		r.mu.Lock()
+		backoff := r.sched.pollEnded(err)
+		ok, n := false, 0
+		if err != nil {
+			ok, n = r.logs.allow("poll", r.src.Now())
+		}
+		r.mu.Unlock()
+		if ok {
+			r.e.log.Warn("poll failed; retrying", "backoff", backoff, "not_logged_since_last", n, "err", err)
+		}
+		if backoff > 0 {
+			r.src.Sleep(ctx, backoff)
+		}
+	}
+	return r.Close(context.WithoutCancel(ctx))
 }
 
 // Source is the runner's source.

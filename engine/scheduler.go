@@ -31,6 +31,9 @@ type scheduler[F any] struct {
 	// fatal ends the runner: set once, by a wait for a held offset that
 	// outlasted its timeout.
 	fatal error
+	// pollBackoff is the wait before the next poll after one that failed
+	// (0: the last poll succeeded).
+	pollBackoff time.Duration
 }
 
 // schedulerConfig is what the scheduler decides with.
@@ -79,6 +82,13 @@ const (
 	restartResetAfter = time.Minute
 )
 
+// Backoff of the polls after one that failed (a broker down, a network
+// partition): pollFirstBackoff doubling up to pollMaxBackoff.
+const (
+	pollFirstBackoff = 100 * time.Millisecond
+	pollMaxBackoff   = 5 * time.Second
+)
+
 func newScheduler[F any](cfg schedulerConfig, now time.Time) *scheduler[F] {
 	return &scheduler[F]{cfg: cfg, parts: map[store.TopicPartition]*partition[F]{},
 		lastPersist: now, lastCommit: now, lastTick: now}
@@ -120,6 +130,8 @@ const (
 	actPersist
 	// actCommit: commit every running flow.
 	actCommit
+	// actDrain: wait for what every running flow has in flight.
+	actDrain
 )
 
 // action is one thing for the runtime to do.
@@ -283,6 +295,19 @@ func (s *scheduler[F]) polled(now time.Time, folding bool) []action[F] {
 		acts = append(acts, action[F]{kind: actStart, tps: []store.TopicPartition{tp}, seek: true})
 	}
 	return acts
+}
+
+// pollEnded: a step's poll ended with err (nil: it succeeded, or the
+// runner is closing). It returns how long the runtime waits, on the
+// source's clock, before the next poll: 0 after a success; after a
+// failure, a backoff that doubles with each failure in a row.
+func (s *scheduler[F]) pollEnded(err error) (wait time.Duration) {
+	if err == nil {
+		s.pollBackoff = 0
+		return 0
+	}
+	s.pollBackoff = min(max(2*s.pollBackoff, pollFirstBackoff), pollMaxBackoff)
+	return s.pollBackoff
 }
 
 // assigned: the callback assigned tps. Each one neither running nor
@@ -555,6 +580,20 @@ func (s *scheduler[F]) timers(now time.Time) []action[F] {
 		acts = append(acts, action[F]{kind: actCommit})
 	}
 	return acts
+}
+
+// flushRequested: the user asks for every running flow's dirty keys to
+// be written now (Persist), and with commit for its offset to be
+// committed too (FlushAll). What is in flight ends first, so that a key
+// changed while its write was in flight is written again; the request
+// returns once what it started has ended. The timers are left as they
+// are: a request between two commits does not move the next one.
+func (s *scheduler[F]) flushRequested(commit bool) []action[F] {
+	write := action[F]{kind: actPersist}
+	if commit {
+		write.kind = actCommit
+	}
+	return []action[F]{{kind: actDrain}, write, {kind: actDrain}}
 }
 
 // holds reports whether the member holds tp in any phase (taking it

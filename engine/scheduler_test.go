@@ -181,6 +181,12 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		}
 	case "timers":
 		acts = h.s.timers(now)
+	case "poll-ended":
+		fmt.Fprintf(&b, "backoff %s\n", h.s.pollEnded(namedError(args["err"], store.TopicPartition{})))
+	case "flush-all":
+		acts = h.s.flushRequested(true)
+	case "persist":
+		acts = h.s.flushRequested(false)
 	default:
 		return "", fmt.Errorf("unknown command %q", d.Cmd)
 	}
@@ -279,6 +285,8 @@ func describe(a action[*testFlow]) string {
 		b.WriteString("persist")
 	case actCommit:
 		b.WriteString("commit")
+	case actDrain:
+		b.WriteString("drain")
 	}
 	return b.String()
 }

@@ -148,6 +148,10 @@ func (s *Source) LogEnd(tp store.TopicPartition) (int64, bool) {
 // Now implements engine.Source.
 func (s *Source) Now() time.Time { return s.c.Now() }
 
+// Sleep implements engine.Source: d of virtual time, which passes only as
+// the caller advances the cluster's clock.
+func (s *Source) Sleep(ctx context.Context, d time.Duration) { s.c.Sleep(ctx, d) }
+
 // Close implements engine.Source: a clean leave.
 func (s *Source) Close(ctx context.Context) error {
 	s.ctx = ctx

@@ -156,6 +156,25 @@ func (c *Cluster) Now() time.Time {
 	return c.clk.now
 }
 
+// Sleep waits d of virtual time, or until ctx ends. The wait is parked
+// as a read's is (Parked), so that a driver stepping members on
+// goroutines of their own sees it and stays deterministic.
+func (c *Cluster) Sleep(ctx context.Context, d time.Duration) {
+	c.mu.Lock()
+	timer := c.clk.after(d)
+	var wt *waiter
+	if d > 0 { // a wait already over is no park: the timer has fired
+		wt = c.newWaiterLocked(false, c.clk.now.Add(d))
+		c.parkLocked(wt)
+	}
+	c.mu.Unlock()
+	select {
+	case <-timer:
+	case <-ctx.Done():
+	}
+	c.resume(ctx, wt)
+}
+
 // Advance moves virtual time forward by d. On the way it stops at every
 // pending timer and every abort scan, in order, and applies what time does:
 // sessions expire, rebalance rounds time out, transactions time out.

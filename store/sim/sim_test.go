@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -512,4 +513,42 @@ func mustNil(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Sleep waits on virtual time, parked as a read is: a driver sees it in
+// Parked, and it goes on only once the clock has passed its end and the
+// driver lets it (Wake, with SerialWakeups).
+func TestSleepWaitsOnVirtualTime(t *testing.T) {
+	c := New(Config{Seed: 1, SerialWakeups: true})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Sleep(context.Background(), 200*time.Millisecond)
+	}()
+	waitParked := func(wantParked, wantWoken int) {
+		t.Helper()
+		for {
+			parked, woken, changed := c.Parked()
+			if parked == wantParked && woken == wantWoken {
+				return
+			}
+			<-changed
+		}
+	}
+	waitParked(1, 0)
+	c.Advance(100 * time.Millisecond)
+	if parked, woken, _ := c.Parked(); parked != 1 || woken != 0 {
+		t.Fatalf("after 100ms of a 200ms sleep: %d parked, %d woken; want 1, 0", parked, woken)
+	}
+	c.Advance(100 * time.Millisecond)
+	waitParked(0, 1)
+	select {
+	case <-done:
+		t.Fatal("the sleep ended before the driver let it go on")
+	default:
+	}
+	if !c.Wake() {
+		t.Fatal("Wake found no woken sleep")
+	}
+	<-done
 }
