@@ -167,86 +167,134 @@ func ApplicationHeaderBytes(app string) int {
 // recovery skips it. Anything that is not a well-formed snapfence record of
 // a known version is a *CorruptRecordError naming tp and offset.
 func DecodeRecord(tp TopicPartition, offset int64, r WireRecord) (Snapshot, RecordKind, error) {
-	corrupt := func(format string, args ...any) (Snapshot, RecordKind, error) {
-		return Snapshot{}, 0, &CorruptRecordError{Snapshots: tp, Offset: offset, Reason: fmt.Sprintf(format, args...)}
+	corrupt := func(reason string) (Snapshot, RecordKind, error) {
+		return Snapshot{}, 0, &CorruptRecordError{Snapshots: tp, Offset: offset, Reason: reason}
 	}
-	var version, kind, off, timers []byte
-	var haveVersion, haveKind, haveOff, haveTimers bool
-	for _, h := range r.Headers {
-		switch h.Key {
-		case HeaderVersion:
-			version, haveVersion = h.Value, true
-		case HeaderKind:
-			kind, haveKind = h.Value, true
-		case HeaderOffset:
-			off, haveOff = h.Value, true
-		case HeaderTimers:
-			timers, haveTimers = h.Value, true
-		}
+	h := readHeaders(r.Headers)
+	if problem := h.checkVersion(); problem != "" {
+		return corrupt(problem)
 	}
-	if !haveVersion {
-		return corrupt("no %s header: not written by snapfence (a foreign producer on the snapshot topic?)", HeaderVersion)
+	if !h.haveKind || len(h.kind) != 1 {
+		return corrupt(fmt.Sprintf("missing or malformed %s header", HeaderKind))
 	}
-	v2 := bytes.Equal(version, timersVersionBytes)
-	if !v2 && !bytes.Equal(version, versionBytes) {
-		return corrupt("format version %q is not supported (this build reads versions %d and %d)", version, FormatVersionNoTimers, FormatVersion)
+	if !h.haveOffset || len(h.offset) != 8 {
+		return corrupt(fmt.Sprintf("missing or malformed %s header", HeaderOffset))
 	}
-	if haveTimers != v2 {
-		if v2 {
-			return corrupt("format version %d without a %s header", FormatVersion, HeaderTimers)
-		}
-		return corrupt("a %s header in a format version %d record", HeaderTimers, FormatVersionNoTimers)
-	}
-	if !haveKind || len(kind) != 1 {
-		return corrupt("missing or malformed %s header", HeaderKind)
-	}
-	if !haveOff || len(off) != 8 {
-		return corrupt("missing or malformed %s header", HeaderOffset)
-	}
-	s := Snapshot{Key: r.Key, Offset: int64(binary.BigEndian.Uint64(off))}
+	s := Snapshot{Key: r.Key, Offset: int64(binary.BigEndian.Uint64(h.offset))}
 	if s.Offset < 0 {
-		return corrupt("negative input offset %d", s.Offset)
+		return corrupt(fmt.Sprintf("negative input offset %d", s.Offset))
 	}
-	switch k := RecordKind(kind[0]); k {
+	k := RecordKind(h.kind[0])
+	if problem := h.decodeBody(&s, k, r); problem != "" {
+		return corrupt(problem)
+	}
+	return s, k, nil
+}
+
+// recordHeaders are the snapfence headers of a record; the have fields
+// say which it carries.
+type recordHeaders struct {
+	version, kind, offset, timers                 []byte
+	haveVersion, haveKind, haveOffset, haveTimers bool
+}
+
+// readHeaders picks the snapfence headers out of hs; of a repeated one,
+// the last counts.
+func readHeaders(hs []Header) recordHeaders {
+	var h recordHeaders
+	for _, hd := range hs {
+		switch hd.Key {
+		case HeaderVersion:
+			h.version, h.haveVersion = hd.Value, true
+		case HeaderKind:
+			h.kind, h.haveKind = hd.Value, true
+		case HeaderOffset:
+			h.offset, h.haveOffset = hd.Value, true
+		case HeaderTimers:
+			h.timers, h.haveTimers = hd.Value, true
+		}
+	}
+	return h
+}
+
+// hasTimers reports whether the record is of FormatVersion, whose
+// snapshots carry their timers.
+func (h recordHeaders) hasTimers() bool { return bytes.Equal(h.version, timersVersionBytes) }
+
+// checkVersion returns why the record's format version is missing or not
+// supported, or does not match whether it carries HeaderTimers; "" if it
+// is well formed.
+func (h recordHeaders) checkVersion() string {
+	if !h.haveVersion {
+		return fmt.Sprintf("no %s header: not written by snapfence (a foreign producer on the snapshot topic?)", HeaderVersion)
+	}
+	v2 := h.hasTimers()
+	if !v2 && !bytes.Equal(h.version, versionBytes) {
+		return fmt.Sprintf("format version %q is not supported (this build reads versions %d and %d)", h.version, FormatVersionNoTimers, FormatVersion)
+	}
+	if h.haveTimers != v2 {
+		if v2 {
+			return fmt.Sprintf("format version %d without a %s header", FormatVersion, HeaderTimers)
+		}
+		return fmt.Sprintf("a %s header in a format version %d record", HeaderTimers, FormatVersionNoTimers)
+	}
+	return ""
+}
+
+// decodeBody fills s with what a record of kind k holds besides its key
+// and input offset, checking that the value, the timers and the key fit
+// the kind. It returns why they do not, or "".
+func (h recordHeaders) decodeBody(s *Snapshot, k RecordKind, r WireRecord) string {
+	v2 := h.hasTimers()
+	switch k {
 	case KindSnapshot:
 		if r.Value == nil {
-			return corrupt("snapshot record with a null value")
+			return "snapshot record with a null value"
 		}
 		s.Value = r.Value
 		if v2 {
-			if len(timers) == 0 || len(timers)%timerBytes != 0 {
-				return corrupt("malformed %s header (%d bytes)", HeaderTimers, len(timers))
+			timers, problem := decodeTimers(h.timers)
+			if problem != "" {
+				return problem
 			}
-			s.Timers = make([]Timer, 0, len(timers)/timerBytes)
-			for b := timers; len(b) > 0; b = b[timerBytes:] {
-				t := Timer{Kind: TimerKind(b[0]), At: int64(binary.BigEndian.Uint64(b[1:timerBytes]))}
-				if t.Kind != ProcessingTime && t.Kind != EventTime {
-					return corrupt("unknown timer kind %q in %s", b[0], HeaderTimers)
-				}
-				s.Timers = append(s.Timers, t)
-			}
+			s.Timers = timers
 		}
-		return s, k, nil
 	case KindTombstone:
 		if r.Value != nil {
-			return corrupt("tombstone record with a value")
+			return "tombstone record with a value"
 		}
 		if v2 {
-			return corrupt("tombstone record with timers")
+			return "tombstone record with timers"
 		}
 		s.Tombstone = true
-		return s, k, nil
 	case KindOffsetMarker:
 		if !bytes.Equal(r.Key, OffsetMarkerKey) {
-			return corrupt("offset marker with key %q", r.Key)
+			return fmt.Sprintf("offset marker with key %q", r.Key)
 		}
 		if v2 {
-			return corrupt("offset marker with timers")
+			return "offset marker with timers"
 		}
-		return s, k, nil
 	default:
-		return corrupt("unknown record kind %q", kind)
+		return fmt.Sprintf("unknown record kind %q", h.kind)
 	}
+	return ""
+}
+
+// decodeTimers decodes the HeaderTimers value b: one or more timers of a
+// known kind. It returns why b is malformed, or "".
+func decodeTimers(b []byte) ([]Timer, string) {
+	if len(b) == 0 || len(b)%timerBytes != 0 {
+		return nil, fmt.Sprintf("malformed %s header (%d bytes)", HeaderTimers, len(b))
+	}
+	timers := make([]Timer, 0, len(b)/timerBytes)
+	for ; len(b) > 0; b = b[timerBytes:] {
+		t := Timer{Kind: TimerKind(b[0]), At: int64(binary.BigEndian.Uint64(b[1:timerBytes]))}
+		if t.Kind != ProcessingTime && t.Kind != EventTime {
+			return nil, fmt.Sprintf("unknown timer kind %q in %s", b[0], HeaderTimers)
+		}
+		timers = append(timers, t)
+	}
+	return timers, ""
 }
 
 // snapshotHeaderBytes are the header bytes of a snapshot or tombstone

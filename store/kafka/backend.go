@@ -358,77 +358,127 @@ func (b *Backend) visibleTopic(ctx context.Context, topic string) (bool, error) 
 func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartition) ([16]byte, backend.SnapshotTopic, error) {
 	var noID [16]byte
 	var topic backend.SnapshotTopic
-	legacy := ""
-	if b.set.SnapshotTopicIsDefault {
-		legacy = backend.LegacySnapshotTopic(input.Topic)
-	}
 	details, err := b.adm.ListTopics(ctx, input.Topic, snap.Topic)
 	if err != nil {
 		return noID, topic, fmt.Errorf("kafka: describing topics %q and %q: %w", input.Topic, snap.Topic, err)
 	}
+	in, err := inputTopic(details, input)
+	if err != nil {
+		return noID, topic, err
+	}
+	sd, err := b.snapshotTopicDetail(ctx, details, input, snap, len(in.Partitions))
+	if err != nil {
+		return noID, topic, err
+	}
+	if err := checkSnapshotTopic(sd, input, snap, len(in.Partitions)); err != nil {
+		return noID, topic, err
+	}
+	rc, err := b.snapshotTopicConfig(ctx, snap)
+	if err != nil {
+		return noID, topic, err
+	}
+	if topic, err = snapshotTopicFromConfig(sd.ID, snap, rc); err != nil {
+		return noID, topic, err
+	}
+	return in.ID, topic, nil
+}
+
+// inputTopic returns the input topic's detail from details, or the error
+// that it, or the input partition, does not exist.
+func inputTopic(details kadm.TopicDetails, input store.TopicPartition) (kadm.TopicDetail, error) {
 	in, ok := details[input.Topic]
 	if !ok || errors.Is(in.Err, kerr.UnknownTopicOrPartition) {
-		return noID, topic, fmt.Errorf("%w: input topic %q does not exist", ErrTopicMissing, input.Topic)
+		return in, fmt.Errorf("%w: input topic %q does not exist", ErrTopicMissing, input.Topic)
 	}
 	if in.Err != nil {
-		return noID, topic, fmt.Errorf("kafka: input topic %q: %w", input.Topic, in.Err)
+		return in, fmt.Errorf("kafka: input topic %q: %w", input.Topic, in.Err)
 	}
 	if _, ok := in.Partitions[input.Partition]; !ok {
-		return noID, topic, fmt.Errorf("%w: input partition %s does not exist (the topic has %d)", ErrTopicMissing, input, len(in.Partitions))
+		return in, fmt.Errorf("%w: input partition %s does not exist (the topic has %d)", ErrTopicMissing, input, len(in.Partitions))
 	}
+	return in, nil
+}
+
+// snapshotTopicDetail returns the snapshot topic's detail from details;
+// if the topic does not exist, it creates it (when Config.CreateTopics
+// allows) and describes it anew. inputPartitions is the input topic's
+// partition count, the one the snapshot topic is created with.
+func (b *Backend) snapshotTopicDetail(ctx context.Context, details kadm.TopicDetails, input, snap store.TopicPartition, inputPartitions int) (kadm.TopicDetail, error) {
 	sd, ok := details[snap.Topic]
-	if !ok || errors.Is(sd.Err, kerr.UnknownTopicOrPartition) {
-		if legacy != "" {
-			found, err := b.visibleTopic(ctx, legacy)
-			if err != nil {
-				return noID, topic, fmt.Errorf("kafka: describing topic %q (the snapshot topic's name before applications): %w", legacy, err)
-			}
-			if found {
-				return noID, topic, backend.LegacyTopicError(b.set, input.Topic, snap.Topic)
-			}
-		}
-		if !b.cfg.CreateTopics {
-			return noID, topic, fmt.Errorf("%w: snapshot topic %q of input topic %q does not exist; create it with cleanup.policy=compact and at least %d partitions, or set CreateTopics",
-				ErrTopicMissing, snap.Topic, input.Topic, len(in.Partitions))
-		}
-		// CreateTopic returns once every partition is served, and leaves
-		// b.admin's cached metadata of the topic fresh. That matters here:
-		// the ListTopics above cached "unknown topic" for it, and kadm's
-		// requests (ListTopics, DescribeTopicConfigs) and the recovery's
-		// sharded ListOffsets read that cache for the metadata min age (5 s
-		// by default). A wait that listed the topic through kadm saw it
-		// only once that entry expired: every acquisition that created its
-		// snapshot topic took over 5 s.
-		compact := "compact"
-		start := b.set.Now()
-		created, err := kafkatopic.Create(ctx, b.admin, snap.Topic, int32(len(in.Partitions)), -1, map[string]*string{"cleanup.policy": &compact})
-		if err != nil {
-			return noID, topic, fmt.Errorf("kafka: snapshot topic of input topic %q: %w", input.Topic, err)
-		}
-		msg := "created snapshot topic"
-		if !created {
-			msg = "snapshot topic was created meanwhile"
-		}
-		b.set.Logger.Info(msg, "topic", snap.Topic, "partitions", len(in.Partitions), "served_after", b.set.Now().Sub(start))
-		listed, err := b.adm.ListTopics(ctx, snap.Topic)
-		if err != nil {
-			return noID, topic, fmt.Errorf("kafka: describing topic %q: %w", snap.Topic, err)
-		}
-		sd = listed[snap.Topic]
+	if ok && !errors.Is(sd.Err, kerr.UnknownTopicOrPartition) {
+		return sd, nil
 	}
+	if b.set.SnapshotTopicIsDefault {
+		legacy := backend.LegacySnapshotTopic(input.Topic)
+		found, err := b.visibleTopic(ctx, legacy)
+		if err != nil {
+			return sd, fmt.Errorf("kafka: describing topic %q (the snapshot topic's name before applications): %w", legacy, err)
+		}
+		if found {
+			return sd, backend.LegacyTopicError(b.set, input.Topic, snap.Topic)
+		}
+	}
+	if !b.cfg.CreateTopics {
+		return sd, fmt.Errorf("%w: snapshot topic %q of input topic %q does not exist; create it with cleanup.policy=compact and at least %d partitions, or set CreateTopics",
+			ErrTopicMissing, snap.Topic, input.Topic, inputPartitions)
+	}
+	if err := b.createSnapshotTopic(ctx, input, snap, inputPartitions); err != nil {
+		return sd, err
+	}
+	listed, err := b.adm.ListTopics(ctx, snap.Topic)
+	if err != nil {
+		return sd, fmt.Errorf("kafka: describing topic %q: %w", snap.Topic, err)
+	}
+	return listed[snap.Topic], nil
+}
+
+// createSnapshotTopic creates the compacted snapshot topic with
+// partitions partitions, and logs whether this call or another created it.
+//
+// CreateTopic returns once every partition is served, and leaves b.admin's
+// cached metadata of the topic fresh. That matters here: the ListTopics
+// before it cached "unknown topic" for it, and kadm's requests
+// (ListTopics, DescribeTopicConfigs) and the recovery's sharded ListOffsets
+// read that cache for the metadata min age (5 s by default). A wait that
+// listed the topic through kadm saw it only once that entry expired: every
+// acquisition that created its snapshot topic took over 5 s.
+func (b *Backend) createSnapshotTopic(ctx context.Context, input, snap store.TopicPartition, partitions int) error {
+	compact := "compact"
+	start := b.set.Now()
+	created, err := kafkatopic.Create(ctx, b.admin, snap.Topic, int32(partitions), -1, map[string]*string{"cleanup.policy": &compact})
+	if err != nil {
+		return fmt.Errorf("kafka: snapshot topic of input topic %q: %w", input.Topic, err)
+	}
+	msg := "created snapshot topic"
+	if !created {
+		msg = "snapshot topic was created meanwhile"
+	}
+	b.set.Logger.Info(msg, "topic", snap.Topic, "partitions", partitions, "served_after", b.set.Now().Sub(start))
+	return nil
+}
+
+// checkSnapshotTopic checks that the snapshot topic's detail sd carries no
+// error and that the topic has at least inputPartitions partitions:
+// partition N holds input partition N's keys.
+func checkSnapshotTopic(sd kadm.TopicDetail, input, snap store.TopicPartition, inputPartitions int) error {
 	if errors.Is(sd.Err, kerr.TopicAuthorizationFailed) {
-		return noID, topic, &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", snap.Topic),
+		return &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", snap.Topic),
 			Problem: "the backend may not describe it",
 			Fix:     fmt.Sprintf("grant the principal READ and WRITE on the topic (kafka-acls.sh --operation Read --operation Write --topic %s)", snap.Topic),
 			Err:     sd.Err}
 	}
 	if sd.Err != nil {
-		return noID, topic, fmt.Errorf("kafka: snapshot topic %q: %w", snap.Topic, sd.Err)
+		return fmt.Errorf("kafka: snapshot topic %q: %w", snap.Topic, sd.Err)
 	}
-	if len(sd.Partitions) < len(in.Partitions) {
-		return noID, topic, fmt.Errorf("%w: snapshot topic %q has %d partitions, fewer than the %d of input topic %q: partition N must hold input partition N's keys",
-			ErrTopicConfig, snap.Topic, len(sd.Partitions), len(in.Partitions), input.Topic)
+	if len(sd.Partitions) < inputPartitions {
+		return fmt.Errorf("%w: snapshot topic %q has %d partitions, fewer than the %d of input topic %q: partition N must hold input partition N's keys",
+			ErrTopicConfig, snap.Topic, len(sd.Partitions), inputPartitions, input.Topic)
 	}
+	return nil
+}
+
+// snapshotTopicConfig describes the snapshot topic's configuration.
+func (b *Backend) snapshotTopicConfig(ctx context.Context, snap store.TopicPartition) (kadm.ResourceConfig, error) {
 	configs, err := b.adm.DescribeTopicConfigs(ctx, snap.Topic)
 	var rc kadm.ResourceConfig
 	if err == nil {
@@ -437,15 +487,23 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 		}
 	}
 	if errors.Is(err, kerr.TopicAuthorizationFailed) {
-		return noID, topic, &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", snap.Topic),
+		return rc, &store.ConfigError{Subject: fmt.Sprintf("snapshot topic %q", snap.Topic),
 			Problem: "the backend may not read its configuration (cleanup.policy must contain compact)",
 			Fix:     fmt.Sprintf("grant the principal DESCRIBE_CONFIGS on the topic (kafka-acls.sh --operation DescribeConfigs --topic %s)", snap.Topic),
 			Err:     err}
 	}
 	if err != nil {
-		return noID, topic, fmt.Errorf("kafka: describing the configuration of snapshot topic %q: %w", snap.Topic, err)
+		return rc, fmt.Errorf("kafka: describing the configuration of snapshot topic %q: %w", snap.Topic, err)
 	}
-	topic = backend.SnapshotTopic{ID: sd.ID, DeleteRetention: defaultDeleteRetention}
+	return rc, nil
+}
+
+// snapshotTopicFromConfig reads the snapshot topic's delete.retention.ms
+// from its configuration rc (the default if the broker does not report
+// it), and checks that its cleanup.policy compacts: otherwise retention
+// deletes old snapshots.
+func snapshotTopicFromConfig(id [16]byte, snap store.TopicPartition, rc kadm.ResourceConfig) (backend.SnapshotTopic, error) {
+	topic := backend.SnapshotTopic{ID: id, DeleteRetention: defaultDeleteRetention}
 	for _, c := range rc.Configs {
 		if c.Key == "delete.retention.ms" && c.Value != nil {
 			if ms, err := strconv.ParseInt(*c.Value, 10, 64); err == nil {
@@ -458,12 +516,12 @@ func (b *Backend) checkTopics(ctx context.Context, input, snap store.TopicPartit
 				policy = *c.Value
 			}
 			if !slices.Contains(strings.Split(policy, ","), "compact") {
-				return noID, topic, fmt.Errorf("%w: snapshot topic %q has cleanup.policy=%q; it must be compacted (cleanup.policy=compact), or old snapshots are deleted by retention",
+				return topic, fmt.Errorf("%w: snapshot topic %q has cleanup.policy=%q; it must be compacted (cleanup.policy=compact), or old snapshots are deleted by retention",
 					ErrTopicConfig, snap.Topic, policy)
 			}
 		}
 	}
-	return in.ID, topic, nil
+	return topic, nil
 }
 
 // defaultDeleteRetention is Kafka's default delete.retention.ms (24 h),

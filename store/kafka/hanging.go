@@ -202,68 +202,36 @@ func (b *Backend) findHanging(ctx context.Context, txnID string, pinned store.To
 		}
 		return nil, ""
 	}
-	pinning := map[int64]bool{} // the producers to look at: open on the pinned partition, or anywhere
-	for _, o := range open {
-		if ownOnly || o.Partition == pinned {
-			pinning[o.ProducerID] = true
-		}
-	}
+	pinning := pinningProducers(open, pinned, ownOnly)
 	if len(pinning) == 0 {
 		return nil, ""
 	}
 	pids := slices.Sorted(maps.Keys(pinning))
-	var coordinator string
-	ds, err := b.adm.DescribeTransactions(ctx, txnID)
-	var own *kadm.DescribedTransaction
-	switch d, ok := ds[txnID]; {
-	case err != nil:
+	own, coordinator, err := b.describeOwnTransaction(ctx, txnID)
+	if err != nil {
 		log.Debug("cannot look for hanging transactions", "transactional_id", txnID, "err", err)
 		return nil, ""
-	case !ok:
-		coordinator = "nothing"
-	case d.Err != nil:
-		coordinator = fmt.Sprintf("an error (%v)", d.Err)
-	default:
-		own = &d
-		coordinator = fmt.Sprintf("%s, producer %d epoch %d", d.State, d.ProducerID, d.ProducerEpoch)
 	}
 	listed, err := b.adm.ListTransactions(ctx, pids, nil)
 	if err != nil {
 		log.Debug("cannot look for hanging transactions", "producers", pids, "err", err)
 		return nil, ""
 	}
-	ongoing := map[int64]string{} // producer id -> a transactional.id that has it ongoing
-	for _, t := range listed {
-		if slices.Contains(ongoingStates, t.State) {
-			ongoing[t.ProducerID] = t.TxnID
-		}
-	}
-	if own != nil && slices.Contains(ongoingStates, own.State) {
-		ongoing[own.ProducerID] = txnID
-	}
+	ongoing := ongoingProducers(listed, own, txnID)
 	again, err := b.openTransactions(ctx, set)
 	if err != nil {
 		log.Debug("cannot look for hanging transactions", "partition", pinned.String(), "err", err)
 		return nil, ""
 	}
+	lineage := ownLineage{txnID: txnID, pid: ownPID, epoch: ownEpoch, coordinator: own}
 	var hanging []store.HangingTransaction
 	for _, o := range open {
 		if !pinning[o.ProducerID] || ongoing[o.ProducerID] != "" || !slices.Contains(again, o) {
 			continue
 		}
-		t := store.HangingTransaction{OpenTransaction: o.OpenTransaction, CoordinatorEpoch: o.coordinatorEpoch}
-		for _, l := range listed {
-			if l.ProducerID == o.ProducerID {
-				t.TransactionalID = l.TxnID
-			}
-		}
-		t.OwnLineage = ownPID >= 0 && o.ProducerID == ownPID && o.ProducerEpoch <= ownEpoch ||
-			own != nil && o.ProducerID == own.ProducerID && o.ProducerEpoch <= own.ProducerEpoch
+		t := lineage.hanging(o, listed)
 		if ownOnly && !t.OwnLineage {
 			continue
-		}
-		if t.OwnLineage && t.TransactionalID == "" {
-			t.TransactionalID = txnID
 		}
 		hanging = append(hanging, t)
 	}
@@ -272,6 +240,82 @@ func (b *Backend) findHanging(ctx context.Context, txnID string, pinned store.To
 		return boolInt(x.Partition != pinned) - boolInt(y.Partition != pinned)
 	})
 	return hanging, coordinator
+}
+
+// pinningProducers returns the producers findHanging looks at: those with
+// a transaction open on the pinned partition, or with ownOnly anywhere.
+func pinningProducers(open []openTxn, pinned store.TopicPartition, ownOnly bool) map[int64]bool {
+	pinning := map[int64]bool{}
+	for _, o := range open {
+		if ownOnly || o.Partition == pinned {
+			pinning[o.ProducerID] = true
+		}
+	}
+	return pinning
+}
+
+// describeOwnTransaction asks txnID's coordinator for its transaction. It
+// returns the transaction (nil if the coordinator reports none, or an
+// error for it) and what the coordinator reports, in words; the error is
+// the request's.
+func (b *Backend) describeOwnTransaction(ctx context.Context, txnID string) (*kadm.DescribedTransaction, string, error) {
+	ds, err := b.adm.DescribeTransactions(ctx, txnID)
+	switch d, ok := ds[txnID]; {
+	case err != nil:
+		return nil, "", err
+	case !ok:
+		return nil, "nothing", nil
+	case d.Err != nil:
+		return nil, fmt.Sprintf("an error (%v)", d.Err), nil
+	default:
+		return &d, fmt.Sprintf("%s, producer %d epoch %d", d.State, d.ProducerID, d.ProducerEpoch), nil
+	}
+}
+
+// ongoingProducers maps each producer id a coordinator has a transaction
+// ongoing for to that transaction's transactional.id: those in listed, and
+// own's (txnID's, nil for none).
+func ongoingProducers(listed kadm.ListedTransactions, own *kadm.DescribedTransaction, txnID string) map[int64]string {
+	ongoing := map[int64]string{}
+	for _, t := range listed {
+		if slices.Contains(ongoingStates, t.State) {
+			ongoing[t.ProducerID] = t.TxnID
+		}
+	}
+	if own != nil && slices.Contains(ongoingStates, own.State) {
+		ongoing[own.ProducerID] = txnID
+	}
+	return ongoing
+}
+
+// ownLineage is what proves a producer of txnID's own lineage: the
+// producer id and epoch its takeover got (pid -1 for none), or the
+// transaction its coordinator reports (nil for none).
+type ownLineage struct {
+	txnID       string
+	pid         int64
+	epoch       int16
+	coordinator *kadm.DescribedTransaction
+}
+
+// hanging returns o as a hanging transaction: its transactional.id as a
+// coordinator in listed maps its producer (txnID's if none does and it is
+// of the own lineage), and whether it is of the own lineage, at an epoch
+// no later than the proof's.
+func (l ownLineage) hanging(o openTxn, listed kadm.ListedTransactions) store.HangingTransaction {
+	t := store.HangingTransaction{OpenTransaction: o.OpenTransaction, CoordinatorEpoch: o.coordinatorEpoch}
+	for _, lt := range listed {
+		if lt.ProducerID == o.ProducerID {
+			t.TransactionalID = lt.TxnID
+		}
+	}
+	own := l.coordinator
+	t.OwnLineage = l.pid >= 0 && o.ProducerID == l.pid && o.ProducerEpoch <= l.epoch ||
+		own != nil && o.ProducerID == own.ProducerID && o.ProducerEpoch <= own.ProducerEpoch
+	if t.OwnLineage && t.TransactionalID == "" {
+		t.TransactionalID = l.txnID
+	}
+	return t
 }
 
 // openTxn is an open transaction as DescribeProducers reports it.

@@ -514,19 +514,38 @@ func (p *partition) commitOffset(ctx context.Context, prod *kgo.Client, batch gr
 	}
 	txnID := p.b.TransactionalID(p.input)
 	if !p.b.tv2 {
-		add := kmsg.NewPtrAddOffsetsToTxnRequest()
-		add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = txnID, pid, epoch, id.Group
-		err := retryConcurrent(ctx, func() error {
-			resp, err := add.RequestWith(ctx, prod)
-			if err != nil {
-				return err
-			}
-			return kerr.ErrorForCode(resp.ErrorCode)
-		})
-		if err != nil {
+		if err := addOffsetsToTxn(ctx, prod, txnID, pid, epoch, id.Group); err != nil {
 			return err
 		}
 	}
+	req := p.txnOffsetCommitRequest(txnID, pid, epoch, batch, id)
+	return retryConcurrent(ctx, func() error {
+		resp, err := req.RequestWith(ctx, prod)
+		if err != nil {
+			return err
+		}
+		return p.txnOffsetCommitError(resp, id)
+	})
+}
+
+// addOffsetsToTxn adds group's offsets partition to the producer's open
+// transaction, as a transaction before transaction.version 2 must before
+// its TxnOffsetCommit.
+func addOffsetsToTxn(ctx context.Context, prod *kgo.Client, txnID string, pid int64, epoch int16, group string) error {
+	add := kmsg.NewPtrAddOffsetsToTxnRequest()
+	add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = txnID, pid, epoch, group
+	return retryConcurrent(ctx, func() error {
+		resp, err := add.RequestWith(ctx, prod)
+		if err != nil {
+			return err
+		}
+		return kerr.ErrorForCode(resp.ErrorCode)
+	})
+}
+
+// txnOffsetCommitRequest is the TxnOffsetCommit of batch.Offset for the
+// input partition, with identity id, in the producer's transaction.
+func (p *partition) txnOffsetCommitRequest(txnID string, pid int64, epoch int16, batch groupcommit.Batch, id store.GroupIdentity) *kmsg.TxnOffsetCommitRequest {
 	req := kmsg.NewPtrTxnOffsetCommitRequest()
 	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = txnID, id.Group, pid, epoch
 	req.MemberID, req.Generation = id.MemberID, id.Generation
@@ -541,31 +560,32 @@ func (p *partition) commitOffset(ctx context.Context, prod *kgo.Client, batch gr
 	pp.Partition, pp.Offset, pp.LeaderEpoch = p.input.Partition, batch.Offset, -1
 	t.Partitions = append(t.Partitions, pp)
 	req.Topics = append(req.Topics, t)
-	return retryConcurrent(ctx, func() error {
-		resp, err := req.RequestWith(ctx, prod)
-		if err != nil {
-			return err
-		}
-		if len(resp.Topics) == 0 || len(resp.Topics[0].Partitions) == 0 {
-			return fmt.Errorf("TxnOffsetCommit answered for no partition")
-		}
-		// The fence: per-partition error codes arrive with a nil Go
-		// error. Committing after ignoring one publishes the stale
-		// snapshot. (franz-go itself retries the coordinator-move codes.)
-		for _, rt := range resp.Topics {
-			for _, rp := range rt.Partitions {
-				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-					if errors.Is(err, kerr.ConcurrentTransactions) || isFatal(err) {
-						// Retried, or the producer itself is fenced
-						// (exec names the transactional.id).
-						return err
-					}
-					return &store.FencedError{Input: p.input, Identity: id, Reason: err}
+	return req
+}
+
+// txnOffsetCommitError is the error of a TxnOffsetCommit's answer resp:
+// a store.FencedError for a partition's error code, unless the code is
+// retried or fences the producer itself.
+func (p *partition) txnOffsetCommitError(resp *kmsg.TxnOffsetCommitResponse, id store.GroupIdentity) error {
+	if len(resp.Topics) == 0 || len(resp.Topics[0].Partitions) == 0 {
+		return fmt.Errorf("TxnOffsetCommit answered for no partition")
+	}
+	// The fence: per-partition error codes arrive with a nil Go
+	// error. Committing after ignoring one publishes the stale
+	// snapshot. (franz-go itself retries the coordinator-move codes.)
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				if errors.Is(err, kerr.ConcurrentTransactions) || isFatal(err) {
+					// Retried, or the producer itself is fenced
+					// (exec names the transactional.id).
+					return err
 				}
+				return &store.FencedError{Input: p.input, Identity: id, Reason: err}
 			}
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // record is r as a record of the snapshot partition.

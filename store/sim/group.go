@@ -305,20 +305,7 @@ func (c *Cluster) assignLocked(g *group, prev func(*groupMember) []store.TopicPa
 	if len(ids) == 0 {
 		return out
 	}
-	var all []store.TopicPartition
-	seen := map[string]bool{}
-	for _, id := range ids {
-		for _, t := range g.members[id].topics {
-			if seen[t] {
-				continue
-			}
-			seen[t] = true
-			for p := range c.logs[t] {
-				all = append(all, store.TopicPartition{Topic: t, Partition: int32(p)})
-			}
-		}
-	}
-	slices.SortFunc(all, compareTP)
+	all := c.subscribedPartitionsLocked(g, ids)
 	// The larger shares go to the members that hold the most already (id
 	// order among equals), so a member joining a group with more members
 	// than partitions takes nothing from the current owners, as Kafka's
@@ -333,13 +320,7 @@ func (c *Cluster) assignLocked(g *group, prev func(*groupMember) []store.TopicPa
 		return n
 	}
 	slices.SortStableFunc(ids, func(a, b string) int { return held(b) - held(a) })
-	quota := func(i int) int {
-		q := len(all) / len(ids)
-		if i < len(all)%len(ids) {
-			q++
-		}
-		return q
-	}
+	quota := func(i int) int { return share(i, len(all), len(ids)) }
 	taken := map[store.TopicPartition]bool{}
 	for i, id := range ids {
 		for _, tp := range prev(g.members[id]) {
@@ -364,6 +345,36 @@ func (c *Cluster) assignLocked(g *group, prev func(*groupMember) []store.TopicPa
 		slices.SortFunc(out[id], compareTP)
 	}
 	return out
+}
+
+// subscribedPartitionsLocked returns every partition of the topics the
+// members ids of g subscribe to, sorted.
+func (c *Cluster) subscribedPartitionsLocked(g *group, ids []string) []store.TopicPartition {
+	var all []store.TopicPartition
+	seen := map[string]bool{}
+	for _, id := range ids {
+		for _, t := range g.members[id].topics {
+			if seen[t] {
+				continue
+			}
+			seen[t] = true
+			for p := range c.logs[t] {
+				all = append(all, store.TopicPartition{Topic: t, Partition: int32(p)})
+			}
+		}
+	}
+	slices.SortFunc(all, compareTP)
+	return all
+}
+
+// share is the count of partitions the i-th of members gets: an equal
+// share, one more for the first partitions%members.
+func share(i, partitions, members int) int {
+	q := partitions / members
+	if i < partitions%members {
+		q++
+	}
+	return q
 }
 
 // housekeepLocked applies what time did to groups before an operation

@@ -124,6 +124,8 @@ func (m *Member) Poll(cb Callbacks) {
 	m.pollClassic(cb)
 }
 
+// pollClassic is Poll in a classic group: heartbeat, rejoin a preparing
+// round, and once the round is stable sync to its generation.
 func (m *Member) pollClassic(cb Callbacks) {
 	c := m.c
 	c.mu.Lock()
@@ -133,6 +135,28 @@ func (m *Member) pollClassic(cb Callbacks) {
 	}
 	c.housekeepLocked()
 	g := c.groupLocked(m.group)
+	gm := m.joinClassicLocked(g, cb)
+	gm.lastHeartbeat = c.clk.now
+	if g.state == groupPreparing && !gm.rejoined && !m.rejoinLocked(g, gm, cb) {
+		c.mu.Unlock()
+		return
+	}
+	c.completeLocked(g)
+	if g.state != groupStable || m.gen == g.generation || !gm.rejoined {
+		c.mu.Unlock()
+		return
+	}
+	lost, added := m.syncLocked(g, gm)
+	c.mu.Unlock()
+	call(cb.Revoked, m, lost)
+	call(cb.Assigned, m, added)
+}
+
+// joinClassicLocked returns the member's entry in g. A member the group
+// removed loses its partitions first, and one without an id joins as new.
+// c.mu is held; it is released while cb.Lost runs.
+func (m *Member) joinClassicLocked(g *group, cb Callbacks) *groupMember {
+	c := m.c
 	gm := g.members[m.id]
 	if m.id != "" && gm == nil {
 		// Removed (session or rebalance timeout): the next heartbeat
@@ -151,40 +175,46 @@ func (m *Member) pollClassic(cb Callbacks) {
 		c.record("member_joined", "group=%s member=%s protocol=%s", m.group, m.id, m.protocol)
 		c.triggerLocked(g)
 	}
-	gm.lastHeartbeat = c.clk.now
-	if g.state == groupPreparing && !gm.rejoined {
-		if m.protocol == ClassicEager && len(m.owned) > 0 {
-			revoked := m.owned
-			m.owned = nil
-			c.mu.Unlock()
-			call(cb.Revoked, m, revoked) // the generation is still current: an eager revoke commits
-			c.mu.Lock()
-			if g.members[m.id] != gm {
-				c.mu.Unlock()
-				return
-			}
-		}
-		gm.rejoined = true
-		gm.owned = slices.Clone(m.owned)
-		c.record("member_rejoined", "group=%s member=%s owned=%s", m.group, m.id, fmtTPs(gm.owned))
-	}
-	c.completeLocked(g)
-	if g.state != groupStable || m.gen == g.generation || !gm.rejoined {
+	return gm
+}
+
+// rejoinLocked rejoins the preparing round with what the member owns; an
+// eager member revokes everything first. It reports false if the member
+// was removed while cb.Revoked ran. c.mu is held; it is released while
+// cb.Revoked runs.
+func (m *Member) rejoinLocked(g *group, gm *groupMember, cb Callbacks) bool {
+	c := m.c
+	if m.protocol == ClassicEager && len(m.owned) > 0 {
+		revoked := m.owned
+		m.owned = nil
 		c.mu.Unlock()
-		return
+		call(cb.Revoked, m, revoked) // the generation is still current: an eager revoke commits
+		c.mu.Lock()
+		if g.members[m.id] != gm {
+			return false
+		}
 	}
+	gm.rejoined = true
+	gm.owned = slices.Clone(m.owned)
+	c.record("member_rejoined", "group=%s member=%s owned=%s", m.group, m.id, fmtTPs(gm.owned))
+	return true
+}
+
+// syncLocked takes the stable round's generation and assignment, and
+// returns the partitions the member lost and gained by it, for the
+// callbacks the caller runs once c.mu is released.
+func (m *Member) syncLocked(g *group, gm *groupMember) (lost, added []store.TopicPartition) {
+	c := m.c
 	// Sync: the client now knows the new generation, then runs callbacks.
 	m.gen = g.generation
-	lost := minus(m.owned, gm.assignment)
-	added := minus(gm.assignment, m.owned)
+	lost = minus(m.owned, gm.assignment)
+	added = minus(gm.assignment, m.owned)
 	m.owned = slices.Clone(gm.assignment)
 	c.record("member_synced", "group=%s member=%s generation=%d assigned=%s", m.group, m.id, m.gen, fmtTPs(m.owned))
 	if len(lost) > 0 {
 		c.triggerLocked(g) // cooperative: rejoin after revoking so the partitions can move
 	}
-	c.mu.Unlock()
-	call(cb.Revoked, m, lost)
-	call(cb.Assigned, m, added)
+	return lost, added
 }
 
 func (m *Member) pollConsumer(cb Callbacks) {

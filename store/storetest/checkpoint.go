@@ -147,35 +147,7 @@ func startedWritesKeepOrderAndTheirPositions(t *testing.T, w World) {
 		o.StartCommit(ctx, 4),
 		o.StartWriteBatch(ctx, []store.Snapshot{snap("c", "1", 4)}),
 	}
-	// The last first: every position is read once all have ended, so one
-	// read at the time of asking instead of at the call's own end would
-	// show.
-	slices.Reverse(started)
-	for _, p := range started {
-		p.Wait(ctx)
-	}
-	slices.Reverse(started)
-	var cps []store.Checkpoint
-	for i, p := range started {
-		for k, err := range p.Wait(ctx) {
-			mustNil(t, fmt.Sprintf("started call %d, outcome %d", i, k), err)
-		}
-		select {
-		case <-p.Done():
-		default:
-			t.Fatalf("started call %d: Wait returned its outcome but Done is open", i)
-		}
-		cp, ok := p.Position()
-		if !ok {
-			t.Fatalf("started call %d has no position", i)
-		}
-		// Each write is a transaction of its own (cap 1); the commit may
-		// ride with the write before it (commit requests use no cap).
-		if i > 0 && (cp.Offset < cps[i-1].Offset || i != 2 && cp.Offset == cps[i-1].Offset) {
-			t.Fatalf("started call %d's position %d is not past call %d's %d", i, cp.Offset, i-1, cps[i-1].Offset)
-		}
-		cps = append(cps, cp)
-	}
+	cps := startedPositions(t, ctx, started)
 	if got, want := describe(w.ReadSnapshots(t, in)), "[a=1@1 b=1@2 a=2@3 c=1@4]"; got != want {
 		t.Fatalf("snapshots = %s, want %s: in the order started", got, want)
 	}
@@ -198,6 +170,40 @@ func startedWritesKeepOrderAndTheirPositions(t *testing.T, w World) {
 	if cp, ok := p.Position(); ok {
 		t.Fatalf("a refused write's Pending has position %+v", cp)
 	}
+}
+
+// startedPositions waits for every started call, the last first, and
+// returns their positions, each checked to be past the one before: every
+// position is read once all have ended, so one read at the time of asking
+// instead of at the call's own end would show. The third call is the
+// commit, which may share the position of the write before it.
+func startedPositions(t *testing.T, ctx context.Context, started []store.Pending) []store.Checkpoint {
+	t.Helper()
+	for _, p := range slices.Backward(started) {
+		p.Wait(ctx)
+	}
+	var cps []store.Checkpoint
+	for i, p := range started {
+		for k, err := range p.Wait(ctx) {
+			mustNil(t, fmt.Sprintf("started call %d, outcome %d", i, k), err)
+		}
+		select {
+		case <-p.Done():
+		default:
+			t.Fatalf("started call %d: Wait returned its outcome but Done is open", i)
+		}
+		cp, ok := p.Position()
+		if !ok {
+			t.Fatalf("started call %d has no position", i)
+		}
+		// Each write is a transaction of its own (cap 1); the commit may
+		// ride with the write before it (commit requests use no cap).
+		if i > 0 && (cp.Offset < cps[i-1].Offset || i != 2 && cp.Offset == cps[i-1].Offset) {
+			t.Fatalf("started call %d's position %d is not past call %d's %d", i, cp.Offset, i-1, cps[i-1].Offset)
+		}
+		cps = append(cps, cp)
+	}
+	return cps
 }
 
 // A started commit depends on the writes started before it: one that

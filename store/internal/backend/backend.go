@@ -355,23 +355,8 @@ func (b *Backend) SnapshotPartition(input store.TopicPartition) store.TopicParti
 // after it (so the seed is never older than a commit that landed, I3),
 // then the write path seeded with that offset.
 func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Partition, error) {
-	if err := ctx.Err(); err != nil {
+	if err := b.checkAcquisition(ctx, a); err != nil {
 		return nil, err
-	}
-	if a.Identity == nil {
-		return nil, fmt.Errorf("%s: acquire %s: an identity reader is required", b.cfg.Name, a.Input)
-	}
-	if b.cfg.Application == "" {
-		// Checked here, not in Check: a backend that only follows topics
-		// (Views) owns no state and needs no name.
-		return nil, fmt.Errorf("%s: acquire %s: %w", b.cfg.Name, a.Input, &store.ConfigError{Subject: "Config.Application", Problem: "empty",
-			Fix: "name the application once, unique on the cluster like a group id: it names its snapshot topics (\"<application>-<input>-snapshots\"), its transactional ids and its records"})
-	}
-	b.mu.Lock()
-	closed := b.closed
-	b.mu.Unlock()
-	if closed {
-		return nil, store.ErrClosed
 	}
 	snap := b.SnapshotPartition(a.Input)
 	link, err := b.broker.Open(ctx, a.Input, snap, a.Outputs)
@@ -381,32 +366,12 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 	txnID := b.TransactionalID(a.Input)
 	claim := false
 	if b.cfg.Mode == store.Transactional {
-		if claim, err = b.checkClaim(ctx, a, snap, txnID); err != nil {
+		if claim, err = b.takeover(ctx, a, snap, link, txnID); err != nil {
 			link.Release()
 			return nil, err
 		}
-		if err := link.Takeover(ctx, txnID); err != nil {
-			link.Release()
-			return nil, err
-		}
-		if len(a.Outputs) > 0 {
-			if err := b.broker.Leftover(ctx, a, link, txnID); err != nil {
-				link.Release()
-				return nil, err
-			}
-		}
 	}
-	assigned, err := a.Resolve(ctx)
-	if errors.Is(err, store.ErrOffsetUnstable) {
-		var aborted bool
-		if aborted, err = b.broker.Unstable(ctx, a, link, txnID, err); aborted {
-			// Once: if the offset is still held, the caller retries the
-			// acquisition later, as for any held offset.
-			if assigned, err = a.Resolve(ctx); errors.Is(err, store.ErrOffsetUnstable) {
-				_, err = b.broker.Unstable(ctx, a, link, txnID, err)
-			}
-		}
-	}
+	assigned, err := b.resolve(ctx, a, link, txnID)
 	if err == nil && claim {
 		id := a.Identity.CurrentIdentity()
 		err = link.Claim(ctx, store.EncodeOffsetMarker(b.cfg.Application, assigned, id), id)
@@ -415,17 +380,7 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 		link.Release()
 		return nil, err
 	}
-	p := &Partition{b: b, input: a.Input, snap: snap, identity: a.Identity, progress: a.Progress, link: link}
-	if b.cfg.Mode == store.Transactional {
-		p.w = groupcommit.New(b.life, groupcommit.Config{
-			Input: a.Input, SnapshotTopic: snap.Topic, Outputs: a.Outputs, AssignedOffset: assigned,
-			HeaderBytes: store.ApplicationHeaderBytes(b.cfg.Application),
-			MaxWrites:   b.cfg.MaxWritesPerTransaction, MaxBytes: b.cfg.MaxBytesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
-			Now: b.cfg.Now, Observer: b.cfg.Observer, Position: p.Position, Inline: b.cfg.Inline, Defer: b.cfg.Defer,
-		}, p.exec)
-	} else {
-		p.w = newPlainPath(p, assigned)
-	}
+	p := b.newPartition(a, snap, link, assigned)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -444,6 +399,87 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 	b.cfg.Logger.Info("acquired snapshot partition", "input", a.Input.String(), "snapshots", snap.String(),
 		"assigned_offset", assigned, "mode", b.cfg.Mode.String())
 	return p, nil
+}
+
+// checkAcquisition checks what Acquire needs before it touches the
+// broker: a live context, an identity reader, an application name and an
+// open backend.
+func (b *Backend) checkAcquisition(ctx context.Context, a store.Acquisition) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if a.Identity == nil {
+		return fmt.Errorf("%s: acquire %s: an identity reader is required", b.cfg.Name, a.Input)
+	}
+	if b.cfg.Application == "" {
+		// Checked here, not in Check: a backend that only follows topics
+		// (Views) owns no state and needs no name.
+		return fmt.Errorf("%s: acquire %s: %w", b.cfg.Name, a.Input, &store.ConfigError{Subject: "Config.Application", Problem: "empty",
+			Fix: "name the application once, unique on the cluster like a group id: it names its snapshot topics (\"<application>-<input>-snapshots\"), its transactional ids and its records"})
+	}
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// takeover is a Transactional acquisition's takeover of txnID: the check
+// that it fences no other application, the takeover itself, and then the
+// transactions of the lineage left open on the declared outputs. It
+// reports whether the caller commits a claim after it (checkClaim).
+func (b *Backend) takeover(ctx context.Context, a store.Acquisition, snap store.TopicPartition, link Link, txnID string) (bool, error) {
+	claim, err := b.checkClaim(ctx, a, snap, txnID)
+	if err != nil {
+		return claim, err
+	}
+	if err := link.Takeover(ctx, txnID); err != nil {
+		return claim, err
+	}
+	if len(a.Outputs) > 0 {
+		if err := b.broker.Leftover(ctx, a, link, txnID); err != nil {
+			return claim, err
+		}
+	}
+	return claim, nil
+}
+
+// resolve resolves the assigned offset after the takeover. An offset held
+// by an open transaction goes to the broker (Unstable), and is resolved
+// once more if the broker aborted the transaction.
+func (b *Backend) resolve(ctx context.Context, a store.Acquisition, link Link, txnID string) (int64, error) {
+	assigned, err := a.Resolve(ctx)
+	if errors.Is(err, store.ErrOffsetUnstable) {
+		var aborted bool
+		if aborted, err = b.broker.Unstable(ctx, a, link, txnID, err); aborted {
+			// Once: if the offset is still held, the caller retries the
+			// acquisition later, as for any held offset.
+			if assigned, err = a.Resolve(ctx); errors.Is(err, store.ErrOffsetUnstable) {
+				_, err = b.broker.Unstable(ctx, a, link, txnID, err)
+			}
+		}
+	}
+	return assigned, err
+}
+
+// newPartition is the acquired partition, its write path seeded with
+// the assigned offset: group commits in Transactional mode, plain writes
+// otherwise.
+func (b *Backend) newPartition(a store.Acquisition, snap store.TopicPartition, link Link, assigned int64) *Partition {
+	p := &Partition{b: b, input: a.Input, snap: snap, identity: a.Identity, progress: a.Progress, link: link}
+	if b.cfg.Mode == store.Transactional {
+		p.w = groupcommit.New(b.life, groupcommit.Config{
+			Input: a.Input, SnapshotTopic: snap.Topic, Outputs: a.Outputs, AssignedOffset: assigned,
+			HeaderBytes: store.ApplicationHeaderBytes(b.cfg.Application),
+			MaxWrites:   b.cfg.MaxWritesPerTransaction, MaxBytes: b.cfg.MaxBytesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
+			Now: b.cfg.Now, Observer: b.cfg.Observer, Position: p.Position, Inline: b.cfg.Inline, Defer: b.cfg.Defer,
+		}, p.exec)
+	} else {
+		p.w = newPlainPath(p, assigned)
+	}
+	return p
 }
 
 // checkClaim refuses a takeover of txnID that would fence another

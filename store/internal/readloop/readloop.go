@@ -93,113 +93,179 @@ func (cfg Config) pinCheckInterval() time.Duration {
 // captured at its start. Offset markers are skipped.
 func Read(ctx context.Context, cfg Config, src Source) iter.Seq2[store.Snapshot, error] {
 	return func(yield func(store.Snapshot, error) bool) {
-		target, err := src.HighWatermark(ctx)
+		r, err := start(ctx, cfg, src)
 		if err != nil {
 			yield(store.Snapshot{}, err)
 			return
 		}
-		log := cfg.Logger
-		if log == nil {
-			log = slog.New(slog.DiscardHandler)
-		}
-		if lso, err := src.LastStable(ctx); err == nil && lso < target {
-			log.WarnContext(ctx, "recovery target is above the last stable offset; the read waits for open transactions to resolve",
-				"snapshots", cfg.Snapshots.String(), "target", target, "last_stable", lso)
-		}
-		pos, err := src.LogStart(ctx)
+		r.yield = yield
+		r.run(ctx)
+	}
+}
+
+// reader is the state of one read.
+type reader struct {
+	cfg   Config
+	src   Source
+	yield func(store.Snapshot, error) bool
+	// target is the high watermark captured at the start, pos the read
+	// position, read the count of snapshots returned.
+	target, pos, read int64
+	lastProgress      time.Time
+	// The pin checks: at most one per interval, once the read has
+	// waited an interval since its last advance; hanging is the last
+	// check's finding.
+	checker   PinChecker
+	interval  time.Duration
+	lastCheck time.Time
+	hanging   *store.HangingTransactionError
+}
+
+// start captures the read's target and its start position, warning when
+// the read will wait for open transactions.
+func start(ctx context.Context, cfg Config, src Source) (*reader, error) {
+	target, err := src.HighWatermark(ctx)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if lso, err := src.LastStable(ctx); err == nil && lso < target {
+		log.WarnContext(ctx, "recovery target is above the last stable offset; the read waits for open transactions to resolve",
+			"snapshots", cfg.Snapshots.String(), "target", target, "last_stable", lso)
+	}
+	pos, err := src.LogStart(ctx)
+	if err != nil {
+		return nil, err
+	}
+	checker, _ := src.(PinChecker)
+	return &reader{cfg: cfg, src: src, target: target, pos: max(pos, cfg.From),
+		checker: checker, interval: cfg.pinCheckInterval()}, nil
+}
+
+// run polls until the position reaches the target, yielding the snapshots
+// below it, or until the read fails or its consumer stops.
+func (r *reader) run(ctx context.Context) {
+	r.progress(r.pos >= r.target, nil)
+	r.lastProgress = r.cfg.Now()
+	r.lastCheck = r.lastProgress
+	for r.pos < r.target {
+		recs, next, err := r.src.Poll(ctx, max(r.pollWait(), 0))
 		if err != nil {
-			yield(store.Snapshot{}, err)
+			r.fail(err)
 			return
 		}
-		pos = max(pos, cfg.From)
-		var read int64 // snapshots returned
-		progress := func(done bool, err error) {
-			if cfg.Progress != nil {
-				cfg.Progress(store.RecoveryEvent{Snapshots: cfg.Snapshots, Target: target, Position: pos, Records: read, Done: done, Err: err})
-			}
+		if !r.deliver(recs) {
+			return
 		}
-		// fail ends the read with err.
-		fail := func(err error) {
-			progress(true, err)
-			yield(store.Snapshot{}, err)
+		now := r.cfg.Now()
+		if next > r.pos {
+			r.pos = next
+			r.lastProgress = now
+			r.hanging = nil
+			r.progress(r.pos >= r.target, nil)
+			continue
 		}
-		progress(pos >= target, nil)
-		lastProgress := cfg.Now()
-		// The pin checks: at most one per interval, once the read has
-		// waited an interval since its last advance; hanging is the last
-		// check's finding.
-		checker, _ := src.(PinChecker)
-		interval := cfg.pinCheckInterval()
-		lastCheck := lastProgress
-		var hanging *store.HangingTransactionError
-		for pos < target {
-			wait := cfg.PollWait
-			if cfg.StallTimeout > 0 {
-				wait = lastProgress.Add(cfg.StallTimeout).Sub(cfg.Now())
-			}
-			if checker != nil {
-				wait = min(wait, later(lastProgress, lastCheck).Add(interval).Sub(cfg.Now()))
-			}
-			recs, next, err := src.Poll(ctx, max(wait, 0))
-			if err != nil {
-				fail(err)
-				return
-			}
-			for _, r := range recs {
-				if r.Offset >= target {
-					continue // written after the read started
-				}
-				if cfg.Application != "" {
-					if app, ok := store.RecordApplication(r.Record); ok && string(app) != cfg.Application {
-						fail(&store.ForeignStateError{Input: cfg.Input, Snapshots: cfg.Snapshots,
-							Application: cfg.Application, Owner: string(app), Offset: r.Offset})
-						return
-					}
-				}
-				s, kind, err := store.DecodeRecord(cfg.Snapshots, r.Offset, r.Record)
-				if err != nil {
-					fail(err)
-					return
-				}
-				if kind == store.KindOffsetMarker {
-					continue
-				}
-				read++
-				if !yield(s, nil) {
-					return
-				}
-			}
-			now := cfg.Now()
-			if next > pos {
-				pos = next
-				lastProgress = now
-				hanging = nil
-				progress(pos >= target, nil)
-				continue
-			}
-			if checker != nil && now.Sub(later(lastProgress, lastCheck)) >= interval {
-				lastCheck = now
-				hanging = nil
-				if lso, err := src.LastStable(ctx); err == nil && lso <= pos {
-					var resumed bool
-					resumed, hanging = checker.CheckPinned(ctx, pos)
-					if resumed {
-						lastProgress = cfg.Now()
-						continue
-					}
-				}
-			}
-			if cfg.StallTimeout > 0 && now.Sub(lastProgress) >= cfg.StallTimeout {
-				err := diagnose(ctx, cfg, src, pos, target, now.Sub(lastProgress))
-				if se, ok := err.(*store.RecoveryStalledError); ok && se.Cause == store.StallOpenTransaction && hanging != nil {
-					hanging.Stall = se
-					err = hanging
-				}
-				fail(err)
-				return
-			}
+		if r.checkPinned(ctx, now) {
+			continue
+		}
+		if r.cfg.StallTimeout > 0 && now.Sub(r.lastProgress) >= r.cfg.StallTimeout {
+			r.fail(r.stallError(ctx, now))
+			return
 		}
 	}
+}
+
+// progress tells cfg.Progress, if set, where the read is.
+func (r *reader) progress(done bool, err error) {
+	if r.cfg.Progress != nil {
+		r.cfg.Progress(store.RecoveryEvent{Snapshots: r.cfg.Snapshots, Target: r.target, Position: r.pos, Records: r.read, Done: done, Err: err})
+	}
+}
+
+// fail ends the read with err.
+func (r *reader) fail(err error) {
+	r.progress(true, err)
+	r.yield(store.Snapshot{}, err)
+}
+
+// pollWait is how long the next Poll may wait: PollWait, or until the
+// stall deadline; and no later than the next pin check.
+func (r *reader) pollWait() time.Duration {
+	wait := r.cfg.PollWait
+	if r.cfg.StallTimeout > 0 {
+		wait = r.lastProgress.Add(r.cfg.StallTimeout).Sub(r.cfg.Now())
+	}
+	if r.checker != nil {
+		wait = min(wait, later(r.lastProgress, r.lastCheck).Add(r.interval).Sub(r.cfg.Now()))
+	}
+	return wait
+}
+
+// deliver yields the snapshots of recs below the target. It reports
+// whether the read goes on: false once it failed (a record it cannot
+// decode, or another application's) or its consumer stopped.
+func (r *reader) deliver(recs []Fetched) bool {
+	cfg := r.cfg
+	for _, f := range recs {
+		if f.Offset >= r.target {
+			continue // written after the read started
+		}
+		if cfg.Application != "" {
+			if app, ok := store.RecordApplication(f.Record); ok && string(app) != cfg.Application {
+				r.fail(&store.ForeignStateError{Input: cfg.Input, Snapshots: cfg.Snapshots,
+					Application: cfg.Application, Owner: string(app), Offset: f.Offset})
+				return false
+			}
+		}
+		s, kind, err := store.DecodeRecord(cfg.Snapshots, f.Offset, f.Record)
+		if err != nil {
+			r.fail(err)
+			return false
+		}
+		if kind == store.KindOffsetMarker {
+			continue
+		}
+		r.read++
+		if !r.yield(s, nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkPinned runs a pin check when one is due and the read waits at the
+// last stable offset, keeping its finding. It reports whether the checker
+// resumed the read, which restarts the stall deadline.
+func (r *reader) checkPinned(ctx context.Context, now time.Time) bool {
+	if r.checker == nil || now.Sub(later(r.lastProgress, r.lastCheck)) < r.interval {
+		return false
+	}
+	r.lastCheck = now
+	r.hanging = nil
+	if lso, err := r.src.LastStable(ctx); err != nil || lso > r.pos {
+		return false
+	}
+	var resumed bool
+	resumed, r.hanging = r.checker.CheckPinned(ctx, r.pos)
+	if resumed {
+		r.lastProgress = r.cfg.Now()
+	}
+	return resumed
+}
+
+// stallError is the error of a read whose stall deadline passed: the
+// diagnosis, or the hanging transactions the last pin check found if the
+// diagnosis is an open transaction.
+func (r *reader) stallError(ctx context.Context, now time.Time) error {
+	err := diagnose(ctx, r.cfg, r.src, r.pos, r.target, now.Sub(r.lastProgress))
+	if se, ok := err.(*store.RecoveryStalledError); ok && se.Cause == store.StallOpenTransaction && r.hanging != nil {
+		r.hanging.Stall = se
+		err = r.hanging
+	}
+	return err
 }
 
 func diagnose(ctx context.Context, cfg Config, src Source, pos, target int64, stalled time.Duration) error {
