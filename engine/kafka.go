@@ -150,67 +150,97 @@ const topicCheckTimeout = 30 * time.Second
 // for the first field that cannot work. It is the one place KafkaConfig
 // is checked.
 func (cfg KafkaConfig) resolve() (KafkaConfig, error) {
-	bad := func(field, problem, fix string) (KafkaConfig, error) {
-		return KafkaConfig{}, &store.ConfigError{Subject: "KafkaConfig." + field, Problem: problem, Fix: fix}
-	}
-	switch {
-	case len(cfg.SeedBrokers) == 0:
-		return bad("SeedBrokers", "empty", `name at least one broker, "host:port"`)
-	case cfg.Group == "":
-		return bad("Group", "empty", "name the consumer group (it owns the committed offsets)")
-	case len(cfg.Topics) == 0:
-		return bad("Topics", "empty", "name at least one input topic")
-	}
-	for _, t := range cfg.Topics {
-		if p := store.NameProblem(t); p != "" {
-			return bad("Topics", fmt.Sprintf("topic %q: %s", t, p), "use the input topic's name as Kafka spells it")
-		}
+	if err := cfg.checkRequired(); err != nil {
+		return KafkaConfig{}, err
 	}
 	if cfg.MaxPollRecords < 0 {
-		return bad("MaxPollRecords", fmt.Sprintf("%d is negative", cfg.MaxPollRecords), "leave it 0 for the default (10000) or set a positive bound")
+		return KafkaConfig{}, badKafkaConfig("MaxPollRecords", fmt.Sprintf("%d is negative", cfg.MaxPollRecords), "leave it 0 for the default (10000) or set a positive bound")
 	}
 	if cfg.MaxPollRecords == 0 {
 		cfg.MaxPollRecords = DefaultMaxPollRecords
 	}
+	if err := cfg.resolveGroupTimeouts(); err != nil {
+		return KafkaConfig{}, err
+	}
+	if cfg.InstanceID != "" {
+		if p := store.NameProblem(cfg.InstanceID); p != "" {
+			return KafkaConfig{}, badKafkaConfig("InstanceID", fmt.Sprintf("%q: %s", cfg.InstanceID, p), "use letters, digits, '.', '_' and '-' (a pod name, say), or leave it empty for dynamic membership")
+		}
+	}
+	if err := cfg.resolveTopicCreation(); err != nil {
+		return KafkaConfig{}, err
+	}
+	return cfg, nil
+}
+
+// badKafkaConfig is the *store.ConfigError for a KafkaConfig field.
+func badKafkaConfig(field, problem, fix string) error {
+	return &store.ConfigError{Subject: "KafkaConfig." + field, Problem: problem, Fix: fix}
+}
+
+// checkRequired checks the fields that have no default: the brokers, the
+// group and the input topics, whose names must be Kafka's.
+func (cfg KafkaConfig) checkRequired() error {
+	switch {
+	case len(cfg.SeedBrokers) == 0:
+		return badKafkaConfig("SeedBrokers", "empty", `name at least one broker, "host:port"`)
+	case cfg.Group == "":
+		return badKafkaConfig("Group", "empty", "name the consumer group (it owns the committed offsets)")
+	case len(cfg.Topics) == 0:
+		return badKafkaConfig("Topics", "empty", "name at least one input topic")
+	}
+	for _, t := range cfg.Topics {
+		if p := store.NameProblem(t); p != "" {
+			return badKafkaConfig("Topics", fmt.Sprintf("topic %q: %s", t, p), "use the input topic's name as Kafka spells it")
+		}
+	}
+	return nil
+}
+
+// resolveGroupTimeouts applies the defaults of the group timeouts and
+// checks them against franz-go's bounds. The heartbeat's default and
+// bound depend on the session timeout, so that one is resolved first.
+func (cfg *KafkaConfig) resolveGroupTimeouts() error {
 	if cfg.SessionTimeout == 0 {
 		cfg.SessionTimeout = DefaultSessionTimeout
 	}
 	if cfg.SessionTimeout < minGroupTimeout || cfg.SessionTimeout > maxGroupTimeout {
-		return bad("SessionTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.SessionTimeout, minGroupTimeout, maxGroupTimeout),
+		return badKafkaConfig("SessionTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.SessionTimeout, minGroupTimeout, maxGroupTimeout),
 			"leave it 0 for the default (10s) or set a value within the broker's group.min.session.timeout.ms and group.max.session.timeout.ms")
 	}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = min(DefaultHeartbeatInterval, cfg.SessionTimeout/3)
 	}
 	if cfg.HeartbeatInterval < 0 || cfg.HeartbeatInterval >= cfg.SessionTimeout {
-		return bad("HeartbeatInterval", fmt.Sprintf("%v is not between 0 and the session timeout %v", cfg.HeartbeatInterval, cfg.SessionTimeout),
+		return badKafkaConfig("HeartbeatInterval", fmt.Sprintf("%v is not between 0 and the session timeout %v", cfg.HeartbeatInterval, cfg.SessionTimeout),
 			"leave it 0 for the default (1s, or a third of SessionTimeout if shorter) or set at most a third of SessionTimeout")
 	}
 	if cfg.RebalanceTimeout == 0 {
 		cfg.RebalanceTimeout = DefaultRebalanceTimeout
 	}
 	if cfg.RebalanceTimeout < minGroupTimeout || cfg.RebalanceTimeout > maxGroupTimeout {
-		return bad("RebalanceTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.RebalanceTimeout, minGroupTimeout, maxGroupTimeout),
+		return badKafkaConfig("RebalanceTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.RebalanceTimeout, minGroupTimeout, maxGroupTimeout),
 			"leave it 0 for the default (1m) or set how long a member may take to finish its poll and revoke-time flush")
 	}
-	if cfg.InstanceID != "" {
-		if p := store.NameProblem(cfg.InstanceID); p != "" {
-			return bad("InstanceID", fmt.Sprintf("%q: %s", cfg.InstanceID, p), "use letters, digits, '.', '_' and '-' (a pod name, say), or leave it empty for dynamic membership")
-		}
-	}
+	return nil
+}
+
+// resolveTopicCreation applies the defaults of the settings CreateTopics
+// creates input topics with: 0 and -1 both mean the broker's.
+func (cfg *KafkaConfig) resolveTopicCreation() error {
 	switch {
 	case cfg.CreatePartitions == 0:
 		cfg.CreatePartitions = -1
 	case cfg.CreatePartitions < -1:
-		return bad("CreatePartitions", fmt.Sprintf("%d is negative", cfg.CreatePartitions), "set a partition count, or 0 or -1 for the broker's num.partitions")
+		return badKafkaConfig("CreatePartitions", fmt.Sprintf("%d is negative", cfg.CreatePartitions), "set a partition count, or 0 or -1 for the broker's num.partitions")
 	}
 	switch {
 	case cfg.CreateReplicationFactor == 0:
 		cfg.CreateReplicationFactor = -1
 	case cfg.CreateReplicationFactor < -1:
-		return bad("CreateReplicationFactor", fmt.Sprintf("%d is negative", cfg.CreateReplicationFactor), "set a replication factor, or 0 or -1 for the broker's default.replication.factor")
+		return badKafkaConfig("CreateReplicationFactor", fmt.Sprintf("%d is negative", cfg.CreateReplicationFactor), "set a replication factor, or 0 or -1 for the broker's default.replication.factor")
 	}
-	return cfg, nil
+	return nil
 }
 
 // The source's wait for a committed offset that a transaction holds
