@@ -368,55 +368,12 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 		}
 		s := &kafkaSource{cfg: cfg, group: cfg.Group, logEnd: map[store.TopicPartition]int64{},
 			unknownEnd: map[store.TopicPartition]bool{}, turn: make(chanMutex, 1), consumed: map[store.TopicPartition]bool{}}
-		// The direct client takes the user's options but their group
-		// options (franz-go refuses them without a group) and their
-		// subscription (it consumes only what the engine adds).
-		direct := []kgo.Opt{
-			kgo.SeedBrokers(cfg.SeedBrokers...),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			// Java's fetch.max.wait.ms, not franz-go's 5 s: a fetch
-			// parked on quiet partitions holds back the first fetch of
-			// partitions just added, and so a takeover's replay, for up
-			// to this long. (ClientOpts may set another.)
-			kgo.FetchMaxWait(DefaultFetchMaxWait),
-		}
-		for _, o := range cfg.ClientOpts {
-			if _, group := o.(kgo.GroupOpt); !group {
-				direct = append(direct, o)
-			}
-		}
-		cl, err := kgo.NewClient(append(direct, kgo.ConsumeTopics(), kgo.ConsumePartitions(nil))...)
+		cl, err := kgo.NewClient(directClientOpts(cfg)...)
 		if err != nil {
 			return nil, fmt.Errorf("engine: consumer: %w", err)
 		}
 		s.cl, s.adm = cl, kadm.NewClient(cl)
-		opts := []kgo.Opt{
-			kgo.SeedBrokers(cfg.SeedBrokers...),
-			kgo.ConsumerGroup(cfg.Group),
-			kgo.ConsumeTopics(cfg.Topics...),
-			kgo.SessionTimeout(cfg.SessionTimeout),
-			kgo.HeartbeatInterval(cfg.HeartbeatInterval),
-			kgo.RebalanceTimeout(cfg.RebalanceTimeout),
-			// The store commits offsets, inside its transactions.
-			kgo.DisableAutoCommit(),
-			kgo.OnPartitionsAssigned(func(ctx context.Context, member *kgo.Client, m map[string][]int32) {
-				// Before the member's own offset fetch starts, which
-				// would then fetch records: the topics stay paused for
-				// good (franz-go keeps a pause across assignments).
-				member.PauseFetchTopics(cfg.Topics...)
-				s.rebalance(func() { h.Assigned(ctx, tps(m)) }, nil)
-			}),
-			kgo.OnPartitionsRevoked(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
-				s.rebalance(func() { h.Revoked(ctx, tps(m)) }, m)
-			}),
-			kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
-				s.rebalance(func() { h.Lost(ctx, tps(m)) }, m)
-			}),
-		}
-		if cfg.InstanceID != "" {
-			opts = append(opts, kgo.InstanceID(cfg.InstanceID))
-		}
-		member, err := kgo.NewClient(append(opts, cfg.ClientOpts...)...)
+		member, err := kgo.NewClient(s.memberClientOpts(h)...)
 		if err != nil {
 			cl.Close()
 			return nil, fmt.Errorf("engine: consumer: %w", err)
@@ -425,6 +382,62 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 		s.member = member
 		return s, nil
 	}
+}
+
+// directClientOpts are the options of the client that fetches the
+// records. It takes the user's options but their group options (franz-go
+// refuses them without a group) and their subscription (it consumes only
+// what the engine adds).
+func directClientOpts(cfg KafkaConfig) []kgo.Opt {
+	direct := []kgo.Opt{
+		kgo.SeedBrokers(cfg.SeedBrokers...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Java's fetch.max.wait.ms, not franz-go's 5 s: a fetch
+		// parked on quiet partitions holds back the first fetch of
+		// partitions just added, and so a takeover's replay, for up
+		// to this long. (ClientOpts may set another.)
+		kgo.FetchMaxWait(DefaultFetchMaxWait),
+	}
+	for _, o := range cfg.ClientOpts {
+		if _, group := o.(kgo.GroupOpt); !group {
+			direct = append(direct, o)
+		}
+	}
+	return append(direct, kgo.ConsumeTopics(), kgo.ConsumePartitions(nil))
+}
+
+// memberClientOpts are the options of the group member, whose rebalance
+// callbacks hand the partitions to h between two polls; the user's
+// options come last, so they override the engine's.
+func (s *kafkaSource) memberClientOpts(h Handler) []kgo.Opt {
+	cfg := s.cfg
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.SeedBrokers...),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.HeartbeatInterval(cfg.HeartbeatInterval),
+		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
+		// The store commits offsets, inside its transactions.
+		kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(func(ctx context.Context, member *kgo.Client, m map[string][]int32) {
+			// Before the member's own offset fetch starts, which
+			// would then fetch records: the topics stay paused for
+			// good (franz-go keeps a pause across assignments).
+			member.PauseFetchTopics(cfg.Topics...)
+			s.rebalance(func() { h.Assigned(ctx, tps(m)) }, nil)
+		}),
+		kgo.OnPartitionsRevoked(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.rebalance(func() { h.Revoked(ctx, tps(m)) }, m)
+		}),
+		kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.rebalance(func() { h.Lost(ctx, tps(m)) }, m)
+		}),
+	}
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
+	return append(opts, cfg.ClientOpts...)
 }
 
 // rebalance runs a rebalance callback's handler call between two polls:
