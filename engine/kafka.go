@@ -641,7 +641,25 @@ func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]Re
 		return nil, ctx.Err()
 	}
 	s.polling = true
-	pctx, cancel := context.WithTimeout(ctx, wait())
+	fs := s.fetch(ctx, wait())
+	if fs.IsClientClosed() {
+		return nil, kgo.ErrClientClosed
+	}
+	news, err := s.memberNews()
+	fs = append(fs, news...)
+	if err == nil {
+		err = fetchError(fs)
+	}
+	s.noteLogEnds(fs)
+	s.listUnknownEnds(ctx)
+	return s.records(fs), err
+}
+
+// fetch polls the direct client for up to wait. A rebalance callback
+// waiting for the turn goes first: then it takes only what is buffered,
+// and a callback that comes during the wait ends it (rebalance).
+func (s *kafkaSource) fetch(ctx context.Context, wait time.Duration) kgo.Fetches {
+	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	s.mu.Lock()
 	if s.rebalancing > 0 {
@@ -653,13 +671,15 @@ func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]Re
 	s.mu.Lock()
 	s.cancelPoll = nil
 	s.mu.Unlock()
-	if fs.IsClientClosed() {
-		return nil, kgo.ErrClientClosed
-	}
+	return fs
+}
+
+// memberNews takes the member's news (a session lost, a join refused):
+// franz-go queues it as a fetch error, which a poll without a context
+// takes without waiting. The error is the first refusal of the
+// configuration among it.
+func (s *kafkaSource) memberNews() (kgo.Fetches, error) {
 	var err error
-	// The member's news (a session lost, a join refused): franz-go
-	// queues it as a fetch error, which a poll without a context takes
-	// without waiting.
 	//lint:ignore SA1012 a nil context is franz-go's documented non-blocking drain
 	news := s.member.PollRecords(nil, 1)
 	news.EachError(func(_ string, _ int32, e error) {
@@ -673,7 +693,14 @@ func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]Re
 			}
 		}
 	})
-	fs = append(fs, news...)
+	return news, err
+}
+
+// fetchError is the first error of fs that fails the poll: not the
+// member's session errors (memberNews), nor the end of the poll's wait,
+// nor a client closed meanwhile.
+func fetchError(fs kgo.Fetches) error {
+	var err error
 	fs.EachError(func(t string, p int32, e error) {
 		if _, ok := errors.AsType[*kgo.ErrGroupSession](e); ok {
 			return
@@ -682,12 +709,21 @@ func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]Re
 			err = fmt.Errorf("engine: fetching %s/%d: %w", t, p, e)
 		}
 	})
+	return err
+}
+
+// noteLogEnds keeps the high watermarks the fetch responses of fs
+// carried, for LogEnd.
+func (s *kafkaSource) noteLogEnds(fs kgo.Fetches) {
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
 		if p.Err == nil && p.HighWatermark >= 0 {
 			s.logEnd[store.TopicPartition{Topic: p.Topic, Partition: p.Partition}] = p.HighWatermark
 		}
 	})
-	s.listUnknownEnds(ctx)
+}
+
+// records are the records of fs, in s.buf: valid until the next poll.
+func (s *kafkaSource) records(fs kgo.Fetches) []Record {
 	out := s.buf[:0]
 	fs.EachRecord(func(r *kgo.Record) {
 		out = append(out, Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
@@ -700,7 +736,7 @@ func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]Re
 		}
 	})
 	s.buf = out
-	return out, err
+	return out
 }
 
 // PollDone gives the turn to the rebalance callbacks waiting for it.
