@@ -853,8 +853,7 @@ func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 	}
 	var out []store.Snapshot
 	// The snapshots' keys and the entries they will leave in the KV share
-	// one buffer per call, not two allocations a key: each part is capped
-	// (s[i:j:j]), so a later append never writes into it.
+	// one buffer per call, not two allocations a key (takeWrites).
 	var buf []byte
 	rebuilt := false
 	for limit <= 0 || len(out) < limit {
@@ -880,49 +879,69 @@ func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 		if out == nil {
 			out = make([]store.Snapshot, 0, len(keys))
 		}
-		for i, k := range keys {
-			sl, ok := c.hot[k]
-			var err error
-			if !ok {
-				sl, _, err = c.peekCold([]byte(k))
-			}
-			if err == nil && sl == nil {
-				err = fmt.Errorf("engine: dirty key %q has no state", k)
-			}
-			if err != nil {
-				return nil, c.stop(err)
-			}
-			if liveOnly && !sl.live {
-				continue // held: it stays dirty
-			}
-			state, err := c.encodeState(k, sl)
-			if err != nil {
-				return nil, c.stop(err)
-			}
-			if need := len(k) + entryHeader + timersSize(sl.timers) + len(state); cap(buf)-len(buf) < need {
-				// Room for the keys left if they are like this one, in
-				// parts of at most 64 KiB: a small flush stays small.
-				buf = make([]byte, 0, max(need, min(need*(len(keys)-i), 64<<10)))
-			}
-			from := len(buf)
-			buf = append(buf, k...)
-			key := buf[from:len(buf):len(buf)]
-			from = len(buf)
-			buf = appendEntry(buf, sl.live, sl.offset, sl.timers, state)
-			enc := buf[from:len(buf):len(buf)]
-			s := store.Snapshot{Key: key, Offset: sl.offset, Tombstone: !sl.live, Timers: sl.timers}
-			if sl.live {
-				s.Value = enc[len(enc)-len(state):]
-			}
-			c.inflight[k] = written{offset: sl.offset, entry: enc, timers: writtenTimersOf(sl.timers, c.takeUnindex(k))}
-			sl.busy = true
-			out = append(out, s)
+		var err error
+		if out, buf, err = c.takeWrites(out, buf, keys, liveOnly); err != nil {
+			return nil, err
 		}
 		if limit <= 0 {
 			break // the round was taken whole
 		}
 	}
 	return out, nil
+}
+
+// takeWrites takes keys for a write: it appends each one's snapshot to
+// out and marks it in flight, with the KV entry to keep once the write is
+// durable. Under liveOnly a deleted key is passed over. Each key and entry
+// is a part of buf, capped (s[i:j:j]), so that a later append never
+// writes into it.
+func (c *Core[S, O]) takeWrites(out []store.Snapshot, buf []byte, keys []string, liveOnly bool) ([]store.Snapshot, []byte, error) {
+	for i, k := range keys {
+		sl, err := c.dirtySlot(k)
+		if err != nil {
+			return nil, nil, c.stop(err)
+		}
+		if liveOnly && !sl.live {
+			continue // held: it stays dirty
+		}
+		state, err := c.encodeState(k, sl)
+		if err != nil {
+			return nil, nil, c.stop(err)
+		}
+		if need := len(k) + entryHeader + timersSize(sl.timers) + len(state); cap(buf)-len(buf) < need {
+			// Room for the keys left if they are like this one, in
+			// parts of at most 64 KiB: a small flush stays small.
+			buf = make([]byte, 0, max(need, min(need*(len(keys)-i), 64<<10)))
+		}
+		from := len(buf)
+		buf = append(buf, k...)
+		key := buf[from:len(buf):len(buf)]
+		from = len(buf)
+		buf = appendEntry(buf, sl.live, sl.offset, sl.timers, state)
+		enc := buf[from:len(buf):len(buf)]
+		s := store.Snapshot{Key: key, Offset: sl.offset, Tombstone: !sl.live, Timers: sl.timers}
+		if sl.live {
+			s.Value = enc[len(enc)-len(state):]
+		}
+		c.inflight[k] = written{offset: sl.offset, entry: enc, timers: writtenTimersOf(sl.timers, c.takeUnindex(k))}
+		sl.busy = true
+		out = append(out, s)
+	}
+	return out, buf, nil
+}
+
+// dirtySlot is the state of dirty key k, hot or cold; a dirty key always
+// has one.
+func (c *Core[S, O]) dirtySlot(k string) (*slot[S], error) {
+	sl, ok := c.hot[k]
+	var err error
+	if !ok {
+		sl, _, err = c.peekCold([]byte(k))
+	}
+	if err == nil && sl == nil {
+		err = fmt.Errorf("engine: dirty key %q has no state", k)
+	}
+	return sl, err
 }
 
 // newFlushRound is the dirty keys not being written, in key order.
