@@ -1008,22 +1008,7 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	if lerr != nil {
 		return c.stop(lerr)
 	}
-	// What was written is committed either way: it goes to the KV's
-	// committed states, which a checkpoint written with it (Durable)
-	// covers. Left out for a key changed meanwhile, a warm recovery from
-	// that checkpoint would find the key in neither the cache nor the
-	// delta after it, and replay its later events onto no state.
-	c.pending = append(c.pending, Write{Key: c.pendingKey(c.statePrefix, key), Value: w.entry})
-	// The index of the committed timers changes with the committed state,
-	// in the same batch.
-	if w.timers != nil {
-		c.pending = c.indexWrites(c.pending, key, w.timers.timers)
-		for _, t := range w.timers.unindex {
-			if !hasTimer(w.timers.timers, t) {
-				c.pending = append(c.pending, Write{Key: c.timerKey(t, key), Delete: true})
-			}
-		}
-	}
+	c.commitWritten(key, w)
 	if !w.stale {
 		delete(c.dirty, string(key))
 		sl.dirty = false
@@ -1042,6 +1027,25 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	c.dirty[keyString(sl, key)] = w.offset + 1
 	sl.dirty = true
 	return nil
+}
+
+// commitWritten queues the writes of key's written state w to the KV's
+// committed states, for the next Durable. What was written is committed
+// whether or not the key changed meanwhile, and a checkpoint written with
+// it covers it: left out for a key changed meanwhile, a warm recovery from
+// that checkpoint would find the key in neither the cache nor the delta
+// after it, and replay its later events onto no state. The index of the
+// committed timers changes with the committed state, in the same batch.
+func (c *Core[S, O]) commitWritten(key []byte, w written) {
+	c.pending = append(c.pending, Write{Key: c.pendingKey(c.statePrefix, key), Value: w.entry})
+	if w.timers != nil {
+		c.pending = c.indexWrites(c.pending, key, w.timers.timers)
+		for _, t := range w.timers.unindex {
+			if !hasTimer(w.timers.timers, t) {
+				c.pending = append(c.pending, Write{Key: c.timerKey(t, key), Delete: true})
+			}
+		}
+	}
 }
 
 // keyString is key as a string: the hot entry's if sl is hot (no new
