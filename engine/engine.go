@@ -527,67 +527,137 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 }
 
 // check is every check of a Config, in one place: the first field that
-// cannot work, as a *store.ConfigError.
+// cannot work, as a *store.ConfigError. The groups run in a fixed order,
+// so a Config with several faults always names the same one.
 func (cfg *Config[S]) check() error {
-	bad := func(field, problem, fix string) error {
-		return &store.ConfigError{Subject: "engine.Config." + field, Problem: problem, Fix: fix}
+	for _, group := range []func() error{
+		cfg.checkRequired, cfg.checkStoreMode, cfg.checkTick, cfg.checkPoison, cfg.checkEmit,
+		cfg.checkDurations, cfg.checkOutputTopics, cfg.checkTables, cfg.checkCounts,
+	} {
+		if err := group(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// badConfig is the *store.ConfigError for a Config field.
+func badConfig(field, problem, fix string) error {
+	return &store.ConfigError{Subject: "engine.Config." + field, Problem: problem, Fix: fix}
+}
+
+// checkRequired checks the fields without which nothing runs. The checks
+// after it may take Store to be set.
+func (cfg *Config[S]) checkRequired() error {
 	switch {
 	case cfg.Fold == nil:
-		return bad("Fold", "is nil", "set the fold function")
+		return badConfig("Fold", "is nil", "set the fold function")
 	case cfg.Codec == nil:
-		return bad("Codec", "is nil", "set a codec (engine.JSON, engine.StringCodec, ...)")
+		return badConfig("Codec", "is nil", "set a codec (engine.JSON, engine.StringCodec, ...)")
 	case cfg.Store == nil:
-		return bad("Store", "is nil", "set a snapshot store (store/kafka.New)")
+		return badConfig("Store", "is nil", "set a snapshot store (store/kafka.New)")
+	}
+	return nil
+}
+
+// checkStoreMode checks the options that need more of the store than a
+// plain one gives.
+func (cfg *Config[S]) checkStoreMode() error {
+	switch {
 	case cfg.ExactlyOnce && cfg.Store.Mode() != store.Transactional:
-		return bad("ExactlyOnce", fmt.Sprintf("needs a Transactional store (this one is %v)", cfg.Store.Mode()),
+		return badConfig("ExactlyOnce", fmt.Sprintf("needs a Transactional store (this one is %v)", cfg.Store.Mode()),
 			"use a store in store.Transactional mode")
 	case cfg.Standby && cfg.Store.Mode() != store.Transactional:
-		return bad("Standby", fmt.Sprintf("needs a Transactional store (this one is %v): without the fence no copy of a snapshot partition is vouched for", cfg.Store.Mode()),
+		return badConfig("Standby", fmt.Sprintf("needs a Transactional store (this one is %v): without the fence no copy of a snapshot partition is vouched for", cfg.Store.Mode()),
 			"use a store in store.Transactional mode, or turn Standby off")
 	case cfg.Standby && !isFollower(cfg.Store):
-		return bad("Standby", fmt.Sprintf("needs a Store that is a store.Follower (%T is not)", cfg.Store),
+		return badConfig("Standby", fmt.Sprintf("needs a Store that is a store.Follower (%T is not)", cfg.Store),
 			"use store/kafka's or store/sim's backend, or turn Standby off")
+	}
+	return nil
+}
+
+// checkTick checks that Tick and TickInterval come together.
+func (cfg *Config[S]) checkTick() error {
+	switch {
 	case cfg.Tick != nil && cfg.TickInterval <= 0:
-		return bad("TickInterval", fmt.Sprintf("is %v with Tick set, so Tick would never run", cfg.TickInterval),
+		return badConfig("TickInterval", fmt.Sprintf("is %v with Tick set, so Tick would never run", cfg.TickInterval),
 			"set TickInterval above 0, or leave Tick nil")
 	case cfg.Tick == nil && cfg.TickInterval != 0:
-		return bad("TickInterval", "is set without a Tick", "set Tick, or leave TickInterval 0")
+		return badConfig("TickInterval", "is set without a Tick", "set Tick, or leave TickInterval 0")
+	}
+	return nil
+}
+
+// checkPoison checks the policies for records and states that fail, and
+// that DeadLetterTopic goes with DeadLetterPoison.
+func (cfg *Config[S]) checkPoison() error {
+	switch {
 	case cfg.Poison > DeadLetterPoison:
-		return bad("Poison", fmt.Sprintf("is %v, not a PoisonPolicy", cfg.Poison), "use StopOnPoison, SkipPoison or DeadLetterPoison")
+		return badConfig("Poison", fmt.Sprintf("is %v, not a PoisonPolicy", cfg.Poison), "use StopOnPoison, SkipPoison or DeadLetterPoison")
 	case cfg.UndecodableState > DiscardUndecodableState:
-		return bad("UndecodableState", fmt.Sprintf("is %v, not an UndecodableStatePolicy", cfg.UndecodableState),
+		return badConfig("UndecodableState", fmt.Sprintf("is %v, not an UndecodableStatePolicy", cfg.UndecodableState),
 			"use StopOnUndecodableState or DiscardUndecodableState")
 	case cfg.Poison == DeadLetterPoison && cfg.DeadLetterTopic == "":
-		return bad("DeadLetterTopic", "is empty under DeadLetterPoison", "name the dead-letter topic")
+		return badConfig("DeadLetterTopic", "is empty under DeadLetterPoison", "name the dead-letter topic")
 	case cfg.Poison != DeadLetterPoison && cfg.DeadLetterTopic != "":
-		return bad("DeadLetterTopic", fmt.Sprintf("is set but Poison is %v, so nothing is sent to it", cfg.Poison),
+		return badConfig("DeadLetterTopic", fmt.Sprintf("is set but Poison is %v, so nothing is sent to it", cfg.Poison),
 			"set Poison to DeadLetterPoison, or leave DeadLetterTopic empty")
+	}
+	return nil
+}
+
+// checkEmit checks the ways outputs leave: at most one emitter, and one at
+// all when dead letters would have no other way out.
+func (cfg *Config[S]) checkEmit() error {
+	switch {
 	case cfg.Emit != nil && cfg.StartEmit != nil:
-		return bad("Emit and StartEmit", "are both set", "set one of them (StartEmit: the next poll is folded while the outputs are on their way)")
+		return badConfig("Emit and StartEmit", "are both set", "set one of them (StartEmit: the next poll is folded while the outputs are on their way)")
 	case cfg.Poison == DeadLetterPoison && !cfg.ExactlyOnce && cfg.Emit == nil && cfg.StartEmit == nil:
-		return bad("Emit", "is nil under DeadLetterPoison without ExactlyOnce, so dead letters have no way out",
+		return badConfig("Emit", "is nil under DeadLetterPoison without ExactlyOnce, so dead letters have no way out",
 			"set Emit or StartEmit (engine.NewKafkaEmitter), or ExactlyOnce")
 	}
+	return nil
+}
+
+// checkDurations checks that no interval or timeout is negative (0 takes
+// the default).
+func (cfg *Config[S]) checkDurations() error {
 	for _, d := range []struct {
 		field string
 		v     time.Duration
 	}{{"PersistInterval", cfg.PersistInterval}, {"CommitInterval", cfg.CommitInterval},
 		{"UnstableOffsetTimeout", cfg.UnstableOffsetTimeout}, {"TableTimeout", cfg.TableTimeout}} {
 		if d.v < 0 {
-			return bad(d.field, fmt.Sprintf("is negative (%v)", d.v), "leave it 0 for the default, or set a positive duration")
+			return badConfig(d.field, fmt.Sprintf("is negative (%v)", d.v), "leave it 0 for the default, or set a positive duration")
 		}
 	}
+	return nil
+}
+
+// checkOutputTopics checks the output topics' names.
+func (cfg *Config[S]) checkOutputTopics() error {
 	for i, t := range cfg.OutputTopics {
 		if p := store.NameProblem(t); p != "" {
-			return bad(fmt.Sprintf("OutputTopics[%d]", i), fmt.Sprintf("topic %q: %s", t, p), "use the output topic's name as Kafka spells it")
+			return badConfig(fmt.Sprintf("OutputTopics[%d]", i), fmt.Sprintf("topic %q: %s", t, p), "use the output topic's name as Kafka spells it")
 		}
 	}
+	return nil
+}
+
+// checkTables checks that every table is set.
+func (cfg *Config[S]) checkTables() error {
 	for i, t := range cfg.Tables {
 		if t == nil {
-			return bad(fmt.Sprintf("Tables[%d]", i), "is nil", "remove it, or set a View")
+			return badConfig(fmt.Sprintf("Tables[%d]", i), "is nil", "remove it, or set a View")
 		}
 	}
+	return nil
+}
+
+// checkCounts checks that no bound on keys, records or bytes is negative
+// (0 takes the default).
+func (cfg *Config[S]) checkCounts() error {
 	for _, n := range []struct {
 		field string
 		v     int
@@ -595,7 +665,7 @@ func (cfg *Config[S]) check() error {
 		{"MaxTransactionRecords", cfg.MaxTransactionRecords}, {"MaxTransactionBytes", cfg.MaxTransactionBytes},
 		{"MaxEmitsInFlight", cfg.MaxEmitsInFlight}, {"MaxOutputBytes", cfg.MaxOutputBytes}} {
 		if n.v < 0 {
-			return bad(n.field, fmt.Sprintf("is negative (%d)", n.v), "leave it 0 for the default, or set a positive number")
+			return badConfig(n.field, fmt.Sprintf("is negative (%d)", n.v), "leave it 0 for the default, or set a positive number")
 		}
 	}
 	return nil

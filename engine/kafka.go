@@ -150,67 +150,97 @@ const topicCheckTimeout = 30 * time.Second
 // for the first field that cannot work. It is the one place KafkaConfig
 // is checked.
 func (cfg KafkaConfig) resolve() (KafkaConfig, error) {
-	bad := func(field, problem, fix string) (KafkaConfig, error) {
-		return KafkaConfig{}, &store.ConfigError{Subject: "KafkaConfig." + field, Problem: problem, Fix: fix}
-	}
-	switch {
-	case len(cfg.SeedBrokers) == 0:
-		return bad("SeedBrokers", "empty", `name at least one broker, "host:port"`)
-	case cfg.Group == "":
-		return bad("Group", "empty", "name the consumer group (it owns the committed offsets)")
-	case len(cfg.Topics) == 0:
-		return bad("Topics", "empty", "name at least one input topic")
-	}
-	for _, t := range cfg.Topics {
-		if p := store.NameProblem(t); p != "" {
-			return bad("Topics", fmt.Sprintf("topic %q: %s", t, p), "use the input topic's name as Kafka spells it")
-		}
+	if err := cfg.checkRequired(); err != nil {
+		return KafkaConfig{}, err
 	}
 	if cfg.MaxPollRecords < 0 {
-		return bad("MaxPollRecords", fmt.Sprintf("%d is negative", cfg.MaxPollRecords), "leave it 0 for the default (10000) or set a positive bound")
+		return KafkaConfig{}, badKafkaConfig("MaxPollRecords", fmt.Sprintf("%d is negative", cfg.MaxPollRecords), "leave it 0 for the default (10000) or set a positive bound")
 	}
 	if cfg.MaxPollRecords == 0 {
 		cfg.MaxPollRecords = DefaultMaxPollRecords
 	}
+	if err := cfg.resolveGroupTimeouts(); err != nil {
+		return KafkaConfig{}, err
+	}
+	if cfg.InstanceID != "" {
+		if p := store.NameProblem(cfg.InstanceID); p != "" {
+			return KafkaConfig{}, badKafkaConfig("InstanceID", fmt.Sprintf("%q: %s", cfg.InstanceID, p), "use letters, digits, '.', '_' and '-' (a pod name, say), or leave it empty for dynamic membership")
+		}
+	}
+	if err := cfg.resolveTopicCreation(); err != nil {
+		return KafkaConfig{}, err
+	}
+	return cfg, nil
+}
+
+// badKafkaConfig is the *store.ConfigError for a KafkaConfig field.
+func badKafkaConfig(field, problem, fix string) error {
+	return &store.ConfigError{Subject: "KafkaConfig." + field, Problem: problem, Fix: fix}
+}
+
+// checkRequired checks the fields that have no default: the brokers, the
+// group and the input topics, whose names must be Kafka's.
+func (cfg KafkaConfig) checkRequired() error {
+	switch {
+	case len(cfg.SeedBrokers) == 0:
+		return badKafkaConfig("SeedBrokers", "empty", `name at least one broker, "host:port"`)
+	case cfg.Group == "":
+		return badKafkaConfig("Group", "empty", "name the consumer group (it owns the committed offsets)")
+	case len(cfg.Topics) == 0:
+		return badKafkaConfig("Topics", "empty", "name at least one input topic")
+	}
+	for _, t := range cfg.Topics {
+		if p := store.NameProblem(t); p != "" {
+			return badKafkaConfig("Topics", fmt.Sprintf("topic %q: %s", t, p), "use the input topic's name as Kafka spells it")
+		}
+	}
+	return nil
+}
+
+// resolveGroupTimeouts applies the defaults of the group timeouts and
+// checks them against franz-go's bounds. The heartbeat's default and
+// bound depend on the session timeout, so that one is resolved first.
+func (cfg *KafkaConfig) resolveGroupTimeouts() error {
 	if cfg.SessionTimeout == 0 {
 		cfg.SessionTimeout = DefaultSessionTimeout
 	}
 	if cfg.SessionTimeout < minGroupTimeout || cfg.SessionTimeout > maxGroupTimeout {
-		return bad("SessionTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.SessionTimeout, minGroupTimeout, maxGroupTimeout),
+		return badKafkaConfig("SessionTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.SessionTimeout, minGroupTimeout, maxGroupTimeout),
 			"leave it 0 for the default (10s) or set a value within the broker's group.min.session.timeout.ms and group.max.session.timeout.ms")
 	}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = min(DefaultHeartbeatInterval, cfg.SessionTimeout/3)
 	}
 	if cfg.HeartbeatInterval < 0 || cfg.HeartbeatInterval >= cfg.SessionTimeout {
-		return bad("HeartbeatInterval", fmt.Sprintf("%v is not between 0 and the session timeout %v", cfg.HeartbeatInterval, cfg.SessionTimeout),
+		return badKafkaConfig("HeartbeatInterval", fmt.Sprintf("%v is not between 0 and the session timeout %v", cfg.HeartbeatInterval, cfg.SessionTimeout),
 			"leave it 0 for the default (1s, or a third of SessionTimeout if shorter) or set at most a third of SessionTimeout")
 	}
 	if cfg.RebalanceTimeout == 0 {
 		cfg.RebalanceTimeout = DefaultRebalanceTimeout
 	}
 	if cfg.RebalanceTimeout < minGroupTimeout || cfg.RebalanceTimeout > maxGroupTimeout {
-		return bad("RebalanceTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.RebalanceTimeout, minGroupTimeout, maxGroupTimeout),
+		return badKafkaConfig("RebalanceTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.RebalanceTimeout, minGroupTimeout, maxGroupTimeout),
 			"leave it 0 for the default (1m) or set how long a member may take to finish its poll and revoke-time flush")
 	}
-	if cfg.InstanceID != "" {
-		if p := store.NameProblem(cfg.InstanceID); p != "" {
-			return bad("InstanceID", fmt.Sprintf("%q: %s", cfg.InstanceID, p), "use letters, digits, '.', '_' and '-' (a pod name, say), or leave it empty for dynamic membership")
-		}
-	}
+	return nil
+}
+
+// resolveTopicCreation applies the defaults of the settings CreateTopics
+// creates input topics with: 0 and -1 both mean the broker's.
+func (cfg *KafkaConfig) resolveTopicCreation() error {
 	switch {
 	case cfg.CreatePartitions == 0:
 		cfg.CreatePartitions = -1
 	case cfg.CreatePartitions < -1:
-		return bad("CreatePartitions", fmt.Sprintf("%d is negative", cfg.CreatePartitions), "set a partition count, or 0 or -1 for the broker's num.partitions")
+		return badKafkaConfig("CreatePartitions", fmt.Sprintf("%d is negative", cfg.CreatePartitions), "set a partition count, or 0 or -1 for the broker's num.partitions")
 	}
 	switch {
 	case cfg.CreateReplicationFactor == 0:
 		cfg.CreateReplicationFactor = -1
 	case cfg.CreateReplicationFactor < -1:
-		return bad("CreateReplicationFactor", fmt.Sprintf("%d is negative", cfg.CreateReplicationFactor), "set a replication factor, or 0 or -1 for the broker's default.replication.factor")
+		return badKafkaConfig("CreateReplicationFactor", fmt.Sprintf("%d is negative", cfg.CreateReplicationFactor), "set a replication factor, or 0 or -1 for the broker's default.replication.factor")
 	}
-	return cfg, nil
+	return nil
 }
 
 // The source's wait for a committed offset that a transaction holds
@@ -338,55 +368,12 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 		}
 		s := &kafkaSource{cfg: cfg, group: cfg.Group, logEnd: map[store.TopicPartition]int64{},
 			unknownEnd: map[store.TopicPartition]bool{}, turn: make(chanMutex, 1), consumed: map[store.TopicPartition]bool{}}
-		// The direct client takes the user's options but their group
-		// options (franz-go refuses them without a group) and their
-		// subscription (it consumes only what the engine adds).
-		direct := []kgo.Opt{
-			kgo.SeedBrokers(cfg.SeedBrokers...),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			// Java's fetch.max.wait.ms, not franz-go's 5 s: a fetch
-			// parked on quiet partitions holds back the first fetch of
-			// partitions just added, and so a takeover's replay, for up
-			// to this long. (ClientOpts may set another.)
-			kgo.FetchMaxWait(DefaultFetchMaxWait),
-		}
-		for _, o := range cfg.ClientOpts {
-			if _, group := o.(kgo.GroupOpt); !group {
-				direct = append(direct, o)
-			}
-		}
-		cl, err := kgo.NewClient(append(direct, kgo.ConsumeTopics(), kgo.ConsumePartitions(nil))...)
+		cl, err := kgo.NewClient(directClientOpts(cfg)...)
 		if err != nil {
 			return nil, fmt.Errorf("engine: consumer: %w", err)
 		}
 		s.cl, s.adm = cl, kadm.NewClient(cl)
-		opts := []kgo.Opt{
-			kgo.SeedBrokers(cfg.SeedBrokers...),
-			kgo.ConsumerGroup(cfg.Group),
-			kgo.ConsumeTopics(cfg.Topics...),
-			kgo.SessionTimeout(cfg.SessionTimeout),
-			kgo.HeartbeatInterval(cfg.HeartbeatInterval),
-			kgo.RebalanceTimeout(cfg.RebalanceTimeout),
-			// The store commits offsets, inside its transactions.
-			kgo.DisableAutoCommit(),
-			kgo.OnPartitionsAssigned(func(ctx context.Context, member *kgo.Client, m map[string][]int32) {
-				// Before the member's own offset fetch starts, which
-				// would then fetch records: the topics stay paused for
-				// good (franz-go keeps a pause across assignments).
-				member.PauseFetchTopics(cfg.Topics...)
-				s.rebalance(func() { h.Assigned(ctx, tps(m)) }, nil)
-			}),
-			kgo.OnPartitionsRevoked(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
-				s.rebalance(func() { h.Revoked(ctx, tps(m)) }, m)
-			}),
-			kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
-				s.rebalance(func() { h.Lost(ctx, tps(m)) }, m)
-			}),
-		}
-		if cfg.InstanceID != "" {
-			opts = append(opts, kgo.InstanceID(cfg.InstanceID))
-		}
-		member, err := kgo.NewClient(append(opts, cfg.ClientOpts...)...)
+		member, err := kgo.NewClient(s.memberClientOpts(h)...)
 		if err != nil {
 			cl.Close()
 			return nil, fmt.Errorf("engine: consumer: %w", err)
@@ -395,6 +382,62 @@ func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
 		s.member = member
 		return s, nil
 	}
+}
+
+// directClientOpts are the options of the client that fetches the
+// records. It takes the user's options but their group options (franz-go
+// refuses them without a group) and their subscription (it consumes only
+// what the engine adds).
+func directClientOpts(cfg KafkaConfig) []kgo.Opt {
+	direct := []kgo.Opt{
+		kgo.SeedBrokers(cfg.SeedBrokers...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Java's fetch.max.wait.ms, not franz-go's 5 s: a fetch
+		// parked on quiet partitions holds back the first fetch of
+		// partitions just added, and so a takeover's replay, for up
+		// to this long. (ClientOpts may set another.)
+		kgo.FetchMaxWait(DefaultFetchMaxWait),
+	}
+	for _, o := range cfg.ClientOpts {
+		if _, group := o.(kgo.GroupOpt); !group {
+			direct = append(direct, o)
+		}
+	}
+	return append(direct, kgo.ConsumeTopics(), kgo.ConsumePartitions(nil))
+}
+
+// memberClientOpts are the options of the group member, whose rebalance
+// callbacks hand the partitions to h between two polls; the user's
+// options come last, so they override the engine's.
+func (s *kafkaSource) memberClientOpts(h Handler) []kgo.Opt {
+	cfg := s.cfg
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.SeedBrokers...),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.HeartbeatInterval(cfg.HeartbeatInterval),
+		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
+		// The store commits offsets, inside its transactions.
+		kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(func(ctx context.Context, member *kgo.Client, m map[string][]int32) {
+			// Before the member's own offset fetch starts, which
+			// would then fetch records: the topics stay paused for
+			// good (franz-go keeps a pause across assignments).
+			member.PauseFetchTopics(cfg.Topics...)
+			s.rebalance(func() { h.Assigned(ctx, tps(m)) }, nil)
+		}),
+		kgo.OnPartitionsRevoked(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.rebalance(func() { h.Revoked(ctx, tps(m)) }, m)
+		}),
+		kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.rebalance(func() { h.Lost(ctx, tps(m)) }, m)
+		}),
+	}
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
+	return append(opts, cfg.ClientOpts...)
 }
 
 // rebalance runs a rebalance callback's handler call between two polls:
@@ -598,7 +641,25 @@ func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]Re
 		return nil, ctx.Err()
 	}
 	s.polling = true
-	pctx, cancel := context.WithTimeout(ctx, wait())
+	fs := s.fetch(ctx, wait())
+	if fs.IsClientClosed() {
+		return nil, kgo.ErrClientClosed
+	}
+	news, err := s.memberNews()
+	fs = append(fs, news...)
+	if err == nil {
+		err = fetchError(fs)
+	}
+	s.noteLogEnds(fs)
+	s.listUnknownEnds(ctx)
+	return s.records(fs), err
+}
+
+// fetch polls the direct client for up to wait. A rebalance callback
+// waiting for the turn goes first: then it takes only what is buffered,
+// and a callback that comes during the wait ends it (rebalance).
+func (s *kafkaSource) fetch(ctx context.Context, wait time.Duration) kgo.Fetches {
+	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	s.mu.Lock()
 	if s.rebalancing > 0 {
@@ -610,13 +671,15 @@ func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]Re
 	s.mu.Lock()
 	s.cancelPoll = nil
 	s.mu.Unlock()
-	if fs.IsClientClosed() {
-		return nil, kgo.ErrClientClosed
-	}
+	return fs
+}
+
+// memberNews takes the member's news (a session lost, a join refused):
+// franz-go queues it as a fetch error, which a poll without a context
+// takes without waiting. The error is the first refusal of the
+// configuration among it.
+func (s *kafkaSource) memberNews() (kgo.Fetches, error) {
 	var err error
-	// The member's news (a session lost, a join refused): franz-go
-	// queues it as a fetch error, which a poll without a context takes
-	// without waiting.
 	//lint:ignore SA1012 a nil context is franz-go's documented non-blocking drain
 	news := s.member.PollRecords(nil, 1)
 	news.EachError(func(_ string, _ int32, e error) {
@@ -630,7 +693,14 @@ func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]Re
 			}
 		}
 	})
-	fs = append(fs, news...)
+	return news, err
+}
+
+// fetchError is the first error of fs that fails the poll: not the
+// member's session errors (memberNews), nor the end of the poll's wait,
+// nor a client closed meanwhile.
+func fetchError(fs kgo.Fetches) error {
+	var err error
 	fs.EachError(func(t string, p int32, e error) {
 		if _, ok := errors.AsType[*kgo.ErrGroupSession](e); ok {
 			return
@@ -639,12 +709,21 @@ func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]Re
 			err = fmt.Errorf("engine: fetching %s/%d: %w", t, p, e)
 		}
 	})
+	return err
+}
+
+// noteLogEnds keeps the high watermarks the fetch responses of fs
+// carried, for LogEnd.
+func (s *kafkaSource) noteLogEnds(fs kgo.Fetches) {
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
 		if p.Err == nil && p.HighWatermark >= 0 {
 			s.logEnd[store.TopicPartition{Topic: p.Topic, Partition: p.Partition}] = p.HighWatermark
 		}
 	})
-	s.listUnknownEnds(ctx)
+}
+
+// records are the records of fs, in s.buf: valid until the next poll.
+func (s *kafkaSource) records(fs kgo.Fetches) []Record {
 	out := s.buf[:0]
 	fs.EachRecord(func(r *kgo.Record) {
 		out = append(out, Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
@@ -657,7 +736,7 @@ func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]Re
 		}
 	})
 	s.buf = out
-	return out, err
+	return out
 }
 
 // PollDone gives the turn to the rebalance callbacks waiting for it.

@@ -181,91 +181,127 @@ func (s Status) Ready() bool {
 // Engine.HealthHandler): errors as their text, times in RFC 3339 (absent
 // when zero), durations in seconds.
 func (s Status) MarshalJSON() ([]byte, error) {
-	type recovery struct {
-		Target    int64   `json:"target"`
-		Position  int64   `json:"position"`
-		Snapshots int64   `json:"snapshots"`
-		Done      bool    `json:"done"`
-		Seconds   float64 `json:"seconds,omitempty"`
-	}
-	type partition struct {
-		Topic           string     `json:"topic"`
-		Partition       int32      `json:"partition"`
-		State           string     `json:"state"`
-		Since           *time.Time `json:"since,omitempty"`
-		CommittedOffset int64      `json:"committed_offset"`
-		LogEndOffset    int64      `json:"log_end_offset"`
-		Lag             int64      `json:"lag"`
-		LastCommit      *time.Time `json:"last_commit,omitempty"`
-		Recovery        recovery   `json:"recovery"`
-		Held            bool       `json:"held,omitempty"`
-		Error           string     `json:"error,omitempty"`
-		Restarts        int        `json:"restarts"`
-		LastFailure     string     `json:"last_failure,omitempty"`
-		Failing         bool       `json:"failing,omitempty"`
-	}
-	type standby struct {
-		Topic     string `json:"topic"`
-		Partition int32  `json:"partition"`
-		Position  int64  `json:"position"`
-		LogEnd    int64  `json:"log_end"`
-		Lag       int64  `json:"lag"`
-		Vouched   bool   `json:"vouched"`
-		Error     string `json:"error,omitempty"`
-	}
-	type unserved struct {
-		Topic           string `json:"topic"`
-		Partition       int32  `json:"partition"`
-		CommittedOffset int64  `json:"committed_offset"`
-		LogEndOffset    int64  `json:"log_end_offset"`
-		Lag             int64  `json:"lag"`
-	}
-	type status struct {
-		Live           bool        `json:"live"`
-		Ready          bool        `json:"ready"`
-		Joined         bool        `json:"joined"`
-		Group          string      `json:"group,omitempty"`
-		Member         string      `json:"member,omitempty"`
-		Generation     int32       `json:"generation"`
-		Error          string      `json:"error,omitempty"`
-		Partitions     []partition `json:"partitions"`
-		Standbys       []standby   `json:"standbys,omitempty"`
-		Unserved       []unserved  `json:"unserved"`
-		GroupReport    *time.Time  `json:"group_report,omitempty"`
-		GroupReportErr string      `json:"group_report_error,omitempty"`
-	}
-	timePtr := func(t time.Time) *time.Time {
-		if t.IsZero() {
-			return nil
-		}
-		return &t
-	}
-	errText := func(err error) string {
-		if err == nil {
-			return ""
-		}
-		return err.Error()
-	}
-	out := status{Live: s.Live, Ready: s.Ready(), Joined: s.Joined, Group: s.Identity.Group, Member: s.Identity.MemberID,
-		Generation: s.Identity.Generation, Error: errText(s.Err), Partitions: make([]partition, 0, len(s.Partitions))}
-	for _, p := range s.Partitions {
+	return json.Marshal(statusJSON{Live: s.Live, Ready: s.Ready(), Joined: s.Joined, Group: s.Identity.Group,
+		Member: s.Identity.MemberID, Generation: s.Identity.Generation, Error: errText(s.Err),
+		Partitions: partitionsJSON(s.Partitions), Standbys: standbysJSON(s.Standbys), Unserved: unservedJSON(s.Unserved),
+		GroupReport: timeOrNil(s.GroupReport), GroupReportErr: errText(s.GroupReportErr)})
+}
+
+// statusJSON is Status as /readyz serves it; the field order is the
+// document's.
+type statusJSON struct {
+	Live           bool                    `json:"live"`
+	Ready          bool                    `json:"ready"`
+	Joined         bool                    `json:"joined"`
+	Group          string                  `json:"group,omitempty"`
+	Member         string                  `json:"member,omitempty"`
+	Generation     int32                   `json:"generation"`
+	Error          string                  `json:"error,omitempty"`
+	Partitions     []partitionJSON         `json:"partitions"`
+	Standbys       []standbyJSON           `json:"standbys,omitempty"`
+	Unserved       []unservedPartitionJSON `json:"unserved"`
+	GroupReport    *time.Time              `json:"group_report,omitempty"`
+	GroupReportErr string                  `json:"group_report_error,omitempty"`
+}
+
+// partitionJSON is a PartitionStatus in the status document.
+type partitionJSON struct {
+	Topic           string       `json:"topic"`
+	Partition       int32        `json:"partition"`
+	State           string       `json:"state"`
+	Since           *time.Time   `json:"since,omitempty"`
+	CommittedOffset int64        `json:"committed_offset"`
+	LogEndOffset    int64        `json:"log_end_offset"`
+	Lag             int64        `json:"lag"`
+	LastCommit      *time.Time   `json:"last_commit,omitempty"`
+	Recovery        recoveryJSON `json:"recovery"`
+	Held            bool         `json:"held,omitempty"`
+	Error           string       `json:"error,omitempty"`
+	Restarts        int          `json:"restarts"`
+	LastFailure     string       `json:"last_failure,omitempty"`
+	Failing         bool         `json:"failing,omitempty"`
+}
+
+// recoveryJSON is a RecoveryProgress in the status document.
+type recoveryJSON struct {
+	Target    int64   `json:"target"`
+	Position  int64   `json:"position"`
+	Snapshots int64   `json:"snapshots"`
+	Done      bool    `json:"done"`
+	Seconds   float64 `json:"seconds,omitempty"`
+}
+
+// standbyJSON is a StandbyStatus in the status document.
+type standbyJSON struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Position  int64  `json:"position"`
+	LogEnd    int64  `json:"log_end"`
+	Lag       int64  `json:"lag"`
+	Vouched   bool   `json:"vouched"`
+	Error     string `json:"error,omitempty"`
+}
+
+// unservedPartitionJSON is an UnservedPartition in the status document.
+type unservedPartitionJSON struct {
+	Topic           string `json:"topic"`
+	Partition       int32  `json:"partition"`
+	CommittedOffset int64  `json:"committed_offset"`
+	LogEndOffset    int64  `json:"log_end_offset"`
+	Lag             int64  `json:"lag"`
+}
+
+// partitionsJSON is never nil: the document always has its partitions,
+// if only [].
+func partitionsJSON(ps []PartitionStatus) []partitionJSON {
+	out := make([]partitionJSON, 0, len(ps))
+	for _, p := range ps {
 		r := p.Recovery
-		out.Partitions = append(out.Partitions, partition{Topic: p.Input.Topic, Partition: p.Input.Partition, State: string(p.State),
-			Since: timePtr(p.Since), CommittedOffset: p.CommittedOffset, LogEndOffset: p.LogEndOffset, Lag: p.Lag,
-			LastCommit: timePtr(p.LastCommit), Held: p.Held, Error: errText(p.Err), Restarts: p.Restarts, LastFailure: errText(p.LastFailure), Failing: p.Failing,
-			Recovery: recovery{Target: r.Target, Position: r.Position, Snapshots: r.Snapshots, Done: r.Done, Seconds: r.Duration.Seconds()}})
+		out = append(out, partitionJSON{Topic: p.Input.Topic, Partition: p.Input.Partition, State: string(p.State),
+			Since: timeOrNil(p.Since), CommittedOffset: p.CommittedOffset, LogEndOffset: p.LogEndOffset, Lag: p.Lag,
+			LastCommit: timeOrNil(p.LastCommit), Held: p.Held, Error: errText(p.Err), Restarts: p.Restarts, LastFailure: errText(p.LastFailure), Failing: p.Failing,
+			Recovery: recoveryJSON{Target: r.Target, Position: r.Position, Snapshots: r.Snapshots, Done: r.Done, Seconds: r.Duration.Seconds()}})
 	}
-	out.Unserved = make([]unserved, 0, len(s.Unserved))
-	for _, u := range s.Unserved {
-		out.Unserved = append(out.Unserved, unserved{Topic: u.Input.Topic, Partition: u.Input.Partition,
-			CommittedOffset: u.CommittedOffset, LogEndOffset: u.LogEndOffset, Lag: u.Lag})
-	}
-	out.GroupReport, out.GroupReportErr = timePtr(s.GroupReport), errText(s.GroupReportErr)
-	for _, sb := range s.Standbys {
-		out.Standbys = append(out.Standbys, standby{Topic: sb.Input.Topic, Partition: sb.Input.Partition, Position: sb.Position,
+	return out
+}
+
+// standbysJSON is nil without standbys, so that the document leaves them
+// out.
+func standbysJSON(sbs []StandbyStatus) []standbyJSON {
+	var out []standbyJSON
+	for _, sb := range sbs {
+		out = append(out, standbyJSON{Topic: sb.Input.Topic, Partition: sb.Input.Partition, Position: sb.Position,
 			LogEnd: sb.LogEnd, Lag: sb.Lag, Vouched: sb.Vouched, Error: errText(sb.Err)})
 	}
-	return json.Marshal(out)
+	return out
+}
+
+// unservedJSON is never nil: the document always has its unserved
+// partitions, if only [].
+func unservedJSON(us []UnservedPartition) []unservedPartitionJSON {
+	out := make([]unservedPartitionJSON, 0, len(us))
+	for _, u := range us {
+		out = append(out, unservedPartitionJSON{Topic: u.Input.Topic, Partition: u.Input.Partition,
+			CommittedOffset: u.CommittedOffset, LogEndOffset: u.LogEndOffset, Lag: u.Lag})
+	}
+	return out
+}
+
+// timeOrNil is t, or nil for the zero time (which the document leaves
+// out).
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// errText is err's text, or "" for nil (which the document leaves out).
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // Status is the engine's status: that of the runner Run (or the last

@@ -853,8 +853,7 @@ func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 	}
 	var out []store.Snapshot
 	// The snapshots' keys and the entries they will leave in the KV share
-	// one buffer per call, not two allocations a key: each part is capped
-	// (s[i:j:j]), so a later append never writes into it.
+	// one buffer per call, not two allocations a key (takeWrites).
 	var buf []byte
 	rebuilt := false
 	for limit <= 0 || len(out) < limit {
@@ -880,49 +879,69 @@ func (c *Core[S, O]) flush(limit int, liveOnly bool) ([]store.Snapshot, error) {
 		if out == nil {
 			out = make([]store.Snapshot, 0, len(keys))
 		}
-		for i, k := range keys {
-			sl, ok := c.hot[k]
-			var err error
-			if !ok {
-				sl, _, err = c.peekCold([]byte(k))
-			}
-			if err == nil && sl == nil {
-				err = fmt.Errorf("engine: dirty key %q has no state", k)
-			}
-			if err != nil {
-				return nil, c.stop(err)
-			}
-			if liveOnly && !sl.live {
-				continue // held: it stays dirty
-			}
-			state, err := c.encodeState(k, sl)
-			if err != nil {
-				return nil, c.stop(err)
-			}
-			if need := len(k) + entryHeader + timersSize(sl.timers) + len(state); cap(buf)-len(buf) < need {
-				// Room for the keys left if they are like this one, in
-				// parts of at most 64 KiB: a small flush stays small.
-				buf = make([]byte, 0, max(need, min(need*(len(keys)-i), 64<<10)))
-			}
-			from := len(buf)
-			buf = append(buf, k...)
-			key := buf[from:len(buf):len(buf)]
-			from = len(buf)
-			buf = appendEntry(buf, sl.live, sl.offset, sl.timers, state)
-			enc := buf[from:len(buf):len(buf)]
-			s := store.Snapshot{Key: key, Offset: sl.offset, Tombstone: !sl.live, Timers: sl.timers}
-			if sl.live {
-				s.Value = enc[len(enc)-len(state):]
-			}
-			c.inflight[k] = written{offset: sl.offset, entry: enc, timers: writtenTimersOf(sl.timers, c.takeUnindex(k))}
-			sl.busy = true
-			out = append(out, s)
+		var err error
+		if out, buf, err = c.takeWrites(out, buf, keys, liveOnly); err != nil {
+			return nil, err
 		}
 		if limit <= 0 {
 			break // the round was taken whole
 		}
 	}
 	return out, nil
+}
+
+// takeWrites takes keys for a write: it appends each one's snapshot to
+// out and marks it in flight, with the KV entry to keep once the write is
+// durable. Under liveOnly a deleted key is passed over. Each key and entry
+// is a part of buf, capped (s[i:j:j]), so that a later append never
+// writes into it.
+func (c *Core[S, O]) takeWrites(out []store.Snapshot, buf []byte, keys []string, liveOnly bool) ([]store.Snapshot, []byte, error) {
+	for i, k := range keys {
+		sl, err := c.dirtySlot(k)
+		if err != nil {
+			return nil, nil, c.stop(err)
+		}
+		if liveOnly && !sl.live {
+			continue // held: it stays dirty
+		}
+		state, err := c.encodeState(k, sl)
+		if err != nil {
+			return nil, nil, c.stop(err)
+		}
+		if need := len(k) + entryHeader + timersSize(sl.timers) + len(state); cap(buf)-len(buf) < need {
+			// Room for the keys left if they are like this one, in
+			// parts of at most 64 KiB: a small flush stays small.
+			buf = make([]byte, 0, max(need, min(need*(len(keys)-i), 64<<10)))
+		}
+		from := len(buf)
+		buf = append(buf, k...)
+		key := buf[from:len(buf):len(buf)]
+		from = len(buf)
+		buf = appendEntry(buf, sl.live, sl.offset, sl.timers, state)
+		enc := buf[from:len(buf):len(buf)]
+		s := store.Snapshot{Key: key, Offset: sl.offset, Tombstone: !sl.live, Timers: sl.timers}
+		if sl.live {
+			s.Value = enc[len(enc)-len(state):]
+		}
+		c.inflight[k] = written{offset: sl.offset, entry: enc, timers: writtenTimersOf(sl.timers, c.takeUnindex(k))}
+		sl.busy = true
+		out = append(out, s)
+	}
+	return out, buf, nil
+}
+
+// dirtySlot is the state of dirty key k, hot or cold; a dirty key always
+// has one.
+func (c *Core[S, O]) dirtySlot(k string) (*slot[S], error) {
+	sl, ok := c.hot[k]
+	var err error
+	if !ok {
+		sl, _, err = c.peekCold([]byte(k))
+	}
+	if err == nil && sl == nil {
+		err = fmt.Errorf("engine: dirty key %q has no state", k)
+	}
+	return sl, err
 }
 
 // newFlushRound is the dirty keys not being written, in key order.
@@ -989,22 +1008,7 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	if lerr != nil {
 		return c.stop(lerr)
 	}
-	// What was written is committed either way: it goes to the KV's
-	// committed states, which a checkpoint written with it (Durable)
-	// covers. Left out for a key changed meanwhile, a warm recovery from
-	// that checkpoint would find the key in neither the cache nor the
-	// delta after it, and replay its later events onto no state.
-	c.pending = append(c.pending, Write{Key: c.pendingKey(c.statePrefix, key), Value: w.entry})
-	// The index of the committed timers changes with the committed state,
-	// in the same batch.
-	if w.timers != nil {
-		c.pending = c.indexWrites(c.pending, key, w.timers.timers)
-		for _, t := range w.timers.unindex {
-			if !hasTimer(w.timers.timers, t) {
-				c.pending = append(c.pending, Write{Key: c.timerKey(t, key), Delete: true})
-			}
-		}
-	}
+	c.commitWritten(key, w)
 	if !w.stale {
 		delete(c.dirty, string(key))
 		sl.dirty = false
@@ -1023,6 +1027,25 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	c.dirty[keyString(sl, key)] = w.offset + 1
 	sl.dirty = true
 	return nil
+}
+
+// commitWritten queues the writes of key's written state w to the KV's
+// committed states, for the next Durable. What was written is committed
+// whether or not the key changed meanwhile, and a checkpoint written with
+// it covers it: left out for a key changed meanwhile, a warm recovery from
+// that checkpoint would find the key in neither the cache nor the delta
+// after it, and replay its later events onto no state. The index of the
+// committed timers changes with the committed state, in the same batch.
+func (c *Core[S, O]) commitWritten(key []byte, w written) {
+	c.pending = append(c.pending, Write{Key: c.pendingKey(c.statePrefix, key), Value: w.entry})
+	if w.timers != nil {
+		c.pending = c.indexWrites(c.pending, key, w.timers.timers)
+		for _, t := range w.timers.unindex {
+			if !hasTimer(w.timers.timers, t) {
+				c.pending = append(c.pending, Write{Key: c.timerKey(t, key), Delete: true})
+			}
+		}
+	}
 }
 
 // keyString is key as a string: the hot entry's if sl is hot (no new
