@@ -188,7 +188,7 @@ func TestHealthHandlerOnSim(t *testing.T) {
 	t.Cleanup(func() { _ = b.Close() })
 	w := &simWorld{t: t, c: c, store: b, want: ledger{}}
 	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b,
-		PersistInterval: 10 * time.Second, CommitInterval: 10 * time.Second, Metrics: m})
+		PersistInterval: 10 * time.Second, CommitInterval: 10 * time.Second, Observer: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestHealthHandlerOnSim(t *testing.T) {
 	// on e would be a delta from its cache's checkpoint, with nothing to
 	// read.
 	e2, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b,
-		PersistInterval: 10 * time.Second, CommitInterval: 10 * time.Second, Metrics: m})
+		PersistInterval: 10 * time.Second, CommitInterval: 10 * time.Second, Observer: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestHealthHandlerOnKfake(t *testing.T) {
 				m, reg := newMetrics(t)
 				// Commits only when the test asks (FlushAll).
 				e := w.engineWith(func(c *engine.Config[int]) {
-					c.Metrics, c.PersistInterval, c.CommitInterval = m, time.Hour, time.Hour
+					c.Observer, c.PersistInterval, c.CommitInterval = m, time.Hour, time.Hour
 				})
 				h := serveHealthOn(t, w.net, e, reg)
 				w.produce("alice=+1", "bob=+2", "dave=+4", "erin=+5")
@@ -484,7 +484,7 @@ func TestIdleStatusAgreesWithTheBrokerOnKfake(t *testing.T) {
 		w := newFakeWorld(t)
 		m, reg := newMetrics(t)
 		e := w.engineWith(func(c *engine.Config[int]) {
-			c.Metrics, c.PersistInterval, c.CommitInterval = m, time.Hour, 10*time.Second
+			c.Observer, c.PersistInterval, c.CommitInterval = m, time.Hour, 10*time.Second
 		})
 		h := serveHealthOn(t, w.net, e, reg)
 		r := w.runner(e, protocols["classic-cooperative"])
