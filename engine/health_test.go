@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/prom"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -34,7 +35,7 @@ type healthClient struct {
 // serveHealth serves e's HealthHandler (with reg's metrics) on a real
 // local server.
 func serveHealth[S any](t *testing.T, e *engine.Engine[S], reg prometheus.Gatherer) healthClient {
-	srv := httptest.NewServer(e.HealthHandler(reg))
+	srv := httptest.NewServer(e.HealthHandler(prom.Handler(reg)))
 	t.Cleanup(srv.Close)
 	return healthClient{t: t, c: srv.Client(), base: srv.URL}
 }
@@ -356,7 +357,7 @@ func serveHealthOn[S any](t *testing.T, net *kfake.VirtualNetwork, e *engine.Eng
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: e.HealthHandler(reg)}
+	srv := &http.Server{Handler: e.HealthHandler(prom.Handler(reg))}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	tr := &http.Transport{DialContext: net.DialContext, DisableKeepAlives: true}

@@ -9,16 +9,19 @@
 //	m, err := prom.NewMetrics(reg)
 //	...
 //	e, err := engine.New(engine.Config[S]{..., Observer: m})
+//	go http.ListenAndServe(":8080", e.HealthHandler(prom.Handler(reg)))
 //
 // Pass m.StoreObserver() as the store backend's Observer for the
 // transaction metrics.
 package prom
 
 import (
+	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
@@ -330,4 +333,15 @@ func (m *Metrics) GroupReportFailed() {
 	if m != nil {
 		m.groupReportFailures.Inc()
 	}
+}
+
+// Handler serves what g gathers in the Prometheus exposition format
+// (promhttp.HandlerFor), for engine.HealthHandler's /metrics. A nil g
+// gives a nil handler, which HealthHandler serves no /metrics for (404):
+// so that nothing global is served unless asked for.
+func Handler(g prometheus.Gatherer) http.Handler {
+	if g == nil {
+		return nil
+	}
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
 }
