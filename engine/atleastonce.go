@@ -139,7 +139,7 @@ func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 	case cfg.Emit != nil:
 		begin := time.Now() // metrics only
 		err := cfg.Emit(ctx, outs)
-		cfg.Metrics.waitedForOutputs(time.Since(begin))
+		cfg.obs().waitedForOutputs(time.Since(begin))
 		if err != nil {
 			return &emitFailure{err: refusedByEmit(err, origins), from: from}
 		}
@@ -194,7 +194,7 @@ func (m *atLeastOnce[S]) call(c emitCall) error {
 	}
 	begin := time.Now() // metrics only
 	err := c.wait()
-	m.r.e.cfg.Metrics.waitedForOutputs(time.Since(begin))
+	m.r.e.cfg.obs().waitedForOutputs(time.Since(begin))
 	return err
 }
 

@@ -445,8 +445,9 @@ type Config[S any] struct {
 	GroupReportInterval time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger
-	// Metrics, if set, receives the engine's measurements.
-	Metrics *Metrics
+	// Observer receives the engine's measurements (package engine/prom
+	// exports them to Prometheus); default nil: nothing is recorded.
+	Observer Observer
 }
 
 // Engine is a configured engine: the fold, the store, the local cache.

@@ -80,7 +80,7 @@ func (r *Runner[S]) groupReport(ctx context.Context) {
 	defer cancel()
 	parts, err := gd.DescribeGroup(rctx)
 	if err != nil {
-		r.e.cfg.Metrics.groupReportFailed()
+		r.e.cfg.obs().groupReportFailed()
 		if ok, n := r.logs.allow("group report", now); ok {
 			r.e.log.Warn("reading the group's offsets and assignment failed; the unserved partitions are as last read",
 				"err", err, "not_logged_since_last", n)
@@ -117,5 +117,5 @@ func (b *statusBoard) groupReport(parts []GroupPartition, at time.Time, err erro
 		}
 	}
 	slices.SortFunc(b.unserved, func(a, c UnservedPartition) int { return compareTP(a.Input, c.Input) })
-	b.m.group(parts, len(b.unserved))
+	b.o.groupReported(parts, len(b.unserved))
 }

@@ -47,7 +47,7 @@ func TestIdleStatusAgreesWithTheBrokerOnKafka(t *testing.T) {
 	w := newBrokerWorld(t)
 	m, reg := newMetrics(t)
 	r := w.runnerWith(kgo.Balancers(kgo.CooperativeStickyBalancer()), func(c *engine.Config[int]) {
-		c.Metrics, c.PersistInterval, c.CommitInterval = m, time.Hour, 10*time.Second
+		c.Observer, c.PersistInterval, c.CommitInterval = m, time.Hour, 10*time.Second
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -115,7 +115,7 @@ func TestGroupReportOnKafka(t *testing.T) {
 			w := newBrokerWorld(t)
 			m, reg := newMetrics(t)
 			r := w.runnerWith(protocol, func(c *engine.Config[int]) {
-				c.Metrics, c.GroupReportInterval = m, 500*time.Millisecond
+				c.Observer, c.GroupReportInterval = m, 500*time.Millisecond
 			})
 			defer r.Close(context.Background())
 			w.produce("alice=+1", "bob=+2", "dave=+4")

@@ -27,7 +27,7 @@ func TestGroupReportShowsUnservedPartitionsOnSim(t *testing.T) {
 	w := newSimWorld(t)
 	m, reg := newMetrics(t)
 	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store,
-		PersistInterval: time.Second, CommitInterval: time.Second, Metrics: m})
+		PersistInterval: time.Second, CommitInterval: time.Second, Observer: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestGroupReportOnKfake(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := newFakeWorld(t)
 				m, reg := newMetrics(t)
-				e := w.engineWith(func(c *engine.Config[int]) { c.Metrics = m })
+				e := w.engineWith(func(c *engine.Config[int]) { c.Observer = m })
 				h := serveHealthOn(t, w.net, e, reg)
 				w.produce("alice=+1", "bob=+2", "dave=+4")
 				r := w.runner(e, protocols[name])

@@ -3,14 +3,11 @@ package engine
 import (
 	"encoding/json"
 	"net/http"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// HealthHandler serves the engine's health for Kubernetes probes and
-// Prometheus, at three paths (mount it at the root, or under a prefix
-// with http.StripPrefix):
+// HealthHandler serves the engine's health for Kubernetes probes and a
+// metrics scraper, at three paths (mount it at the root, or under a
+// prefix with http.StripPrefix):
 //
 //   - /livez: 200 while the engine is live, 503 once an error has ended
 //     its runner, Run has returned, or the runner was closed (see
@@ -22,16 +19,17 @@ import (
 //     running), 503 otherwise; the body is the Status as JSON either way
 //     (Status.MarshalJSON), with each partition's state, recovery
 //     progress, offsets, lag, last commit and error.
-//   - /metrics: the metrics g gathers, in the Prometheus exposition
-//     format (promhttp.HandlerFor); with g nil there is no /metrics (404),
-//     so nothing global is served by default. Pass the registry the
-//     engine's Metrics were registered on, or prometheus.DefaultGatherer.
+//   - /metrics: served by metrics; with metrics nil there is no /metrics
+//     (404), so nothing global is served by default. For Prometheus pass
+//     prom.Handler(reg) (package engine/prom), reg the registry the
+//     engine's metrics were registered on: the handler is taken rather
+//     than a gatherer so that the engine does not depend on Prometheus.
 //
 // /livez also answers in JSON: {"live":true} or {"live":false,"error":"..."}.
 // Both are computed per request from Status, which never waits for the
 // runner, so a probe answers at once even while a recovery holds it in a
 // rebalance callback. Any other path is 404.
-func (e *Engine[S]) HealthHandler(g prometheus.Gatherer) http.Handler {
+func (e *Engine[S]) HealthHandler(metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
 		st := e.Status()
@@ -48,8 +46,8 @@ func (e *Engine[S]) HealthHandler(g prometheus.Gatherer) http.Handler {
 		st := e.Status()
 		writeJSON(w, st.Ready(), st)
 	})
-	if g != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	if metrics != nil {
+		mux.Handle("/metrics", metrics)
 	}
 	return mux
 }

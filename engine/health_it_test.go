@@ -54,7 +54,7 @@ func healthHandlerOnKafka(t *testing.T, w *brokerWorld, committed bool) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b, Dir: t.TempDir(),
-		PersistInterval: 200 * time.Millisecond, CommitInterval: 400 * time.Millisecond, Metrics: m})
+		PersistInterval: 200 * time.Millisecond, CommitInterval: 400 * time.Millisecond, Observer: m})
 	if err != nil {
 		t.Fatal(err)
 	}

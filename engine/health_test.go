@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/prom"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -34,7 +35,7 @@ type healthClient struct {
 // serveHealth serves e's HealthHandler (with reg's metrics) on a real
 // local server.
 func serveHealth[S any](t *testing.T, e *engine.Engine[S], reg prometheus.Gatherer) healthClient {
-	srv := httptest.NewServer(e.HealthHandler(reg))
+	srv := httptest.NewServer(e.HealthHandler(prom.Handler(reg)))
 	t.Cleanup(srv.Close)
 	return healthClient{t: t, c: srv.Client(), base: srv.URL}
 }
@@ -188,7 +189,7 @@ func TestHealthHandlerOnSim(t *testing.T) {
 	t.Cleanup(func() { _ = b.Close() })
 	w := &simWorld{t: t, c: c, store: b, want: ledger{}}
 	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b,
-		PersistInterval: 10 * time.Second, CommitInterval: 10 * time.Second, Metrics: m})
+		PersistInterval: 10 * time.Second, CommitInterval: 10 * time.Second, Observer: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func TestHealthHandlerOnSim(t *testing.T) {
 	// on e would be a delta from its cache's checkpoint, with nothing to
 	// read.
 	e2, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b,
-		PersistInterval: 10 * time.Second, CommitInterval: 10 * time.Second, Metrics: m})
+		PersistInterval: 10 * time.Second, CommitInterval: 10 * time.Second, Observer: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +357,7 @@ func serveHealthOn[S any](t *testing.T, net *kfake.VirtualNetwork, e *engine.Eng
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: e.HealthHandler(reg)}
+	srv := &http.Server{Handler: e.HealthHandler(prom.Handler(reg))}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	tr := &http.Transport{DialContext: net.DialContext, DisableKeepAlives: true}
@@ -389,7 +390,7 @@ func TestHealthHandlerOnKfake(t *testing.T) {
 				m, reg := newMetrics(t)
 				// Commits only when the test asks (FlushAll).
 				e := w.engineWith(func(c *engine.Config[int]) {
-					c.Metrics, c.PersistInterval, c.CommitInterval = m, time.Hour, time.Hour
+					c.Observer, c.PersistInterval, c.CommitInterval = m, time.Hour, time.Hour
 				})
 				h := serveHealthOn(t, w.net, e, reg)
 				w.produce("alice=+1", "bob=+2", "dave=+4", "erin=+5")
@@ -484,7 +485,7 @@ func TestIdleStatusAgreesWithTheBrokerOnKfake(t *testing.T) {
 		w := newFakeWorld(t)
 		m, reg := newMetrics(t)
 		e := w.engineWith(func(c *engine.Config[int]) {
-			c.Metrics, c.PersistInterval, c.CommitInterval = m, time.Hour, 10*time.Second
+			c.Observer, c.PersistInterval, c.CommitInterval = m, time.Hour, 10*time.Second
 		})
 		h := serveHealthOn(t, w.net, e, reg)
 		r := w.runner(e, protocols["classic-cooperative"])

@@ -128,7 +128,7 @@ func (r *Runner[S]) reapOne(ctx context.Context, f *flow[S]) error {
 		if err := r.durableAt(f, cp, cpOK); err != nil && first == nil {
 			first = err
 		}
-		r.e.cfg.Metrics.flushed(len(s.snaps), time.Since(s.begin))
+		r.e.cfg.obs().flushed(len(s.snaps), time.Since(s.begin))
 		return first
 	case startedCommit:
 		if errs[0] != nil {
@@ -146,7 +146,7 @@ func (r *Runner[S]) reapOne(ctx context.Context, f *flow[S]) error {
 		for _, report := range s.letters {
 			report()
 		}
-		r.e.cfg.Metrics.flushed(len(s.snaps), time.Since(s.begin))
+		r.e.cfg.obs().flushed(len(s.snaps), time.Since(s.begin))
 		r.status.committed(f.tp, f.part.CommittedOffset(), f.core.Consumed()-s.offset)
 		return nil
 	}

@@ -985,7 +985,7 @@ func (s *kafkaSource) Close(ctx context.Context) error {
 // Everything else is transient or expected and is retried: a failed poll
 // after a backoff, a partition's failure by restarting it from its
 // committed state (see Config). Those are logged at a bounded rate and
-// counted in Metrics; none is returned.
+// reported to Config.Observer; none is returned.
 func (e *Engine[S]) Run(ctx context.Context, cfg KafkaConfig) (err error) {
 	defer e.trackRun()(&err)
 	if cfg.Group == "" {

@@ -40,8 +40,8 @@ package engine_test
 //
 // Both engine variants cache in Pebble on disk (Dir), with the engine's
 // defaults otherwise (consumer, HotKeys, FlushBatch, the store's
-// transaction cap), and Config.Metrics on a registry of their own, as a
-// deployment has them.
+// transaction cap), and Config.Observer a prom.Metrics on a registry of
+// their own, as a deployment has them.
 //
 // Measured: from the first fetched record (the limit: its first poll that
 // returned records; the engine: its first fold; the group join and the
@@ -71,7 +71,7 @@ package engine_test
 //     summed (the partitions' transactions may overlap); goal-txns/1M, the
 //     issue's goal of one transaction per partition per commit interval
 //     (8 x measured-s / commit interval, per 1M inputs); flush-s, the
-//     time the poll loop spent in flushes (Config.Metrics'
+//     time the poll loop spent in flushes (prom.Metrics'
 //     snapfence_flush_seconds: at least once the snapshot writes, not
 //     the offset commits' transactions; exactly once the batches'
 //     commits);
@@ -107,6 +107,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/prom"
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
@@ -660,12 +661,12 @@ func (lr *limitRun) startEngine(eos, syncEmit bool) func() error {
 		b.Fatal(err)
 	}
 	lr.reg = prometheus.NewRegistry()
-	metrics, err := engine.NewMetrics(lr.reg)
+	metrics, err := prom.NewMetrics(lr.reg)
 	if err != nil {
 		_ = backend.Close()
 		b.Fatal(err)
 	}
-	cfg := engine.Config[int64]{Fold: lr.fold, Codec: engine.Int64(), Store: backend, Dir: b.TempDir(), Metrics: metrics}
+	cfg := engine.Config[int64]{Fold: lr.fold, Codec: engine.Int64(), Store: backend, Dir: b.TempDir(), Observer: metrics}
 	var em *engine.KafkaEmitter
 	if eos {
 		cfg.ExactlyOnce = true // CommitInterval: DefaultExactlyOnceCommitInterval

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/prom"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -25,7 +26,7 @@ func TestMetricsCountFoldsFlushesTransactionsAndRecoveries(t *testing.T) {
 	defer b.Close()
 	w := &simWorld{t: t, c: c, store: b, want: ledger{}}
 	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b,
-		PersistInterval: time.Second, CommitInterval: time.Second, Metrics: m,
+		PersistInterval: time.Second, CommitInterval: time.Second, Observer: m,
 		StartEmit: func(context.Context, []engine.Output) func() error { return func() error { return nil } }})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +80,7 @@ func TestMetricsCountFoldsFlushesTransactionsAndRecoveries(t *testing.T) {
 func TestAGivenBackPartitionLeavesNoCommittableLagSeries(t *testing.T) {
 	m, reg := newMetrics(t)
 	w := newSimWorld(t)
-	a := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Metrics = m }))
+	a := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Observer = m }))
 	w.produce("alice=+1", "bob=+2", "dave=+3")
 	w.drain(a)
 	w.produce("alice=+4", "bob=+5") // dirty when the rebalance revokes them
@@ -122,10 +123,10 @@ func TestAGivenBackPartitionLeavesNoCommittableLagSeries(t *testing.T) {
 }
 
 // newMetrics is the engine's metrics on a pedantic registry of their own.
-func newMetrics(t *testing.T) (*engine.Metrics, *prometheus.Registry) {
+func newMetrics(t *testing.T) (*prom.Metrics, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	m, err := engine.NewMetrics(reg)
+	m, err := prom.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

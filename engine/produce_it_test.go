@@ -263,7 +263,7 @@ func TestKeylessOutputToACompactedTopicIsSkippedAloneOnKafka(t *testing.T) {
 			r := w.runnerWith(protocols["classic-cooperative"], func(c *engine.Config[int]) {
 				w.outputMode(c, eos, time.Second)
 				c.OutputTopics = []string{latest}
-				c.Poison, c.Metrics = engine.SkipPoison, m
+				c.Poison, c.Observer = engine.SkipPoison, m
 				c.Fold = func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
 					res, err := notedTo(latest)(key, state, exists, rec)
 					if string(rec.Value) == "nokey" {

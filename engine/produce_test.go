@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/prom"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -153,12 +154,12 @@ func TestAPartitionThatKeepsFailingIsNotReadyOnSim(t *testing.T) {
 	hot := store.TopicPartition{Topic: "accounts", Partition: 1}
 	labels := map[string]string{"topic": "accounts", "partition": "1"}
 	reg := prometheus.NewRegistry()
-	m, err := engine.NewMetrics(reg)
+	m, err := prom.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.produce("bob=+5", "alice=+3")
-	r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Metrics = m }))
+	r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Observer = m }))
 	w.drain(r)
 	if st := r.Status(); !st.Ready() {
 		t.Fatalf("not ready after the drain: %+v", st)
@@ -284,7 +285,7 @@ func TestDeadLetterIsCountedOnceWrittenOnSim(t *testing.T) {
 		t.Run(modeName(eos), func(t *testing.T) {
 			w := newDeadLetterWorld(t, eos)
 			reg := prometheus.NewRegistry()
-			m, err := engine.NewMetrics(reg)
+			m, err := prom.NewMetrics(reg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -296,7 +297,7 @@ func TestDeadLetterIsCountedOnceWrittenOnSim(t *testing.T) {
 			w.poisonAt()
 			w.produce("alice=+3")
 			r := w.runner(w.engine(time.Second, func(c *engine.Config[int]) {
-				c.Metrics, c.Logger = m, slog.New(logs)
+				c.Observer, c.Logger = m, slog.New(logs)
 			}))
 			counted := func() float64 { return poisonCounted(t, reg, engine.PoisonDeadLettered) }
 			ctx := context.Background()
@@ -438,7 +439,7 @@ func TestOutputTheBrokerRefusesGoesThroughThePoisonPolicyOnSim(t *testing.T) {
 				_, _, badOffset, _ := w.c.Offsets(bad)
 				w.produce("bob="+tooLong, "bob=+2", "carol=small note", "alice=+1")
 				m, reg := newMetrics(t)
-				r := w.runner(w.engine(time.Second, func(c *engine.Config[int]) { c.Metrics = m }))
+				r := w.runner(w.engine(time.Second, func(c *engine.Config[int]) { c.Observer = m }))
 				if poison == engine.StopOnPoison {
 					err := w.stepUntilError(r, 20*time.Second, nil)
 					fe, ok := errors.AsType[*engine.FoldError](err)
@@ -514,7 +515,7 @@ func TestTimerOutputTheBrokerRefusesIsSkippedOnSim(t *testing.T) {
 			w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 1}, store.WireRecord{Key: []byte("bob"), Value: []byte("remind")})
 			m, reg := newMetrics(t)
 			r := w.runner(w.engine(time.Second, func(c *engine.Config[int]) {
-				c.Metrics = m
+				c.Observer = m
 				fold := c.Fold
 				c.Fold = func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
 					if string(rec.Value) == "remind" {

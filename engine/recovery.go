@@ -214,7 +214,7 @@ func (r *Runner[S]) discardUndecodable(f *flow[S], out *recoveryOutcome[S]) erro
 	if len(out.undecoded) > 0 && r.e.cfg.UndecodableState != DiscardUndecodableState {
 		se := out.undecoded[0]
 		se.Keys = len(out.undecoded)
-		r.e.cfg.Metrics.undecodableStates(f.tp, "stopped", len(out.undecoded))
+		r.e.cfg.obs().undecodableStates(f.tp, "stopped", len(out.undecoded))
 		return se
 	}
 	for _, se := range out.undecoded {
@@ -281,7 +281,7 @@ func (r *Runner[S]) logRecovered(tp store.TopicPartition, out *recoveryOutcome[S
 	if !out.delta {
 		kind = "full"
 	}
-	r.e.cfg.Metrics.recovered(out.snapshots, out.took, kind, out.reason)
+	r.e.cfg.obs().recovered(tp, out.snapshots, out.took, kind, out.reason)
 	r.status.recovered(tp, out.assigned, out.snapshots, out.took)
 	attrs := []any{"input", tp.String(), "recovery", kind}
 	if out.delta {

@@ -530,7 +530,7 @@ func (r *Runner[S]) foldRun(ctx context.Context, run []Record, now int64) {
 		return
 	}
 	folded := 0
-	defer func() { r.e.cfg.Metrics.addFolded(tp.Topic, folded) }()
+	defer func() { r.e.cfg.obs().folded(tp.Topic, folded) }()
 	for i := range run {
 		if f.core.Stopped() != nil {
 			return
@@ -592,7 +592,7 @@ func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *
 	}
 	skip, acts := r.sched.poisoned(f.tp, fe)
 	if !skip {
-		r.e.cfg.Metrics.poisoned(f.tp, "stopped")
+		r.e.cfg.obs().poisoned(f.tp, "stopped")
 		r.do(ctx, acts)
 		return false
 	}
@@ -608,7 +608,7 @@ func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *
 		return false
 	}
 	report := func(action string) {
-		r.e.cfg.Metrics.poisoned(f.tp, action)
+		r.e.cfg.obs().poisoned(f.tp, action)
 		if ok, n := r.logs.allow("poison "+f.tp.String(), r.src.Now()); ok {
 			r.e.log.Warn("poison record "+action+" (Config.Poison)", "input", f.tp.String(), "offset", fe.Offset,
 				"key", logKey(fe.Key), "err", fe, "not_logged_since_last", n)
@@ -633,7 +633,7 @@ func (r *Runner[S]) discarded(f *flow[S], bad []*RecoveredStateError) {
 	if len(bad) == 0 {
 		return
 	}
-	r.e.cfg.Metrics.undecodableStates(f.tp, "discarded", len(bad))
+	r.e.cfg.obs().undecodableStates(f.tp, "discarded", len(bad))
 	for _, se := range bad {
 		if ok, n := r.logs.allow("undecodable "+f.tp.String(), r.src.Now()); ok {
 			r.e.log.Warn("undecodable state discarded: its key is deleted (Config.UndecodableState)", "input", f.tp.String(),
@@ -834,7 +834,7 @@ func (r *Runner[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
 	switch {
 	case err == nil:
 	case errors.Is(err, store.ErrFenced):
-		r.e.cfg.Metrics.fenced(fenceReason(err))
+		r.e.cfg.obs().fenced(fenceReason(err))
 		r.e.log.Info("revoke-time flush fenced (expected in a rebalance); the new owner replays", "input", f.tp.String(), "err", err)
 	default:
 		r.e.log.Warn("revoke-time flush failed; the new owner replays", "input", f.tp.String(), "err", err)
@@ -871,7 +871,7 @@ func (r *Runner[S]) stop(ctx context.Context, a action[*flow[S]]) {
 		r.teardown(a.flow)
 	}
 	if a.class == classExpected {
-		r.e.cfg.Metrics.fenced(fenceReason(a.err))
+		r.e.cfg.obs().fenced(fenceReason(a.err))
 	}
 	r.errs = append(r.errs, a.err)
 	r.src.Pause(a.tp)

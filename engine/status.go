@@ -34,8 +34,11 @@ const (
 	StateStopped PartitionState = "stopped"
 )
 
-// partitionStates are the states, in lifecycle order.
-var partitionStates = []PartitionState{StateStarting, StateRecovering, StateRunning, StateWaiting, StateStopped}
+// PartitionStates are the partition states, in lifecycle order: for an
+// Observer that reports every state, 0 included (engine/prom does).
+func PartitionStates() []PartitionState {
+	return []PartitionState{StateStarting, StateRecovering, StateRunning, StateWaiting, StateStopped}
+}
 
 // RecoveryProgress is how far a partition's last recovery read got. The
 // offsets are the snapshot partition's, not the input's.
@@ -343,10 +346,10 @@ func (r *Runner[S]) Status() Status { return r.status.status() }
 
 // statusBoard is a runner's status, kept apart from the runner's lock: the
 // runner reports to it at its transitions (one call each), and readers
-// take only its own mutex. It also keeps the per-partition metrics, so
-// that a partition's series go with the partition.
+// take only its own mutex. It also reports the per-partition events to
+// the Observer, so that what is reported of a partition goes with it.
 type statusBoard struct {
-	m   *Metrics
+	o   observer
 	now func() time.Time // the source's clock, once the source exists
 
 	mu       sync.Mutex
@@ -372,14 +375,14 @@ type failureRun struct {
 	last     time.Time
 }
 
-func newStatusBoard(m *Metrics, now func() time.Time) *statusBoard {
-	return &statusBoard{m: m, now: now, parts: map[store.TopicPartition]*PartitionStatus{},
+func newStatusBoard(o Observer, now func() time.Time) *statusBoard {
+	return &statusBoard{o: observer{o}, now: now, parts: map[store.TopicPartition]*PartitionStatus{},
 		identity: store.GroupIdentity{Generation: -1}, failures: map[store.TopicPartition]*failureRun{}}
 }
 
 // newStatusBoard makes r's board and makes it the engine's.
 func (r *Runner[S]) newStatusBoard() *statusBoard {
-	b := newStatusBoard(r.e.cfg.Metrics, func() time.Time { return r.src.Now() })
+	b := newStatusBoard(r.e.cfg.Observer, func() time.Time { return r.src.Now() })
 	r.e.board.Store(b)
 	return b
 }
@@ -422,7 +425,7 @@ func syncStatus[F any](b *statusBoard, s *scheduler[F], acts []action[F]) {
 			b.setState(tp, b.parts[tp], "", now)
 			delete(b.parts, tp)
 			delete(b.failures, tp)
-			b.m.forget(tp)
+			b.o.partitionReleased(tp)
 		}
 	}
 	for tp, p := range s.parts {
@@ -456,12 +459,12 @@ func syncStatus[F any](b *statusBoard, s *scheduler[F], acts []action[F]) {
 	}
 }
 
-// setState moves ps to state ("": gone), counting it in the metrics.
+// setState moves ps to state ("": gone), reporting it to the Observer.
 func (b *statusBoard) setState(tp store.TopicPartition, ps *PartitionStatus, state PartitionState, now time.Time) {
 	if ps.State == state {
 		return
 	}
-	b.m.partitionMoved(ps.State, state)
+	b.o.partitionMoved(ps.State, state)
 	ps.State, ps.Since = state, now
 }
 
@@ -477,7 +480,7 @@ func (b *statusBoard) progress(tp store.TopicPartition) func(store.RecoveryEvent
 		}
 		b.setState(tp, ps, StateRecovering, b.now())
 		ps.Recovery.Target, ps.Recovery.Position, ps.Recovery.Snapshots = e.Target, e.Position, e.Records
-		b.m.setRecoveryLeft(tp, max(e.Target-e.Position, 0))
+		b.o.recoveryLeft(tp, max(e.Target-e.Position, 0))
 	}
 }
 
@@ -495,7 +498,7 @@ func (b *statusBoard) recovered(tp store.TopicPartition, committed int64, snapsh
 	ps.Recovery.Position = max(ps.Recovery.Position, ps.Recovery.Target)
 	ps.Held, ps.Err = false, nil
 	ps.CommittedOffset = committed
-	b.m.setRecoveryLeft(tp, 0)
+	b.o.recoveryLeft(tp, 0)
 	b.updateLag(tp, ps)
 }
 
@@ -508,7 +511,7 @@ func (b *statusBoard) committed(tp store.TopicPartition, offset, committableLag 
 	if ps := b.parts[tp]; ps != nil {
 		ps.CommittedOffset, ps.LastCommit = offset, b.now()
 		b.updateLag(tp, ps)
-		b.m.lag(tp, committableLag)
+		b.o.committableLag(tp, committableLag)
 		b.setFailing(tp, ps, nil) // it makes progress
 	}
 }
@@ -524,13 +527,13 @@ func (b *statusBoard) setFailing(tp store.TopicPartition, ps *PartitionStatus, r
 	failing := run != nil && run.restarts >= FailingRestarts
 	if failing != ps.Failing {
 		ps.Failing = failing
-		b.m.setFailing(tp, failing)
+		b.o.partitionFailing(tp, failing)
 	}
 }
 
 // restarted: tp was stopped by err, of class k, and restarts.
 func (b *statusBoard) restarted(tp store.TopicPartition, k class, err error) {
-	b.m.restarted(k)
+	b.o.restarted(tp, k)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if ps := b.parts[tp]; ps != nil {
@@ -577,7 +580,7 @@ func (b *statusBoard) updateLag(tp store.TopicPartition, ps *PartitionStatus) {
 		return
 	}
 	ps.Lag = max(ps.LogEndOffset-ps.CommittedOffset, 0)
-	b.m.setConsumerLag(tp, ps.Lag)
+	b.o.consumerLag(tp, ps.Lag)
 }
 
 // assignment: an assignment callback ran (the member has joined) with
@@ -609,7 +612,7 @@ func (b *statusBoard) close() {
 	// A closed runner reports its group no more: its series would go
 	// stale, and the live instances report the group.
 	b.unserved, b.groupAt, b.groupErr = nil, time.Time{}, nil
-	b.m.group(nil, 0)
+	b.o.groupReported(nil, 0)
 }
 
 // standbys replaces the standby replicas' status.
@@ -617,5 +620,5 @@ func (b *statusBoard) standbys(st []StandbyStatus) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.standby = st
-	b.m.standbys(st)
+	b.o.standbys(st)
 }

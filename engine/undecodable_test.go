@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/prom"
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
@@ -121,11 +122,11 @@ func undecodableStateStops(t *testing.T, poison engine.PoisonPolicy) {
 	w := olderStates(t)
 	tp := store.TopicPartition{Topic: "accounts", Partition: 1}
 	reg := prometheus.NewRegistry()
-	m, err := engine.NewMetrics(reg)
+	m, err := prom.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Poison, c.Metrics = poison, m }))
+	r := w.runner(w.engineWith(func(c *engine.Config[int]) { c.Poison, c.Observer = poison, m }))
 	ended := w.stepUntilError(r, 5*time.Second, nil)
 	se, ok := errors.AsType[*engine.RecoveredStateError](ended)
 	if !ok || string(se.Key) != "bob" || se.Offset != 12 || se.Keys != 2 || se.Input != tp {
@@ -194,14 +195,14 @@ func TestDiscardUndecodableStateDeletesEachKeyOnceOnSim(t *testing.T) {
 	w := olderStates(t)
 	tp := store.TopicPartition{Topic: "accounts", Partition: 1}
 	reg := prometheus.NewRegistry()
-	m, err := engine.NewMetrics(reg)
+	m, err := prom.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
 	w.produce("bob=+1")
 	r := w.runner(w.engineWith(func(c *engine.Config[int]) {
-		c.UndecodableState, c.Metrics = engine.DiscardUndecodableState, m
+		c.UndecodableState, c.Observer = engine.DiscardUndecodableState, m
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	}))
 	w.drain(r)

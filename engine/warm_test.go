@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/prom"
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
@@ -30,7 +31,7 @@ type warmWorld struct {
 	dir  string
 	logs *logCount
 	// m, if set, is every run's metrics.
-	m *engine.Metrics
+	m *prom.Metrics
 }
 
 func newWarmWorld(t *testing.T, mode store.Mode) *warmWorld {
@@ -63,7 +64,7 @@ func (w *warmWorld) runChecked(group string, st store.Backend) error {
 		st = w.store
 	}
 	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: st, Dir: w.dir,
-		PersistInterval: time.Second, CommitInterval: 2 * time.Second, Logger: slog.New(w.logs), Metrics: w.m})
+		PersistInterval: time.Second, CommitInterval: 2 * time.Second, Logger: slog.New(w.logs), Observer: w.m})
 	if err != nil {
 		w.t.Fatal(err)
 	}

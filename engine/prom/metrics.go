@@ -1,19 +1,37 @@
-package engine
+// Package prom exports the engine's metrics to Prometheus.
+//
+// Its Metrics type is an engine.Observer (engine.Config.Observer) that
+// keeps Prometheus series, apart from package engine so that the
+// engine's measurements are not tied to Prometheus: an Observer of one's
+// own takes them elsewhere. Wired up:
+//
+//	reg := prometheus.NewRegistry()
+//	m, err := prom.NewMetrics(reg)
+//	...
+//	e, err := engine.New(engine.Config[S]{..., Observer: m})
+//	go http.ListenAndServe(":8080", e.HealthHandler(prom.Handler(reg)))
+//
+// Pass m.StoreObserver() as the store backend's Observer for the
+// transaction metrics.
+package prom
 
 import (
+	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 )
 
 // Metrics are the engine's Prometheus metrics (docs/operations.md lists
-// them with what to alert on). A nil *Metrics records nothing and costs
-// nothing. Several runners may share one: the per-partition series are
-// each partition's owner's, and snapfence_partitions counts every
-// runner's partitions.
+// them with what to alert on), an engine.Observer. A nil *Metrics records
+// nothing, also as a non-nil Observer holding it. Several runners may
+// share one: the per-partition series are each partition's owner's, and
+// snapfence_partitions counts every runner's partitions.
 type Metrics struct {
 	folded              *prometheus.CounterVec
 	flushSize           prometheus.Histogram
@@ -39,13 +57,7 @@ type Metrics struct {
 	failing             *prometheus.GaugeVec
 }
 
-// The poison-record actions (the action label of
-// snapfence_poison_records_total).
-const (
-	PoisonStopped      = "stopped"
-	PoisonSkipped      = "skipped"
-	PoisonDeadLettered = "dead_lettered"
-)
+var _ engine.Observer = (*Metrics)(nil)
 
 // NewMetrics registers the engine's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -136,7 +148,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "1 while an assigned partition keeps failing: engine.FailingRestarts transient restarts, each within engine.FailingWindow of the one before, and no commit since.",
 		}, []string{"topic", "partition"}),
 	}
-	for _, s := range partitionStates {
+	for _, s := range engine.PartitionStates() {
 		m.partitions.WithLabelValues(string(s)) // every state has a series, 0 included
 	}
 	for _, c := range []prometheus.Collector{m.folded, m.flushSize, m.flushDuration, m.emitWait, m.transactions, m.transactionDuration,
@@ -166,61 +178,65 @@ func (m *Metrics) StoreObserver() store.Observer {
 	})
 }
 
-func (m *Metrics) addFolded(topic string, n int) {
+// Folded counts records folded (snapfence_records_folded_total).
+func (m *Metrics) Folded(topic string, n int) {
 	if m != nil && n > 0 {
 		m.folded.WithLabelValues(topic).Add(float64(n))
 	}
 }
 
-func (m *Metrics) flushed(keys int, d time.Duration) {
+// Flushed observes a flush's keys and duration (snapfence_flush_keys,
+// snapfence_flush_seconds).
+func (m *Metrics) Flushed(keys int, d time.Duration) {
 	if m != nil {
 		m.flushSize.Observe(float64(keys))
 		m.flushDuration.Observe(d.Seconds())
 	}
 }
 
-// waitedForOutputs observes a wait of the poll loop for outputs.
-func (m *Metrics) waitedForOutputs(d time.Duration) {
+// WaitedForOutputs observes a wait of the poll loop for outputs
+// (snapfence_emit_wait_seconds).
+func (m *Metrics) WaitedForOutputs(d time.Duration) {
 	if m != nil {
 		m.emitWait.Observe(d.Seconds())
 	}
 }
 
-// fenced counts a fence; reason is fenceReason's.
-func (m *Metrics) fenced(reason string) {
+// Fenced counts a fence by its reason (snapfence_fences_total).
+func (m *Metrics) Fenced(reason string) {
 	if m != nil {
 		m.fences.WithLabelValues(reason).Inc()
 	}
 }
 
-// poisoned counts a record a fold or tick failed on, and what was
-// done with it (PoisonStopped, PoisonSkipped, PoisonDeadLettered).
-func (m *Metrics) poisoned(tp store.TopicPartition, action string) {
+// Poisoned counts a record a fold or tick failed on, and what was done
+// with it (snapfence_poison_records_total).
+func (m *Metrics) Poisoned(tp store.TopicPartition, action string) {
 	if m != nil {
 		m.poison.WithLabelValues(tp.Topic, action).Inc()
 	}
 }
 
-// undecodableStates counts keys of tp whose recovered state did not
-// decode, and what was done with them ("stopped" or "discarded").
-func (m *Metrics) undecodableStates(tp store.TopicPartition, action string, keys int) {
+// UndecodableStates counts keys of tp whose recovered state did not
+// decode, and what was done with them (snapfence_undecodable_states_total).
+func (m *Metrics) UndecodableStates(tp store.TopicPartition, action string, keys int) {
 	if m != nil {
 		m.undecodable.WithLabelValues(tp.Topic, action).Add(float64(keys))
 	}
 }
 
-// restarted counts a partition stopped by a failure of class k that it
-// restarts after.
-func (m *Metrics) restarted(k class) {
+// Restarted counts a partition stopped by a failure of class that it
+// restarts after (snapfence_partition_restarts_total).
+func (m *Metrics) Restarted(_ store.TopicPartition, class string) {
 	if m != nil {
-		m.restarts.WithLabelValues(k.String()).Inc()
+		m.restarts.WithLabelValues(class).Inc()
 	}
 }
 
-// recovered counts a recovery of kind (delta, full) that read snapshots
-// in d; reason is why a full one was not a delta (RecoveryCheckpoint for a
-// delta).
-func (m *Metrics) recovered(snapshots int, d time.Duration, kind, reason string) {
+// Recovered counts a recovery of kind (delta, full) that read snapshots
+// in d; reason is why a full one was not a delta (engine.RecoveryCheckpoint
+// for a delta).
+func (m *Metrics) Recovered(_ store.TopicPartition, snapshots int, d time.Duration, kind, reason string) {
 	if m != nil {
 		m.snapshotsRead.Add(float64(snapshots))
 		m.recoveryDuration.Observe(d.Seconds())
@@ -228,27 +244,30 @@ func (m *Metrics) recovered(snapshots int, d time.Duration, kind, reason string)
 	}
 }
 
-func (m *Metrics) lag(tp store.TopicPartition, lag int64) {
+// CommittableLag sets tp's snapfence_committable_offset_lag.
+func (m *Metrics) CommittableLag(tp store.TopicPartition, lag int64) {
 	if m != nil {
 		m.offsetLag.WithLabelValues(tp.Topic, partitionLabel(tp)).Set(float64(lag))
 	}
 }
 
-func (m *Metrics) setConsumerLag(tp store.TopicPartition, lag int64) {
+// ConsumerLag sets tp's snapfence_consumer_lag.
+func (m *Metrics) ConsumerLag(tp store.TopicPartition, lag int64) {
 	if m != nil {
 		m.consumerLag.WithLabelValues(tp.Topic, partitionLabel(tp)).Set(float64(lag))
 	}
 }
 
-func (m *Metrics) setRecoveryLeft(tp store.TopicPartition, left int64) {
+// RecoveryLeft sets tp's snapfence_recovery_records_left.
+func (m *Metrics) RecoveryLeft(tp store.TopicPartition, left int64) {
 	if m != nil {
 		m.recoveryLeft.WithLabelValues(tp.Topic, partitionLabel(tp)).Set(float64(left))
 	}
 }
 
-// partitionMoved counts a partition leaving state from ("": it was not
-// assigned) for state to ("": it is no longer).
-func (m *Metrics) partitionMoved(from, to PartitionState) {
+// PartitionMoved counts a partition leaving state from ("": it was not
+// assigned) for state to ("": it is no longer) in snapfence_partitions.
+func (m *Metrics) PartitionMoved(from, to engine.PartitionState) {
 	if m == nil {
 		return
 	}
@@ -260,9 +279,9 @@ func (m *Metrics) partitionMoved(from, to PartitionState) {
 	}
 }
 
-// forget drops a released partition's series: a partition this member no
-// longer owns has no lag here (its new owner reports it).
-func (m *Metrics) forget(tp store.TopicPartition) {
+// PartitionReleased drops a released partition's series: a partition
+// this member no longer owns has no lag here (its new owner reports it).
+func (m *Metrics) PartitionReleased(tp store.TopicPartition) {
 	if m != nil {
 		p := partitionLabel(tp)
 		m.offsetLag.DeleteLabelValues(tp.Topic, p)
@@ -272,8 +291,9 @@ func (m *Metrics) forget(tp store.TopicPartition) {
 	}
 }
 
-// setFailing sets whether tp keeps failing (PartitionStatus.Failing).
-func (m *Metrics) setFailing(tp store.TopicPartition, failing bool) {
+// PartitionFailing sets whether tp keeps failing
+// (snapfence_partition_failing).
+func (m *Metrics) PartitionFailing(tp store.TopicPartition, failing bool) {
 	if m != nil {
 		v := 0.0
 		if failing {
@@ -285,8 +305,9 @@ func (m *Metrics) setFailing(tp store.TopicPartition, failing bool) {
 
 func partitionLabel(tp store.TopicPartition) string { return strconv.Itoa(int(tp.Partition)) }
 
-// standbys sets the standby replicas' lag, one series per replica.
-func (m *Metrics) standbys(st []StandbyStatus) {
+// Standbys sets the standby replicas' lag, one series per replica
+// (snapfence_standby_lag).
+func (m *Metrics) Standbys(st []engine.StandbyStatus) {
 	if m != nil {
 		m.standbyLag.Reset()
 		for _, s := range st {
@@ -295,9 +316,9 @@ func (m *Metrics) standbys(st []StandbyStatus) {
 	}
 }
 
-// group sets the group report's series: every partition's group lag, and
-// the count of unserved partitions (none and 0: no report).
-func (m *Metrics) group(parts []GroupPartition, unserved int) {
+// GroupReported sets the group report's series: every partition's group
+// lag, and the count of unserved partitions (none and 0: no report).
+func (m *Metrics) GroupReported(parts []engine.GroupPartition, unserved int) {
 	if m != nil {
 		m.groupLag.Reset()
 		for _, p := range parts {
@@ -307,9 +328,20 @@ func (m *Metrics) group(parts []GroupPartition, unserved int) {
 	}
 }
 
-// groupReportFailed counts a group report that could not be read.
-func (m *Metrics) groupReportFailed() {
+// GroupReportFailed counts a group report that could not be read.
+func (m *Metrics) GroupReportFailed() {
 	if m != nil {
 		m.groupReportFailures.Inc()
 	}
+}
+
+// Handler serves what g gathers in the Prometheus exposition format
+// (promhttp.HandlerFor), for engine.HealthHandler's /metrics. A nil g
+// gives a nil handler, which HealthHandler serves no /metrics for (404):
+// so that nothing global is served unless asked for.
+func Handler(g prometheus.Gatherer) http.Handler {
+	if g == nil {
+		return nil
+	}
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
 }
