@@ -346,12 +346,12 @@ func (r *Runner[S]) fatalErr() error {
 // franz-go), each under r.mu.
 func (r *Runner[S]) step(ctx context.Context) error {
 	r.mu.Lock()
-	due := r.sched.pollStarting(r.src.Now())
+	r.sched.pollStarting()
 	r.mu.Unlock()
 	recs, pollErr := r.src.Poll(ctx, func() time.Duration {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.pollWait(due)
+		return r.sched.pollWait(r.src.Now(), r.wakeups())
 	})
 	r.publish()
 	r.status.polled(r.src)
@@ -394,72 +394,30 @@ func (r *Runner[S]) step(ctx context.Context) error {
 	return pollErr
 }
 
-// pollWait is how long a poll may wait for records, at most wait (the
-// scheduler's next timer or retry): until a processing-time timer or a
-// standby round is due, or the next group report, and briefly while a
-// store call or a recovery is in flight. The poll asks once it has its
-// turn, after any rebalance callback that went first.
-func (r *Runner[S]) pollWait(wait time.Duration) time.Duration {
-	now := r.src.Now()
-	if at, ok := r.nextTimer(); ok { // a processing-time timer due first
-		wait = max(min(wait, time.UnixMilli(at).Sub(now)), time.Millisecond)
+// wakeups are the runner's reasons for a poll to end before the
+// scheduler's next timer (scheduler.pollWait).
+func (r *Runner[S]) wakeups() wakeups[*flow[S]] {
+	w := wakeups[*flow[S]]{
+		timer:      func(f *flow[S]) (int64, bool) { return f.core.NextProcessingTimer() },
+		busy:       func(f *flow[S]) bool { return len(f.inflight) > 0 },
+		recovering: r.recovering(),
 	}
 	if r.standby != nil {
-		wait = max(min(wait, r.standby.until(now)), time.Millisecond)
-	}
-	if r.inflight() || r.recovering() {
-		wait = min(wait, inflightPollWait)
+		w.standby = r.standby.next
+		if w.standby.IsZero() { // the first round is due at once
+			w.standby = r.src.Now()
+		}
 	}
 	if due, ok := r.groupReportDue(); ok {
-		wait = max(min(wait, due.Sub(now)), time.Millisecond)
+		w.report = due
 	}
-	return wait
-}
-
-// inflightPollWait bounds a poll's wait while a store call is in flight.
-// A call's outcome reaches the core, the status and the lag metrics when
-// it is reaped, after a poll: on an idle partition the poll would wait for
-// the next timer (a commit interval), and the status would show the last
-// commit but one while the broker already shows the last. A recovery's
-// end ends the poll in flight (Source.Go); the bound covers one that
-// ends while no poll is.
-const inflightPollWait = 100 * time.Millisecond
-
-// inflight reports whether a running flow has a store call in flight.
-func (r *Runner[S]) inflight() bool {
-	for _, p := range r.sched.parts {
-		if p.phase == phaseRunning && len(p.flow.inflight) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// nextTimer is when the earliest processing-time timer of the running
-// flows may be due, in Unix milliseconds. (The scheduler's partitions in
-// map order: running() sorts them, and this runs every poll.)
-func (r *Runner[S]) nextTimer() (at int64, ok bool) {
-	for _, p := range r.sched.parts {
-		if p.phase != phaseRunning {
-			continue
-		}
-		if t, has := p.flow.core.NextProcessingTimer(); has && (!ok || t < at) {
-			at, ok = t, true
-		}
-	}
-	return at, ok
+	return w
 }
 
 // timersDue reports whether a running flow has a timer due at now (Unix
-// milliseconds) or at its watermark; as nextTimer, without a sort, as
-// most polls find none.
+// milliseconds) or at its watermark.
 func (r *Runner[S]) timersDue(now int64) bool {
-	for _, p := range r.sched.parts {
-		if p.phase == phaseRunning && p.flow.core.TimersDue(now) {
-			return true
-		}
-	}
-	return false
+	return r.sched.timersDueIn(func(f *flow[S]) bool { return f.core.TimersDue(now) })
 }
 
 // awaitEmit waits for the outputs in flight (Config.StartEmit), if any.

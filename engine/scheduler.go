@@ -236,12 +236,80 @@ func classify(c cause, err error) class {
 }
 
 // pollStarting: a poll is about to start. Pending restarts become due
-// after it; the poll waits at most until the next timer or retry.
-func (s *scheduler[F]) pollStarting(now time.Time) (wait time.Duration) {
+// after it.
+func (s *scheduler[F]) pollStarting() {
 	for _, p := range s.parts {
 		p.due()
 	}
-	return max(s.nextDue().Sub(now), time.Millisecond)
+}
+
+// wakeups are what ends a poll's wait besides the scheduler's own timers
+// and retries: due times kept by the runtime's mechanisms, and work in
+// flight whose outcome a poll takes in. The flows are asked through
+// timer and busy, so that the scheduler stays blind to what a flow is.
+type wakeups[F any] struct {
+	// timer is when a running flow's earliest processing-time timer is
+	// due, in Unix milliseconds (nil, or ok false: none).
+	timer func(F) (at int64, ok bool)
+	// busy reports whether a running flow has a store call in flight.
+	busy func(F) bool
+	// recovering: a takeover or recovery is in flight.
+	recovering bool
+	// standby is when the next standby round is due; report when the
+	// next group report is (zero: none).
+	standby, report time.Time
+}
+
+// pollWait is how long the poll about to wait for records may wait: until
+// the first of the next timer or retry (nextDue), a processing-time
+// timer of a running flow, a standby round and a group report, at least
+// a millisecond; and at most inflightPollWait while a store call or a
+// recovery is in flight. The poll asks once it has its turn, after any
+// rebalance callback that went first.
+func (s *scheduler[F]) pollWait(now time.Time, w wakeups[F]) time.Duration {
+	due := s.nextDue()
+	busy := w.recovering
+	for _, p := range s.parts {
+		if p.phase != phaseRunning {
+			continue
+		}
+		if w.timer != nil {
+			if at, ok := w.timer(p.flow); ok && time.UnixMilli(at).Before(due) {
+				due = time.UnixMilli(at)
+			}
+		}
+		busy = busy || (w.busy != nil && w.busy(p.flow))
+	}
+	for _, t := range []time.Time{w.standby, w.report} {
+		if !t.IsZero() && t.Before(due) {
+			due = t
+		}
+	}
+	wait := max(due.Sub(now), time.Millisecond)
+	if busy {
+		wait = min(wait, inflightPollWait)
+	}
+	return wait
+}
+
+// inflightPollWait bounds a poll's wait while a store call is in flight.
+// A call's outcome reaches the core, the status and the lag metrics when
+// it is reaped, after a poll: on an idle partition the poll would wait for
+// the next timer (a commit interval), and the status would show the last
+// commit but one while the broker already shows the last. A recovery's
+// end ends the poll in flight (Source.Go); the bound covers one that
+// ends while no poll is.
+const inflightPollWait = 100 * time.Millisecond
+
+// timersDueIn reports whether a running flow has a timer due (due says,
+// from the flow).
+func (s *scheduler[F]) timersDueIn(due func(F) bool) bool {
+	for _, p := range s.parts {
+		if p.phase == phaseRunning && due(p.flow) {
+			return true
+		}
+	}
+	return false
 }
 
 // nextDue is when the next timer fires or a held offset is retried.

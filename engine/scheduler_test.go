@@ -125,7 +125,12 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		h.s = newScheduler[*testFlow](cfg, epoch)
 		h.starts = map[store.TopicPartition]int{}
 	case "poll-start":
-		fmt.Fprintf(&b, "wait %s\n", h.s.pollStarting(now))
+		h.s.pollStarting()
+		w, err := scriptWakeups(args, dur)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "wait %s\n", h.s.pollWait(now, w))
 	case "polled":
 		_, dead := args["dead"]
 		acts = h.s.polled(now, !dead)
@@ -200,6 +205,35 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		fmt.Fprintf(&b, "fatal: %v\n", h.s.fatal)
 	}
 	return b.String(), nil
+}
+
+// scriptWakeups are poll-start's wake-ups: timer=D (every running flow's
+// next processing-time timer, D after the epoch), busy (a store call in
+// flight), recovering, standby=D and report=D (the next standby round
+// and group report).
+func scriptWakeups(args map[string]string, dur func(string, string) (time.Duration, error)) (wakeups[*testFlow], error) {
+	var w wakeups[*testFlow]
+	if _, ok := args["timer"]; ok {
+		d, err := dur("timer", "")
+		if err != nil {
+			return w, err
+		}
+		w.timer = func(*testFlow) (int64, bool) { return epoch.Add(d).UnixMilli(), true }
+	}
+	if _, ok := args["busy"]; ok {
+		w.busy = func(*testFlow) bool { return true }
+	}
+	_, w.recovering = args["recovering"]
+	for name, t := range map[string]*time.Time{"standby": &w.standby, "report": &w.report} {
+		if _, ok := args[name]; ok {
+			d, err := dur(name, "")
+			if err != nil {
+				return w, err
+			}
+			*t = epoch.Add(d)
+		}
+	}
+	return w, nil
 }
 
 // namedError is the script's error E for tp ("": none).

@@ -86,11 +86,6 @@ func newStandbys[S any](r *Runner[S]) (*standbys[S], error) {
 		parts: map[store.TopicPartition]*standby[S]{}, retry: map[store.TopicPartition]time.Time{}, errs: map[store.TopicPartition]error{}}, nil
 }
 
-// until is how long a poll may wait before the next round is due.
-func (sb *standbys[S]) until(now time.Time) time.Duration {
-	return sb.next.Sub(now)
-}
-
 // round runs a round of the followers if one is due: opens the missing
 // ones, reads each, writes what it read to the cache.
 func (sb *standbys[S]) round(ctx context.Context) {

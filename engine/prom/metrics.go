@@ -61,93 +61,11 @@ var _ engine.Observer = (*Metrics)(nil)
 
 // NewMetrics registers the engine's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{
-		folded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "snapfence_records_folded_total", Help: "Input records folded into state.",
-		}, []string{"topic"}),
-		flushSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "snapfence_flush_keys", Help: "Dirty keys written by one flush.",
-			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
-		}),
-		flushDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "snapfence_flush_seconds", Help: "Time one flush took, writes and commit.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}),
-		emitWait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "snapfence_emit_wait_seconds",
-			Help:    "Time the poll loop waited for outputs at least once: one Emit call, or one StartEmit wait.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
-		}),
-		transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "snapfence_transactions_total", Help: "Snapshot-store transactions by outcome (committed, aborted).",
-		}, []string{"outcome"}),
-		transactionDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "snapfence_transaction_seconds", Help: "Time one snapshot-store transaction took, by outcome (committed, aborted).",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"outcome"}),
-		fences: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "snapfence_fences_total",
-			Help: "Writes or commits rejected because this owner was fenced, by the coordinator's error (reason).",
-		}, []string{"reason"}),
-		recoveryDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "snapfence_recovery_seconds", Help: "Time a partition's recovery took, takeover and snapshot read.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
-		}),
-		recoveryLeft: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "snapfence_recovery_records_left",
-			Help: "Snapshot-partition offsets a partition's recovery has still to read (0 once recovered), per input partition.",
-		}, []string{"topic", "partition"}),
-		snapshotsRead: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "snapfence_snapshots_recovered_total", Help: "Snapshots read by recoveries.",
-		}),
-		offsetLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "snapfence_committable_offset_lag", Help: "Consumed offset minus committable offset, per partition.",
-		}, []string{"topic", "partition"}),
-		consumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "snapfence_consumer_lag",
-			Help: "Input records not covered by a commit: log end offset minus committed offset, per assigned partition.",
-		}, []string{"topic", "partition"}),
-		partitions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "snapfence_partitions",
-			Help: "Assigned partitions by state (starting, recovering, running, waiting, stopped).",
-		}, []string{"state"}),
-		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "snapfence_poison_records_total",
-			Help: "Records a fold or a tick failed on, by what was done (stopped, skipped, dead_lettered).",
-		}, []string{"topic", "action"}),
-		undecodable: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "snapfence_undecodable_states_total",
-			Help: "Keys whose recovered state the Codec could not decode, by what was done (stopped: the recovery stopped, nothing deleted; discarded).",
-		}, []string{"topic", "action"}),
-		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "snapfence_partition_restarts_total",
-			Help: "Partitions stopped by a failure and restarted from the committed state, by the failure's class (transient, expected).",
-		}, []string{"class"}),
-		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "snapfence_recoveries_total",
-			Help: "Partition recoveries by kind (delta: from the cache's checkpoint; full) and reason (checkpoint for a delta; for a full one, why it was not a delta).",
-		}, []string{"kind", "reason"}),
-		standbyLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "snapfence_standby_lag",
-			Help: "Snapshot records a standby replica has not read yet: its snapshot partition's high watermark minus its position (-1: not following, after a failure).",
-		}, []string{"topic", "partition"}),
-		groupLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "snapfence_group_lag",
-			Help: "Every input partition's lag as the group's committed offset gives it (log end minus committed offset), whoever serves it, from the last group report; the same from every instance.",
-		}, []string{"topic", "partition"}),
-		unserved: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "snapfence_unserved_partitions",
-			Help: "Input partitions no member of the group is assigned, from the last group report; the same from every instance.",
-		}),
-		groupReportFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "snapfence_group_report_failures_total",
-			Help: "Group reports (committed offsets, log ends, the group's assignment) that could not be read.",
-		}),
-		failing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "snapfence_partition_failing",
-			Help: "1 while an assigned partition keeps failing: engine.FailingRestarts transient restarts, each within engine.FailingWindow of the one before, and no commit since.",
-		}, []string{"topic", "partition"}),
-	}
+	m := &Metrics{}
+	m.setFoldCollectors()
+	m.setRecoveryCollectors()
+	m.setPartitionCollectors()
+	m.setGroupCollectors()
 	for _, s := range engine.PartitionStates() {
 		m.partitions.WithLabelValues(string(s)) // every state has a series, 0 included
 	}
@@ -159,6 +77,107 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// setFoldCollectors makes the series of the folds, flushes, outputs, transactions and fences.
+func (m *Metrics) setFoldCollectors() {
+	m.folded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "snapfence_records_folded_total", Help: "Input records folded into state.",
+	}, []string{"topic"})
+	m.flushSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "snapfence_flush_keys", Help: "Dirty keys written by one flush.",
+		Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+	})
+	m.flushDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "snapfence_flush_seconds", Help: "Time one flush took, writes and commit.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	})
+	m.emitWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "snapfence_emit_wait_seconds",
+		Help:    "Time the poll loop waited for outputs at least once: one Emit call, or one StartEmit wait.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+	})
+	m.transactions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "snapfence_transactions_total", Help: "Snapshot-store transactions by outcome (committed, aborted).",
+	}, []string{"outcome"})
+	m.transactionDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "snapfence_transaction_seconds", Help: "Time one snapshot-store transaction took, by outcome (committed, aborted).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"outcome"})
+	m.fences = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "snapfence_fences_total",
+		Help: "Writes or commits rejected because this owner was fenced, by the coordinator's error (reason).",
+	}, []string{"reason"})
+}
+
+// setRecoveryCollectors makes the series of recoveries and standby replicas.
+func (m *Metrics) setRecoveryCollectors() {
+	m.recoveryDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "snapfence_recovery_seconds", Help: "Time a partition's recovery took, takeover and snapshot read.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+	})
+	m.recoveryLeft = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "snapfence_recovery_records_left",
+		Help: "Snapshot-partition offsets a partition's recovery has still to read (0 once recovered), per input partition.",
+	}, []string{"topic", "partition"})
+	m.snapshotsRead = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "snapfence_snapshots_recovered_total", Help: "Snapshots read by recoveries.",
+	})
+	m.recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "snapfence_recoveries_total",
+		Help: "Partition recoveries by kind (delta: from the cache's checkpoint; full) and reason (checkpoint for a delta; for a full one, why it was not a delta).",
+	}, []string{"kind", "reason"})
+	m.standbyLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "snapfence_standby_lag",
+		Help: "Snapshot records a standby replica has not read yet: its snapshot partition's high watermark minus its position (-1: not following, after a failure).",
+	}, []string{"topic", "partition"})
+}
+
+// setPartitionCollectors makes the per-partition series: lags, states, poison, restarts, failing.
+func (m *Metrics) setPartitionCollectors() {
+	m.offsetLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "snapfence_committable_offset_lag", Help: "Consumed offset minus committable offset, per partition.",
+	}, []string{"topic", "partition"})
+	m.consumerLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "snapfence_consumer_lag",
+		Help: "Input records not covered by a commit: log end offset minus committed offset, per assigned partition.",
+	}, []string{"topic", "partition"})
+	m.partitions = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "snapfence_partitions",
+		Help: "Assigned partitions by state (starting, recovering, running, waiting, stopped).",
+	}, []string{"state"})
+	m.poison = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "snapfence_poison_records_total",
+		Help: "Records a fold or a tick failed on, by what was done (stopped, skipped, dead_lettered).",
+	}, []string{"topic", "action"})
+	m.undecodable = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "snapfence_undecodable_states_total",
+		Help: "Keys whose recovered state the Codec could not decode, by what was done (stopped: the recovery stopped, nothing deleted; discarded).",
+	}, []string{"topic", "action"})
+	m.restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "snapfence_partition_restarts_total",
+		Help: "Partitions stopped by a failure and restarted from the committed state, by the failure's class (transient, expected).",
+	}, []string{"class"})
+	m.failing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "snapfence_partition_failing",
+		Help: "1 while an assigned partition keeps failing: engine.FailingRestarts transient restarts, each within engine.FailingWindow of the one before, and no commit since.",
+	}, []string{"topic", "partition"})
+}
+
+// setGroupCollectors makes the series of the group reports.
+func (m *Metrics) setGroupCollectors() {
+	m.groupLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "snapfence_group_lag",
+		Help: "Every input partition's lag as the group's committed offset gives it (log end minus committed offset), whoever serves it, from the last group report; the same from every instance.",
+	}, []string{"topic", "partition"})
+	m.unserved = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "snapfence_unserved_partitions",
+		Help: "Input partitions no member of the group is assigned, from the last group report; the same from every instance.",
+	})
+	m.groupReportFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "snapfence_group_report_failures_total",
+		Help: "Group reports (committed offsets, log ends, the group's assignment) that could not be read.",
+	})
 }
 
 // StoreObserver counts the store's transactions by outcome and measures
