@@ -35,6 +35,9 @@ type recovery[S any] struct {
 	// goroutine; refused are the refusals its flow fails.
 	acquisition store.Acquisition
 	refused     []core.Refusal
+	// discard: the keys whose state does not decode are deleted (the
+	// scheduler's decision, actStart's).
+	discard bool
 	// done is closed once out is set.
 	done chan struct{}
 	out  recoveryOutcome[S]
@@ -62,7 +65,7 @@ type recoveryOutcome[S any] struct {
 // start carries out actStart: it hands tps' takeovers and recoveries to
 // the source's background (Source.Go), and reaps those that ended by the
 // time it returns (on the simulated cluster, all of them).
-func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition) {
+func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, discard bool) {
 	begin := r.src.Now()
 	group, outputs := r.src.Identity().Group, r.mode.outputTopics()
 	rcs := make([]*recovery[S], len(tps))
@@ -76,7 +79,7 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition) {
 		rctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(r.life, cancel)
 		rcs[i] = &recovery[S]{tp: tp, begin: begin, ctx: rctx, cancel: func() { stop(); cancel() }, done: make(chan struct{}),
-			refused: r.sched.refusals(tp),
+			refused: r.sched.refusals(tp), discard: discard,
 			acquisition: store.Acquisition{
 				Input: tp, Identity: identity[S]{r}, Group: group,
 				ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
@@ -127,9 +130,9 @@ func (r *Runner[S]) recover(rc *recovery[S], part store.Partition) {
 		return
 	}
 	f := &flow[S]{tp: rc.tp, part: part, core: c}
-	err = r.readSnapshots(rc.ctx, f, out)
+	err = r.readSnapshots(rc.ctx, f, out, rc.discard)
 	if err == nil {
-		err = r.discardUndecodable(f, out)
+		err = r.discardUndecodable(f, out, rc.discard)
 	}
 	if err == nil {
 		err = r.durable(f)
@@ -153,8 +156,8 @@ func (r *Runner[S]) recover(rc *recovery[S], part store.Partition) {
 // checkpoint when there is a usable one, and in full, from an empty
 // cache, when there is none or the store refuses it. It notes in out
 // which keys do not decode.
-func (r *Runner[S]) readSnapshots(ctx context.Context, f *flow[S], out *recoveryOutcome[S]) error {
-	cp, delta, reason := r.recoveryBase(f)
+func (r *Runner[S]) readSnapshots(ctx context.Context, f *flow[S], out *recoveryOutcome[S], discard bool) error {
+	cp, delta, reason := r.recoveryBase(f, discard)
 	out.cp, out.delta, out.reason = cp, delta, reason
 	if !delta {
 		if err := f.core.Drop(); err != nil { // a full recovery starts empty
@@ -195,8 +198,7 @@ func (r *Runner[S]) readInto(f *flow[S], snaps iter.Seq2[store.Snapshot, error],
 			return ce, nil
 		}
 		if err == nil {
-			checkState(bad, f.tp, r.e.cfg.Codec, s, r.e.cfg.Poison == DeadLetterPoison)
-			err = fromCore(f.core.Recovered(s))
+			err = fromCore(recoverSnapshot(f, bad, r.e.cfg.Codec, s, r.e.cfg.Poison == DeadLetterPoison))
 		}
 		if err != nil {
 			return nil, err
@@ -210,8 +212,8 @@ func (r *Runner[S]) readInto(f *flow[S], snaps iter.Seq2[store.Snapshot, error],
 // decode under DiscardUndecodableState; otherwise the first of them fails
 // the recovery, before the checkpoint and the positioning: nothing is
 // deleted.
-func (r *Runner[S]) discardUndecodable(f *flow[S], out *recoveryOutcome[S]) error {
-	if len(out.undecoded) > 0 && r.e.cfg.UndecodableState != DiscardUndecodableState {
+func (r *Runner[S]) discardUndecodable(f *flow[S], out *recoveryOutcome[S], discard bool) error {
+	if len(out.undecoded) > 0 && !discard {
 		se := out.undecoded[0]
 		se.Keys = len(out.undecoded)
 		r.e.cfg.obs().undecodableStates(f.tp, "stopped", len(out.undecoded))

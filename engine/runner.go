@@ -139,12 +139,13 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 	r.mode = newOutputMode(r)
 	r.status = r.newStatusBoard()
 	r.sched = newScheduler[*flow[S]](schedulerConfig{
-		persistInterval: r.mode.persistInterval(),
-		commitInterval:  e.cfg.CommitInterval,
-		tickInterval:    e.tickInterval(),
-		flushOnRevoke:   !e.cfg.NoFlushOnRevoke,
-		unstableTimeout: e.cfg.UnstableOffsetTimeout,
-		skipPoison:      e.cfg.Poison != StopOnPoison,
+		persistInterval:    r.mode.persistInterval(),
+		commitInterval:     e.cfg.CommitInterval,
+		tickInterval:       e.tickInterval(),
+		flushOnRevoke:      !e.cfg.NoFlushOnRevoke,
+		unstableTimeout:    e.cfg.UnstableOffsetTimeout,
+		skipPoison:         e.cfg.Poison != StopOnPoison,
+		discardUndecodable: e.cfg.UndecodableState == DiscardUndecodableState,
 	}, time.Time{})
 	src, err := newSource(rebalanceHandler[S]{r})
 	if err != nil {
@@ -609,22 +610,28 @@ func (r *Runner[S]) discarded(f *flow[S], bad []*RecoveredStateError) {
 // one said, so a key is counted once, with the snapshot recovery uses.
 type undecodable map[string]*RecoveredStateError
 
-// checkState records in u whether snapshot s of tp decodes with codec;
-// keepValue: keep an undecodable state's bytes (for its dead letter).
-func checkState[S any](u undecodable, tp store.TopicPartition, codec Codec[S], s store.Snapshot, keepValue bool) {
+// recoverSnapshot loads snapshot s into f's core, noting in u whether
+// its state decodes; keepValue: keep an undecodable state's bytes (for
+// its dead letter). A state that decodes is handed to the core as
+// decoded, so that the key's first fold need not decode it again.
+func recoverSnapshot[S any](f *flow[S], u undecodable, codec Codec[S], s store.Snapshot, keepValue bool) error {
 	if s.Tombstone {
 		delete(u, string(s.Key))
-		return
+		return f.core.Recovered(s)
 	}
-	if _, err := codec.Decode(s.Value); err != nil {
-		se := &RecoveredStateError{Input: tp, Key: bytes.Clone(s.Key), Offset: s.Offset, Err: err}
+	// A copy: the state may be kept, and a fold may change it in place
+	// (a []byte state), while s.Value is the store's.
+	state, err := codec.Decode(bytes.Clone(s.Value))
+	if err != nil {
+		se := &RecoveredStateError{Input: f.tp, Key: bytes.Clone(s.Key), Offset: s.Offset, Err: err}
 		if keepValue {
 			se.value = bytes.Clone(s.Value)
 		}
 		u[string(s.Key)] = se
-		return
+		return f.core.Recovered(s)
 	}
 	delete(u, string(s.Key))
+	return f.core.RecoveredState(s, state)
 }
 
 // sorted is u's errors in key order.
@@ -667,7 +674,7 @@ func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
 	for _, a := range acts {
 		switch a.kind {
 		case actStart:
-			r.start(ctx, a.tps)
+			r.start(ctx, a.tps, a.discard)
 		case actCancel:
 			r.cancelRecovery(a.tp)
 		case actTeardown:

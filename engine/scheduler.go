@@ -52,6 +52,10 @@ type schedulerConfig struct {
 	// skipPoison: a record a fold fails on is skipped (Config.Poison is
 	// SkipPoison or DeadLetterPoison); otherwise it ends the runner.
 	skipPoison bool
+	// discardUndecodable: a recovered state that does not decode is
+	// deleted (DiscardUndecodableState); otherwise the recovery fails
+	// with it, nothing deleted, and the runner ends (a poison failure).
+	discardUndecodable bool
 }
 
 // Backoff of the acquisition retries of a partition whose committed offset
@@ -107,7 +111,10 @@ const (
 	// offset it recovered: a restart's input has fetched past it, an
 	// assignment's has fetched nothing). Report each takeover with
 	// acquired and each recovery with recovered or failed, on the
-	// polling goroutine.
+	// polling goroutine. discard: the recoveries delete the keys whose
+	// recovered state does not decode, and so recover in full (a delta
+	// decodes only what it reads); otherwise such a key fails the
+	// recovery, which the runtime reports as failed.
 	actStart actionKind = iota + 1
 	// actCancel: tp was released while it started: end its takeover and
 	// recovery, wait for them, and release whatever they took (the
@@ -136,16 +143,19 @@ const (
 
 // action is one thing for the runtime to do.
 type action[F any] struct {
-	kind  actionKind
-	tps   []store.TopicPartition // actStart
-	seek  bool                   // actStart
-	tp    store.TopicPartition   // actTeardown, actStop, actHold, actCancel
-	flow  F                      // actTeardown, actStop (zero: none)
-	flush bool                   // actTeardown
-	err   error                  // actStop, actHold
-	first bool                   // actHold; actStop: the runner's fatal error
-	fatal bool                   // actStop
-	class class                  // actStop
+	kind actionKind
+	tps  []store.TopicPartition // actStart
+	seek bool                   // actStart
+	// discard (actStart): delete the keys whose recovered state does
+	// not decode.
+	discard bool
+	tp      store.TopicPartition // actTeardown, actStop, actHold, actCancel
+	flow    F                    // actTeardown, actStop (zero: none)
+	flush   bool                 // actTeardown
+	err     error                // actStop, actHold
+	first   bool                 // actHold; actStop: the runner's fatal error
+	fatal   bool                 // actStop
+	class   class                // actStop
 	// commit (actStop): commit what flow folded before err first (a
 	// poison record: everything before it is committed).
 	commit bool
@@ -360,7 +370,7 @@ func (s *scheduler[F]) polled(now time.Time, folding bool) []action[F] {
 			continue
 		}
 		p.start()
-		acts = append(acts, action[F]{kind: actStart, tps: []store.TopicPartition{tp}, seek: true})
+		acts = append(acts, action[F]{kind: actStart, tps: []store.TopicPartition{tp}, seek: true, discard: s.cfg.discardUndecodable})
 	}
 	return acts
 }
@@ -398,7 +408,7 @@ func (s *scheduler[F]) assigned(tps []store.TopicPartition) []action[F] {
 	if len(start) == 0 {
 		return nil
 	}
-	return []action[F]{{kind: actStart, tps: start}}
+	return []action[F]{{kind: actStart, tps: start, discard: s.cfg.discardUndecodable}}
 }
 
 // revoked: the callback revoked tps. Their records go; a running flow is

@@ -122,6 +122,7 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		_, noFlush := args["no-flush-on-revoke"]
 		cfg.flushOnRevoke = !noFlush
 		_, cfg.skipPoison = args["skip-poison"]
+		_, cfg.discardUndecodable = args["discard-undecodable"]
 		h.s = newScheduler[*testFlow](cfg, epoch)
 		h.starts = map[store.TopicPartition]int{}
 	case "poll-start":
@@ -284,6 +285,9 @@ func describe(a action[*testFlow]) string {
 		}
 		if a.seek {
 			b.WriteString(" (seek)")
+		}
+		if a.discard {
+			b.WriteString(" (discard undecodable states)")
 		}
 	case actCancel:
 		fmt.Fprintf(&b, "cancel the recovery of %s", short(a.tp))

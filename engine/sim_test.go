@@ -261,3 +261,51 @@ func TestFoldFailureStopsThePartitionOnSim(t *testing.T) {
 		t.Fatalf("%T does not unwrap", errs[0])
 	}
 }
+
+// countingCodec is intCodec counting its decodes.
+type countingCodec struct{ decodes *int }
+
+func (countingCodec) Encode(n int) ([]byte, error) { return intCodec{}.Encode(n) }
+func (c countingCodec) Decode(b []byte) (int, error) {
+	*c.decodes++
+	return intCodec{}.Decode(b)
+}
+
+// A recovery decodes each recovered state once, to check it, and hands
+// the decoded state to the partition: the key's next fold does not decode
+// it again.
+func TestRecoveredStatesAreDecodedOnceOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	newEngine := func(decodes *int) *engine.Engine[int] {
+		e, err := engine.New(engine.Config[int]{
+			Fold: balance, Codec: countingCodec{decodes}, Store: w.store,
+			PersistInterval: time.Second, CommitInterval: 2 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
+		return e
+	}
+	keys := []string{"alice", "bob", "carol", "dave", "erin", "frank"}
+	for _, k := range keys {
+		w.produce(k + "=+1")
+	}
+	var first int
+	r := w.runner(newEngine(&first))
+	w.drain(r)
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A new engine, with a cache of its own: a full recovery of every key.
+	var decodes int
+	r = w.runner(newEngine(&decodes))
+	for _, k := range keys {
+		w.produce(k + "=+1")
+	}
+	w.drain(r)
+	w.check(r)
+	if decodes != len(keys) {
+		t.Fatalf("%d decodes to recover %d keys and fold one record of each, want %d: one per recovered state", decodes, len(keys), len(keys))
+	}
+}

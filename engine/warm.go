@@ -111,11 +111,11 @@ func (r *Runner[S]) durableAt(f *flow[S], cp store.Checkpoint, ok bool) error {
 // recoveryBase says from where f's partition recovers: the checkpoint in
 // the cache (delta) if there is a usable one as far as the engine can
 // tell, or nothing (full) with the reason. The store checks the rest.
-func (r *Runner[S]) recoveryBase(f *flow[S]) (cp store.Checkpoint, delta bool, reason string) {
+func (r *Runner[S]) recoveryBase(f *flow[S], discard bool) (cp store.Checkpoint, delta bool, reason string) {
 	if r.e.cfg.FullRecovery {
 		return cp, false, RecoveryConfigured
 	}
-	if r.e.cfg.UndecodableState == DiscardUndecodableState {
+	if discard {
 		return cp, false, RecoveryDiscardUndecodableState
 	}
 	b, ok, err := f.core.Checkpoint()

@@ -495,6 +495,24 @@ func (c *Core[S, O]) Recovered(s store.Snapshot) error {
 	return c.kv.Apply(c.indexWrites([]Write{{Key: c.stateKey(s.Key), Value: entry}}, s.Key, s.Timers))
 }
 
+// RecoveredState is Recovered for a live snapshot whose state the caller
+// decoded (to check it): the state is also kept in memory while there is
+// room under HotKeys, so that the key's first touch need not decode it
+// again. The core keeps state: the caller must not change it after.
+func (c *Core[S, O]) RecoveredState(s store.Snapshot, state S) error {
+	if s.Tombstone {
+		return fmt.Errorf("engine: a tombstone of key %q recovered with a state", s.Key)
+	}
+	s.Timers = sortedTimers(s.Timers)
+	if err := c.Recovered(s); err != nil {
+		return err
+	}
+	if len(c.hot) < c.cfg.HotKeys {
+		c.makeHot(string(s.Key), &slot[S]{live: true, offset: s.Offset, state: state, timers: s.Timers})
+	}
+	return nil
+}
+
 // Replicated writes snapshots a standby read (committed, in log order)
 // with checkpoint (nil: none), in one atomic KV batch: a standby's copy
 // of a partition it does not own. The core must hold nothing else of the
