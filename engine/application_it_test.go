@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
@@ -47,7 +49,7 @@ func TestASharedTransactionalIDPrefixStopsTheNewcomerOnKafka(t *testing.T) {
 	defer cancel()
 	bDone := make(chan error, 1)
 	go func() {
-		bDone <- e.Run(ctx, engine.KafkaConfig{SeedBrokers: w.brokers, Group: audit + "-group", Topics: []string{w.topic},
+		bDone <- e.Run(ctx, kafkaio.Config{SeedBrokers: w.brokers, Group: audit + "-group", Topics: []string{w.topic},
 			ClientOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second)}})
 	}()
 	w.produce("alice=+1", "dave=+4", "bob=-2")

@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
@@ -24,7 +26,7 @@ import (
 type appOnSim struct {
 	name, group string
 	store       *sim.Backend
-	runner      *engine.Runner[int]
+	runner      *engine.Member[int]
 	emitted     int // outputs delivered (at least once: a replay emits again)
 }
 
@@ -43,7 +45,7 @@ func startApp(t *testing.T, c *sim.Cluster, cfg sim.BackendConfig, group string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close() })
-	r, err := e.NewRunner(simsource.New(c, group, sim.ClassicEager, 0, "accounts"))
+	r, err := e.Join(simsource.New(c, group, sim.ClassicEager, 0, "accounts"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +210,7 @@ func TestTwoApplicationsOnOneInputOnKfake(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = e.Close() })
 			wg.Go(func() {
-				errs[i] = e.Run(ctx, engine.KafkaConfig{SeedBrokers: w.c.ListenAddrs(), Topics: []string{"accounts"},
+				errs[i] = e.Run(ctx, kafkaio.Config{SeedBrokers: w.c.ListenAddrs(), Topics: []string{"accounts"},
 					ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
 			})
 		}

@@ -19,12 +19,12 @@ import (
 // transaction that commits the offset past it (see commitTombstones).
 //
 // Invariant: no snapshot write or offset commit starts while a StartEmit
-// call is in flight (the runner awaits it first: Runner.awaitEmit). A
+// call is in flight (the runner awaits it first: Member.awaitEmit). A
 // snapshot carries its key's offset, so one that landed ahead of the
 // outputs of the folds it covers would let a crash lose them: the replay
 // skips the folds. persist and commit check it (errEmitInFlight).
 type atLeastOnce[S any] struct {
-	r *Runner[S]
+	r *Member[S]
 	// outs are the outputs taken since the last emit, in fold order, and
 	// from the partitions whose folds and ticks made them.
 	outs []Output

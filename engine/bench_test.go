@@ -31,6 +31,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -234,7 +236,7 @@ func benchEngine(b *testing.B, admin *kgo.Client, addrs []string, input string, 
 	start := time.Now()
 	go func() {
 		defer close(finished)
-		runErr = e.Run(runCtx, engine.KafkaConfig{SeedBrokers: addrs, Group: fmt.Sprintf("bench-engine-%d", seq), Topics: []string{input}})
+		runErr = e.Run(runCtx, kafkaio.Config{SeedBrokers: addrs, Group: fmt.Sprintf("bench-engine-%d", seq), Topics: []string{input}})
 	}()
 	select {
 	case <-allFolded:

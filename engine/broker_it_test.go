@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -64,20 +66,20 @@ func (w *brokerWorld) produce(events ...string) {
 	}
 }
 
-func (w *brokerWorld) runner(protocol kgo.Opt) *engine.Runner[int] {
+func (w *brokerWorld) runner(protocol kgo.Opt) *engine.Member[int] {
 	return w.runnerWith(protocol, nil)
 }
 
 // runnerWith is runner with its engine's configuration changed by mod (if
 // set).
-func (w *brokerWorld) runnerWith(protocol kgo.Opt, mod func(*engine.Config[int])) *engine.Runner[int] {
+func (w *brokerWorld) runnerWith(protocol kgo.Opt, mod func(*engine.Config[int])) *engine.Member[int] {
 	return w.runnerOf(protocol, mod, nil)
 }
 
 // killableRunnerWith is runnerWith with a kill switch (crashAndLeave).
-func (w *brokerWorld) killableRunnerWith(protocol kgo.Opt, mod func(*engine.Config[int])) (*engine.Runner[int], *killSwitch) {
+func (w *brokerWorld) killableRunnerWith(protocol kgo.Opt, mod func(*engine.Config[int])) (*engine.Member[int], *killSwitch) {
 	var k *killSwitch
-	r := w.runnerOf(protocol, mod, func(newSource func(engine.Handler) (engine.Source, error)) func(engine.Handler) (engine.Source, error) {
+	r := w.runnerOf(protocol, mod, func(newSource engine.Input) engine.Input {
 		newSource, k = killable(newSource)
 		return newSource
 	})
@@ -86,7 +88,7 @@ func (w *brokerWorld) killableRunnerWith(protocol kgo.Opt, mod func(*engine.Conf
 
 // runnerOf is runnerWith with its source factory wrapped by wrap (if set).
 func (w *brokerWorld) runnerOf(protocol kgo.Opt, mod func(*engine.Config[int]),
-	wrap func(func(engine.Handler) (engine.Source, error)) func(engine.Handler) (engine.Source, error)) *engine.Runner[int] {
+	wrap func(engine.Input) engine.Input) *engine.Member[int] {
 	b, err := kafka.New(context.Background(), kafka.Config{Mode: store.Transactional, SeedBrokers: w.brokers, TransactionalIDPrefix: w.topic})
 	if err != nil {
 		w.t.Fatal(err)
@@ -102,21 +104,21 @@ func (w *brokerWorld) runnerOf(protocol kgo.Opt, mod func(*engine.Config[int]),
 		w.t.Fatal(err)
 	}
 	w.t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
-	newSource := engine.NewKafkaSource(engine.KafkaConfig{
+	var newSource engine.Input = kafkaio.Config{
 		SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic},
 		ClientOpts: []kgo.Opt{protocol, kgo.SessionTimeout(6 * time.Second)},
-	})
+	}
 	if wrap != nil {
 		newSource = wrap(newSource)
 	}
-	r, err := e.NewRunner(newSource)
+	r, err := e.Join(newSource)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	return r
 }
 
-func (w *brokerWorld) drain(r *engine.Runner[int]) {
+func (w *brokerWorld) drain(r *engine.Member[int]) {
 	w.t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
@@ -131,7 +133,7 @@ func (w *brokerWorld) drain(r *engine.Runner[int]) {
 	w.t.Fatalf("the runner did not commit to the end of the input in a minute; errors: %v", r.Errors())
 }
 
-func (w *brokerWorld) check(r *engine.Runner[int]) { checkLedger(w.t, w.want, w.topic, r) }
+func (w *brokerWorld) check(r *engine.Member[int]) { checkLedger(w.t, w.want, w.topic, r) }
 
 // The kafka-flow restart test against Kafka 4.3.1, under each consumer
 // protocol: four restarts, state recovered, processing continues, a
@@ -140,7 +142,7 @@ func TestRestartsRecoverStateOnKafka(t *testing.T) {
 	for name, protocol := range protocols {
 		t.Run(name, func(t *testing.T) {
 			w := newBrokerWorld(t)
-			restartScript(t, w.produce, func() *engine.Runner[int] { return w.runner(protocol) }, w.drain, w.check)
+			restartScript(t, w.produce, func() *engine.Member[int] { return w.runner(protocol) }, w.drain, w.check)
 		})
 	}
 }

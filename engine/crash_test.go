@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/snapfence/snapfence/internal/input"
+
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
@@ -19,7 +21,7 @@ import (
 // stalls for good (no poll, no heartbeat, no leave), and the group evicts
 // it once its session expires. r must not be stepped or closed again; it
 // stops counting as open, so its engine's Close closes the cache.
-func crashOnSim[S any](t *testing.T, r *engine.Runner[S]) {
+func crashOnSim[S any](t *testing.T, r *engine.Member[S]) {
 	t.Helper()
 	s, ok := r.Source().(*simsource.Source)
 	if !ok {
@@ -34,17 +36,17 @@ func crashOnSim[S any](t *testing.T, r *engine.Runner[S]) {
 // dead process runs nothing). A callback that began before the death runs
 // to its end, as it would have in the live process.
 type killSwitch struct {
-	h    engine.Handler
+	h    input.Handler
 	dead atomic.Bool
 }
 
 // killable is newSource with a kill switch between it and the runner.
-func killable(newSource func(engine.Handler) (engine.Source, error)) (func(engine.Handler) (engine.Source, error), *killSwitch) {
+func killable(in engine.Input) (engine.Input, *killSwitch) {
 	k := &killSwitch{}
-	return func(h engine.Handler) (engine.Source, error) {
+	return input.Wrapped(in, func(h input.Handler) input.Handler {
 		k.h = h
-		return newSource(k)
-	}, k
+		return k
+	}), k
 }
 
 func (k *killSwitch) Assigned(ctx context.Context, tps []store.TopicPartition) {
@@ -73,7 +75,7 @@ func (k *killSwitch) Lost(ctx context.Context, tps []store.TopicPartition) {
 // stepped or closed again, and the leave's revoke does not reach it:
 // nothing is flushed or committed, and its flows' open batches are lost
 // with it.
-func crashAndLeave[S any](t *testing.T, r *engine.Runner[S], k *killSwitch) {
+func crashAndLeave[S any](t *testing.T, r *engine.Member[S], k *killSwitch) {
 	t.Helper()
 	k.dead.Store(true)
 	if err := r.Source().Close(context.Background()); err != nil {

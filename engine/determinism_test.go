@@ -58,7 +58,7 @@ type scenarioResult struct {
 // detSlot is one member process: its engine (cache) and runner.
 type detSlot struct {
 	e       *engine.Engine[int]
-	r       *engine.Runner[int]
+	r       *engine.Member[int]
 	stalled bool
 }
 
@@ -119,7 +119,7 @@ func runDeterminismScenario(t *testing.T, protocol sim.Protocol, seed uint64) sc
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := e.NewRunner(simsource.New(c, detGroup, protocol, 7, detTopic))
+		r, err := e.Join(simsource.New(c, detGroup, protocol, 7, detTopic))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +246,7 @@ func runDeterminismScenario(t *testing.T, protocol sim.Protocol, seed uint64) sc
 	}
 
 	var final strings.Builder
-	owner := map[store.TopicPartition]*engine.Runner[int]{}
+	owner := map[store.TopicPartition]*engine.Member[int]{}
 	for i, s := range slots {
 		if s == nil {
 			continue

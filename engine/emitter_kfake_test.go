@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -59,12 +61,12 @@ func (w *emitWorld) client(opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-func (w *emitWorld) emitter(mod func(*engine.KafkaEmitterConfig)) *engine.KafkaEmitter {
-	cfg := engine.KafkaEmitterConfig{SeedBrokers: w.c.ListenAddrs(), ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}}
+func (w *emitWorld) emitter(mod func(*kafkaio.EmitterConfig)) *kafkaio.Emitter {
+	cfg := kafkaio.EmitterConfig{SeedBrokers: w.c.ListenAddrs(), ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}}
 	if mod != nil {
 		mod(&cfg)
 	}
-	em, err := engine.NewKafkaEmitter(cfg)
+	em, err := kafkaio.NewEmitter(cfg)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -191,7 +193,7 @@ func TestKafkaEmitterCreatesMissingTopics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newEmitWorld(t)
 		late := kafkatest.ServeLate(w.c, 3)
-		em := w.emitter(func(c *engine.KafkaEmitterConfig) {
+		em := w.emitter(func(c *kafkaio.EmitterConfig) {
 			c.CreateTopics, c.TopicPartitions, c.TopicConfigs = true, 4, map[string]string{"retention.ms": "3600000"}
 		})
 		var outs []engine.Output
@@ -246,7 +248,7 @@ func hasConfig(rc kadm.ResourceConfig, key, value string) bool {
 func TestKafkaEmitterSurfacesDeliveryFailures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newEmitWorld(t)
-		em := w.emitter(func(c *engine.KafkaEmitterConfig) { c.DeliveryTimeout = 3 * time.Second })
+		em := w.emitter(func(c *kafkaio.EmitterConfig) { c.DeliveryTimeout = 3 * time.Second })
 		outs := []engine.Output{{Topic: "out", Key: []byte("a"), Value: []byte("1")}, {Topic: "out", Key: []byte("b"), Value: []byte("2")}}
 		if err := em.Emit(context.Background(), outs); err != nil { // the topic is checked and cached
 			t.Fatal(err)
@@ -330,10 +332,10 @@ func TestKafkaEmitterRefusesAndCloses(t *testing.T) {
 		if err := em.Close(); err != nil {
 			t.Fatalf("second Close: %v", err)
 		}
-		if err := em.Emit(context.Background(), []engine.Output{{Topic: "out"}}); !errors.Is(err, engine.ErrEmitterClosed) {
+		if err := em.Emit(context.Background(), []engine.Output{{Topic: "out"}}); !errors.Is(err, kafkaio.ErrEmitterClosed) {
 			t.Fatalf("Emit after Close = %v, want ErrEmitterClosed", err)
 		}
-		if _, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{}); !errors.Is(err, store.ErrMisconfigured) {
+		if _, err := kafkaio.NewEmitter(kafkaio.EmitterConfig{}); !errors.Is(err, store.ErrMisconfigured) {
 			t.Fatalf("no SeedBrokers: %v, want a configuration error", err)
 		}
 	})
@@ -354,7 +356,7 @@ func TestKafkaEmitterAsTheEnginesEmit(t *testing.T) {
 func testKafkaEmitterAsTheEnginesEmit(t *testing.T, start bool) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
-		em := w.emitter(t, engine.KafkaEmitterConfig{CreateTopics: true, TopicPartitions: 2})
+		em := w.emitter(t, kafkaio.EmitterConfig{CreateTopics: true, TopicPartitions: 2})
 		r := w.runner(w.engineWith(func(c *engine.Config[int]) {
 			if start {
 				c.StartEmit = em.StartEmit
@@ -389,7 +391,7 @@ func TestKafkaEmitterChecksTheOutputTopicsAtRunStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
 		for _, create := range []bool{false, true} {
-			em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.c.ListenAddrs(),
+			em, err := kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: w.c.ListenAddrs(),
 				ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}, CreateTopics: create, TopicPartitions: 2})
 			if err != nil {
 				t.Fatal(err)
@@ -427,7 +429,7 @@ func TestKafkaEmitterChecksTheOutputTopicsAtRunStart(t *testing.T) {
 func TestTheSourceChecksTheOutputTopicsByDefaultOnKfake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
-		em := w.emitter(t, engine.KafkaEmitterConfig{})
+		em := w.emitter(t, kafkaio.EmitterConfig{})
 		folds := 0
 		r := w.runner(w.engineWith(func(c *engine.Config[int]) {
 			c.StartEmit, c.Poison, c.DeadLetterTopic = em.StartEmit, engine.DeadLetterPoison, "accounts-dlt"
@@ -454,7 +456,7 @@ func TestTheSourceChecksTheOutputTopicsByDefaultOnKfake(t *testing.T) {
 func TestAnUnlistedMissingOutputTopicEndsRunAtItsFirstOutputOnKfake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
-		em := w.emitter(t, engine.KafkaEmitterConfig{})
+		em := w.emitter(t, kafkaio.EmitterConfig{})
 		r := w.runner(w.engineWith(func(c *engine.Config[int]) {
 			c.StartEmit, c.CheckOutputTopics, c.CommitInterval = em.StartEmit, em.CheckTopics, time.Minute
 		}), protocols["classic-cooperative"])
@@ -465,7 +467,7 @@ func TestAnUnlistedMissingOutputTopicEndsRunAtItsFirstOutputOnKfake(t *testing.T
 		if !ok || ce.Subject != `output topic "balances"` {
 			t.Fatalf("Run = %v, want the *store.ConfigError of output topic \"balances\"", err)
 		}
-		if took := time.Since(begin); took >= engine.DefaultDeliveryTimeout {
+		if took := time.Since(begin); took >= kafkaio.DefaultDeliveryTimeout {
 			t.Errorf("Run returned after %v of virtual time: the delivery timeout, not the check", took)
 		}
 		// alice and bob are in partition 1.
@@ -475,12 +477,12 @@ func TestAnUnlistedMissingOutputTopicEndsRunAtItsFirstOutputOnKfake(t *testing.T
 	})
 }
 
-// emitter is a KafkaEmitter of cfg on w's cluster (its seeds and dialer
+// emitter is a kafkaio.Emitter of cfg on w's cluster (its seeds and dialer
 // set here), closed when the test ends.
-func (w *fakeWorld) emitter(t *testing.T, cfg engine.KafkaEmitterConfig) *engine.KafkaEmitter {
+func (w *fakeWorld) emitter(t *testing.T, cfg kafkaio.EmitterConfig) *kafkaio.Emitter {
 	t.Helper()
 	cfg.SeedBrokers, cfg.ClientOpts = w.c.ListenAddrs(), append(cfg.ClientOpts, kgo.Dialer(w.net.DialContext))
-	em, err := engine.NewKafkaEmitter(cfg)
+	em, err := kafkaio.NewEmitter(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

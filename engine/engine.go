@@ -258,7 +258,7 @@ type Config[S any] struct {
 	// their way while the next poll is folded: it starts the delivery of
 	// outs and returns wait, which returns nil once every output is
 	// delivered, or the error of one that was not. A nil wait means
-	// delivered. KafkaEmitter.StartEmit is one. Set Emit or StartEmit,
+	// delivered. kafkaio.Emitter.StartEmit is one. Set Emit or StartEmit,
 	// not both. It is not called under ExactlyOnce.
 	//
 	// Up to MaxEmitsInFlight calls are in flight, each started without
@@ -272,7 +272,7 @@ type Config[S any] struct {
 	// would not make again. A failed wait fails the partitions whose
 	// outputs it, the later calls or the outputs folded since carried, as
 	// a failed Emit does: they restart from their committed state. On a
-	// Runner stepped by hand, the outputs of the last Steps may still be
+	// Member stepped by hand, the outputs of the last Steps may still be
 	// in flight when Step returns; FlushAll, Persist and Close wait for
 	// them.
 	StartEmit func(ctx context.Context, outs []Output) (wait func() error)
@@ -323,15 +323,14 @@ type Config[S any] struct {
 	// the dead-letter topic, through CheckOutputTopics.
 	OutputTopics []string
 	// CheckOutputTopics checks, outside ExactlyOnce, that the output
-	// topics exist (KafkaEmitter.CheckTopics is one, which creates them
-	// under KafkaEmitterConfig.CreateTopics). The runner calls it once,
+	// topics exist (kafkaio.Emitter.CheckTopics is one, which creates them
+	// under kafkaio.EmitterConfig.CreateTopics). The runner calls it once,
 	// before its first poll, with OutputTopics and DeadLetterTopic; an
 	// error ends Run (or the first Step) before anything is folded: a
 	// missing topic is a *store.ConfigError naming it. Nil (the default)
-	// checks through the source when it is a TopicChecker (the Kafka
-	// source is: a missing topic is an error, as it creates none; set
-	// KafkaEmitter.CheckTopics here for the emitter's CreateTopics to
-	// create them at start). Set, it also checks each topic an output
+	// checks through the input's consumer (a missing topic is an error,
+	// as it creates none; set kafkaio.Emitter.CheckTopics here for the
+	// emitter's CreateTopics to create them at start). Set, it also checks each topic an output
 	// names that is not listed, at its first output, before the outputs
 	// are handed to Emit: a missing one ends Run at once, not after the
 	// emitter's delivery timeout. Under ExactlyOnce the store checks them
@@ -396,10 +395,9 @@ type Config[S any] struct {
 	// replicas", gives the costs. The followers run between polls, a
 	// round at most every second while they are caught up. It needs a
 	// Store that is a store.Follower in Transactional mode (store/kafka's
-	// and store/sim's are) and a source that is a PartitionLister (the
-	// Kafka source is); Status().Standbys shows each replica. With a
+	// and store/sim's are); Status().Standbys shows each replica. With a
 	// caught-up replica a failover is mostly the rebalance, which
-	// KafkaConfig.HeartbeatInterval bounds.
+	// kafkaio.Config.HeartbeatInterval bounds.
 	Standby bool
 	// Tables are the tables the fold (or OnTimer, or Tick) looks up while
 	// it runs: Views of other engines' snapshot topics, or of compacted
@@ -435,8 +433,7 @@ type Config[S any] struct {
 	// required too.
 	DeadLetterTopic string
 	// GroupReportInterval is how often the runner reads its whole
-	// group's view of the input, when the source can (a GroupDescriber:
-	// the Kafka source and simsource are): every partition's committed
+	// group's view of the input: every partition's committed
 	// offset and log end (snapfence_group_lag), and the partitions no
 	// member is assigned (Status.Unserved, snapfence_unserved_partitions),
 	// so that a partition whose owner died is still reported by every
@@ -451,7 +448,7 @@ type Config[S any] struct {
 }
 
 // Engine is a configured engine: the fold, the store, the local cache.
-// Run it against Kafka with Run, or drive it step by step with a Runner.
+// Run it against Kafka with Run, or drive it step by step with a Member.
 type Engine[S any] struct {
 	cfg Config[S]
 	kv  *pebbleKV
@@ -459,7 +456,7 @@ type Engine[S any] struct {
 	// board is the status of the runner made last (Status).
 	board atomic.Pointer[statusBoard]
 	// runner is the runner made last: the one queries read (Get, Range).
-	runner atomic.Pointer[Runner[S]]
+	runner atomic.Pointer[Member[S]]
 	// runEnded and runErr: Run returned, with runErr (Status); runs
 	// counts the Runs under way, and open the runners made and not
 	// closed (Close refuses to close the cache under either).
@@ -467,7 +464,7 @@ type Engine[S any] struct {
 	runEnded bool
 	runErr   error
 	runs     int
-	open     map[*Runner[S]]bool
+	open     map[*Member[S]]bool
 }
 
 // New checks the configuration, opens the local cache and returns an
@@ -616,7 +613,7 @@ func (cfg *Config[S]) checkEmit() error {
 		return badConfig("Emit and StartEmit", "are both set", "set one of them (StartEmit: the next poll is folded while the outputs are on their way)")
 	case cfg.Poison == DeadLetterPoison && !cfg.ExactlyOnce && cfg.Emit == nil && cfg.StartEmit == nil:
 		return badConfig("Emit", "is nil under DeadLetterPoison without ExactlyOnce, so dead letters have no way out",
-			"set Emit or StartEmit (engine.NewKafkaEmitter), or ExactlyOnce")
+			"set Emit or StartEmit (kafkaio.NewEmitter), or ExactlyOnce")
 	}
 	return nil
 }
@@ -672,13 +669,13 @@ func (cfg *Config[S]) checkCounts() error {
 	return nil
 }
 
-// ErrRunning is Close's refusal while Run runs, or while a Runner made
-// by NewRunner is not closed: the local cache stays open; cancel Run's
-// context and wait for it to return (or close the Runner) first.
-var ErrRunning = errors.New("engine: Close while Run runs or a Runner is open: cancel Run's context and wait for it to return (close the Runner) first")
+// ErrRunning is Close's refusal while Run runs, or while a Member made
+// by Join is not closed: the local cache stays open; cancel Run's
+// context and wait for it to return (or close the Member) first.
+var ErrRunning = errors.New("engine: Close while Run runs or a Member is open: cancel Run's context and wait for it to return (close the Member) first")
 
 // Close closes the local cache. It refuses, with ErrRunning and closing
-// nothing, while a Run of this engine is under way or a Runner it made is
+// nothing, while a Run of this engine is under way or a Member it made is
 // not closed: the runner would meet a closed cache.
 func (e *Engine[S]) Close() error {
 	e.runMu.Lock()

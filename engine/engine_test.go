@@ -10,20 +10,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/internal/input"
+
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
 
-func (w *simWorld) runnerWith(e *engine.Engine[int], protocol sim.Protocol, wrap func(engine.Handler) engine.Handler) *engine.Runner[int] {
+func (w *simWorld) runnerWith(e *engine.Engine[int], protocol sim.Protocol, wrap func(input.Handler) input.Handler) *engine.Member[int] {
 	w.t.Helper()
-	r, err := e.NewRunner(func(h engine.Handler) (engine.Source, error) {
+	r, err := e.Join(input.Wrapped(simsource.New(w.c, "bank", protocol, 0, "accounts"), func(h input.Handler) input.Handler {
 		if wrap != nil {
 			h = wrap(h)
 		}
-		return simsource.New(w.c, "bank", protocol, 0, "accounts")(h)
-	})
+		return h
+	}))
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -58,8 +60,8 @@ func TestGenerationBumpKeepingPartitionsDoesNotFence(t *testing.T) {
 // revokeWatch checks, as each revoke callback returns, that the runner has
 // no flow left for the revoked partitions.
 type revokeWatch struct {
-	engine.Handler
-	r       *engine.Runner[int]
+	input.Handler
+	r       *engine.Member[int]
 	t       *testing.T
 	revoked []store.TopicPartition
 }
@@ -84,7 +86,7 @@ func TestRevokeTearsTheFlowDownBeforeReturning(t *testing.T) {
 	w := newSimWorld(t)
 	w.produce("alice=+1", "bob=+2")
 	var watch *revokeWatch
-	a := w.runnerWith(w.engine(), sim.ClassicEager, func(h engine.Handler) engine.Handler {
+	a := w.runnerWith(w.engine(), sim.ClassicEager, func(h input.Handler) input.Handler {
 		watch = &revokeWatch{Handler: h, t: t}
 		return watch
 	})
@@ -174,7 +176,7 @@ func TestFenceOnThePeriodicPathStopsTheFlow(t *testing.T) {
 	w.check(b)
 }
 
-func sourceOf(t *testing.T, r *engine.Runner[int]) *simsource.Source {
+func sourceOf(t *testing.T, r *engine.Member[int]) *simsource.Source {
 	t.Helper()
 	s, ok := r.Source().(*simsource.Source)
 	if !ok {
@@ -398,7 +400,7 @@ func TestCancelDuringADueFlushStillCommitsOnLeave(t *testing.T) {
 	}
 }
 
-// Engine.Close refuses while a Runner stepped by hand is open, as it does
+// Engine.Close refuses while a Member stepped by hand is open, as it does
 // under Run, and closes nothing: the runner goes on and closes cleanly
 // (committing what it folded). Once the runner is closed, Close closes
 // the cache. A crashed runner (never closed) is the test's to abandon.

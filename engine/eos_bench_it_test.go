@@ -51,6 +51,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -190,7 +192,7 @@ func runOutputs(b *testing.B, brokers []string, eos bool, interval time.Duration
 	runCtx, stopRun := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
 	go func() {
-		runErr <- e.Run(runCtx, engine.KafkaConfig{SeedBrokers: brokers, Group: id + "-group", Topics: []string{w.input}})
+		runErr <- e.Run(runCtx, kafkaio.Config{SeedBrokers: brokers, Group: id + "-group", Topics: []string{w.input}})
 	}()
 	defer func() {
 		stopRun()

@@ -83,3 +83,48 @@ func fromCore(err error) error {
 	}
 	return err
 }
+
+// EmitError reports outputs that an emitter (Config.Emit or StartEmit; engine/kafkaio.Emitter) did not deliver. Others
+// of the same call may have been delivered: the engine replays the batch,
+// and they are emitted again (at least once). errors.Is and errors.As
+// see Err: franz-go's or the broker's error (a kerr.Error), a
+// *store.ConfigError for a permanent configuration problem (a missing
+// topic, a denied write), or the context's error.
+type EmitError struct {
+	// Failed of Total outputs of the call were not delivered.
+	Failed, Total int
+	// Topic, Partition and Key are the first failed output's (Partition
+	// is -1 when the failure came before partitioning).
+	Topic     string
+	Partition int32
+	Key       []byte
+	// Err is the first failure's cause.
+	Err error
+	// Refused are the indexes in the call's outputs, in order, of those
+	// the broker (or franz-go, for a record larger than its topic
+	// allows) refused in a way no retry cures: too large, invalid,
+	// corrupt. The engine hands the inputs that made them to
+	// Config.Poison. An Emit of your own may set it too.
+	Refused []int
+}
+
+func (e *EmitError) Error() string {
+	where := fmt.Sprintf("topic %q", e.Topic)
+	if e.Partition >= 0 {
+		where = fmt.Sprintf("%s partition %d", where, e.Partition)
+	}
+	return fmt.Sprintf("engine: emitter: %d of %d outputs not delivered; the first, to %s with key %q: %v",
+		e.Failed, e.Total, where, printableKey(e.Key), e.Err)
+}
+
+// Unwrap returns Err.
+func (e *EmitError) Unwrap() error { return e.Err }
+
+// printableKey is a key for an error message, cut to 64 bytes.
+func printableKey(k []byte) string {
+	const max = 64
+	if len(k) > max {
+		return string(k[:max]) + "..."
+	}
+	return string(k)
+}

@@ -17,7 +17,7 @@ import (
 // persist timer. A batch that fails, for any reason, rewinds its flow
 // (causeBatch): its outputs are never sent again from memory.
 type exactlyOnce[S any] struct {
-	r *Runner[S]
+	r *Member[S]
 	// outputs are Config.OutputTopics and the dead-letter topic, once
 	// each.
 	outputs []string

@@ -19,7 +19,7 @@ import (
 
 // eosRunner is a runner of the broker world with the audited fold,
 // exactly once, committing every commitEvery.
-func (w *brokerWorld) eosRunner(protocol kgo.Opt, commitEvery time.Duration) *engine.Runner[int] {
+func (w *brokerWorld) eosRunner(protocol kgo.Opt, commitEvery time.Duration) *engine.Member[int] {
 	return w.runnerWith(protocol, w.eosConfig(commitEvery))
 }
 

@@ -63,7 +63,7 @@ func ExampleCodec() {
 // An engine driven step by step over the simulated cluster, in virtual
 // time: records are folded at once; the snapshots and the offset commit
 // wait for the persist and commit intervals.
-func ExampleRunner_Step() {
+func ExampleMember_Step() {
 	ctx := context.Background()
 	cluster := sim.New(sim.Config{Seed: 1})
 	_ = cluster.CreateTopic("accounts", sim.TopicConfig{Partitions: 1})
@@ -90,7 +90,7 @@ func ExampleRunner_Step() {
 		return
 	}
 	defer e.Close()
-	r, _ := e.NewRunner(simsource.New(cluster, "bank", sim.ClassicEager, 0, "accounts"))
+	r, _ := e.Join(simsource.New(cluster, "bank", sim.ClassicEager, 0, "accounts"))
 
 	tp := store.TopicPartition{Topic: "accounts", Partition: 0}
 	for _, v := range []string{"+10", "-3", "+5"} {
@@ -121,7 +121,7 @@ func ExampleRunner_Step() {
 // was written but before the offset was committed: the second replays the
 // records from the committed offset and skips those the snapshot already
 // holds, so each record changes the state exactly once.
-func ExampleEngine_NewRunner() {
+func ExampleEngine_Join() {
 	ctx := context.Background()
 	cluster := sim.New(sim.Config{Seed: 1})
 	_ = cluster.CreateTopic("accounts", sim.TopicConfig{Partitions: 1})
@@ -137,7 +137,7 @@ func ExampleEngine_NewRunner() {
 		}
 	}()
 
-	newRunner := func(name string) *engine.Runner[exampleAccount] {
+	newRunner := func(name string) *engine.Member[exampleAccount] {
 		e, err := engine.New(engine.Config[exampleAccount]{
 			Fold: func(key []byte, acct exampleAccount, exists bool, rec engine.Record) (engine.Result[exampleAccount], error) {
 				fmt.Printf("%s folds offset %d: %s\n", name, rec.Offset, rec.Value)
@@ -152,7 +152,7 @@ func ExampleEngine_NewRunner() {
 			panic(err)
 		}
 		closers = append(closers, e.Close)
-		r, _ := e.NewRunner(simsource.New(cluster, "bank", sim.ClassicEager, 0, "accounts"))
+		r, _ := e.Join(simsource.New(cluster, "bank", sim.ClassicEager, 0, "accounts"))
 		return r
 	}
 

@@ -30,7 +30,7 @@ func (w *brokerWorld) committedOffset(tp store.TopicPartition) int64 {
 
 // runWithin runs r until it returns, failing the test past limit (a Run
 // that does not return is the bug these tests catch).
-func runWithin(t *testing.T, r *engine.Runner[int], limit time.Duration) error {
+func runWithin(t *testing.T, r *engine.Member[int], limit time.Duration) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()

@@ -457,7 +457,7 @@ func TestSharedTransactionalIDPrefixEndsRunOnSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = engine.CloseAbandoning(eb) })
-	b, err := eb.NewRunner(simsource.New(w.c, "audit", sim.ClassicEager, 0, "accounts"))
+	b, err := eb.Join(simsource.New(w.c, "audit", sim.ClassicEager, 0, "accounts"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +465,7 @@ func TestSharedTransactionalIDPrefixEndsRunOnSim(t *testing.T) {
 	var ended error
 	for i := 0; i < 600 && ended == nil; i++ {
 		w.produce("alice=+1", "dave=+1")
-		for _, r := range []*engine.Runner[int]{a, b} {
+		for _, r := range []*engine.Member[int]{a, b} {
 			if err := r.Step(ctx); err != nil {
 				ended = err
 				break

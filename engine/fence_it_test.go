@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -42,7 +44,7 @@ const (
 type fenceMember struct {
 	t               *testing.T
 	consumer, store *netfreeze.Freezer
-	r               *engine.Runner[int]
+	r               *engine.Member[int]
 	closed          bool
 }
 
@@ -75,12 +77,12 @@ func (w *brokerWorld) member(mode store.Mode, protocol kgo.Opt, o memberOpts) *f
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
-	m.r, err = e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
+	m.r, err = e.Join(kafkaio.Config{
 		SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic},
 		ClientOpts: []kgo.Opt{protocol, kgo.Dialer(m.consumer.Dial),
 			kgo.SessionTimeout(fenceSessionTimeout), kgo.RebalanceTimeout(fenceRebalanceTimeout),
 			kgo.HeartbeatInterval(fenceHeartbeat)},
-	}))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +121,7 @@ func (m *fenceMember) stepUntil(d time.Duration, what string, cond func() bool) 
 
 // holds reports whether the member runs both partitions' flows and every
 // account's state in them is want's.
-func (w *brokerWorld) holds(r *engine.Runner[int], want ledger) bool {
+func (w *brokerWorld) holds(r *engine.Member[int], want ledger) bool {
 	if len(r.Flows()) != 2 {
 		return false
 	}

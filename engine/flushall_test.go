@@ -34,7 +34,7 @@ func TestFlushAllWritesAKeyChangedWhileInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
-	r, err := e.NewRunner(simsource.New(c, "bank", sim.ClassicEager, 0, "accounts"))
+	r, err := e.Join(simsource.New(c, "bank", sim.ClassicEager, 0, "accounts"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,14 +47,6 @@ func (p GroupPartition) Lag() int64 {
 	return max(p.LogEndOffset-from, 0)
 }
 
-// GroupDescriber is a Source that describes its whole group's view of
-// every partition of the topics it consumes, by topic then partition; the
-// group report (Config.GroupReportInterval) needs one. The Kafka source
-// and simsource.Source are.
-type GroupDescriber interface {
-	DescribeGroup(ctx context.Context) ([]GroupPartition, error)
-}
-
 // UnservedPartition is an input partition that no member of the group is
 // assigned, with its lag, as the last group report read it.
 type UnservedPartition struct {
@@ -67,18 +59,17 @@ type UnservedPartition struct {
 }
 
 // groupReport reads the group's view of the input into the status and
-// the metrics, if the source can and a report is due. A failure keeps the
+// the metrics, if a report is due. A failure keeps the
 // last report (its time tells its age), with the error.
-func (r *Runner[S]) groupReport(ctx context.Context) {
-	gd, ok := r.src.(GroupDescriber)
+func (r *Member[S]) groupReport(ctx context.Context) {
 	now := r.src.Now()
-	if !ok || r.e.cfg.GroupReportInterval < 0 || (!r.lastGroupReport.IsZero() && now.Before(r.lastGroupReport.Add(r.e.cfg.GroupReportInterval))) {
+	if r.e.cfg.GroupReportInterval < 0 || (!r.lastGroupReport.IsZero() && now.Before(r.lastGroupReport.Add(r.e.cfg.GroupReportInterval))) {
 		return
 	}
 	r.lastGroupReport = now
 	rctx, cancel := context.WithTimeout(ctx, groupReportTimeout)
 	defer cancel()
-	parts, err := gd.DescribeGroup(rctx)
+	described, err := r.src.DescribeGroup(rctx)
 	if err != nil {
 		r.e.cfg.obs().groupReportFailed()
 		if ok, n := r.logs.allow("group report", now); ok {
@@ -88,13 +79,17 @@ func (r *Runner[S]) groupReport(ctx context.Context) {
 		r.status.groupReport(nil, now, err)
 		return
 	}
+	parts := make([]GroupPartition, len(described))
+	for i, p := range described {
+		parts[i] = GroupPartition(p)
+	}
 	r.status.groupReport(parts, now, nil)
 }
 
 // groupReportDue is when the next group report is due (zero: none will
 // be).
-func (r *Runner[S]) groupReportDue() (time.Time, bool) {
-	if _, ok := r.src.(GroupDescriber); !ok || r.e.cfg.GroupReportInterval < 0 {
+func (r *Member[S]) groupReportDue() (time.Time, bool) {
+	if r.e.cfg.GroupReportInterval < 0 {
 		return time.Time{}, false
 	}
 	return r.lastGroupReport.Add(r.e.cfg.GroupReportInterval), true

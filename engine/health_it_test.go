@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -68,7 +70,7 @@ func healthHandlerOnKafka(t *testing.T, w *brokerWorld, committed bool) {
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() {
-		ran <- e.Run(ctx, engine.KafkaConfig{SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic},
+		ran <- e.Run(ctx, kafkaio.Config{SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic},
 			ClientOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second)}})
 	}()
 

@@ -15,6 +15,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -301,7 +303,7 @@ func TestHealthHandlerOnSim(t *testing.T) {
 // stepParked runs one Step of r while its reads park in virtual time (the
 // cluster's SlowFetches): each time the step is parked, whileParked runs,
 // then the clock moves on and the read goes on.
-func stepParked(t *testing.T, c *sim.Cluster, r *engine.Runner[int], whileParked func()) {
+func stepParked(t *testing.T, c *sim.Cluster, r *engine.Member[int], whileParked func()) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- r.Step(context.Background()) }()
@@ -336,7 +338,7 @@ func TestLivezAfterRunReturns(t *testing.T) {
 	if code, _ := h.get("/metrics"); code != http.StatusNotFound {
 		t.Fatalf("/metrics answered %d without a gatherer, want 404", code)
 	}
-	err := e.Run(context.Background(), engine.KafkaConfig{})
+	err := e.Run(context.Background(), kafkaio.Config{})
 	if err == nil {
 		t.Fatal("Run without brokers, group or topics returned nil")
 	}
@@ -532,7 +534,7 @@ func TestIdleStatusAgreesWithTheBrokerOnKfake(t *testing.T) {
 }
 
 // folded reports whether r's state of every key of want is want's.
-func folded(r *engine.Runner[int], want ledger) bool {
+func folded(r *engine.Member[int], want ledger) bool {
 	for k, v := range want {
 		tp := store.TopicPartition{Topic: "accounts", Partition: int32(len(k) % 2)}
 		got, ok, err := r.State(tp, []byte(k))

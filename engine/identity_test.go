@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -14,20 +15,25 @@ import (
 // unjoined is a source whose member has not joined its group yet.
 type unjoined struct{ now time.Time }
 
-func (unjoined) Poll(context.Context, func() time.Duration) ([]Record, error) { return nil, nil }
-func (unjoined) PollDone()                                                    {}
-func (unjoined) Identity() store.GroupIdentity                                { return store.GroupIdentity{Generation: -1} }
+func (unjoined) Poll(context.Context, func() time.Duration) ([]input.Record, error) { return nil, nil }
+func (unjoined) PollDone()                                                          {}
+func (unjoined) Identity() store.GroupIdentity                                      { return store.GroupIdentity{Generation: -1} }
 func (unjoined) CommittedOffset(context.Context, store.TopicPartition) (int64, error) {
 	return 0, nil
 }
-func (unjoined) Seek(store.TopicPartition, int64)          {}
-func (unjoined) Pause(store.TopicPartition)                {}
-func (unjoined) Resume(store.TopicPartition)               {}
-func (u unjoined) Now() time.Time                          { return u.now }
-func (unjoined) Close(context.Context) error               { return nil }
-func (unjoined) LogEnd(store.TopicPartition) (int64, bool) { return 0, false }
-func (unjoined) Go(f func())                               { f() }
-func (unjoined) Sleep(context.Context, time.Duration)      {}
+func (unjoined) Seek(store.TopicPartition, int64)                           {}
+func (unjoined) Pause(store.TopicPartition)                                 {}
+func (unjoined) Resume(store.TopicPartition)                                {}
+func (u unjoined) Now() time.Time                                           { return u.now }
+func (unjoined) Close(context.Context) error                                { return nil }
+func (unjoined) LogEnd(store.TopicPartition) (int64, bool)                  { return 0, false }
+func (unjoined) Go(f func())                                                { f() }
+func (unjoined) Partitions(context.Context) ([]store.TopicPartition, error) { return nil, nil }
+func (unjoined) DescribeGroup(context.Context) ([]input.GroupPartition, error) {
+	return nil, nil
+}
+func (unjoined) CheckTopics(context.Context, []string) error { return nil }
+func (unjoined) Sleep(context.Context, time.Duration)        {}
 
 // keepingEngine is an engine whose fold keeps every state, on a
 // transactional sim backend over topic accounts (2 partitions); both are
@@ -56,7 +62,7 @@ func keepingEngine(t *testing.T) (*sim.Backend, *Engine[[]byte]) {
 // commit with what the runner's identity reader reads.
 func TestWriteBeforeTheFirstJoinFailsLoudly(t *testing.T) {
 	b, e := keepingEngine(t)
-	r, err := e.NewRunner(func(Handler) (Source, error) { return unjoined{}, nil })
+	r, err := e.Join(input.OpenFunc(func(input.Opening) (input.Source, error) { return unjoined{}, nil }))
 	if err != nil {
 		t.Fatal(err)
 	}

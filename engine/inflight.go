@@ -56,7 +56,7 @@ func (s *started) weight() int { return max(len(s.snaps), 1) }
 
 // begin records s as f's newest call in flight, then reaps what is done.
 // Call it right after the Start call, and reserve room first (room).
-func (r *Runner[S]) begin(ctx context.Context, f *flow[S], s started) error {
+func (r *Member[S]) begin(ctx context.Context, f *flow[S], s started) error {
 	f.inflight = append(f.inflight, s)
 	f.inflightWeight += s.weight()
 	return r.reap(ctx, f, false)
@@ -64,7 +64,7 @@ func (r *Runner[S]) begin(ctx context.Context, f *flow[S], s started) error {
 
 // room waits, oldest first, until a call of weight n fits within
 // MaxWritesInFlight.
-func (r *Runner[S]) room(ctx context.Context, f *flow[S], n int) error {
+func (r *Member[S]) room(ctx context.Context, f *flow[S], n int) error {
 	for len(f.inflight) > 0 && f.inflightWeight+n > r.e.cfg.MaxWritesInFlight {
 		if err := r.reapOne(ctx, f); err != nil {
 			return err
@@ -74,7 +74,7 @@ func (r *Runner[S]) room(ctx context.Context, f *flow[S], n int) error {
 }
 
 // drain waits for everything f has in flight, reaping it in order.
-func (r *Runner[S]) drain(ctx context.Context, f *flow[S]) error {
+func (r *Member[S]) drain(ctx context.Context, f *flow[S]) error {
 	for len(f.inflight) > 0 {
 		if err := r.reapOne(ctx, f); err != nil {
 			return err
@@ -85,7 +85,7 @@ func (r *Runner[S]) drain(ctx context.Context, f *flow[S]) error {
 
 // reap reaps f's calls that are done, in order, up to the first that is
 // not (wait: waits for every one).
-func (r *Runner[S]) reap(ctx context.Context, f *flow[S], wait bool) error {
+func (r *Member[S]) reap(ctx context.Context, f *flow[S], wait bool) error {
 	for len(f.inflight) > 0 {
 		if !wait {
 			select {
@@ -105,7 +105,7 @@ func (r *Runner[S]) reap(ctx context.Context, f *flow[S], wait bool) error {
 // the core, the cache and the status. A failure is returned, for the
 // output mode to classify; whatever else is in flight stays, for the
 // flow's teardown.
-func (r *Runner[S]) reapOne(ctx context.Context, f *flow[S]) error {
+func (r *Member[S]) reapOne(ctx context.Context, f *flow[S]) error {
 	s := f.inflight[0]
 	errs := s.pending.Wait(ctx)
 	f.inflight = f.inflight[1:]
@@ -156,7 +156,7 @@ func (r *Runner[S]) reapOne(ctx context.Context, f *flow[S]) error {
 // closed (which fails what is queued and ends the transaction in flight),
 // without telling the core: the flow is gone. No goroutine of the store
 // outlives the flow.
-func (r *Runner[S]) abandon(f *flow[S]) {
+func (r *Member[S]) abandon(f *flow[S]) {
 	for _, s := range f.inflight {
 		s.pending.Wait(context.Background())
 	}

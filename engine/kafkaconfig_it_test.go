@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -48,18 +50,18 @@ func brokerAdmin(t *testing.T, brokers []string) (*kgo.Client, *kadm.Client) {
 	return cl, kadm.NewClient(cl)
 }
 
-// A missing input topic on Kafka: NewRunner and Run return a
+// A missing input topic on Kafka: Join and Run return a
 // *store.ConfigError naming it within seconds, and nothing joins the group.
 func TestMissingInputTopicOnKafka(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	_, adm := brokerAdmin(t, brokers)
 	topic := fmt.Sprintf("missing-%d", time.Now().UnixNano())
-	cfg := engine.KafkaConfig{SeedBrokers: brokers, Group: topic + "-group", Topics: []string{topic}}
+	cfg := kafkaio.Config{SeedBrokers: brokers, Group: topic + "-group", Topics: []string{topic}}
 	start := time.Now()
-	_, err := brokerEngine(t, brokers, topic).NewRunner(engine.NewKafkaSource(cfg))
+	_, err := brokerEngine(t, brokers, topic).Join(cfg)
 	cerr, ok := errors.AsType[*store.ConfigError](err)
 	if !ok || cerr.Subject != fmt.Sprintf("topic %q", topic) || !strings.Contains(cerr.Fix, "CreateTopics") {
-		t.Fatalf("NewRunner: %v, want a *store.ConfigError naming %s", err, topic)
+		t.Fatalf("Join: %v, want a *store.ConfigError naming %s", err, topic)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -69,7 +71,7 @@ func TestMissingInputTopicOnKafka(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("the two checks took %v", d)
 	}
-	t.Logf("NewRunner and Run failed in %v: %v", time.Since(start), err)
+	t.Logf("Join and Run failed in %v: %v", time.Since(start), err)
 	dg, err := adm.DescribeGroups(context.Background(), cfg.Group)
 	if err != nil {
 		t.Fatal(err)
@@ -86,10 +88,10 @@ func TestCreateInputTopicsOnKafka(t *testing.T) {
 	prod, adm := brokerAdmin(t, brokers)
 	topic := fmt.Sprintf("created-%d", time.Now().UnixNano())
 	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, kafka.DefaultSnapshotTopic(topic, topic)) })
-	r, err := brokerEngine(t, brokers, topic).NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
+	r, err := brokerEngine(t, brokers, topic).Join(kafkaio.Config{
 		SeedBrokers: brokers, Group: topic + "-group", Topics: []string{topic},
 		CreateTopics: true, CreatePartitions: 3, CreateReplicationFactor: 1,
-	}))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,15 +120,15 @@ func TestCreateInputTopicsOnKafka(t *testing.T) {
 
 // newTopicRunner is a runner on a fresh two-partition topic of the
 // broker, with cfg's group settings.
-func newTopicRunner(t *testing.T, brokers []string, topic string, mod func(*engine.KafkaConfig)) (*engine.Runner[int], error) {
+func newTopicRunner(t *testing.T, brokers []string, topic string, mod func(*kafkaio.Config)) (*engine.Member[int], error) {
 	t.Helper()
-	cfg := engine.KafkaConfig{SeedBrokers: brokers, Group: topic + "-group", Topics: []string{topic}}
+	cfg := kafkaio.Config{SeedBrokers: brokers, Group: topic + "-group", Topics: []string{topic}}
 	mod(&cfg)
-	return brokerEngine(t, brokers, topic).NewRunner(engine.NewKafkaSource(cfg))
+	return brokerEngine(t, brokers, topic).Join(cfg)
 }
 
 // stepUntilErr steps r until a step fails, at most a minute.
-func stepUntilErr(t *testing.T, r *engine.Runner[int]) error {
+func stepUntilErr(t *testing.T, r *engine.Member[int]) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -139,7 +141,7 @@ func stepUntilErr(t *testing.T, r *engine.Runner[int]) error {
 
 // A session timeout the broker refuses (above group.max.session.timeout.ms,
 // 30 min by default) fails the poll with a *store.ConfigError naming
-// KafkaConfig.SessionTimeout, not a rejoin loop.
+// kafkaio.Config.SessionTimeout, not a rejoin loop.
 func TestRefusedSessionTimeoutOnKafka(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	cl, adm := brokerAdmin(t, brokers)
@@ -148,21 +150,21 @@ func TestRefusedSessionTimeoutOnKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, kafka.DefaultSnapshotTopic(topic, topic)) })
-	r, err := newTopicRunner(t, brokers, topic, func(c *engine.KafkaConfig) { c.SessionTimeout = 2 * time.Hour })
+	r, err := newTopicRunner(t, brokers, topic, func(c *kafkaio.Config) { c.SessionTimeout = 2 * time.Hour })
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Close(context.Background()) })
 	err = stepUntilErr(t, r)
 	cerr, ok := errors.AsType[*store.ConfigError](err)
-	if !ok || cerr.Subject != "KafkaConfig.SessionTimeout" {
-		t.Fatalf("got %v, want a *store.ConfigError naming KafkaConfig.SessionTimeout", err)
+	if !ok || cerr.Subject != "kafkaio.Config.SessionTimeout" {
+		t.Fatalf("got %v, want a *store.ConfigError naming kafkaio.Config.SessionTimeout", err)
 	}
 	t.Log(err)
 }
 
 // Two processes with one InstanceID: the second fences the first, whose
-// poll fails with a *store.ConfigError naming KafkaConfig.InstanceID.
+// poll fails with a *store.ConfigError naming kafkaio.Config.InstanceID.
 func TestDuplicateInstanceIDOnKafka(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	cl, adm := brokerAdmin(t, brokers)
@@ -171,7 +173,7 @@ func TestDuplicateInstanceIDOnKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, kafka.DefaultSnapshotTopic(topic, topic)) })
-	static := func(c *engine.KafkaConfig) { c.InstanceID = "pod-0" }
+	static := func(c *kafkaio.Config) { c.InstanceID = "pod-0" }
 	first, err := newTopicRunner(t, brokers, topic, static)
 	if err != nil {
 		t.Fatal(err)
@@ -196,8 +198,8 @@ func TestDuplicateInstanceIDOnKafka(t *testing.T) {
 	}
 	err = stepUntilErr(t, first)
 	cerr, ok := errors.AsType[*store.ConfigError](err)
-	if !ok || cerr.Subject != "KafkaConfig.InstanceID" {
-		t.Fatalf("got %v, want a *store.ConfigError naming KafkaConfig.InstanceID", err)
+	if !ok || cerr.Subject != "kafkaio.Config.InstanceID" {
+		t.Fatalf("got %v, want a *store.ConfigError naming kafkaio.Config.InstanceID", err)
 	}
 	t.Log(err)
 }

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -17,80 +19,19 @@ import (
 	"github.com/snapfence/snapfence/store/kafka"
 )
 
-func validKafkaConfig() engine.KafkaConfig {
-	return engine.KafkaConfig{SeedBrokers: []string{"127.0.0.1:9092"}, Group: "bank", Topics: []string{"accounts"}}
-}
-
-// The defaults of KafkaConfig are the documented ones.
-func TestKafkaConfigDefaults(t *testing.T) {
-	got, err := engine.ResolveKafkaConfig(validKafkaConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.SessionTimeout != 10*time.Second || got.HeartbeatInterval != time.Second || got.RebalanceTimeout != time.Minute ||
-		got.MaxPollRecords != 10000 || got.InstanceID != "" || got.CreateTopics || got.CreatePartitions != -1 || got.CreateReplicationFactor != -1 {
-		t.Fatalf("defaults: %+v", got)
-	}
-	// A short session takes a third of it as the heartbeat.
-	cfg := validKafkaConfig()
-	cfg.SessionTimeout = 1500 * time.Millisecond
-	if got, err := engine.ResolveKafkaConfig(cfg); err != nil || got.HeartbeatInterval != 500*time.Millisecond {
-		t.Fatalf("session 1.5s: heartbeat %v, %v", got.HeartbeatInterval, err)
-	}
-}
-
-// Every value that cannot work is a *store.ConfigError naming its field
-// and a fix.
-func TestKafkaConfigRejectsBadValues(t *testing.T) {
-	cases := []struct {
-		field string
-		mod   func(*engine.KafkaConfig)
-	}{
-		{"SeedBrokers", func(c *engine.KafkaConfig) { c.SeedBrokers = nil }},
-		{"Group", func(c *engine.KafkaConfig) { c.Group = "" }},
-		{"Topics", func(c *engine.KafkaConfig) { c.Topics = nil }},
-		{"Topics", func(c *engine.KafkaConfig) { c.Topics = []string{"accounts", ""} }},
-		{"Topics", func(c *engine.KafkaConfig) { c.Topics = []string{"my topic"} }},
-		{"MaxPollRecords", func(c *engine.KafkaConfig) { c.MaxPollRecords = -1 }},
-		{"SessionTimeout", func(c *engine.KafkaConfig) { c.SessionTimeout = -time.Second }},
-		{"SessionTimeout", func(c *engine.KafkaConfig) { c.SessionTimeout = time.Millisecond }},
-		{"HeartbeatInterval", func(c *engine.KafkaConfig) { c.HeartbeatInterval = 10 * time.Second }},
-		{"HeartbeatInterval", func(c *engine.KafkaConfig) { c.HeartbeatInterval = -time.Second }},
-		{"RebalanceTimeout", func(c *engine.KafkaConfig) { c.RebalanceTimeout = -time.Second }},
-		{"RebalanceTimeout", func(c *engine.KafkaConfig) { c.RebalanceTimeout = 1000 * time.Hour }},
-		{"InstanceID", func(c *engine.KafkaConfig) { c.InstanceID = "pod/0" }},
-		{"InstanceID", func(c *engine.KafkaConfig) { c.InstanceID = strings.Repeat("x", 250) }},
-		{"CreatePartitions", func(c *engine.KafkaConfig) { c.CreatePartitions = -2 }},
-		{"CreateReplicationFactor", func(c *engine.KafkaConfig) { c.CreateReplicationFactor = -3 }},
-	}
-	for _, c := range cases {
-		cfg := validKafkaConfig()
-		c.mod(&cfg)
-		_, err := engine.ResolveKafkaConfig(cfg)
-		cerr, ok := errors.AsType[*store.ConfigError](err)
-		if !ok || cerr.Subject != "KafkaConfig."+c.field || cerr.Fix == "" || !errors.Is(err, store.ErrMisconfigured) {
-			t.Errorf("%s: got %v, want a *store.ConfigError naming the field with a fix", c.field, err)
-		}
-		// The factory checks before it connects: no broker listens here.
-		if _, err := engine.NewKafkaSource(cfg)(nil); !errors.Is(err, store.ErrMisconfigured) {
-			t.Errorf("%s: NewKafkaSource: %v", c.field, err)
-		}
-	}
-}
-
-// A missing input topic fails NewRunner and Run at once with a
+// A missing input topic fails Join and Run at once with a
 // *store.ConfigError naming the topic and the fix; the consumer never joins
 // the group.
 func TestMissingInputTopicOnKfake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t)
-		cfg := engine.KafkaConfig{SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts", "acounts"},
+		cfg := kafkaio.Config{SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts", "acounts"},
 			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}}
 		start := time.Now()
-		_, err := w.engine().NewRunner(engine.NewKafkaSource(cfg))
+		_, err := w.engine().Join(cfg)
 		cerr, ok := errors.AsType[*store.ConfigError](err)
 		if !ok || cerr.Subject != `topic "acounts"` || !strings.Contains(cerr.Fix, "CreateTopics") {
-			t.Fatalf("NewRunner: %v, want a *store.ConfigError naming topic acounts", err)
+			t.Fatalf("Join: %v, want a *store.ConfigError naming topic acounts", err)
 		}
 		if d := time.Since(start); d > time.Second {
 			t.Errorf("the check took %v", d)
@@ -118,11 +59,11 @@ func TestCreateInputTopicsOnKfake(t *testing.T) {
 		if err := kafka.CreateTopic(ctx, w.prod, "bank-ledger-snapshots", 3, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 			t.Fatal(err)
 		}
-		r, err := w.engine().NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
+		r, err := w.engine().Join(kafkaio.Config{
 			SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"ledger"},
 			CreateTopics: true, CreatePartitions: 3, CreateReplicationFactor: 1,
 			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)},
-		}))
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,14 +94,14 @@ func TestCreateInputTopicsOnKfake(t *testing.T) {
 // b with instance id (static membership when not empty), and steps both
 // until each runs one partition. It returns them, the group's generation
 // then, and a stop for b's stepping goroutine.
-func twoMembers(t *testing.T, w *fakeWorld, session time.Duration, instanceID string, protocol kgo.Opt) (a, b *engine.Runner[int], stepB func() error) {
+func twoMembers(t *testing.T, w *fakeWorld, session time.Duration, instanceID string, protocol kgo.Opt) (a, b *engine.Member[int], stepB func() error) {
 	t.Helper()
-	newRunner := func(id string) *engine.Runner[int] {
-		r, err := w.engine().NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
+	newRunner := func(id string) *engine.Member[int] {
+		r, err := w.engine().Join(kafkaio.Config{
 			SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
 			SessionTimeout: session, HeartbeatInterval: 200 * time.Millisecond, InstanceID: id,
 			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext), protocol},
-		}))
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,11 +219,11 @@ func TestStaticMemberRestartKeepsAssignment(t *testing.T) {
 					t.Fatal(err)
 				}
 				w.produce("alice=1", "bob=2")
-				b2, err := w.engine().NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
+				b2, err := w.engine().Join(kafkaio.Config{
 					SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
 					SessionTimeout: 30 * time.Second, HeartbeatInterval: 200 * time.Millisecond, InstanceID: "member-b",
 					ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext), protocols[name]},
-				}))
+				})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -7,6 +7,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -107,8 +109,8 @@ var protocols = map[string]kgo.Opt{
 	"consumer":            kgo.ServerSideBalancer(),
 }
 
-func (w *fakeWorld) runner(e *engine.Engine[int], protocol kgo.Opt) *engine.Runner[int] {
-	r, err := e.NewRunner(w.source(protocol))
+func (w *fakeWorld) runner(e *engine.Engine[int], protocol kgo.Opt) *engine.Member[int] {
+	r, err := e.Join(w.source(protocol))
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -116,20 +118,20 @@ func (w *fakeWorld) runner(e *engine.Engine[int], protocol kgo.Opt) *engine.Runn
 }
 
 // killableRunner is runner with a kill switch (crashAndLeave).
-func (w *fakeWorld) killableRunner(e *engine.Engine[int], protocol kgo.Opt) (*engine.Runner[int], *killSwitch) {
+func (w *fakeWorld) killableRunner(e *engine.Engine[int], protocol kgo.Opt) (*engine.Member[int], *killSwitch) {
 	newSource, k := killable(w.source(protocol))
-	r, err := e.NewRunner(newSource)
+	r, err := e.Join(newSource)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	return r, k
 }
 
-func (w *fakeWorld) source(protocol kgo.Opt) func(engine.Handler) (engine.Source, error) {
-	return engine.NewKafkaSource(engine.KafkaConfig{
+func (w *fakeWorld) source(protocol kgo.Opt) engine.Input {
+	return kafkaio.Config{
 		SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
 		ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext), protocol},
-	})
+	}
 }
 
 func (w *fakeWorld) caughtUp() bool {
@@ -150,7 +152,7 @@ func (w *fakeWorld) caughtUp() bool {
 	return ok
 }
 
-func (w *fakeWorld) drain(r *engine.Runner[int]) {
+func (w *fakeWorld) drain(r *engine.Member[int]) {
 	w.t.Helper()
 	for range 200 {
 		if err := r.Step(context.Background()); err != nil {
@@ -163,7 +165,7 @@ func (w *fakeWorld) drain(r *engine.Runner[int]) {
 	w.t.Fatalf("the runner did not commit to the end of the input; errors: %v", r.Errors())
 }
 
-func (w *fakeWorld) check(r *engine.Runner[int]) { checkLedger(w.t, w.want, "accounts", r) }
+func (w *fakeWorld) check(r *engine.Member[int]) { checkLedger(w.t, w.want, "accounts", r) }
 
 // The kafka-flow restart test on kfake with store/kafka, under each
 // consumer protocol: four restarts, state recovered, processing continues,
@@ -173,7 +175,7 @@ func TestRestartsRecoverStateOnKfake(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := newFakeWorld(t)
-				restartScript(t, w.produce, func() *engine.Runner[int] { return w.runner(w.engine(), protocol) }, w.drain, w.check)
+				restartScript(t, w.produce, func() *engine.Member[int] { return w.runner(w.engine(), protocol) }, w.drain, w.check)
 			})
 		})
 	}

@@ -22,19 +22,19 @@ package engine_test
 //     emitter's options: franz-go's default linger and partitioner, the
 //     emitter's delivery timeout). Per poll it produces one output per
 //     record (the record's value) and waits for the acks, as the engine's
-//     KafkaEmitter does; it keeps no state and writes no snapshots; it
+//     kafkaio.Emitter does; it keeps no state and writes no snapshots; it
 //     commits the acked offsets every -limit.commit (the at-least-once
 //     engine's interval), polling no longer than until the next commit is
 //     due, as the engine's runner does.
 //   - at-least-once: engine.Run with store/kafka Transactional (snapshots)
-//     and an engine.KafkaEmitter's StartEmit (a poll's outputs in flight
+//     and an kafkaio.Emitter's StartEmit (a poll's outputs in flight
 //     while the next one is folded); PersistInterval and
 //     CommitInterval -limit.commit (0: the engine's defaults,
 //     DefaultPersistInterval and DefaultCommitInterval, 1 min each).
 //   - exactly-once: engine.Run with Config.ExactlyOnce at its default
 //     CommitInterval (DefaultExactlyOnceCommitInterval, 100 ms) and
 //     batch caps.
-//   - at-least-once-emit: at-least-once with the KafkaEmitter's Emit in
+//   - at-least-once-emit: at-least-once with the kafkaio.Emitter's Emit in
 //     place of StartEmit (the poll loop waits for each poll's acks), for
 //     the difference StartEmit makes, in the same run.
 //
@@ -99,6 +99,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/snapfence/snapfence/engine/kafkaio"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -553,15 +555,15 @@ func (lr *limitRun) limitLoop(ctx context.Context) (err error) {
 	cons, err := kgo.NewClient(kgo.SeedBrokers(lr.brokers...),
 		kgo.ConsumerGroup(lr.group), kgo.ConsumeTopics(lr.input),
 		kgo.DisableAutoCommit(), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(engine.DefaultFetchMaxWait),
-		kgo.SessionTimeout(engine.DefaultSessionTimeout), kgo.HeartbeatInterval(engine.DefaultHeartbeatInterval))
+		kgo.FetchMaxWait(kafkaio.DefaultFetchMaxWait),
+		kgo.SessionTimeout(kafkaio.DefaultSessionTimeout), kgo.HeartbeatInterval(kafkaio.DefaultHeartbeatInterval))
 	if err != nil {
 		return err
 	}
 	defer cons.Close()
-	// The KafkaEmitter's producer, less its manual partitioner (which
+	// The kafkaio.Emitter's producer, less its manual partitioner (which
 	// picks, by key, the partition franz-go's default one picks).
-	prod, err := kgo.NewClient(kgo.SeedBrokers(lr.brokers...), kgo.RecordDeliveryTimeout(engine.DefaultDeliveryTimeout))
+	prod, err := kgo.NewClient(kgo.SeedBrokers(lr.brokers...), kgo.RecordDeliveryTimeout(kafkaio.DefaultDeliveryTimeout))
 	if err != nil {
 		return err
 	}
@@ -574,7 +576,7 @@ func (lr *limitRun) limitLoop(ctx context.Context) (err error) {
 	var outs []*kgo.Record
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, max(time.Until(lastCommit.Add(lr.interval)), time.Millisecond))
-		fs := cons.PollRecords(pctx, engine.DefaultMaxPollRecords)
+		fs := cons.PollRecords(pctx, kafkaio.DefaultMaxPollRecords)
 		pcancel()
 		if ctx.Err() != nil || fs.IsClientClosed() {
 			return nil
@@ -667,12 +669,12 @@ func (lr *limitRun) startEngine(eos, syncEmit bool) func() error {
 		b.Fatal(err)
 	}
 	cfg := engine.Config[int64]{Fold: lr.fold, Codec: engine.Int64(), Store: backend, Dir: b.TempDir(), Observer: metrics}
-	var em *engine.KafkaEmitter
+	var em *kafkaio.Emitter
 	if eos {
 		cfg.ExactlyOnce = true // CommitInterval: DefaultExactlyOnceCommitInterval
 		cfg.OutputTopics = []string{lr.output}
 	} else {
-		if em, err = engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: lr.brokers}); err != nil {
+		if em, err = kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: lr.brokers}); err != nil {
 			_ = backend.Close()
 			b.Fatal(err)
 		}
@@ -715,7 +717,7 @@ func (lr *limitRun) startEngine(eos, syncEmit bool) func() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		err := e.Run(ctx, engine.KafkaConfig{SeedBrokers: lr.brokers, Group: lr.group, Topics: []string{lr.input}})
+		err := e.Run(ctx, kafkaio.Config{SeedBrokers: lr.brokers, Group: lr.group, Topics: []string{lr.input}})
 		if err != nil {
 			lr.failed(err)
 		}

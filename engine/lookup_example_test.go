@@ -66,7 +66,7 @@ func ExampleConfig_tables() {
 		return
 	}
 	defer e.Close()
-	r, _ := e.NewRunner(simsource.New(cluster, "shop", sim.ClassicEager, 0, "orders"))
+	r, _ := e.Join(simsource.New(cluster, "shop", sim.ClassicEager, 0, "orders"))
 	defer r.Close(ctx)
 
 	ordersTP := store.TopicPartition{Topic: "orders", Partition: 0}

@@ -8,6 +8,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
@@ -101,7 +103,7 @@ func lookupWaitsScript(t *testing.T, c lookupCluster) {
 	}
 	runErr := make(chan error, 1)
 	wg.Go(func() {
-		runErr <- e.Run(ctx, engine.KafkaConfig{SeedBrokers: c.seeds, Group: c.prefix + "shop", Topics: []string{input}, ClientOpts: c.opts})
+		runErr <- e.Run(ctx, kafkaio.Config{SeedBrokers: c.seeds, Group: c.prefix + "shop", Topics: []string{input}, ClientOpts: c.opts})
 	})
 	// However the test ends, Run ends before the engine is closed.
 	defer func() {

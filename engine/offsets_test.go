@@ -7,12 +7,13 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/snapfence/snapfence/internal/input"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -57,7 +58,7 @@ func (w *fakeWorld) failOffsetFetches(t *testing.T, code int16, n int) {
 // is asked again until the offset lands.
 func TestCommittedOffsetReadErrorsAreNotAbsentOffsets(t *testing.T) {
 	tp := store.TopicPartition{Topic: "accounts", Partition: 0}
-	src := func(t *testing.T, w *fakeWorld) engine.Source {
+	src := func(t *testing.T, w *fakeWorld) input.Source {
 		r := w.runner(w.engine(), kgo.Balancers(kgo.RangeBalancer()))
 		t.Cleanup(func() { _ = r.Close(context.Background()) })
 		return r.Source()

@@ -45,7 +45,7 @@ type outputMode[S any] interface {
 }
 
 // newOutputMode is the mode r's configuration asks for.
-func newOutputMode[S any](r *Runner[S]) outputMode[S] {
+func newOutputMode[S any](r *Member[S]) outputMode[S] {
 	if cfg := &r.e.cfg; cfg.ExactlyOnce {
 		outs := slices.Clone(cfg.OutputTopics)
 		if cfg.DeadLetterTopic != "" {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -133,7 +134,7 @@ func stateDeadLetter(topic string, se *RecoveredStateError) Output {
 
 // deadLetter is the dead letter of a record (nil for a tick) that failed
 // with fe.
-func deadLetter(topic string, rec *Record, fe *FoldError) Output {
+func deadLetter(topic string, rec *input.Record, fe *FoldError) Output {
 	what := fmt.Sprint(fe.Err)
 	if fe.Panic != nil {
 		what = fmt.Sprintf("panic: %v", fe.Panic)

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -21,12 +22,12 @@ type refusedPolls struct {
 	polls     int
 }
 
-func (s *refusedPolls) Poll(context.Context, func() time.Duration) ([]Record, error) {
+func (s *refusedPolls) Poll(context.Context, func() time.Duration) ([]input.Record, error) {
 	s.polls++
 	if s.polls <= s.transient {
 		return nil, errors.New("broker away")
 	}
-	return nil, &store.ConfigError{Subject: "KafkaConfig.Group", Problem: `the consumer may not join group "g"`,
+	return nil, &store.ConfigError{Subject: "kafkaio.Config.Group", Problem: `the consumer may not join group "g"`,
 		Fix: "grant the principal READ on the group", Err: errors.New("GROUP_AUTHORIZATION_FAILED")}
 }
 
@@ -39,7 +40,7 @@ func TestAPollRefusedForGoodEndsRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, e := keepingEngine(t)
 		src := &refusedPolls{transient: 3}
-		r, err := e.NewRunner(func(Handler) (Source, error) { return src, nil })
+		r, err := e.Join(input.OpenFunc(func(input.Opening) (input.Source, error) { return src, nil }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +48,7 @@ func TestAPollRefusedForGoodEndsRun(t *testing.T) {
 		defer cancel()
 		err = r.Run(ctx)
 		var ce *store.ConfigError
-		if !errors.As(err, &ce) || !errors.Is(err, store.ErrMisconfigured) || ce.Subject != "KafkaConfig.Group" {
+		if !errors.As(err, &ce) || !errors.Is(err, store.ErrMisconfigured) || ce.Subject != "kafkaio.Config.Group" {
 			t.Fatalf("Run = %v, want the poll's ConfigError", err)
 		}
 		if ctx.Err() != nil {
@@ -73,7 +74,7 @@ func (s *sleepingPolls) Sleep(_ context.Context, d time.Duration) { s.sleeps = a
 func TestRunBacksOffFailedPollsOnTheSourcesClock(t *testing.T) {
 	_, e := keepingEngine(t)
 	src := &sleepingPolls{refusedPolls: refusedPolls{transient: 4}}
-	r, err := e.NewRunner(func(Handler) (Source, error) { return src, nil })
+	r, err := e.Join(input.OpenFunc(func(input.Opening) (input.Source, error) { return src, nil }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -25,7 +27,7 @@ import (
 // missing output topics, in both output modes.
 
 // outputMode sets c's outputs exactly once, committing every commitEvery,
-// or at least once through a KafkaEmitter that checks the output topics
+// or at least once through a kafkaio.Emitter that checks the output topics
 // at start.
 func (w *brokerWorld) outputMode(c *engine.Config[int], eos bool, commitEvery time.Duration) {
 	if eos {
@@ -36,9 +38,9 @@ func (w *brokerWorld) outputMode(c *engine.Config[int], eos bool, commitEvery ti
 	c.StartEmit, c.CheckOutputTopics = em.StartEmit, em.CheckTopics
 }
 
-// emitterOf is a KafkaEmitter on w's broker, closed with the test.
-func (w *brokerWorld) emitterOf() *engine.KafkaEmitter {
-	em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.brokers})
+// emitterOf is a kafkaio.Emitter on w's broker, closed with the test.
+func (w *brokerWorld) emitterOf() *kafkaio.Emitter {
+	em, err := kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: w.brokers})
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
@@ -44,7 +46,7 @@ func TestOutputTheBrokerRefusesIsDeadLetteredOnKfake(t *testing.T) {
 						c.ExactlyOnce = true
 						return
 					}
-					em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.c.ListenAddrs(), ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
+					em, err := kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: w.c.ListenAddrs(), ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}})
 					if err != nil {
 						t.Fatal(err)
 					}

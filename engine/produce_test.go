@@ -210,7 +210,7 @@ func TestAPartitionThatKeepsFailingIsNotReadyOnSim(t *testing.T) {
 }
 
 // simTopicCheck is a Config.CheckOutputTopics over the simulated
-// cluster: a missing topic is a *store.ConfigError, as KafkaEmitter's.
+// cluster: a missing topic is a *store.ConfigError, as kafkaio.Emitter's.
 func (w *eosWorld) simTopicCheck(calls *atomic.Int32) func(context.Context, []string) error {
 	return func(_ context.Context, topics []string) error {
 		calls.Add(1)
@@ -354,7 +354,7 @@ func TestAPoisonStopCommitsNothingPastUndeliveredOutputsOnSim(t *testing.T) {
 // refusingWorld is an eosWorld with a topic "notes" whose
 // max.message.bytes is noteLimit, where notedTo sends notes: the broker
 // refuses a longer note's output for good, in both modes (at least once,
-// refusingEmit reports it as the KafkaEmitter does).
+// refusingEmit reports it as the kafkaio.Emitter does).
 func refusingWorld(t *testing.T, eos bool, poison engine.PoisonPolicy) *eosWorld {
 	w := newEOSWorld(t, eos)
 	if err := w.c.CreateTopic("notes", sim.TopicConfig{Partitions: 2, MaxMessageBytes: noteLimit}); err != nil {
@@ -393,7 +393,7 @@ func notedTo(topic string) engine.FoldFunc[int] {
 }
 
 // refusingEmit is emitPlain reporting the outputs the cluster refuses
-// for good in EmitError.Refused, as the KafkaEmitter does; the others are
+// for good in EmitError.Refused, as the kafkaio.Emitter does; the others are
 // delivered.
 func (w *eosWorld) refusingEmit(_ context.Context, outs []engine.Output) error {
 	var first *engine.EmitError

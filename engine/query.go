@@ -173,7 +173,7 @@ func (q *readers[S]) list() []store.TopicPartition {
 }
 
 // notOwned is the error of a query of tp, which has no running flow.
-func (r *Runner[S]) notOwned(tp store.TopicPartition) error {
+func (r *Member[S]) notOwned(tp store.TopicPartition) error {
 	st, ok := r.status.partition(tp)
 	switch {
 	case !ok:
@@ -191,7 +191,7 @@ func (r *Runner[S]) notOwned(tp store.TopicPartition) error {
 }
 
 // Get is Engine.Get on this runner.
-func (r *Runner[S]) Get(ctx context.Context, tp store.TopicPartition, key []byte, mode ReadMode) (Entry[S], bool, error) {
+func (r *Member[S]) Get(ctx context.Context, tp store.TopicPartition, key []byte, mode ReadMode) (Entry[S], bool, error) {
 	none := Entry[S]{Key: key, Offset: -1}
 	if err := ctx.Err(); err != nil {
 		return none, false, err
@@ -224,7 +224,7 @@ func (r *Runner[S]) Get(ctx context.Context, tp store.TopicPartition, key []byte
 }
 
 // Range is Engine.Range on this runner.
-func (r *Runner[S]) Range(ctx context.Context, tp store.TopicPartition, mode ReadMode) iter.Seq2[Entry[S], error] {
+func (r *Member[S]) Range(ctx context.Context, tp store.TopicPartition, mode ReadMode) iter.Seq2[Entry[S], error] {
 	return func(yield func(Entry[S], error) bool) {
 		var next func(after []byte) ([]Entry[S], []byte, bool, error)
 		switch mode {
@@ -263,7 +263,7 @@ func (r *Runner[S]) Range(ctx context.Context, tp store.TopicPartition, mode Rea
 
 // committedPages reads tp's committed states a page at a time, each page
 // under the flow it began with.
-func (r *Runner[S]) committedPages(tp store.TopicPartition) func(after []byte) ([]Entry[S], []byte, bool, error) {
+func (r *Member[S]) committedPages(tp store.TopicPartition) func(after []byte) ([]Entry[S], []byte, bool, error) {
 	h0 := r.queries.get(tp)
 	return func(after []byte) ([]Entry[S], []byte, bool, error) {
 		h := r.queries.get(tp)
@@ -282,7 +282,7 @@ func (r *Runner[S]) committedPages(tp store.TopicPartition) func(after []byte) (
 // are the next committed ones merged with the keys dirty when the range
 // began (a key with state is one or the other), and each is read under
 // the runner's lock, from the flow the range began with.
-func (r *Runner[S]) latestPages(ctx context.Context, tp store.TopicPartition) func(after []byte) ([]Entry[S], []byte, bool, error) {
+func (r *Member[S]) latestPages(ctx context.Context, tp store.TopicPartition) func(after []byte) ([]Entry[S], []byte, bool, error) {
 	var f0 *flow[S]
 	var dirty []string
 	begun := false

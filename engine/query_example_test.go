@@ -34,7 +34,7 @@ func ExampleEngine_Get() {
 		return
 	}
 	defer e.Close()
-	r, _ := e.NewRunner(simsource.New(cluster, "bank", sim.ClassicEager, 0, "accounts"))
+	r, _ := e.Join(simsource.New(cluster, "bank", sim.ClassicEager, 0, "accounts"))
 	defer r.Close(ctx)
 
 	tp := store.TopicPartition{Topic: "accounts", Partition: 0}

@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
@@ -52,7 +54,7 @@ func flushedByHand(w *simWorld) *engine.Engine[int] {
 
 // stepAll steps r until it runs both partitions, and once more: what was
 // produced is folded.
-func stepAll(t *testing.T, r *engine.Runner[int]) {
+func stepAll(t *testing.T, r *engine.Member[int]) {
 	t.Helper()
 	for {
 		if err := r.Step(context.Background()); err != nil {
@@ -352,7 +354,7 @@ func TestQueriesDuringRebalancesOnSim(t *testing.T) {
 			}
 		}
 	}
-	var rb *engine.Runner[int]
+	var rb *engine.Member[int]
 	for i := range 40 {
 		w.produce("alice=+1", "dave=+1")
 		switch i {
@@ -364,7 +366,7 @@ func TestQueriesDuringRebalancesOnSim(t *testing.T) {
 			}
 			ra = w.runner(ea)
 		}
-		for _, r := range []*engine.Runner[int]{ra, rb} {
+		for _, r := range []*engine.Member[int]{ra, rb} {
 			if r != nil {
 				if err := r.Step(context.Background()); err != nil {
 					t.Error(err)
@@ -397,7 +399,7 @@ func TestQueriesWhileRunningOnKfake(t *testing.T) {
 		var wg sync.WaitGroup
 		run := func(e *engine.Engine[int]) {
 			wg.Go(func() {
-				if err := e.Run(ctx, engine.KafkaConfig{SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
+				if err := e.Run(ctx, kafkaio.Config{SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
 					ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}}); err != nil {
 					t.Error(err)
 				}

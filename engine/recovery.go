@@ -65,7 +65,7 @@ type recoveryOutcome[S any] struct {
 // start carries out actStart: it hands tps' takeovers and recoveries to
 // the source's background (Source.Go), and reaps those that ended by the
 // time it returns (on the simulated cluster, all of them).
-func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, discard bool) {
+func (r *Member[S]) start(ctx context.Context, tps []store.TopicPartition, discard bool) {
 	begin := r.src.Now()
 	group, outputs := r.src.Identity().Group, r.mode.outputTopics()
 	rcs := make([]*recovery[S], len(tps))
@@ -94,7 +94,7 @@ func (r *Runner[S]) start(ctx context.Context, tps []store.TopicPartition, disca
 
 // takeOver takes rcs' partitions over, in order, then recovers each one
 // taken, each off the polling goroutine.
-func (r *Runner[S]) takeOver(rcs []*recovery[S]) {
+func (r *Member[S]) takeOver(rcs []*recovery[S]) {
 	parts := make([]store.Partition, len(rcs))
 	for i, rc := range rcs {
 		err := context.Cause(rc.ctx)
@@ -119,7 +119,7 @@ func (r *Runner[S]) takeOver(rcs []*recovery[S]) {
 // recover recovers an acquired partition's state into a new flow, from
 // the cache's checkpoint (a delta) when there is a usable one, in full
 // otherwise, and waits for the tables. A failure releases part.
-func (r *Runner[S]) recover(rc *recovery[S], part store.Partition) {
+func (r *Member[S]) recover(rc *recovery[S], part store.Partition) {
 	out := &rc.out
 	out.assigned = part.CommittedOffset()
 	c, err := core.New(core.Config[S, Output]{Input: rc.tp, Fold: r.e.coreFold(), Tick: r.e.coreTick(), Timer: r.e.coreTimer(), Codec: r.e.cfg.Codec,
@@ -156,7 +156,7 @@ func (r *Runner[S]) recover(rc *recovery[S], part store.Partition) {
 // checkpoint when there is a usable one, and in full, from an empty
 // cache, when there is none or the store refuses it. It notes in out
 // which keys do not decode.
-func (r *Runner[S]) readSnapshots(ctx context.Context, f *flow[S], out *recoveryOutcome[S], discard bool) error {
+func (r *Member[S]) readSnapshots(ctx context.Context, f *flow[S], out *recoveryOutcome[S], discard bool) error {
 	cp, delta, reason := r.recoveryBase(f, discard)
 	out.cp, out.delta, out.reason = cp, delta, reason
 	if !delta {
@@ -192,7 +192,7 @@ func (r *Runner[S]) readSnapshots(ctx context.Context, f *flow[S], out *recovery
 
 // readInto folds snaps into f's core, counting them in out; refused is
 // the store's refusal of a delta's checkpoint, if it refused it.
-func (r *Runner[S]) readInto(f *flow[S], snaps iter.Seq2[store.Snapshot, error], bad undecodable, out *recoveryOutcome[S]) (refused *store.CheckpointError, err error) {
+func (r *Member[S]) readInto(f *flow[S], snaps iter.Seq2[store.Snapshot, error], bad undecodable, out *recoveryOutcome[S]) (refused *store.CheckpointError, err error) {
 	for s, err := range snaps {
 		if ce, ok := errors.AsType[*store.CheckpointError](err); ok && out.delta {
 			return ce, nil
@@ -212,7 +212,7 @@ func (r *Runner[S]) readInto(f *flow[S], snaps iter.Seq2[store.Snapshot, error],
 // decode under DiscardUndecodableState; otherwise the first of them fails
 // the recovery, before the checkpoint and the positioning: nothing is
 // deleted.
-func (r *Runner[S]) discardUndecodable(f *flow[S], out *recoveryOutcome[S], discard bool) error {
+func (r *Member[S]) discardUndecodable(f *flow[S], out *recoveryOutcome[S], discard bool) error {
 	if len(out.undecoded) > 0 && !discard {
 		se := out.undecoded[0]
 		se.Keys = len(out.undecoded)
@@ -232,7 +232,7 @@ func (r *Runner[S]) discardUndecodable(f *flow[S], out *recoveryOutcome[S], disc
 
 // reapRecoveries hands the outcomes of the recoveries that ended to the
 // scheduler, in partition order, on the polling goroutine.
-func (r *Runner[S]) reapRecoveries(ctx context.Context) {
+func (r *Member[S]) reapRecoveries(ctx context.Context) {
 	for _, tp := range sortedKeys(r.recoveries) {
 		rc := r.recoveries[tp]
 		if rc == nil {
@@ -253,7 +253,7 @@ func (r *Runner[S]) reapRecoveries(ctx context.Context) {
 // runs, opens it to queries and positions the input at the committed
 // offset the takeover resolved (also at assignment: the Kafka source
 // fetches a partition only from where it is told).
-func (r *Runner[S]) reapRecovery(ctx context.Context, rc *recovery[S]) {
+func (r *Member[S]) reapRecovery(ctx context.Context, rc *recovery[S]) {
 	tp, out := rc.tp, &rc.out
 	proceed, acts := r.sched.acquired(tp, out.acquireErr, r.src.Now())
 	r.do(ctx, acts)
@@ -278,7 +278,7 @@ func (r *Runner[S]) reapRecovery(ctx context.Context, rc *recovery[S]) {
 }
 
 // logRecovered counts and logs a recovery that ended in a running flow.
-func (r *Runner[S]) logRecovered(tp store.TopicPartition, out *recoveryOutcome[S]) {
+func (r *Member[S]) logRecovered(tp store.TopicPartition, out *recoveryOutcome[S]) {
 	kind := "delta"
 	if !out.delta {
 		kind = "full"
@@ -298,7 +298,7 @@ func (r *Runner[S]) logRecovered(tp store.TopicPartition, out *recoveryOutcome[S
 
 // cancelRecovery carries out actCancel: tp's recovery ends, and what it
 // took is released, before the callback that released tp returns.
-func (r *Runner[S]) cancelRecovery(tp store.TopicPartition) {
+func (r *Member[S]) cancelRecovery(tp store.TopicPartition) {
 	rc := r.recoveries[tp]
 	if rc == nil {
 		return
@@ -310,7 +310,7 @@ func (r *Runner[S]) cancelRecovery(tp store.TopicPartition) {
 }
 
 // discardRecovery releases the flow a recovery made, if it made one.
-func (r *Runner[S]) discardRecovery(out *recoveryOutcome[S]) {
+func (r *Member[S]) discardRecovery(out *recoveryOutcome[S]) {
 	if f := out.flow; f != nil {
 		out.flow = nil
 		if err := f.core.DropUncommitted(); err != nil {
@@ -321,7 +321,7 @@ func (r *Runner[S]) discardRecovery(out *recoveryOutcome[S]) {
 }
 
 // recovering reports whether a recovery is in flight.
-func (r *Runner[S]) recovering() bool { return len(r.recoveries) > 0 }
+func (r *Member[S]) recovering() bool { return len(r.recoveries) > 0 }
 
 // Settle waits until the takeovers and recoveries in flight have ended,
 // and hands their outcomes to the scheduler as the next Step would: their
@@ -330,7 +330,7 @@ func (r *Runner[S]) recovering() bool { return len(r.recoveries) > 0 }
 // recovered within its step, as the simulated cluster's worlds do;
 // Engine.Run never waits for a recovery. It returns ctx's error if ctx
 // ends first.
-func (r *Runner[S]) Settle(ctx context.Context) error {
+func (r *Member[S]) Settle(ctx context.Context) error {
 	if err := r.mu.LockContext(ctx); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -36,7 +37,7 @@ type source struct {
 	letter bool
 }
 
-func recordSource(rec *Record) source { return source{offset: rec.Offset, key: rec.Key} }
+func recordSource(rec *input.Record) source { return source{offset: rec.Offset, key: rec.Key} }
 
 // firedSource is the source of a key's tick (timer nil) or timer outputs.
 func firedSource(key []byte, timer *store.Timer) source {

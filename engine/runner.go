@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,71 +12,24 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/internal/chanmutex"
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
 
-// Source is the group consumer a Runner drives: franz-go against Kafka
-// (NewKafkaSource), or a member of a simulated cluster (simsource.New).
-type Source interface {
-	// Poll polls once, waiting for records at most as long as wait says,
-	// and returns the records fetched. It calls wait once the poll has
-	// its turn, after any rebalance callback that went first (a callback
-	// that starts recoveries shortens the wait). Rebalance callbacks
-	// reach the Handler the source was made with: inside Poll (the sim)
-	// or between a PollDone and the next Poll (franz-go).
-	Poll(ctx context.Context, wait func() time.Duration) ([]Record, error)
-	// PollDone ends the processing of a poll; rebalances may run now.
-	PollDone()
-	// Identity is the group identity the client reports now.
-	Identity() store.GroupIdentity
-	// CommittedOffset reads the group's committed offset of tp, or the
-	// offset the input would reset to if none is committed.
-	CommittedOffset(ctx context.Context, tp store.TopicPartition) (int64, error)
-	// Seek makes the next fetch of tp start at offset.
-	Seek(tp store.TopicPartition, offset int64)
-	// Pause stops fetching tp; Resume starts again.
-	Pause(tp store.TopicPartition)
-	Resume(tp store.TopicPartition)
-	// Now is the source's clock (virtual for the sim).
-	Now() time.Time
-	// Sleep waits d on the source's clock, or until ctx ends: Run's
-	// backoff after a poll that failed.
-	Sleep(ctx context.Context, d time.Duration)
-	// Go runs f off the polling goroutine: the takeovers and recoveries
-	// of new partitions run there while the others fold. Once f
-	// returns, the poll in flight, if any, ends, so that its outcome is
-	// taken in at once. The Kafka source runs f on a goroutine of its
-	// own; the simulated cluster's runs it at once, on the caller's
-	// goroutine, so that its runs stay reproducible (a recovery there
-	// ends within the callback that starts it).
-	Go(f func())
-	// LogEnd is tp's log end offset (high watermark) as the source last
-	// learnt it; ok is false while it knows none. The runner calls it
-	// after each poll, on the polling goroutine, for its status and lag.
-	LogEnd(tp store.TopicPartition) (offset int64, ok bool)
-	// Close leaves the group (running the revoke callbacks).
-	Close(ctx context.Context) error
-}
-
-// Handler receives a source's rebalance callbacks. Each returns only when
-// the engine is done with the partitions: a revoked partition's flow is gone
-// when Revoked returns.
-type Handler interface {
-	Assigned(ctx context.Context, tps []store.TopicPartition)
-	Revoked(ctx context.Context, tps []store.TopicPartition)
-	Lost(ctx context.Context, tps []store.TopicPartition)
-}
-
-// Runner runs an engine over one source: one group member. Step it, or
-// let Engine.Run loop it.
+// Member is one member of an input's consumer group running the engine,
+// driven by its caller a poll at a time (Step): how a test runs an engine
+// on the simulated cluster, several members at once, with rebalances,
+// crashes (simsource's Member().Stall) and fences, in virtual time. Run
+// drives one until its context ends; Engine.Run makes one and runs it.
 //
-// The runner is the runtime around the scheduler: it polls, folds, and
+// A member is the runtime around the scheduler: it polls, folds, and
 // carries out the scheduler's actions (takeovers, recoveries, flushes,
 // commits, teardowns), reporting each outcome back. It decides nothing
 // about a partition's life itself.
-type Runner[S any] struct {
+type Member[S any] struct {
 	e    *Engine[S]
-	src  Source
+	src  input.Source
 	mode outputMode[S]
 	// published is the identity read after the last poll, once valid: the
 	// store reads it for every transaction.
@@ -130,10 +82,57 @@ type flow[S any] struct {
 	inflightWeight int
 }
 
-// NewRunner returns a runner over the source that newSource makes with the
-// runner's rebalance handler.
-func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[S], error) {
-	r := &Runner[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1), logs: newLogLimiter(), checkedTopics: map[string]bool{},
+// Input is the input an engine folds: a consumer group's member over
+// topics. The Kafka adapter (engine/kafkaio) and the simulated cluster's
+// (engine/simsource) make one; its method is theirs.
+type Input interface {
+	// Open opens the input's source for one member of the engine, with
+	// what the engine tells it (input.Opening).
+	Open(input.Opening) (input.Source, error)
+}
+
+// Run runs the engine on in (a kafkaio.Config for Kafka) until ctx ends,
+// then leaves in's group cleanly (the revoke callback flushes and
+// commits), and returns nil; or
+// until a failure that retrying cannot fix, which it returns after
+// leaving the group the same way (docs/operations.md, the failure model):
+//
+//   - a configuration that cannot work (a missing topic, a snapshot topic
+//     that is not compacted, an option): an error matching
+//     store.ErrMisconfigured, most of them a *store.ConfigError naming
+//     the topic or option and the fix;
+//   - a poison record under StopOnPoison: the *FoldError naming its topic,
+//     partition, offset and key, after everything before it is committed;
+//   - a state that does not decode under StopOnUndecodableState
+//     (*RecoveredStateError, naming the key), a snapshot
+//     record that is not snapfence's (*store.CorruptRecordError), a
+//     snapshot over the size limit (*store.ValueTooLargeError);
+//   - a committed offset held past UnstableOffsetTimeout
+//     (*store.UnstableOffsetError);
+//   - state or a transactional.id of another application
+//     (*store.ForeignStateError): a snapshot topic or a
+//     TransactionalIDPrefix shared by mistake.
+//
+// An input given no group joins the store's application's (store.Named):
+// one name for the group, the snapshot topics and the transactional ids.
+//
+// Everything else is transient or expected and is retried: a failed poll
+// after a backoff, a partition's failure by restarting it from its
+// committed state (see Config). Those are logged at a bounded rate and
+// reported to Config.Observer; none is returned.
+func (e *Engine[S]) Run(ctx context.Context, in Input) (err error) {
+	defer e.trackRun()(&err)
+	r, err := e.Join(in)
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
+// Join makes a member of in's consumer group running e, to step by hand
+// (Member.Step) or run (Member.Run).
+func (e *Engine[S]) Join(in Input) (*Member[S], error) {
+	r := &Member[S]{e: e, ready: make(chan struct{}), mu: make(chanMutex, 1), logs: newLogLimiter(), checkedTopics: map[string]bool{},
 		recoveries: map[store.TopicPartition]*recovery[S]{}}
 	r.life, r.endLife = context.WithCancel(context.Background())
 	r.mode = newOutputMode(r)
@@ -147,7 +146,7 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 		skipPoison:         e.cfg.Poison != StopOnPoison,
 		discardUndecodable: e.cfg.UndecodableState == DiscardUndecodableState,
 	}, time.Time{})
-	src, err := newSource(rebalanceHandler[S]{r})
+	src, err := in.Open(input.Opening{Handler: rebalanceHandler[S]{r}, Application: storeApplication(e.cfg.Store)})
 	if err != nil {
 		r.endLife()
 		return nil, err
@@ -165,7 +164,7 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 	e.runner.Store(r) // built: queries may read it
 	e.runMu.Lock()
 	if e.open == nil {
-		e.open = map[*Runner[S]]bool{}
+		e.open = map[*Member[S]]bool{}
 	}
 	e.open[r] = true
 	e.runMu.Unlock()
@@ -178,9 +177,9 @@ func (e *Engine[S]) NewRunner(newSource func(Handler) (Source, error)) (*Runner[
 // are left as they are, and r must not be used again. It is for
 // harnesses that crash a process's engine in-process (the simulated
 // cluster's worlds, a test of a fold's behaviour across crashes):
-// Engine.Close refuses while a Runner is open, and closes the cache
+// Engine.Close refuses while a Member is open, and closes the cache
 // once every runner is closed or abandoned.
-func (r *Runner[S]) Abandon() {
+func (r *Member[S]) Abandon() {
 	r.mu.Lock()
 	r.endLife() // the recoveries in flight end, as the process would
 	for _, rc := range r.recoveries {
@@ -192,7 +191,7 @@ func (r *Runner[S]) Abandon() {
 
 // release stops r counting as open, once: Engine.Close may close the
 // cache after it.
-func (r *Runner[S]) release() {
+func (r *Member[S]) release() {
 	if r.released.CompareAndSwap(false, true) {
 		r.e.runMu.Lock()
 		delete(r.e.open, r)
@@ -202,7 +201,7 @@ func (r *Runner[S]) release() {
 
 // identity is the runner's store.IdentityReader: the identity published
 // after the last poll.
-type identity[S any] struct{ r *Runner[S] }
+type identity[S any] struct{ r *Member[S] }
 
 func (id identity[S]) CurrentIdentity() store.GroupIdentity {
 	if p := id.r.published.Load(); p != nil {
@@ -213,14 +212,14 @@ func (id identity[S]) CurrentIdentity() store.GroupIdentity {
 
 // publish records the client's identity after a poll. An identity that is
 // not valid yet is never published.
-func (r *Runner[S]) publish() {
+func (r *Member[S]) publish() {
 	if id := r.src.Identity(); id.Valid() {
 		r.published.Store(&id)
 	}
 }
 
 // Errors returns the errors that stopped flows so far.
-func (r *Runner[S]) Errors() []error {
+func (r *Member[S]) Errors() []error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]error(nil), r.errs...)
@@ -230,7 +229,7 @@ func (r *Runner[S]) Errors() []error {
 // flushes, commits and ticks that are due. An error that ends the runner
 // (a partition whose acquisition could not finish, an
 // *store.UnstableOffsetError) is returned by this and every later Step.
-func (r *Runner[S]) Step(ctx context.Context) error {
+func (r *Member[S]) Step(ctx context.Context) error {
 	if err := r.fatalErr(); err != nil {
 		return err
 	}
@@ -246,12 +245,12 @@ func (r *Runner[S]) Step(ctx context.Context) error {
 }
 
 // checkOutputTopics runs Config.CheckOutputTopics (by default the
-// source's TopicChecker, if it is one) once, before the first poll, so that a missing output or dead-letter topic ends the run
+// source's) once, before the first poll, so that a missing output or dead-letter topic ends the run
 // before anything is folded, not when the first output meets it (after a
 // delivery timeout, or with the dead letter of a record already skipped).
 // A configuration error ends the runner; another error (a broker down) is
 // returned, and the check runs again at the next Step.
-func (r *Runner[S]) checkOutputTopics(ctx context.Context) error {
+func (r *Member[S]) checkOutputTopics(ctx context.Context) error {
 	cfg := &r.e.cfg
 	check := r.topicCheck()
 	if r.topicsChecked || cfg.ExactlyOnce || check == nil {
@@ -288,15 +287,12 @@ func (r *Runner[S]) checkOutputTopics(ctx context.Context) error {
 }
 
 // topicCheck is the check of output topics: Config.CheckOutputTopics, or
-// the source's if it is a TopicChecker; nil if neither.
-func (r *Runner[S]) topicCheck() func(context.Context, []string) error {
+// the source's.
+func (r *Member[S]) topicCheck() func(context.Context, []string) error {
 	if check := r.e.cfg.CheckOutputTopics; check != nil {
 		return check
 	}
-	if tc, ok := r.src.(TopicChecker); ok {
-		return tc.CheckTopics
-	}
-	return nil
+	return r.src.CheckTopics
 }
 
 // checkNewTopics checks, at least once, the topics of outs not checked
@@ -306,7 +302,7 @@ func (r *Runner[S]) topicCheck() func(context.Context, []string) error {
 // wait. Any other failure of the check leaves the topic to the emitter.
 // Only with Config.CheckOutputTopics: without it an output's Topic may
 // name anything a user's Emit delivers to, not a Kafka topic.
-func (r *Runner[S]) checkNewTopics(ctx context.Context, outs []Output) error {
+func (r *Member[S]) checkNewTopics(ctx context.Context, outs []Output) error {
 	check := r.e.cfg.CheckOutputTopics
 	if check == nil {
 		return nil
@@ -336,7 +332,7 @@ func (r *Runner[S]) checkNewTopics(ctx context.Context, outs []Output) error {
 	return nil
 }
 
-func (r *Runner[S]) fatalErr() error {
+func (r *Member[S]) fatalErr() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.sched.fatal
@@ -345,7 +341,7 @@ func (r *Runner[S]) fatalErr() error {
 // step is one poll and what follows it. The poll's callbacks run while it
 // is out (inside Poll for the sim, between PollDone and the next Poll for
 // franz-go), each under r.mu.
-func (r *Runner[S]) step(ctx context.Context) error {
+func (r *Member[S]) step(ctx context.Context) error {
 	r.mu.Lock()
 	r.sched.pollStarting()
 	r.mu.Unlock()
@@ -397,7 +393,7 @@ func (r *Runner[S]) step(ctx context.Context) error {
 
 // wakeups are the runner's reasons for a poll to end before the
 // scheduler's next timer (scheduler.pollWait).
-func (r *Runner[S]) wakeups() wakeups[*flow[S]] {
+func (r *Member[S]) wakeups() wakeups[*flow[S]] {
 	w := wakeups[*flow[S]]{
 		timer:      func(f *flow[S]) (int64, bool) { return f.core.NextProcessingTimer() },
 		busy:       func(f *flow[S]) bool { return len(f.inflight) > 0 },
@@ -417,7 +413,7 @@ func (r *Runner[S]) wakeups() wakeups[*flow[S]] {
 
 // timersDue reports whether a running flow has a timer due at now (Unix
 // milliseconds) or at its watermark.
-func (r *Runner[S]) timersDue(now int64) bool {
+func (r *Member[S]) timersDue(now int64) bool {
 	return r.sched.timersDueIn(func(f *flow[S]) bool { return f.core.TimersDue(now) })
 }
 
@@ -425,7 +421,7 @@ func (r *Runner[S]) timersDue(now int64) bool {
 // Call it before anything that writes a snapshot or commits an offset,
 // before the actions that do it are computed: a failure fails partitions
 // (emitFailed).
-func (r *Runner[S]) awaitEmit(ctx context.Context) error {
+func (r *Member[S]) awaitEmit(ctx context.Context) error {
 	if err := r.mode.await(); err != nil {
 		return r.emitFailed(ctx, err)
 	}
@@ -437,7 +433,7 @@ func (r *Runner[S]) awaitEmit(ctx context.Context) error {
 // are lost with the folds that made them: their flows stop, so nothing
 // commits past them, and restart from the committed state, which replays
 // the records.
-func (r *Runner[S]) emitFailed(ctx context.Context, err error) error {
+func (r *Member[S]) emitFailed(ctx context.Context, err error) error {
 	var from []store.TopicPartition
 	if ef, ok := err.(*emitFailure); ok {
 		err, from = ef.err, ef.from
@@ -456,7 +452,7 @@ func (r *Runner[S]) emitFailed(ctx context.Context, err error) error {
 
 // fold folds a poll's records, run by run (a poll's records come in runs
 // of one partition), fires the timers due, and emits their outputs.
-func (r *Runner[S]) fold(ctx context.Context, recs []Record) error {
+func (r *Member[S]) fold(ctx context.Context, recs []input.Record) error {
 	now := r.src.Now().UnixMilli()
 	for i := 0; i < len(recs); {
 		n := runLength(recs[i:])
@@ -482,7 +478,7 @@ func (r *Runner[S]) fold(ctx context.Context, recs []Record) error {
 // time, Unix milliseconds). A failed fold, or a failed commit of a full
 // batch, stops the flow: the rest of the run is not folded (it restarts
 // from the committed state).
-func (r *Runner[S]) foldRun(ctx context.Context, run []Record, now int64) {
+func (r *Member[S]) foldRun(ctx context.Context, run []input.Record, now int64) {
 	tp := recordTP(&run[0])
 	f, ok := r.sched.flow(tp)
 	if !ok {
@@ -518,7 +514,7 @@ func (r *Runner[S]) foldRun(ctx context.Context, run []Record, now int64) {
 // fireTimers runs f's timers due at now (Unix milliseconds) and at its
 // watermark. Their outputs go as a tick's do; a failed handler goes to
 // the poison policy, as a failed tick does. It reports whether f goes on.
-func (r *Runner[S]) fireTimers(ctx context.Context, f *flow[S], now int64) bool {
+func (r *Member[S]) fireTimers(ctx context.Context, f *flow[S], now int64) bool {
 	fired, failed, err := f.core.FireTimers(now)
 	if err != nil {
 		r.do(ctx, r.sched.failed(f.tp, causeTick, fromCore(err), r.src.Now()))
@@ -541,7 +537,7 @@ func (r *Runner[S]) fireTimers(ctx context.Context, f *flow[S], now int64) bool 
 // DeadLetterPoison its dead letter goes with f's outputs, and is counted
 // and logged once it is written); otherwise f committed what it folded
 // before the record and stopped, and the runner ends with the error.
-func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *core.FoldError) bool {
+func (r *Member[S]) poisoned(ctx context.Context, f *flow[S], rec *input.Record, cfe *core.FoldError) bool {
 	fe := (*FoldError)(cfe)
 	// The policy may stop f, which commits first: the outputs in flight
 	// before that. A failure may have stopped f itself.
@@ -588,7 +584,7 @@ func (r *Runner[S]) poisoned(ctx context.Context, f *flow[S], rec *Record, cfe *
 // logged at a bounded rate, and under DeadLetterPoison its snapshot's
 // bytes go to the dead-letter topic. (The tombstones go with the next
 // flush or batch.)
-func (r *Runner[S]) discarded(f *flow[S], bad []*RecoveredStateError) {
+func (r *Member[S]) discarded(f *flow[S], bad []*RecoveredStateError) {
 	if len(bad) == 0 {
 		return
 	}
@@ -643,7 +639,7 @@ func (u undecodable) sorted() []*RecoveredStateError {
 
 // deadLetters is the dead letter of a record, or nil if the policy sends
 // none.
-func (r *Runner[S]) deadLetters(rec *Record, cfe *core.FoldError) []Output {
+func (r *Member[S]) deadLetters(rec *input.Record, cfe *core.FoldError) []Output {
 	if r.e.cfg.Poison != DeadLetterPoison {
 		return nil
 	}
@@ -656,7 +652,7 @@ func (r *Runner[S]) deadLetters(rec *Record, cfe *core.FoldError) []Output {
 
 // runLength is the length of the run of one partition's records that
 // starts recs.
-func runLength(recs []Record) int {
+func runLength(recs []input.Record) int {
 	n := 1
 	for n < len(recs) && recs[n].Partition == recs[0].Partition && recs[n].Topic == recs[0].Topic {
 		n++
@@ -664,12 +660,12 @@ func runLength(recs []Record) int {
 	return n
 }
 
-func recordTP(rec *Record) store.TopicPartition {
+func recordTP(rec *input.Record) store.TopicPartition {
 	return store.TopicPartition{Topic: rec.Topic, Partition: rec.Partition}
 }
 
 // do carries out the scheduler's actions, in order.
-func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
+func (r *Member[S]) do(ctx context.Context, acts []action[*flow[S]]) {
 	syncStatus(r.status, r.sched, acts)
 	for _, a := range acts {
 		switch a.kind {
@@ -708,7 +704,7 @@ func (r *Runner[S]) do(ctx context.Context, acts []action[*flow[S]]) {
 
 // reapAll reaps what the running flows have done, in partition order;
 // a failure goes to the scheduler.
-func (r *Runner[S]) reapAll(ctx context.Context) {
+func (r *Member[S]) reapAll(ctx context.Context) {
 	for _, f := range r.sched.running() {
 		if err := r.reap(ctx, f, false); err != nil {
 			r.failed(ctx, f, err)
@@ -718,7 +714,7 @@ func (r *Runner[S]) reapAll(ctx context.Context) {
 
 // drainAll waits for what every running flow has in flight, in partition
 // order; a failure goes to the scheduler.
-func (r *Runner[S]) drainAll(ctx context.Context) {
+func (r *Member[S]) drainAll(ctx context.Context) {
 	for _, f := range r.sched.running() {
 		if err := r.drain(ctx, f); err != nil {
 			r.failed(ctx, f, err)
@@ -729,7 +725,7 @@ func (r *Runner[S]) drainAll(ctx context.Context) {
 // commitNow commits f and waits for it, and for everything before it.
 // What is in flight ends first, so that the commit takes every dirty
 // key, also one changed while its write was in flight.
-func (r *Runner[S]) commitNow(ctx context.Context, f *flow[S]) error {
+func (r *Member[S]) commitNow(ctx context.Context, f *flow[S]) error {
 	if err := r.drain(ctx, f); err != nil {
 		return err
 	}
@@ -741,7 +737,7 @@ func (r *Runner[S]) commitNow(ctx context.Context, f *flow[S]) error {
 
 // commit commits f; on failure the scheduler decides what becomes of it.
 // It reports whether f still runs.
-func (r *Runner[S]) commit(ctx context.Context, f *flow[S]) bool {
+func (r *Member[S]) commit(ctx context.Context, f *flow[S]) bool {
 	if err := r.mode.commit(ctx, f); err != nil {
 		r.failed(ctx, f, err)
 		cur, ok := r.sched.flow(f.tp)
@@ -750,19 +746,19 @@ func (r *Runner[S]) commit(ctx context.Context, f *flow[S]) bool {
 	return true
 }
 
-func (r *Runner[S]) commitAll(ctx context.Context) {
+func (r *Member[S]) commitAll(ctx context.Context) {
 	for _, f := range r.sched.running() {
 		r.commit(ctx, f)
 	}
 }
 
 // failed reports a failed persist or commit of f.
-func (r *Runner[S]) failed(ctx context.Context, f *flow[S], err error) {
+func (r *Member[S]) failed(ctx context.Context, f *flow[S], err error) {
 	c, err := r.mode.failure(f, err)
 	r.do(ctx, r.sched.failed(f.tp, c, err, r.src.Now()))
 }
 
-func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
+func (r *Member[S]) tick(ctx context.Context, now time.Time) {
 	for _, f := range r.sched.running() { // outputs in a fixed order
 		fired, failed, err := f.core.Tick(now.UnixMilli())
 		if err != nil {
@@ -794,7 +790,7 @@ func (r *Runner[S]) tick(ctx context.Context, now time.Time) {
 // moved to the new generation by revoke time): it is counted and logged
 // at INFO. Anything else is logged at WARN: the new owner still replays,
 // but the revoke-time commit that would spare it the replay was lost.
-func (r *Runner[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
+func (r *Member[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
 	err := r.commitNow(ctx, f)
 	switch {
 	case err == nil:
@@ -812,7 +808,7 @@ func (r *Runner[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
 // line's level is the failure's class: ERROR only for what ends the
 // runner, WARN for a fence (expected in a rebalance) and for a transient
 // failure's restart, whose lines come at a bounded rate.
-func (r *Runner[S]) stop(ctx context.Context, a action[*flow[S]]) {
+func (r *Member[S]) stop(ctx context.Context, a action[*flow[S]]) {
 	if a.flow != nil {
 		if a.commit {
 			// The outputs of the records folded before the poison record
@@ -880,7 +876,7 @@ func fenceReason(err error) string {
 	return name
 }
 
-func (r *Runner[S]) teardown(f *flow[S]) {
+func (r *Member[S]) teardown(f *flow[S]) {
 	// Closed to queries first: a committed read that began before checks
 	// after its read that the flow is still open, and answers
 	// ErrNotOwned.
@@ -896,7 +892,7 @@ func (r *Runner[S]) teardown(f *flow[S]) {
 
 // rebalanceHandler is the runner's Handler: the source calls it, the user
 // never does.
-type rebalanceHandler[S any] struct{ r *Runner[S] }
+type rebalanceHandler[S any] struct{ r *Member[S] }
 
 // Assigned starts every assigned partition without a running flow.
 func (h rebalanceHandler[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
@@ -929,14 +925,14 @@ func (h rebalanceHandler[S]) callback(ctx context.Context, input func() []action
 }
 
 // Flows lists the partitions with a running flow, in order.
-func (r *Runner[S]) Flows() []store.TopicPartition {
+func (r *Member[S]) Flows() []store.TopicPartition {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.sched.runningPartitions()
 }
 
 // State reads a key's current state in a partition's flow.
-func (r *Runner[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) {
+func (r *Member[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f, ok := r.sched.flow(tp)
@@ -954,7 +950,7 @@ func (r *Runner[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) 
 // is answered; other clients see its offsets and snapshots once the
 // coordinator has written its markers, a moment later (a stable
 // OffsetFetch meanwhile may answer no offset yet).
-func (r *Runner[S]) FlushAll(ctx context.Context) {
+func (r *Member[S]) FlushAll(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_ = r.awaitEmit(ctx) // outputs first, as before a timer's commit
@@ -968,7 +964,7 @@ func (r *Runner[S]) FlushAll(ctx context.Context) {
 // their tombstones with the offset past them. Under
 // ExactlyOnce snapshots are written only with their batch, so it commits
 // the open batches, as FlushAll does.
-func (r *Runner[S]) Persist(ctx context.Context) {
+func (r *Member[S]) Persist(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_ = r.awaitEmit(ctx) // as FlushAll
@@ -977,7 +973,7 @@ func (r *Runner[S]) Persist(ctx context.Context) {
 
 // Close leaves the group; the revoke callbacks flush and tear down.
 // Once it has returned, Engine.Close may close the cache.
-func (r *Runner[S]) Close(ctx context.Context) error {
+func (r *Member[S]) Close(ctx context.Context) error {
 	defer r.release()
 	r.status.close()
 	err := r.src.Close(ctx)
@@ -1000,7 +996,7 @@ func (r *Runner[S]) Close(ctx context.Context) error {
 // step that fails otherwise (a poll) is retried after the scheduler's
 // backoff, waited on the source's clock (Source.Sleep). This is
 // Engine.Run's loop, over any source (a simsource member, in tests).
-func (r *Runner[S]) Run(ctx context.Context) error {
+func (r *Member[S]) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		err := r.Step(ctx)
 		if fatal := r.fatalErr(); fatal != nil {
@@ -1035,37 +1031,15 @@ func (r *Runner[S]) Run(ctx context.Context) error {
 }
 
 // Source is the runner's source.
-func (r *Runner[S]) Source() Source { return r.src }
+func (r *Member[S]) Source() input.Source { return r.src }
 
 // sortedKeys is m's partitions by topic, then partition.
 func sortedKeys[V any](m map[store.TopicPartition]V) []store.TopicPartition {
 	return slices.SortedFunc(maps.Keys(m), compareTP)
 }
 
-func compareTP(a, b store.TopicPartition) int {
-	if c := strings.Compare(a.Topic, b.Topic); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Partition, b.Partition)
-}
+func compareTP(a, b store.TopicPartition) int { return a.Compare(b) }
 
-// chanMutex is a mutex made of a channel of one slot. The runner's lock is
-// held through a rebalance callback (a recovery can take a while): a step
-// waiting for it must count as blocked in a testing/synctest bubble, so
-// that virtual time moves and the recovery can finish. A goroutine waiting
-// on a sync.Mutex does not count, and the bubble would hang; one waiting
-// to send on a channel of the bubble does.
-type chanMutex chan struct{}
-
-func (m chanMutex) Lock()   { m <- struct{}{} }
-func (m chanMutex) Unlock() { <-m }
-
-// LockContext is Lock unless ctx ends first (a query that gives up).
-func (m chanMutex) LockContext(ctx context.Context) error {
-	select {
-	case m <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// chanMutex is the runner's lock: a mutex that a testing/synctest bubble
+// sees blocked on (chanmutex).
+type chanMutex = chanmutex.Mutex

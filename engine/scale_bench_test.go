@@ -43,6 +43,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -169,7 +171,7 @@ func ownedPartitions(b *testing.B, brokers []string, n int) {
 	runCtx, stop := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
 	go func() {
-		runErr <- e.Run(runCtx, engine.KafkaConfig{SeedBrokers: brokers, Group: id + "-group", Topics: []string{input}})
+		runErr <- e.Run(runCtx, kafkaio.Config{SeedBrokers: brokers, Group: id + "-group", Topics: []string{input}})
 	}()
 	defer func() {
 		stop()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
-	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -231,7 +230,7 @@ func classify(c cause, err error) class {
 		return classExpected
 	case c == causeSetup:
 		return classPermanent // the cache cannot be set up
-	case c == causeEmit && kafkatopic.RefusedForGood(err):
+	case c == causeEmit && errors.Is(err, store.ErrRecordRefused):
 		// An output the broker refuses for good (too large, invalid):
 		// the replay would make it again.
 		return classPoison
@@ -718,7 +717,7 @@ func (s *scheduler[F]) runningPartitions() []store.TopicPartition {
 //
 // So does a snapshot or output the store refuses before sending it (too
 // large, a reserved key, an output without a topic or for the snapshot
-// topic), or the broker refuses for good (kafkatopic.RefusedForGood):
+// topic), or the broker refuses for good (store.ErrRecordRefused):
 // the fold makes it again on replay.
 func retriable(err error) bool {
 	var fe *FoldError
@@ -728,5 +727,5 @@ func retriable(err error) bool {
 			return false
 		}
 	}
-	return !errors.As(err, &fe) && !errors.As(err, &se) && !kafkatopic.RefusedForGood(err)
+	return !errors.As(err, &fe) && !errors.As(err, &se) && !errors.Is(err, store.ErrRecordRefused)
 }

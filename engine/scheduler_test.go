@@ -5,14 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -264,7 +266,8 @@ func namedError(name string, tp store.TopicPartition) error {
 		return &store.FencedError{Input: tp, Identity: store.GroupIdentity{Group: "g", MemberID: "m", Generation: gen},
 			TransactionalID: store.TransactionalID("app", tp), Reason: errors.New("PRODUCER_FENCED")}
 	case "too-large":
-		return &EmitError{Failed: 1, Total: 1, Topic: "out", Partition: 0, Key: []byte("k"), Err: kerr.MessageTooLarge}
+		// As the Kafka emitter marks a refusal for good.
+		return &EmitError{Failed: 1, Total: 1, Topic: "out", Partition: 0, Key: []byte("k"), Err: kafkatopic.MarkRefused(kerr.MessageTooLarge)}
 	case "table":
 		return &TableError{Input: tp, Table: "prices", Err: errors.New("not caught up within Config.TableTimeout (3m0s)")}
 	case "missing-topic":

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -116,7 +118,7 @@ func (w *securedWorld) commitAll(exactlyOnce bool) {
 
 // stepUntilCommitted steps r until the group committed the input to its
 // end with both partitions flowing (observed, bounded by a minute).
-func (w *securedWorld) stepUntilCommitted(r *engine.Runner[int], logs *logCount) {
+func (w *securedWorld) stepUntilCommitted(r *engine.Member[int], logs *logCount) {
 	t := w.t
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
@@ -145,7 +147,7 @@ func (w *securedWorld) produce(events ...string) {
 // runner is an engine of principal app (TLS and SASL on every client:
 // the store's, the consumer's and the emitter's), exactly once or with the
 // at-least-once emitter, logging into logs.
-func (w *securedWorld) runner(exactlyOnce bool, logs *logCount) *engine.Runner[int] {
+func (w *securedWorld) runner(exactlyOnce bool, logs *logCount) *engine.Member[int] {
 	w.t.Helper()
 	r, err := w.newRunner(exactlyOnce, logs)
 	if err != nil {
@@ -154,9 +156,9 @@ func (w *securedWorld) runner(exactlyOnce bool, logs *logCount) *engine.Runner[i
 	return r
 }
 
-// newRunner is runner with NewRunner's error returned (its input-topic
+// newRunner is runner with Join's error returned (its input-topic
 // check meets the ACLs of the input topic).
-func (w *securedWorld) newRunner(exactlyOnce bool, logs *logCount) (*engine.Runner[int], error) {
+func (w *securedWorld) newRunner(exactlyOnce bool, logs *logCount) (*engine.Member[int], error) {
 	t := w.t
 	t.Helper()
 	b, err := kafka.New(context.Background(), kafka.Config{Mode: store.Transactional, SeedBrokers: w.s.Brokers,
@@ -174,7 +176,7 @@ func (w *securedWorld) newRunner(exactlyOnce bool, logs *logCount) (*engine.Runn
 	if exactlyOnce {
 		cfg.ExactlyOnce, cfg.OutputTopics = true, []string{w.audit(), w.balances()}
 	} else {
-		em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: w.s.Brokers, ClientOpts: auth})
+		em, err := kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: w.s.Brokers, ClientOpts: auth})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,10 +188,10 @@ func (w *securedWorld) newRunner(exactlyOnce bool, logs *logCount) (*engine.Runn
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
-	r, err := e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{
+	r, err := e.Join(kafkaio.Config{
 		SeedBrokers: w.s.Brokers, Group: w.group(), Topics: []string{w.topic},
 		ClientOpts: append(auth, kgo.SessionTimeout(6*time.Second)),
-	}))
+	})
 	return r, err
 }
 

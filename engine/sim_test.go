@@ -91,8 +91,8 @@ func (w *simWorld) engine() *engine.Engine[int] {
 	return e
 }
 
-func (w *simWorld) runner(e *engine.Engine[int]) *engine.Runner[int] {
-	r, err := e.NewRunner(simsource.New(w.c, "bank", sim.ClassicEager, 0, "accounts"))
+func (w *simWorld) runner(e *engine.Engine[int]) *engine.Member[int] {
+	r, err := e.Join(simsource.New(w.c, "bank", sim.ClassicEager, 0, "accounts"))
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func (w *simWorld) runner(e *engine.Engine[int]) *engine.Runner[int] {
 
 // drain steps the runners, a second of virtual time apart, until every
 // event is folded and committed.
-func (w *simWorld) drain(rs ...*engine.Runner[int]) {
+func (w *simWorld) drain(rs ...*engine.Member[int]) {
 	w.t.Helper()
 	ctx := context.Background()
 	for range 60 {
@@ -131,11 +131,11 @@ func (w *simWorld) caughtUp() bool {
 
 // check compares every key's state, read from whichever runner owns its
 // partition, with the ledger.
-func (w *simWorld) check(rs ...*engine.Runner[int]) { checkLedger(w.t, w.want, "accounts", rs...) }
+func (w *simWorld) check(rs ...*engine.Member[int]) { checkLedger(w.t, w.want, "accounts", rs...) }
 
 // checkLedger compares every account's state in topic, read from whichever
 // runner owns its partition, with the ledger.
-func checkLedger(t *testing.T, want ledger, topic string, rs ...*engine.Runner[int]) {
+func checkLedger(t *testing.T, want ledger, topic string, rs ...*engine.Member[int]) {
 	t.Helper()
 	for _, key := range []string{"alice", "bob", "carol", "dave", "erin"} {
 		tp := store.TopicPartition{Topic: topic, Partition: int32(len(key) % 2)}
@@ -159,8 +159,8 @@ func checkLedger(t *testing.T, want ledger, topic string, rs ...*engine.Runner[i
 // restartScript is the kafka-flow restart test: five runs (four restarts)
 // over one input; each run recovers, catches up and checks every key, and
 // more events, deletes among them, arrive between runs.
-func restartScript(t *testing.T, produce func(...string), start func() *engine.Runner[int],
-	drain func(*engine.Runner[int]), check func(*engine.Runner[int])) {
+func restartScript(t *testing.T, produce func(...string), start func() *engine.Member[int],
+	drain func(*engine.Member[int]), check func(*engine.Member[int])) {
 	t.Helper()
 	produce("alice=+10", "bob=+5", "carol=+7", "dave=+1")
 	for run := range 5 {
@@ -190,8 +190,8 @@ func restartScript(t *testing.T, produce func(...string), start func() *engine.R
 // continues, a delete sticks.
 func TestRestartsRecoverStateOnSim(t *testing.T) {
 	w := newSimWorld(t)
-	restartScript(t, w.produce, func() *engine.Runner[int] { return w.runner(w.engine()) },
-		func(r *engine.Runner[int]) { w.drain(r) }, func(r *engine.Runner[int]) { w.check(r) })
+	restartScript(t, w.produce, func() *engine.Member[int] { return w.runner(w.engine()) },
+		func(r *engine.Member[int]) { w.drain(r) }, func(r *engine.Member[int]) { w.check(r) })
 }
 
 // A member that crashes (no revoke, no flush) loses nothing and folds

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -22,20 +23,6 @@ import (
 // over. What a follower writes is committed (read_committed) and its
 // checkpoint is one the store vouches for, so a standby copy is a base
 // like any other the warm restart checks (RecoverFrom).
-
-// PartitionLister is a Source that lists every partition of the topics
-// it consumes; Config.Standby needs one. The Kafka source and
-// simsource.Source are.
-type PartitionLister interface {
-	Partitions(ctx context.Context) ([]store.TopicPartition, error)
-}
-
-// TopicChecker is a Source that can check that topics exist: the
-// runner's default Config.CheckOutputTopics. A missing topic is a
-// *store.ConfigError naming it.
-type TopicChecker interface {
-	CheckTopics(ctx context.Context, topics []string) error
-}
 
 const (
 	// standbyInterval is the least time between two rounds of reads of
@@ -55,8 +42,8 @@ const (
 
 // standbys is a runner's followers. The runner's lock guards it.
 type standbys[S any] struct {
-	r      *Runner[S]
-	lister PartitionLister
+	r      *Member[S]
+	lister input.Source
 	follow store.Follower
 	all    []store.TopicPartition
 	listed time.Time
@@ -76,13 +63,8 @@ type standby[S any] struct {
 	vouched bool
 }
 
-func newStandbys[S any](r *Runner[S]) (*standbys[S], error) {
-	lister, ok := r.src.(PartitionLister)
-	if !ok {
-		return nil, &store.ConfigError{Subject: "Config.Standby", Problem: "the source cannot list its topics' partitions (it is no engine.PartitionLister)",
-			Fix: "use the Kafka source or simsource, or turn Standby off"}
-	}
-	return &standbys[S]{r: r, lister: lister, follow: r.e.cfg.Store.(store.Follower),
+func newStandbys[S any](r *Member[S]) (*standbys[S], error) {
+	return &standbys[S]{r: r, lister: r.src, follow: r.e.cfg.Store.(store.Follower),
 		parts: map[store.TopicPartition]*standby[S]{}, retry: map[store.TopicPartition]time.Time{}, errs: map[store.TopicPartition]error{}}, nil
 }
 

@@ -15,14 +15,14 @@ func TestStandbyFailoverOnKafka(t *testing.T) {
 	protocol := protocols["classic-eager"]
 	standbyFailover(t, standbyTier{
 		produce: w.produce, caughtUp: w.caughtUp, wait: waitFor,
-		members: func(logs [2]*logCount) (*engine.Runner[int], func(), *engine.Runner[int]) {
+		members: func(logs [2]*logCount) (*engine.Member[int], func(), *engine.Member[int]) {
 			with := func(i int) func(*engine.Config[int]) {
 				return func(c *engine.Config[int]) { c.Standby, c.Logger = true, slog.New(logs[i]) }
 			}
 			a, k := w.killableRunnerWith(protocol, with(0))
 			return a, func() { crashAndLeave(t, a, k) }, w.runnerWith(protocol, with(1))
 		},
-		fresh: func() *engine.Runner[int] { return w.runner(protocol) },
+		fresh: func() *engine.Member[int] { return w.runner(protocol) },
 		drain: w.drain, check: w.check,
 	})
 }

@@ -22,10 +22,10 @@ type standbyTier struct {
 	wait func(t *testing.T, what string, cond func() bool)
 	// members: a runner with a kill switch and a plain one, both with
 	// Standby and logging to logs; fresh: a runner of a new engine.
-	members func(logs [2]*logCount) (a *engine.Runner[int], kill func(), b *engine.Runner[int])
-	fresh   func() *engine.Runner[int]
-	drain   func(*engine.Runner[int])
-	check   func(*engine.Runner[int])
+	members func(logs [2]*logCount) (a *engine.Member[int], kill func(), b *engine.Member[int])
+	fresh   func() *engine.Member[int]
+	drain   func(*engine.Member[int])
+	check   func(*engine.Member[int])
 }
 
 // standbyFailover is the standby failover through Run and the Kafka
@@ -49,7 +49,7 @@ func standbyFailover(t *testing.T, tier standbyTier) {
 
 	// followed: r follows the partition it does not own, caught up and
 	// vouched for.
-	followed := func(r *engine.Runner[int]) bool {
+	followed := func(r *engine.Member[int]) bool {
 		st := r.Status()
 		if len(st.Partitions) != 1 || len(st.Standbys) != 1 {
 			return false
@@ -102,14 +102,14 @@ func TestStandbyFailoverOnKfake(t *testing.T) {
 		protocol := protocols["classic-eager"]
 		standbyFailover(t, standbyTier{
 			produce: w.produce, caughtUp: w.caughtUp, wait: waitUntil,
-			members: func(logs [2]*logCount) (*engine.Runner[int], func(), *engine.Runner[int]) {
+			members: func(logs [2]*logCount) (*engine.Member[int], func(), *engine.Member[int]) {
 				with := func(i int) func(*engine.Config[int]) {
 					return func(c *engine.Config[int]) { c.Standby, c.Logger = true, slog.New(logs[i]) }
 				}
 				a, k := w.killableRunner(w.engineWith(with(0)), protocol)
 				return a, func() { crashAndLeave(t, a, k) }, w.runner(w.engineWith(with(1)), protocol)
 			},
-			fresh: func() *engine.Runner[int] { return w.runner(w.engine(), protocol) },
+			fresh: func() *engine.Member[int] { return w.runner(w.engine(), protocol) },
 			drain: w.drain, check: w.check,
 		})
 	})

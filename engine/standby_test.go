@@ -26,7 +26,7 @@ import (
 // in-memory cache, and their logs.
 type standbyPair struct {
 	w    *simWorld
-	rs   [2]*engine.Runner[int]
+	rs   [2]*engine.Member[int]
 	logs [2]*logCount
 }
 

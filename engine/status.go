@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -122,7 +123,7 @@ const (
 )
 
 // Status is a runner's status: its liveness, its group membership and
-// every partition assigned to it. Engine.Status and Runner.Status return
+// every partition assigned to it. Engine.Status and Member.Status return
 // it; neither ever waits for the runner (a recovery holds the runner
 // inside a rebalance callback, and its progress shows meanwhile).
 type Status struct {
@@ -154,8 +155,7 @@ type Status struct {
 	// session timeout); its lag grows meanwhile in snapfence_group_lag.
 	Unserved []UnservedPartition
 	// GroupReport is when the last group report was read; zero before
-	// the first (or without one: a source that is not a GroupDescriber,
-	// or a negative GroupReportInterval).
+	// the first (or without one: a negative GroupReportInterval).
 	GroupReport time.Time
 	// GroupReportErr is why the last attempt failed; nil if it did not.
 	// Unserved is then the last report's.
@@ -308,7 +308,7 @@ func errText(err error) string {
 }
 
 // Status is the engine's status: that of the runner Run (or the last
-// NewRunner) made. Before any runner it is live, not joined, with no
+// Join) made. Before any runner it is live, not joined, with no
 // partitions. It never waits for the runner's lock.
 func (e *Engine[S]) Status() Status {
 	st := Status{Live: true, Identity: store.GroupIdentity{Generation: -1}}
@@ -342,7 +342,7 @@ func (e *Engine[S]) trackRun() func(*error) {
 }
 
 // Status is the runner's status. It never waits for the runner's lock.
-func (r *Runner[S]) Status() Status { return r.status.status() }
+func (r *Member[S]) Status() Status { return r.status.status() }
 
 // statusBoard is a runner's status, kept apart from the runner's lock: the
 // runner reports to it at its transitions (one call each), and readers
@@ -381,7 +381,7 @@ func newStatusBoard(o Observer, now func() time.Time) *statusBoard {
 }
 
 // newStatusBoard makes r's board and makes it the engine's.
-func (r *Runner[S]) newStatusBoard() *statusBoard {
+func (r *Member[S]) newStatusBoard() *statusBoard {
 	b := newStatusBoard(r.e.cfg.Observer, func() time.Time { return r.src.Now() })
 	r.e.board.Store(b)
 	return b
@@ -554,7 +554,7 @@ func (b *statusBoard) restarted(tp store.TopicPartition, k class, err error) {
 }
 
 // polled: a poll returned; the source's log ends and identity are read.
-func (b *statusBoard) polled(src Source) {
+func (b *statusBoard) polled(src input.Source) {
 	id := src.Identity()
 	b.mu.Lock()
 	defer b.mu.Unlock()

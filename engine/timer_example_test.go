@@ -59,7 +59,7 @@ func ExampleResult_SetTimer() {
 		return
 	}
 	defer e.Close()
-	r, _ := e.NewRunner(simsource.New(cluster, "sessions", sim.ClassicEager, 0, "clicks"))
+	r, _ := e.Join(simsource.New(cluster, "sessions", sim.ClassicEager, 0, "clicks"))
 	defer r.Close(ctx)
 
 	tp := store.TopicPartition{Topic: "clicks", Partition: 0}
@@ -112,7 +112,7 @@ func ExampleTimer_eventTime() {
 		return
 	}
 	defer e.Close()
-	r, _ := e.NewRunner(simsource.New(cluster, "billing", sim.ClassicEager, 0, "invoices"))
+	r, _ := e.Join(simsource.New(cluster, "billing", sim.ClassicEager, 0, "invoices"))
 	defer r.Close(ctx)
 
 	tp := store.TopicPartition{Topic: "invoices", Partition: 0}

@@ -33,7 +33,7 @@ func TestTimerFiresOnceAcrossACrashOnKafka(t *testing.T) {
 		c.TickInterval = 200 * time.Millisecond
 	}
 	ctx := context.Background()
-	until := func(what string, cond func() bool, r *engine.Runner[int]) {
+	until := func(what string, cond func() bool, r *engine.Member[int]) {
 		t.Helper()
 		for deadline := time.Now().Add(time.Minute); !cond(); {
 			if time.Now().After(deadline) {
@@ -45,7 +45,7 @@ func TestTimerFiresOnceAcrossACrashOnKafka(t *testing.T) {
 		}
 	}
 	alice := store.TopicPartition{Topic: w.topic, Partition: 1}
-	state := func(r *engine.Runner[int]) int { s, _, _ := r.State(alice, []byte("alice")); return s }
+	state := func(r *engine.Member[int]) int { s, _, _ := r.State(alice, []byte("alice")); return s }
 
 	w.produce("alice=+1", "alice=remind")
 	a, kill := w.killableRunnerWith(protocols["classic-eager"], timed)

@@ -55,7 +55,7 @@ func timersOnKfake(t *testing.T, protocol kgo.Opt) {
 		return e
 	}
 	ctx := context.Background()
-	step := func(rs ...*engine.Runner[int]) {
+	step := func(rs ...*engine.Member[int]) {
 		for _, r := range rs {
 			if err := r.Step(ctx); err != nil {
 				t.Fatal(err)
@@ -63,7 +63,7 @@ func timersOnKfake(t *testing.T, protocol kgo.Opt) {
 		}
 	}
 	// until steps rs until cond holds.
-	until := func(what string, cond func() bool, rs ...*engine.Runner[int]) {
+	until := func(what string, cond func() bool, rs ...*engine.Member[int]) {
 		t.Helper()
 		for i := 0; !cond(); i++ {
 			if i == 300 {
@@ -74,7 +74,7 @@ func timersOnKfake(t *testing.T, protocol kgo.Opt) {
 	}
 	// durable steps rs, committing everything after each step, until the
 	// input is committed to its end.
-	durable := func(rs ...*engine.Runner[int]) {
+	durable := func(rs ...*engine.Member[int]) {
 		t.Helper()
 		until("the input committed to its end", func() bool {
 			for _, r := range rs {
@@ -86,7 +86,7 @@ func timersOnKfake(t *testing.T, protocol kgo.Opt) {
 	firedEach := func(n int) func() bool {
 		return func() bool { return fired.of("alice") == n && fired.of("dave") == n }
 	}
-	wantStates := func(r *engine.Runner[int], add int) {
+	wantStates := func(r *engine.Member[int], add int) {
 		t.Helper()
 		for key, base := range map[string]int{"alice": 1, "dave": 2} {
 			tp := store.TopicPartition{Topic: "accounts", Partition: int32(len(key) % 2)}
@@ -129,7 +129,7 @@ func timersOnKfake(t *testing.T, protocol kgo.Opt) {
 	// A warm restart of b, alone, over its cache.
 	remind()
 	durable(b, c)
-	for _, r := range []*engine.Runner[int]{b, c} {
+	for _, r := range []*engine.Member[int]{b, c} {
 		if err := r.Close(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -92,7 +92,7 @@ func (w *timerWorld) open(dir string, tweak ...func(*engine.Config[int])) *engin
 }
 
 // steps steps the runners n times, a second of virtual time apart.
-func (w *timerWorld) steps(n int, rs ...*engine.Runner[int]) {
+func (w *timerWorld) steps(n int, rs ...*engine.Member[int]) {
 	w.t.Helper()
 	for range n {
 		for _, r := range rs {
@@ -104,7 +104,7 @@ func (w *timerWorld) steps(n int, rs ...*engine.Runner[int]) {
 	}
 }
 
-func (w *timerWorld) state(r *engine.Runner[int], key string) int {
+func (w *timerWorld) state(r *engine.Member[int], key string) int {
 	w.t.Helper()
 	tp := store.TopicPartition{Topic: "accounts", Partition: int32(len(key) % 2)}
 	s, ok, err := r.State(tp, []byte(key))

@@ -263,7 +263,7 @@ func TestDiscardUndecodableStateRecoversInFullOnSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	r, err := e.NewRunner(simsource.New(w.c, "bank", sim.ClassicEager, 0, "accounts"))
+	r, err := e.Join(simsource.New(w.c, "bank", sim.ClassicEager, 0, "accounts"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func heldOffsetOnKafka(t *testing.T, atAssignment bool) {
 	const timeout = 5 * time.Second
 	mod := func(c *engine.Config[int]) { c.UnstableOffsetTimeout, c.Logger = timeout, slog.New(logs) }
 	w.produce("dave=+1", "bob=+5")
-	var r *engine.Runner[int]
+	var r *engine.Member[int]
 	var pid int64
 	var release func()
 	if atAssignment {
@@ -113,7 +113,7 @@ func heldThenReleasedOnKafka(t *testing.T, atAssignment bool) {
 		release: func() { release() },
 		fence:   func() { fenceProducer(t, opts, fmt.Sprintf("%s-%s-0", w.topic, w.topic)) },
 		bound:   time.Minute, holdFor: 15 * time.Second,
-	}, func(mod func(*engine.Config[int])) *engine.Runner[int] {
+	}, func(mod func(*engine.Config[int])) *engine.Member[int] {
 		return w.runnerWith(protocols["classic-cooperative"], mod)
 	}, atAssignment)
 	// A bound far above what a fetch takes, far below a held fetch's

@@ -128,7 +128,7 @@ func (w *simWorld) unstableEngine(timeout time.Duration, logs *logCount) *engine
 
 // stepUntilError steps r a second of virtual time apart until it fails, for
 // at most limit; each step, progress is told whether p0 has a flow.
-func (w *simWorld) stepUntilError(r *engine.Runner[int], limit time.Duration, progress func()) error {
+func (w *simWorld) stepUntilError(r *engine.Member[int], limit time.Duration, progress func()) error {
 	for range int(limit / time.Second) {
 		if err := r.Step(context.Background()); err != nil {
 			return err
@@ -206,7 +206,7 @@ func TestAHeldCommittedOffsetAtAssignmentFailsLoudlyOnSim(t *testing.T) {
 
 // recoverAfterAbort closes r, runs the operator's abort, and checks that a
 // new runner recovers every key exactly.
-func (w *simWorld) recoverAfterAbort(r *engine.Runner[int]) {
+func (w *simWorld) recoverAfterAbort(r *engine.Member[int]) {
 	w.t.Helper()
 	if err := r.Close(context.Background()); err != nil {
 		w.t.Fatal(err)
@@ -346,7 +346,7 @@ func heldOffsetOnKfake(t *testing.T, atAssignment bool) {
 		logs := &logCount{}
 		const timeout = time.Minute
 		mod := func(c *engine.Config[int]) { c.UnstableOffsetTimeout, c.Logger = timeout, slog.New(logs) }
-		var r *engine.Runner[int]
+		var r *engine.Member[int]
 		var pid int64
 		var release func()
 		if atAssignment {
@@ -402,7 +402,7 @@ type heldWorld struct {
 	committedAtEnd func(tp store.TopicPartition) bool
 	// caughtUp: every input partition is committed to its end.
 	caughtUp func() bool
-	check    func(r *engine.Runner[int])
+	check    func(r *engine.Member[int])
 	// hold holds in0's committed offset by another transactional.id's
 	// open transaction; release ends that transaction.
 	hold, release func()
@@ -421,14 +421,14 @@ type heldWorld struct {
 // hold, and checks that in0 resumes in the same runner and that the
 // state is the exact fold. It returns the longest time a record of in1
 // waited to be folded during the hold.
-func heldThenReleased(t *testing.T, w heldWorld, start func(mod func(*engine.Config[int])) *engine.Runner[int], atAssignment bool) time.Duration {
+func heldThenReleased(t *testing.T, w heldWorld, start func(mod func(*engine.Config[int])) *engine.Member[int], atAssignment bool) time.Duration {
 	t.Helper()
 	logs := &logCount{}
 	// Longer than the test: the hold ends by its release only.
 	mod := func(c *engine.Config[int]) { c.UnstableOffsetTimeout, c.Logger = time.Hour, slog.New(logs) }
 	ctx := context.Background()
 	w.produce("dave=+1", "bob=+5") // dave: in0; bob: in1
-	var r *engine.Runner[int]
+	var r *engine.Member[int]
 	if atAssignment {
 		w.hold()
 		r = start(mod)
@@ -571,7 +571,7 @@ func heldThenReleasedOnKfake(t *testing.T, protocol string, atAssignment bool) {
 			release: func() { release() },
 			fence:   func() { fenceProducer(t, w.opts(), "bank-accounts-0") },
 			bound:   5 * time.Minute, holdFor: 30 * time.Second,
-		}, func(mod func(*engine.Config[int])) *engine.Runner[int] {
+		}, func(mod func(*engine.Config[int])) *engine.Member[int] {
 			return w.runner(w.engineWith(mod), protocols[protocol])
 		}, atAssignment)
 	})

@@ -202,7 +202,7 @@ type ViewPartitionStatus struct {
 //
 // NewView opens it; Run keeps it following, as goka's View.Run (run it in
 // a goroutine; Step is one round of reads, for a caller that drives time,
-// as Runner.Step). Reads (Get, Range, All, Status) are safe from any
+// as Member.Step). Reads (Get, Range, All, Status) are safe from any
 // goroutine, while Run runs too. A Get before the view caught up returns
 // what the view has read so far; WaitCaughtUp waits for the rest.
 type View[S any] struct {

@@ -30,7 +30,7 @@ func ExampleView() {
 	e, _ := engine.New(engine.Config[exampleAccount]{Fold: exampleFold, Codec: engine.JSON[exampleAccount](), Store: backend,
 		PersistInterval: time.Second, CommitInterval: time.Second})
 	defer e.Close()
-	r, _ := e.NewRunner(simsource.New(cluster, "bank", sim.ClassicEager, 0, "accounts"))
+	r, _ := e.Join(simsource.New(cluster, "bank", sim.ClassicEager, 0, "accounts"))
 	tp := store.TopicPartition{Topic: "accounts", Partition: 0}
 	for _, v := range []string{"+10", "-3", "+5"} {
 		_, _ = cluster.Produce(tp, store.WireRecord{Key: []byte("alice"), Value: []byte(v)})

@@ -76,7 +76,7 @@ func decodeCheckpoint(b []byte) (group string, cp store.Checkpoint, err error) {
 // committedBatchAt tells f's core how the write of snaps ended (err)
 // and, when it committed, makes it durable in the cache with checkpoint
 // cp (if cpOK); the first error is the batch's.
-func (r *Runner[S]) committedBatchAt(f *flow[S], snaps []store.Snapshot, err error, cp store.Checkpoint, cpOK bool) error {
+func (r *Member[S]) committedBatchAt(f *flow[S], snaps []store.Snapshot, err error, cp store.Checkpoint, cpOK bool) error {
 	for _, s := range snaps {
 		if werr := f.core.WriteDone(s.Key, err); werr != nil && err == nil {
 			err = fromCore(werr)
@@ -91,7 +91,7 @@ func (r *Runner[S]) committedBatchAt(f *flow[S], snaps []store.Snapshot, err err
 // durable writes what f's core was told is durable, with f's partition's
 // checkpoint when the store vouches for one: for a flow with nothing in
 // flight (a recovery's end), whose partition's position is its own.
-func (r *Runner[S]) durable(f *flow[S]) error {
+func (r *Member[S]) durable(f *flow[S]) error {
 	cp, ok := f.part.Position()
 	return r.durableAt(f, cp, ok)
 }
@@ -100,7 +100,7 @@ func (r *Runner[S]) durable(f *flow[S]) error {
 // if ok: the position as of the end of the call just reaped
 // (store.Pending.Position), never a later one, which could cover a write
 // still in flight whose states the cache does not hold yet.
-func (r *Runner[S]) durableAt(f *flow[S], cp store.Checkpoint, ok bool) error {
+func (r *Member[S]) durableAt(f *flow[S], cp store.Checkpoint, ok bool) error {
 	var enc []byte
 	if ok {
 		enc = encodeCheckpoint(r.src.Identity().Group, cp)
@@ -111,7 +111,7 @@ func (r *Runner[S]) durableAt(f *flow[S], cp store.Checkpoint, ok bool) error {
 // recoveryBase says from where f's partition recovers: the checkpoint in
 // the cache (delta) if there is a usable one as far as the engine can
 // tell, or nothing (full) with the reason. The store checks the rest.
-func (r *Runner[S]) recoveryBase(f *flow[S], discard bool) (cp store.Checkpoint, delta bool, reason string) {
+func (r *Member[S]) recoveryBase(f *flow[S], discard bool) (cp store.Checkpoint, delta bool, reason string) {
 	if r.e.cfg.FullRecovery {
 		return cp, false, RecoveryConfigured
 	}

@@ -27,7 +27,7 @@ package engine_test
 // benchmark waits for it, it never sleeps); it is also split into:
 //
 //   - open-ms: engine.New, which opens the cache (Pebble);
-//   - join-ms: from the start of Runner.Run until the assignment (the
+//   - join-ms: from the start of Member.Run until the assignment (the
 //     earliest takeover start: a partition's recovered time less its
 //     PartitionStatus.Recovery.Duration), the group join, the same work
 //     for every variant;
@@ -40,7 +40,7 @@ package engine_test
 // of snapshots (cold: at least every write so far; warm: at least the
 // changed keys, at most them plus one round's slack) and the state of
 // warmSampled keys (the last change's and others) against the expected
-// one, through Runner.State.
+// one, through Member.State.
 //
 // Adding a variant (a standby replica, say): append a warmVariant with its
 // name, a prepare (start and catch up the standby) and a restart (the
@@ -68,6 +68,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -83,7 +85,7 @@ var (
 	// A member learns of a rebalance from a heartbeat's answer (the
 	// classic protocol), so a takeover waits up to a heartbeat interval
 	// before it starts: with a standby, that wait is most of a failover.
-	warmHeartbeat = flag.Duration("warm.heartbeat", 100*time.Millisecond, "BenchmarkWarmRestartFailover*: the members' KafkaConfig.HeartbeatInterval (the default is 1s)")
+	warmHeartbeat = flag.Duration("warm.heartbeat", 100*time.Millisecond, "BenchmarkWarmRestartFailover*: the members' kafkaio.Config.HeartbeatInterval (the default is 1s)")
 	warmCPU       = flag.String("warm.cpuprofile", "", "BenchmarkWarmRestart*: write a CPU profile of each op's timed part (not the set-up) to this directory, as <variant>-<round>.pprof")
 )
 
@@ -363,7 +365,7 @@ func (fx *warmFixture) fold(b *testing.B, dir string, keys []int) {
 // warmOwner is a running engine of the fixture's group.
 type warmOwner struct {
 	e       *engine.Engine[[]byte]
-	r       *engine.Runner[[]byte]
+	r       *engine.Member[[]byte]
 	backend *kafka.Backend
 	log     *warmLog
 	folded  atomic.Int64
@@ -405,7 +407,7 @@ type warmMember struct {
 	// nothing stopped it before (else the b launch is given): a failover's
 	// new member outlives its sub-benchmark, as the next one's active.
 	life *testing.B
-	// heartbeat is KafkaConfig.HeartbeatInterval (0: the default).
+	// heartbeat is kafkaio.Config.HeartbeatInterval (0: the default).
 	heartbeat time.Duration
 }
 
@@ -446,14 +448,14 @@ func (fx *warmFixture) launch(b *testing.B, dir string, m warmMember) *warmOwner
 	}
 	o.open = time.Since(openAt)
 	o.e = e
-	newSource := engine.NewKafkaSource(engine.KafkaConfig{
+	var newSource engine.Input = kafkaio.Config{
 		SeedBrokers: fx.addrs, Group: fx.group, Topics: []string{fx.input},
 		HeartbeatInterval: m.heartbeat,
-	})
+	}
 	if m.killable {
 		newSource, o.killSwitch = killable(newSource)
 	}
-	r, err := e.NewRunner(newSource)
+	r, err := e.Join(newSource)
 	if err != nil {
 		_ = e.Close()
 		_ = backend.Close()

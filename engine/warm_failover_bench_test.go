@@ -35,7 +35,7 @@ package engine_test
 //     standby: delta), the snapshots it read (cold: every key's; standby:
 //     at most warmFailoverSlack) and warmSampled random keys' state (the
 //     same keys every op) through
-//     the new member's Runner.State. The killed active is closed; the new
+//     the new member's Member.State. The killed active is closed; the new
 //     member is the active of the next op.
 //
 // Reported: failover-ms (the kill to the line), join-ms (the kill to the

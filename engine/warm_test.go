@@ -68,7 +68,7 @@ func (w *warmWorld) runChecked(group string, st store.Backend) error {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	r, err := e.NewRunner(simsource.New(w.c, group, sim.ClassicEager, 0, "accounts"))
+	r, err := e.Join(simsource.New(w.c, group, sim.ClassicEager, 0, "accounts"))
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func (w *warmWorld) other() {
 	}
 }
 
-func (w *warmWorld) drainGroup(group string, r *engine.Runner[int]) {
+func (w *warmWorld) drainGroup(group string, r *engine.Member[int]) {
 	w.t.Helper()
 	for range 60 {
 		if err := r.Step(context.Background()); err != nil {
@@ -117,7 +117,7 @@ func (w *warmWorld) drainGroup(group string, r *engine.Runner[int]) {
 // checkCommitted checks r's state of every key against the last committed
 // snapshot of the key in the snapshot topic: after a drain every change
 // is in one.
-func (w *warmWorld) checkCommitted(r *engine.Runner[int]) error {
+func (w *warmWorld) checkCommitted(r *engine.Member[int]) error {
 	w.t.Helper()
 	want := map[string]int{}
 	for p := range int32(2) {

@@ -87,6 +87,13 @@ var (
 	// large for its topic, invalid for it, corrupt); see
 	// OutputRefusedError.
 	ErrOutputRefused = errors.New("store: output record refused")
+	// ErrRecordRefused: the broker refused a record for good: too large
+	// for its topic or the broker, invalid for the topic, or corrupt. A
+	// retry of the same record meets the same, so the failure is the
+	// record's, not the cluster's. Backends and emitters mark such
+	// errors to match it; the engine hands the inputs that made them to
+	// its poison policy rather than retrying them.
+	ErrRecordRefused = errors.New("store: record refused for good")
 )
 
 // ConfigError names a permanent configuration problem: what is wrong

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"iter"
+	"strings"
 	"time"
 )
 
@@ -14,6 +16,15 @@ type TopicPartition struct {
 }
 
 func (tp TopicPartition) String() string { return fmt.Sprintf("%s/%d", tp.Topic, tp.Partition) }
+
+// Compare orders partitions by topic, then partition number: -1, 0 or +1
+// as tp is before, equal to or after other (for slices.SortFunc).
+func (tp TopicPartition) Compare(other TopicPartition) int {
+	if c := strings.Compare(tp.Topic, other.Topic); c != 0 {
+		return c
+	}
+	return cmp.Compare(tp.Partition, other.Partition)
+}
 
 // TransactionalID is the transactional.id of input partition's producer in
 // Transactional mode: "<prefix>-<input topic>-<partition>". It is stable,

@@ -1,6 +1,7 @@
-// Package simsource is an engine.Source over a member of a simulated
-// cluster (store/sim): a runner over it folds the cluster's input
-// deterministically, in virtual time. It is a package of its own so that
+// Package simsource is an engine.Input over a simulated cluster
+// (store/sim): each member an engine opens on it is a member of the
+// cluster's consumer group, and folds its input deterministically, in
+// virtual time. It is a package of its own so that
 // the engine, which users link into their services, imports no backend.
 package simsource
 
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 )
@@ -18,14 +20,14 @@ import (
 // given 0.
 const DefaultMaxPoll = 500
 
-// Source is a member of a simulated cluster's consumer group, as an
-// engine.Source: rebalance callbacks run inside Poll, on the caller's
+// Source is a member of a simulated cluster's consumer group, as the
+// engine drives it: rebalance callbacks run inside Poll, on the caller's
 // goroutine, and time is the cluster's virtual time.
 type Source struct {
 	c     *sim.Cluster
 	m     *sim.Member
 	group string
-	h     engine.Handler
+	h     input.Handler
 	// pos is the fetch position of each partition the engine has
 	// positioned (Seek): as the engine's Kafka source does, a partition
 	// is fetched only once the engine, having resolved its committed
@@ -39,11 +41,12 @@ type Source struct {
 	topics   []string
 }
 
-// New returns a factory for engine.Engine.NewRunner: a new member of
-// group on c, subscribed to topics, fetching at most maxPoll records a
-// poll (0: DefaultMaxPoll).
-func New(c *sim.Cluster, group string, protocol sim.Protocol, maxPoll int, topics ...string) func(engine.Handler) (engine.Source, error) {
-	return func(h engine.Handler) (engine.Source, error) {
+// New returns the input of group on c, subscribed to topics, for
+// Engine.Run and Engine.Join: each opening is a new member, fetching
+// at most maxPoll records a poll (0: DefaultMaxPoll).
+func New(c *sim.Cluster, group string, protocol sim.Protocol, maxPoll int, topics ...string) engine.Input {
+	return input.OpenFunc(func(o input.Opening) (input.Source, error) {
+		h := o.Handler
 		if maxPoll <= 0 {
 			maxPoll = DefaultMaxPoll
 		}
@@ -66,7 +69,7 @@ func New(c *sim.Cluster, group string, protocol sim.Protocol, maxPoll int, topic
 			},
 		}
 		return s, nil
-	}
+	})
 }
 
 // Member is the simulated group member, for faults (Stall, Resume). A
@@ -82,13 +85,13 @@ func (s *Source) forget(tps []store.TopicPartition) {
 	}
 }
 
-// Poll implements engine.Source: one poll of the member (a stalled member does
+// Poll implements the engine's source: one poll of the member (a stalled member does
 // nothing), then a read_committed fetch of every owned partition. It never
 // waits: virtual time moves only when the caller advances it.
-func (s *Source) Poll(ctx context.Context, _ func() time.Duration) ([]engine.Record, error) {
+func (s *Source) Poll(ctx context.Context, _ func() time.Duration) ([]input.Record, error) {
 	s.ctx = ctx
 	s.m.Poll(s.callback)
-	var out []engine.Record
+	var out []input.Record
 	for _, tp := range s.m.Owned() {
 		pos, ok := s.pos[tp]
 		if !ok || s.paused[tp] || len(out) >= s.maxPoll {
@@ -99,7 +102,7 @@ func (s *Source) Poll(ctx context.Context, _ func() time.Duration) ([]engine.Rec
 			return out, err
 		}
 		for _, e := range ents {
-			out = append(out, engine.Record{
+			out = append(out, input.Record{
 				Topic: tp.Topic, Partition: tp.Partition, Offset: e.Offset, Key: e.Record.Key, Value: e.Record.Value, Headers: e.Record.Headers,
 				Timestamp: e.Appended, // the log append time: event time on the virtual clock
 			})
@@ -109,17 +112,17 @@ func (s *Source) Poll(ctx context.Context, _ func() time.Duration) ([]engine.Rec
 	return out, nil
 }
 
-// PollDone implements engine.Source.
+// PollDone implements the engine's source.
 func (s *Source) PollDone() {}
 
-// Go implements engine.Source: f runs at once, on the caller's goroutine,
+// Go implements the engine's source: f runs at once, on the caller's goroutine,
 // so that a run is a function of its seed and steps.
 func (s *Source) Go(f func()) { f() }
 
-// Identity implements engine.Source.
+// Identity implements the engine's source.
 func (s *Source) Identity() store.GroupIdentity { return s.m.Identity() }
 
-// CommittedOffset implements engine.Source: the committed offset, or 0; an error
+// CommittedOffset implements the engine's source: the committed offset, or 0; an error
 // wrapping store.ErrOffsetUnstable while a transaction holds it.
 func (s *Source) CommittedOffset(_ context.Context, tp store.TopicPartition) (int64, error) {
 	off, _, err := s.c.StableCommittedOffset(s.group, tp)
@@ -129,37 +132,37 @@ func (s *Source) CommittedOffset(_ context.Context, tp store.TopicPartition) (in
 	return off, nil
 }
 
-// Seek implements engine.Source: tp is fetched from offset on.
+// Seek implements the engine's source: tp is fetched from offset on.
 func (s *Source) Seek(tp store.TopicPartition, offset int64) { s.pos[tp] = offset }
 
-// Resume implements engine.Source.
+// Resume implements the engine's source.
 func (s *Source) Resume(tp store.TopicPartition) { delete(s.paused, tp) }
 
-// Pause implements engine.Source.
+// Pause implements the engine's source.
 func (s *Source) Pause(tp store.TopicPartition) { s.paused[tp] = true }
 
-// LogEnd implements engine.Source: the partition's high watermark as the
+// LogEnd implements the engine's source: the partition's high watermark as the
 // cluster answers now.
 func (s *Source) LogEnd(tp store.TopicPartition) (int64, bool) {
 	_, _, end, err := s.c.Offsets(tp)
 	return end, err == nil
 }
 
-// Now implements engine.Source.
+// Now implements the engine's source.
 func (s *Source) Now() time.Time { return s.c.Now() }
 
-// Sleep implements engine.Source: d of virtual time, which passes only as
+// Sleep implements the engine's source: d of virtual time, which passes only as
 // the caller advances the cluster's clock.
 func (s *Source) Sleep(ctx context.Context, d time.Duration) { s.c.Sleep(ctx, d) }
 
-// Close implements engine.Source: a clean leave.
+// Close implements the engine's source: a clean leave.
 func (s *Source) Close(ctx context.Context) error {
 	s.ctx = ctx
 	s.m.Leave(s.callback)
 	return nil
 }
 
-// CheckTopics implements engine.TopicChecker: a missing topic is a
+// CheckTopics implements the engine's source: a missing topic is a
 // *store.ConfigError naming it.
 func (s *Source) CheckTopics(_ context.Context, topics []string) error {
 	for _, t := range topics {
@@ -170,7 +173,7 @@ func (s *Source) CheckTopics(_ context.Context, topics []string) error {
 	return nil
 }
 
-// Partitions implements engine.PartitionLister: every partition of the
+// Partitions implements the engine's source: every partition of the
 // member's topics.
 func (s *Source) Partitions(context.Context) ([]store.TopicPartition, error) {
 	var out []store.TopicPartition
@@ -186,10 +189,10 @@ func (s *Source) Partitions(context.Context) ([]store.TopicPartition, error) {
 	return out, nil
 }
 
-// DescribeGroup implements engine.GroupDescriber: every partition of the
+// DescribeGroup implements the engine's source: every partition of the
 // member's topics with the group's committed offset, its log start and
 // end, and whether the coordinator has it assigned to a member.
-func (s *Source) DescribeGroup(ctx context.Context) ([]engine.GroupPartition, error) {
+func (s *Source) DescribeGroup(ctx context.Context) ([]input.GroupPartition, error) {
 	tps, err := s.Partitions(ctx)
 	if err != nil {
 		return nil, err
@@ -198,7 +201,7 @@ func (s *Source) DescribeGroup(ctx context.Context) ([]engine.GroupPartition, er
 	for _, tp := range s.c.GroupAssigned(s.group) {
 		assigned[tp] = true
 	}
-	out := make([]engine.GroupPartition, 0, len(tps))
+	out := make([]input.GroupPartition, 0, len(tps))
 	for _, tp := range tps {
 		start, _, end, err := s.c.Offsets(tp)
 		if err != nil {
@@ -208,7 +211,7 @@ func (s *Source) DescribeGroup(ctx context.Context) ([]engine.GroupPartition, er
 		if !ok {
 			committed = -1
 		}
-		out = append(out, engine.GroupPartition{Input: tp, CommittedOffset: committed, LogStartOffset: start, LogEndOffset: end,
+		out = append(out, input.GroupPartition{Input: tp, CommittedOffset: committed, LogStartOffset: start, LogEndOffset: end,
 			Assigned: assigned[tp]})
 	}
 	return out, nil

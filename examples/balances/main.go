@@ -5,7 +5,7 @@
 // The fold keeps each account's balance (an int64, encoded as decimal text
 // by the built-in engine.Int64 codec), and emits "account: balance" (or
 // "account: closed") to topic "balances" for every change, through the
-// built-in at-least-once emitter (engine.KafkaEmitter), which creates the
+// built-in at-least-once emitter (kafkaio.Emitter), which creates the
 // topic if it is missing. Snapshots go to the compacted topic
 // "balances-example-transactions-snapshots" in Kafka transactions that also commit the input
 // offsets (store/kafka, Transactional mode), so the state survives
@@ -43,6 +43,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/snapfence/snapfence/engine/kafkaio"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -200,7 +202,7 @@ func runEngine(ctx context.Context, seeds []string, cl *kgo.Client, out io.Write
 	defer backend.Close()
 	// The outputs' producer: idempotent, each output in the partition of
 	// its key; a delivery failure fails the poll, which is replayed.
-	emitter, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{
+	emitter, err := kafkaio.NewEmitter(kafkaio.EmitterConfig{
 		SeedBrokers: seeds, CreateTopics: true, TopicPartitions: partitions,
 	})
 	if err != nil {
@@ -237,7 +239,7 @@ func runEngine(ctx context.Context, seeds []string, cl *kgo.Client, out io.Write
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- e.Run(runCtx, engine.KafkaConfig{SeedBrokers: seeds, Group: group, Topics: []string{inputTopic}})
+		done <- e.Run(runCtx, kafkaio.Config{SeedBrokers: seeds, Group: group, Topics: []string{inputTopic}})
 	}()
 	deadline := time.NewTimer(commitDeadline)
 	defer deadline.Stop()

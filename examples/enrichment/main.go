@@ -46,7 +46,7 @@
 // partition's transactional producer in the transaction that also writes
 // the snapshots of the orders the batch changed and commits the input
 // offset after it. With -at-least-once they go out through Emit and the
-// built-in at-least-once emitter (engine.KafkaEmitter, an idempotent
+// built-in at-least-once emitter (kafkaio.Emitter, an idempotent
 // producer) instead, before the offsets that cover them are committed, for
 // comparison. The state is an Order, stored as JSON by the built-in
 // engine.JSON codec.
@@ -123,6 +123,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/snapfence/snapfence/engine/kafkaio"
+	"github.com/snapfence/snapfence/internal/input"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -445,9 +448,9 @@ func (s *service) fold(sellers sellerTable, key []byte, o Order, exists bool, re
 type instance struct {
 	name    string
 	backend *kafka.Backend
-	emitter *engine.KafkaEmitter // at least once: the outputs' producer
+	emitter *kafkaio.Emitter // at least once: the outputs' producer
 	e       *engine.Engine[Order]
-	r       *engine.Runner[Order]
+	r       *engine.Member[Order]
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the step loop has ended, with err
 	err     error
@@ -543,7 +546,7 @@ func (s *service) start(ctx context.Context, name string) (_ *instance, err erro
 		cfg.CommitInterval = engine.DefaultExactlyOnceCommitInterval
 		// The instance's own producer: idempotent, each output in the
 		// partition of its key (as the exactly-once path puts it).
-		in.emitter, err = engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: s.seeds, Logger: logger})
+		in.emitter, err = kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: s.seeds, Logger: logger})
 		if err != nil {
 			return nil, err
 		}
@@ -563,12 +566,12 @@ func (s *service) start(ctx context.Context, name string) (_ *instance, err erro
 	if err != nil {
 		return nil, err
 	}
-	newSource := engine.NewKafkaSource(engine.KafkaConfig{
+	newSource := kafkaio.Config{
 		SeedBrokers: s.seeds, Group: s.t.group, Topics: []string{s.t.input},
-	})
-	in.r, err = in.e.NewRunner(func(h engine.Handler) (engine.Source, error) {
-		return newSource(deadHandler{h: h, dead: &in.dead})
-	})
+	}
+	in.r, err = in.e.Join(input.Wrapped(newSource, func(h input.Handler) input.Handler {
+		return deadHandler{h: h, dead: &in.dead}
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -646,7 +649,7 @@ func (in *instance) crash() int {
 // while the process lives; once it is dead (killed), they reach nothing,
 // as nothing runs in a dead process.
 type deadHandler struct {
-	h    engine.Handler
+	h    input.Handler
 	dead *atomic.Bool
 }
 

@@ -33,7 +33,7 @@ const limitBench = "BenchmarkLimit"
 // baseline of the others.
 var limitVariants = []struct{ sub, name, label string }{
 	{"limit", "limit", "limit: bare franz-go loop (baseline)"},
-	{"at-least-once", "engine at-least-once", "engine at-least-once (snapshots, KafkaEmitter)"},
+	{"at-least-once", "engine at-least-once", "engine at-least-once (snapshots, kafkaio.Emitter)"},
 	{"exactly-once", "engine exactly-once", "engine exactly-once (ExactlyOnce)"},
 	{"at-least-once-emit", "engine at-least-once, Emit", "engine at-least-once with Emit (the loop waits for the acks)"},
 }

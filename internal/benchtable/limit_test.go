@@ -92,7 +92,7 @@ func TestRenderLimitAlone(t *testing.T) {
 	for _, want := range []string{
 		"End to end against the limit: BenchmarkLimit on a real broker, a backlog of 1M records",
 		"limit: bare franz-go loop (baseline)",
-		"engine at-least-once (snapshots, KafkaEmitter)",
+		"engine at-least-once (snapshots, kafkaio.Emitter)",
 		"engine exactly-once (ExactlyOnce)",
 		"Transactions per 1M inputs against the goal",
 		"\nTargets\n",

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/snapfence/snapfence/store"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
@@ -108,6 +110,9 @@ func (l *Limits) Keyless(topic string, key []byte) error {
 // (a checksum broken on the way), which retries it within the delivery
 // timeout; one that outlasts it is the record's.
 func RefusedForGood(err error) bool {
+	if errors.Is(err, store.ErrRecordRefused) {
+		return true
+	}
 	for _, e := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage} {
 		if errors.Is(err, e) {
 			return true
@@ -115,3 +120,18 @@ func RefusedForGood(err error) bool {
 	}
 	return false
 }
+
+// MarkRefused is err, matching store.ErrRecordRefused too when it is a
+// refusal for good (RefusedForGood): so that the engine tells one from a
+// transient failure without knowing Kafka's errors. Its text is err's.
+func MarkRefused(err error) error {
+	if err == nil || errors.Is(err, store.ErrRecordRefused) || !RefusedForGood(err) {
+		return err
+	}
+	return refusedError{err}
+}
+
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string   { return e.err.Error() }
+func (e refusedError) Unwrap() []error { return []error{e.err, store.ErrRecordRefused} }

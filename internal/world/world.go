@@ -237,7 +237,7 @@ type member struct {
 	slot   int
 	state  memberState
 	eng    *engine.Engine[int]
-	r      *engine.Runner[int]
+	r      *engine.Member[int]
 	src    *simsource.Source
 	cancel context.CancelFunc
 	ctx    context.Context
@@ -575,7 +575,7 @@ func (w *World) start(m *member) {
 	if err != nil {
 		panic(fmt.Sprintf("world: engine: %v", err))
 	}
-	r, err := eng.NewRunner(simsource.New(w.c, Group, w.cfg.Protocol, 0, InputTopic))
+	r, err := eng.Join(simsource.New(w.c, Group, w.cfg.Protocol, 0, InputTopic))
 	if err != nil {
 		panic(fmt.Sprintf("world: runner: %v", err))
 	}

@@ -10,7 +10,7 @@
 // sum and an order-sensitive hash of the sequence numbers it folded, and
 // emits one output per input naming the input's partition, offset and
 // sequence number: exactly once under -mode eos (engine.Config.ExactlyOnce),
-// at least once under -mode alo (engine.KafkaEmitter); -mode both runs one
+// at least once under -mode alo (kafkaio.Emitter); -mode both runs one
 // after the other on fresh topics.
 //
 // The faults, in an order drawn from -seed (the same seed, the same
@@ -81,6 +81,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
@@ -128,7 +130,7 @@ func main() {
 		output  = flag.String("output", "", "member: output topic")
 		dir     = flag.String("dir", "", "member: cache directory")
 		mode    = flag.String("mode", "both", "eos (exactly-once outputs), alo (at-least-once outputs) or both, one after the other; member: eos or alo")
-		session = flag.Duration("session", 0, "KafkaConfig.SessionTimeout of the members (0: the default, 10s)")
+		session = flag.Duration("session", 0, "kafkaio.Config.SessionTimeout of the members (0: the default, 10s)")
 		abortH  = flag.Bool("abort-hanging", false, "the members run with kafka.Config.AbortHangingTransactions (they abort a hanging transaction of their own partition)")
 		broken  = flag.String("break", "", "a negative control: the members' fold has a deliberate bug the verifier must catch: "+
 			"double-output (two outputs an input: duplicates under eos) or lose-event (every 97th sequence number is not folded: state lost)")
@@ -325,14 +327,14 @@ func runMember(name string, seeds []string, topic, output, dir, mode, broken str
 		return engine.Set(s.step(seq)).With(out), nil
 	}
 	cfg := engine.Config[state]{Fold: fold, Codec: engine.JSON[state](), Store: b, Dir: dir, Logger: log}
-	var em *engine.KafkaEmitter
+	var em *kafkaio.Emitter
 	switch mode {
 	case "eos":
 		cfg.ExactlyOnce, cfg.OutputTopics = true, []string{output}
 	case "alo":
 		cfg.PersistInterval = 200 * time.Millisecond
 		cfg.CommitInterval = 200 * time.Millisecond
-		em, err = engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: seeds, Logger: log})
+		em, err = kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: seeds, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -350,8 +352,8 @@ func runMember(name string, seeds []string, topic, output, dir, mode, broken str
 			_ = em.Close()
 		}
 	}()
-	r, err := e.NewRunner(engine.NewKafkaSource(engine.KafkaConfig{SeedBrokers: seeds, Group: topic + "-group",
-		Topics: []string{topic}, SessionTimeout: session}))
+	r, err := e.Join(kafkaio.Config{SeedBrokers: seeds, Group: topic + "-group",
+		Topics: []string{topic}, SessionTimeout: session})
 	if err != nil {
 		return err
 	}

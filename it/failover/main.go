@@ -43,6 +43,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+	"github.com/snapfence/snapfence/internal/input"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -68,9 +71,9 @@ func main() {
 		member   = flag.String("member", "", "run as a member process with this name (used by the measuring parent)")
 		brokers  = flag.String("brokers", os.Getenv("SNAPFENCE_KAFKA_BROKERS"), "bootstrap brokers, comma-separated (default $SNAPFENCE_KAFKA_BROKERS)")
 		topic    = flag.String("topic", "", "member: input topic")
-		session  = flag.Duration("session", 0, "member: KafkaConfig.SessionTimeout (0: default)")
-		hb       = flag.Duration("heartbeat", 0, "member: KafkaConfig.HeartbeatInterval (0: default)")
-		instance = flag.String("instance", "", "member: KafkaConfig.InstanceID")
+		session  = flag.Duration("session", 0, "member: kafkaio.Config.SessionTimeout (0: default)")
+		hb       = flag.Duration("heartbeat", 0, "member: kafkaio.Config.HeartbeatInterval (0: default)")
+		instance = flag.String("instance", "", "member: kafkaio.Config.InstanceID")
 		proto    = flag.String("protocol", "classic", "member: classic (cooperative-sticky) or consumer (KIP-848)")
 		dir      = flag.String("dir", "", "member: cache directory")
 		standby  = flag.Bool("standby", false, "member: engine.Config.Standby")
@@ -119,7 +122,7 @@ func emit(ev event) {
 // each partition after the partition's assignment.
 type watch struct {
 	name   string
-	h      engine.Handler
+	h      input.Handler
 	mu     sync.Mutex
 	folded map[int32]bool
 }
@@ -194,16 +197,16 @@ func runMember(name string, seeds []string, topic string, session, hb time.Durat
 		return err
 	}
 	defer e.Close()
-	cfg := engine.KafkaConfig{SeedBrokers: seeds, Group: topic + "-group", Topics: []string{topic},
+	cfg := kafkaio.Config{SeedBrokers: seeds, Group: topic + "-group", Topics: []string{topic},
 		SessionTimeout: session, HeartbeatInterval: hb, InstanceID: instance}
 	if proto == "consumer" {
 		cfg.ClientOpts = []kgo.Opt{kgo.ServerSideBalancer()}
 	}
-	newSource := engine.NewKafkaSource(cfg)
-	r, err := e.NewRunner(func(h engine.Handler) (engine.Source, error) {
+	newSource := cfg
+	r, err := e.Join(input.Wrapped(newSource, func(h input.Handler) input.Handler {
 		w.h = h
-		return newSource(w)
-	})
+		return w
+	}))
 	if err != nil {
 		return err
 	}

@@ -122,7 +122,7 @@ func (p *partition) Claim(ctx context.Context, marker store.WireRecord, id store
 	}
 	err := prod.BeginTransaction()
 	if err == nil {
-		if err = prod.ProduceSync(ctx, p.record(marker)).FirstErr(); err == nil {
+		if err = kafkatopic.MarkRefused(prod.ProduceSync(ctx, p.record(marker)).FirstErr()); err == nil {
 			// Often the producer's first records to the snapshot topic:
 			// see awaitPublished.
 			err = p.awaitPublished(ctx, prod, p.snap)
@@ -307,7 +307,7 @@ func (p *partition) refusedOutputs(results kgo.ProduceResults, outputs []*kgo.Re
 			continue
 		}
 		if re == nil {
-			re = &store.OutputRefusedError{Input: p.input, Topic: r.Topic, Partition: r.Partition, Key: r.Key, Err: err}
+			re = &store.OutputRefusedError{Input: p.input, Topic: r.Topic, Partition: r.Partition, Key: r.Key, Err: kafkatopic.MarkRefused(err)}
 		}
 		re.Outputs = append(re.Outputs, i)
 	}
@@ -391,7 +391,7 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 		if re := p.refusedOutputs(results, recs[len(batch.Writes):len(batch.Writes)+len(batch.Outputs)]); re != nil {
 			return -1, re
 		}
-		return -1, refusedTopics(results, err)
+		return -1, kafkatopic.MarkRefused(refusedTopics(results, err))
 	}
 	end = -1
 	for _, r := range recs {

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -23,7 +24,7 @@ func (p *partition) Produce(ctx context.Context, recs []store.WireRecord) []erro
 	wg.Add(len(recs))
 	for i, r := range recs {
 		p.b.plain.Produce(ctx, p.record(r), func(_ *kgo.Record, err error) {
-			errs[i] = err
+			errs[i] = kafkatopic.MarkRefused(err)
 			wg.Done()
 		})
 	}

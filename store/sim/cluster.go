@@ -31,6 +31,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -304,7 +305,7 @@ func (c *Cluster) Produce(tp store.TopicPartition, recs ...store.WireRecord) ([]
 		return nil, err
 	}
 	if err := c.refusedLocked(tp.Topic, recs); err != nil {
-		return nil, err
+		return nil, kafkatopic.MarkRefused(err)
 	}
 	offs := make([]int64, len(recs))
 	for i, r := range recs {

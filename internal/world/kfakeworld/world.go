@@ -18,6 +18,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/kafkaio"
+	"github.com/snapfence/snapfence/internal/input"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -216,7 +219,7 @@ type member struct {
 // backend, a freezer over each side of its connections.
 type process struct {
 	eng      *engine.Engine[int]
-	r        *engine.Runner[int]
+	r        *engine.Member[int]
 	be       *kafka.Backend
 	consumer *netfreeze.Freezer
 	store    *netfreeze.Freezer
@@ -344,7 +347,7 @@ func (w *World) History() *history.Recorder { return w.rec }
 // that is not open) do nothing, so every list of steps is a valid
 // scenario.
 //
-// A poll starts the member's Runner.Step and lets virtual time run, a
+// A poll starts the member's Member.Step and lets virtual time run, a
 // millisecond at a time, for up to pollSlices milliseconds while it has
 // not returned: a poll that has records, or a flush that is due, returns
 // in that time. A poll with nothing to fold waits for records until its
@@ -629,17 +632,17 @@ func (w *World) start(m *member) {
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: engine: %v", err))
 	}
-	newSource := engine.NewKafkaSource(engine.KafkaConfig{
+	newSource := kafkaio.Config{
 		SeedBrokers: w.seeds, Group: w.group, Topics: []string{w.input},
 		ClientOpts: []kgo.Opt{kgo.Dialer(p.consumer.Dial), protocolOpt(w.cfg.Protocol),
 			kgo.SessionTimeout(w.cfg.SessionTimeout), kgo.HeartbeatInterval(w.cfg.HeartbeatInterval),
 			kgo.RebalanceTimeout(w.cfg.rebalanceTimeout())},
-	})
+	}
 	tracked := &trackedHandler{cbs: &p.cbs, built: make(chan struct{})}
-	r, err := eng.NewRunner(func(h engine.Handler) (engine.Source, error) {
+	r, err := eng.Join(input.Wrapped(newSource, func(h input.Handler) input.Handler {
 		tracked.h = h
-		return newSource(tracked)
-	})
+		return tracked
+	}))
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: runner: %v", err))
 	}
@@ -1027,14 +1030,14 @@ func (c *callbacks) waitIdle() {
 
 // trackedHandler counts the runner's rebalance callbacks, and keeps them
 // from the runner once its process has died. An assignment's callback
-// lasts until the recoveries it started have ended (Runner.Settle), so
+// lasts until the recoveries it started have ended (Member.Settle), so
 // that a world's step sees a member's new partitions recovered, as the
 // simulated cluster's members have them.
 type trackedHandler struct {
-	h   engine.Handler
+	h   input.Handler
 	cbs *callbacks
 	// r is the runner, set before built is closed.
-	r     *engine.Runner[int]
+	r     *engine.Member[int]
 	built chan struct{}
 }
 

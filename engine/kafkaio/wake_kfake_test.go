@@ -1,4 +1,4 @@
-package engine
+package kafkaio
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -29,10 +30,10 @@ func TestKafkaSourceGoEndsThePollItsWorkWaitsFor(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		src, err := NewKafkaSource(KafkaConfig{
+		src, err := Config{
 			SeedBrokers: c.ListenAddrs(), Group: "g", Topics: []string{"in"}, CreateTopics: true,
 			ClientOpts: []kgo.Opt{kgo.Dialer(net.DialContext)},
-		})(noCallbacks{})
+		}.Open(input.Opening{Handler: noCallbacks{}})
 		if err != nil {
 			t.Fatal(err)
 		}

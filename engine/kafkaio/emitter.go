@@ -1,4 +1,4 @@
-package engine
+package kafkaio
 
 import (
 	"context"
@@ -14,26 +14,27 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
 )
 
-// DefaultDeliveryTimeout is KafkaEmitterConfig.DeliveryTimeout's default.
+// DefaultDeliveryTimeout is EmitterConfig.DeliveryTimeout's default.
 // Emit (StartEmit's wait) runs on the engine's poll loop, so it must not
 // block for longer than a rebalance may wait for the loop (franz-go's
 // default rebalance timeout is 60 s); Kafka's own delivery.timeout.ms is
 // 2 min, for producers that do not hold a group up.
 const DefaultDeliveryTimeout = 30 * time.Second
 
-// KafkaEmitterConfig configures a KafkaEmitter. Zero values take the
+// EmitterConfig configures a Emitter. Zero values take the
 // defaults given.
-type KafkaEmitterConfig struct {
+type EmitterConfig struct {
 	// SeedBrokers are the bootstrap brokers, "host:port". Required.
 	SeedBrokers []string
 	// ClientOpts are appended to the producer's options: TLS, SASL, a
 	// dialer, a logger, batching (kgo.ProducerLinger, default 10 ms;
 	// kgo.ProducerBatchMaxBytes) and the like. They may be the options of
-	// the engine's consumer (KafkaConfig.ClientOpts): group options
+	// the engine's consumer (kafkaio.Config.ClientOpts): group options
 	// (every kgo.GroupOpt) are left out, and the consumer's subscription
 	// is emptied. Options the emitter rests on are applied after them and
 	// cannot be changed: the partitioner (store.OutputPartition's, by key)
@@ -71,7 +72,7 @@ type KafkaEmitterConfig struct {
 	Logger *slog.Logger
 }
 
-// KafkaEmitter is the built-in at-least-once output: an idempotent
+// Emitter is the built-in at-least-once output: an idempotent
 // franz-go producer whose Emit is a Config.Emit and whose StartEmit is a
 // Config.StartEmit (the faster of the two: the engine folds the next poll
 // while a poll's outputs are on their way). Each output goes to its
@@ -90,12 +91,12 @@ type KafkaEmitterConfig struct {
 // CheckTopics does the same check ahead, for Config.CheckOutputTopics, so
 // that Run meets a missing topic before it folds anything. A record the
 // broker refuses for good (MESSAGE_TOO_LARGE, INVALID_RECORD, ...) is
-// named in the EmitError ahead of transient failures, and ends the run
+// named in the engine.EmitError ahead of transient failures, and ends the run
 // instead of a replay that would make it again.
 //
-// A KafkaEmitter is safe for concurrent use. Close it after the engine.
-type KafkaEmitter struct {
-	cfg KafkaEmitterConfig
+// A Emitter is safe for concurrent use. Close it after the engine.
+type Emitter struct {
+	cfg EmitterConfig
 	cl  *kgo.Client
 	adm *kadm.Client
 	log *slog.Logger
@@ -106,49 +107,13 @@ type KafkaEmitter struct {
 	limits     *kafkatopic.Limits // output topics' max.message.bytes and cleanup.policy
 }
 
-// ErrEmitterClosed: Emit on a KafkaEmitter after Close.
+// ErrEmitterClosed: Emit on a Emitter after Close.
 var ErrEmitterClosed = errors.New("engine: emitter closed")
 
-// EmitError reports outputs that a KafkaEmitter did not deliver. Others
-// of the same call may have been delivered: the engine replays the batch,
-// and they are emitted again (at least once). errors.Is and errors.As
-// see Err: franz-go's or the broker's error (a kerr.Error), a
-// *store.ConfigError for a permanent configuration problem (a missing
-// topic, a denied write), or the context's error.
-type EmitError struct {
-	// Failed of Total outputs of the call were not delivered.
-	Failed, Total int
-	// Topic, Partition and Key are the first failed output's (Partition
-	// is -1 when the failure came before partitioning).
-	Topic     string
-	Partition int32
-	Key       []byte
-	// Err is the first failure's cause.
-	Err error
-	// Refused are the indexes in the call's outputs, in order, of those
-	// the broker (or franz-go, for a record larger than its topic
-	// allows) refused in a way no retry cures: too large, invalid,
-	// corrupt. The engine hands the inputs that made them to
-	// Config.Poison. An Emit of your own may set it too.
-	Refused []int
-}
-
-func (e *EmitError) Error() string {
-	where := fmt.Sprintf("topic %q", e.Topic)
-	if e.Partition >= 0 {
-		where = fmt.Sprintf("%s partition %d", where, e.Partition)
-	}
-	return fmt.Sprintf("engine: emitter: %d of %d outputs not delivered; the first, to %s with key %q: %v",
-		e.Failed, e.Total, where, printableKey(e.Key), e.Err)
-}
-
-// Unwrap returns Err.
-func (e *EmitError) Unwrap() error { return e.Err }
-
-// NewKafkaEmitter returns an emitter; it connects on the first Emit.
-func NewKafkaEmitter(cfg KafkaEmitterConfig) (*KafkaEmitter, error) {
+// NewEmitter returns an emitter; it connects on the first Emit.
+func NewEmitter(cfg EmitterConfig) (*Emitter, error) {
 	if len(cfg.SeedBrokers) == 0 {
-		return nil, &store.ConfigError{Subject: "KafkaEmitterConfig.SeedBrokers", Problem: "is empty",
+		return nil, &store.ConfigError{Subject: "EmitterConfig.SeedBrokers", Problem: "is empty",
 			Fix: `give the bootstrap brokers, "host:port"`}
 	}
 	if cfg.DeliveryTimeout <= 0 {
@@ -158,11 +123,11 @@ func NewKafkaEmitter(cfg KafkaEmitterConfig) (*KafkaEmitter, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.TopicPartitions < 0 || cfg.TopicReplicationFactor < 0 {
-		return nil, &store.ConfigError{Subject: "KafkaEmitterConfig.TopicPartitions and TopicReplicationFactor",
+		return nil, &store.ConfigError{Subject: "EmitterConfig.TopicPartitions and TopicReplicationFactor",
 			Problem: fmt.Sprintf("are %d and %d", cfg.TopicPartitions, cfg.TopicReplicationFactor),
 			Fix:     "give a positive count, or 0 for the broker's default"}
 	}
-	em := &KafkaEmitter{cfg: cfg, log: cfg.Logger, partitions: map[string]int{}, limits: kafkatopic.NewLimits()}
+	em := &Emitter{cfg: cfg, log: cfg.Logger, partitions: map[string]int{}, limits: kafkatopic.NewLimits()}
 	// The batch cap goes first: a ProducerBatchMaxBytes of ClientOpts
 	// overrides it.
 	opts := []kgo.Opt{kgo.ProducerBatchMaxBytesFn(em.limits.BatchCap), kgo.SeedBrokers(cfg.SeedBrokers...)}
@@ -178,7 +143,7 @@ func NewKafkaEmitter(cfg KafkaEmitterConfig) (*KafkaEmitter, error) {
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, &store.ConfigError{Subject: "KafkaEmitterConfig.ClientOpts", Problem: "franz-go refuses them",
+		return nil, &store.ConfigError{Subject: "EmitterConfig.ClientOpts", Problem: "franz-go refuses them",
 			Fix: "remove the conflicting option", Err: err}
 	}
 	em.cl, em.adm = cl, kadm.NewClient(cl)
@@ -190,8 +155,8 @@ func NewKafkaEmitter(cfg KafkaEmitterConfig) (*KafkaEmitter, error) {
 // a topic fails the call before anything is sent (store.ErrInvalidOutput),
 // and so does a topic that does not exist (without CreateTopics: a
 // *store.ConfigError naming it) or cannot be described. Otherwise every
-// output is sent, and the error, if any, is an *EmitError.
-func (em *KafkaEmitter) Emit(ctx context.Context, outs []Output) error {
+// output is sent, and the error, if any, is an *engine.EmitError.
+func (em *Emitter) Emit(ctx context.Context, outs []engine.Output) error {
 	return em.StartEmit(ctx, outs)()
 }
 
@@ -200,7 +165,7 @@ func (em *KafkaEmitter) Emit(ctx context.Context, outs []Output) error {
 // topics are checked before it returns (a new topic's first output
 // waits for one Metadata request); the records are then on their way.
 // Call wait once.
-func (em *KafkaEmitter) StartEmit(ctx context.Context, outs []Output) (wait func() error) {
+func (em *Emitter) StartEmit(ctx context.Context, outs []engine.Output) (wait func() error) {
 	if len(outs) == 0 {
 		return func() error { return nil }
 	}
@@ -246,13 +211,13 @@ func (em *KafkaEmitter) StartEmit(ctx context.Context, outs []Output) (wait func
 
 // delivery is a StartEmit call's records on their way.
 type delivery struct {
-	em    *KafkaEmitter
+	em    *Emitter
 	total int
 	wg    sync.WaitGroup
 
 	mu     sync.Mutex
 	failed int
-	first  *EmitError
+	first  *engine.EmitError
 	// slab holds the call's records, in the order of its outputs; index
 	// finds a record's place in it, once a refusal needs it.
 	slab    []kgo.Record
@@ -276,7 +241,7 @@ func (d *delivery) done(r *kgo.Record, err error) {
 	// A refusal no retry cures names the failure: the engine takes it
 	// for the output's, not the cluster's.
 	if d.first == nil || !kafkatopic.RefusedForGood(d.first.Err) && kafkatopic.RefusedForGood(err) {
-		d.first = &EmitError{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Err: produceError(r.Topic, err)}
+		d.first = &engine.EmitError{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Err: produceError(r.Topic, err)}
 	}
 	if kafkatopic.RefusedForGood(err) {
 		if d.index == nil {
@@ -306,6 +271,7 @@ func (d *delivery) wait() error {
 // produceError is err, or a *store.ConfigError wrapping it when it is a
 // permanent configuration problem.
 func produceError(topic string, err error) error {
+	err = kafkatopic.MarkRefused(err)
 	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
 		return &store.ConfigError{Subject: fmt.Sprintf("output topic %q", topic), Problem: "the emitter may not write to it",
 			Fix: "grant the producer's principal Write and Describe on the topic (and IdempotentWrite on the cluster, for Kafka before 3.0)", Err: err}
@@ -315,7 +281,7 @@ func produceError(topic string, err error) error {
 
 // topicPartitions returns the partition count of every topic of outs,
 // checking (and with CreateTopics creating) each topic it has not seen.
-func (em *KafkaEmitter) topicPartitions(ctx context.Context, outs []Output) (map[string]int, error) {
+func (em *Emitter) topicPartitions(ctx context.Context, outs []engine.Output) (map[string]int, error) {
 	counts := map[string]int{}
 	var unknown []string
 	em.mu.Lock()
@@ -323,7 +289,7 @@ func (em *KafkaEmitter) topicPartitions(ctx context.Context, outs []Output) (map
 	for i, o := range outs {
 		if o.Topic == "" {
 			em.mu.Unlock()
-			return nil, &EmitError{Failed: len(outs), Total: len(outs), Partition: -1, Key: o.Key,
+			return nil, &engine.EmitError{Failed: len(outs), Total: len(outs), Partition: -1, Key: o.Key,
 				Err: fmt.Errorf("output %d has no topic: %w", i, store.ErrInvalidOutput)}
 		}
 		if o.Topic == last {
@@ -356,7 +322,7 @@ func (em *KafkaEmitter) topicPartitions(ctx context.Context, outs []Output) (map
 				return nil, em.failAll(outs, topic, &store.ConfigError{
 					Subject: fmt.Sprintf("output topic %q", topic), Problem: "does not exist",
 					Fix: fmt.Sprintf("create it (kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions N), "+
-						"or set KafkaEmitterConfig.CreateTopics", em.cfg.SeedBrokers[0], topic),
+						"or set EmitterConfig.CreateTopics", em.cfg.SeedBrokers[0], topic),
 					Err: kerr.UnknownTopicOrPartition})
 			}
 			if n, err = em.create(cctx, topic); err != nil {
@@ -376,35 +342,35 @@ func (em *KafkaEmitter) topicPartitions(ctx context.Context, outs []Output) (map
 // is a Config.CheckOutputTopics, so that a missing output or dead-letter
 // topic ends Run at its start, before anything is folded. A missing topic
 // is a *store.ConfigError naming it and the fix.
-func (em *KafkaEmitter) CheckTopics(ctx context.Context, topics []string) error {
+func (em *Emitter) CheckTopics(ctx context.Context, topics []string) error {
 	em.mu.Lock()
 	closed := em.closed
 	em.mu.Unlock()
 	if closed {
 		return ErrEmitterClosed
 	}
-	outs := make([]Output, len(topics))
+	outs := make([]engine.Output, len(topics))
 	for i, t := range topics {
 		outs[i].Topic = t
 	}
 	_, err := em.topicPartitions(ctx, outs)
-	if ee, ok := err.(*EmitError); ok {
+	if ee, ok := err.(*engine.EmitError); ok {
 		return ee.Err
 	}
 	return err
 }
 
-// failAll is an *EmitError for a failure before anything was sent.
-func (em *KafkaEmitter) failAll(outs []Output, topic string, err error) *EmitError {
-	e := &EmitError{Failed: len(outs), Total: len(outs), Topic: topic, Partition: -1, Err: err}
-	if i := slices.IndexFunc(outs, func(o Output) bool { return o.Topic == topic }); i >= 0 {
+// failAll is an *engine.EmitError for a failure before anything was sent.
+func (em *Emitter) failAll(outs []engine.Output, topic string, err error) *engine.EmitError {
+	e := &engine.EmitError{Failed: len(outs), Total: len(outs), Topic: topic, Partition: -1, Err: err}
+	if i := slices.IndexFunc(outs, func(o engine.Output) bool { return o.Topic == topic }); i >= 0 {
 		e.Key = outs[i].Key
 	}
 	return e
 }
 
 // describe returns the partition counts of the topics that exist.
-func (em *KafkaEmitter) describe(ctx context.Context, topics []string) (map[string]int, error) {
+func (em *Emitter) describe(ctx context.Context, topics []string) (map[string]int, error) {
 	details, err := em.adm.ListTopics(ctx, topics...)
 	if errors.Is(err, kerr.TopicAuthorizationFailed) {
 		// The answer names no topic: ask for each, to name the refused one.
@@ -440,7 +406,7 @@ func (em *KafkaEmitter) describe(ctx context.Context, topics []string) (map[stri
 
 // create creates topic (CreateTopics), waits until it is served, and
 // returns its partition count.
-func (em *KafkaEmitter) create(ctx context.Context, topic string) (int, error) {
+func (em *Emitter) create(ctx context.Context, topic string) (int, error) {
 	partitions, replicas := em.cfg.TopicPartitions, em.cfg.TopicReplicationFactor
 	if partitions == 0 {
 		partitions = -1
@@ -480,7 +446,7 @@ func (em *KafkaEmitter) create(ctx context.Context, topic string) (int, error) {
 	return n, nil
 }
 
-func (em *KafkaEmitter) forget(topic string) {
+func (em *Emitter) forget(topic string) {
 	em.mu.Lock()
 	delete(em.partitions, topic)
 	em.mu.Unlock()
@@ -488,7 +454,7 @@ func (em *KafkaEmitter) forget(topic string) {
 
 // Close closes the producer. An Emit in flight fails (kgo.ErrClientClosed);
 // later ones return ErrEmitterClosed. Close is idempotent and returns nil.
-func (em *KafkaEmitter) Close() error {
+func (em *Emitter) Close() error {
 	em.mu.Lock()
 	closed := em.closed
 	em.closed = true

@@ -1,9 +1,11 @@
-package engine_test
+package kafkaio_test
 
 import (
 	"context"
 	"log"
 	"strconv"
+
+	"github.com/snapfence/snapfence/engine/kafkaio"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
@@ -11,10 +13,10 @@ import (
 )
 
 // A running sum per key whose every change goes to a topic, at least
-// once, through a KafkaEmitter. StartEmit rather than Emit: a poll's
+// once, through a kafkaio.Emitter. StartEmit rather than Emit: a poll's
 // outputs are on their way while the next poll is folded, and the engine
 // waits for them before it writes a snapshot or commits an offset.
-func ExampleKafkaEmitter() {
+func ExampleEmitter() {
 	ctx := context.Background()
 	seeds := []string{"127.0.0.1:9092"}
 	backend, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: seeds, TransactionalIDPrefix: "sums"})
@@ -22,7 +24,7 @@ func ExampleKafkaEmitter() {
 		log.Fatal(err)
 	}
 	defer backend.Close()
-	em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: seeds})
+	em, err := kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: seeds})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -45,7 +47,7 @@ func ExampleKafkaEmitter() {
 		log.Fatal(err)
 	}
 	defer e.Close()
-	if err := e.Run(ctx, engine.KafkaConfig{SeedBrokers: seeds, Group: "sums", Topics: []string{"numbers"}}); err != nil {
+	if err := e.Run(ctx, kafkaio.Config{SeedBrokers: seeds, Group: "sums", Topics: []string{"numbers"}}); err != nil {
 		log.Fatal(err)
 	}
 }

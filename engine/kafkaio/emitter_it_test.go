@@ -1,6 +1,6 @@
 //go:build it
 
-package engine_test
+package kafkaio_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/snapfence/snapfence/engine/kafkaio"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -86,7 +88,7 @@ func TestKafkaEmitterOnKafka(t *testing.T) {
 		}
 	}
 
-	em, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: brokers})
+	em, err := kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: brokers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +110,7 @@ func TestKafkaEmitterOnKafka(t *testing.T) {
 		t.Errorf("the missing topic took %v to report", took)
 	}
 
-	create, err := engine.NewKafkaEmitter(engine.KafkaEmitterConfig{SeedBrokers: brokers, CreateTopics: true, TopicPartitions: 4})
+	create, err := kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: brokers, CreateTopics: true, TopicPartitions: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

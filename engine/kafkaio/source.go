@@ -1,4 +1,4 @@
-package engine
+package kafkaio
 
 import (
 	"context"
@@ -15,11 +15,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/internal/chanmutex"
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
 
-// KafkaConfig configures the franz-go consumer of Run and NewKafkaSource.
-// Zero values take the defaults given; NewKafkaSource checks the whole
+// Config configures the franz-go consumer of Run and kafkaio.Config.
+// Zero values take the defaults given; kafkaio.Config checks the whole
 // configuration before it connects, and a value that cannot work is a
 // *store.ConfigError naming the field and the fix.
 //
@@ -32,7 +35,7 @@ import (
 // consumer.session.timeout.ms and consumer.heartbeat.interval.ms
 // (kafka-configs.sh --entity-type groups); SessionTimeout and
 // HeartbeatInterval are not sent.
-type KafkaConfig struct {
+type Config struct {
 	// SeedBrokers, Group and Topics are required, but Engine.Run takes
 	// an empty Group as the store's application (kafka.Config.Application).
 	SeedBrokers []string
@@ -112,7 +115,7 @@ type KafkaConfig struct {
 	ClientOpts []kgo.Opt
 }
 
-// Defaults of KafkaConfig.
+// Defaults of Config.
 const (
 	// DefaultMaxPollRecords is MaxPollRecords' default.
 	DefaultMaxPollRecords = 10000
@@ -147,40 +150,40 @@ const (
 const topicCheckTimeout = 30 * time.Second
 
 // resolve returns cfg with its defaults applied, or a *store.ConfigError
-// for the first field that cannot work. It is the one place KafkaConfig
+// for the first field that cannot work. It is the one place Config
 // is checked.
-func (cfg KafkaConfig) resolve() (KafkaConfig, error) {
+func (cfg Config) resolve() (Config, error) {
 	if err := cfg.checkRequired(); err != nil {
-		return KafkaConfig{}, err
+		return Config{}, err
 	}
 	if cfg.MaxPollRecords < 0 {
-		return KafkaConfig{}, badKafkaConfig("MaxPollRecords", fmt.Sprintf("%d is negative", cfg.MaxPollRecords), "leave it 0 for the default (10000) or set a positive bound")
+		return Config{}, badKafkaConfig("MaxPollRecords", fmt.Sprintf("%d is negative", cfg.MaxPollRecords), "leave it 0 for the default (10000) or set a positive bound")
 	}
 	if cfg.MaxPollRecords == 0 {
 		cfg.MaxPollRecords = DefaultMaxPollRecords
 	}
 	if err := cfg.resolveGroupTimeouts(); err != nil {
-		return KafkaConfig{}, err
+		return Config{}, err
 	}
 	if cfg.InstanceID != "" {
 		if p := store.NameProblem(cfg.InstanceID); p != "" {
-			return KafkaConfig{}, badKafkaConfig("InstanceID", fmt.Sprintf("%q: %s", cfg.InstanceID, p), "use letters, digits, '.', '_' and '-' (a pod name, say), or leave it empty for dynamic membership")
+			return Config{}, badKafkaConfig("InstanceID", fmt.Sprintf("%q: %s", cfg.InstanceID, p), "use letters, digits, '.', '_' and '-' (a pod name, say), or leave it empty for dynamic membership")
 		}
 	}
 	if err := cfg.resolveTopicCreation(); err != nil {
-		return KafkaConfig{}, err
+		return Config{}, err
 	}
 	return cfg, nil
 }
 
-// badKafkaConfig is the *store.ConfigError for a KafkaConfig field.
+// badKafkaConfig is the *store.ConfigError for a Config field.
 func badKafkaConfig(field, problem, fix string) error {
-	return &store.ConfigError{Subject: "KafkaConfig." + field, Problem: problem, Fix: fix}
+	return &store.ConfigError{Subject: "kafkaio.Config." + field, Problem: problem, Fix: fix}
 }
 
 // checkRequired checks the fields that have no default: the brokers, the
 // group and the input topics, whose names must be Kafka's.
-func (cfg KafkaConfig) checkRequired() error {
+func (cfg Config) checkRequired() error {
 	switch {
 	case len(cfg.SeedBrokers) == 0:
 		return badKafkaConfig("SeedBrokers", "empty", `name at least one broker, "host:port"`)
@@ -200,7 +203,7 @@ func (cfg KafkaConfig) checkRequired() error {
 // resolveGroupTimeouts applies the defaults of the group timeouts and
 // checks them against franz-go's bounds. The heartbeat's default and
 // bound depend on the session timeout, so that one is resolved first.
-func (cfg *KafkaConfig) resolveGroupTimeouts() error {
+func (cfg *Config) resolveGroupTimeouts() error {
 	if cfg.SessionTimeout == 0 {
 		cfg.SessionTimeout = DefaultSessionTimeout
 	}
@@ -227,7 +230,7 @@ func (cfg *KafkaConfig) resolveGroupTimeouts() error {
 
 // resolveTopicCreation applies the defaults of the settings CreateTopics
 // creates input topics with: 0 and -1 both mean the broker's.
-func (cfg *KafkaConfig) resolveTopicCreation() error {
+func (cfg *Config) resolveTopicCreation() error {
 	switch {
 	case cfg.CreatePartitions == 0:
 		cfg.CreatePartitions = -1
@@ -270,12 +273,12 @@ const (
 // nothing: its heartbeats and rejoins run beside it, and a new session
 // cancels it.
 type kafkaSource struct {
-	cfg    KafkaConfig
+	cfg    Config
 	member *kgo.Client
 	cl     *kgo.Client
 	adm    *kadm.Client
 	group  string
-	buf    []Record // reused by every Poll: valid until the next
+	buf    []input.Record // reused by every Poll: valid until the next
 	// logEnd is each partition's high watermark from the last fetch
 	// response that carried it, or from a ListOffsets (Poll and LogEnd
 	// run on one goroutine).
@@ -292,7 +295,7 @@ type kafkaSource struct {
 	// so franz-go's BlockRebalanceOnPoll cannot do it). A channel of one
 	// slot, as the runner's lock, so that a wait for it counts as blocked
 	// in a testing/synctest bubble.
-	turn chanMutex
+	turn chanmutex.Mutex
 	// polling: Poll holds the turn (Poll and PollDone run on the
 	// runner's goroutine).
 	polling bool
@@ -349,46 +352,49 @@ func (s *kafkaSource) listUnknownEnds(ctx context.Context) {
 	}
 }
 
-// NewKafkaSource returns a factory for Engine.NewRunner. The factory
+// kafkaio.Config returns a factory for Engine.Join. The factory
 // checks cfg (a *store.ConfigError names a field that cannot work), then
 // that every input topic exists, creating the missing ones if
 // cfg.CreateTopics is set: a missing topic is a *store.ConfigError naming
 // it, returned as soon as a broker answers (the check waits up to 30 s for
 // one). Only then does the consumer join the group.
-func NewKafkaSource(cfg KafkaConfig) func(Handler) (Source, error) {
-	return func(h Handler) (Source, error) {
-		cfg, err := cfg.resolve()
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), topicCheckTimeout)
-		defer cancel()
-		if err := checkInputTopics(ctx, cfg); err != nil {
-			return nil, err
-		}
-		s := &kafkaSource{cfg: cfg, group: cfg.Group, logEnd: map[store.TopicPartition]int64{},
-			unknownEnd: map[store.TopicPartition]bool{}, turn: make(chanMutex, 1), consumed: map[store.TopicPartition]bool{}}
-		cl, err := kgo.NewClient(directClientOpts(cfg)...)
-		if err != nil {
-			return nil, fmt.Errorf("engine: consumer: %w", err)
-		}
-		s.cl, s.adm = cl, kadm.NewClient(cl)
-		member, err := kgo.NewClient(s.memberClientOpts(h)...)
-		if err != nil {
-			cl.Close()
-			return nil, fmt.Errorf("engine: consumer: %w", err)
-		}
-		member.PauseFetchTopics(cfg.Topics...)
-		s.member = member
-		return s, nil
+func (cfg Config) Open(o input.Opening) (input.Source, error) {
+	if cfg.Group == "" {
+		cfg.Group = o.Application
 	}
+	cfg, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), topicCheckTimeout)
+	defer cancel()
+	if err := checkInputTopics(ctx, cfg); err != nil {
+		return nil, err
+	}
+	s := &kafkaSource{cfg: cfg, group: cfg.Group, logEnd: map[store.TopicPartition]int64{},
+		unknownEnd: map[store.TopicPartition]bool{}, turn: make(chanmutex.Mutex, 1), consumed: map[store.TopicPartition]bool{}}
+	cl, err := kgo.NewClient(directClientOpts(cfg)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafkaio: consumer: %w", err)
+	}
+	s.cl, s.adm = cl, kadm.NewClient(cl)
+	member, err := kgo.NewClient(s.memberClientOpts(o.Handler)...)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("kafkaio: consumer: %w", err)
+	}
+	member.PauseFetchTopics(cfg.Topics...)
+	s.member = member
+	return s, nil
 }
+
+var _ engine.Input = Config{}
 
 // directClientOpts are the options of the client that fetches the
 // records. It takes the user's options but their group options (franz-go
 // refuses them without a group) and their subscription (it consumes only
 // what the engine adds).
-func directClientOpts(cfg KafkaConfig) []kgo.Opt {
+func directClientOpts(cfg Config) []kgo.Opt {
 	direct := []kgo.Opt{
 		kgo.SeedBrokers(cfg.SeedBrokers...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -409,7 +415,7 @@ func directClientOpts(cfg KafkaConfig) []kgo.Opt {
 // memberClientOpts are the options of the group member, whose rebalance
 // callbacks hand the partitions to h between two polls; the user's
 // options come last, so they override the engine's.
-func (s *kafkaSource) memberClientOpts(h Handler) []kgo.Opt {
+func (s *kafkaSource) memberClientOpts(h input.Handler) []kgo.Opt {
 	cfg := s.cfg
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.SeedBrokers...),
@@ -489,7 +495,7 @@ func (s *kafkaSource) rebalance(handle func(), released map[string][]int32) {
 // missing ones if cfg.CreateTopics is set, with a client of its own (the
 // consumer does not join the group with a topic missing). It retries
 // while no broker answers, until ctx ends.
-func checkInputTopics(ctx context.Context, cfg KafkaConfig) error {
+func checkInputTopics(ctx context.Context, cfg Config) error {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.SeedBrokers...)}, cfg.ClientOpts...)...)
 	if err != nil {
 		return fmt.Errorf("engine: input topic check: %w", err)
@@ -509,9 +515,9 @@ func checkInputTopics(ctx context.Context, cfg KafkaConfig) error {
 		if err == nil && !cfg.CreateTopics {
 			return &store.ConfigError{
 				Subject: fmt.Sprintf("topic %q", missing[0]),
-				Problem: fmt.Sprintf("the input topic does not exist (KafkaConfig.Topics %q, brokers %v)", cfg.Topics, cfg.SeedBrokers),
-				Fix: fmt.Sprintf("create it (kafka-topics.sh --create --topic %s --partitions N), correct KafkaConfig.Topics, "+
-					"or set KafkaConfig.CreateTopics", missing[0]),
+				Problem: fmt.Sprintf("the input topic does not exist (Config.Topics %q, brokers %v)", cfg.Topics, cfg.SeedBrokers),
+				Fix: fmt.Sprintf("create it (kafka-topics.sh --create --topic %s --partitions N), correct Config.Topics, "+
+					"or set Config.CreateTopics", missing[0]),
 			}
 		}
 		if err == nil && !created {
@@ -546,7 +552,7 @@ func (s *kafkaSource) CheckTopics(ctx context.Context, topics []string) error {
 		return &store.ConfigError{Subject: fmt.Sprintf("output topic %q", missing[0]),
 			Problem: fmt.Sprintf("does not exist (Config.OutputTopics and DeadLetterTopic: %q)", topics),
 			Fix: fmt.Sprintf("create it (kafka-topics.sh --create --topic %s), or have the emitter create it at start: "+
-				"KafkaEmitterConfig.CreateTopics with Config.CheckOutputTopics set to the emitter's CheckTopics", missing[0])}
+				"kafkaio.EmitterConfig.CreateTopics with Config.CheckOutputTopics set to the emitter's CheckTopics", missing[0])}
 	}
 	return nil
 }
@@ -592,7 +598,7 @@ func missingTopics(ctx context.Context, adm *kadm.Client, topics []string, kind 
 // createInputTopics creates the missing input topics. A request the
 // broker refuses for good (bad partition count or replication, a policy,
 // no ACL) is a *store.ConfigError.
-func createInputTopics(ctx context.Context, adm *kadm.Client, cfg KafkaConfig, topics []string) error {
+func createInputTopics(ctx context.Context, adm *kadm.Client, cfg Config, topics []string) error {
 	resps, err := adm.CreateTopics(ctx, cfg.CreatePartitions, cfg.CreateReplicationFactor, nil, topics...)
 	if err != nil {
 		return fmt.Errorf("engine: creating input topics %q: %w", topics, err)
@@ -606,10 +612,10 @@ func createInputTopics(ctx context.Context, adm *kadm.Client, cfg KafkaConfig, t
 		switch {
 		case errors.Is(r.Err, kerr.InvalidPartitions):
 			return &store.ConfigError{Subject: subject, Problem: fmt.Sprintf("the broker refused to create it with %d partitions", cfg.CreatePartitions),
-				Fix: "set KafkaConfig.CreatePartitions to a positive count (or -1 for the broker's num.partitions)", Err: r.Err}
+				Fix: "set Config.CreatePartitions to a positive count (or -1 for the broker's num.partitions)", Err: r.Err}
 		case errors.Is(r.Err, kerr.InvalidReplicationFactor), errors.Is(r.Err, kerr.InvalidReplicaAssignment):
 			return &store.ConfigError{Subject: subject, Problem: fmt.Sprintf("the broker refused to create it with replication factor %d", cfg.CreateReplicationFactor),
-				Fix: "set KafkaConfig.CreateReplicationFactor to at most the number of brokers (or -1 for default.replication.factor)", Err: r.Err}
+				Fix: "set Config.CreateReplicationFactor to at most the number of brokers (or -1 for default.replication.factor)", Err: r.Err}
 		case errors.Is(r.Err, kerr.TopicAuthorizationFailed), errors.Is(r.Err, kerr.ClusterAuthorizationFailed),
 			errors.Is(r.Err, kerr.PolicyViolation), errors.Is(r.Err, kerr.InvalidTopicException), errors.Is(r.Err, kerr.InvalidConfig):
 			return &store.ConfigError{Subject: subject, Problem: "the broker refused to create the missing input topic",
@@ -630,11 +636,11 @@ func tps(m map[string][]int32) []store.TopicPartition {
 			out = append(out, store.TopicPartition{Topic: t, Partition: p})
 		}
 	}
-	slices.SortFunc(out, compareTP)
+	slices.SortFunc(out, store.TopicPartition.Compare)
 	return out
 }
 
-func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]Record, error) {
+func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]input.Record, error) {
 	select {
 	case s.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -723,10 +729,10 @@ func (s *kafkaSource) noteLogEnds(fs kgo.Fetches) {
 }
 
 // records are the records of fs, in s.buf: valid until the next poll.
-func (s *kafkaSource) records(fs kgo.Fetches) []Record {
+func (s *kafkaSource) records(fs kgo.Fetches) []input.Record {
 	out := s.buf[:0]
 	fs.EachRecord(func(r *kgo.Record) {
-		out = append(out, Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
+		out = append(out, input.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
 		if len(r.Headers) > 0 {
 			hs := make([]store.Header, len(r.Headers))
 			for i, h := range r.Headers {
@@ -924,13 +930,13 @@ func (s *kafkaSource) groupConfigError(err error) error {
 	cerr := &store.ConfigError{Err: err}
 	switch {
 	case errors.Is(err, kerr.InvalidSessionTimeout):
-		cerr.Subject, cerr.Problem = "KafkaConfig.SessionTimeout", fmt.Sprintf("the broker refuses %v", s.cfg.SessionTimeout)
+		cerr.Subject, cerr.Problem = "kafkaio.Config.SessionTimeout", fmt.Sprintf("the broker refuses %v", s.cfg.SessionTimeout)
 		cerr.Fix = "set it within the broker's group.min.session.timeout.ms and group.max.session.timeout.ms (6s and 30m by default)"
 	case errors.Is(err, kerr.FencedInstanceID):
-		cerr.Subject, cerr.Problem = "KafkaConfig.InstanceID", fmt.Sprintf("another member of group %q joined with instance id %q and replaced this one", s.group, s.cfg.InstanceID)
+		cerr.Subject, cerr.Problem = "kafkaio.Config.InstanceID", fmt.Sprintf("another member of group %q joined with instance id %q and replaced this one", s.group, s.cfg.InstanceID)
 		cerr.Fix = "give every running instance its own InstanceID"
 	case errors.Is(err, kerr.GroupAuthorizationFailed):
-		cerr.Subject, cerr.Problem = "KafkaConfig.Group", fmt.Sprintf("the consumer may not join group %q", s.group)
+		cerr.Subject, cerr.Problem = "kafkaio.Config.Group", fmt.Sprintf("the consumer may not join group %q", s.group)
 		cerr.Fix = fmt.Sprintf("grant the principal READ on the group (kafka-acls.sh --operation Read --group %s)", s.group)
 	default:
 		return nil
@@ -958,54 +964,14 @@ func (s *kafkaSource) Close(ctx context.Context) error {
 	return nil
 }
 
-// Run runs the engine against Kafka until ctx ends, then leaves the group
-// cleanly (the revoke callback flushes and commits), and returns nil; or
-// until a failure that retrying cannot fix, which it returns after
-// leaving the group the same way (docs/operations.md, the failure model):
-//
-//   - a configuration that cannot work (a missing topic, a snapshot topic
-//     that is not compacted, an option): an error matching
-//     store.ErrMisconfigured, most of them a *store.ConfigError naming
-//     the topic or option and the fix;
-//   - a poison record under StopOnPoison: the *FoldError naming its topic,
-//     partition, offset and key, after everything before it is committed;
-//   - a state that does not decode under StopOnUndecodableState
-//     (*RecoveredStateError, naming the key), a snapshot
-//     record that is not snapfence's (*store.CorruptRecordError), a
-//     snapshot over the size limit (*store.ValueTooLargeError);
-//   - a committed offset held past UnstableOffsetTimeout
-//     (*store.UnstableOffsetError);
-//   - state or a transactional.id of another application
-//     (*store.ForeignStateError): a snapshot topic or a
-//     TransactionalIDPrefix shared by mistake.
-//
-// An empty cfg.Group is the store's application (store.Named): one name
-// for the group, the snapshot topics and the transactional ids.
-//
-// Everything else is transient or expected and is retried: a failed poll
-// after a backoff, a partition's failure by restarting it from its
-// committed state (see Config). Those are logged at a bounded rate and
-// reported to Config.Observer; none is returned.
-func (e *Engine[S]) Run(ctx context.Context, cfg KafkaConfig) (err error) {
-	defer e.trackRun()(&err)
-	if cfg.Group == "" {
-		cfg.Group = storeApplication(e.cfg.Store)
-	}
-	r, err := e.NewRunner(NewKafkaSource(cfg))
-	if err != nil {
-		return err
-	}
-	return r.Run(ctx)
-}
-
 // Partitions implements PartitionLister: every partition of
-// KafkaConfig.Topics, from a metadata request bounded by ctx.
+// Config.Topics, from a metadata request bounded by ctx.
 func (s *kafkaSource) Partitions(ctx context.Context) ([]store.TopicPartition, error) {
 	tps, _, err := s.inputTopics(ctx)
 	return tps, err
 }
 
-// inputTopics is every partition of KafkaConfig.Topics and the topics'
+// inputTopics is every partition of Config.Topics and the topics'
 // names by id, from one metadata request.
 func (s *kafkaSource) inputTopics(ctx context.Context) ([]store.TopicPartition, map[kadm.TopicID]string, error) {
 	details, err := s.adm.ListTopics(ctx, s.cfg.Topics...)
@@ -1028,13 +994,13 @@ func (s *kafkaSource) inputTopics(ctx context.Context) ([]store.TopicPartition, 
 }
 
 // DescribeGroup implements GroupDescriber: the partitions of
-// KafkaConfig.Topics with the group's committed offsets, their log starts
+// Config.Topics with the group's committed offsets, their log starts
 // and ends, and which the coordinator has assigned to a member. The
 // assignment is read as a consumer-protocol group first
 // (ConsumerGroupDescribe), then as a classic one (DescribeGroups: a
 // classic group describes no assignment while it rebalances, and nothing
 // is served then).
-func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]GroupPartition, error) {
+func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]input.GroupPartition, error) {
 	tps, names, err := s.inputTopics(ctx)
 	if err != nil {
 		return nil, err
@@ -1055,14 +1021,14 @@ func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]GroupPartition, erro
 	if err != nil {
 		return nil, err
 	}
-	out := make([]GroupPartition, 0, len(tps))
+	out := make([]input.GroupPartition, 0, len(tps))
 	for _, tp := range tps {
 		start, sok := starts.Lookup(tp.Topic, tp.Partition)
 		end, eok := ends.Lookup(tp.Topic, tp.Partition)
 		if !sok || !eok || start.Err != nil || end.Err != nil {
 			return nil, fmt.Errorf("engine: the log start or end of %s: %v %v", tp, start.Err, end.Err)
 		}
-		gp := GroupPartition{Input: tp, CommittedOffset: -1, LogStartOffset: start.Offset, LogEndOffset: end.Offset,
+		gp := input.GroupPartition{Input: tp, CommittedOffset: -1, LogStartOffset: start.Offset, LogEndOffset: end.Offset,
 			Assigned: assigned.Lookup(tp.Topic, tp.Partition)}
 		if c, ok := committed.Lookup(tp.Topic, tp.Partition); ok && c.Err == nil && c.At >= 0 {
 			gp.CommittedOffset = c.At
