@@ -73,8 +73,8 @@ type EmitterConfig struct {
 }
 
 // Emitter is the built-in at-least-once output: an idempotent
-// franz-go producer whose Emit is a Config.Emit and whose StartEmit is a
-// Config.StartEmit (the faster of the two: the engine folds the next poll
+// franz-go producer whose Emit is a engine.Config.Emit and whose StartEmit is a
+// engine.Config.StartEmit (the faster of the two: the engine folds the next poll
 // while a poll's outputs are on their way). Each output goes to its
 // Topic, with its key, value and headers, to the partition that Kafka's
 // default partitioner gives its key (store.OutputPartition): the same
@@ -88,7 +88,7 @@ type EmitterConfig struct {
 // count is cached; a topic that later grows partitions keeps its old
 // count, as exactly-once batches do): a missing topic is a permanent
 // configuration error, returned at once, or created with CreateTopics.
-// CheckTopics does the same check ahead, for Config.CheckOutputTopics, so
+// CheckTopics does the same check ahead, for engine.Config.CheckOutputTopics, so
 // that Run meets a missing topic before it folds anything. A record the
 // broker refuses for good (MESSAGE_TOO_LARGE, INVALID_RECORD, ...) is
 // named in the engine.EmitError ahead of transient failures, and ends the run
@@ -151,7 +151,7 @@ func NewEmitter(cfg EmitterConfig) (*Emitter, error) {
 }
 
 // Emit produces outs and returns once each is delivered; it is a
-// Config.Emit, and StartEmit's two halves in one call. An output without
+// engine.Config.Emit, and StartEmit's two halves in one call. An output without
 // a topic fails the call before anything is sent (store.ErrInvalidOutput),
 // and so does a topic that does not exist (without CreateTopics: a
 // *store.ConfigError naming it) or cannot be described. Otherwise every
@@ -161,7 +161,7 @@ func (em *Emitter) Emit(ctx context.Context, outs []engine.Output) error {
 }
 
 // StartEmit starts producing outs and returns wait, which returns once
-// each is delivered, with Emit's errors; it is a Config.StartEmit. The
+// each is delivered, with Emit's errors; it is a engine.Config.StartEmit. The
 // topics are checked before it returns (a new topic's first output
 // waits for one Metadata request); the records are then on their way.
 // Call wait once.
@@ -339,7 +339,7 @@ func (em *Emitter) topicPartitions(ctx context.Context, outs []engine.Output) (m
 
 // CheckTopics checks that each topic exists (with CreateTopics: creates
 // it) and caches its partition count, as the first output to it would; it
-// is a Config.CheckOutputTopics, so that a missing output or dead-letter
+// is a engine.Config.CheckOutputTopics, so that a missing output or dead-letter
 // topic ends Run at its start, before anything is folded. A missing topic
 // is a *store.ConfigError naming it and the fix.
 func (em *Emitter) CheckTopics(ctx context.Context, topics []string) error {

@@ -1,3 +1,10 @@
+// Package kafkaio is the engine's input and output on Kafka, over
+// franz-go: a Config is the input an engine folds (Engine.Run, Join), a
+// member of a consumer group; an Emitter delivers the outputs of an
+// at-least-once engine (engine.Config.Emit, StartEmit). The engine itself
+// imports no Kafka client: this package plugs one in.
+//
+//	err := e.Run(ctx, kafkaio.Config{SeedBrokers: brokers, Topics: []string{"orders"}})
 package kafkaio
 
 import (
@@ -21,10 +28,10 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// Config configures the franz-go consumer of Run and kafkaio.Config.
-// Zero values take the defaults given; kafkaio.Config checks the whole
-// configuration before it connects, and a value that cannot work is a
-// *store.ConfigError naming the field and the fix.
+// Config is an engine's input on Kafka: its consumer group, topics and
+// franz-go client settings. Zero values take the defaults given; Open
+// checks the whole configuration before it connects, and a value that
+// cannot work is a *store.ConfigError naming the field and the fix.
 //
 // The group settings (SessionTimeout, HeartbeatInterval, RebalanceTimeout)
 // are those of the classic group protocol (the default, and the balancers
@@ -352,8 +359,9 @@ func (s *kafkaSource) listUnknownEnds(ctx context.Context) {
 	}
 }
 
-// kafkaio.Config returns a factory for Engine.Join. The factory
-// checks cfg (a *store.ConfigError names a field that cannot work), then
+// Open implements engine.Input: the engine calls it as a member starts.
+// It checks cfg (a *store.ConfigError names a field that cannot work),
+// takes the engine's application as the group if cfg has none, then checks
 // that every input topic exists, creating the missing ones if
 // cfg.CreateTopics is set: a missing topic is a *store.ConfigError naming
 // it, returned as soon as a broker answers (the check waits up to 30 s for
@@ -515,9 +523,9 @@ func checkInputTopics(ctx context.Context, cfg Config) error {
 		if err == nil && !cfg.CreateTopics {
 			return &store.ConfigError{
 				Subject: fmt.Sprintf("topic %q", missing[0]),
-				Problem: fmt.Sprintf("the input topic does not exist (Config.Topics %q, brokers %v)", cfg.Topics, cfg.SeedBrokers),
-				Fix: fmt.Sprintf("create it (kafka-topics.sh --create --topic %s --partitions N), correct Config.Topics, "+
-					"or set Config.CreateTopics", missing[0]),
+				Problem: fmt.Sprintf("the input topic does not exist (kafkaio.Config.Topics %q, brokers %v)", cfg.Topics, cfg.SeedBrokers),
+				Fix: fmt.Sprintf("create it (kafka-topics.sh --create --topic %s --partitions N), correct kafkaio.Config.Topics, "+
+					"or set kafkaio.Config.CreateTopics", missing[0]),
 			}
 		}
 		if err == nil && !created {
@@ -542,7 +550,7 @@ func checkInputTopics(ctx context.Context, cfg Config) error {
 // list, or does not yet list with a leader for every partition after a
 // creation. A topic this client may not describe is a *store.ConfigError.
 // CheckTopics implements TopicChecker: the output and dead-letter topics
-// the runner checks at its start (Config.CheckOutputTopics' default).
+// the runner checks at its start (engine.Config.CheckOutputTopics' default).
 func (s *kafkaSource) CheckTopics(ctx context.Context, topics []string) error {
 	missing, err := missingTopics(ctx, s.adm, topics, "output")
 	if err != nil {
@@ -550,9 +558,9 @@ func (s *kafkaSource) CheckTopics(ctx context.Context, topics []string) error {
 	}
 	if len(missing) > 0 {
 		return &store.ConfigError{Subject: fmt.Sprintf("output topic %q", missing[0]),
-			Problem: fmt.Sprintf("does not exist (Config.OutputTopics and DeadLetterTopic: %q)", topics),
+			Problem: fmt.Sprintf("does not exist (engine.Config.OutputTopics and DeadLetterTopic: %q)", topics),
 			Fix: fmt.Sprintf("create it (kafka-topics.sh --create --topic %s), or have the emitter create it at start: "+
-				"kafkaio.EmitterConfig.CreateTopics with Config.CheckOutputTopics set to the emitter's CheckTopics", missing[0])}
+				"kafkaio.EmitterConfig.CreateTopics with engine.Config.CheckOutputTopics set to the emitter's CheckTopics", missing[0])}
 	}
 	return nil
 }
@@ -612,10 +620,10 @@ func createInputTopics(ctx context.Context, adm *kadm.Client, cfg Config, topics
 		switch {
 		case errors.Is(r.Err, kerr.InvalidPartitions):
 			return &store.ConfigError{Subject: subject, Problem: fmt.Sprintf("the broker refused to create it with %d partitions", cfg.CreatePartitions),
-				Fix: "set Config.CreatePartitions to a positive count (or -1 for the broker's num.partitions)", Err: r.Err}
+				Fix: "set kafkaio.Config.CreatePartitions to a positive count (or -1 for the broker's num.partitions)", Err: r.Err}
 		case errors.Is(r.Err, kerr.InvalidReplicationFactor), errors.Is(r.Err, kerr.InvalidReplicaAssignment):
 			return &store.ConfigError{Subject: subject, Problem: fmt.Sprintf("the broker refused to create it with replication factor %d", cfg.CreateReplicationFactor),
-				Fix: "set Config.CreateReplicationFactor to at most the number of brokers (or -1 for default.replication.factor)", Err: r.Err}
+				Fix: "set kafkaio.Config.CreateReplicationFactor to at most the number of brokers (or -1 for default.replication.factor)", Err: r.Err}
 		case errors.Is(r.Err, kerr.TopicAuthorizationFailed), errors.Is(r.Err, kerr.ClusterAuthorizationFailed),
 			errors.Is(r.Err, kerr.PolicyViolation), errors.Is(r.Err, kerr.InvalidTopicException), errors.Is(r.Err, kerr.InvalidConfig):
 			return &store.ConfigError{Subject: subject, Problem: "the broker refused to create the missing input topic",
@@ -769,7 +777,7 @@ func (s *kafkaSource) Identity() store.GroupIdentity {
 // transactional.id, or one the coordinator forgot) is answered with
 // store.ErrOffsetUnstable, and the runner retries the acquisition later
 // without holding up the other partitions, up to
-// Config.UnstableOffsetTimeout.
+// engine.Config.UnstableOffsetTimeout.
 func (s *kafkaSource) CommittedOffset(ctx context.Context, tp store.TopicPartition) (int64, error) {
 	for backoff := committedOffsetFirstRetry; ; backoff *= 2 {
 		o, ok, err := s.fetchCommitted(ctx, tp)
