@@ -2,11 +2,11 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/engine/internal/replica"
 	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
@@ -14,7 +14,9 @@ import (
 // Standby replicas (Config.Standby; docs/operations.md, "Standby
 // replicas"): every partition of the input topics that this member does
 // not hold is followed read_committed into the cache, with a checkpoint,
-// so that an assignment of it later recovers only the delta.
+// so that an assignment of it later recovers only the delta. Each
+// partition has a replica.Reader (as each partition of a View has): the
+// standbys say when it opens, reads and retries.
 //
 // The follower runs on the runner's goroutine, between polls (a round at
 // most every standbyInterval, sooner while a follower is behind), so the
@@ -48,24 +50,14 @@ type standbys[S any] struct {
 	all    []store.TopicPartition
 	listed time.Time
 	next   time.Time
-	parts  map[store.TopicPartition]*standby[S]
-	// retry is when a failed partition's follower is opened again, and
-	// errs why it failed.
-	retry map[store.TopicPartition]time.Time
-	errs  map[store.TopicPartition]error
-}
-
-// standby is one followed partition.
-type standby[S any] struct {
-	f    store.Follow
-	core *core.Core[S, Output]
-	// vouched: a checkpoint is in the cache with the states read.
-	vouched bool
+	// parts are the partitions followed, and those whose replica failed
+	// (replica.Reader.Err), opened again once due.
+	parts map[store.TopicPartition]*replica.Reader
 }
 
 func newStandbys[S any](r *Member[S]) (*standbys[S], error) {
 	return &standbys[S]{r: r, lister: r.src, follow: r.e.cfg.Store.(store.Follower),
-		parts: map[store.TopicPartition]*standby[S]{}, retry: map[store.TopicPartition]time.Time{}, errs: map[store.TopicPartition]error{}}, nil
+		parts: map[store.TopicPartition]*replica.Reader{}}, nil
 }
 
 // round runs a round of the followers if one is due: opens the missing
@@ -77,16 +69,7 @@ func (sb *standbys[S]) round(ctx context.Context) {
 		return
 	}
 	if sb.all == nil || now.Sub(sb.listed) >= standbyListEvery {
-		lctx, cancel := context.WithTimeout(ctx, standbyListTimeout)
-		all, err := sb.lister.Partitions(lctx)
-		cancel()
-		sb.listed = now
-		if err != nil {
-			sb.warn("listing the input partitions for the standby replicas failed", store.TopicPartition{}, err)
-		} else {
-			slices.SortFunc(all, compareTP)
-			sb.all = all
-		}
+		sb.list(ctx, now)
 	}
 	behind := false
 	for _, tp := range sb.all {
@@ -94,17 +77,16 @@ func (sb *standbys[S]) round(ctx context.Context) {
 			sb.release(tp) // start released it already; a safeguard
 			continue
 		}
-		s := sb.parts[tp]
-		if s == nil {
-			if t, failed := sb.retry[tp]; failed && now.Before(t) {
+		rd := sb.parts[tp]
+		if rd == nil || !rd.Following() {
+			if rd != nil && !rd.Due(now) {
 				continue
 			}
-			s = sb.open(ctx, tp)
-			if s == nil {
+			if rd = sb.open(ctx, tp); rd == nil {
 				continue
 			}
 		}
-		if sb.read(ctx, tp, s) {
+		if sb.read(ctx, tp, rd) {
 			behind = true
 		}
 	}
@@ -115,43 +97,46 @@ func (sb *standbys[S]) round(ctx context.Context) {
 	r.status.standbys(sb.status())
 }
 
-// open opens tp's follower from the cache's checkpoint, or from the log
-// start when there is none or the store refuses it (the copy is dropped
-// first).
-func (sb *standbys[S]) open(ctx context.Context, tp store.TopicPartition) *standby[S] {
+// list lists the input topics' partitions again.
+func (sb *standbys[S]) list(ctx context.Context, now time.Time) {
+	lctx, cancel := context.WithTimeout(ctx, standbyListTimeout)
+	all, err := sb.lister.Partitions(lctx)
+	cancel()
+	sb.listed = now
+	if err != nil {
+		sb.warn("listing the input partitions for the standby replicas failed", store.TopicPartition{}, err)
+		return
+	}
+	slices.SortFunc(all, compareTP)
+	sb.all = all
+}
+
+// open opens tp's replica over a new core of the partition (the
+// replica.Reader drops the copy when it follows from the log start).
+func (sb *standbys[S]) open(ctx context.Context, tp store.TopicPartition) *replica.Reader {
 	r := sb.r
+	rd := sb.parts[tp]
+	if rd == nil {
+		rd = replica.New(replica.Config{
+			Follow: func(ctx context.Context, from *store.Checkpoint) (store.Follow, error) {
+				return sb.follow.Follow(ctx, tp, from)
+			},
+			Checkpoints: checkpointTag(r.src.Identity().Group), Retry: standbyRetry, Now: r.src.Now,
+		})
+		sb.parts[tp] = rd
+	}
 	c, err := core.New(core.Config[S, Output]{Input: tp, Fold: r.e.coreFold(), Codec: r.e.cfg.Codec, Warm: true}, r.e.kv)
 	if err != nil {
-		sb.failed(tp, nil, err)
+		sb.failed(tp, rd.Fail(err))
 		return nil
 	}
-	var from *store.Checkpoint
-	if b, ok, err := c.Checkpoint(); err == nil && ok {
-		if group, cp, err := decodeCheckpoint(b); err == nil && group == r.src.Identity().Group {
-			from = &cp
-		}
-	}
-	f, err := sb.follow.Follow(ctx, tp, from)
-	if _, refused := errors.AsType[*store.CheckpointError](err); refused && from != nil {
-		from = nil
-		f, err = sb.follow.Follow(ctx, tp, nil)
-	}
-	if err == nil && from == nil {
-		err = c.Drop() // a copy from the log start starts empty
-		if err != nil {
-			_ = f.Close()
-		}
-	}
+	opened, err := rd.Open(ctx, c)
 	if err != nil {
-		sb.failed(tp, nil, err)
+		sb.failed(tp, err)
 		return nil
 	}
-	s := &standby[S]{f: f, core: c, vouched: from != nil}
-	sb.parts[tp] = s
-	delete(sb.retry, tp)
-	delete(sb.errs, tp)
-	r.e.log.Info("standby replica following", "input", tp.String(), "from", followBase(from))
-	return s
+	r.e.log.Info("standby replica following", "input", tp.String(), "from", followBase(opened.From))
+	return rd
 }
 
 func followBase(cp *store.Checkpoint) any {
@@ -161,28 +146,19 @@ func followBase(cp *store.Checkpoint) any {
 	return cp.Offset
 }
 
-// read reads tp's follower until it has nothing more or its share of the
-// round is used, writing each read with its checkpoint in one batch. It
-// reports whether the follower is still behind the log end.
-func (sb *standbys[S]) read(ctx context.Context, tp store.TopicPartition, s *standby[S]) (behind bool) {
-	group := sb.r.src.Identity().Group
+// read reads tp's replica until it has nothing more or its share of the
+// round is used. It reports whether the replica is still behind the log
+// end.
+func (sb *standbys[S]) read(ctx context.Context, tp store.TopicPartition, rd *replica.Reader) (behind bool) {
 	for range standbyRoundReads {
-		snaps, cp, ok, err := s.f.Next(ctx, 0)
-		if err == nil {
-			var enc []byte
-			if ok {
-				enc = encodeCheckpoint(group, cp)
-			}
-			err = s.core.Replicated(snaps, enc)
-			s.vouched = s.vouched || ok
-		}
+		snaps, err := rd.Read(ctx, 0)
 		if err != nil {
-			if ctx.Err() == nil {
-				sb.failed(tp, s, err)
+			if !rd.Following() { // not an end of ctx
+				sb.failed(tp, err)
 			}
 			return false
 		}
-		off, end := s.f.Position()
+		off, end := rd.Position()
 		if off >= end || len(snaps) == 0 {
 			return off < end
 		}
@@ -190,13 +166,8 @@ func (sb *standbys[S]) read(ctx context.Context, tp store.TopicPartition, s *sta
 	return true
 }
 
-// failed closes tp's follower (if open) after err and retries it later.
-func (sb *standbys[S]) failed(tp store.TopicPartition, s *standby[S], err error) {
-	if s != nil {
-		_ = s.f.Close()
-		delete(sb.parts, tp)
-	}
-	sb.retry[tp], sb.errs[tp] = sb.r.src.Now().Add(standbyRetry), err
+// failed says that tp's replica failed; it is opened again later.
+func (sb *standbys[S]) failed(tp store.TopicPartition, err error) {
 	sb.warn("standby replica failed; retrying later", tp, err)
 }
 
@@ -206,23 +177,19 @@ func (sb *standbys[S]) warn(msg string, tp store.TopicPartition, err error) {
 	}
 }
 
-// release closes tp's follower: the member takes tp over. What it wrote
+// release closes tp's replica: the member takes tp over. What it wrote
 // stays in the cache, as the base of the takeover's delta.
 func (sb *standbys[S]) release(tp store.TopicPartition) {
-	_, following := sb.parts[tp]
-	_, failed := sb.errs[tp]
-	if s := sb.parts[tp]; s != nil {
-		_ = s.f.Close()
-		delete(sb.parts, tp)
+	rd := sb.parts[tp]
+	if rd == nil {
+		return
 	}
-	delete(sb.retry, tp)
-	delete(sb.errs, tp)
-	if following || failed {
-		sb.r.status.standbys(sb.status()) // the status never shows a replica of an owned partition
-	}
+	rd.Close()
+	delete(sb.parts, tp)
+	sb.r.status.standbys(sb.status()) // the status never shows a replica of an owned partition
 }
 
-// close closes every follower.
+// close closes every replica.
 func (sb *standbys[S]) close() {
 	for _, tp := range sortedKeys(sb.parts) {
 		sb.release(tp)
@@ -230,22 +197,13 @@ func (sb *standbys[S]) close() {
 	sb.r.status.standbys(nil)
 }
 
-// status is the followers' status, by partition.
+// status is the replicas' status, by partition.
 func (sb *standbys[S]) status() []StandbyStatus {
 	var out []StandbyStatus
 	for _, tp := range sortedKeys(sb.parts) {
-		s := sb.parts[tp]
-		off, end := s.f.Position()
-		lag := int64(-1)
-		if end >= 0 {
-			lag = max(end-off, 0)
-		}
-		out = append(out, StandbyStatus{Input: tp, Position: off, LogEnd: end, Lag: lag, Vouched: s.vouched})
+		st := sb.parts[tp].Status()
+		out = append(out, StandbyStatus{Input: tp, Position: st.Position, LogEnd: st.LogEnd, Lag: st.Lag, Vouched: st.Vouched, Err: st.Err})
 	}
-	for _, tp := range sortedKeys(sb.errs) {
-		out = append(out, StandbyStatus{Input: tp, Position: -1, LogEnd: -1, Lag: -1, Err: sb.errs[tp]})
-	}
-	slices.SortFunc(out, func(a, b StandbyStatus) int { return compareTP(a.Input, b.Input) })
 	return out
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/engine/internal/replica"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -234,7 +235,9 @@ type viewPart[S any] struct {
 	tp   store.TopicPartition    // what the store follows: the input partition, or the plain topic's
 	rd   core.CommittedReader[S] // its states in the cache
 	core *core.Core[S, Output]
-	f    store.Follow // nil while failed
+	// replica keeps the cache's copy up to date; it does not follow while
+	// the partition failed.
+	replica *replica.Reader
 
 	// Guarded by View.mu.
 	st ViewPartitionStatus
@@ -333,6 +336,7 @@ func NewView[S any](ctx context.Context, cfg ViewConfig[S]) (*View[S], error) {
 		if err == nil {
 			part := &viewPart[S]{num: p, tp: tp, rd: c.CommittedReader(), core: c,
 				st: ViewPartitionStatus{Partition: p, Target: -1, LogEnd: -1, Lag: -1, From: -1}}
+			part.replica = v.replicaOf(part)
 			v.parts[p] = part
 			err = v.open(ctx, part)
 		}
@@ -351,55 +355,44 @@ func (v *View[S]) Name() string { return v.name }
 // Partitions are the partitions the view holds, in order.
 func (v *View[S]) Partitions() []int32 { return slices.Clone(v.held) }
 
-// follow opens the store's follower of part from cp (nil: the log start).
-func (v *View[S]) follow(ctx context.Context, part *viewPart[S], cp *store.Checkpoint) (store.Follow, error) {
+// replicaOf is part's replica, which follows the store's follower of
+// part. It has no Retry: a failed partition opens again at the next Run
+// or Step, which the caller times.
+func (v *View[S]) replicaOf(part *viewPart[S]) *replica.Reader {
+	follow := v.cfg.Store.Follow
 	if v.cfg.Plain {
-		return v.cfg.Store.FollowTopic(ctx, part.tp, cp)
+		follow = v.cfg.Store.FollowTopic
 	}
-	return v.cfg.Store.Follow(ctx, part.tp, cp)
+	return replica.New(replica.Config{
+		Follow: func(ctx context.Context, from *store.Checkpoint) (store.Follow, error) {
+			return follow(ctx, part.tp, from)
+		},
+		Checkpoints: checkpointTag(v.tag),
+	})
 }
 
-// open opens part's follower from the cache's checkpoint, or from the
-// log start when there is none or the store refuses it (the copy is
+// open opens part's replica (from the cache's checkpoint, or from the
+// log start when there is none or the store refuses it: the copy is
 // dropped first), and lists its target if it has none (or lost its copy).
 func (v *View[S]) open(ctx context.Context, part *viewPart[S]) error {
-	var from *store.Checkpoint
-	if b, ok, err := part.core.Checkpoint(); err != nil {
-		return err
-	} else if ok {
-		if tag, cp, err := decodeCheckpoint(b); err == nil && tag == v.tag {
-			from = &cp
-		}
-	}
-	f, err := v.follow(ctx, part, from)
-	if ce, refused := errors.AsType[*store.CheckpointError](err); refused && from != nil {
+	opened, err := part.replica.Open(ctx, part.core)
+	if ce := opened.Refused; ce != nil {
 		v.log.Info("view: the cache's checkpoint is no valid base; reading the partition from its start", "topic", v.name, "partition", part.num, "reason", ce.Reason)
-		from = nil
-		f, err = v.follow(ctx, part, nil)
 	}
 	if err != nil {
 		return fmt.Errorf("engine: view of %s: opening partition %d: %w", v.name, part.num, err)
 	}
-	fail := func(err error) error {
-		_ = f.Close()
-		return fmt.Errorf("engine: view of %s: opening partition %d: %w", v.name, part.num, err)
-	}
-	if from == nil {
-		if err := part.core.Drop(); err != nil { // a copy from the log start starts empty
-			return fail(err)
-		}
-	}
+	from := opened.From
 	v.mu.Lock()
 	target := part.st.Target
 	v.mu.Unlock()
 	if target < 0 || from == nil {
-		if target, err = f.HighWatermark(ctx); err != nil {
-			return fail(err)
+		if target, err = part.replica.HighWatermark(ctx); err != nil {
+			return fmt.Errorf("engine: view of %s: opening partition %d: %w", v.name, part.num, part.replica.Fail(err))
 		}
 	}
-	pos, _ := f.Position()
+	pos, _ := part.replica.Position()
 	v.mu.Lock()
-	part.f = f
 	st := &part.st
 	st.Target, st.Position, st.From, st.Read, st.Err = target, pos, -1, 0, nil
 	if from != nil {
@@ -487,11 +480,11 @@ func (v *View[S]) Step(ctx context.Context) error {
 	return first
 }
 
-// reopen opens the followers of failed partitions again.
+// reopen opens the replicas of failed partitions again.
 func (v *View[S]) reopen(ctx context.Context) error {
 	for _, p := range v.held {
 		part := v.parts[p]
-		if part.f != nil {
+		if part.replica.Following() {
 			continue
 		}
 		if err := v.open(ctx, part); err != nil {
@@ -508,31 +501,21 @@ func (v *View[S]) reopen(ctx context.Context) error {
 // what it read. It returns the partition's failure, if it failed; an end
 // of ctx is none.
 func (v *View[S]) read(ctx context.Context, part *viewPart[S], wait time.Duration) error {
-	if part.f == nil {
+	if !part.replica.Following() {
 		return nil
 	}
-	snaps, cp, ok, err := part.f.Next(ctx, wait)
-	if err == nil {
-		var enc []byte
-		if ok {
-			enc = encodeCheckpoint(v.tag, cp)
-		}
-		err = part.core.Replicated(snaps, enc)
-	}
+	snaps, err := part.replica.Read(ctx, wait)
 	if err != nil {
-		if ctx.Err() != nil {
+		if part.replica.Following() { // an end of ctx
 			return nil
 		}
 		return v.fail(part, err)
 	}
-	pos, end := part.f.Position()
+	rs := part.replica.Status()
+	pos := rs.Position
 	v.mu.Lock()
 	st := &part.st
-	st.Position, st.LogEnd, st.Read = pos, end, st.Read+int64(len(snaps))
-	st.Lag = -1
-	if end >= 0 {
-		st.Lag = max(end-pos, 0)
-	}
+	st.Position, st.LogEnd, st.Lag, st.Read = pos, rs.LogEnd, rs.Lag, rs.Read
 	caught := !st.CaughtUp && pos >= st.Target
 	st.CaughtUp = st.CaughtUp || caught
 	if caught || len(snaps) > 0 {
@@ -566,12 +549,9 @@ func (v *View[S]) changes(part *viewPart[S], snaps []store.Snapshot) {
 	}
 }
 
-// fail stops part after err and returns its *ViewPartitionError.
+// fail records part's failure err (its replica stopped following) and
+// returns its *ViewPartitionError.
 func (v *View[S]) fail(part *viewPart[S], err error) error {
-	if part.f != nil {
-		_ = part.f.Close()
-		part.f = nil
-	}
 	pe := &ViewPartitionError{Topic: v.name, Partition: part.num, Err: err}
 	v.mu.Lock()
 	part.st.Err = pe
@@ -782,9 +762,6 @@ func (v *View[S]) Close() error {
 
 func (v *View[S]) closeFollowers() {
 	for _, part := range v.parts {
-		if part.f != nil {
-			_ = part.f.Close()
-			part.f = nil
-		}
+		part.replica.Close()
 	}
 }

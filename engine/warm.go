@@ -73,6 +73,19 @@ func decodeCheckpoint(b []byte) (group string, cp store.Checkpoint, err error) {
 	return group, cp, nil
 }
 
+// checkpointTag records a replica's checkpoints in the cache under a
+// group (replica.Checkpoints): a standby's under the engine's consumer
+// group, so that a takeover recovers from it, a view's or table's under
+// a tag no Kafka group has, so that no engine ever trusts it.
+type checkpointTag string
+
+func (t checkpointTag) Encode(cp store.Checkpoint) []byte { return encodeCheckpoint(string(t), cp) }
+
+func (t checkpointTag) Decode(b []byte) (store.Checkpoint, bool) {
+	group, cp, err := decodeCheckpoint(b)
+	return cp, err == nil && group == string(t)
+}
+
 // committedBatchAt tells f's core how the write of snaps ended (err)
 // and, when it committed, makes it durable in the cache with checkpoint
 // cp (if cpOK); the first error is the batch's.
