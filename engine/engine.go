@@ -713,6 +713,15 @@ func (e *Engine[S]) coreFold() core.FoldFunc[S, Output] {
 }
 
 // tickInterval is the tick's period; 0: no tick.
+// standbyInterval is the scheduler's standby round interval: 0 without
+// standby replicas.
+func (e *Engine[S]) standbyInterval() time.Duration {
+	if !e.cfg.Standby {
+		return 0
+	}
+	return standbyInterval
+}
+
 func (e *Engine[S]) tickInterval() time.Duration {
 	if e.cfg.Tick == nil {
 		return 0

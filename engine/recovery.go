@@ -70,9 +70,6 @@ func (r *Member[S]) start(ctx context.Context, tps []store.TopicPartition, disca
 	group, outputs := r.src.Identity().Group, r.mode.outputTopics()
 	rcs := make([]*recovery[S], len(tps))
 	for i, tp := range tps {
-		if r.standby != nil {
-			r.standby.release(tp) // its copy is the takeover's base
-		}
 		// ctx's values and end (the simulated cluster's step, the
 		// group member's life: franz-go's callbacks get the member's
 		// context), and the runner's life.

@@ -145,6 +145,7 @@ func (e *Engine[S]) Join(in Input) (*Member[S], error) {
 		unstableTimeout:    e.cfg.UnstableOffsetTimeout,
 		skipPoison:         e.cfg.Poison != StopOnPoison,
 		discardUndecodable: e.cfg.UndecodableState == DiscardUndecodableState,
+		standbyInterval:    e.standbyInterval(),
 	}, time.Time{})
 	src, err := in.Open(input.Opening{Handler: rebalanceHandler[S]{r}, Application: storeApplication(e.cfg.Store)})
 	if err != nil {
@@ -398,12 +399,6 @@ func (r *Member[S]) wakeups() wakeups[*flow[S]] {
 		timer:      func(f *flow[S]) (int64, bool) { return f.core.NextProcessingTimer() },
 		busy:       func(f *flow[S]) bool { return len(f.inflight) > 0 },
 		recovering: r.recovering(),
-	}
-	if r.standby != nil {
-		w.standby = r.standby.next
-		if w.standby.IsZero() { // the first round is due at once
-			w.standby = r.src.Now()
-		}
 	}
 	if due, ok := r.groupReportDue(); ok {
 		w.report = due
@@ -698,6 +693,8 @@ func (r *Member[S]) do(ctx context.Context, acts []action[*flow[S]]) {
 			r.commitAll(ctx)
 		case actDrain:
 			r.drainAll(ctx)
+		case actPromote:
+			r.standby.release(a.tp)
 		}
 	}
 }

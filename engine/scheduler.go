@@ -33,6 +33,13 @@ type scheduler[F any] struct {
 	// pollBackoff is the wait before the next poll after one that failed
 	// (0: the last poll succeeded).
 	pollBackoff time.Duration
+	// replicas are the partitions with a standby replica (Config.Standby):
+	// following, or failed and to be opened again. An assignment promotes
+	// one: its copy is the base of the partition's start.
+	replicas map[store.TopicPartition]bool
+	// nextStandby is when the next round of the standby replicas is due
+	// (zero: at once).
+	nextStandby time.Time
 }
 
 // schedulerConfig is what the scheduler decides with.
@@ -55,6 +62,9 @@ type schedulerConfig struct {
 	// deleted (DiscardUndecodableState); otherwise the recovery fails
 	// with it, nothing deleted, and the runner ends (a poison failure).
 	discardUndecodable bool
+	// standbyInterval is the least time between two rounds of the
+	// standby replicas that are caught up; 0: no standby replicas.
+	standbyInterval time.Duration
 }
 
 // Backoff of the acquisition retries of a partition whose committed offset
@@ -93,7 +103,7 @@ const (
 )
 
 func newScheduler[F any](cfg schedulerConfig, now time.Time) *scheduler[F] {
-	return &scheduler[F]{cfg: cfg, parts: map[store.TopicPartition]*partition[F]{},
+	return &scheduler[F]{cfg: cfg, parts: map[store.TopicPartition]*partition[F]{}, replicas: map[store.TopicPartition]bool{},
 		lastPersist: now, lastCommit: now, lastTick: now}
 }
 
@@ -138,6 +148,10 @@ const (
 	actCommit
 	// actDrain: wait for what every running flow has in flight.
 	actDrain
+	// actPromote: tp is assigned while a standby replica follows it:
+	// close the replica; what it wrote stays in the cache, the base of
+	// the start that follows (a delta from its checkpoint).
+	actPromote
 )
 
 // action is one thing for the runtime to do.
@@ -264,14 +278,13 @@ type wakeups[F any] struct {
 	busy func(F) bool
 	// recovering: a takeover or recovery is in flight.
 	recovering bool
-	// standby is when the next standby round is due; report when the
-	// next group report is (zero: none).
-	standby, report time.Time
+	// report is when the next group report is due (zero: none).
+	report time.Time
 }
 
 // pollWait is how long the poll about to wait for records may wait: until
-// the first of the next timer or retry (nextDue), a processing-time
-// timer of a running flow, a standby round and a group report, at least
+// the first of the next timer, retry or standby round (nextDue), a
+// processing-time timer of a running flow and a group report, at least
 // a millisecond; and at most inflightPollWait while a store call or a
 // recovery is in flight. The poll asks once it has its turn, after any
 // rebalance callback that went first.
@@ -289,10 +302,8 @@ func (s *scheduler[F]) pollWait(now time.Time, w wakeups[F]) time.Duration {
 		}
 		busy = busy || (w.busy != nil && w.busy(p.flow))
 	}
-	for _, t := range []time.Time{w.standby, w.report} {
-		if !t.IsZero() && t.Before(due) {
-			due = t
-		}
+	if !w.report.IsZero() && w.report.Before(due) {
+		due = w.report
 	}
 	wait := max(due.Sub(now), time.Millisecond)
 	if busy {
@@ -321,7 +332,8 @@ func (s *scheduler[F]) timersDueIn(due func(F) bool) bool {
 	return false
 }
 
-// nextDue is when the next timer fires or a held offset is retried.
+// nextDue is when the next timer fires, a held offset is retried or a
+// restart or a round of the standby replicas is due.
 func (s *scheduler[F]) nextDue() time.Time {
 	due := s.lastCommit.Add(s.cfg.commitInterval)
 	if s.cfg.persistInterval > 0 {
@@ -333,6 +345,9 @@ func (s *scheduler[F]) nextDue() time.Time {
 		if t := s.lastTick.Add(s.cfg.tickInterval); t.Before(due) {
 			due = t
 		}
+	}
+	if s.cfg.standbyInterval > 0 && s.nextStandby.Before(due) {
+		due = s.nextStandby
 	}
 	for _, p := range s.parts {
 		if p.held != nil && p.held.retry.Before(due) {
@@ -391,6 +406,7 @@ func (s *scheduler[F]) pollEnded(err error) (wait time.Duration) {
 // starting starts, whatever its phase: a due restart is void (this start
 // replaces it), a stopped partition gets a new chance.
 func (s *scheduler[F]) assigned(tps []store.TopicPartition) []action[F] {
+	var acts []action[F]
 	var start []store.TopicPartition
 	for _, tp := range tps {
 		p := s.parts[tp]
@@ -401,13 +417,39 @@ func (s *scheduler[F]) assigned(tps []store.TopicPartition) []action[F] {
 		if p.phase == phaseRunning || p.phase == phaseStarting {
 			continue
 		}
+		if s.replicas[tp] {
+			delete(s.replicas, tp)
+			acts = append(acts, action[F]{kind: actPromote, tp: tp})
+		}
 		p.start()
 		start = append(start, tp)
 	}
 	if len(start) == 0 {
-		return nil
+		return acts
 	}
-	return []action[F]{{kind: actStart, tps: start, discard: s.cfg.discardUndecodable}}
+	return append(acts, action[F]{kind: actStart, tps: start, discard: s.cfg.discardUndecodable})
+}
+
+// replicaAdded: a standby replica of tp was made (Config.Standby);
+// replicaRemoved: it was closed for good. A partition the member holds
+// (in any phase) has none: the standbys follow only the others.
+func (s *scheduler[F]) replicaAdded(tp store.TopicPartition) { s.replicas[tp] = true }
+
+func (s *scheduler[F]) replicaRemoved(tp store.TopicPartition) { delete(s.replicas, tp) }
+
+// standbyDue reports whether a round of the standby replicas is due.
+func (s *scheduler[F]) standbyDue(now time.Time) bool {
+	return s.cfg.standbyInterval > 0 && !now.Before(s.nextStandby)
+}
+
+// standbyRoundEnded: a round of the standby replicas ended at now; behind:
+// a replica is still behind its log end, so the next round is due at
+// once, not after standbyInterval.
+func (s *scheduler[F]) standbyRoundEnded(now time.Time, behind bool) {
+	s.nextStandby = now.Add(s.cfg.standbyInterval)
+	if behind {
+		s.nextStandby = now
+	}
 }
 
 // revoked: the callback revoked tps. Their records go; a running flow is

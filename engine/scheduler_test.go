@@ -121,6 +121,9 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		if cfg.unstableTimeout, err = dur("unstable-timeout", "3m"); err != nil {
 			return "", err
 		}
+		if cfg.standbyInterval, err = dur("standby", "0s"); err != nil {
+			return "", err
+		}
 		_, noFlush := args["no-flush-on-revoke"]
 		cfg.flushOnRevoke = !noFlush
 		_, cfg.skipPoison = args["skip-poison"]
@@ -189,6 +192,22 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		}
 	case "timers":
 		acts = h.s.timers(now)
+	case "replica":
+		for _, tp := range tps {
+			h.s.replicaAdded(tp)
+		}
+	case "replica-gone":
+		for _, tp := range tps {
+			h.s.replicaRemoved(tp)
+		}
+	case "standby-round":
+		if !h.s.standbyDue(now) {
+			b.WriteString("not due\n")
+			break
+		}
+		_, behind := args["behind"]
+		h.s.standbyRoundEnded(now, behind)
+		b.WriteString("round\n")
 	case "poll-ended":
 		fmt.Fprintf(&b, "backoff %s\n", h.s.pollEnded(namedError(args["err"], store.TopicPartition{})))
 	case "flush-all":
@@ -204,6 +223,9 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 	for _, tp := range sortedKeys(h.s.parts) {
 		fmt.Fprintf(&b, "%s\n", describePartition(h.s.parts[tp]))
 	}
+	for _, tp := range sortedKeys(h.s.replicas) {
+		fmt.Fprintf(&b, "%s: standby replica\n", short(tp))
+	}
 	if h.s.fatal != nil {
 		fmt.Fprintf(&b, "fatal: %v\n", h.s.fatal)
 	}
@@ -212,8 +234,7 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 
 // scriptWakeups are poll-start's wake-ups: timer=D (every running flow's
 // next processing-time timer, D after the epoch), busy (a store call in
-// flight), recovering, standby=D and report=D (the next standby round
-// and group report).
+// flight), recovering, and report=D (the next group report).
 func scriptWakeups(args map[string]string, dur func(string, string) (time.Duration, error)) (wakeups[*testFlow], error) {
 	var w wakeups[*testFlow]
 	if _, ok := args["timer"]; ok {
@@ -227,14 +248,12 @@ func scriptWakeups(args map[string]string, dur func(string, string) (time.Durati
 		w.busy = func(*testFlow) bool { return true }
 	}
 	_, w.recovering = args["recovering"]
-	for name, t := range map[string]*time.Time{"standby": &w.standby, "report": &w.report} {
-		if _, ok := args[name]; ok {
-			d, err := dur(name, "")
-			if err != nil {
-				return w, err
-			}
-			*t = epoch.Add(d)
+	if _, ok := args["report"]; ok {
+		d, err := dur("report", "")
+		if err != nil {
+			return w, err
 		}
+		w.report = epoch.Add(d)
 	}
 	return w, nil
 }
@@ -328,6 +347,8 @@ func describe(a action[*testFlow]) string {
 		b.WriteString("commit")
 	case actDrain:
 		b.WriteString("drain")
+	case actPromote:
+		b.WriteString("promote " + short(a.tp) + "'s standby replica: its copy is the start's base")
 	}
 	return b.String()
 }

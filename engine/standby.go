@@ -49,7 +49,6 @@ type standbys[S any] struct {
 	follow store.Follower
 	all    []store.TopicPartition
 	listed time.Time
-	next   time.Time
 	// parts are the partitions followed, and those whose replica failed
 	// (replica.Reader.Err), opened again once due.
 	parts map[store.TopicPartition]*replica.Reader
@@ -65,7 +64,7 @@ func newStandbys[S any](r *Member[S]) (*standbys[S], error) {
 func (sb *standbys[S]) round(ctx context.Context) {
 	r := sb.r
 	now := r.src.Now()
-	if now.Before(sb.next) {
+	if !r.sched.standbyDue(now) {
 		return
 	}
 	if sb.all == nil || now.Sub(sb.listed) >= standbyListEvery {
@@ -90,10 +89,7 @@ func (sb *standbys[S]) round(ctx context.Context) {
 			behind = true
 		}
 	}
-	sb.next = now.Add(standbyInterval)
-	if behind {
-		sb.next = now
-	}
+	r.sched.standbyRoundEnded(now, behind)
 	r.status.standbys(sb.status())
 }
 
@@ -124,6 +120,7 @@ func (sb *standbys[S]) open(ctx context.Context, tp store.TopicPartition) *repli
 			Checkpoints: checkpointTag(r.src.Identity().Group), Retry: standbyRetry, Now: r.src.Now,
 		})
 		sb.parts[tp] = rd
+		r.sched.replicaAdded(tp)
 	}
 	c, err := core.New(core.Config[S, Output]{Input: tp, Fold: r.e.coreFold(), Codec: r.e.cfg.Codec, Warm: true}, r.e.kv)
 	if err != nil {
@@ -186,6 +183,7 @@ func (sb *standbys[S]) release(tp store.TopicPartition) {
 	}
 	rd.Close()
 	delete(sb.parts, tp)
+	sb.r.sched.replicaRemoved(tp)
 	sb.r.status.standbys(sb.status()) // the status never shows a replica of an owned partition
 }
 
