@@ -10,16 +10,18 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// phase is where an assigned partition is in its life on this member. A
-// partition not assigned to the member has no record at all: revoking or
-// losing it deletes its record, whatever its phase.
+// phase is where an assigned partition is in its life on this member, in
+// the words of its status (PartitionState): starting (which the status
+// shows as recovering once the store reports the snapshot read), running,
+// waiting, stopped. A partition not assigned to the member has no record
+// at all: revoking or losing it deletes its record, whatever its phase.
 //
 //	            assigned                 recovered
 //	(none) ──────────────▶ starting ─────────────────▶ running
 //	                          │ ▲                         │
 //	  acquisition or recovery │ │ the poll after          │ fold, tick, write,
 //	  failed                  ▼ │ (unless its callbacks   │ batch or emit failed
-//	              restart pending ─▶ restart due          │
+//	                    waiting ─▶ waiting, due           │
 //	                          ▲  poll starts              │
 //	                          └─────────── retriable ─────┤
 //	                                                      ▼
@@ -35,13 +37,13 @@ const (
 	phaseStarting phase = iota + 1
 	// running: the flow folds the partition's records.
 	phaseRunning
-	// restartPending: stopped by an error a restart may get past, or
-	// refused because a transaction holds the committed offset; it is
-	// started again after the next poll, if that poll leaves it assigned.
-	phaseRestartPending
-	// restartDue: a poll is in progress; the partition restarts when it
-	// returns, unless one of its callbacks touched the partition.
-	phaseRestartDue
+	// waiting: stopped by an error a restart may get past, or refused
+	// because a transaction holds the committed offset; it is started
+	// again after the next poll, if that poll leaves it assigned.
+	phaseWaiting
+	// waitingDue: waiting, and a poll is in progress: the partition
+	// restarts when it returns, unless one of its callbacks touched it.
+	phaseWaitingDue
 	// stopped: stopped by an error that a restart would meet again (a
 	// poison record, a misconfiguration): the runner ends with it.
 	phaseStopped
@@ -53,10 +55,10 @@ func (p phase) String() string {
 		return "starting"
 	case phaseRunning:
 		return "running"
-	case phaseRestartPending:
-		return "restart-pending"
-	case phaseRestartDue:
-		return "restart-due"
+	case phaseWaiting:
+		return "waiting"
+	case phaseWaitingDue:
+		return "waiting, due"
 	case phaseStopped:
 		return "stopped"
 	}
@@ -72,12 +74,12 @@ type partition[F any] struct {
 	// flow is set in phaseRunning only.
 	flow F
 	// err is why the partition left phaseRunning or phaseStarting:
-	// set in phaseRestartPending (unless only held), phaseRestartDue and
+	// set in phaseWaiting (unless only held), phaseWaitingDue and
 	// phaseStopped.
 	err error
 	// held is set while the partition's acquisitions are refused because
 	// a transaction its takeover did not end holds its committed offset:
-	// in phaseRestartPending, phaseRestartDue, and phaseStarting (a retry).
+	// in phaseWaiting, phaseWaitingDue, and phaseStarting (a retry).
 	held *heldOffset
 	// restarts counts the restarts since the partition last ran for
 	// restartResetAfter; retry is when the pending restart is due (zero:
@@ -164,7 +166,7 @@ func (p *partition[F]) stop(err error, restart bool) (flow F) {
 	flow, p.flow, p.err, p.held = p.flow, zero, err, nil
 	p.phase = phaseStopped
 	if restart {
-		p.phase = phaseRestartPending
+		p.phase = phaseWaiting
 	}
 	return flow
 }
@@ -172,21 +174,21 @@ func (p *partition[F]) stop(err error, restart bool) (flow F) {
 // await: the acquisition was refused for a held offset; it is retried
 // after a poll once retry has passed. Only a starting partition awaits.
 func (p *partition[F]) await(h *heldOffset) {
-	p.phase, p.held = phaseRestartPending, h
+	p.phase, p.held = phaseWaiting, h
 }
 
 // due: a poll starts; a pending restart is due after it.
 func (p *partition[F]) due() {
-	if p.phase == phaseRestartPending {
-		p.phase = phaseRestartDue
+	if p.phase == phaseWaiting {
+		p.phase = phaseWaitingDue
 	}
 }
 
 // undue: the poll ended without folding (a dead context, a failed poll):
 // its due restarts wait for the next one.
 func (p *partition[F]) undue() {
-	if p.phase == phaseRestartDue {
-		p.phase = phaseRestartPending
+	if p.phase == phaseWaitingDue {
+		p.phase = phaseWaiting
 	}
 }
 

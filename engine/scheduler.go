@@ -353,7 +353,7 @@ func (s *scheduler[F]) nextDue() time.Time {
 		if p.held != nil && p.held.retry.Before(due) {
 			due = p.held.retry
 		}
-		if (p.phase == phaseRestartPending || p.phase == phaseRestartDue) && p.held == nil && !p.retry.IsZero() && p.retry.Before(due) {
+		if (p.phase == phaseWaiting || p.phase == phaseWaitingDue) && p.held == nil && !p.retry.IsZero() && p.retry.Before(due) {
 			due = p.retry
 		}
 	}
@@ -376,7 +376,7 @@ func (s *scheduler[F]) polled(now time.Time, folding bool) []action[F] {
 	var acts []action[F]
 	for _, tp := range sortedKeys(s.parts) {
 		p := s.parts[tp]
-		if p.phase != phaseRestartDue {
+		if p.phase != phaseWaitingDue {
 			continue
 		}
 		if !folding || (p.held != nil && now.Before(p.held.retry)) || (p.held == nil && now.Before(p.retry)) {

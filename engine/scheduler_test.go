@@ -362,7 +362,7 @@ func describePartition(p *partition[*testFlow]) string {
 	if p.held != nil {
 		fmt.Fprintf(&b, " (held since %s, retry at %s)", p.held.since.Sub(epoch), p.held.retry.Sub(epoch))
 	}
-	if p.phase == phaseRestartPending && p.held == nil && !p.retry.IsZero() {
+	if p.phase == phaseWaiting && p.held == nil && !p.retry.IsZero() {
 		fmt.Fprintf(&b, " (restart %d at %s)", p.restarts, p.retry.Sub(epoch))
 	}
 	if p.err != nil {

@@ -446,7 +446,7 @@ func syncStatus[F any](b *statusBoard, s *scheduler[F], acts []action[F]) {
 			}
 		case phaseRunning:
 			b.setState(tp, ps, StateRunning, now)
-		case phaseRestartPending, phaseRestartDue:
+		case phaseWaiting, phaseWaitingDue:
 			b.setState(tp, ps, StateWaiting, now)
 		case phaseStopped:
 			b.setState(tp, ps, StateStopped, now)
