@@ -82,12 +82,13 @@ type flow[S any] struct {
 	inflightWeight int
 }
 
-// Input is the input an engine folds: a consumer group's member over
-// topics. The Kafka adapter (engine/kafkaio) and the simulated cluster's
-// (engine/simsource) make one; its method is theirs.
+// Input is what an engine folds: the records of a consumer group's
+// topics, read by one group member per Run or Join. kafkaio.Config is
+// the input on Kafka, simsource.New the simulated cluster's. Only those
+// packages implement it: its method's types are internal to this module.
 type Input interface {
-	// Open opens the input's source for one member of the engine, with
-	// what the engine tells it (input.Opening).
+	// Open opens a consumer for one member of the engine; the engine
+	// calls it.
 	Open(input.Opening) (input.Source, error)
 }
 
@@ -1027,7 +1028,8 @@ func (r *Member[S]) Run(ctx context.Context) error {
 	return r.Close(context.WithoutCancel(ctx))
 }
 
-// Source is the runner's source.
+// Source is the member's consumer, for harnesses in this module (a fault
+// on a simulated member: Source().(*simsource.Source).Member()).
 func (r *Member[S]) Source() input.Source { return r.src }
 
 // sortedKeys is m's partitions by topic, then partition.
