@@ -500,12 +500,8 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 			s.pos = max(s.pos, next)
 			return out, s.pos, nil
 		}
-		changed, timer := c.changed, c.clk.after(wait)
-		var wt *waiter
-		if wait > 0 { // a wait already over is no park: the timer has fired
-			wt = c.newWaiterLocked(true, c.clk.now.Add(wait))
-			c.parkLocked(wt)
-		}
+		changed := c.changed
+		timer, wt := c.parkForLocked(wait, true)
 		c.mu.Unlock()
 		select {
 		case <-changed:

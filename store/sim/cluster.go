@@ -162,12 +162,7 @@ func (c *Cluster) Now() time.Time {
 // goroutines of their own sees it and stays deterministic.
 func (c *Cluster) Sleep(ctx context.Context, d time.Duration) {
 	c.mu.Lock()
-	timer := c.clk.after(d)
-	var wt *waiter
-	if d > 0 { // a wait already over is no park: the timer has fired
-		wt = c.newWaiterLocked(false, c.clk.now.Add(d))
-		c.parkLocked(wt)
-	}
+	timer, wt := c.parkForLocked(d, false)
 	c.mu.Unlock()
 	select {
 	case <-timer:
@@ -545,6 +540,19 @@ type waiter struct {
 func (c *Cluster) newWaiterLocked(onChange bool, at time.Time) *waiter {
 	c.waiterSeq++
 	return &waiter{onChange: onChange, at: at, seq: c.waiterSeq, grant: make(chan struct{})}
+}
+
+// parkForLocked parks a wait for d of virtual time (and, with onChange,
+// for any change of the cluster) and returns the timer that ends it; the
+// caller unlocks, waits, then resumes wt. A wait already over is no
+// park: its timer has fired.
+func (c *Cluster) parkForLocked(d time.Duration, onChange bool) (timer <-chan time.Time, wt *waiter) {
+	timer = c.clk.after(d)
+	if d > 0 {
+		wt = c.newWaiterLocked(onChange, c.clk.now.Add(d))
+		c.parkLocked(wt)
+	}
+	return timer, wt
 }
 
 func (c *Cluster) parkLocked(w *waiter) {

@@ -17,23 +17,15 @@ import (
 	"fmt"
 	"iter"
 	"slices"
-	"time"
 
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
 
-// Record is one input record. The engine's Record has the same fields in
-// the same order, so the engine hands its records over by a pointer
-// conversion.
-type Record struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Key       []byte
-	Value     []byte
-	Timestamp time.Time
-	Headers   []store.Header
-}
+// Record is one input record, as a source polls it. The engine's Record
+// has the same fields in the same order, so the engine hands its records
+// over by a pointer conversion.
+type Record = input.Record
 
 // Op is what a Change does to a key's state. The zero Op is Keep, so a
 // zero Change changes nothing: a fold that forgets to say what it did
