@@ -166,9 +166,9 @@ bench-outputs:
 ## 8 partitions, a per-key sum, one output per input, until the group's
 ## committed offsets reach the input's end; a bare franz-go
 ## consume-produce-commit program (the limit) against the engine at least
-## once (snapshots + KafkaEmitter.StartEmit, PersistInterval and
+## once (snapshots + kafkaio.Emitter.StartEmit, PersistInterval and
 ## CommitInterval 1 s), exactly once (ExactlyOnce, its default 100 ms) and
-## at least once with KafkaEmitter.Emit (for comparison), LIMITROUNDS
+## at least once with kafkaio.Emitter.Emit (for comparison), LIMITROUNDS
 ## rounds interleaved, then the table with the ratios to the limit and the
 ## transactions per 1M inputs against one per partition per commit interval
 ## (docs/benchmarks.md, "End to end against the limit (issue 19)"). About
