@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -73,12 +74,12 @@ func (m *atLeastOnce[S]) persistInterval() time.Duration { return m.r.e.cfg.Pers
 // transactions.
 func (m *atLeastOnce[S]) outputTopics() []string { return nil }
 
-func (m *atLeastOnce[S]) folded(f *flow[S], outs []Output, src source) bool {
+func (m *atLeastOnce[S]) folded(f *flow[S], outs []Output, src schedule.Source) bool {
 	m.take(f, outs, src)
 	return false
 }
 
-func (m *atLeastOnce[S]) ticked(f *flow[S], outs []Output, src source) { m.take(f, outs, src) }
+func (m *atLeastOnce[S]) ticked(f *flow[S], outs []Output, src schedule.Source) { m.take(f, outs, src) }
 
 // lettered takes a dead letter with the outputs; it is reported once its
 // emit has delivered it.
@@ -87,7 +88,7 @@ func (m *atLeastOnce[S]) lettered(f *flow[S], letter Output, report func()) {
 	m.letters = append(m.letters, report)
 }
 
-func (m *atLeastOnce[S]) take(f *flow[S], outs []Output, src source) {
+func (m *atLeastOnce[S]) take(f *flow[S], outs []Output, src schedule.Source) {
 	if len(outs) == 0 {
 		return
 	}
@@ -296,7 +297,9 @@ func (m *atLeastOnce[S]) commitInOne(ctx context.Context, f *flow[S]) error {
 
 // failure: a failed write or commit leaves the keys dirty; the scheduler
 // decides whether the flow stops.
-func (m *atLeastOnce[S]) failure(_ *flow[S], err error) (cause, error) { return causeWrite, err }
+func (m *atLeastOnce[S]) failure(_ *flow[S], err error) (schedule.Cause, error) {
+	return schedule.CauseWrite, err
+}
 
 // flush starts the writes of every dirty key of f, a batch at a time,
 // without waiting for them, as long as MaxWritesInFlight allows (then it

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
@@ -67,6 +68,15 @@ func (e *RecoveredStateError) Error() string {
 }
 
 func (e *RecoveredStateError) Unwrap() error { return e.Err }
+
+// replaysFail reports whether a replay from the committed state meets err
+// again because of what the engine's own types name: a fold that failed
+// on a record, or a state that does not decode (schedule.Config.ReplaysFail).
+func replaysFail(err error) bool {
+	var fe *FoldError
+	var se *RecoveredStateError
+	return errors.As(err, &fe) || errors.As(err, &se)
+}
 
 // fromCore converts an error the core returned into the engine's exported
 // types: *core.FoldError into *FoldError, *core.StateError into

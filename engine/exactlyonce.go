@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -15,7 +16,7 @@ import (
 // after it. A batch is sealed every CommitInterval, when it reaches
 // MaxTransactionRecords or MaxTransactionBytes, and on revoke; there is no
 // persist timer. A batch that fails, for any reason, rewinds its flow
-// (causeBatch): its outputs are never sent again from memory.
+// (schedule.CauseBatch): its outputs are never sent again from memory.
 type exactlyOnce[S any] struct {
 	r *Member[S]
 	// outputs are Config.OutputTopics and the dead-letter topic, once
@@ -30,14 +31,14 @@ func (m *exactlyOnce[S]) persistInterval() time.Duration { return 0 }
 
 // folded adds a fold's outputs to f's open batch and asks for its commit
 // once the batch reaches a cap (one fold's outputs are never split).
-func (m *exactlyOnce[S]) folded(f *flow[S], outs []Output, src source) bool {
+func (m *exactlyOnce[S]) folded(f *flow[S], outs []Output, src schedule.Source) bool {
 	m.ticked(f, outs, src)
 	cfg := &m.r.e.cfg
 	return len(f.batch.outputs)+f.core.DirtyKeys() >= cfg.MaxTransactionRecords || f.batch.bytes >= cfg.MaxTransactionBytes
 }
 
 // ticked adds a tick's outputs to f's open batch.
-func (m *exactlyOnce[S]) ticked(f *flow[S], outs []Output, src source) {
+func (m *exactlyOnce[S]) ticked(f *flow[S], outs []Output, src schedule.Source) {
 	if len(outs) == 0 {
 		return
 	}
@@ -108,21 +109,21 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 // failure: a failed batch rewinds its flow. ErrNotTransactional means a
 // store whose Mode does not match its partitions: it says so, and it fails
 // again on replay (a permanent misconfiguration), so the runner ends.
-func (m *exactlyOnce[S]) failure(f *flow[S], err error) (cause, error) {
+func (m *exactlyOnce[S]) failure(f *flow[S], err error) (schedule.Cause, error) {
 	if errors.Is(err, store.ErrNotTransactional) {
 		err = fmt.Errorf("engine: %s: ExactlyOnce needs a Transactional store: %w", f.tp, err)
 	}
 	if ue, ok := errors.AsType[*store.UndeclaredOutputError](err); ok {
-		return causeBatch, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", ue.Topic),
+		return schedule.CauseBatch, &store.ConfigError{Subject: fmt.Sprintf("output topic %q", ue.Topic),
 			Problem: fmt.Sprintf("an output of %s (key %q) goes to it, and engine.Config.OutputTopics (%q) does not list it", f.tp, ue.Key, m.outputs),
 			Fix: "add it to Config.OutputTopics: under ExactlyOnce the engine must know every topic a transaction may write, " +
 				"to find what a failure left open there",
 			Err: err}
 	}
-	if classify(causeBatch, err) != classTransient && !errors.Is(err, store.ErrFenced) {
-		return causeBatch, fmt.Errorf("engine: exactly-once batch of %s failed: %w", f.tp, err)
+	if m.r.sched.Classify(schedule.CauseBatch, err) != schedule.ClassTransient && !errors.Is(err, store.ErrFenced) {
+		return schedule.CauseBatch, fmt.Errorf("engine: exactly-once batch of %s failed: %w", f.tp, err)
 	}
-	return causeBatch, fmt.Errorf("engine: exactly-once batch of %s failed; rewinding to the committed state: %w", f.tp, err)
+	return schedule.CauseBatch, fmt.Errorf("engine: exactly-once batch of %s failed; rewinding to the committed state: %w", f.tp, err)
 }
 
 // openBatch is the outputs of a flow's open exactly-once batch, in fold

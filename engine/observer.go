@@ -3,6 +3,7 @@ package engine
 import (
 	"time"
 
+	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -162,7 +163,7 @@ func (o observer) undecodableStates(tp store.TopicPartition, action string, keys
 	}
 }
 
-func (o observer) restarted(tp store.TopicPartition, k class) {
+func (o observer) restarted(tp store.TopicPartition, k schedule.Class) {
 	if o.o != nil {
 		o.o.Restarted(tp, k.String())
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -20,7 +21,7 @@ func TestNilObserverRecordsNothing(t *testing.T) {
 		o.fenced("fenced")
 		o.poisoned(tp, PoisonSkipped)
 		o.undecodableStates(tp, "stopped", 1)
-		o.restarted(tp, classTransient)
+		o.restarted(tp, schedule.ClassTransient)
 		o.recovered(tp, 1, time.Millisecond, "full", RecoveryNoCheckpoint)
 		o.committableLag(tp, 1)
 		o.consumerLag(tp, 1)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/snapfence/snapfence/engine/internal/schedule"
 )
 
 // outputMode is how a partition's outputs, snapshots and offset commits
@@ -16,9 +18,9 @@ type outputMode[S any] interface {
 	// folded takes a fold's outputs, made by src; commitNow asks for the
 	// partition's commit before its next record (a full exactly-once
 	// batch).
-	folded(f *flow[S], outs []Output, src source) (commitNow bool)
+	folded(f *flow[S], outs []Output, src schedule.Source) (commitNow bool)
 	// ticked takes the outputs of a key's tick or timer, src.
-	ticked(f *flow[S], outs []Output, src source)
+	ticked(f *flow[S], outs []Output, src schedule.Source)
 	// lettered takes a dead letter of f, and report, which counts and
 	// logs it once it is written: with the emit that delivers it, or the
 	// batch whose transaction commits it. A dead letter lost with a
@@ -38,7 +40,7 @@ type outputMode[S any] interface {
 	commit(ctx context.Context, f *flow[S]) error
 	// failure is how a failed persist or commit of f is reported to the
 	// scheduler: its cause, and the error as the user sees it.
-	failure(f *flow[S], err error) (cause, error)
+	failure(f *flow[S], err error) (schedule.Cause, error)
 	// outputTopics are the topics a partition's store transactions may
 	// write outputs to (store.Acquisition.Outputs).
 	outputTopics() []string

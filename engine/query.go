@@ -212,7 +212,7 @@ func (r *Member[S]) Get(ctx context.Context, tp store.TopicPartition, key []byte
 			return none, false, err
 		}
 		defer r.mu.Unlock()
-		f, ok := r.sched.flow(tp)
+		f, ok := r.sched.Flow(tp)
 		if !ok {
 			return none, false, r.notOwned(tp)
 		}
@@ -291,7 +291,7 @@ func (r *Member[S]) latestPages(ctx context.Context, tp store.TopicPartition) fu
 			return nil, nil, false, err
 		}
 		defer r.mu.Unlock()
-		f, ok := r.sched.flow(tp)
+		f, ok := r.sched.Flow(tp)
 		if !ok || (begun && f != f0) {
 			return nil, nil, false, r.notOwned(tp)
 		}

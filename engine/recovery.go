@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -36,7 +37,7 @@ type recovery[S any] struct {
 	acquisition store.Acquisition
 	refused     []core.Refusal
 	// discard: the keys whose state does not decode are deleted (the
-	// scheduler's decision, actStart's).
+	// scheduler's decision, schedule.ActStart's).
 	discard bool
 	// done is closed once out is set.
 	done chan struct{}
@@ -48,7 +49,7 @@ type recovery[S any] struct {
 // released), or a flow.
 type recoveryOutcome[S any] struct {
 	acquireErr error
-	cause      cause
+	cause      schedule.Cause
 	err        error
 	flow       *flow[S]
 	assigned   int64
@@ -62,7 +63,7 @@ type recoveryOutcome[S any] struct {
 	took      time.Duration
 }
 
-// start carries out actStart: it hands tps' takeovers and recoveries to
+// start carries out schedule.ActStart: it hands tps' takeovers and recoveries to
 // the source's background (Source.Go), and reaps those that ended by the
 // time it returns (on the simulated cluster, all of them).
 func (r *Member[S]) start(ctx context.Context, tps []store.TopicPartition, discard bool) {
@@ -76,7 +77,7 @@ func (r *Member[S]) start(ctx context.Context, tps []store.TopicPartition, disca
 		rctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(r.life, cancel)
 		rcs[i] = &recovery[S]{tp: tp, begin: begin, ctx: rctx, cancel: func() { stop(); cancel() }, done: make(chan struct{}),
-			refused: r.sched.refusals(tp), discard: discard,
+			refused: r.sched.Refusals(tp), discard: discard,
 			acquisition: store.Acquisition{
 				Input: tp, Identity: identity[S]{r}, Group: group,
 				ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
@@ -123,7 +124,7 @@ func (r *Member[S]) recover(rc *recovery[S], part store.Partition) {
 		Assigned: out.assigned, HotKeys: r.e.cfg.HotKeys, Warm: true, Refused: rc.refused}, r.e.kv)
 	if err != nil {
 		_ = part.Close()
-		out.cause, out.err = causeSetup, fromCore(err)
+		out.cause, out.err = schedule.CauseSetup, fromCore(err)
 		return
 	}
 	f := &flow[S]{tp: rc.tp, part: part, core: c}
@@ -143,7 +144,7 @@ func (r *Member[S]) recover(rc *recovery[S], part store.Partition) {
 	if err != nil {
 		_ = c.DropUncommitted()
 		_ = part.Close()
-		out.cause, out.err = causeRecover, fmt.Errorf("engine: recovering %s: %w", rc.tp, err)
+		out.cause, out.err = schedule.CauseRecover, fmt.Errorf("engine: recovering %s: %w", rc.tp, err)
 		return
 	}
 	out.flow = f
@@ -252,18 +253,18 @@ func (r *Member[S]) reapRecoveries(ctx context.Context) {
 // fetches a partition only from where it is told).
 func (r *Member[S]) reapRecovery(ctx context.Context, rc *recovery[S]) {
 	tp, out := rc.tp, &rc.out
-	proceed, acts := r.sched.acquired(tp, out.acquireErr, r.src.Now())
+	proceed, acts := r.sched.Acquired(tp, out.acquireErr, r.src.Now())
 	r.do(ctx, acts)
 	switch {
 	case !proceed:
 		r.discardRecovery(out) // failed, or released meanwhile
 		return
 	case out.err != nil:
-		r.do(ctx, r.sched.failed(tp, out.cause, out.err, r.src.Now()))
+		r.do(ctx, r.sched.Failed(tp, out.cause, out.err, r.src.Now()))
 		return
 	}
 	f := out.flow
-	if acts := r.sched.recovered(tp, f, out.assigned, r.src.Now()); acts != nil {
+	if acts := r.sched.Recovered(tp, f, out.assigned, r.src.Now()); acts != nil {
 		r.do(ctx, acts) // released meanwhile
 		return
 	}
@@ -293,7 +294,7 @@ func (r *Member[S]) logRecovered(tp store.TopicPartition, out *recoveryOutcome[S
 		"assigned_offset", out.assigned, "generation", r.src.Identity().Generation)...)
 }
 
-// cancelRecovery carries out actCancel: tp's recovery ends, and what it
+// cancelRecovery carries out schedule.ActCancel: tp's recovery ends, and what it
 // took is released, before the callback that released tp returns.
 func (r *Member[S]) cancelRecovery(tp store.TopicPartition) {
 	rc := r.recoveries[tp]

@@ -2,11 +2,10 @@ package engine
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"sort"
 
-	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
@@ -24,34 +23,27 @@ import (
 // again (at least once).
 //
 // To name the input, each mode keeps, beside its buffered outputs, where
-// each run of them came from (origins).
+// each run of them came from (origins), and a failure hands the scheduler
+// a *schedule.Refusal; the scheduler has the *FoldError made
+// (refusedFoldError), the engine's type.
 
-// source is what made a run of outputs: an input record (offset ≥ 0), or
-// a key's tick or timer (offset -1); letter: a dead letter, whose
-// refusal the policy cannot skip (a dead letter is the policy's own
-// output).
-type source struct {
-	offset int64
-	key    []byte
-	timer  *store.Timer
-	letter bool
+func recordSource(rec *input.Record) schedule.Source {
+	return schedule.Source{Offset: rec.Offset, Key: rec.Key}
 }
-
-func recordSource(rec *input.Record) source { return source{offset: rec.Offset, key: rec.Key} }
 
 // firedSource is the source of a key's tick (timer nil) or timer outputs.
-func firedSource(key []byte, timer *store.Timer) source {
-	return source{offset: -1, key: key, timer: timer}
+func firedSource(key []byte, timer *store.Timer) schedule.Source {
+	return schedule.Source{Offset: -1, Key: key, Timer: timer}
 }
 
-var letterSource = source{offset: -1, letter: true}
+var letterSource = schedule.Source{Offset: -1, Letter: true}
 
 // origin says that a buffer's outputs before end, from the previous
 // origin's end on, came from src of partition tp.
 type origin struct {
 	end int
 	tp  store.TopicPartition
-	src source
+	src schedule.Source
 }
 
 // origins are a buffer's origins, in order of their ends.
@@ -59,7 +51,7 @@ type origins []origin
 
 // add records that the buffer's outputs up to end came from src of tp
 // (none if the buffer did not grow).
-func (os origins) add(end int, tp store.TopicPartition, src source) origins {
+func (os origins) add(end int, tp store.TopicPartition, src schedule.Source) origins {
 	if n := len(os); n > 0 && os[n-1].end == end {
 		return os
 	}
@@ -75,62 +67,41 @@ func (os origins) of(i int) (origin, bool) {
 	return os[j], true
 }
 
-// refusal is a refusal of outputs, as the scheduler sees it: the sources
-// of the refused outputs, by partition, and the error.
-type refusal struct {
-	err error
-	// by are the refused sources of each partition, each once, in
-	// buffer order; letter: a dead letter was refused.
-	by     map[store.TopicPartition][]source
-	letter bool
-}
-
-func (r *refusal) Error() string { return r.err.Error() }
-func (r *refusal) Unwrap() error { return r.err }
-
 // refusalOf is the refusal of the outputs of a buffer at indexes, or nil
 // if one of them has no origin (an Emit that reports indexes it was not
 // given).
-func refusalOf(err error, os origins, indexes []int) *refusal {
+func refusalOf(err error, os origins, indexes []int) *schedule.Refusal {
 	if len(indexes) == 0 {
 		return nil
 	}
-	r := &refusal{err: err, by: map[store.TopicPartition][]source{}}
+	r := &schedule.Refusal{Err: err, By: map[store.TopicPartition][]schedule.Source{}}
 	for _, i := range indexes {
 		o, ok := os.of(i)
 		if !ok {
 			return nil
 		}
-		if o.src.letter {
-			r.letter = true
+		if o.src.Letter {
+			r.Letter = true
 			continue
 		}
-		if !slices.ContainsFunc(r.by[o.tp], func(s source) bool { return sameSource(s, o.src) }) {
-			r.by[o.tp] = append(r.by[o.tp], o.src)
+		if !slices.ContainsFunc(r.By[o.tp], func(s schedule.Source) bool { return sameSource(s, o.src) }) {
+			r.By[o.tp] = append(r.By[o.tp], o.src)
 		}
 	}
 	return r
 }
 
-func sameSource(a, b source) bool {
-	if a.offset >= 0 || b.offset >= 0 {
-		return a.offset == b.offset
+func sameSource(a, b schedule.Source) bool {
+	if a.Offset >= 0 || b.Offset >= 0 {
+		return a.Offset == b.Offset
 	}
-	return string(a.key) == string(b.key) && (a.timer == nil) == (b.timer == nil) && (a.timer == nil || *a.timer == *b.timer)
+	return string(a.Key) == string(b.Key) && (a.Timer == nil) == (b.Timer == nil) && (a.Timer == nil || *a.Timer == *b.Timer)
 }
 
-// foldError is the *FoldError that names src of tp, refused with err.
-func foldError(tp store.TopicPartition, src source, err error) *FoldError {
-	return &FoldError{Input: tp, Offset: src.offset, Key: src.key, Timer: src.timer, Err: err}
-}
-
-// coreRefusals are srcs as core.Config.Refused, each failing with err.
-func coreRefusals(srcs []source, err error) []core.Refusal {
-	rs := make([]core.Refusal, len(srcs))
-	for i, s := range srcs {
-		rs[i] = core.Refusal{Offset: s.offset, Key: s.key, Timer: s.timer, Err: err}
-	}
-	return rs
+// refusedFoldError is the *FoldError that names src of tp, refused with
+// err (schedule.Config.FoldError).
+func refusedFoldError(tp store.TopicPartition, src schedule.Source, err error) error {
+	return &FoldError{Input: tp, Offset: src.Offset, Key: src.Key, Timer: src.Timer, Err: err}
 }
 
 // refusedByStore turns a batch's *store.OutputRefusedError into its
@@ -159,10 +130,4 @@ func refusedByEmit(err error, os origins) error {
 		return r
 	}
 	return err
-}
-
-// refusedLetterError is why a run ends when a dead letter is refused: the
-// policy has no way past it.
-func refusedLetterError(tp store.TopicPartition, err error) error {
-	return fmt.Errorf("engine: %s: the broker refused a dead letter for good (Config.DeadLetterTopic): %w", tp, err)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/internal/chanmutex"
 	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
@@ -40,7 +41,7 @@ type Member[S any] struct {
 	ready chan struct{}
 
 	mu    chanMutex
-	sched *scheduler[*flow[S]]
+	sched *schedule.Scheduler[*flow[S]]
 	errs  []error
 	// status is what Status reports; it has a lock of its own.
 	status *statusBoard
@@ -138,15 +139,17 @@ func (e *Engine[S]) Join(in Input) (*Member[S], error) {
 	r.life, r.endLife = context.WithCancel(context.Background())
 	r.mode = newOutputMode(r)
 	r.status = r.newStatusBoard()
-	r.sched = newScheduler[*flow[S]](schedulerConfig{
-		persistInterval:    r.mode.persistInterval(),
-		commitInterval:     e.cfg.CommitInterval,
-		tickInterval:       e.tickInterval(),
-		flushOnRevoke:      !e.cfg.NoFlushOnRevoke,
-		unstableTimeout:    e.cfg.UnstableOffsetTimeout,
-		skipPoison:         e.cfg.Poison != StopOnPoison,
-		discardUndecodable: e.cfg.UndecodableState == DiscardUndecodableState,
-		standbyInterval:    e.standbyInterval(),
+	r.sched = schedule.New[*flow[S]](schedule.Config{
+		PersistInterval:    r.mode.persistInterval(),
+		CommitInterval:     e.cfg.CommitInterval,
+		TickInterval:       e.tickInterval(),
+		FlushOnRevoke:      !e.cfg.NoFlushOnRevoke,
+		UnstableTimeout:    e.cfg.UnstableOffsetTimeout,
+		SkipPoison:         e.cfg.Poison != StopOnPoison,
+		DiscardUndecodable: e.cfg.UndecodableState == DiscardUndecodableState,
+		StandbyInterval:    e.standbyInterval(),
+		ReplaysFail:        replaysFail,
+		FoldError:          refusedFoldError,
 	}, time.Time{})
 	src, err := in.Open(input.Opening{Handler: rebalanceHandler[S]{r}, Application: storeApplication(e.cfg.Store)})
 	if err != nil {
@@ -162,7 +165,7 @@ func (e *Engine[S]) Join(in Input) (*Member[S], error) {
 		}
 	}
 	now := src.Now()
-	r.sched.lastPersist, r.sched.lastCommit, r.sched.lastTick = now, now, now
+	r.sched.StartTimers(now)
 	e.runner.Store(r) // built: queries may read it
 	e.runMu.Lock()
 	if e.open == nil {
@@ -277,9 +280,7 @@ func (r *Member[S]) checkOutputTopics(ctx context.Context) error {
 		return nil
 	case errors.Is(err, store.ErrMisconfigured):
 		r.mu.Lock()
-		if r.sched.fatal == nil {
-			r.sched.fatal = err
-		}
+		r.sched.Fail(err)
 		r.mu.Unlock()
 		r.status.failed(err)
 		r.e.log.Error("output topics refused; the engine stops", "topics", topics, "err", err)
@@ -337,7 +338,7 @@ func (r *Member[S]) checkNewTopics(ctx context.Context, outs []Output) error {
 func (r *Member[S]) fatalErr() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.sched.fatal
+	return r.sched.Err()
 }
 
 // step is one poll and what follows it. The poll's callbacks run while it
@@ -345,12 +346,12 @@ func (r *Member[S]) fatalErr() error {
 // franz-go), each under r.mu.
 func (r *Member[S]) step(ctx context.Context) error {
 	r.mu.Lock()
-	r.sched.pollStarting()
+	r.sched.PollStarting()
 	r.mu.Unlock()
 	recs, pollErr := r.src.Poll(ctx, func() time.Duration {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.sched.pollWait(r.src.Now(), r.wakeups())
+		return r.sched.PollWait(r.src.Now(), r.wakeups())
 	})
 	r.publish()
 	r.status.polled(r.src)
@@ -368,7 +369,7 @@ func (r *Member[S]) step(ctx context.Context) error {
 		dead = pollErr
 	}
 	r.reapRecoveries(ctx)
-	r.do(ctx, r.sched.polled(r.src.Now(), dead == nil))
+	r.do(ctx, r.sched.Polled(r.src.Now(), dead == nil))
 	if dead != nil {
 		return dead
 	}
@@ -379,13 +380,13 @@ func (r *Member[S]) step(ctx context.Context) error {
 		return err // no flush with a dead context; the revoke flushes
 	}
 	r.reapAll(ctx)
-	if r.sched.timersDue(r.src.Now()) {
+	if r.sched.TimersDue(r.src.Now()) {
 		// A tick, persist or commit: the outputs in flight first.
 		if err := r.awaitEmit(ctx); err != nil {
 			return err
 		}
 	}
-	r.do(ctx, r.sched.timers(r.src.Now()))
+	r.do(ctx, r.sched.Timers(r.src.Now()))
 	if r.standby != nil {
 		r.standby.round(ctx)
 	}
@@ -394,15 +395,15 @@ func (r *Member[S]) step(ctx context.Context) error {
 }
 
 // wakeups are the runner's reasons for a poll to end before the
-// scheduler's next timer (scheduler.pollWait).
-func (r *Member[S]) wakeups() wakeups[*flow[S]] {
-	w := wakeups[*flow[S]]{
-		timer:      func(f *flow[S]) (int64, bool) { return f.core.NextProcessingTimer() },
-		busy:       func(f *flow[S]) bool { return len(f.inflight) > 0 },
-		recovering: r.recovering(),
+// scheduler's next timer (Scheduler.PollWait).
+func (r *Member[S]) wakeups() schedule.Wakeups[*flow[S]] {
+	w := schedule.Wakeups[*flow[S]]{
+		Timer:      func(f *flow[S]) (int64, bool) { return f.core.NextProcessingTimer() },
+		Busy:       func(f *flow[S]) bool { return len(f.inflight) > 0 },
+		Recovering: r.recovering(),
 	}
 	if due, ok := r.groupReportDue(); ok {
-		w.report = due
+		w.Report = due
 	}
 	return w
 }
@@ -410,7 +411,7 @@ func (r *Member[S]) wakeups() wakeups[*flow[S]] {
 // timersDue reports whether a running flow has a timer due at now (Unix
 // milliseconds) or at its watermark.
 func (r *Member[S]) timersDue(now int64) bool {
-	return r.sched.timersDueIn(func(f *flow[S]) bool { return f.core.TimersDue(now) })
+	return r.sched.TimersDueIn(func(f *flow[S]) bool { return f.core.TimersDue(now) })
 }
 
 // awaitEmit waits for the outputs in flight (Config.StartEmit), if any.
@@ -436,9 +437,9 @@ func (r *Member[S]) emitFailed(ctx context.Context, err error) error {
 	}
 	err = fmt.Errorf("engine: emitting outputs: %w", err)
 	for _, tp := range from {
-		r.do(ctx, r.sched.failed(tp, causeEmit, err, r.src.Now()))
+		r.do(ctx, r.sched.Failed(tp, schedule.CauseEmit, err, r.src.Now()))
 	}
-	if rf, ok := errors.AsType[*refusal](err); ok && !rf.letter && r.sched.cfg.skipPoison {
+	if rf, ok := errors.AsType[*schedule.Refusal](err); ok && !rf.Letter && r.e.cfg.Poison != StopOnPoison {
 		// The poison policy has it: the partitions restart to skip or
 		// dead-letter the inputs, which is no failure of the step.
 		return nil
@@ -456,7 +457,7 @@ func (r *Member[S]) fold(ctx context.Context, recs []input.Record) error {
 		i += n
 	}
 	if r.timersDue(now) {
-		for _, f := range r.sched.running() { // outputs in a fixed order
+		for _, f := range r.sched.Running() { // outputs in a fixed order
 			if f.core.TimersDue(now) {
 				r.fireTimers(ctx, f, now)
 			}
@@ -476,7 +477,7 @@ func (r *Member[S]) fold(ctx context.Context, recs []input.Record) error {
 // from the committed state).
 func (r *Member[S]) foldRun(ctx context.Context, run []input.Record, now int64) {
 	tp := recordTP(&run[0])
-	f, ok := r.sched.flow(tp)
+	f, ok := r.sched.Flow(tp)
 	if !ok {
 		return
 	}
@@ -494,7 +495,7 @@ func (r *Member[S]) foldRun(ctx context.Context, run []input.Record, now int64) 
 			o, err = nil, nil
 		}
 		if err != nil {
-			r.do(ctx, r.sched.failed(tp, causeFold, fromCore(err), r.src.Now()))
+			r.do(ctx, r.sched.Failed(tp, schedule.CauseFold, fromCore(err), r.src.Now()))
 			return
 		}
 		folded++
@@ -513,7 +514,7 @@ func (r *Member[S]) foldRun(ctx context.Context, run []input.Record, now int64) 
 func (r *Member[S]) fireTimers(ctx context.Context, f *flow[S], now int64) bool {
 	fired, failed, err := f.core.FireTimers(now)
 	if err != nil {
-		r.do(ctx, r.sched.failed(f.tp, causeTick, fromCore(err), r.src.Now()))
+		r.do(ctx, r.sched.Failed(f.tp, schedule.CauseTick, fromCore(err), r.src.Now()))
 		return false
 	}
 	for _, fd := range fired {
@@ -538,10 +539,10 @@ func (r *Member[S]) poisoned(ctx context.Context, f *flow[S], rec *input.Record,
 	// The policy may stop f, which commits first: the outputs in flight
 	// before that. A failure may have stopped f itself.
 	_ = r.awaitEmit(ctx)
-	if cur, ok := r.sched.flow(f.tp); !ok || cur != f {
+	if cur, ok := r.sched.Flow(f.tp); !ok || cur != f {
 		return false
 	}
-	skip, acts := r.sched.poisoned(f.tp, fe)
+	skip, acts := r.sched.Poisoned(f.tp, fe)
 	if !skip {
 		r.e.cfg.obs().poisoned(f.tp, "stopped")
 		r.do(ctx, acts)
@@ -555,7 +556,7 @@ func (r *Member[S]) poisoned(ctx context.Context, f *flow[S], rec *input.Record,
 		skipErr = f.core.SkipTimer(cfe)
 	}
 	if skipErr != nil {
-		r.do(ctx, r.sched.failed(f.tp, causeFold, skipErr, r.src.Now()))
+		r.do(ctx, r.sched.Failed(f.tp, schedule.CauseFold, skipErr, r.src.Now()))
 		return false
 	}
 	report := func(action string) {
@@ -661,41 +662,41 @@ func recordTP(rec *input.Record) store.TopicPartition {
 }
 
 // do carries out the scheduler's actions, in order.
-func (r *Member[S]) do(ctx context.Context, acts []action[*flow[S]]) {
+func (r *Member[S]) do(ctx context.Context, acts []schedule.Action[*flow[S]]) {
 	syncStatus(r.status, r.sched, acts)
 	for _, a := range acts {
-		switch a.kind {
-		case actStart:
-			r.start(ctx, a.tps, a.discard)
-		case actCancel:
-			r.cancelRecovery(a.tp)
-		case actTeardown:
-			if a.flush {
-				r.flushOnRevoke(ctx, a.flow)
+		switch a.Kind {
+		case schedule.ActStart:
+			r.start(ctx, a.TPs, a.Discard)
+		case schedule.ActCancel:
+			r.cancelRecovery(a.TP)
+		case schedule.ActTeardown:
+			if a.Flush {
+				r.flushOnRevoke(ctx, a.Flow)
 			}
-			r.teardown(a.flow)
-		case actStop:
+			r.teardown(a.Flow)
+		case schedule.ActStop:
 			r.stop(ctx, a)
-		case actHold:
-			r.src.Pause(a.tp)
-			if a.first {
+		case schedule.ActHold:
+			r.src.Pause(a.TP)
+			if a.First {
 				r.e.log.Warn("partition waits: a transaction its takeover did not end holds its committed offset, or is left open where it writes; retrying",
-					"input", a.tp.String(), "timeout", r.e.cfg.UnstableOffsetTimeout, "err", a.err)
+					"input", a.TP.String(), "timeout", r.e.cfg.UnstableOffsetTimeout, "err", a.Err)
 			}
-		case actTick:
-			r.tick(ctx, a.at)
-		case actPersist:
-			for _, f := range r.sched.running() {
+		case schedule.ActTick:
+			r.tick(ctx, a.At)
+		case schedule.ActPersist:
+			for _, f := range r.sched.Running() {
 				if err := r.mode.persist(ctx, f); err != nil {
 					r.failed(ctx, f, err)
 				}
 			}
-		case actCommit:
+		case schedule.ActCommit:
 			r.commitAll(ctx)
-		case actDrain:
+		case schedule.ActDrain:
 			r.drainAll(ctx)
-		case actPromote:
-			r.standby.release(a.tp)
+		case schedule.ActPromote:
+			r.standby.release(a.TP)
 		}
 	}
 }
@@ -703,7 +704,7 @@ func (r *Member[S]) do(ctx context.Context, acts []action[*flow[S]]) {
 // reapAll reaps what the running flows have done, in partition order;
 // a failure goes to the scheduler.
 func (r *Member[S]) reapAll(ctx context.Context) {
-	for _, f := range r.sched.running() {
+	for _, f := range r.sched.Running() {
 		if err := r.reap(ctx, f, false); err != nil {
 			r.failed(ctx, f, err)
 		}
@@ -713,7 +714,7 @@ func (r *Member[S]) reapAll(ctx context.Context) {
 // drainAll waits for what every running flow has in flight, in partition
 // order; a failure goes to the scheduler.
 func (r *Member[S]) drainAll(ctx context.Context) {
-	for _, f := range r.sched.running() {
+	for _, f := range r.sched.Running() {
 		if err := r.drain(ctx, f); err != nil {
 			r.failed(ctx, f, err)
 		}
@@ -738,14 +739,14 @@ func (r *Member[S]) commitNow(ctx context.Context, f *flow[S]) error {
 func (r *Member[S]) commit(ctx context.Context, f *flow[S]) bool {
 	if err := r.mode.commit(ctx, f); err != nil {
 		r.failed(ctx, f, err)
-		cur, ok := r.sched.flow(f.tp)
+		cur, ok := r.sched.Flow(f.tp)
 		return ok && cur == f
 	}
 	return true
 }
 
 func (r *Member[S]) commitAll(ctx context.Context) {
-	for _, f := range r.sched.running() {
+	for _, f := range r.sched.Running() {
 		r.commit(ctx, f)
 	}
 }
@@ -753,14 +754,14 @@ func (r *Member[S]) commitAll(ctx context.Context) {
 // failed reports a failed persist or commit of f.
 func (r *Member[S]) failed(ctx context.Context, f *flow[S], err error) {
 	c, err := r.mode.failure(f, err)
-	r.do(ctx, r.sched.failed(f.tp, c, err, r.src.Now()))
+	r.do(ctx, r.sched.Failed(f.tp, c, err, r.src.Now()))
 }
 
 func (r *Member[S]) tick(ctx context.Context, now time.Time) {
-	for _, f := range r.sched.running() { // outputs in a fixed order
+	for _, f := range r.sched.Running() { // outputs in a fixed order
 		fired, failed, err := f.core.Tick(now.UnixMilli())
 		if err != nil {
-			r.do(ctx, r.sched.failed(f.tp, causeTick, fromCore(err), r.src.Now()))
+			r.do(ctx, r.sched.Failed(f.tp, schedule.CauseTick, fromCore(err), r.src.Now()))
 			continue
 		}
 		for _, fd := range fired {
@@ -800,15 +801,15 @@ func (r *Member[S]) flushOnRevoke(ctx context.Context, f *flow[S]) {
 	}
 }
 
-// stop carries out actStop: the flow, if any, commits what it folded
+// stop carries out schedule.ActStop: the flow, if any, commits what it folded
 // first (a poison record's partition) and is torn down, leaving nothing
 // in the cache; the error is recorded and the partition paused. The log
 // line's level is the failure's class: ERROR only for what ends the
 // runner, WARN for a fence (expected in a rebalance) and for a transient
 // failure's restart, whose lines come at a bounded rate.
-func (r *Member[S]) stop(ctx context.Context, a action[*flow[S]]) {
-	if a.flow != nil {
-		if a.commit {
+func (r *Member[S]) stop(ctx context.Context, a schedule.Action[*flow[S]]) {
+	if a.Flow != nil {
+		if a.Commit {
 			// The outputs of the records folded before the poison record
 			// go out first: a commit ahead of them would cover outputs
 			// that were never delivered. If they fail, nothing is
@@ -821,39 +822,39 @@ func (r *Member[S]) stop(ctx context.Context, a action[*flow[S]]) {
 			if err != nil {
 				err = r.emitFailed(ctx, err)
 				r.e.log.Error("the outputs of the records before the poison record were not delivered; nothing is committed past them, and they are replayed",
-					"input", a.tp.String(), "err", err)
-			} else if err := r.commitNow(ctx, a.flow); err != nil {
+					"input", a.TP.String(), "err", err)
+			} else if err := r.commitNow(ctx, a.Flow); err != nil {
 				r.e.log.Error("committing what was folded before the poison record failed; it is replayed",
-					"input", a.tp.String(), "err", err)
+					"input", a.TP.String(), "err", err)
 			}
 		}
-		r.teardown(a.flow)
+		r.teardown(a.Flow)
 	}
-	if a.class == classExpected {
-		r.e.cfg.obs().fenced(fenceReason(a.err))
+	if a.Class == schedule.ClassExpected {
+		r.e.cfg.obs().fenced(fenceReason(a.Err))
 	}
-	r.errs = append(r.errs, a.err)
-	r.src.Pause(a.tp)
-	if !a.fatal {
-		r.status.restarted(a.tp, a.class, a.err)
+	r.errs = append(r.errs, a.Err)
+	r.src.Pause(a.TP)
+	if !a.Fatal {
+		r.status.restarted(a.TP, a.Class, a.Err)
 	}
 	switch {
-	case a.fatal && a.first:
-		r.e.log.Error("partition stopped; the engine stops", "input", a.tp.String(), "class", a.class.String(), "err", a.err)
-	case a.fatal:
-		r.e.log.Warn("partition stopped as the engine stops", "input", a.tp.String(), "class", a.class.String(), "err", a.err)
-	case a.class == classExpected:
+	case a.Fatal && a.First:
+		r.e.log.Error("partition stopped; the engine stops", "input", a.TP.String(), "class", a.Class.String(), "err", a.Err)
+	case a.Fatal:
+		r.e.log.Warn("partition stopped as the engine stops", "input", a.TP.String(), "class", a.Class.String(), "err", a.Err)
+	case a.Class == schedule.ClassExpected:
 		r.e.log.Warn("partition fenced (expected in a rebalance); restarting from the committed state if still owned",
-			"input", a.tp.String(), "err", a.err)
-	case a.class == classPoison:
-		if ok, n := r.logs.allow("restart "+a.tp.String(), r.src.Now()); ok {
+			"input", a.TP.String(), "err", a.Err)
+	case a.Class == schedule.ClassPoison:
+		if ok, n := r.logs.allow("restart "+a.TP.String(), r.src.Now()); ok {
 			r.e.log.Warn("partition restarts from the committed state to go past an input whose output the broker refused (Config.Poison)",
-				"input", a.tp.String(), "not_logged_since_last", n, "err", a.err)
+				"input", a.TP.String(), "not_logged_since_last", n, "err", a.Err)
 		}
 	default:
-		if ok, n := r.logs.allow("restart "+a.tp.String(), r.src.Now()); ok {
-			r.e.log.Warn("partition failed; restarting from the committed state", "input", a.tp.String(),
-				"class", a.class.String(), "retry_at", a.retry, "not_logged_since_last", n, "err", a.err)
+		if ok, n := r.logs.allow("restart "+a.TP.String(), r.src.Now()); ok {
+			r.e.log.Warn("partition failed; restarting from the committed state", "input", a.TP.String(),
+				"class", a.Class.String(), "retry_at", a.Retry, "not_logged_since_last", n, "err", a.Err)
 		}
 	}
 }
@@ -894,27 +895,27 @@ type rebalanceHandler[S any] struct{ r *Member[S] }
 
 // Assigned starts every assigned partition without a running flow.
 func (h rebalanceHandler[S]) Assigned(ctx context.Context, tps []store.TopicPartition) {
-	h.callback(ctx, func() []action[*flow[S]] {
+	h.callback(ctx, func() []schedule.Action[*flow[S]] {
 		// The identity the assignment came with: the status shows the
 		// member joined only with its group, member id and generation.
 		h.r.status.assignment(h.r.src.Identity())
-		return h.r.sched.assigned(tps)
+		return h.r.sched.Assigned(tps)
 	})
 }
 
 // Revoked flushes and commits (unless NoFlushOnRevoke), then tears the
 // flows down before returning.
 func (h rebalanceHandler[S]) Revoked(ctx context.Context, tps []store.TopicPartition) {
-	h.callback(ctx, func() []action[*flow[S]] { return h.r.sched.revoked(tps) })
+	h.callback(ctx, func() []schedule.Action[*flow[S]] { return h.r.sched.Revoked(tps) })
 }
 
 // Lost tears the flows down: the partitions may already have new owners,
 // so nothing is flushed.
 func (h rebalanceHandler[S]) Lost(ctx context.Context, tps []store.TopicPartition) {
-	h.callback(ctx, func() []action[*flow[S]] { return h.r.sched.lost(tps) })
+	h.callback(ctx, func() []schedule.Action[*flow[S]] { return h.r.sched.Lost(tps) })
 }
 
-func (h rebalanceHandler[S]) callback(ctx context.Context, input func() []action[*flow[S]]) {
+func (h rebalanceHandler[S]) callback(ctx context.Context, input func() []schedule.Action[*flow[S]]) {
 	<-h.r.ready
 	h.r.mu.Lock()
 	defer h.r.mu.Unlock()
@@ -926,14 +927,14 @@ func (h rebalanceHandler[S]) callback(ctx context.Context, input func() []action
 func (r *Member[S]) Flows() []store.TopicPartition {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.sched.runningPartitions()
+	return r.sched.RunningPartitions()
 }
 
 // State reads a key's current state in a partition's flow.
 func (r *Member[S]) State(tp store.TopicPartition, key []byte) (S, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	f, ok := r.sched.flow(tp)
+	f, ok := r.sched.Flow(tp)
 	if !ok {
 		var zero S
 		return zero, false, fmt.Errorf("engine: no flow for %s", tp)
@@ -952,7 +953,7 @@ func (r *Member[S]) FlushAll(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_ = r.awaitEmit(ctx) // outputs first, as before a timer's commit
-	r.do(ctx, r.sched.flushRequested(true))
+	r.do(ctx, r.sched.FlushRequested(true))
 }
 
 // Persist flushes every flow's dirty keys now without advancing the
@@ -966,7 +967,7 @@ func (r *Member[S]) Persist(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_ = r.awaitEmit(ctx) // as FlushAll
-	r.do(ctx, r.sched.flushRequested(false))
+	r.do(ctx, r.sched.FlushRequested(false))
 }
 
 // Close leaves the group; the revoke callbacks flush and tear down.
@@ -978,7 +979,7 @@ func (r *Member[S]) Close(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_ = r.awaitEmit(ctx)
-	r.do(ctx, r.sched.closing())
+	r.do(ctx, r.sched.Closing())
 	for _, tp := range sortedKeys(r.recoveries) {
 		r.cancelRecovery(tp) // none is left without its partition's record; should one be, it ends here
 	}
@@ -1012,7 +1013,7 @@ func (r *Member[S]) Run(ctx context.Context) error {
 			return err
 		}
 		r.mu.Lock()
-		backoff := r.sched.pollEnded(err)
+		backoff := r.sched.PollEnded(err)
 		ok, n := false, 0
 		if err != nil {
 			ok, n = r.logs.allow("poll", r.src.Now())

@@ -64,7 +64,7 @@ func newStandbys[S any](r *Member[S]) (*standbys[S], error) {
 func (sb *standbys[S]) round(ctx context.Context) {
 	r := sb.r
 	now := r.src.Now()
-	if !r.sched.standbyDue(now) {
+	if !r.sched.StandbyDue(now) {
 		return
 	}
 	if sb.all == nil || now.Sub(sb.listed) >= standbyListEvery {
@@ -72,7 +72,7 @@ func (sb *standbys[S]) round(ctx context.Context) {
 	}
 	behind := false
 	for _, tp := range sb.all {
-		if r.sched.holds(tp) {
+		if r.sched.Holds(tp) {
 			sb.release(tp) // start released it already; a safeguard
 			continue
 		}
@@ -89,7 +89,7 @@ func (sb *standbys[S]) round(ctx context.Context) {
 			behind = true
 		}
 	}
-	r.sched.standbyRoundEnded(now, behind)
+	r.sched.StandbyRoundEnded(now, behind)
 	r.status.standbys(sb.status())
 }
 
@@ -120,7 +120,7 @@ func (sb *standbys[S]) open(ctx context.Context, tp store.TopicPartition) *repli
 			Checkpoints: checkpointTag(r.src.Identity().Group), Retry: standbyRetry, Now: r.src.Now,
 		})
 		sb.parts[tp] = rd
-		r.sched.replicaAdded(tp)
+		r.sched.ReplicaAdded(tp)
 	}
 	c, err := core.New(core.Config[S, Output]{Input: tp, Fold: r.e.coreFold(), Codec: r.e.cfg.Codec, Warm: true}, r.e.kv)
 	if err != nil {
@@ -183,7 +183,7 @@ func (sb *standbys[S]) release(tp store.TopicPartition) {
 	}
 	rd.Close()
 	delete(sb.parts, tp)
-	sb.r.sched.replicaRemoved(tp)
+	sb.r.sched.ReplicaRemoved(tp)
 	sb.r.status.standbys(sb.status()) // the status never shows a replica of an owned partition
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
@@ -416,45 +417,46 @@ func (b *statusBoard) partition(tp store.TopicPartition) (PartitionStatus, bool)
 // to (a transition with no action changes nothing an operator sees). The
 // board adds what the scheduler does not know: recovery progress, offsets,
 // commit times.
-func syncStatus[F any](b *statusBoard, s *scheduler[F], acts []action[F]) {
+func syncStatus[F any](b *statusBoard, s *schedule.Scheduler[F], acts []schedule.Action[F]) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
 	for tp := range b.parts {
-		if s.parts[tp] == nil {
+		if !s.Holds(tp) {
 			b.setState(tp, b.parts[tp], "", now)
 			delete(b.parts, tp)
 			delete(b.failures, tp)
 			b.o.partitionReleased(tp)
 		}
 	}
-	for tp, p := range s.parts {
+	for tp, p := range s.Partitions() {
 		ps := b.parts[tp]
 		if ps == nil {
 			ps = &PartitionStatus{Input: tp, CommittedOffset: -1, LogEndOffset: -1, Lag: -1, Recovery: RecoveryProgress{Target: -1, Position: -1}}
 			b.parts[tp] = ps
 		}
-		ps.Held, ps.Err = p.held != nil, p.err
-		if p.held != nil && p.err == nil {
-			ps.Err = p.held.err
+		held := p.Held()
+		ps.Held, ps.Err = held != nil, p.Err()
+		if held != nil && ps.Err == nil {
+			ps.Err = held
 		}
-		switch p.phase {
-		case phaseStarting:
+		switch p.Phase() {
+		case schedule.PhaseStarting:
 			if ps.State != StateStarting && ps.State != StateRecovering {
 				b.setState(tp, ps, StateStarting, now)
 				ps.Recovery = RecoveryProgress{Target: -1, Position: -1}
 			}
-		case phaseRunning:
+		case schedule.PhaseRunning:
 			b.setState(tp, ps, StateRunning, now)
-		case phaseWaiting, phaseWaitingDue:
+		case schedule.PhaseWaiting, schedule.PhaseWaitingDue:
 			b.setState(tp, ps, StateWaiting, now)
-		case phaseStopped:
+		case schedule.PhaseStopped:
 			b.setState(tp, ps, StateStopped, now)
 		}
 	}
 	for _, a := range acts {
-		if ps := b.parts[a.tp]; a.kind == actHold && ps != nil {
-			ps.Held, ps.Err = true, a.err
+		if ps := b.parts[a.TP]; a.Kind == schedule.ActHold && ps != nil {
+			ps.Held, ps.Err = true, a.Err
 		}
 	}
 }
@@ -532,14 +534,14 @@ func (b *statusBoard) setFailing(tp store.TopicPartition, ps *PartitionStatus, r
 }
 
 // restarted: tp was stopped by err, of class k, and restarts.
-func (b *statusBoard) restarted(tp store.TopicPartition, k class, err error) {
+func (b *statusBoard) restarted(tp store.TopicPartition, k schedule.Class, err error) {
 	b.o.restarted(tp, k)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if ps := b.parts[tp]; ps != nil {
 		ps.Restarts++
 		ps.LastFailure = err
-		if k != classTransient {
+		if k != schedule.ClassTransient {
 			return // a fence in a rebalance is not the partition failing
 		}
 		now := b.now()

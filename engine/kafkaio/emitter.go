@@ -465,11 +465,3 @@ func (em *Emitter) Close() error {
 	return nil
 }
 
-// printableKey is a key for an error message, cut to 64 bytes.
-func printableKey(k []byte) string {
-	const max = 64
-	if len(k) > max {
-		return string(k[:max]) + "..."
-	}
-	return string(k)
-}

@@ -1,4 +1,4 @@
-package engine
+package schedule
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// phase is where an assigned partition is in its life on this member, in
+// Phase is where an assigned partition is in its life on this member, in
 // the words of its status (PartitionState): starting (which the status
 // shows as recovering once the store reports the snapshot read), running,
 // waiting, stopped. A partition not assigned to the member has no record
@@ -29,57 +29,58 @@ import (
 //
 // revoked or lost: any phase ──▶ (none), the flow torn down (revoked: after
 // its flush and commit), a recovery in flight cancelled.
-type phase uint8
+type Phase uint8
 
 const (
-	// starting: the takeover and the recovery run, off the polling
+	// PhaseStarting: the takeover and the recovery run, off the polling
 	// goroutine (a start action is out); the partition folds nothing.
-	phaseStarting phase = iota + 1
-	// running: the flow folds the partition's records.
-	phaseRunning
-	// waiting: stopped by an error a restart may get past, or refused
+	PhaseStarting Phase = iota + 1
+	// PhaseRunning: the flow folds the partition's records.
+	PhaseRunning
+	// PhaseWaiting: stopped by an error a restart may get past, or refused
 	// because a transaction holds the committed offset; it is started
 	// again after the next poll, if that poll leaves it assigned.
-	phaseWaiting
-	// waitingDue: waiting, and a poll is in progress: the partition
+	PhaseWaiting
+	// PhaseWaitingDue: waiting, and a poll is in progress: the partition
 	// restarts when it returns, unless one of its callbacks touched it.
-	phaseWaitingDue
-	// stopped: stopped by an error that a restart would meet again (a
+	PhaseWaitingDue
+	// PhaseStopped: stopped by an error that a restart would meet again (a
 	// poison record, a misconfiguration): the runner ends with it.
-	phaseStopped
+	PhaseStopped
 )
 
-func (p phase) String() string {
+func (p Phase) String() string {
 	switch p {
-	case phaseStarting:
+	case PhaseStarting:
 		return "starting"
-	case phaseRunning:
+	case PhaseRunning:
 		return "running"
-	case phaseWaiting:
+	case PhaseWaiting:
 		return "waiting"
-	case phaseWaitingDue:
+	case PhaseWaitingDue:
 		return "waiting, due"
-	case phaseStopped:
+	case PhaseStopped:
 		return "stopped"
 	}
 	return fmt.Sprintf("phase(%d)", uint8(p))
 }
 
-// partition is the one record of an assigned partition's life. F is the
+// Partition is the one record of an assigned partition's life. F is the
 // runtime's flow (a core and an acquired store partition); the scheduler
-// only holds it.
-type partition[F any] struct {
+// only holds it. The runtime reads it (its status) through the accessors
+// below; only the transitions write it.
+type Partition[F any] struct {
 	tp    store.TopicPartition
-	phase phase
-	// flow is set in phaseRunning only.
+	phase Phase
+	// flow is set in PhaseRunning only.
 	flow F
-	// err is why the partition left phaseRunning or phaseStarting:
-	// set in phaseWaiting (unless only held), phaseWaitingDue and
-	// phaseStopped.
+	// err is why the partition left PhaseRunning or PhaseStarting:
+	// set in PhaseWaiting (unless only held), PhaseWaitingDue and
+	// PhaseStopped.
 	err error
 	// held is set while the partition's acquisitions are refused because
 	// a transaction its takeover did not end holds its committed offset:
-	// in phaseWaiting, phaseWaitingDue, and phaseStarting (a retry).
+	// in PhaseWaiting, PhaseWaitingDue, and PhaseStarting (a retry).
 	held *heldOffset
 	// restarts counts the restarts since the partition last ran for
 	// restartResetAfter; retry is when the pending restart is due (zero:
@@ -97,6 +98,25 @@ type partition[F any] struct {
 	refused []core.Refusal
 }
 
+// Phase is the partition's phase.
+func (p *Partition[F]) Phase() Phase { return p.phase }
+
+// Flow is the partition's flow, set in PhaseRunning only.
+func (p *Partition[F]) Flow() (F, bool) { return p.flow, p.phase == PhaseRunning }
+
+// Err is why the partition left PhaseRunning or PhaseStarting (nil: it
+// did not, or waits only for a held offset).
+func (p *Partition[F]) Err() error { return p.err }
+
+// Held is the last refusal of the partition's acquisition while a
+// transaction holds its committed offset (nil: none is held).
+func (p *Partition[F]) Held() error {
+	if p.held == nil {
+		return nil
+	}
+	return p.held.err
+}
+
 // heldOffset is the wait of an acquisition for its committed offset.
 type heldOffset struct {
 	since, retry time.Time
@@ -112,15 +132,15 @@ type heldOffset struct {
 // start: a partition (new, or any phase but running) begins its takeover.
 // Its flow is not set: starting holds none. held stays: a wait for a held
 // offset lasts across its retries.
-func (p *partition[F]) start() {
+func (p *Partition[F]) start() {
 	var zero F
-	p.phase, p.flow, p.err = phaseStarting, zero, nil
+	p.phase, p.flow, p.err = PhaseStarting, zero, nil
 }
 
 // run: the recovery finished; the flow folds from now on. A wait for a
 // held offset is over.
-func (p *partition[F]) run(f F, now time.Time) {
-	p.phase, p.flow, p.err, p.held = phaseRunning, f, nil, nil
+func (p *Partition[F]) run(f F, now time.Time) {
+	p.phase, p.flow, p.err, p.held = PhaseRunning, f, nil, nil
 	p.since = now
 }
 
@@ -132,8 +152,8 @@ func (p *partition[F]) run(f F, now time.Time) {
 // The jitter is a hash of the partition and the restart's number, not a
 // random draw: the scheduler stays a function of its inputs (the sim's
 // runs are reproducible), and partitions still spread out.
-func (p *partition[F]) backoff(now time.Time) time.Time {
-	if p.phase == phaseRunning && now.Sub(p.since) >= restartResetAfter {
+func (p *Partition[F]) backoff(now time.Time) time.Time {
+	if p.phase == PhaseRunning && now.Sub(p.since) >= restartResetAfter {
 		p.restarts = 0
 	}
 	p.restarts++
@@ -153,7 +173,7 @@ func (p *partition[F]) backoff(now time.Time) time.Time {
 
 // acquired: the takeover succeeded (the recovery runs next); a wait for
 // a held offset is over.
-func (p *partition[F]) acquired() {
+func (p *Partition[F]) acquired() {
 	p.held = nil
 }
 
@@ -161,34 +181,34 @@ func (p *partition[F]) acquired() {
 // flow to tear down (zero if it had none). restart says whether a later
 // poll starts it again. Any wait for a held offset is over: it ended in
 // err.
-func (p *partition[F]) stop(err error, restart bool) (flow F) {
+func (p *Partition[F]) stop(err error, restart bool) (flow F) {
 	var zero F
 	flow, p.flow, p.err, p.held = p.flow, zero, err, nil
-	p.phase = phaseStopped
+	p.phase = PhaseStopped
 	if restart {
-		p.phase = phaseWaiting
+		p.phase = PhaseWaiting
 	}
 	return flow
 }
 
 // await: the acquisition was refused for a held offset; it is retried
 // after a poll once retry has passed. Only a starting partition awaits.
-func (p *partition[F]) await(h *heldOffset) {
-	p.phase, p.held = phaseWaiting, h
+func (p *Partition[F]) await(h *heldOffset) {
+	p.phase, p.held = PhaseWaiting, h
 }
 
 // due: a poll starts; a pending restart is due after it.
-func (p *partition[F]) due() {
-	if p.phase == phaseWaiting {
-		p.phase = phaseWaitingDue
+func (p *Partition[F]) due() {
+	if p.phase == PhaseWaiting {
+		p.phase = PhaseWaitingDue
 	}
 }
 
 // undue: the poll ended without folding (a dead context, a failed poll):
 // its due restarts wait for the next one.
-func (p *partition[F]) undue() {
-	if p.phase == phaseWaitingDue {
-		p.phase = phaseWaiting
+func (p *Partition[F]) undue() {
+	if p.phase == PhaseWaitingDue {
+		p.phase = PhaseWaiting
 	}
 }
 
@@ -198,7 +218,7 @@ func (p *partition[F]) undue() {
 // a run; any other fence, or a new identity, starts the run again. A run
 // of sharedIDFences means another application uses the transactional.id:
 // the returned error says so (nil before that).
-func (p *partition[F]) producerFenced(err error) error {
+func (p *Partition[F]) producerFenced(err error) error {
 	fe, ok := errors.AsType[*store.FencedError](err)
 	if !ok || fe.TransactionalID == "" || !fe.Identity.Valid() {
 		p.producerFences = 0

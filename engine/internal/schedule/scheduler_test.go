@@ -1,4 +1,4 @@
-package engine
+package schedule
 
 import (
 	"cmp"
@@ -10,20 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-
 	"github.com/cockroachdb/datadriven"
 
-	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
 )
 
-// The scheduler's tests are scripts under testdata/scheduler, one command
+// The scheduler's tests are scripts under testdata, one command
 // a step, each followed by what the scheduler answered: the actions it
 // asked for ("do: ...") and every partition's record after the step.
 // Rewrite them after an intended change with
 //
-//	go test ./engine -run TestSchedulerScripts -rewrite
+//	go test ./engine/internal/schedule -run TestSchedulerScripts -rewrite
 //
 // and review the diff. The commands:
 //
@@ -40,7 +37,7 @@ import (
 //	failed pN cause=C err=E [at=D]
 //	                            a call failed (C: acquire, recover, setup, fold,
 //	                            tick, write, batch, emit)
-//	poisoned pN                 a fold failed on a record (a *FoldError)
+//	poisoned pN                 a fold failed on a record (the runtime's fold error)
 //	timers at=D                 the poll's records are folded
 //	close                       the runner closes
 //
@@ -48,7 +45,7 @@ import (
 // missing-topic, producer-fenced (as member m of group g in generation 1),
 // producer-fenced-gen2.
 func TestSchedulerScripts(t *testing.T) {
-	datadriven.Walk(t, "testdata/scheduler", func(t *testing.T, path string) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		h := &schedulerHarness{}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			out, err := h.step(d)
@@ -64,7 +61,7 @@ func TestSchedulerScripts(t *testing.T) {
 type testFlow struct{ name string }
 
 type schedulerHarness struct {
-	s      *scheduler[*testFlow]
+	s      *Scheduler[*testFlow]
 	starts map[store.TopicPartition]int
 }
 
@@ -104,57 +101,58 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		}
 		return tps[0], nil
 	}
-	var acts []action[*testFlow]
+	var acts []Action[*testFlow]
 	var b strings.Builder
 	switch d.Cmd {
 	case "config":
-		var cfg schedulerConfig
-		if cfg.commitInterval, err = dur("commit", "1m"); err != nil {
+		var cfg Config
+		if cfg.CommitInterval, err = dur("commit", "1m"); err != nil {
 			return "", err
 		}
-		if cfg.persistInterval, err = dur("persist", "1m"); err != nil {
+		if cfg.PersistInterval, err = dur("persist", "1m"); err != nil {
 			return "", err
 		}
-		if cfg.tickInterval, err = dur("tick", "0s"); err != nil {
+		if cfg.TickInterval, err = dur("tick", "0s"); err != nil {
 			return "", err
 		}
-		if cfg.unstableTimeout, err = dur("unstable-timeout", "3m"); err != nil {
+		if cfg.UnstableTimeout, err = dur("unstable-timeout", "3m"); err != nil {
 			return "", err
 		}
-		if cfg.standbyInterval, err = dur("standby", "0s"); err != nil {
+		if cfg.StandbyInterval, err = dur("standby", "0s"); err != nil {
 			return "", err
 		}
 		_, noFlush := args["no-flush-on-revoke"]
-		cfg.flushOnRevoke = !noFlush
-		_, cfg.skipPoison = args["skip-poison"]
-		_, cfg.discardUndecodable = args["discard-undecodable"]
-		h.s = newScheduler[*testFlow](cfg, epoch)
+		cfg.FlushOnRevoke = !noFlush
+		_, cfg.SkipPoison = args["skip-poison"]
+		_, cfg.DiscardUndecodable = args["discard-undecodable"]
+		cfg.ReplaysFail, cfg.FoldError = replaysFail, scriptFoldError
+		h.s = New[*testFlow](cfg, epoch)
 		h.starts = map[store.TopicPartition]int{}
 	case "poll-start":
-		h.s.pollStarting()
+		h.s.PollStarting()
 		w, err := scriptWakeups(args, dur)
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&b, "wait %s\n", h.s.pollWait(now, w))
+		fmt.Fprintf(&b, "wait %s\n", h.s.PollWait(now, w))
 	case "polled":
 		_, dead := args["dead"]
-		acts = h.s.polled(now, !dead)
+		acts = h.s.Polled(now, !dead)
 	case "assigned":
-		acts = h.s.assigned(tps)
+		acts = h.s.Assigned(tps)
 	case "revoked":
-		acts = h.s.revoked(tps)
+		acts = h.s.Revoked(tps)
 	case "lost":
-		acts = h.s.lost(tps)
+		acts = h.s.Lost(tps)
 	case "close":
-		acts = h.s.closing()
+		acts = h.s.Closing()
 	case "acquired":
 		tp, err := one()
 		if err != nil {
 			return "", err
 		}
 		var proceed bool
-		proceed, acts = h.s.acquired(tp, namedError(args["err"], tp), now)
+		proceed, acts = h.s.Acquired(tp, namedError(args["err"], tp), now)
 		if proceed {
 			b.WriteString("recover next\n")
 		}
@@ -168,52 +166,52 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		acts = h.s.recovered(tp, &testFlow{name: fmt.Sprintf("%s#%d", short(tp), h.starts[tp])}, assigned, now)
+		acts = h.s.Recovered(tp, &testFlow{name: fmt.Sprintf("%s#%d", short(tp), h.starts[tp])}, assigned, now)
 	case "failed":
 		tp, err := one()
 		if err != nil {
 			return "", err
 		}
-		c, ok := map[string]cause{"acquire": causeAcquire, "recover": causeRecover, "setup": causeSetup,
-			"fold": causeFold, "tick": causeTick, "write": causeWrite, "batch": causeBatch, "emit": causeEmit}[args["cause"]]
+		c, ok := map[string]Cause{"acquire": CauseAcquire, "recover": CauseRecover, "setup": CauseSetup,
+			"fold": CauseFold, "tick": CauseTick, "write": CauseWrite, "batch": CauseBatch, "emit": CauseEmit}[args["cause"]]
 		if !ok {
 			return "", fmt.Errorf("cause %q", args["cause"])
 		}
-		acts = h.s.failed(tp, c, namedError(args["err"], tp), now)
+		acts = h.s.Failed(tp, c, namedError(args["err"], tp), now)
 	case "poisoned":
 		tp, err := one()
 		if err != nil {
 			return "", err
 		}
 		var skip bool
-		skip, acts = h.s.poisoned(tp, namedError("fold", tp))
+		skip, acts = h.s.Poisoned(tp, namedError("fold", tp))
 		if skip {
 			b.WriteString("skip the record\n")
 		}
 	case "timers":
-		acts = h.s.timers(now)
+		acts = h.s.Timers(now)
 	case "replica":
 		for _, tp := range tps {
-			h.s.replicaAdded(tp)
+			h.s.ReplicaAdded(tp)
 		}
 	case "replica-gone":
 		for _, tp := range tps {
-			h.s.replicaRemoved(tp)
+			h.s.ReplicaRemoved(tp)
 		}
 	case "standby-round":
-		if !h.s.standbyDue(now) {
+		if !h.s.StandbyDue(now) {
 			b.WriteString("not due\n")
 			break
 		}
 		_, behind := args["behind"]
-		h.s.standbyRoundEnded(now, behind)
+		h.s.StandbyRoundEnded(now, behind)
 		b.WriteString("round\n")
 	case "poll-ended":
-		fmt.Fprintf(&b, "backoff %s\n", h.s.pollEnded(namedError(args["err"], store.TopicPartition{})))
+		fmt.Fprintf(&b, "backoff %s\n", h.s.PollEnded(namedError(args["err"], store.TopicPartition{})))
 	case "flush-all":
-		acts = h.s.flushRequested(true)
+		acts = h.s.FlushRequested(true)
 	case "persist":
-		acts = h.s.flushRequested(false)
+		acts = h.s.FlushRequested(false)
 	default:
 		return "", fmt.Errorf("unknown command %q", d.Cmd)
 	}
@@ -235,30 +233,32 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 // scriptWakeups are poll-start's wake-ups: timer=D (every running flow's
 // next processing-time timer, D after the epoch), busy (a store call in
 // flight), recovering, and report=D (the next group report).
-func scriptWakeups(args map[string]string, dur func(string, string) (time.Duration, error)) (wakeups[*testFlow], error) {
-	var w wakeups[*testFlow]
+func scriptWakeups(args map[string]string, dur func(string, string) (time.Duration, error)) (Wakeups[*testFlow], error) {
+	var w Wakeups[*testFlow]
 	if _, ok := args["timer"]; ok {
 		d, err := dur("timer", "")
 		if err != nil {
 			return w, err
 		}
-		w.timer = func(*testFlow) (int64, bool) { return epoch.Add(d).UnixMilli(), true }
+		w.Timer = func(*testFlow) (int64, bool) { return epoch.Add(d).UnixMilli(), true }
 	}
 	if _, ok := args["busy"]; ok {
-		w.busy = func(*testFlow) bool { return true }
+		w.Busy = func(*testFlow) bool { return true }
 	}
-	_, w.recovering = args["recovering"]
+	_, w.Recovering = args["recovering"]
 	if _, ok := args["report"]; ok {
 		d, err := dur("report", "")
 		if err != nil {
 			return w, err
 		}
-		w.report = epoch.Add(d)
+		w.Report = epoch.Add(d)
 	}
 	return w, nil
 }
 
-// namedError is the script's error E for tp ("": none).
+// namedError is the script's error E for tp ("": none). The runtime's
+// error types (a fold's, an undecodable state's, an emit's, a table's)
+// are the engine's; here scriptErrors stand for them, with their text.
 func namedError(name string, tp store.TopicPartition) error {
 	switch name {
 	case "":
@@ -274,9 +274,10 @@ func namedError(name string, tp store.TopicPartition) error {
 	case "canceled":
 		return context.Canceled
 	case "fold":
-		return &FoldError{Input: tp, Offset: 7, Key: []byte("k"), Err: errors.New("bad op")}
+		return &scriptError{msg: fmt.Sprintf("engine: fold of %s offset 7 key \"k\" failed: bad op", tp), replaysFail: true}
 	case "state":
-		return &RecoveredStateError{Input: tp, Key: []byte("k"), Offset: 7, Err: errors.New("bad state")}
+		return &scriptError{msg: fmt.Sprintf("engine: %s: the state of key \"k\" (input offset 7) does not decode: bad state; "+
+			"deploy a Codec that reads the old encoding (engine.VersionedCodec)", tp), replaysFail: true}
 	case "producer-fenced", "producer-fenced-gen2":
 		gen := int32(1)
 		if name == "producer-fenced-gen2" {
@@ -285,75 +286,98 @@ func namedError(name string, tp store.TopicPartition) error {
 		return &store.FencedError{Input: tp, Identity: store.GroupIdentity{Group: "g", MemberID: "m", Generation: gen},
 			TransactionalID: store.TransactionalID("app", tp), Reason: errors.New("PRODUCER_FENCED")}
 	case "too-large":
-		// As the Kafka emitter marks a refusal for good.
-		return &EmitError{Failed: 1, Total: 1, Topic: "out", Partition: 0, Key: []byte("k"), Err: kafkatopic.MarkRefused(kerr.MessageTooLarge)}
+		// As the Kafka emitter reports an output refused for good.
+		return &scriptError{msg: `engine: emitter: 1 of 1 outputs not delivered; the first, to topic "out" partition 0 with key "k": ` +
+			"MESSAGE_TOO_LARGE: The request included a message larger than the max message size the server will accept", err: store.ErrRecordRefused}
 	case "table":
-		return &TableError{Input: tp, Table: "prices", Err: errors.New("not caught up within Config.TableTimeout (3m0s)")}
+		return &scriptError{msg: fmt.Sprintf("engine: %s waits for table prices to catch up before it folds: not caught up within Config.TableTimeout (3m0s)", tp)}
 	case "missing-topic":
 		return &store.ConfigError{Subject: `topic "in-snapshots"`, Problem: "does not exist", Fix: "create it"}
 	}
 	return fmt.Errorf("unknown error %q", name)
 }
 
+// scriptError stands for an error of the runtime's: msg is its text, err
+// what it wraps; replaysFail: a replay meets it again (Config.ReplaysFail),
+// as a fold's or an undecodable state's.
+type scriptError struct {
+	msg         string
+	err         error
+	replaysFail bool
+}
+
+func (e *scriptError) Error() string { return e.msg }
+func (e *scriptError) Unwrap() error { return e.err }
+
+func replaysFail(err error) bool {
+	se, ok := errors.AsType[*scriptError](err)
+	return ok && se.replaysFail
+}
+
+// scriptFoldError is Config.FoldError: the fold error naming src of tp.
+func scriptFoldError(tp store.TopicPartition, src Source, err error) error {
+	return &scriptError{msg: fmt.Sprintf("engine: fold of %s offset %d key %q failed: %v", tp, src.Offset, src.Key, err), err: err, replaysFail: true}
+}
+
 func short(tp store.TopicPartition) string { return fmt.Sprintf("p%d", tp.Partition) }
 
-func describe(a action[*testFlow]) string {
+func describe(a Action[*testFlow]) string {
 	var b strings.Builder
-	switch a.kind {
-	case actStart:
+	switch a.Kind {
+	case ActStart:
 		b.WriteString("start")
-		for _, tp := range a.tps {
+		for _, tp := range a.TPs {
 			b.WriteString(" " + short(tp))
 		}
-		if a.seek {
+		if a.Seek {
 			b.WriteString(" (seek)")
 		}
-		if a.discard {
+		if a.Discard {
 			b.WriteString(" (discard undecodable states)")
 		}
-	case actCancel:
-		fmt.Fprintf(&b, "cancel the recovery of %s", short(a.tp))
-	case actTeardown:
-		fmt.Fprintf(&b, "teardown %s", a.flow.name)
-		if a.flush {
+	case ActCancel:
+		fmt.Fprintf(&b, "cancel the recovery of %s", short(a.TP))
+	case ActTeardown:
+		fmt.Fprintf(&b, "teardown %s", a.Flow.name)
+		if a.Flush {
 			b.WriteString(" (flush and commit first)")
 		}
-	case actStop:
-		fmt.Fprintf(&b, "stop %s", short(a.tp))
-		if a.flow != nil {
-			fmt.Fprintf(&b, ", tear down %s", a.flow.name)
+	case ActStop:
+		fmt.Fprintf(&b, "stop %s", short(a.TP))
+		if a.Flow != nil {
+			fmt.Fprintf(&b, ", tear down %s", a.Flow.name)
 		}
-		if a.commit {
+		if a.Commit {
 			b.WriteString(" (commit first)")
 		}
-		fmt.Fprintf(&b, ": %v [%s]", a.err, a.class)
-		if a.fatal && a.first {
+		fmt.Fprintf(&b, ": %v [%s]", a.Err, a.Class)
+		if a.Fatal && a.First {
 			b.WriteString(" (fatal, first)")
-		} else if a.fatal {
+		} else if a.Fatal {
 			b.WriteString(" (fatal)")
-		} else if !a.retry.IsZero() {
-			fmt.Fprintf(&b, " (restart at %s)", a.retry.Sub(epoch))
+		} else if !a.Retry.IsZero() {
+			fmt.Fprintf(&b, " (restart at %s)", a.Retry.Sub(epoch))
 		}
-	case actHold:
-		fmt.Fprintf(&b, "hold %s", short(a.tp))
-		if a.first {
+	case ActHold:
+		fmt.Fprintf(&b, "hold %s", short(a.TP))
+		if a.First {
 			b.WriteString(" (warn)")
 		}
-	case actTick:
-		fmt.Fprintf(&b, "tick at %s", a.at.Sub(epoch))
-	case actPersist:
+	case ActTick:
+		fmt.Fprintf(&b, "tick at %s", a.At.Sub(epoch))
+	case ActPersist:
 		b.WriteString("persist")
-	case actCommit:
+	case ActCommit:
 		b.WriteString("commit")
-	case actDrain:
+	case ActDrain:
 		b.WriteString("drain")
-	case actPromote:
-		b.WriteString("promote " + short(a.tp) + "'s standby replica: its copy is the start's base")
+	case ActPromote:
+		b.WriteString("promote " + short(a.TP) + "'s standby replica: its copy is the start's base")
 	}
 	return b.String()
 }
 
-func describePartition(p *partition[*testFlow]) string {
+func describePartition(p *Partition[*testFlow]) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s", short(p.tp), p.phase)
 	if p.flow != nil {
@@ -362,7 +386,7 @@ func describePartition(p *partition[*testFlow]) string {
 	if p.held != nil {
 		fmt.Fprintf(&b, " (held since %s, retry at %s)", p.held.since.Sub(epoch), p.held.retry.Sub(epoch))
 	}
-	if p.phase == phaseWaiting && p.held == nil && !p.retry.IsZero() {
+	if p.phase == PhaseWaiting && p.held == nil && !p.retry.IsZero() {
 		fmt.Fprintf(&b, " (restart %d at %s)", p.restarts, p.retry.Sub(epoch))
 	}
 	if p.err != nil {
