@@ -464,4 +464,3 @@ func (em *Emitter) Close() error {
 	}
 	return nil
 }
-
