@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // atLeastOnce is the default output mode: outputs go to Config.Emit
@@ -335,7 +336,7 @@ func (m *atLeastOnce[S]) flush(ctx context.Context, f *flow[S]) error {
 func snapshotBytes(snaps []store.Snapshot) (n int, live bool) {
 	live = true
 	for _, s := range snaps {
-		n += store.SnapshotBytes(s)
+		n += wire.SnapshotBytes(s)
 		live = live && !s.Tombstone
 	}
 	return n, live

@@ -361,7 +361,7 @@ type Config[S any] struct {
 	// bytes (keys plus values); default DefaultMaxTransactionBytes.
 	// Snapshots count in MaxTransactionRecords only: a state is encoded
 	// when its batch is sealed, not when it changes. At least once it
-	// caps the snapshot bytes (store.SnapshotBytes) a commit writes in
+	// caps the snapshot bytes (wire.SnapshotBytes) a commit writes in
 	// the transaction of its offset.
 	MaxTransactionBytes int
 	// UnstableOffsetTimeout bounds the wait of a partition's acquisition

@@ -14,6 +14,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // audited is balance with one more output per input record: its
@@ -79,7 +80,7 @@ func (w *eosWorld) emitPlain(_ context.Context, outs []engine.Output) error {
 	for _, o := range outs {
 		cfg, _ := w.c.Topic(o.Topic)
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, cfg.Partitions)}
-		if _, err := w.c.Produce(tp, store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}); err != nil {
+		if _, err := w.c.Produce(tp, wire.Record{Key: o.Key, Value: o.Value, Headers: o.Headers}); err != nil {
 			return err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Standby replicas on the simulated cluster (docs/operations.md, "Standby
@@ -118,7 +119,7 @@ func TestStandbyFailoverReadsOnlyTheDeltaOnSim(t *testing.T) {
 			p.rs[own].Source().(*simsource.Source).Member().Stall()
 			crashed := w.c.InitProducerID(store.TransactionalID("bank", in0), time.Minute)
 			if _, err := crashed.Produce(store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 0},
-				store.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40})); err != nil {
+				wire.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40})); err != nil {
 				t.Fatal(err)
 			}
 			recoveryLines(p.logs[other]) // forget the first recoveries

@@ -20,6 +20,7 @@ import (
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // logCount counts the engine's log records per level that name an input
@@ -105,7 +106,7 @@ func (w *simWorld) forgetHeldTransaction(in, snap store.TopicPartition) {
 	w.t.Helper()
 	txnID := fmt.Sprintf("bank-%s-%d", in.Topic, in.Partition)
 	prod := w.c.InitProducerID(txnID, 0)
-	if _, err := prod.Produce(snap, store.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("1"), Offset: 0})); err != nil {
+	if _, err := prod.Produce(snap, wire.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("1"), Offset: 0})); err != nil {
 		w.t.Fatal(err)
 	}
 	if err := prod.TxnOffsetCommit(store.GroupIdentity{Group: "bank", Generation: -1}, map[store.TopicPartition]int64{in: 1}); err != nil {

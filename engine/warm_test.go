@@ -15,6 +15,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Warm restarts on the simulated cluster (docs/operations.md, "Warm
@@ -127,8 +128,8 @@ func (w *warmWorld) checkCommitted(r *engine.Runner[int]) error {
 			w.t.Fatal(err)
 		}
 		for _, e := range ents {
-			s, kind, err := store.DecodeRecord(snaps, e.Offset, e.Record)
-			if err != nil || kind == store.KindOffsetMarker {
+			s, kind, err := wire.DecodeRecord(snaps, e.Offset, e.Record)
+			if err != nil || kind == wire.KindOffsetMarker {
 				continue
 			}
 			if s.Tombstone {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"math"
 	"time"
 )
 
@@ -71,7 +72,7 @@ const (
 	// transaction's records always fit in its producer's buffer.
 	DefaultMaxWritesPerTransaction = 16384
 	// DefaultMaxBytesPerTransaction caps the bytes one transaction carries
-	// (SnapshotBytes of its writes): 16 MiB, or the time budget of the
+	// (wire.SnapshotBytes of its writes): 16 MiB, or the time budget of the
 	// transaction timeout (TransactionBytesBudget) if that is less. On
 	// Kafka 4.3.1, 41 MB of 10 KiB snapshots in transactions of 16 MiB
 	// took as long as in transactions of 30 MiB (the budget of the default
@@ -101,6 +102,18 @@ const (
 	// on every retry.
 	DefaultMaxValueBytes = 999 * 1000
 )
+
+// TransactionBytesBudget is the time budget of a transaction as bytes:
+// what TransactionBudgetRate writes in half of timeout, the producer's
+// transaction timeout. A transaction is never sized above it, so that it
+// can end well inside the timeout, after which the broker aborts it and
+// fences the producer. The budget bounds MaxBytesPerTransaction; it is
+// checked when a backend is configured, not with a clock while writes
+// queue, so which writes share a transaction still depends only on the
+// calls.
+func TransactionBytesBudget(timeout time.Duration) int {
+	return int(min(timeout.Seconds()/2*TransactionBudgetRate, float64(math.MaxInt32)))
+}
 
 // Snapshot is the stored state of one key.
 type Snapshot struct {
@@ -418,6 +431,13 @@ type Output struct {
 	Key     []byte
 	Value   []byte
 	Headers []Header
+}
+
+// Header is one record header: of an output record, or of an input record
+// as the engine hands it to the fold.
+type Header struct {
+	Key   string
+	Value []byte
 }
 
 // Batch is the content of one exactly-once transaction: the snapshots of

@@ -12,6 +12,7 @@ import (
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Violation is a broken invariant: its number and name (docs/design.md,
@@ -189,8 +190,8 @@ func (c *checker) snapshots() map[string]Visible {
 			panic(fmt.Sprintf("world: reading %s: %v", tp, err))
 		}
 		for _, e := range ents {
-			s, kind, err := store.DecodeRecord(tp, e.Offset, e.Record)
-			if err != nil || kind == store.KindOffsetMarker {
+			s, kind, err := wire.DecodeRecord(tp, e.Offset, e.Record)
+			if err != nil || kind == wire.KindOffsetMarker {
 				continue // corrupt records fail recoveries; markers carry no state
 			}
 			out[string(s.Key)] = Visible{Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone}
@@ -225,8 +226,8 @@ func (w *World) committedSnapshotsOf(tp store.TopicPartition) []store.Snapshot {
 		if _, ok := committed[e.Offset]; !ok {
 			continue
 		}
-		s, kind, err := store.DecodeRecord(tp, e.Offset, e.Record)
-		if err == nil && kind != store.KindOffsetMarker {
+		s, kind, err := wire.DecodeRecord(tp, e.Offset, e.Record)
+		if err == nil && kind != wire.KindOffsetMarker {
 			out = append(out, s)
 		}
 	}
@@ -645,12 +646,12 @@ func (p *checkedPartition) readToLSO() iter.Seq2[store.Snapshot, error] {
 			if e.Offset >= lso {
 				break
 			}
-			s, kind, err := store.DecodeRecord(p.snap, e.Offset, e.Record)
+			s, kind, err := wire.DecodeRecord(p.snap, e.Offset, e.Record)
 			if err != nil {
 				yield(store.Snapshot{}, err)
 				return
 			}
-			if kind == store.KindOffsetMarker {
+			if kind == wire.KindOffsetMarker {
 				continue
 			}
 			if !yield(s, nil) {

@@ -35,6 +35,7 @@ import (
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 const (
@@ -440,7 +441,7 @@ func bareRead(b *testing.B, bc *benchCluster, tp store.TopicPartition) (records 
 // offset 0 with the member's group identity (as partition.commitOffset
 // sends it, CONCURRENT_TRANSACTIONS retried with the same backoff), a
 // ProduceSync of the write's record, EndTransaction commit. The records
-// are the ones snapfence writes (store.EncodeSnapshot: the same key, value
+// are the ones snapfence writes (wire.EncodeSnapshot: the same key, value
 // and headers), to the same kind of fresh snapshot partition, with the
 // same producer options as the backend's (linger 0, the manual
 // partitioner, acks=all, the default transaction timeout).
@@ -557,7 +558,7 @@ func (t *bareTxns) transact(ctx context.Context, s store.Snapshot) error {
 }
 
 func (t *bareTxns) record(s store.Snapshot) *kgo.Record {
-	w := store.EncodeSnapshot("", s)
+	w := wire.EncodeSnapshot("", s)
 	r := &kgo.Record{Topic: t.snap.Topic, Partition: t.snap.Partition, Key: w.Key, Value: w.Value}
 	for _, h := range w.Headers {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
@@ -698,7 +699,7 @@ func benchBatch(b *testing.B, mode store.Mode, c caps, snaps []store.Snapshot) {
 	be := bc.backend(b, mode, c, &events)
 	var payload int64
 	for _, s := range snaps {
-		payload += int64(store.SnapshotBytes(s))
+		payload += int64(wire.SnapshotBytes(s))
 	}
 	b.SetBytes(payload)
 	for b.Loop() {

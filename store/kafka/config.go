@@ -59,7 +59,7 @@ type Config struct {
 	// the store owns is named from it by default: the snapshot topic
 	// "<Application>-<input>-snapshots" (DefaultSnapshotTopic) and the
 	// transactional.id prefix. Every snapshot record carries it
-	// (store.HeaderApplication), and an acquisition that meets a record
+	// (wire.HeaderApplication), and an acquisition that meets a record
 	// or a transactional.id of another application fails with a
 	// *store.ForeignStateError before it takes anything over or folds
 	// anything. Default TransactionalIDPrefix; one of the two is
@@ -103,7 +103,7 @@ type Config struct {
 	// store.DefaultMaxWritesPerTransaction (16384; 256 before issue 19).
 	MaxWritesPerTransaction int
 	// MaxBytesPerTransaction caps the bytes of one transaction's writes
-	// (store.SnapshotBytes: key, value and headers of each record);
+	// (wire.SnapshotBytes: key, value and headers of each record);
 	// default store.DefaultMaxBytesPerTransaction (16 MiB), or, when
 	// TransactionTimeout is under 32 s, the timeout's time budget
 	// (store.TransactionBytesBudget: what 1 MiB/s writes in half the

@@ -19,6 +19,7 @@ import (
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/storetest"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // A hanging transaction as a broker that lost the tail of
@@ -163,7 +164,7 @@ func forget(t *testing.T, w *brokerWorld, drop int64, offsets bool) forgotten {
 	// end).
 	start := w.stableEnd(t, snap)
 	cl := w.openTransaction(t, txnID, 15*time.Minute, snap,
-		[]store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte("ghost"), Value: []byte("never committed")})})
+		[]wire.Record{wire.EncodeSnapshot("", store.Snapshot{Key: []byte("ghost"), Value: []byte("never committed")})})
 	pid, epoch, err := cl.ProducerID(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -471,8 +472,8 @@ func forgetWithOutput(t *testing.T, w *brokerWorld) forgottenWithOutput {
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	recs := append(toKgo(snap, []store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("never committed"), Offset: 1})}),
-		toKgo(out, []store.WireRecord{{Key: []byte("k"), Value: []byte("out-of-1")}})...)
+	recs := append(toKgo(snap, []wire.Record{wire.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("never committed"), Offset: 1})}),
+		toKgo(out, []wire.Record{{Key: []byte("k"), Value: []byte("out-of-1")}})...)
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/storetest"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // lockedBuffer is a log sink safe for the backend's goroutines.
@@ -78,7 +79,7 @@ func hangOn(t *testing.T, w *fakeWorld, in, tp store.TopicPartition, key string,
 	t.Helper()
 	start := w.listEnd(t, tp, 0)
 	cl := w.openTransaction(t, "shadow-"+key, 15*time.Minute, tp,
-		[]store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte(key), Value: []byte("never committed")})})
+		[]wire.Record{wire.EncodeSnapshot("", store.Snapshot{Key: []byte(key), Value: []byte("never committed")})})
 	pid, epoch, err := cl.ProducerID(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func hangOn(t *testing.T, w *fakeWorld, in, tp store.TopicPartition, key string,
 		// The lineage's first takeover claimed the snapshot partition (a
 		// marker there), as the store's does: an id of this lineage
 		// never stands beside an empty snapshot partition.
-		w.ProduceForeign(t, in, store.EncodeOffsetMarker(storetest.Application, 0, store.GroupIdentity{}))
+		w.ProduceForeign(t, in, wire.EncodeOffsetMarker(storetest.Application, 0, store.GroupIdentity{}))
 		w.c.ControlKey(int16(kmsg.DescribeTransactions), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 			w.c.KeepControl()
 			req := kreq.(*kmsg.DescribeTransactionsRequest)
@@ -256,7 +257,7 @@ func TestAnOngoingTransactionIsNeverAborted(t *testing.T) {
 		w := newFakeWorld(t)
 		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
 		w.openTransaction(t, "other-app", 15*time.Minute, snapTP(in),
-			[]store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte("theirs"), Value: []byte("open")})})
+			[]wire.Record{wire.EncodeSnapshot("", store.Snapshot{Key: []byte("theirs"), Value: []byte("open")})})
 		r := recoverBehind(t, w, true)
 		var se *store.RecoveryStalledError
 		if !errors.As(r.err, &se) || se.Cause != store.StallOpenTransaction || errors.Is(r.err, store.ErrHangingTransaction) {
@@ -616,7 +617,7 @@ func TestACheckpointStraddlingAnAbortedTransactionIsRefused(t *testing.T) {
 		// A second record of the ghost, so that a read from inside it has
 		// something to wait for.
 		if err := f.shadow.ProduceSync(context.Background(), toKgo(snapTP(in),
-			[]store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte("ghost-2"), Value: []byte("never committed")})})...).FirstErr(); err != nil {
+			[]wire.Record{wire.EncodeSnapshot("", store.Snapshot{Key: []byte("ghost-2"), Value: []byte("never committed")})})...).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix, AbortHangingTransactions: true})

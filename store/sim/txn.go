@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // txnState is the transaction coordinator's record of one transactional.id.
@@ -97,7 +98,7 @@ func (p *Producer) begin(t *txnState) {
 
 // Produce appends records to tp inside the producer's transaction,
 // beginning it if needed.
-func (p *Producer) Produce(tp store.TopicPartition, recs ...store.WireRecord) ([]int64, error) {
+func (p *Producer) Produce(tp store.TopicPartition, recs ...wire.Record) ([]int64, error) {
 	c := p.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -410,8 +411,8 @@ func containsTP(tps []store.TopicPartition, tp store.TopicPartition) bool {
 	return false
 }
 
-func cloneRecord(r store.WireRecord) store.WireRecord {
-	out := store.WireRecord{Key: clone(r.Key), Value: clone(r.Value)}
+func cloneRecord(r wire.Record) wire.Record {
+	out := wire.Record{Key: clone(r.Key), Value: clone(r.Value)}
 	for _, h := range r.Headers {
 		out.Headers = append(out.Headers, store.Header{Key: h.Key, Value: clone(h.Value)})
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // The checkpoint cases: Position and RecoverFrom (delta recovery).
@@ -163,7 +164,7 @@ func startedWritesKeepOrderAndTheirPositions(t *testing.T, w World) {
 	}
 	// A refused write queues nothing: its Pending is done, with no
 	// position to vouch for.
-	p := o.StartWriteBatch(ctx, []store.Snapshot{{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 5}})
+	p := o.StartWriteBatch(ctx, []store.Snapshot{{Key: wire.OffsetMarkerKey, Value: []byte("x"), Offset: 5}})
 	if errs := p.Wait(ctx); !errors.Is(errs[0], store.ErrReservedKey) {
 		t.Fatalf("a reserved key's started write: %v, want ErrReservedKey", errs)
 	}
@@ -233,7 +234,7 @@ func startedCommitDependsOnEarlierWrites(t *testing.T, w World) {
 	for _, mode := range []store.Mode{store.Transactional, store.Plain} {
 		in := input(w, 1)
 		o := acquire(t, w, BackendConfig{Mode: mode}, in, 0, valid)
-		reserved := store.Snapshot{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 1}
+		reserved := store.Snapshot{Key: wire.OffsetMarkerKey, Value: []byte("x"), Offset: 1}
 		started := o.StartWriteBatch(ctx, []store.Snapshot{snap("a", "1", 0), reserved})
 		commit := o.StartCommit(ctx, 3)
 		if errs := started.Wait(ctx); errs[0] != nil || !errors.Is(errs[1], store.ErrReservedKey) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/backend"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // The follower cases: store.Follower, the read of a standby replica.
@@ -68,7 +69,7 @@ func followReadsCommittedOnly(t *testing.T, w World) {
 	o := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot("", snap("x", "aborted", 9)))
+	end := w.ForeignTransaction(t, in, false, wire.EncodeSnapshot("", snap("x", "aborted", 9)))
 
 	f := follower(t, w, w.Backend(t, transactional), in, nil)
 	got := followUntil(t, w, f, "a is read, up to the open transaction", func(g followed) bool { return len(g.snaps) >= 1 && g.ok })
@@ -168,10 +169,10 @@ func followTopicRaw(t *testing.T, w World) {
 	o := acquire(t, w, transactional, in, 0, w.Join(t).Identity()) // creates the snapshot topic
 	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
 	mustNil(t, "close", o.Close())
-	w.ProduceForeign(t, in, store.WireRecord{Key: []byte("k"), Value: []byte("v1")})
-	end := w.ForeignTransaction(t, in, false, store.WireRecord{Key: []byte("k"), Value: []byte("aborted")})
+	w.ProduceForeign(t, in, wire.Record{Key: []byte("k"), Value: []byte("v1")})
+	end := w.ForeignTransaction(t, in, false, wire.Record{Key: []byte("k"), Value: []byte("aborted")})
 	end(false)
-	w.ProduceForeign(t, in, store.WireRecord{Key: []byte("k")}, store.WireRecord{Key: []byte("j"), Value: []byte{}})
+	w.ProduceForeign(t, in, wire.Record{Key: []byte("k")}, wire.Record{Key: []byte("j"), Value: []byte{}})
 
 	tf, ok := w.Backend(t, BackendConfig{Mode: store.Plain}).(store.TopicFollower)
 	if !ok {
@@ -195,7 +196,7 @@ func followTopicRaw(t *testing.T, w World) {
 		t.Fatalf("HighWatermark = %d, %v; want the high watermark %d", got, err, hw)
 	}
 	got := followUntil(t, w, f, "the four committed records are read", func(g followed) bool { return len(g.snaps) >= 4 })
-	if c := got.snaps[0]; !bytes.Equal(c.Key, store.OffsetMarkerKey) || c.Offset != 0 {
+	if c := got.snaps[0]; !bytes.Equal(c.Key, wire.OffsetMarkerKey) || c.Offset != 0 {
 		t.Fatalf("FollowTopic read %s first; want the claim's offset marker at offset 0", describe(got.snaps[:1]))
 	}
 	s := got.snaps[1:]

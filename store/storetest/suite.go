@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Run runs the whole contract suite against h.
@@ -185,7 +186,7 @@ func sizedSnap(key string, n int, offset int64) store.Snapshot {
 // recordBytes is the size of s as a record of Application: what the byte
 // cap counts.
 func recordBytes(s store.Snapshot) int {
-	return store.SnapshotBytes(s) + store.ApplicationHeaderBytes(Application)
+	return wire.SnapshotBytes(s) + wire.ApplicationHeaderBytes(Application)
 }
 
 // committedBytes is the bytes (recordBytes) of each committed
@@ -467,7 +468,7 @@ func recoveryDrainsToHighWatermark(t *testing.T, w World) {
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot("", snap("foreign", "x", 2)))
+	end := w.ForeignTransaction(t, in, false, wire.EncodeSnapshot("", snap("foreign", "x", 2)))
 	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
 	lso, hw := w.StableOffsets(t, in)
 	if lso >= hw {
@@ -553,7 +554,7 @@ func stalledOpenTransaction(t *testing.T, w World) {
 	timeout, slack := w.StallTimeout()
 	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	w.ForeignTransaction(t, in, true, store.EncodeSnapshot("", snap("foreign", "x", 2)))
+	w.ForeignTransaction(t, in, true, wire.EncodeSnapshot("", snap("foreign", "x", 2)))
 	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
 	pin, hw := w.StableOffsets(t, in)
 	res := recoverAsync(o)
@@ -585,7 +586,7 @@ func stalledTruncation(t *testing.T, w World) {
 	timeout, slack := w.StallTimeout()
 	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	w.ForeignTransaction(t, in, true, store.EncodeSnapshot("", snap("foreign", "x", 2)))
+	w.ForeignTransaction(t, in, true, wire.EncodeSnapshot("", snap("foreign", "x", 2)))
 	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
 	pin, hw := w.StableOffsets(t, in)
 	res := recoverAsync(o)
@@ -644,7 +645,7 @@ func stalledUndetermined(t *testing.T, w World) {
 	timeout, slack := w.StallTimeout()
 	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	w.ForeignTransaction(t, in, true, store.EncodeSnapshot("", snap("foreign", "x", 2)))
+	w.ForeignTransaction(t, in, true, wire.EncodeSnapshot("", snap("foreign", "x", 2)))
 	pin, _ := w.StableOffsets(t, in)
 	res := recoverAsync(o)
 	o.rec.awaitRecovery(t, "to read up to the open transaction", func(e store.RecoveryEvent) bool { return e.Position >= pin })
@@ -785,7 +786,7 @@ func takeoverAborts(t *testing.T, w World) {
 	in := input(w, 0)
 	first := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write", first.Write(context.Background(), snap("k", "committed", 1)))
-	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot("", snap("k", "unfinished", 2)))
+	w.CrashedOwnerTransaction(t, in, wire.EncodeSnapshot("", snap("k", "unfinished", 2)))
 	if lso, hw := w.StableOffsets(t, in); lso >= hw {
 		t.Fatalf("the crashed owner's transaction is not open (lso %d, hw %d)", lso, hw)
 	}
@@ -812,7 +813,7 @@ func takeoverAborts(t *testing.T, w World) {
 func assignedOffsetResolvedAfterTakeover(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot("", snap("k", "unfinished", 2)))
+	w.CrashedOwnerTransaction(t, in, wire.EncodeSnapshot("", snap("k", "unfinished", 2)))
 	b := w.Backend(t, transactional)
 	var lso, hw int64
 	p, err := b.Acquire(context.Background(), store.Acquisition{
@@ -882,7 +883,7 @@ func batchWritesInOrder(mode store.Mode) func(t *testing.T, w World) {
 		for i := range 8 {
 			snaps = append(snaps, snap(fmt.Sprintf("k%d", i), "v", int64(i)))
 		}
-		snaps[4] = store.Snapshot{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 4}
+		snaps[4] = store.Snapshot{Key: wire.OffsetMarkerKey, Value: []byte("x"), Offset: 4}
 		errs := o.WriteBatch(context.Background(), snaps)
 		if len(errs) != len(snaps) {
 			t.Fatalf("WriteBatch of %d returned %d errors", len(snaps), len(errs))
@@ -1021,7 +1022,7 @@ func corruptRecord(t *testing.T, w World) {
 	o := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 3)))
 	_, before := w.StableOffsets(t, in)
-	w.ProduceForeign(t, in, store.WireRecord{Key: []byte("intruder"), Value: []byte("{}")})
+	w.ProduceForeign(t, in, wire.Record{Key: []byte("intruder"), Value: []byte("{}")})
 	r := collect(o.Recover(context.Background()))
 	var ce *store.CorruptRecordError
 	if !errors.As(r.err, &ce) || !errors.Is(r.err, store.ErrCorruptRecord) {
@@ -1040,13 +1041,13 @@ func anotherApplicationsRecord(t *testing.T, w World) {
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 3)))
-	w.ProduceForeign(t, in, store.EncodeSnapshot("", snap("old", "unnamed", 4)))
+	w.ProduceForeign(t, in, wire.EncodeSnapshot("", snap("old", "unnamed", 4)))
 	r := collect(o.Recover(context.Background()))
 	if r.err != nil || len(r.snaps) != 2 {
 		t.Fatalf("recovery = %d snapshots, %v; want k and old", len(r.snaps), r.err)
 	}
 	_, before := w.StableOffsets(t, in)
-	w.ProduceForeign(t, in, store.EncodeSnapshot("billing", snap("k", "theirs", 5)))
+	w.ProduceForeign(t, in, wire.EncodeSnapshot("billing", snap("k", "theirs", 5)))
 	r = collect(o.Recover(context.Background()))
 	var fe *store.ForeignStateError
 	if !errors.As(r.err, &fe) || !errors.Is(r.err, store.ErrForeignState) || !errors.Is(r.err, store.ErrMisconfigured) {
@@ -1071,7 +1072,7 @@ func anotherApplicationsRecord(t *testing.T, w World) {
 func anotherApplicationsTransactionalID(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot(Application, snap("k", "open", 1)))
+	w.CrashedOwnerTransaction(t, in, wire.EncodeSnapshot(Application, snap("k", "open", 1)))
 	other := w.Backend(t, BackendConfig{Mode: store.Transactional, Application: "billing"})
 	_, err := other.Acquire(context.Background(), store.Acquisition{Input: in, Identity: newIdentity(m.Identity())})
 	var fe *store.ForeignStateError
@@ -1127,7 +1128,7 @@ func claimBesideAnOpenTransaction(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
 	mustNil(t, "close", acquire(t, w, transactional, input(w, 1), 0, m.Identity()).Close()) // creates the snapshot topic
-	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot("", snap("foreign", "x", 2)))
+	end := w.ForeignTransaction(t, in, false, wire.EncodeSnapshot("", snap("foreign", "x", 2)))
 	lso0, hw0 := w.StableOffsets(t, in)
 	if lso0 != 0 || hw0 == 0 {
 		t.Fatalf("before the takeover: lso %d, hw %d; want the foreign open transaction alone", lso0, hw0)
@@ -1181,7 +1182,7 @@ func largestAllowedSnapshot(t *testing.T, w World) {
 func reservedKey(t *testing.T, w World) {
 	m := w.Join(t)
 	o := acquire(t, w, transactional, input(w, 0), 0, m.Identity())
-	err := o.Write(context.Background(), store.Snapshot{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 1})
+	err := o.Write(context.Background(), store.Snapshot{Key: wire.OffsetMarkerKey, Value: []byte("x"), Offset: 1})
 	if !errors.Is(err, store.ErrReservedKey) {
 		t.Fatalf("err = %v, want ErrReservedKey", err)
 	}
@@ -1419,10 +1420,10 @@ func plainRefusesBatch(t *testing.T, w World) {
 func crashedBatchReadUncommitted(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	var recs []store.WireRecord
+	var recs []wire.Record
 	outs := outputs(w, "o1", "o2", "o3")
 	for _, o := range outs {
-		recs = append(recs, store.WireRecord{Key: o.Key, Value: o.Value})
+		recs = append(recs, wire.Record{Key: o.Key, Value: o.Value})
 	}
 	// The lineage's first owner claimed the partition; a later one crashed.
 	mustNil(t, "close the first owner", acquire(t, w, transactional, in, 0, m.Identity()).Close())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/readloop"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Follow implements store.Follower: a read_committed reader of input's
@@ -92,8 +93,8 @@ func (b *Backend) open(ctx context.Context) error {
 // decodeSnapshot decodes a snapshot record; ok is false for an offset
 // marker.
 func decodeSnapshot(tp store.TopicPartition, r readloop.Fetched) (store.Snapshot, bool, error) {
-	s, kind, err := store.DecodeRecord(tp, r.Offset, r.Record)
-	return s, err == nil && kind != store.KindOffsetMarker, err
+	s, kind, err := wire.DecodeRecord(tp, r.Offset, r.Record)
+	return s, err == nil && kind != wire.KindOffsetMarker, err
 }
 
 // decodeRaw is a record of any topic as it is: its own offset, a null

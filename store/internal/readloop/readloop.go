@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Fetched is one record read from the snapshot partition.
 type Fetched struct {
 	Offset int64
-	Record store.WireRecord
+	Record wire.Record
 }
 
 // Source reads one snapshot partition.
@@ -72,7 +73,7 @@ type Config struct {
 	// Progress, if set, hears the read's start, advances and end.
 	Progress func(store.RecoveryEvent)
 	// Application, if set, is the reading application: a record that
-	// names another (store.HeaderApplication) ends the read with a
+	// names another (wire.HeaderApplication) ends the read with a
 	// *store.ForeignStateError for Input. Empty (a View's read) reads
 	// any application's records.
 	Application string
@@ -214,18 +215,18 @@ func (r *reader) deliver(recs []Fetched) bool {
 			continue // written after the read started
 		}
 		if cfg.Application != "" {
-			if app, ok := store.RecordApplication(f.Record); ok && string(app) != cfg.Application {
+			if app, ok := wire.RecordApplication(f.Record); ok && string(app) != cfg.Application {
 				r.fail(&store.ForeignStateError{Input: cfg.Input, Snapshots: cfg.Snapshots,
 					Application: cfg.Application, Owner: string(app), Offset: f.Offset})
 				return false
 			}
 		}
-		s, kind, err := store.DecodeRecord(cfg.Snapshots, f.Offset, f.Record)
+		s, kind, err := wire.DecodeRecord(cfg.Snapshots, f.Offset, f.Record)
 		if err != nil {
 			r.fail(err)
 			return false
 		}
-		if kind == store.KindOffsetMarker {
+		if kind == wire.KindOffsetMarker {
 			continue
 		}
 		r.read++

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // script is a Source that answers from a fixed list of polls.
@@ -40,7 +41,7 @@ func (s *script) Poll(_ context.Context, wait time.Duration) ([]Fetched, int64, 
 }
 
 func at(off int64, key string) Fetched {
-	return Fetched{Offset: off, Record: store.EncodeSnapshot("", store.Snapshot{Key: []byte(key), Value: []byte("v"), Offset: off})}
+	return Fetched{Offset: off, Record: wire.EncodeSnapshot("", store.Snapshot{Key: []byte(key), Value: []byte("v"), Offset: off})}
 }
 
 func run(t *testing.T, s *script, stall time.Duration) (keys []string, logs string, err error) {
