@@ -60,7 +60,7 @@
 // coordinator forgot after an unclean broker failure) is not waited for
 // inside the callback: it stays paused, its acquisition is retried after
 // later polls while the other partitions fold and commit, and after
-// Config.UnstableOffsetTimeout Run returns a *store.UnstableOffsetError that
+// Config.UnstableOffsetTimeout Run returns a *kafka.UnstableOffsetError that
 // names the transaction and the command that aborts it. This holds at
 // assignment too: the Kafka source fetches each partition from the offset
 // the engine resolved for it alone, so a held offset holds back no
@@ -372,8 +372,8 @@ type Config[S any] struct {
 	// lineage left open where it writes (OutputTopics) to be aborted.
 	// Meanwhile the partition is paused and its acquisition retried, and
 	// the other partitions fold and commit; past the timeout Step and Run
-	// return the *store.UnstableOffsetError or
-	// *store.HangingTransactionError, which names the transaction and the
+	// return the *kafka.UnstableOffsetError or
+	// *kafka.HangingTransactionError, which names the transaction and the
 	// commands that abort it. Default DefaultUnstableOffsetTimeout (3
 	// min).
 	UnstableOffsetTimeout time.Duration

@@ -974,7 +974,7 @@ func (s *kafkaSource) Close(ctx context.Context) error {
 //     record that is not snapfence's (*store.CorruptRecordError), a
 //     snapshot over the size limit (*store.ValueTooLargeError);
 //   - a committed offset held past UnstableOffsetTimeout
-//     (*store.UnstableOffsetError);
+//     (*kafka.UnstableOffsetError);
 //   - state or a transactional.id of another application
 //     (*store.ForeignStateError): a snapshot topic or a
 //     TransactionalIDPrefix shared by mistake.

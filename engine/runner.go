@@ -227,8 +227,8 @@ func (r *Runner[S]) Errors() []error {
 
 // Step polls once, folds what came, emits the outputs, and runs the
 // flushes, commits and ticks that are due. An error that ends the runner
-// (a partition whose acquisition could not finish, an
-// *store.UnstableOffsetError) is returned by this and every later Step.
+// (a partition whose acquisition could not finish, a
+// *kafka.UnstableOffsetError) is returned by this and every later Step.
 func (r *Runner[S]) Step(ctx context.Context) error {
 	if err := r.fatalErr(); err != nil {
 		return err

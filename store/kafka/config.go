@@ -138,19 +138,19 @@ type Config struct {
 	// also bounds a Transactional takeover's InitProducerID, which a
 	// coordinator that cannot finish an earlier transaction of the id
 	// refuses for ever: the acquisition then fails with a
-	// *store.TakeoverStalledError.
+	// *TakeoverStalledError.
 	RecoveryStallTimeout time.Duration
 	// AbortHangingTransactions lets the store abort a hanging transaction
 	// of its own partition itself, in a recovery or in an acquisition
 	// whose committed offset it holds; off (false) by default, when the
-	// store only reports it (a *store.HangingTransactionError, with the
+	// store only reports it (a *HangingTransactionError, with the
 	// kafka-transactions.sh abort command, in a log line and as the
 	// recovery's error once its stall timeout passes; or the
-	// acquisition's *store.UnstableOffsetError).
+	// acquisition's *UnstableOffsetError).
 	//
 	// A transaction hangs when it is open on the snapshot partition (or
 	// on the group's __consumer_offsets partition, where it holds the
-	// committed offset: the acquisition's *store.UnstableOffsetError
+	// committed offset: the acquisition's *UnstableOffsetError
 	// then lists it in Hanging) and no transaction coordinator has it
 	// ongoing: the coordinator forgot it (a single broker killed with
 	// SIGKILL can lose the tail of __transaction_state), so no

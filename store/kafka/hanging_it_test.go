@@ -58,7 +58,7 @@ func TestAHangingTransactionTheCoordinatorForgotOnKafka(t *testing.T) {
 
 		// Off: reported, with the command, and left alone.
 		_, logs, err := recoverOnce(false)
-		var he *store.HangingTransactionError
+		var he *kafka.HangingTransactionError
 		if !errors.As(err, &he) || !errors.Is(err, store.ErrHangingTransaction) {
 			t.Fatalf("err = %v, want a HangingTransactionError\n%s", err, logs)
 		}
@@ -227,7 +227,7 @@ func (w *brokerWorld) stableEnd(t *testing.T, snap store.TopicPartition) int64 {
 // producer has moved on to a later epoch (the forgotten transaction), so
 // it never does, and answers every InitProducerID of the id with
 // CONCURRENT_TRANSACTIONS, which franz-go retries for ever. The takeover
-// must fail after the stall timeout with a *store.TakeoverStalledError
+// must fail after the stall timeout with a *kafka.TakeoverStalledError
 // naming the coordinator's state and the open transaction, with its abort
 // command, not wait silently.
 func TestATakeoverTheCoordinatorNeverAnswersFailsOnKafka(t *testing.T) {
@@ -236,8 +236,8 @@ func TestATakeoverTheCoordinatorNeverAnswersFailsOnKafka(t *testing.T) {
 		b := f.newBackend(false, &lockedBuffer{})
 		began := time.Now()
 		_, err := b.Acquire(context.Background(), store.Acquisition{Input: f.in, Identity: store.IdentityFunc(f.m.Identity)})
-		var te *store.TakeoverStalledError
-		if !errors.As(err, &te) || !errors.Is(err, store.ErrTakeoverStalled) {
+		var te *kafka.TakeoverStalledError
+		if !errors.As(err, &te) || !errors.Is(err, kafka.ErrTakeoverStalled) {
 			t.Fatalf("err = %v, want a TakeoverStalledError", err)
 		}
 		if waited := time.Since(began); waited < 20*time.Second {
@@ -377,7 +377,7 @@ func TestAHangingTransactionHoldingTheCommittedOffsetOnKafka(t *testing.T) {
 		// Off: reported, with the commands, and left alone.
 		logs := &lockedBuffer{}
 		_, err := f.newBackend(false, logs).Acquire(ctx, a)
-		var ue *store.UnstableOffsetError
+		var ue *kafka.UnstableOffsetError
 		if !errors.As(err, &ue) || !errors.Is(err, store.ErrHangingTransaction) || !errors.Is(err, store.ErrOffsetUnstable) {
 			t.Fatalf("err = %v, want an UnstableOffsetError that is a hanging transaction\n%s", err, logs)
 		}
@@ -564,7 +564,7 @@ func TestAForgottenBatchWithOutputsIsReportedWithEveryCommandOnKafka(t *testing.
 		a := store.Acquisition{Input: f.in, Identity: store.IdentityFunc(f.m.Identity), Outputs: []string{f.out.Topic},
 			ResolveAssignedOffset: f.w.committedOffset(f.m.Identity().Group, f.in)}
 		_, err := b.Acquire(ctx, a)
-		var he *store.HangingTransactionError
+		var he *kafka.HangingTransactionError
 		if !errors.As(err, &he) || !he.Takeover || !errors.Is(err, store.ErrHangingTransaction) {
 			t.Fatalf("err = %v, want the takeover's HangingTransactionError", err)
 		}

@@ -186,7 +186,7 @@ func TestAHangingTransactionIsReportedWithItsAbortCommand(t *testing.T) {
 		w := newFakeWorld(t)
 		f := committedThenHang(t, w, ownLineage)
 		r := recoverBehind(t, w, false)
-		var he *store.HangingTransactionError
+		var he *kafka.HangingTransactionError
 		if !errors.As(r.err, &he) || !errors.Is(r.err, store.ErrHangingTransaction) || !errors.Is(r.err, store.ErrRecoveryStalled) {
 			t.Fatalf("err = %v, want a HangingTransactionError that is a stall", r.err)
 		}
@@ -237,7 +237,7 @@ func TestAHangingTransactionOfAForeignLineageIsOnlyReported(t *testing.T) {
 		w := newFakeWorld(t)
 		f := committedThenHang(t, w, foreignLineage)
 		r := recoverBehind(t, w, true)
-		var he *store.HangingTransactionError
+		var he *kafka.HangingTransactionError
 		if !errors.As(r.err, &he) || len(he.Hanging) != 1 || he.Hanging[0].ProducerID != f.pid || he.Hanging[0].OwnLineage {
 			t.Fatalf("err = %v, want a HangingTransactionError of a foreign producer %d", r.err, f.pid)
 		}
@@ -299,8 +299,8 @@ func TestATakeoverRefusedForeverFailsAfterTheStallTimeout(t *testing.T) {
 		}
 		began := time.Now()
 		_, err = b.Acquire(context.Background(), store.Acquisition{Input: in, Identity: joinGroup(t, w, group)})
-		var te *store.TakeoverStalledError
-		if !errors.As(err, &te) || !errors.Is(err, store.ErrTakeoverStalled) || te.TransactionalID != txnID || te.Stalled != time.Minute {
+		var te *kafka.TakeoverStalledError
+		if !errors.As(err, &te) || !errors.Is(err, kafka.ErrTakeoverStalled) || te.TransactionalID != txnID || te.Stalled != time.Minute {
 			t.Fatalf("err = %v, want a TakeoverStalledError of %s after 1m", err, txnID)
 		}
 		if waited := time.Since(began); waited < time.Minute {
@@ -344,7 +344,7 @@ func TestATakeoverRefusedOutrightIsNotAStall(t *testing.T) {
 		}
 		began := time.Now()
 		_, err = b.Acquire(context.Background(), store.Acquisition{Input: in, Identity: joinGroup(t, w, group)})
-		if err == nil || errors.Is(err, store.ErrTakeoverStalled) || !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+		if err == nil || errors.Is(err, kafka.ErrTakeoverStalled) || !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
 			t.Fatalf("err = %v, want the authorization failure, not a stall", err)
 		}
 		if waited := time.Since(began); waited >= time.Minute {
@@ -400,7 +400,7 @@ func TestAHangingTransactionOnTheOffsetsPartitionIsReported(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = b.Acquire(context.Background(), a)
-		var ue *store.UnstableOffsetError
+		var ue *kafka.UnstableOffsetError
 		if !errors.As(err, &ue) || !errors.Is(err, store.ErrOffsetUnstable) || !errors.Is(err, store.ErrHangingTransaction) {
 			t.Fatalf("err = %v, want an UnstableOffsetError that is a hanging transaction", err)
 		}
@@ -458,7 +458,7 @@ func TestAHangingTransactionOnTheOffsetsPartitionOfAForeignLineageIsOnlyReported
 			t.Fatal(err)
 		}
 		_, err = b.Acquire(context.Background(), a)
-		var ue *store.UnstableOffsetError
+		var ue *kafka.UnstableOffsetError
 		if !errors.As(err, &ue) || len(ue.Hanging) != 1 || ue.Hanging[0].ProducerID != f.pid || ue.Hanging[0].OwnLineage {
 			t.Fatalf("err = %v, want an UnstableOffsetError with foreign producer %d hanging", err, f.pid)
 		}
@@ -536,7 +536,7 @@ func TestATransactionLeftOpenOnAnOutputPartitionIsReportedAtTheTakeover(t *testi
 			t.Fatal(err)
 		}
 		_, err = b.Acquire(context.Background(), a)
-		var he *store.HangingTransactionError
+		var he *kafka.HangingTransactionError
 		if !errors.As(err, &he) || !errors.Is(err, store.ErrHangingTransaction) || !he.Takeover || he.Input != a.Input {
 			t.Fatalf("err = %v, want a HangingTransactionError of the takeover of %s", err, a.Input)
 		}

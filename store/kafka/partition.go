@@ -65,7 +65,7 @@ func (p *partition) Release() {
 // transactional producer and initialises its producer id. franz-go
 // retries CONCURRENT_TRANSACTIONS while the broker aborts the previous
 // owner's transaction, so this returns once that abort is done, or fails
-// with a *store.TakeoverStalledError after RecoveryStallTimeout.
+// with a *TakeoverStalledError after RecoveryStallTimeout.
 func (p *partition) Takeover(ctx context.Context, txnID string) error {
 	cfg := &p.b.cfg
 	// The batch cap goes first: a user's own ProducerBatchMaxBytes

@@ -14,6 +14,7 @@ import (
 	"github.com/snapfence/snapfence/store/internal/backend"
 	"github.com/snapfence/snapfence/store/internal/groupcommit"
 	"github.com/snapfence/snapfence/store/internal/readloop"
+	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/wire"
 )
 
@@ -230,7 +231,7 @@ func (l topicLink) Release() {}
 // The simulated coordinator never forgets a transaction, so nothing
 // hangs and nothing is aborted here.
 func (b *broker) Unstable(_ context.Context, a store.Acquisition, l backend.Link, txnID string, err error) (bool, error) {
-	return false, &store.UnstableOffsetError{
+	return false, &kafka.UnstableOffsetError{
 		Input: a.Input, Group: a.Identity.CurrentIdentity().Group, TransactionalID: txnID,
 		Coordinator: b.c.DescribeTransaction(txnID), Open: b.c.OpenTransactionsOn(l.(*link).snap),
 		Bootstrap: "sim", Err: err,

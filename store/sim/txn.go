@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/wire"
 )
 
@@ -307,16 +308,16 @@ func (c *Cluster) StableCommittedOffset(group string, tp store.TopicPartition) (
 // OpenTransactionsOn lists the transactions open on tp, as Kafka's
 // DescribeProducers shows them, each with the transactional.id the
 // coordinator maps its producer to ("" for a forgotten one).
-func (c *Cluster) OpenTransactionsOn(tp store.TopicPartition) []store.OpenTransaction {
+func (c *Cluster) OpenTransactionsOn(tp store.TopicPartition) []kafka.OpenTransaction {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l, err := c.partitionLocked(tp)
 	if err != nil {
 		return nil
 	}
-	var out []store.OpenTransaction
+	var out []kafka.OpenTransaction
 	for _, pid := range slices.Sorted(maps.Keys(l.open)) {
-		o := store.OpenTransaction{Partition: tp, ProducerID: pid, StartOffset: l.open[pid]}
+		o := kafka.OpenTransaction{Partition: tp, ProducerID: pid, StartOffset: l.open[pid]}
 		for _, id := range sortedKeys(c.txns) {
 			if t := c.txns[id]; t.pid == pid {
 				o.TransactionalID, o.ProducerEpoch = id, t.epoch

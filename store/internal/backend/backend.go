@@ -189,13 +189,15 @@ type Broker interface {
 	// coordinator knows, so one left open was forgotten, and the next
 	// transaction of the same producer would commit it. It returns nil if
 	// there is none or it aborted them (on every partition each touched),
-	// else a *store.HangingTransactionError naming them. Called in
-	// Transactional mode, for a partition with declared outputs.
+	// else an error naming them that matches store.ErrHangingTransaction
+	// (store/kafka's *HangingTransactionError). Called in Transactional
+	// mode, for a partition with declared outputs.
 	Leftover(ctx context.Context, a store.Acquisition, link Link, txnID string) error
 	// Unstable diagnoses an acquisition whose assigned offset is held by a
 	// transaction the takeover of txnID on link did not end (err wraps
-	// store.ErrOffsetUnstable): it returns a *store.UnstableOffsetError
-	// naming txnID and what holds the offset. It never fails further.
+	// store.ErrOffsetUnstable): it returns a store.HeldError naming txnID
+	// and what holds the offset (store/kafka's *UnstableOffsetError, which
+	// store/sim reports too). It never fails further.
 	// aborted says that the broker aborted what held the offset (a
 	// hanging transaction of txnID's own lineage, with the backend's
 	// option to abort those): the skeleton resolves the offset once more.

@@ -48,8 +48,13 @@ type PinChecker interface {
 	// (nil: none; an ongoing transaction is not hanging): the read goes on
 	// waiting, since an operator may abort them, and fails with them if
 	// its stall deadline passes.
-	CheckPinned(ctx context.Context, pos int64) (resumed bool, hanging *store.HangingTransactionError)
+	CheckPinned(ctx context.Context, pos int64) (resumed bool, hanging Hanging)
 }
+
+// Hanging is what a PinChecker found holding a read, and left: given the
+// read's stall, the error the read fails with (the backend's own, naming
+// the transactions) once its stall deadline passes.
+type Hanging func(stall *store.RecoveryStalledError) error
 
 // DefaultPinCheckInterval is how long a read waits at the last stable
 // offset before, and between, its PinChecker's checks, at most (a fourth
@@ -119,7 +124,7 @@ type reader struct {
 	checker   PinChecker
 	interval  time.Duration
 	lastCheck time.Time
-	hanging   *store.HangingTransactionError
+	hanging   Hanging
 }
 
 // start captures the read's target and its start position, warning when
@@ -263,8 +268,7 @@ func (r *reader) checkPinned(ctx context.Context, now time.Time) bool {
 func (r *reader) stallError(ctx context.Context, now time.Time) error {
 	err := diagnose(ctx, r.cfg, r.src, r.pos, r.target, now.Sub(r.lastProgress))
 	if se, ok := err.(*store.RecoveryStalledError); ok && se.Cause == store.StallOpenTransaction && r.hanging != nil {
-		r.hanging.Stall = se
-		err = r.hanging
+		err = r.hanging(se)
 	}
 	return err
 }
