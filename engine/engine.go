@@ -395,11 +395,11 @@ type Config[S any] struct {
 	// snapshot write of the group: docs/operations.md, "Standby
 	// replicas", gives the costs. The followers run between polls, a
 	// round at most every second while they are caught up. It needs a
-	// Store that is a store.Follower in Transactional mode (store/kafka's
-	// and store/sim's are) and a source that is a PartitionLister (the
-	// Kafka source is); Status().Standbys shows each replica. With a
-	// caught-up replica a failover is mostly the rebalance, which
-	// KafkaConfig.HeartbeatInterval bounds.
+	// Store in Transactional mode that can follow (store.Backend's
+	// CanFollow: store/kafka's and store/sim's can) and a source that is
+	// a PartitionLister (the Kafka source is); Status().Standbys shows
+	// each replica. With a caught-up replica a failover is mostly the
+	// rebalance, which KafkaConfig.HeartbeatInterval bounds.
 	Standby bool
 	// Tables are the tables the fold (or OnTimer, or Tick) looks up while
 	// it runs: Views of other engines' snapshot topics, or of compacted
@@ -520,7 +520,7 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	if cfg.MaxOutputBytes == 0 {
 		cfg.MaxOutputBytes = DefaultMaxOutputBytes
 	}
-	kv, err := openPebble(cfg.Dir, storeApplication(cfg.Store))
+	kv, err := openPebble(cfg.Dir, cfg.Store.Application())
 	if err != nil {
 		return nil, err
 	}
@@ -571,8 +571,8 @@ func (cfg *Config[S]) checkStoreMode() error {
 	case cfg.Standby && cfg.Store.Mode() != store.Transactional:
 		return badConfig("Standby", fmt.Sprintf("needs a Transactional store (this one is %v): without the fence no copy of a snapshot partition is vouched for", cfg.Store.Mode()),
 			"use a store in store.Transactional mode, or turn Standby off")
-	case cfg.Standby && !isFollower(cfg.Store):
-		return badConfig("Standby", fmt.Sprintf("needs a Store that is a store.Follower (%T is not)", cfg.Store),
+	case cfg.Standby && !cfg.Store.CanFollow():
+		return badConfig("Standby", fmt.Sprintf("needs a Store that can follow partitions (%T cannot)", cfg.Store),
 			"use store/kafka's or store/sim's backend, or turn Standby off")
 	}
 	return nil
@@ -690,15 +690,6 @@ func (e *Engine[S]) Close() error {
 	return e.kv.Close()
 }
 
-// storeApplication is the application the store belongs to, if it says
-// (store.Named).
-func storeApplication(b store.Backend) string {
-	if n, ok := b.(store.Named); ok {
-		return n.Application()
-	}
-	return ""
-}
-
 // coreFold is the user's fold, as the core calls it. The record is the
 // runner's, converted in place ((*core.Record)(rec), the same fields), and
 // copied once into the user's argument, as the core did before; the
@@ -745,9 +736,4 @@ func appendStoreOutputs(dst []store.Output, outs []Output) []store.Output {
 		dst = append(dst, store.Output(o))
 	}
 	return dst
-}
-
-func isFollower(b store.Backend) bool {
-	_, ok := b.(store.Follower)
-	return ok
 }

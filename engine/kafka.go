@@ -979,8 +979,8 @@ func (s *kafkaSource) Close(ctx context.Context) error {
 //     (*store.ForeignStateError): a snapshot topic or a
 //     TransactionalIDPrefix shared by mistake.
 //
-// An empty cfg.Group is the store's application (store.Named): one name
-// for the group, the snapshot topics and the transactional ids.
+// An empty cfg.Group is the store's application (its Application): one
+// name for the group, the snapshot topics and the transactional ids.
 //
 // Everything else is transient or expected and is retried: a failed poll
 // after a backoff, a partition's failure by restarting it from its
@@ -989,7 +989,7 @@ func (s *kafkaSource) Close(ctx context.Context) error {
 func (e *Engine[S]) Run(ctx context.Context, cfg KafkaConfig) (err error) {
 	defer e.trackRun()(&err)
 	if cfg.Group == "" {
-		cfg.Group = storeApplication(e.cfg.Store)
+		cfg.Group = e.cfg.Store.Application()
 	}
 	r, err := e.NewRunner(NewKafkaSource(cfg))
 	if err != nil {

@@ -57,7 +57,7 @@ const (
 type standbys[S any] struct {
 	r      *Runner[S]
 	lister PartitionLister
-	follow store.Follower
+	follow store.Backend
 	all    []store.TopicPartition
 	listed time.Time
 	next   time.Time
@@ -82,7 +82,7 @@ func newStandbys[S any](r *Runner[S]) (*standbys[S], error) {
 		return nil, &store.ConfigError{Subject: "Config.Standby", Problem: "the source cannot list its topics' partitions (it is no engine.PartitionLister)",
 			Fix: "use the Kafka source or simsource, or turn Standby off"}
 	}
-	return &standbys[S]{r: r, lister: lister, follow: r.e.cfg.Store.(store.Follower),
+	return &standbys[S]{r: r, lister: lister, follow: r.e.cfg.Store,
 		parts: map[store.TopicPartition]*standby[S]{}, retry: map[store.TopicPartition]time.Time{}, errs: map[store.TopicPartition]error{}}, nil
 }
 

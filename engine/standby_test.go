@@ -149,6 +149,11 @@ func TestStandbyFailoverReadsOnlyTheDeltaOnSim(t *testing.T) {
 	}
 }
 
+// unfollowing is a store that cannot follow partitions.
+type unfollowing struct{ store.Backend }
+
+func (unfollowing) CanFollow() bool { return false }
+
 // Standby needs a store that can follow, in Transactional mode, and says
 // so at New.
 func TestStandbyMisconfiguredOnSim(t *testing.T) {
@@ -159,7 +164,7 @@ func TestStandbyMisconfiguredOnSim(t *testing.T) {
 	}
 	for name, st := range map[string]store.Backend{
 		"a Plain store":              plain,
-		"a store that cannot follow": struct{ store.Backend }{w.store},
+		"a store that cannot follow": unfollowing{w.store},
 	} {
 		_, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: st, Standby: true})
 		var ce *store.ConfigError

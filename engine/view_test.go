@@ -30,7 +30,7 @@ func simAccountPartition(key []byte, _ int32) int32 { return int32(len(key) % 2)
 // view opens a view of w's accounts snapshots.
 func (w *simWorld) view(edit func(*engine.ViewConfig[int])) *engine.View[int] {
 	w.t.Helper()
-	cfg := engine.ViewConfig[int]{Store: w.store.(store.TopicFollower), Topic: "accounts", Codec: intCodec{}, Partitioner: simAccountPartition}
+	cfg := engine.ViewConfig[int]{Store: w.store, Topic: "accounts", Codec: intCodec{}, Partitioner: simAccountPartition}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -157,7 +157,7 @@ func TestViewRestartReadsOnlyTheDeltaOnSim(t *testing.T) {
 	for _, p := range v.Status().Partitions {
 		full += p.Read
 	}
-	if _, err := engine.NewView(context.Background(), engine.ViewConfig[int]{Store: w.store.(store.TopicFollower), Topic: "accounts", Codec: intCodec{}, Dir: dir}); !errors.Is(err, engine.ErrCacheDirInUse) {
+	if _, err := engine.NewView(context.Background(), engine.ViewConfig[int]{Store: w.store, Topic: "accounts", Codec: intCodec{}, Dir: dir}); !errors.Is(err, engine.ErrCacheDirInUse) {
 		t.Fatalf("a second view on an open view's Dir: %v, want ErrCacheDirInUse", err)
 	}
 	if _, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store, Dir: dir}); !errors.Is(err, engine.ErrCacheDirInUse) {
@@ -259,7 +259,7 @@ func TestViewMisconfiguredOnSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tf := w.store.(store.TopicFollower)
+	tf := w.store
 	for name, tc := range map[string]struct {
 		cfg     engine.ViewConfig[int]
 		subject string // of the *store.ConfigError; "" for any error matching ErrMisconfigured

@@ -159,7 +159,10 @@ func (k TimerKind) String() string {
 	return fmt.Sprintf("TimerKind(%d)", byte(k))
 }
 
-// Backend hands out partitions of a snapshot store.
+// Backend hands out partitions of a snapshot store, and followers of
+// snapshot partitions and of other topics. It carries what the engine
+// asks of a store; a backend without a feature says so with a zero value
+// or an error, never by lacking a method.
 type Backend interface {
 	// Acquire takes ownership of the snapshot store of one input partition.
 	// In Transactional mode it performs the takeover before it returns: the
@@ -168,18 +171,49 @@ type Backend interface {
 	Acquire(ctx context.Context, a Acquisition) (Partition, error)
 	// Mode reports the backend's mode.
 	Mode() Mode
+	// Application is the application whose state the backend holds
+	// (store/kafka's and store/sim's Config.Application); "" if it has
+	// none (it only follows topics). The engine names its cache
+	// directory's marker after it, so that a cache is never reused by
+	// another application.
+	Application() string
+	// SnapshotPartition is the snapshot partition that holds input's
+	// snapshots; the zero TopicPartition if the backend cannot say.
+	SnapshotPartition(input TopicPartition) TopicPartition
+	// CanFollow reports whether Follow, Partitions and FollowTopic work;
+	// when it is false they fail with an error matching
+	// errors.ErrUnsupported. store/kafka's and store/sim's backends can.
+	CanFollow() bool
+	// Follow opens a follower of input's snapshot partition, positioned
+	// at from (nil: the log start): it reads the partition
+	// read_committed, writing nothing and fencing no one, as a standby
+	// replica does, for an input partition the backend has not acquired.
+	// A from that is no valid base for a delta (the checks of
+	// Partition.RecoverFrom) is refused at once with a
+	// *CheckpointError; the caller follows from the start instead. Plain
+	// mode refuses every follower (nothing fences another writer, so no
+	// copy is vouched for), with a *CheckpointError too.
+	Follow(ctx context.Context, input TopicPartition, from *Checkpoint) (Follow, error)
+	// Partitions returns topic's partition count. A topic that does not
+	// exist is an error matching ErrMisconfigured (a *ConfigError or the
+	// backend's own missing-topic error).
+	Partitions(ctx context.Context, topic string) (int32, error)
+	// FollowTopic follows partition tp of any topic read_committed, in
+	// either Mode: records of aborted transactions are never returned,
+	// and nothing past an open transaction is read until it ends. It is
+	// what a view of a snapshot topic or a table of a compacted topic of
+	// plain key/values reads with (engine.View). The records come as
+	// Snapshots of their raw key and value: Offset is the record's own
+	// offset, and a record whose value is null is a Tombstone (a delete
+	// of its key in a compacted topic). Nothing is decoded, so no record
+	// is corrupt; control records are skipped. from and the checkpoints
+	// returned follow Follow's rules (a from that is no valid base for tp
+	// is refused with a *CheckpointError). Nothing fences the writers of
+	// a topic snapfence does not write: the follower shows what they
+	// committed, stale or not.
+	FollowTopic(ctx context.Context, tp TopicPartition, from *Checkpoint) (Follow, error)
 	// Close releases every partition and the backend's clients.
 	Close() error
-}
-
-// Named is a Backend that knows the application whose state it holds
-// (store/kafka's and store/sim's Config.Application). The engine names its
-// cache directory's marker after it, so that a cache is never reused by
-// another application.
-type Named interface {
-	// Application is the application's name; "" if the backend has none
-	// (it only follows topics).
-	Application() string
 }
 
 // Acquisition describes a partition being taken over.

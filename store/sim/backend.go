@@ -100,7 +100,7 @@ func (c *Cluster) NewBackend(cfg BackendConfig) (*Backend, error) {
 }
 
 // Application is the application's name (Config.Application, or the
-// transactional.id prefix when that is unset); it implements store.Named.
+// transactional.id prefix when that is unset).
 func (b *Backend) Application() string { return b.core.Config().Application }
 
 // Mode reports the backend's mode.
@@ -521,20 +521,21 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 	}
 }
 
-var _ store.TopicFollower = (*Backend)(nil)
+// CanFollow implements store.Backend: the backend follows partitions.
+func (b *Backend) CanFollow() bool { return true }
 
-// Partitions implements store.TopicFollower.
+// Partitions implements store.Backend.
 func (b *Backend) Partitions(ctx context.Context, topic string) (int32, error) {
 	return b.core.Partitions(ctx, topic)
 }
 
-// FollowTopic implements store.TopicFollower: a read_committed reader
+// FollowTopic implements store.Backend: a read_committed reader
 // of a partition of any topic, in either mode; it writes nothing.
 func (b *Backend) FollowTopic(ctx context.Context, tp store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
 	return b.core.FollowTopic(ctx, tp, from)
 }
 
-// Follow implements store.Follower: a read_committed reader of input's
+// Follow implements store.Backend: a read_committed reader of input's
 // snapshot partition for a standby replica; it writes nothing.
 func (b *Backend) Follow(ctx context.Context, input store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
 	return b.core.Follow(ctx, input, from)

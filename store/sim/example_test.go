@@ -9,7 +9,7 @@ import (
 	"github.com/snapfence/snapfence/store/wire"
 )
 
-// A follower of any topic (store.TopicFollower): its committed records
+// A follower of any topic (store.Backend.FollowTopic): its committed records
 // raw, with their own offsets, a null value as a tombstone, never an
 // aborted transaction's.
 func ExampleBackend_FollowTopic() {

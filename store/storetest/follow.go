@@ -12,7 +12,7 @@ import (
 	"github.com/snapfence/snapfence/store/wire"
 )
 
-// The follower cases: store.Follower, the read of a standby replica.
+// The follower cases: Backend.Follow, the read of a standby replica.
 
 // followed is what a follower returned until a condition held.
 type followed struct {
@@ -44,11 +44,10 @@ func followUntil(t *testing.T, w World, f store.Follow, what string, done func(f
 
 func follower(t *testing.T, w World, b store.Backend, in store.TopicPartition, from *store.Checkpoint) store.Follow {
 	t.Helper()
-	fl, ok := b.(store.Follower)
-	if !ok {
-		t.Fatalf("%T is no store.Follower", b)
+	if !b.CanFollow() {
+		t.Fatalf("%T cannot follow", b)
 	}
-	f, err := fl.Follow(context.Background(), in, from)
+	f, err := b.Follow(context.Background(), in, from)
 	if err != nil {
 		t.Fatalf("Follow %s from %+v: %v", in, from, err)
 	}
@@ -136,11 +135,11 @@ func followRefused(t *testing.T, w World) {
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "1", 1)))
 	cp, _ := o.Position()
 	cp.TopicID[0] ^= 0xff
-	fl := w.Backend(t, transactional).(store.Follower)
+	fl := w.Backend(t, transactional)
 	if _, err := fl.Follow(context.Background(), in, &cp); !isRefusal(err, store.CheckpointTopicRecreated) {
 		t.Fatalf("Follow from another topic's checkpoint = %v, want a *CheckpointError for %s", err, store.CheckpointTopicRecreated)
 	}
-	plain := w.Backend(t, BackendConfig{Mode: store.Plain}).(store.Follower)
+	plain := w.Backend(t, BackendConfig{Mode: store.Plain})
 	if _, err := plain.Follow(context.Background(), in, nil); !isRefusal(err, store.CheckpointPlain) {
 		t.Fatalf("Plain Follow = %v, want a *CheckpointError for %s", err, store.CheckpointPlain)
 	}
@@ -157,7 +156,7 @@ func snapshotPartition(in store.TopicPartition) store.TopicPartition {
 	return store.TopicPartition{Topic: backend.DefaultSnapshotTopic(Application, in.Topic), Partition: in.Partition}
 }
 
-// A follower of any topic (store.TopicFollower), here the snapshot
+// A follower of any topic (Backend.FollowTopic), here the snapshot
 // partition read as a plain topic by a Plain-mode backend, returns the
 // committed records raw, with their own offsets, a null value as a
 // tombstone, never an aborted transaction's (here the offset marker of
@@ -174,9 +173,9 @@ func followTopicRaw(t *testing.T, w World) {
 	end(false)
 	w.ProduceForeign(t, in, wire.Record{Key: []byte("k")}, wire.Record{Key: []byte("j"), Value: []byte{}})
 
-	tf, ok := w.Backend(t, BackendConfig{Mode: store.Plain}).(store.TopicFollower)
-	if !ok {
-		t.Fatal("the backend is no store.TopicFollower")
+	tf := w.Backend(t, BackendConfig{Mode: store.Plain})
+	if !tf.CanFollow() {
+		t.Fatal("the backend cannot follow a topic")
 	}
 	n, err := tf.Partitions(context.Background(), w.InputTopic())
 	if err != nil || n < 2 {
