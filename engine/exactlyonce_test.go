@@ -276,7 +276,7 @@ func TestExactlyOnceOutputsThroughACrashOnSim(t *testing.T) {
 	}
 }
 
-// flakyBackend fails chosen CommitBatch calls of its partitions: before
+// flakyBackend fails chosen StartCommitBatch calls of its partitions: before
 // the batch reaches the cluster, or after it committed (an EndTxn whose
 // answer was lost).
 type flakyBackend struct {
@@ -299,10 +299,6 @@ type flakyPartition struct {
 }
 
 var errLostAnswer = errors.New("flaky: the answer to EndTxn was lost")
-
-func (p *flakyPartition) CommitBatch(ctx context.Context, batch store.Batch) error {
-	return p.StartCommitBatch(ctx, batch).Wait(ctx)[0]
-}
 
 // StartCommitBatch is the engine's way in: the sim's outcome is known
 // before it returns, so the flakiness is decided then too.

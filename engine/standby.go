@@ -21,7 +21,7 @@ import (
 // both: start closes a partition's follower before it takes the partition
 // over. What a follower writes is committed (read_committed) and its
 // checkpoint is one the store vouches for, so a standby copy is a base
-// like any other the warm restart checks (RecoverFrom).
+// like any other the warm restart checks (Recover from a checkpoint).
 
 // PartitionLister is a Source that lists every partition of the topics
 // it consumes; Config.Standby needs one. The Kafka source and

@@ -35,7 +35,7 @@ var (
 	// was refused, or left the queue: committing past it would cover a
 	// change that is not durable. Nothing was committed.
 	ErrEarlierWriteFailed = errors.New("store: a write started before the commit failed")
-	// ErrNotTransactional: an exactly-once batch (Partition.CommitBatch)
+	// ErrNotTransactional: an exactly-once batch (Partition.StartCommitBatch)
 	// asked of a Plain-mode partition, which has no transaction to put it
 	// in. The error that wraps it names the partition.
 	ErrNotTransactional = errors.New("store: the partition is not transactional")

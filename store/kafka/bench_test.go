@@ -35,6 +35,7 @@ import (
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/storetest"
 	"github.com/snapfence/snapfence/store/wire"
 )
 
@@ -238,7 +239,7 @@ func snapshots(n, size int) []store.Snapshot {
 	return out
 }
 
-// writeAll writes every snapshot, one write (a WriteBatch of one) at a time or each from a
+// writeAll writes every snapshot, one write (a batch of one) at a time or each from a
 // goroutine of its own, and times only the writes. The goroutines are
 // started and parked before the timer starts; the timer is stopped on
 // return.
@@ -384,7 +385,7 @@ func BenchmarkRecovery(b *testing.B) {
 		for b.Loop() {
 			ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 			records, bytes := 0, int64(0)
-			for s, err := range o.part.Recover(ctx) {
+			for s, err := range o.part.Recover(ctx, nil) {
 				if err != nil {
 					b.Fatalf("recovering %s: %v", snap, err)
 				}
@@ -664,9 +665,9 @@ var txnSizeSweep = flag.Bool("txnsize", false, "run BenchmarkTransactionSize, th
 
 // BenchmarkTransactionSize is the sweep the default caps were chosen by
 // (docs/benchmarks.md), run only with -txnsize. Each iteration hands one
-// WriteBatch of all its writes to a fresh partition, so the transactions
-// are exactly the caps' cuts (no lone first write, unlike B's concurrent
-// writers): "bytes", 4000 snapshots of 10 KiB (41 MB) under byte caps of
+// batch of all its writes (storetest.WriteBatch) to a fresh partition,
+// so the transactions are exactly the caps' cuts (no lone first write,
+// unlike B's concurrent writers): "bytes", 4000 snapshots of 10 KiB (41 MB) under byte caps of
 // 1 to 30 MiB and no count cap; "writes", 40,000 snapshots of 50 bytes
 // (4 MB) under count caps of 256 to 40,000 and the byte cap of 30 MiB,
 // which they never reach. Each has its plain baseline: the same batch
@@ -692,7 +693,7 @@ func BenchmarkTransactionSize(b *testing.B) {
 }
 
 // benchBatch is one sweep benchmark: every iteration is a fresh owner
-// writing snaps in one WriteBatch.
+// writing snaps in one batch (storetest.WriteBatch).
 func benchBatch(b *testing.B, mode store.Mode, c caps, snaps []store.Snapshot) {
 	bc := newBenchCluster(b)
 	var events atomic.Int64
@@ -707,7 +708,7 @@ func benchBatch(b *testing.B, mode store.Mode, c caps, snaps []store.Snapshot) {
 		o := bc.newOwner(b, be)
 		ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 		b.StartTimer()
-		errs := o.part.WriteBatch(ctx, snaps)
+		errs := storetest.WriteBatch(ctx, o.part, snaps)
 		b.StopTimer()
 		cancel()
 		if err := errors.Join(errs...); err != nil {

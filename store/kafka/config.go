@@ -115,7 +115,7 @@ type Config struct {
 	// takes; those limits bound one record, which MaxValueBytes keeps
 	// below them. A single write larger than the cap is not refused: it
 	// goes in a transaction of its own. Exactly-once batches
-	// (Partition.CommitBatch) are their caller's unit and never split.
+	// (Partition.StartCommitBatch) are their caller's unit and never split.
 	MaxBytesPerTransaction int
 	// MaxValueBytes bounds a snapshot's key plus value; default
 	// store.DefaultMaxValueBytes (999,000), which franz-go's default

@@ -47,7 +47,7 @@ func TestAHangingTransactionTheCoordinatorForgotOnKafka(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = b.Close() }()
-			for s, err := range p.Recover(ctx) {
+			for s, err := range p.Recover(ctx, nil) {
 				if err != nil {
 					return keys, logs, err
 				}
@@ -412,7 +412,7 @@ func TestAHangingTransactionHoldingTheCommittedOffsetOnKafka(t *testing.T) {
 			t.Fatalf("after the abort the committed offset is %d (%v), want %d, the committed transaction's", off, err, f.committed)
 		}
 		var keys []string
-		for s, err := range p.Recover(ctx) {
+		for s, err := range p.Recover(ctx, nil) {
 			if err != nil {
 				t.Fatalf("recover: %v\n%s", err, logs)
 			}
@@ -455,7 +455,7 @@ func forgetWithOutput(t *testing.T, w *brokerWorld) forgottenWithOutput {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.CommitBatch(ctx, store.Batch{Snapshots: []store.Snapshot{{Key: []byte("k"), Value: []byte("committed"), Offset: 0}},
+	if err := storetest.CommitBatch(ctx, p, store.Batch{Snapshots: []store.Snapshot{{Key: []byte("k"), Value: []byte("committed"), Offset: 0}},
 		Outputs: []store.Output{{Topic: out.Topic, Key: []byte("k"), Value: []byte("out-of-0")}}, Offset: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +498,7 @@ func forgetWithOutput(t *testing.T, w *brokerWorld) forgottenWithOutput {
 // then see each input's output once.
 func (f forgottenWithOutput) replay(t *testing.T, p store.Partition) {
 	t.Helper()
-	if err := p.CommitBatch(context.Background(), store.Batch{Snapshots: []store.Snapshot{{Key: []byte("k"), Value: []byte("replayed"), Offset: 1}},
+	if err := storetest.CommitBatch(context.Background(), p, store.Batch{Snapshots: []store.Snapshot{{Key: []byte("k"), Value: []byte("replayed"), Offset: 1}},
 		Outputs: []store.Output{{Topic: f.out.Topic, Key: []byte("k"), Value: []byte("out-of-1")}}, Offset: 2}); err != nil {
 		t.Fatal(err)
 	}

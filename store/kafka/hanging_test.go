@@ -142,7 +142,7 @@ func recoverBehind(t *testing.T, w *fakeWorld, abort bool) hangingRun {
 		t.Fatal(err)
 	}
 	r := hangingRun{w: w, in: in, logs: logs}
-	for s, err := range p.Recover(context.Background()) {
+	for s, err := range p.Recover(context.Background(), nil) {
 		if err != nil {
 			r.err = err
 			break
@@ -514,7 +514,7 @@ func TestATransactionLeftOpenOnAnOutputPartitionIsAbortedAtTheTakeover(t *testin
 			!strings.Contains(s, "partition="+out.String()) {
 			t.Fatalf("no log line of the abort on %s:\n%s", out, s)
 		}
-		if err := p.CommitBatch(context.Background(), store.Batch{Outputs: []store.Output{{Topic: out.Topic, Key: []byte("k"), Value: []byte("once")}}, Offset: 1}); err != nil {
+		if err := storetest.CommitBatch(context.Background(), p, store.Batch{Outputs: []store.Output{{Topic: out.Topic, Key: []byte("k"), Value: []byte("once")}}, Offset: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if got := w.ReadOutputs(t, true); len(got) != 1 || string(got[0].Value) != "once" {
@@ -637,7 +637,7 @@ func TestACheckpointStraddlingAnAbortedTransactionIsRefused(t *testing.T) {
 			cp := base
 			cp.Offset = offset
 			var last error
-			for _, err := range p.RecoverFrom(context.Background(), cp) {
+			for _, err := range p.Recover(context.Background(), &cp) {
 				last = err
 			}
 			return last

@@ -230,7 +230,7 @@ type recoveredSnaps struct {
 
 func collectSnaps(p store.Partition) recoveredSnaps {
 	var r recoveredSnaps
-	for s, err := range p.Recover(context.Background()) {
+	for s, err := range p.Recover(context.Background(), nil) {
 		if err != nil {
 			r.err = err
 			break

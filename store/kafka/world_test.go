@@ -16,6 +16,7 @@ import (
 
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/backend"
 	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/storetest"
 	"github.com/snapfence/snapfence/store/wire"
@@ -138,6 +139,10 @@ func (w *world) fetchLatency() time.Duration {
 }
 
 func (w *world) InputTopic() string { return w.input }
+
+// Queued asks the backend skeleton's partition, which every kafka
+// partition is.
+func (w *world) Queued(p store.Partition) int { return p.(*backend.Partition).Pending() }
 
 func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend {
 	t.Helper()
@@ -405,5 +410,5 @@ func cutSegments(t *testing.T, tp store.TopicPartition, pattern string, end int6
 
 // writeOne is one write: a batch of one snapshot.
 func writeOne(ctx context.Context, p store.Partition, s store.Snapshot) error {
-	return p.WriteBatch(ctx, []store.Snapshot{s})[0]
+	return storetest.WriteBatch(ctx, p, []store.Snapshot{s})[0]
 }

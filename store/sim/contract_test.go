@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/backend"
 	"github.com/snapfence/snapfence/store/sim"
 	"github.com/snapfence/snapfence/store/storetest"
 	"github.com/snapfence/snapfence/store/wire"
@@ -214,6 +215,10 @@ func (w *world) Advance(d time.Duration) {
 }
 
 func (w *world) Settle() { synctest.Wait() }
+
+// Queued asks the backend skeleton's partition, which every sim
+// partition is.
+func (w *world) Queued(p store.Partition) int { return p.(*backend.Partition).Pending() }
 
 // StallTimeout: virtual time affords the production default and a second
 // of slack.

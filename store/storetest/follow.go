@@ -66,7 +66,7 @@ func followReadsCommittedOnly(t *testing.T, w World) {
 	in := input(w, 0)
 	m := w.Join(t)
 	o := acquire(t, w, transactional, in, 0, m.Identity())
-	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(o.Recover(context.Background(), nil)).err)
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
 	end := w.ForeignTransaction(t, in, false, wire.EncodeSnapshot("", snap("x", "aborted", 9)))
 
@@ -93,7 +93,7 @@ func followReadsCommittedOnly(t *testing.T, w World) {
 	mustNil(t, "write c after following", o.Write(context.Background(), snap("c", "3", 3)))
 	mustNil(t, "close", o.Close())
 	next := acquire(t, w, transactional, in, 0, w.Join(t).Identity())
-	r := collect(next.RecoverFrom(context.Background(), got2.cp))
+	r := collect(next.Recover(context.Background(), &got2.cp))
 	mustNil(t, "recover from the follower's checkpoint", r.err)
 	if d := describe(r.snaps); len(r.snaps) != 1 || string(r.snaps[0].Key) != "c" {
 		t.Fatalf("a delta from the follower's checkpoint read %s, want c=3 only", d)
@@ -105,7 +105,7 @@ func followReadsCommittedOnly(t *testing.T, w World) {
 func followFromCheckpoint(t *testing.T, w World) {
 	in := input(w, 1)
 	o := acquire(t, w, transactional, in, 0, w.Join(t).Identity())
-	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(o.Recover(context.Background(), nil)).err)
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
 	cp, ok := o.Position()
 	if !ok {
@@ -131,7 +131,7 @@ func followFromCheckpoint(t *testing.T, w World) {
 func followRefused(t *testing.T, w World) {
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 0, w.Join(t).Identity())
-	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(o.Recover(context.Background(), nil)).err)
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "1", 1)))
 	cp, _ := o.Position()
 	cp.TopicID[0] ^= 0xff
@@ -166,7 +166,7 @@ func snapshotPartition(in store.TopicPartition) store.TopicPartition {
 func followTopicRaw(t *testing.T, w World) {
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 0, w.Join(t).Identity()) // creates the snapshot topic
-	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(o.Recover(context.Background(), nil)).err)
 	mustNil(t, "close", o.Close())
 	w.ProduceForeign(t, in, wire.Record{Key: []byte("k"), Value: []byte("v1")})
 	end := w.ForeignTransaction(t, in, false, wire.Record{Key: []byte("k"), Value: []byte("aborted")})

@@ -109,9 +109,16 @@ type World interface {
 	Advance(d time.Duration)
 	// Settle returns once every goroutine of the test is blocked. A
 	// real-time world cannot know that and returns at once: the suite
-	// orders its steps by what it observes (Pending, recovery events), and
+	// orders its steps by what it observes (Queued, recovery events), and
 	// Settle only sharpens a check in virtual time.
 	Settle()
+	// Queued is the number of writes and commits waiting in p's queue
+	// behind the transaction in flight (0 in Plain mode, where nothing
+	// queues); p is a partition one of the world's backends acquired. It
+	// is how the suite knows, in real time, that a write has joined the
+	// queue: no part of store.Partition, so each backend's harness asks
+	// its own partitions.
+	Queued(p store.Partition) int
 	// Now is the world's time.
 	Now() time.Time
 	// OutputTopic is a topic of two partitions for the outputs of

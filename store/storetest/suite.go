@@ -282,7 +282,7 @@ func offsetOnlyCommit(t *testing.T, w World) {
 	if got := w.ReadSnapshots(t, in); len(got) != 0 {
 		t.Fatalf("snapshots after an offset-only commit = %s, want none", describe(got))
 	}
-	r := collect(o.Recover(context.Background()))
+	r := collect(o.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	if len(r.snaps) != 0 {
 		t.Fatalf("recovered %s after an offset-only commit, want nothing", describe(r.snaps))
@@ -494,7 +494,7 @@ func recoveryOfEmptyPartition(t *testing.T, w World) {
 	m := w.Join(t)
 	o := acquire(t, w, stallConfig(w), input(w, 1), 0, m.Identity())
 	start := w.Now()
-	r := collect(o.Recover(context.Background()))
+	r := collect(o.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	if len(r.snaps) != 0 || w.Now().Sub(start) >= time.Second {
 		t.Fatalf("recovered %s after %s from an empty partition", describe(r.snaps), w.Now().Sub(start))
@@ -519,7 +519,7 @@ func recoveryProgressHook(t *testing.T, w World) {
 		t.Fatalf("acquire %s: %v", in, err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	r := collect(p.Recover(context.Background()))
+	r := collect(p.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	rec.mu.Lock()
 	evs := rec.recoveries
@@ -707,7 +707,7 @@ func staleOwnerFenced(t *testing.T, w World) {
 	mustNil(t, "stale owner's first write", stale.Write(context.Background(), snap("k", "old", 1)))
 	b := w.Join(t) // rebalance: the partition moves to b
 	fresh := acquire(t, w, transactional, in, 0, b.Identity())
-	r := collect(fresh.Recover(context.Background()))
+	r := collect(fresh.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	mustNil(t, "new owner's write", fresh.Write(context.Background(), snap("k", "new", 5)))
 	err := stale.Write(context.Background(), snap("k", "stale", 3))
@@ -795,7 +795,7 @@ func takeoverAborts(t *testing.T, w World) {
 		t.Fatalf("after acquisition lso %d != hw %d: the takeover did not abort", lso, hw)
 	}
 	start := w.Now()
-	r := collect(next.Recover(context.Background()))
+	r := collect(next.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	if got := latest(r.snaps); string(got["k"].Value) != "committed" {
 		t.Fatalf("recovered %s, want k=committed", describe(r.snaps))
@@ -860,7 +860,7 @@ func concurrentDistinctKeys(t *testing.T, w World) {
 	for err := range errs {
 		mustNil(t, "write", err)
 	}
-	r := collect(o.Recover(context.Background()))
+	r := collect(o.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	got := latest(r.snaps)
 	for i := range n {
@@ -870,7 +870,7 @@ func concurrentDistinctKeys(t *testing.T, w World) {
 	}
 }
 
-// A batch written with Partition.WriteBatch lands in the order given, as
+// A batch written in one call (WriteBatch) lands in the order given, as
 // consecutive writes: in Transactional mode the queue drains it in FIFO
 // transactions of the cap. A write refused before queueing fails alone; a
 // commit after the batch follows all of it.
@@ -937,7 +937,7 @@ func issue732(mode store.Mode) func(t *testing.T, w World) {
 		// a pauses; b joins and takes the partition.
 		b := w.Join(t)
 		fresh := acquire(t, w, cfg, in, 10, b.Identity())
-		r := collect(fresh.Recover(context.Background()))
+		r := collect(fresh.Recover(context.Background(), nil))
 		mustNil(t, "new owner recovers", r.err)
 		mustNil(t, "new owner folds events 10..19", fresh.Write(context.Background(), snap("k", "sum(0..19)", 19)))
 		mustNil(t, "new owner commits 20", fresh.Commit(context.Background(), 20))
@@ -948,7 +948,7 @@ func issue732(mode store.Mode) func(t *testing.T, w World) {
 		t.Logf("%s: A wakes and flushes k=sum(0..14) on revoke: err=%v", mode, staleErr)
 
 		next := acquire(t, w, cfg, in, 20, b.Identity())
-		r = collect(next.Recover(context.Background()))
+		r = collect(next.Recover(context.Background(), nil))
 		mustNil(t, "next recovery", r.err)
 		got := latest(r.snaps)["k"]
 		committed, _ := w.CommittedOffset(t, in)
@@ -980,7 +980,7 @@ func tombstoneKeepsOffset(t *testing.T, w World) {
 	o := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 3)))
 	mustNil(t, "delete", o.Write(context.Background(), store.Snapshot{Key: []byte("k"), Offset: 8, Tombstone: true}))
-	r := collect(o.Recover(context.Background()))
+	r := collect(o.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	if got := latest(r.snaps)["k"]; !got.Tombstone || got.Offset != 8 || got.Value != nil {
 		t.Fatalf("k recovered as %s, want a tombstone at offset 8", describe([]store.Snapshot{got}))
@@ -998,7 +998,7 @@ func timersRoundTrip(t *testing.T, w World) {
 	a.Timers, b.Timers = ts, ts[1:]
 	mustNil(t, "write", o.Write(context.Background(), a))
 	mustNil(t, "batch", o.CommitBatch(context.Background(), store.Batch{Snapshots: []store.Snapshot{b, c}, Offset: 4}))
-	r := collect(o.Recover(context.Background()))
+	r := collect(o.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	got := latest(r.snaps)
 	for _, want := range []store.Snapshot{a, b, c} {
@@ -1007,7 +1007,7 @@ func timersRoundTrip(t *testing.T, w World) {
 		}
 	}
 	mustNil(t, "rewrite", o.Write(context.Background(), snap("a", "5", 5)))
-	r = collect(o.Recover(context.Background()))
+	r = collect(o.Recover(context.Background(), nil))
 	mustNil(t, "recover again", r.err)
 	if g := latest(r.snaps)["a"]; g.Timers != nil {
 		t.Fatalf("a's snapshot without timers recovered with %v", g.Timers)
@@ -1023,7 +1023,7 @@ func corruptRecord(t *testing.T, w World) {
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 3)))
 	_, before := w.StableOffsets(t, in)
 	w.ProduceForeign(t, in, wire.Record{Key: []byte("intruder"), Value: []byte("{}")})
-	r := collect(o.Recover(context.Background()))
+	r := collect(o.Recover(context.Background(), nil))
 	var ce *store.CorruptRecordError
 	if !errors.As(r.err, &ce) || !errors.Is(r.err, store.ErrCorruptRecord) {
 		t.Fatalf("err = %v, want a CorruptRecordError", r.err)
@@ -1042,13 +1042,13 @@ func anotherApplicationsRecord(t *testing.T, w World) {
 	o := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 3)))
 	w.ProduceForeign(t, in, wire.EncodeSnapshot("", snap("old", "unnamed", 4)))
-	r := collect(o.Recover(context.Background()))
+	r := collect(o.Recover(context.Background(), nil))
 	if r.err != nil || len(r.snaps) != 2 {
 		t.Fatalf("recovery = %d snapshots, %v; want k and old", len(r.snaps), r.err)
 	}
 	_, before := w.StableOffsets(t, in)
 	w.ProduceForeign(t, in, wire.EncodeSnapshot("billing", snap("k", "theirs", 5)))
-	r = collect(o.Recover(context.Background()))
+	r = collect(o.Recover(context.Background(), nil))
 	var fe *store.ForeignStateError
 	if !errors.As(r.err, &fe) || !errors.Is(r.err, store.ErrForeignState) || !errors.Is(r.err, store.ErrMisconfigured) {
 		t.Fatalf("err = %v, want a ForeignStateError", r.err)
@@ -1114,7 +1114,7 @@ func anotherApplicationsClaimedID(t *testing.T, w World) {
 		t.Fatalf("err = %v, want a ForeignStateError naming the transactional.id", err)
 	}
 	mustNil(t, "the first application's write after the refusal", o.Write(context.Background(), snap("k", "v", 1)))
-	if r := collect(o.Recover(context.Background())); r.err != nil || len(r.snaps) != 1 {
+	if r := collect(o.Recover(context.Background(), nil)); r.err != nil || len(r.snaps) != 1 {
 		t.Fatalf("recovered %d snapshots, %v; want k alone (the claim is no snapshot)", len(r.snaps), r.err)
 	}
 }
@@ -1138,7 +1138,7 @@ func claimBesideAnOpenTransaction(t *testing.T, w World) {
 		t.Fatalf("after the first takeover: lso %d, hw %d; want a committed claim (a marker and its commit marker) past the foreign record, the lso still pinned at 0", lso, hw)
 	}
 	end(false)
-	if r := collect(o.Recover(context.Background())); r.err != nil || len(r.snaps) != 0 {
+	if r := collect(o.Recover(context.Background(), nil)); r.err != nil || len(r.snaps) != 0 {
 		t.Fatalf("recovered %s, %v; want nothing (the claim is no snapshot, the foreign record aborted)", describe(r.snaps), r.err)
 	}
 	mustNil(t, "a write after the claim", o.Write(context.Background(), snap("k", "v", 1)))
