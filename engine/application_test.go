@@ -19,6 +19,7 @@ import (
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // appOnSim is one application of the two on the simulated cluster's
@@ -156,7 +157,7 @@ func produceAccounts(t *testing.T, c *sim.Cluster, want ledger, events ...string
 	t.Helper()
 	for _, ev := range events {
 		k, v, _ := strings.Cut(ev, "=")
-		if _, err := c.Produce(store.TopicPartition{Topic: "accounts", Partition: int32(len(k) % 2)}, store.WireRecord{Key: []byte(k), Value: []byte(v)}); err != nil {
+		if _, err := c.Produce(store.TopicPartition{Topic: "accounts", Partition: int32(len(k) % 2)}, wire.Record{Key: []byte(k), Value: []byte(v)}); err != nil {
 			t.Fatal(err)
 		}
 		want.apply(k, v)

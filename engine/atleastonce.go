@@ -8,6 +8,7 @@ import (
 
 	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // atLeastOnce is the default output mode: outputs go to Config.Emit
@@ -338,7 +339,7 @@ func (m *atLeastOnce[S]) flush(ctx context.Context, f *flow[S]) error {
 func snapshotBytes(snaps []store.Snapshot) (n int, live bool) {
 	live = true
 	for _, s := range snaps {
-		n += store.SnapshotBytes(s)
+		n += wire.SnapshotBytes(s)
 		live = live && !s.Tombstone
 	}
 	return n, live

@@ -55,7 +55,7 @@ func roundTrip[S any](t *rapid.T, c engine.Codec[S], s S, eq func(a, b S) bool) 
 	}
 	if enc == nil {
 		// A snapshot record with a null value is corrupt
-		// (store.DecodeRecord): a state must never encode as nil.
+		// (wire.DecodeRecord): a state must never encode as nil.
 		t.Fatalf("%T.Encode(%v) = nil", c, s)
 	}
 	got, err := c.Decode(enc)

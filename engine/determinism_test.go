@@ -17,6 +17,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // The engine over the sim is deterministic: the same seed and the same
@@ -156,7 +157,7 @@ func runDeterminismScenario(t *testing.T, protocol sim.Protocol, seed uint64) sc
 			v = "close"
 		}
 		tp := store.TopicPartition{Topic: detTopic, Partition: int32(k % detPartitions)}
-		if _, err := c.Produce(tp, store.WireRecord{Key: []byte(detKey(k)), Value: []byte(v)}); err != nil {
+		if _, err := c.Produce(tp, wire.Record{Key: []byte(detKey(k)), Value: []byte(v)}); err != nil {
 			t.Fatal(err)
 		}
 		want.apply(detKey(k), v)

@@ -60,7 +60,7 @@
 // coordinator forgot after an unclean broker failure) is not waited for
 // inside the callback: it stays paused, its acquisition is retried after
 // later polls while the other partitions fold and commit, and after
-// Config.UnstableOffsetTimeout Run returns a *store.UnstableOffsetError that
+// Config.UnstableOffsetTimeout Run returns a *kafka.UnstableOffsetError that
 // names the transaction and the command that aborts it. This holds at
 // assignment too: the Kafka source fetches each partition from the offset
 // the engine resolved for it alone, so a held offset holds back no
@@ -360,7 +360,7 @@ type Config[S any] struct {
 	// bytes (keys plus values); default DefaultMaxTransactionBytes.
 	// Snapshots count in MaxTransactionRecords only: a state is encoded
 	// when its batch is sealed, not when it changes. At least once it
-	// caps the snapshot bytes (store.SnapshotBytes) a commit writes in
+	// caps the snapshot bytes (wire.SnapshotBytes) a commit writes in
 	// the transaction of its offset.
 	MaxTransactionBytes int
 	// UnstableOffsetTimeout bounds the wait of a partition's acquisition
@@ -371,8 +371,8 @@ type Config[S any] struct {
 	// lineage left open where it writes (OutputTopics) to be aborted.
 	// Meanwhile the partition is paused and its acquisition retried, and
 	// the other partitions fold and commit; past the timeout Step and Run
-	// return the *store.UnstableOffsetError or
-	// *store.HangingTransactionError, which names the transaction and the
+	// return the *kafka.UnstableOffsetError or
+	// *kafka.HangingTransactionError, which names the transaction and the
 	// commands that abort it. Default DefaultUnstableOffsetTimeout (3
 	// min).
 	UnstableOffsetTimeout time.Duration
@@ -394,10 +394,10 @@ type Config[S any] struct {
 	// snapshot write of the group: docs/operations.md, "Standby
 	// replicas", gives the costs. The followers run between polls, a
 	// round at most every second while they are caught up. It needs a
-	// Store that is a store.Follower in Transactional mode (store/kafka's
-	// and store/sim's are); Status().Standbys shows each replica. With a
-	// caught-up replica a failover is mostly the rebalance, which
-	// kafkaio.Config.HeartbeatInterval bounds.
+	// Store in Transactional mode that can follow (store.Backend's
+	// CanFollow: store/kafka's and store/sim's can); Status().Standbys
+	// shows each replica. With a caught-up replica a failover is mostly
+	// the rebalance, which kafkaio.Config.HeartbeatInterval bounds.
 	Standby bool
 	// Tables are the tables the fold (or OnTimer, or Tick) looks up while
 	// it runs: Views of other engines' snapshot topics, or of compacted
@@ -517,7 +517,7 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	if cfg.MaxOutputBytes == 0 {
 		cfg.MaxOutputBytes = DefaultMaxOutputBytes
 	}
-	kv, err := openPebble(cfg.Dir, storeApplication(cfg.Store))
+	kv, err := openPebble(cfg.Dir, cfg.Store.Application())
 	if err != nil {
 		return nil, err
 	}
@@ -568,8 +568,8 @@ func (cfg *Config[S]) checkStoreMode() error {
 	case cfg.Standby && cfg.Store.Mode() != store.Transactional:
 		return badConfig("Standby", fmt.Sprintf("needs a Transactional store (this one is %v): without the fence no copy of a snapshot partition is vouched for", cfg.Store.Mode()),
 			"use a store in store.Transactional mode, or turn Standby off")
-	case cfg.Standby && !isFollower(cfg.Store):
-		return badConfig("Standby", fmt.Sprintf("needs a Store that is a store.Follower (%T is not)", cfg.Store),
+	case cfg.Standby && !cfg.Store.CanFollow():
+		return badConfig("Standby", fmt.Sprintf("needs a Store that can follow partitions (%T cannot)", cfg.Store),
 			"use store/kafka's or store/sim's backend, or turn Standby off")
 	}
 	return nil
@@ -687,15 +687,6 @@ func (e *Engine[S]) Close() error {
 	return e.kv.Close()
 }
 
-// storeApplication is the application the store belongs to, if it says
-// (store.Named).
-func storeApplication(b store.Backend) string {
-	if n, ok := b.(store.Named); ok {
-		return n.Application()
-	}
-	return ""
-}
-
 // coreFold is the user's fold, as the core calls it. The record is the
 // runner's, converted in place ((*core.Record)(rec), the same fields), and
 // copied once into the user's argument, as the core did before; the
@@ -751,9 +742,4 @@ func appendStoreOutputs(dst []store.Output, outs []Output) []store.Output {
 		dst = append(dst, store.Output(o))
 	}
 	return dst
-}
-
-func isFollower(b store.Backend) bool {
-	_, ok := b.(store.Follower)
-	return ok
 }

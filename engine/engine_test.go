@@ -16,6 +16,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 func (w *simWorld) runnerWith(e *engine.Engine[int], protocol sim.Protocol, wrap func(input.Handler) input.Handler) *engine.Member[int] {
@@ -120,7 +121,7 @@ func TestUndecodableRecoveredStateNamesIt(t *testing.T) {
 	p.Close()
 	// A foreign writer of the right format but the wrong state encoding.
 	w.c.Produce(store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 1},
-		store.EncodeSnapshot("", store.Snapshot{Key: []byte("bob"), Value: []byte("not-a-number"), Offset: 41}))
+		wire.EncodeSnapshot("", store.Snapshot{Key: []byte("bob"), Value: []byte("not-a-number"), Offset: 41}))
 	w.produce("bob=+1")
 	r := w.runner(w.engine())
 	for range 3 {

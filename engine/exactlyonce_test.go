@@ -14,6 +14,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // audited is balance with one more output per input record: its
@@ -79,7 +80,7 @@ func (w *eosWorld) emitPlain(_ context.Context, outs []engine.Output) error {
 	for _, o := range outs {
 		cfg, _ := w.c.Topic(o.Topic)
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, cfg.Partitions)}
-		if _, err := w.c.Produce(tp, store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}); err != nil {
+		if _, err := w.c.Produce(tp, wire.Record{Key: o.Key, Value: o.Value, Headers: o.Headers}); err != nil {
 			return err
 		}
 	}
@@ -275,7 +276,7 @@ func TestExactlyOnceOutputsThroughACrashOnSim(t *testing.T) {
 	}
 }
 
-// flakyBackend fails chosen CommitBatch calls of its partitions: before
+// flakyBackend fails chosen StartCommitBatch calls of its partitions: before
 // the batch reaches the cluster, or after it committed (an EndTxn whose
 // answer was lost).
 type flakyBackend struct {
@@ -298,10 +299,6 @@ type flakyPartition struct {
 }
 
 var errLostAnswer = errors.New("flaky: the answer to EndTxn was lost")
-
-func (p *flakyPartition) CommitBatch(ctx context.Context, batch store.Batch) error {
-	return p.StartCommitBatch(ctx, batch).Wait(ctx)[0]
-}
 
 // StartCommitBatch is the engine's way in: the sim's outcome is known
 // before it returns, so the flakiness is decided then too.

@@ -11,6 +11,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // exampleAccount is the examples' per-key state.
@@ -94,7 +95,7 @@ func ExampleMember_Step() {
 
 	tp := store.TopicPartition{Topic: "accounts", Partition: 0}
 	for _, v := range []string{"+10", "-3", "+5"} {
-		_, _ = cluster.Produce(tp, store.WireRecord{Key: []byte("alice"), Value: []byte(v)})
+		_, _ = cluster.Produce(tp, wire.Record{Key: []byte("alice"), Value: []byte(v)})
 	}
 	show := func(when string) {
 		acct, _, _ := r.State(tp, []byte("alice"))
@@ -158,12 +159,12 @@ func ExampleEngine_Join() {
 
 	first := newRunner("first")
 	for _, v := range []string{"+10", "+5"} {
-		_, _ = cluster.Produce(tp, store.WireRecord{Key: []byte("alice"), Value: []byte(v)})
+		_, _ = cluster.Produce(tp, wire.Record{Key: []byte("alice"), Value: []byte(v)})
 	}
 	_ = first.Step(ctx)
 	cluster.Advance(time.Second)
 	_ = first.Step(ctx) // the snapshot {15, 2} is written at offset 1; offset 0 stays committed
-	_, _ = cluster.Produce(tp, store.WireRecord{Key: []byte("alice"), Value: []byte("-1")})
+	_, _ = cluster.Produce(tp, wire.Record{Key: []byte("alice"), Value: []byte("-1")})
 	_ = first.Step(ctx) // folded, never written
 	// The first process dies: its member never polls nor heartbeats
 	// again, and its runner is never stepped or closed (no flush, no

@@ -17,6 +17,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // The failure model's tests on the simulated cluster (docs/operations.md):
@@ -496,7 +497,7 @@ func TestUndecodableStateIsDeadLetteredAndDeletedOnSim(t *testing.T) {
 	p.Close()
 	w.produce("alice=+2") // offset 0 of accounts/1
 	snaps := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 1}
-	if _, err := w.c.Produce(snaps, store.EncodeSnapshot("", store.Snapshot{Key: []byte("bob"), Value: []byte("not-a-number"), Offset: 0})); err != nil {
+	if _, err := w.c.Produce(snaps, wire.EncodeSnapshot("", store.Snapshot{Key: []byte("bob"), Value: []byte("not-a-number"), Offset: 0})); err != nil {
 		t.Fatal(err)
 	}
 	w.produce("bob=+1")
@@ -569,7 +570,7 @@ func TestTransientFailureRestartsWithBackoffOnSim(t *testing.T) {
 func TestPoisonKeysAreLoggedReadably(t *testing.T) {
 	w := newSimWorld(t)
 	w.produce("bob=lots")
-	w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 0}, store.WireRecord{Key: []byte{0xff, 0x01}, Value: []byte("lots")})
+	w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 0}, wire.Record{Key: []byte{0xff, 0x01}, Value: []byte("lots")})
 	var buf bytes.Buffer
 	r := w.runner(w.engineWith(func(c *engine.Config[int]) {
 		c.Poison = engine.SkipPoison

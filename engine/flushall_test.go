@@ -9,6 +9,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // FlushAll writes a key changed while its previous write was in flight:
@@ -40,7 +41,7 @@ func TestFlushAllWritesAKeyChangedWhileInFlight(t *testing.T) {
 	}
 	input := store.TopicPartition{Topic: "accounts", Partition: 1} // alice: len 5
 	produce := func(v string) {
-		if _, err := c.Produce(input, store.WireRecord{Key: []byte("alice"), Value: []byte(v)}); err != nil {
+		if _, err := c.Produce(input, wire.Record{Key: []byte("alice"), Value: []byte(v)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -72,7 +73,7 @@ func TestFlushAllWritesAKeyChangedWhileInFlight(t *testing.T) {
 	}
 	var last store.Snapshot
 	for _, en := range ents {
-		if s, kind, err := store.DecodeRecord(snap, en.Offset, en.Record); err == nil && kind != store.KindOffsetMarker {
+		if s, kind, err := wire.DecodeRecord(snap, en.Offset, en.Record); err == nil && kind != wire.KindOffsetMarker {
 			last = s
 		}
 	}

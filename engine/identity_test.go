@@ -73,7 +73,7 @@ func TestWriteBeforeTheFirstJoinFailsLoudly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	err = p.WriteBatch(context.Background(), []store.Snapshot{{Key: []byte("k"), Value: []byte("1"), Offset: 0}})[0]
+	err = p.StartWriteBatch(context.Background(), []store.Snapshot{{Key: []byte("k"), Value: []byte("1"), Offset: 0}}).Wait(context.Background())[0]
 	if !errors.Is(err, store.ErrMissingIdentity) {
 		t.Fatalf("write before the first join: %v, want ErrMissingIdentity", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // A lookup join: the fold enriches each order with its customer's tier,
@@ -30,7 +31,7 @@ func ExampleConfig_tables() {
 	})
 	defer backend.Close()
 	tiersTP := store.TopicPartition{Topic: "tiers", Partition: 0}
-	_, _ = cluster.Produce(tiersTP, store.WireRecord{Key: []byte("alice"), Value: []byte(`"gold"`)})
+	_, _ = cluster.Produce(tiersTP, wire.Record{Key: []byte("alice"), Value: []byte(`"gold"`)})
 
 	tiers, err := engine.NewView(ctx, engine.ViewConfig[string]{
 		Store: backend, Topic: "tiers", Plain: true, Codec: engine.JSON[string](),
@@ -71,7 +72,7 @@ func ExampleConfig_tables() {
 
 	ordersTP := store.TopicPartition{Topic: "orders", Partition: 0}
 	order1 := func() {
-		_, _ = cluster.Produce(ordersTP, store.WireRecord{Key: []byte("alice"), Value: []byte("order")})
+		_, _ = cluster.Produce(ordersTP, wire.Record{Key: []byte("alice"), Value: []byte("order")})
 	}
 	for !tiers.Status().CaughtUp {
 		_ = tiers.Step(ctx)
@@ -81,7 +82,7 @@ func ExampleConfig_tables() {
 	got, _, _ := e.Get(ctx, ordersTP, []byte("alice"), engine.ReadLatest)
 	fmt.Printf("alice: %+v\n", got.State)
 
-	_, _ = cluster.Produce(tiersTP, store.WireRecord{Key: []byte("alice"), Value: []byte(`"platinum"`)})
+	_, _ = cluster.Produce(tiersTP, wire.Record{Key: []byte("alice"), Value: []byte(`"platinum"`)})
 	_ = tiers.Step(ctx)
 	order1()
 	_ = r.Step(ctx)

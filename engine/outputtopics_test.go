@@ -11,6 +11,7 @@ import (
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/sim"
 )
 
@@ -70,8 +71,8 @@ func (s *leftoverStore) Acquire(ctx context.Context, a store.Acquisition) (store
 	open := s.open && a.Input == s.held
 	s.mu.Unlock()
 	if open {
-		return nil, &store.HangingTransactionError{Takeover: true, Input: a.Input, Snapshots: a.Input,
-			Hanging: []store.HangingTransaction{{OpenTransaction: store.OpenTransaction{
+		return nil, &kafka.HangingTransactionError{Takeover: true, Input: a.Input, Snapshots: a.Input,
+			Hanging: []kafka.HangingTransaction{{OpenTransaction: kafka.OpenTransaction{
 				Partition: store.TopicPartition{Topic: "balances", Partition: 1}, ProducerID: 7, StartOffset: 3}, OwnLineage: true}},
 			NotAborted: "kafka.Config.AbortHangingTransactions is off", Bootstrap: "broker:9092"}
 	}

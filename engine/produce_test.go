@@ -17,6 +17,7 @@ import (
 	"github.com/snapfence/snapfence/engine/prom"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // noted is balance, except that a value that is no amount is a note,
@@ -400,7 +401,7 @@ func (w *eosWorld) refusingEmit(_ context.Context, outs []engine.Output) error {
 	for i, o := range outs {
 		cfg, _ := w.c.Topic(o.Topic)
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, cfg.Partitions)}
-		_, err := w.c.Produce(tp, store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers})
+		_, err := w.c.Produce(tp, wire.Record{Key: o.Key, Value: o.Value, Headers: o.Headers})
 		switch {
 		case err == nil:
 		case errors.Is(err, kerr.MessageTooLarge):
@@ -512,7 +513,7 @@ func TestTimerOutputTheBrokerRefusesIsSkippedOnSim(t *testing.T) {
 		t.Run(modeName(eos), func(t *testing.T) {
 			w := refusingWorld(t, eos, engine.SkipPoison)
 			w.produce("bob=+5")
-			w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 1}, store.WireRecord{Key: []byte("bob"), Value: []byte("remind")})
+			w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 1}, wire.Record{Key: []byte("bob"), Value: []byte("remind")})
 			m, reg := newMetrics(t)
 			r := w.runner(w.engine(time.Second, func(c *engine.Config[int]) {
 				c.Observer = m

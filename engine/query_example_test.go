@@ -10,6 +10,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Queries read a running engine's state from any goroutine (here the
@@ -39,7 +40,7 @@ func ExampleEngine_Get() {
 
 	tp := store.TopicPartition{Topic: "accounts", Partition: 0}
 	for _, v := range []string{"+10", "-3"} {
-		_, _ = cluster.Produce(tp, store.WireRecord{Key: []byte("alice"), Value: []byte(v)})
+		_, _ = cluster.Produce(tp, wire.Record{Key: []byte("alice"), Value: []byte(v)})
 	}
 	show := func(when string) {
 		for _, mode := range []engine.ReadMode{engine.ReadLatest, engine.ReadCommitted} {

@@ -164,11 +164,11 @@ func (r *Member[S]) readSnapshots(ctx context.Context, f *flow[S], out *recovery
 	}
 	bad := undecodable{} // the keys whose latest snapshot does not decode
 	for {
-		snaps := f.part.Recover(ctx)
+		var from *store.Checkpoint
 		if out.delta {
-			snaps = f.part.RecoverFrom(ctx, out.cp)
+			from = &out.cp
 		}
-		refused, err := r.readInto(f, snaps, bad, out)
+		refused, err := r.readInto(f, f.part.Recover(ctx, from), bad, out)
 		if err != nil || refused == nil {
 			// Only now is it known which snapshot each key recovers from:
 			// one that did not decode may have been superseded by a

@@ -11,6 +11,7 @@ import (
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // A fold or a tick that returns the zero Result changes nothing: the keys
@@ -121,7 +122,7 @@ func TestFoldFailureIsAnEngineFoldError(t *testing.T) {
 	r := w.runner(w.engine())
 	w.drain(r)
 	tp := store.TopicPartition{Topic: "accounts", Partition: 1}
-	if _, err := w.c.Produce(tp, store.WireRecord{Key: []byte("bob"), Value: []byte("lots")}); err != nil {
+	if _, err := w.c.Produce(tp, wire.Record{Key: []byte("bob"), Value: []byte("lots")}); err != nil {
 		t.Fatal(err)
 	}
 	// Under the default poison policy the failure ends the runner: Step

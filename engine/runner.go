@@ -110,12 +110,12 @@ type Input interface {
 //     record that is not snapfence's (*store.CorruptRecordError), a
 //     snapshot over the size limit (*store.ValueTooLargeError);
 //   - a committed offset held past UnstableOffsetTimeout
-//     (*store.UnstableOffsetError);
+//     (*kafka.UnstableOffsetError, from store/kafka);
 //   - state or a transactional.id of another application
 //     (*store.ForeignStateError): a snapshot topic or a
 //     TransactionalIDPrefix shared by mistake.
 //
-// An input given no group joins the store's application's (store.Named):
+// An input given no group joins the store's application's (its Application):
 // one name for the group, the snapshot topics and the transactional ids.
 //
 // Everything else is transient or expected and is retried: a failed poll
@@ -151,7 +151,7 @@ func (e *Engine[S]) Join(in Input) (*Member[S], error) {
 		ReplaysFail:        replaysFail,
 		FoldError:          refusedFoldError,
 	}, time.Time{})
-	src, err := in.Open(input.Opening{Handler: rebalanceHandler[S]{r}, Application: storeApplication(e.cfg.Store)})
+	src, err := in.Open(input.Opening{Handler: rebalanceHandler[S]{r}, Application: e.cfg.Store.Application()})
 	if err != nil {
 		r.endLife()
 		return nil, err
@@ -233,7 +233,7 @@ func (r *Member[S]) Errors() []error {
 // Step polls once, folds what came, emits the outputs, and runs the
 // flushes, commits and ticks that are due. An error that ends the runner
 // (a partition whose acquisition could not finish, an
-// *store.UnstableOffsetError) is returned by this and every later Step.
+// *kafka.UnstableOffsetError) is returned by this and every later Step.
 func (r *Member[S]) Step(ctx context.Context) error {
 	if err := r.fatalErr(); err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // intCodec encodes an int as decimal text.
@@ -72,7 +73,7 @@ func (w *simWorld) produce(events ...string) {
 	for _, ev := range events {
 		k, v, _ := strings.Cut(ev, "=")
 		p := int32(len(k) % 2)
-		if _, err := w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: p}, store.WireRecord{Key: []byte(k), Value: []byte(v)}); err != nil {
+		if _, err := w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: p}, wire.Record{Key: []byte(k), Value: []byte(v)}); err != nil {
 			w.t.Fatal(err)
 		}
 		w.want.apply(k, v)
@@ -241,10 +242,10 @@ func TestFoldFailureStopsThePartitionOnSim(t *testing.T) {
 	w.drain(r)
 	tp := store.TopicPartition{Topic: "accounts", Partition: 1}
 	before, _ := w.c.CommittedOffset("bank", tp)
-	if _, err := w.c.Produce(tp, store.WireRecord{Key: []byte("bob"), Value: []byte("lots")}); err != nil {
+	if _, err := w.c.Produce(tp, wire.Record{Key: []byte("bob"), Value: []byte("lots")}); err != nil {
 		t.Fatal(err)
 	}
-	w.c.Produce(tp, store.WireRecord{Key: []byte("bob"), Value: []byte("+1")})
+	w.c.Produce(tp, wire.Record{Key: []byte("bob"), Value: []byte("+1")})
 	for range 5 {
 		r.Step(context.Background())
 		w.c.Advance(time.Second)

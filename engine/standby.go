@@ -24,7 +24,7 @@ import (
 // both: start closes a partition's follower before it takes the partition
 // over. What a follower writes is committed (read_committed) and its
 // checkpoint is one the store vouches for, so a standby copy is a base
-// like any other the warm restart checks (RecoverFrom).
+// like any other the warm restart checks (Recover from a checkpoint).
 
 const (
 	// standbyInterval is the least time between two rounds of reads of
@@ -46,7 +46,7 @@ const (
 type standbys[S any] struct {
 	r      *Member[S]
 	lister input.Source
-	follow store.Follower
+	follow store.Backend
 	all    []store.TopicPartition
 	listed time.Time
 	// parts are the partitions followed, and those whose replica failed
@@ -55,7 +55,7 @@ type standbys[S any] struct {
 }
 
 func newStandbys[S any](r *Member[S]) (*standbys[S], error) {
-	return &standbys[S]{r: r, lister: r.src, follow: r.e.cfg.Store.(store.Follower),
+	return &standbys[S]{r: r, lister: r.src, follow: r.e.cfg.Store,
 		parts: map[store.TopicPartition]*replica.Reader{}}, nil
 }
 

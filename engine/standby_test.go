@@ -14,6 +14,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Standby replicas on the simulated cluster (docs/operations.md, "Standby
@@ -118,7 +119,7 @@ func TestStandbyFailoverReadsOnlyTheDeltaOnSim(t *testing.T) {
 			p.rs[own].Source().(*simsource.Source).Member().Stall()
 			crashed := w.c.InitProducerID(store.TransactionalID("bank", in0), time.Minute)
 			if _, err := crashed.Produce(store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 0},
-				store.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40})); err != nil {
+				wire.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40})); err != nil {
 				t.Fatal(err)
 			}
 			recoveryLines(p.logs[other]) // forget the first recoveries
@@ -148,6 +149,11 @@ func TestStandbyFailoverReadsOnlyTheDeltaOnSim(t *testing.T) {
 	}
 }
 
+// unfollowing is a store that cannot follow partitions.
+type unfollowing struct{ store.Backend }
+
+func (unfollowing) CanFollow() bool { return false }
+
 // Standby needs a store that can follow, in Transactional mode, and says
 // so at New.
 func TestStandbyMisconfiguredOnSim(t *testing.T) {
@@ -158,7 +164,7 @@ func TestStandbyMisconfiguredOnSim(t *testing.T) {
 	}
 	for name, st := range map[string]store.Backend{
 		"a Plain store":              plain,
-		"a store that cannot follow": struct{ store.Backend }{w.store},
+		"a store that cannot follow": unfollowing{w.store},
 	} {
 		_, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: st, Standby: true})
 		var ce *store.ConfigError

@@ -88,9 +88,9 @@ type PartitionStatus struct {
 	// with nothing new commits nothing, so an idle partition's ages.
 	LastCommit time.Time
 	// Held: waiting because a transaction the takeover did not end holds
-	// the committed offset (Err is the *store.UnstableOffsetError), or is
+	// the committed offset (Err is the *kafka.UnstableOffsetError), or is
 	// left open on a partition its transactions write (Err is the
-	// *store.HangingTransactionError).
+	// *kafka.HangingTransactionError).
 	Held bool
 	// Err is why the partition is waiting or stopped; nil otherwise.
 	Err error

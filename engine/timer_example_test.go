@@ -9,6 +9,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // A session per key that closes after a minute without activity: each
@@ -63,7 +64,7 @@ func ExampleResult_SetTimer() {
 	defer r.Close(ctx)
 
 	tp := store.TopicPartition{Topic: "clicks", Partition: 0}
-	click := func() { _, _ = cluster.Produce(tp, store.WireRecord{Key: []byte("ada")}) }
+	click := func() { _, _ = cluster.Produce(tp, wire.Record{Key: []byte("ada")}) }
 	for range 3 { // three clicks, 30 s apart
 		click()
 		_ = r.Step(ctx)
@@ -117,7 +118,7 @@ func ExampleTimer_eventTime() {
 
 	tp := store.TopicPartition{Topic: "invoices", Partition: 0}
 	send := func(key, value string) {
-		_, _ = cluster.Produce(tp, store.WireRecord{Key: []byte(key), Value: []byte(value)})
+		_, _ = cluster.Produce(tp, wire.Record{Key: []byte(key), Value: []byte(value)})
 		_ = r.Step(ctx)
 	}
 	wait := func(d time.Duration) { // the clock moves; the member polls

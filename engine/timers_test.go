@@ -10,6 +10,7 @@ import (
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Per-key timers on the simulated cluster (docs/design.md, "Timers"). The
@@ -119,7 +120,7 @@ func (w *timerWorld) state(r *engine.Member[int], key string) int {
 func TestTimerFiresOnceOnSim(t *testing.T) {
 	w := newTimerWorld(t)
 	w.produce("alice=+1")
-	w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 1}, store.WireRecord{Key: []byte("alice"), Value: []byte("remind")})
+	w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 1}, wire.Record{Key: []byte("alice"), Value: []byte("remind")})
 	r := w.runner(w.engine(""))
 	w.steps(3, r)
 	if got := w.fired.of("alice"); got != 0 {
@@ -150,7 +151,7 @@ func TestTimerFiresOnceOnSim(t *testing.T) {
 func TestTimerFiresOnceAcrossCrashesOnSim(t *testing.T) {
 	w := newTimerWorld(t)
 	w.produce("alice=+1")
-	w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 1}, store.WireRecord{Key: []byte("alice"), Value: []byte("remind")})
+	w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 1}, wire.Record{Key: []byte("alice"), Value: []byte("remind")})
 	a := w.runner(w.engine(""))
 	w.steps(1, a)
 	a.FlushAll(context.Background()) // the state and its timer are durable
@@ -182,7 +183,7 @@ func TestTimerMovesWithItsPartitionOnSim(t *testing.T) {
 	w := newTimerWorld(t)
 	w.produce("alice=+1", "bob=+2")
 	for _, k := range []string{"alice", "bob"} {
-		w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: int32(len(k) % 2)}, store.WireRecord{Key: []byte(k), Value: []byte("remind")})
+		w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: int32(len(k) % 2)}, wire.Record{Key: []byte(k), Value: []byte("remind")})
 	}
 	a := w.runner(w.engine(""))
 	w.steps(1, a)
@@ -214,7 +215,7 @@ func TestTimerFiresAfterWarmRestartOnSim(t *testing.T) {
 	w := newTimerWorld(t)
 	dir := t.TempDir()
 	w.produce("alice=+1")
-	w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 1}, store.WireRecord{Key: []byte("alice"), Value: []byte("remind")})
+	w.c.Produce(store.TopicPartition{Topic: "accounts", Partition: 1}, wire.Record{Key: []byte("alice"), Value: []byte("remind")})
 	e := w.open(dir)
 	r := w.runner(e)
 	w.steps(1, r)
@@ -258,7 +259,7 @@ func TestTimerFiresAfterWarmRestartOnSim(t *testing.T) {
 func TestEventTimeTimerOnSim(t *testing.T) {
 	w := newTimerWorld(t)
 	p1 := store.TopicPartition{Topic: "accounts", Partition: 1}
-	w.c.Produce(p1, store.WireRecord{Key: []byte("alice"), Value: []byte("+1")}, store.WireRecord{Key: []byte("alice"), Value: []byte("deadline")})
+	w.c.Produce(p1, wire.Record{Key: []byte("alice"), Value: []byte("+1")}, wire.Record{Key: []byte("alice"), Value: []byte("deadline")})
 	r := w.runner(w.engine(""))
 	w.steps(20, r) // processing time passes; no record, so the watermark does not
 	if got := w.fired.of("alice"); got != 0 {
@@ -277,8 +278,8 @@ func TestEventTimeTimerOnSim(t *testing.T) {
 func TestTimerMisuseIsAFoldErrorOnSim(t *testing.T) {
 	w := newTimerWorld(t)
 	p1 := store.TopicPartition{Topic: "accounts", Partition: 1}
-	w.c.Produce(p1, store.WireRecord{Key: []byte("alice"), Value: []byte("+1")}, store.WireRecord{Key: []byte("alice"), Value: []byte("forget")},
-		store.WireRecord{Key: []byte("alice"), Value: []byte("remind")})
+	w.c.Produce(p1, wire.Record{Key: []byte("alice"), Value: []byte("+1")}, wire.Record{Key: []byte("alice"), Value: []byte("forget")},
+		wire.Record{Key: []byte("alice"), Value: []byte("remind")})
 	r := w.runner(w.engine("", func(c *engine.Config[int]) { c.OnTimer = nil }))
 	ctx := context.Background()
 	var err error
@@ -319,7 +320,7 @@ func TestTimerFailureGoesToThePoisonPolicyOnSim(t *testing.T) {
 		t.Run(policy.String(), func(t *testing.T) {
 			w := newTimerWorld(t)
 			p1 := store.TopicPartition{Topic: "accounts", Partition: 1}
-			w.c.Produce(p1, store.WireRecord{Key: []byte("alice"), Value: []byte("+1")}, store.WireRecord{Key: []byte("alice"), Value: []byte("remind")})
+			w.c.Produce(p1, wire.Record{Key: []byte("alice"), Value: []byte("+1")}, wire.Record{Key: []byte("alice"), Value: []byte("remind")})
 			r := w.runner(w.engine("", func(c *engine.Config[int]) { c.OnTimer, c.Poison = failing, policy }))
 			ctx := context.Background()
 			var err error
@@ -354,8 +355,8 @@ func TestTimerFailureGoesToThePoisonPolicyOnSim(t *testing.T) {
 func TestDeleteDropsTimersOnSim(t *testing.T) {
 	w := newTimerWorld(t)
 	p1 := store.TopicPartition{Topic: "accounts", Partition: 1}
-	w.c.Produce(p1, store.WireRecord{Key: []byte("alice"), Value: []byte("+1")}, store.WireRecord{Key: []byte("alice"), Value: []byte("remind")},
-		store.WireRecord{Key: []byte("alice"), Value: []byte("close")})
+	w.c.Produce(p1, wire.Record{Key: []byte("alice"), Value: []byte("+1")}, wire.Record{Key: []byte("alice"), Value: []byte("remind")},
+		wire.Record{Key: []byte("alice"), Value: []byte("close")})
 	r := w.runner(w.engine(""))
 	w.steps(10, r)
 	if got := w.fired.of("alice"); got != 0 {
@@ -380,7 +381,7 @@ func TestTimerOutputsThroughACrashOnSim(t *testing.T) {
 				}
 			}
 			p1 := store.TopicPartition{Topic: "accounts", Partition: 1}
-			w.c.Produce(p1, store.WireRecord{Key: []byte("alice"), Value: []byte("+1")}, store.WireRecord{Key: []byte("alice"), Value: []byte("remind")})
+			w.c.Produce(p1, wire.Record{Key: []byte("alice"), Value: []byte("+1")}, wire.Record{Key: []byte("alice"), Value: []byte("remind")})
 			a := w.runner(w.engine(time.Hour, timed))
 			if err := a.Step(ctx); err != nil {
 				t.Fatal(err)

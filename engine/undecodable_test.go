@@ -17,6 +17,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // olderStates is a world whose accounts/1 snapshots were written by an
@@ -42,7 +43,7 @@ func olderStates(t *testing.T) *simWorld {
 		key, value string
 		offset     int64
 	}{{"bob", "old:5", 7}, {"dan", "old:4", 3}, {"zed", "old:1", 5}, {"bob", "old:6", 12}, {"zed", "9", 9}, {"eve", "4", 2}} {
-		if _, err := w.c.Produce(snapshotsOf(tp), store.EncodeSnapshot("bank", store.Snapshot{Key: []byte(s.key), Value: []byte(s.value), Offset: s.offset})); err != nil {
+		if _, err := w.c.Produce(snapshotsOf(tp), wire.EncodeSnapshot("bank", store.Snapshot{Key: []byte(s.key), Value: []byte(s.value), Offset: s.offset})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -176,7 +177,7 @@ func TestSupersededUndecodableSnapshotIsIgnoredOnSim(t *testing.T) {
 	p.Close()
 	w.produce("bob=+1", "bob=+1")
 	for _, v := range []string{"old:1", "1"} { // both of input offset 0
-		if _, err := w.c.Produce(snapshotsOf(tp), store.EncodeSnapshot("bank", store.Snapshot{Key: []byte("bob"), Value: []byte(v), Offset: 0})); err != nil {
+		if _, err := w.c.Produce(snapshotsOf(tp), wire.EncodeSnapshot("bank", store.Snapshot{Key: []byte("bob"), Value: []byte(v), Offset: 0})); err != nil {
 			t.Fatal(err)
 		}
 	}

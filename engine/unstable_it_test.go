@@ -14,6 +14,7 @@ import (
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
 )
 
 // committedAtEnd reports whether the group's committed offset of tp is at
@@ -65,11 +66,11 @@ func heldOffsetOnKafka(t *testing.T, atAssignment bool) {
 	if !atAssignment && !p1Done {
 		t.Fatalf("partition 1 was not committed to its end while partition 0 waited (flows %v, err %v); logs:\n%s", r.Flows(), err, logs)
 	}
-	ue := checkUnstable(t, err, in0, txnID, timeout, func(o store.OpenTransaction) bool {
+	ue := checkUnstable(t, err, in0, txnID, timeout, func(o kafka.OpenTransaction) bool {
 		return o.Partition == snap0 && o.ProducerID == pid && o.TransactionalID == intruder
 	}, logs)
 	// Kafka also shows it open on the group's offsets partition.
-	if !slices.ContainsFunc(ue.Open, func(o store.OpenTransaction) bool {
+	if !slices.ContainsFunc(ue.Open, func(o kafka.OpenTransaction) bool {
 		return o.Partition.Topic == "__consumer_offsets" && o.ProducerID == pid
 	}) {
 		t.Fatalf("the holder is not listed on __consumer_offsets: %v", err)

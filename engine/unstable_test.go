@@ -19,7 +19,9 @@ import (
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // logCount counts the engine's log records per level that name an input
@@ -73,12 +75,12 @@ func (l *logCount) String() string {
 // it, after waiting at least timeout; and one warning and one error logged
 // for the partition.
 func checkUnstable(t *testing.T, err error, in store.TopicPartition, txnID string, timeout time.Duration,
-	holder func(store.OpenTransaction) bool, logs *logCount) *store.UnstableOffsetError {
+	holder func(kafka.OpenTransaction) bool, logs *logCount) *kafka.UnstableOffsetError {
 	t.Helper()
 	t.Logf("the runner ended with: %v", err)
-	ue, ok := errors.AsType[*store.UnstableOffsetError](err)
+	ue, ok := errors.AsType[*kafka.UnstableOffsetError](err)
 	if !ok || !errors.Is(err, store.ErrOffsetUnstable) {
-		t.Fatalf("Step returned %v (%T), want a *store.UnstableOffsetError; logs:\n%s", err, err, logs)
+		t.Fatalf("Step returned %v (%T), want a *kafka.UnstableOffsetError; logs:\n%s", err, err, logs)
 	}
 	if ue.Input != in || ue.TransactionalID != txnID || ue.Waited < timeout {
 		t.Fatalf("error names %s, %q, waited %s; want %s, %q, at least %s: %v", ue.Input, ue.TransactionalID, ue.Waited, in, txnID, timeout, err)
@@ -105,7 +107,7 @@ func (w *simWorld) forgetHeldTransaction(in, snap store.TopicPartition) {
 	w.t.Helper()
 	txnID := fmt.Sprintf("bank-%s-%d", in.Topic, in.Partition)
 	prod := w.c.InitProducerID(txnID, 0)
-	if _, err := prod.Produce(snap, store.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("1"), Offset: 0})); err != nil {
+	if _, err := prod.Produce(snap, wire.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("1"), Offset: 0})); err != nil {
 		w.t.Fatal(err)
 	}
 	if err := prod.TxnOffsetCommit(store.GroupIdentity{Group: "bank", Generation: -1}, map[store.TopicPartition]int64{in: 1}); err != nil {
@@ -174,7 +176,7 @@ func TestAHeldCommittedOffsetStopsOnlyItsPartitionOnSim(t *testing.T) {
 	if !p1Done {
 		t.Fatalf("accounts/1 was not committed to its end while accounts/0 waited (flows %v, err %v)\n%s", r.Flows(), err, logs)
 	}
-	checkUnstable(t, err, accounts0, "bank-accounts-0", timeout, func(o store.OpenTransaction) bool {
+	checkUnstable(t, err, accounts0, "bank-accounts-0", timeout, func(o kafka.OpenTransaction) bool {
 		return o.Partition == snaps0 && o.StartOffset > 0 && o.TransactionalID == ""
 	}, logs)
 	if err2 := r.Step(context.Background()); !errors.Is(err2, store.ErrOffsetUnstable) {
@@ -198,7 +200,7 @@ func TestAHeldCommittedOffsetAtAssignmentFailsLoudlyOnSim(t *testing.T) {
 	const timeout = 30 * time.Second
 	r := w.runner(w.unstableEngine(timeout, logs))
 	err := w.stepUntilError(r, 3*timeout, nil)
-	checkUnstable(t, err, accounts0, "bank-accounts-0", timeout, func(o store.OpenTransaction) bool {
+	checkUnstable(t, err, accounts0, "bank-accounts-0", timeout, func(o kafka.OpenTransaction) bool {
 		return o.Partition == snaps0 && o.StartOffset == 0 && o.TransactionalID == ""
 	}, logs)
 	w.recoverAfterAbort(r)
@@ -373,7 +375,7 @@ func heldOffsetOnKfake(t *testing.T, atAssignment bool) {
 		if !atAssignment && !p1Done {
 			t.Fatalf("accounts/1 was not committed to its end while accounts/0 waited (flows %v, err %v); logs:\n%s", r.Flows(), err, logs)
 		}
-		checkUnstable(t, err, accounts0, "bank-accounts-0", timeout, func(o store.OpenTransaction) bool {
+		checkUnstable(t, err, accounts0, "bank-accounts-0", timeout, func(o kafka.OpenTransaction) bool {
 			return o.Partition == snaps0 && o.ProducerID == pid && o.TransactionalID == "intruder"
 		}, logs)
 		if err := r.Close(ctx); err != nil {

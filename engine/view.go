@@ -29,13 +29,13 @@ import (
 // ViewConfig configures a View. Validation happens in NewView, in one
 // place (ViewConfig.check), with a *store.ConfigError naming the field.
 type ViewConfig[S any] struct {
-	// Store reads the topic; required. store/kafka's and store/sim's
-	// backends are store.TopicFollowers. For a view of snapshots it must
+	// Store reads the topic; required: store/kafka's or store/sim's
+	// backend (one that can follow). For a view of snapshots it must
 	// be in Transactional mode (its mode sets how it reads; the view
 	// writes nothing): a Plain-mode backend is refused. A backend with
 	// CreateTopics creates a missing snapshot topic, as for a standby
 	// replica; leave it off for a view that must change nothing.
-	Store store.TopicFollower
+	Store store.Backend
 	// Topic is required. For a view of snapshots it is the input topic of
 	// the engine whose snapshots the view reads (the view reads the
 	// snapshot topic the Store names for it: by default
@@ -267,7 +267,7 @@ func (cfg ViewConfig[S]) check() (ViewConfig[S], error) {
 	if cfg.Codec == nil {
 		return cfg, &store.ConfigError{Subject: "engine.ViewConfig.Codec", Problem: "is nil", Fix: "give the codec the states were written with"}
 	}
-	if m, ok := cfg.Store.(interface{ Mode() store.Mode }); !cfg.Plain && (!ok || m.Mode() != store.Transactional) {
+	if !cfg.Plain && cfg.Store.Mode() != store.Transactional {
 		return cfg, &store.ConfigError{Subject: "engine.ViewConfig.Store",
 			Problem: "is not in Transactional mode: a view of snapshots shows only what the fence vouches for, and a Plain-mode reader vouches for nothing (it reads read_uncommitted, aborted and stale snapshots included)",
 			Fix:     "use a Transactional backend (the view writes nothing; the mode only sets how it reads), or set Plain to read the topic as plain key/values"}
@@ -305,10 +305,8 @@ func NewView[S any](ctx context.Context, cfg ViewConfig[S]) (*View[S], error) {
 	v := &View[S]{cfg: cfg, name: cfg.Topic, tag: tableCheckpointTag, log: cfg.Logger, parts: map[int32]*viewPart[S]{}, notify: make(chan struct{})}
 	if !cfg.Plain {
 		v.tag = viewCheckpointTag
-		if sp, ok := cfg.Store.(interface {
-			SnapshotPartition(store.TopicPartition) store.TopicPartition
-		}); ok {
-			v.name = sp.SnapshotPartition(store.TopicPartition{Topic: cfg.Topic}).Topic
+		if sp := cfg.Store.SnapshotPartition(store.TopicPartition{Topic: cfg.Topic}); sp.Topic != "" {
+			v.name = sp.Topic
 		}
 	}
 	if v.count, err = cfg.Store.Partitions(ctx, cfg.Topic); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // A view of another engine's snapshots, in another process: it joins no
@@ -33,7 +34,7 @@ func ExampleView() {
 	r, _ := e.Join(simsource.New(cluster, "bank", sim.ClassicEager, 0, "accounts"))
 	tp := store.TopicPartition{Topic: "accounts", Partition: 0}
 	for _, v := range []string{"+10", "-3", "+5"} {
-		_, _ = cluster.Produce(tp, store.WireRecord{Key: []byte("alice"), Value: []byte(v)})
+		_, _ = cluster.Produce(tp, wire.Record{Key: []byte("alice"), Value: []byte(v)})
 	}
 	_ = r.Step(ctx)
 	cluster.Advance(time.Second)
@@ -63,7 +64,7 @@ func ExampleView() {
 	fmt.Printf("alice=%+v (%t)\n", acct, ok)
 
 	// The engine folds more; the view follows.
-	_, _ = cluster.Produce(tp, store.WireRecord{Key: []byte("alice"), Value: []byte("close")})
+	_, _ = cluster.Produce(tp, wire.Record{Key: []byte("alice"), Value: []byte("close")})
 	_ = r.Step(ctx)
 	cluster.Advance(time.Second)
 	_ = r.Step(ctx)
@@ -89,7 +90,7 @@ func ExampleView_plainTable() {
 	_ = cluster.CreateTopic("sellers", sim.TopicConfig{Partitions: 3, Compacted: true})
 	put := func(key string, value []byte) {
 		tp := store.TopicPartition{Topic: "sellers", Partition: store.OutputPartition([]byte(key), 3)}
-		_, _ = cluster.Produce(tp, store.WireRecord{Key: []byte(key), Value: value})
+		_, _ = cluster.Produce(tp, wire.Record{Key: []byte(key), Value: value})
 	}
 	put("s1", []byte(`"Acme"`))
 	put("s2", []byte(`"Globex"`))

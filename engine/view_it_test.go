@@ -17,6 +17,7 @@ import (
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // The view on Kafka 4.3.1, in real time (the named scenarios' stale
@@ -50,7 +51,7 @@ func TestViewOnKafka(t *testing.T) {
 	if err := crashed.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	if err := crashed.ProduceSync(ctx, kgoRecordOf(snaps0, store.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40}))).FirstErr(); err != nil {
+	if err := crashed.ProduceSync(ctx, kgoRecordOf(snaps0, wire.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40}))).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 

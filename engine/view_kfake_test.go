@@ -13,6 +13,7 @@ import (
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // The view on kfake with store/kafka's reader, in virtual time (the
@@ -38,7 +39,7 @@ func TestViewOnKfake(t *testing.T) {
 			t.Fatal(err)
 		}
 		snaps0 := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 0}
-		if err := crashed.ProduceSync(ctx, kgoRecordOf(snaps0, store.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40}))).FirstErr(); err != nil {
+		if err := crashed.ProduceSync(ctx, kgoRecordOf(snaps0, wire.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40}))).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 
@@ -180,7 +181,7 @@ func TestPlainTableOnKfake(t *testing.T) {
 	})
 }
 
-func kgoRecordOf(tp store.TopicPartition, w store.WireRecord) *kgo.Record {
+func kgoRecordOf(tp store.TopicPartition, w wire.Record) *kgo.Record {
 	r := &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Key: w.Key, Value: w.Value}
 	for _, h := range w.Headers {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})

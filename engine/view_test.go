@@ -14,6 +14,7 @@ import (
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Views on the simulated cluster (docs/design.md, "Views"). The views of
@@ -29,7 +30,7 @@ func simAccountPartition(key []byte, _ int32) int32 { return int32(len(key) % 2)
 // view opens a view of w's accounts snapshots.
 func (w *simWorld) view(edit func(*engine.ViewConfig[int])) *engine.View[int] {
 	w.t.Helper()
-	cfg := engine.ViewConfig[int]{Store: w.store.(store.TopicFollower), Topic: "accounts", Codec: intCodec{}, Partitioner: simAccountPartition}
+	cfg := engine.ViewConfig[int]{Store: w.store, Topic: "accounts", Codec: intCodec{}, Partitioner: simAccountPartition}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -88,7 +89,7 @@ func TestViewWaitsPastAnOpenTransactionAndNeverShowsItOnSim(t *testing.T) {
 	in0 := store.TopicPartition{Topic: "accounts", Partition: 0}
 	crashed := w.c.InitProducerID(store.TransactionalID("bank", in0), time.Minute)
 	if _, err := crashed.Produce(store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 0},
-		store.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40})); err != nil {
+		wire.EncodeSnapshot("", store.Snapshot{Key: []byte("dave"), Value: []byte("-999999"), Offset: 1 << 40})); err != nil {
 		t.Fatal(err)
 	}
 
@@ -156,7 +157,7 @@ func TestViewRestartReadsOnlyTheDeltaOnSim(t *testing.T) {
 	for _, p := range v.Status().Partitions {
 		full += p.Read
 	}
-	if _, err := engine.NewView(context.Background(), engine.ViewConfig[int]{Store: w.store.(store.TopicFollower), Topic: "accounts", Codec: intCodec{}, Dir: dir}); !errors.Is(err, engine.ErrCacheDirInUse) {
+	if _, err := engine.NewView(context.Background(), engine.ViewConfig[int]{Store: w.store, Topic: "accounts", Codec: intCodec{}, Dir: dir}); !errors.Is(err, engine.ErrCacheDirInUse) {
 		t.Fatalf("a second view on an open view's Dir: %v, want ErrCacheDirInUse", err)
 	}
 	if _, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store, Dir: dir}); !errors.Is(err, engine.ErrCacheDirInUse) {
@@ -258,7 +259,7 @@ func TestViewMisconfiguredOnSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tf := w.store.(store.TopicFollower)
+	tf := w.store
 	for name, tc := range map[string]struct {
 		cfg     engine.ViewConfig[int]
 		subject string // of the *store.ConfigError; "" for any error matching ErrMisconfigured
@@ -302,10 +303,10 @@ func TestViewCorruptRecordsOnSim(t *testing.T) {
 	w.drain(r)
 	snaps0 := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 0}
 	snaps1 := store.TopicPartition{Topic: "bank-accounts-snapshots", Partition: 1}
-	if _, err := w.c.Produce(snaps0, store.WireRecord{Key: []byte("foreign"), Value: []byte("no headers")}); err != nil {
+	if _, err := w.c.Produce(snaps0, wire.Record{Key: []byte("foreign"), Value: []byte("no headers")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.c.Produce(snaps1, store.EncodeSnapshot("", store.Snapshot{Key: []byte("zed"), Value: []byte("not a number"), Offset: 99})); err != nil {
+	if _, err := w.c.Produce(snaps1, wire.EncodeSnapshot("", store.Snapshot{Key: []byte("zed"), Value: []byte("not a number"), Offset: 99})); err != nil {
 		t.Fatal(err)
 	}
 	var decodeErrs []error
@@ -362,7 +363,7 @@ func TestPlainTableOnSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	put := func(key, value string) {
-		rec := store.WireRecord{Key: []byte(key)}
+		rec := wire.Record{Key: []byte(key)}
 		if value != "" {
 			rec.Value = []byte(value)
 		}
@@ -376,7 +377,7 @@ func TestPlainTableOnSim(t *testing.T) {
 	put("s2", "") // deleted
 	aborted := c.InitProducerID("other-app", time.Minute)
 	if _, err := aborted.Produce(store.TopicPartition{Topic: "sellers", Partition: store.OutputPartition([]byte("s1"), 3)},
-		store.WireRecord{Key: []byte("s1"), Value: []byte(`"aborted"`)}); err != nil {
+		wire.Record{Key: []byte("s1"), Value: []byte(`"aborted"`)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := aborted.EndTxn(false); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Warm restarts on the simulated cluster (docs/operations.md, "Warm
@@ -127,8 +128,8 @@ func (w *warmWorld) checkCommitted(r *engine.Member[int]) error {
 			w.t.Fatal(err)
 		}
 		for _, e := range ents {
-			s, kind, err := store.DecodeRecord(snaps, e.Offset, e.Record)
-			if err != nil || kind == store.KindOffsetMarker {
+			s, kind, err := wire.DecodeRecord(snaps, e.Offset, e.Record)
+			if err != nil || kind == wire.KindOffsetMarker {
 				continue
 			}
 			if s.Tombstone {
@@ -362,8 +363,8 @@ func TestWarmRestartNeverResurrectsACompactedTombstoneOnSim(t *testing.T) {
 	}
 }
 
-// trustingStore is a store whose RecoverFrom ignores the checkpoint's age:
-// the variant without the retention check.
+// trustingStore is a store whose recovery from a checkpoint ignores the
+// checkpoint's age: the variant without the retention check.
 type trustingStore struct{ store.Backend }
 
 func (s trustingStore) Acquire(ctx context.Context, a store.Acquisition) (store.Partition, error) {
@@ -376,7 +377,11 @@ func (s trustingStore) Acquire(ctx context.Context, a store.Acquisition) (store.
 
 type trustingPartition struct{ store.Partition }
 
-func (p trustingPartition) RecoverFrom(ctx context.Context, cp store.Checkpoint) iter.Seq2[store.Snapshot, error] {
+func (p trustingPartition) Recover(ctx context.Context, from *store.Checkpoint) iter.Seq2[store.Snapshot, error] {
+	if from == nil {
+		return p.Partition.Recover(ctx, nil)
+	}
+	cp := *from
 	cp.At = time.Now().Add(time.Hour * 24 * 365 * 100) // as if written just now
-	return p.Partition.RecoverFrom(ctx, cp)
+	return p.Partition.Recover(ctx, &cp)
 }

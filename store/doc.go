@@ -32,8 +32,8 @@
 //     transaction before recovery reads.
 //   - I8 CappedBatch: no transaction carries more than the caps: at most
 //     MaxWritesPerTransaction writes, of at most MaxBytesPerTransaction
-//     bytes in all ([SnapshotBytes]), except that a single write larger than
-//     the byte cap goes alone; offset-only commits ride along without using
-//     the caps. The byte cap is bounded by the transaction timeout's time
-//     budget ([TransactionBytesBudget]).
+//     bytes in all (store/wire's SnapshotBytes), except that a single
+//     write larger than the byte cap goes alone; offset-only commits ride
+//     along without using the caps. The byte cap is bounded by the
+//     transaction timeout's time budget ([TransactionBytesBudget]).
 package store

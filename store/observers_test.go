@@ -71,10 +71,10 @@ func TestObserversOnABackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if errs := p.WriteBatch(ctx, []store.Snapshot{{Key: []byte("k"), Value: []byte("v"), Offset: 3}}); errs[0] != nil {
+	if errs := p.StartWriteBatch(ctx, []store.Snapshot{{Key: []byte("k"), Value: []byte("v"), Offset: 3}}).Wait(ctx); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	for _, err := range p.Recover(ctx) {
+	for _, err := range p.Recover(ctx, nil) {
 		if err != nil {
 			t.Fatal(err)
 		}

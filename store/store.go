@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"strings"
+	"math"
 	"time"
 )
 
@@ -82,7 +83,7 @@ const (
 	// transaction's records always fit in its producer's buffer.
 	DefaultMaxWritesPerTransaction = 16384
 	// DefaultMaxBytesPerTransaction caps the bytes one transaction carries
-	// (SnapshotBytes of its writes): 16 MiB, or the time budget of the
+	// (wire.SnapshotBytes of its writes): 16 MiB, or the time budget of the
 	// transaction timeout (TransactionBytesBudget) if that is less. On
 	// Kafka 4.3.1, 41 MB of 10 KiB snapshots in transactions of 16 MiB
 	// took as long as in transactions of 30 MiB (the budget of the default
@@ -112,6 +113,18 @@ const (
 	// on every retry.
 	DefaultMaxValueBytes = 999 * 1000
 )
+
+// TransactionBytesBudget is the time budget of a transaction as bytes:
+// what TransactionBudgetRate writes in half of timeout, the producer's
+// transaction timeout. A transaction is never sized above it, so that it
+// can end well inside the timeout, after which the broker aborts it and
+// fences the producer. The budget bounds MaxBytesPerTransaction; it is
+// checked when a backend is configured, not with a clock while writes
+// queue, so which writes share a transaction still depends only on the
+// calls.
+func TransactionBytesBudget(timeout time.Duration) int {
+	return int(min(timeout.Seconds()/2*TransactionBudgetRate, float64(math.MaxInt32)))
+}
 
 // Snapshot is the stored state of one key.
 type Snapshot struct {
@@ -157,7 +170,10 @@ func (k TimerKind) String() string {
 	return fmt.Sprintf("TimerKind(%d)", byte(k))
 }
 
-// Backend hands out partitions of a snapshot store.
+// Backend hands out partitions of a snapshot store, and followers of
+// snapshot partitions and of other topics. It carries what the engine
+// asks of a store; a backend without a feature says so with a zero value
+// or an error, never by lacking a method.
 type Backend interface {
 	// Acquire takes ownership of the snapshot store of one input partition.
 	// In Transactional mode it performs the takeover before it returns: the
@@ -166,18 +182,49 @@ type Backend interface {
 	Acquire(ctx context.Context, a Acquisition) (Partition, error)
 	// Mode reports the backend's mode.
 	Mode() Mode
+	// Application is the application whose state the backend holds
+	// (store/kafka's and store/sim's Config.Application); "" if it has
+	// none (it only follows topics). The engine names its cache
+	// directory's marker after it, so that a cache is never reused by
+	// another application.
+	Application() string
+	// SnapshotPartition is the snapshot partition that holds input's
+	// snapshots; the zero TopicPartition if the backend cannot say.
+	SnapshotPartition(input TopicPartition) TopicPartition
+	// CanFollow reports whether Follow, Partitions and FollowTopic work;
+	// when it is false they fail with an error matching
+	// errors.ErrUnsupported. store/kafka's and store/sim's backends can.
+	CanFollow() bool
+	// Follow opens a follower of input's snapshot partition, positioned
+	// at from (nil: the log start): it reads the partition
+	// read_committed, writing nothing and fencing no one, as a standby
+	// replica does, for an input partition the backend has not acquired.
+	// A from that is no valid base for a delta (the checks of
+	// Partition.Recover from a checkpoint) is refused at once with a
+	// *CheckpointError; the caller follows from the start instead. Plain
+	// mode refuses every follower (nothing fences another writer, so no
+	// copy is vouched for), with a *CheckpointError too.
+	Follow(ctx context.Context, input TopicPartition, from *Checkpoint) (Follow, error)
+	// Partitions returns topic's partition count. A topic that does not
+	// exist is an error matching ErrMisconfigured (a *ConfigError or the
+	// backend's own missing-topic error).
+	Partitions(ctx context.Context, topic string) (int32, error)
+	// FollowTopic follows partition tp of any topic read_committed, in
+	// either Mode: records of aborted transactions are never returned,
+	// and nothing past an open transaction is read until it ends. It is
+	// what a view of a snapshot topic or a table of a compacted topic of
+	// plain key/values reads with (engine.View). The records come as
+	// Snapshots of their raw key and value: Offset is the record's own
+	// offset, and a record whose value is null is a Tombstone (a delete
+	// of its key in a compacted topic). Nothing is decoded, so no record
+	// is corrupt; control records are skipped. from and the checkpoints
+	// returned follow Follow's rules (a from that is no valid base for tp
+	// is refused with a *CheckpointError). Nothing fences the writers of
+	// a topic snapfence does not write: the follower shows what they
+	// committed, stale or not.
+	FollowTopic(ctx context.Context, tp TopicPartition, from *Checkpoint) (Follow, error)
 	// Close releases every partition and the backend's clients.
 	Close() error
-}
-
-// Named is a Backend that knows the application whose state it holds
-// (store/kafka's and store/sim's Config.Application). The engine names its
-// cache directory's marker after it, so that a cache is never reused by
-// another application.
-type Named interface {
-	// Application is the application's name; "" if the backend has none
-	// (it only follows topics).
-	Application() string
 }
 
 // Acquisition describes a partition being taken over.
@@ -208,7 +255,7 @@ type Acquisition struct {
 	// and the caller retries later.
 	ResolveAssignedOffset func(ctx context.Context) (int64, error)
 	// Outputs are the topics the partition's exactly-once batches
-	// (CommitBatch) may write outputs to. A batch's output for any other
+	// (StartCommitBatch) may write outputs to. A batch's output for any other
 	// topic is refused before its transaction begins (an
 	// *UndeclaredOutputError). The store checks at Acquire that each
 	// exists, and after the takeover looks on every partition of them, as
@@ -241,26 +288,28 @@ func (a Acquisition) Resolve(ctx context.Context) (int64, error) {
 	return off, nil
 }
 
-// Partition is one acquired input partition's snapshot store. Its methods are
-// safe for concurrent use; writes of distinct keys, from one call or from
-// concurrent calls, are group-committed.
+// Partition is one acquired input partition's snapshot store: what the
+// engine calls on it, and Commit. Its methods are safe for concurrent
+// use; writes of distinct keys, from one call or from concurrent calls,
+// are group-committed. Writes and commits are started (queued) and their
+// outcomes come with a Pending; a caller that waits for one calls its
+// Wait (store/storetest has the blocking forms).
 type Partition interface {
-	// Input is the input topic-partition this store serves.
-	Input() TopicPartition
-	// Recover streams every snapshot of the partition as of the moment
+	// Recover streams the snapshots of the partition as of the moment
 	// recovery starts, in log order: a later snapshot of a key supersedes
 	// an earlier one, and tombstones are yielded too. The iteration stops
 	// after the first error. See RecoveryStalledError and
 	// CorruptRecordError.
-	Recover(ctx context.Context) iter.Seq2[Snapshot, error]
-	// RecoverFrom is Recover from a checkpoint: it streams the snapshots
-	// from cp.Offset up to the high watermark captured when it starts, for
-	// a caller whose local copy already holds what lies below. It first
-	// checks that cp is still a valid base (CheckpointError lists what
-	// makes it not); if it is not, the first and only value yielded is a
+	//
+	// from nil reads every snapshot, from the log start. A non-nil from is
+	// a checkpoint (Position) of a local copy that already holds what lies
+	// below from.Offset: the read streams the snapshots from there up to
+	// the high watermark captured when it starts. It first checks that
+	// from is still a valid base (CheckpointError lists what makes it
+	// not); if it is not, the first and only value yielded is a
 	// *CheckpointError, before anything is read, and the caller recovers
-	// in full with Recover instead.
-	RecoverFrom(ctx context.Context, cp Checkpoint) iter.Seq2[Snapshot, error]
+	// in full (from nil) instead.
+	Recover(ctx context.Context, from *Checkpoint) iter.Seq2[Snapshot, error]
 	// Position is the checkpoint of a local copy that holds every
 	// snapshot this partition recovered and every snapshot write it
 	// reported durable: the snapshot partition's committed content below
@@ -269,31 +318,46 @@ type Partition interface {
 	// any transaction of the partition failed (its outcome may be
 	// unknown, so nothing after it is vouched for).
 	Position() (cp Checkpoint, ok bool)
-	// WriteBatch stores snaps (snapshots or tombstones), queued in order,
-	// as if written one after another with no other write between them,
-	// and returns when every one is durable or has failed; errs[i] is
-	// snaps[i]'s (nil: durable), and len(errs) is len(snaps). A write
+	// StartWriteBatch stores snaps (snapshots or tombstones): they are
+	// queued, in order and with no other write between them, before it
+	// returns, as if written one after another, and the outcomes come
+	// with the Pending (errs[i] is snaps[i]'s; nil: durable). A write
 	// refused before queueing (ErrReservedKey, a ValueTooLargeError, ...)
-	// fails alone. If ctx ends, the writes not yet in a transaction leave
-	// the queue and fail with ctx's error; those already in one fail with
-	// it too, as their outcome is unknown to the caller. A batch queued in
-	// one call makes the same transactions on every run, where concurrent
-	// calls reach the queue in whatever order the scheduler runs them:
-	// the engine flushes through one call per batch, which keeps a run
-	// over the simulated cluster reproducible from its seed.
-	WriteBatch(ctx context.Context, snaps []Snapshot) (errs []error)
-	// Commit stages offset as the committable offset (every input event
-	// below it is covered by a durable snapshot of its key) and commits
-	// it. An offset below the one already staged is ignored: the staged
-	// offset is committed again. The commit rides with queued writes (never
-	// ahead of a write queued before it, I2) or, when none are queued,
-	// commits the offset alone. It returns once the offset is committed.
+	// fails alone. Writes started one after another keep that order in
+	// the queue, so a caller can fold on while its writes are in flight
+	// and still make the same transactions on every run; the engine
+	// flushes through one call per batch, which keeps a run over the
+	// simulated cluster reproducible from its seed. If ctx ends, the
+	// writes not yet in a transaction leave the queue and fail with ctx's
+	// error; those already in one fail with it too, as their outcome is
+	// unknown to the caller.
+	StartWriteBatch(ctx context.Context, snaps []Snapshot) Pending
+	// StartCommit stages offset as the committable offset (every input
+	// event below it is covered by a durable snapshot of its key) and
+	// queues its commit before it returns; the Pending's one outcome is
+	// the commit's. An offset below the one already staged is ignored:
+	// the staged offset is committed again. The commit rides with queued
+	// writes (never ahead of a write queued before it, I2) or, when none
+	// are queued, commits the offset alone. It depends on every write
+	// started before it on this partition: if one of them failed, was
+	// refused or left the queue, the commit is refused with
+	// ErrEarlierWriteFailed and nothing is committed, so that a caller who
+	// starts writes and the commit that covers them, without waiting in
+	// between, never commits past a write that did not land.
+	StartCommit(ctx context.Context, offset int64) Pending
+	// Commit is StartCommit for a caller that waits for each of its
+	// writes before it commits: the same staging and riding, without the
+	// dependency on earlier writes (the caller saw any of them fail), and
+	// it returns once the offset is committed. The engine starts its
+	// commits instead; the contract suite pins with it what a commit does
+	// after a failed write or commit (I3, I4).
 	Commit(ctx context.Context, offset int64) error
-	// CommitBatch runs b as one transaction of its own: its snapshots,
-	// its outputs and the fenced commit of b.Offset; it is the write path
-	// of exactly-once output (consume-transform-produce). It returns nil
-	// only when the transaction committed. Any error means the outcome is
-	// not known to have committed: the caller must rewind to the committed
+	// StartCommitBatch queues b as one transaction of its own, before it
+	// returns: its snapshots, its outputs and the fenced commit of
+	// b.Offset; it is the write path of exactly-once output
+	// (consume-transform-produce). The Pending's one outcome is nil only
+	// when the transaction committed. Any error means the outcome is not
+	// known to have committed: the caller must rewind to the committed
 	// state (Acquire again, Recover, resume from CommittedOffset) and fold
 	// the input again, never re-send b's outputs. The per-transaction
 	// write cap does not apply: the caller sizes its batches. A batch
@@ -301,31 +365,10 @@ type Partition interface {
 	// output without a topic or for the snapshot topic) is refused whole,
 	// before anything is sent. A Plain-mode partition has no transaction
 	// to put it in and refuses every batch with an error wrapping
-	// ErrNotTransactional.
-	CommitBatch(ctx context.Context, b Batch) error
-	// StartWriteBatch is WriteBatch without the wait: snaps are queued,
-	// in order and with no other write between them, before it returns,
-	// and the outcomes come with the Pending (errs[i] is snaps[i]'s).
-	// Writes started one after another keep that order in the queue, so
-	// a caller can fold on while its writes are in flight and still make
-	// the same transactions on every run. ctx bounds the writes as it
-	// does WriteBatch's: when it ends, those not yet in a transaction
-	// leave the queue and fail with its error.
-	StartWriteBatch(ctx context.Context, snaps []Snapshot) Pending
-	// StartCommit is Commit without the wait: the offset is staged and
-	// its commit queued before it returns; the Pending's one outcome is
-	// the commit's. Unlike Commit, it depends on every write started
-	// before it on this partition: if one of them failed, was refused or
-	// left the queue, the commit is refused with ErrEarlierWriteFailed
-	// and nothing is committed, so that a caller who starts writes and
-	// the commit that covers them, without waiting in between, never
-	// commits past a write that did not land.
-	StartCommit(ctx context.Context, offset int64) Pending
-	// StartCommitBatch is CommitBatch without the wait: b is queued (or
-	// refused) before it returns; the Pending's one outcome is the
-	// batch's. A batch started behind another one's transaction runs
-	// after it whatever its outcome: a caller whose next batch depends on
-	// the previous one's (an exactly-once flow) waits for it first.
+	// ErrNotTransactional. A batch started behind another one's
+	// transaction runs after it whatever its outcome: a caller whose next
+	// batch depends on the previous one's (an exactly-once flow) waits
+	// for it first.
 	StartCommitBatch(ctx context.Context, b Batch) Pending
 	// CommittedOffset is the offset most recently committed through this
 	// partition, or the assigned offset if none was.
@@ -359,7 +402,7 @@ type Pending interface {
 // Checkpoint is how far a local copy of a snapshot partition reflects
 // it: for every key, the copy holds the last committed snapshot below
 // Offset, or a later committed one. Partition.Position hands checkpoints
-// out and Partition.RecoverFrom takes them back; the copy and its
+// out and Partition.Recover takes them back; the copy and its
 // checkpoint must be kept together (a copy ahead of its checkpoint is
 // fine, since the delta reads the later snapshots again; one behind it is
 // not).
@@ -372,7 +415,7 @@ type Checkpoint struct {
 	// At is no later than the append of any record at or above Offset
 	// (the start of the read or transaction that set Offset). A
 	// tombstone written after At may be compacted away once
-	// delete.retention.ms has passed since, so RecoverFrom refuses a
+	// delete.retention.ms has passed since, so Recover refuses a
 	// checkpoint that old: the copy would bring a deleted key back.
 	At time.Time
 }
@@ -431,6 +474,13 @@ type Output struct {
 	Headers []Header
 }
 
+// Header is one record header: of an output record, or of an input record
+// as the engine hands it to the fold.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
 // Batch is the content of one exactly-once transaction: the snapshots of
 // every key the batch's input changed, the outputs its folds made, and the
 // input offset after the batch. All of it becomes visible to read_committed
@@ -454,7 +504,8 @@ type TransactionEvent struct {
 	// Offset is the input offset the transaction committed (Transactional)
 	// or the offset commit carried (Plain, when OffsetAdvanced).
 	Offset int64
-	// OffsetAdvanced reports whether the transaction carried a Commit.
+	// OffsetAdvanced reports whether the transaction carried a commit of
+	// the offset.
 	OffsetAdvanced bool
 	// Identity is the group identity read for this transaction.
 	Identity GroupIdentity

@@ -12,13 +12,13 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-func validKafkaConfig() kafkaio.Config {
+func validConfig() kafkaio.Config {
 	return kafkaio.Config{SeedBrokers: []string{"127.0.0.1:9092"}, Group: "bank", Topics: []string{"accounts"}}
 }
 
-// The defaults of KafkaConfig are the documented ones.
-func TestKafkaConfigDefaults(t *testing.T) {
-	got, err := kafkaio.ResolveConfig(validKafkaConfig())
+// The defaults of Config are the documented ones.
+func TestConfigDefaults(t *testing.T) {
+	got, err := kafkaio.ResolveConfig(validConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestKafkaConfigDefaults(t *testing.T) {
 		t.Fatalf("defaults: %+v", got)
 	}
 	// A short session takes a third of it as the heartbeat.
-	cfg := validKafkaConfig()
+	cfg := validConfig()
 	cfg.SessionTimeout = 1500 * time.Millisecond
 	if got, err := kafkaio.ResolveConfig(cfg); err != nil || got.HeartbeatInterval != 500*time.Millisecond {
 		t.Fatalf("session 1.5s: heartbeat %v, %v", got.HeartbeatInterval, err)
@@ -36,7 +36,7 @@ func TestKafkaConfigDefaults(t *testing.T) {
 
 // Every value that cannot work is a *store.ConfigError naming its field
 // and a fix.
-func TestKafkaConfigRejectsBadValues(t *testing.T) {
+func TestConfigRejectsBadValues(t *testing.T) {
 	cases := []struct {
 		field string
 		mod   func(*kafkaio.Config)
@@ -59,7 +59,7 @@ func TestKafkaConfigRejectsBadValues(t *testing.T) {
 		{"CreateReplicationFactor", func(c *kafkaio.Config) { c.CreateReplicationFactor = -3 }},
 	}
 	for _, c := range cases {
-		cfg := validKafkaConfig()
+		cfg := validConfig()
 		c.mod(&cfg)
 		_, err := kafkaio.ResolveConfig(cfg)
 		cerr, ok := errors.AsType[*store.ConfigError](err)

@@ -164,7 +164,7 @@ func (cfg Config) resolve() (Config, error) {
 		return Config{}, err
 	}
 	if cfg.MaxPollRecords < 0 {
-		return Config{}, badKafkaConfig("MaxPollRecords", fmt.Sprintf("%d is negative", cfg.MaxPollRecords), "leave it 0 for the default (10000) or set a positive bound")
+		return Config{}, badConfigField("MaxPollRecords", fmt.Sprintf("%d is negative", cfg.MaxPollRecords), "leave it 0 for the default (10000) or set a positive bound")
 	}
 	if cfg.MaxPollRecords == 0 {
 		cfg.MaxPollRecords = DefaultMaxPollRecords
@@ -174,7 +174,7 @@ func (cfg Config) resolve() (Config, error) {
 	}
 	if cfg.InstanceID != "" {
 		if p := store.NameProblem(cfg.InstanceID); p != "" {
-			return Config{}, badKafkaConfig("InstanceID", fmt.Sprintf("%q: %s", cfg.InstanceID, p), "use letters, digits, '.', '_' and '-' (a pod name, say), or leave it empty for dynamic membership")
+			return Config{}, badConfigField("InstanceID", fmt.Sprintf("%q: %s", cfg.InstanceID, p), "use letters, digits, '.', '_' and '-' (a pod name, say), or leave it empty for dynamic membership")
 		}
 	}
 	if err := cfg.resolveTopicCreation(); err != nil {
@@ -183,8 +183,8 @@ func (cfg Config) resolve() (Config, error) {
 	return cfg, nil
 }
 
-// badKafkaConfig is the *store.ConfigError for a Config field.
-func badKafkaConfig(field, problem, fix string) error {
+// badConfigField is the *store.ConfigError for a Config field.
+func badConfigField(field, problem, fix string) error {
 	return &store.ConfigError{Subject: "kafkaio.Config." + field, Problem: problem, Fix: fix}
 }
 
@@ -193,15 +193,15 @@ func badKafkaConfig(field, problem, fix string) error {
 func (cfg Config) checkRequired() error {
 	switch {
 	case len(cfg.SeedBrokers) == 0:
-		return badKafkaConfig("SeedBrokers", "empty", `name at least one broker, "host:port"`)
+		return badConfigField("SeedBrokers", "empty", `name at least one broker, "host:port"`)
 	case cfg.Group == "":
-		return badKafkaConfig("Group", "empty", "name the consumer group (it owns the committed offsets)")
+		return badConfigField("Group", "empty", "name the consumer group (it owns the committed offsets)")
 	case len(cfg.Topics) == 0:
-		return badKafkaConfig("Topics", "empty", "name at least one input topic")
+		return badConfigField("Topics", "empty", "name at least one input topic")
 	}
 	for _, t := range cfg.Topics {
 		if p := store.NameProblem(t); p != "" {
-			return badKafkaConfig("Topics", fmt.Sprintf("topic %q: %s", t, p), "use the input topic's name as Kafka spells it")
+			return badConfigField("Topics", fmt.Sprintf("topic %q: %s", t, p), "use the input topic's name as Kafka spells it")
 		}
 	}
 	return nil
@@ -215,21 +215,21 @@ func (cfg *Config) resolveGroupTimeouts() error {
 		cfg.SessionTimeout = DefaultSessionTimeout
 	}
 	if cfg.SessionTimeout < minGroupTimeout || cfg.SessionTimeout > maxGroupTimeout {
-		return badKafkaConfig("SessionTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.SessionTimeout, minGroupTimeout, maxGroupTimeout),
+		return badConfigField("SessionTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.SessionTimeout, minGroupTimeout, maxGroupTimeout),
 			"leave it 0 for the default (10s) or set a value within the broker's group.min.session.timeout.ms and group.max.session.timeout.ms")
 	}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = min(DefaultHeartbeatInterval, cfg.SessionTimeout/3)
 	}
 	if cfg.HeartbeatInterval < 0 || cfg.HeartbeatInterval >= cfg.SessionTimeout {
-		return badKafkaConfig("HeartbeatInterval", fmt.Sprintf("%v is not between 0 and the session timeout %v", cfg.HeartbeatInterval, cfg.SessionTimeout),
+		return badConfigField("HeartbeatInterval", fmt.Sprintf("%v is not between 0 and the session timeout %v", cfg.HeartbeatInterval, cfg.SessionTimeout),
 			"leave it 0 for the default (1s, or a third of SessionTimeout if shorter) or set at most a third of SessionTimeout")
 	}
 	if cfg.RebalanceTimeout == 0 {
 		cfg.RebalanceTimeout = DefaultRebalanceTimeout
 	}
 	if cfg.RebalanceTimeout < minGroupTimeout || cfg.RebalanceTimeout > maxGroupTimeout {
-		return badKafkaConfig("RebalanceTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.RebalanceTimeout, minGroupTimeout, maxGroupTimeout),
+		return badConfigField("RebalanceTimeout", fmt.Sprintf("%v is outside %v..%v", cfg.RebalanceTimeout, minGroupTimeout, maxGroupTimeout),
 			"leave it 0 for the default (1m) or set how long a member may take to finish its poll and revoke-time flush")
 	}
 	return nil
@@ -242,13 +242,13 @@ func (cfg *Config) resolveTopicCreation() error {
 	case cfg.CreatePartitions == 0:
 		cfg.CreatePartitions = -1
 	case cfg.CreatePartitions < -1:
-		return badKafkaConfig("CreatePartitions", fmt.Sprintf("%d is negative", cfg.CreatePartitions), "set a partition count, or 0 or -1 for the broker's num.partitions")
+		return badConfigField("CreatePartitions", fmt.Sprintf("%d is negative", cfg.CreatePartitions), "set a partition count, or 0 or -1 for the broker's num.partitions")
 	}
 	switch {
 	case cfg.CreateReplicationFactor == 0:
 		cfg.CreateReplicationFactor = -1
 	case cfg.CreateReplicationFactor < -1:
-		return badKafkaConfig("CreateReplicationFactor", fmt.Sprintf("%d is negative", cfg.CreateReplicationFactor), "set a replication factor, or 0 or -1 for the broker's default.replication.factor")
+		return badConfigField("CreateReplicationFactor", fmt.Sprintf("%d is negative", cfg.CreateReplicationFactor), "set a replication factor, or 0 or -1 for the broker's default.replication.factor")
 	}
 	return nil
 }

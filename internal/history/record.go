@@ -31,13 +31,14 @@ func (b *backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 	if err != nil {
 		return nil, err
 	}
-	return &partition{Partition: p, b: b, id: a.Identity}, nil
+	return &partition{Partition: p, b: b, id: a.Identity, input: a.Input}, nil
 }
 
 type partition struct {
 	store.Partition
-	b  *backend
-	id store.IdentityReader
+	b     *backend
+	id    store.IdentityReader
+	input store.TopicPartition
 
 	mu     sync.Mutex
 	staged int64
@@ -59,18 +60,9 @@ func (p *partition) recordWrite(s store.Snapshot, err error) {
 		// its failure says nothing of whether it landed.
 		outcome = Unknown
 	}
-	p.b.r.Add(Op{Kind: Write, Member: p.b.member, Partition: p.Input().Partition,
+	p.b.r.Add(Op{Kind: Write, Member: p.b.member, Partition: p.input.Partition,
 		Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone,
 		Generation: p.generation(), Outcome: outcome, Err: errString(err)})
-}
-
-// WriteBatch records each write of the batch with its outcome; the batch
-// goes to the store as one call, so a recorded run is the same run as an
-// unrecorded one.
-func (p *partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
-	errs := p.Partition.WriteBatch(ctx, snaps)
-	p.recordWrites(snaps, errs)
-	return errs
 }
 
 func (p *partition) recordWrites(snaps []store.Snapshot, errs []error) {
@@ -79,8 +71,9 @@ func (p *partition) recordWrites(snaps []store.Snapshot, errs []error) {
 	}
 }
 
-// StartWriteBatch records the writes once their outcomes are known (see
-// recordWhenDone).
+// StartWriteBatch records each write of the batch once its outcome is
+// known (see recordWhenDone); the batch goes to the store as one call, so
+// a recorded run is the same run as an unrecorded one.
 func (p *partition) StartWriteBatch(ctx context.Context, snaps []store.Snapshot) store.Pending {
 	return p.recordWhenDone(p.Partition.StartWriteBatch(ctx, snaps), func(errs []error) { p.recordWrites(snaps, errs) })
 }
@@ -116,7 +109,7 @@ func (p *partition) stage(offset int64) int64 {
 
 // recordCommit records a commit of offset off with outcome err.
 func (p *partition) recordCommit(off int64, err error) {
-	p.b.r.Add(Op{Kind: Commit, Member: p.b.member, Partition: p.Input().Partition, Offset: off,
+	p.b.r.Add(Op{Kind: Commit, Member: p.b.member, Partition: p.input.Partition, Offset: off,
 		Generation: p.generation(), Outcome: outcomeOf(err), Err: errString(err)})
 }
 
@@ -253,18 +246,11 @@ func (r *recordedPending) Wait(ctx context.Context) []error {
 	return errs
 }
 
-// CommitBatch records an exactly-once batch: its snapshots as writes, its
-// outputs as emits and its offset as a commit, all with the transaction's
-// outcome. A failure other than the fence is recorded as unknown: the
-// transaction may have committed (an answer lost), as
-// store.Partition.CommitBatch says.
-func (p *partition) CommitBatch(ctx context.Context, b store.Batch) error {
-	err := p.Partition.CommitBatch(ctx, b)
-	p.recordBatch(b, err)
-	return err
-}
-
-// StartCommitBatch records the batch once its outcome is known.
+// StartCommitBatch records an exactly-once batch once its outcome is
+// known: its snapshots as writes, its outputs as emits and its offset as
+// a commit, all with the transaction's outcome. A failure other than the
+// fence is recorded as unknown: the transaction may have committed (an
+// answer lost), as store.Partition.StartCommitBatch says.
 func (p *partition) StartCommitBatch(ctx context.Context, b store.Batch) store.Pending {
 	return p.recordWhenDone(p.Partition.StartCommitBatch(ctx, b), func(errs []error) { p.recordBatch(b, errs[0]) })
 }
@@ -275,7 +261,7 @@ func (p *partition) recordBatch(b store.Batch, err error) {
 		outcome = Unknown
 	}
 	gen := p.generation()
-	part := p.Input().Partition
+	part := p.input.Partition
 	for _, s := range b.Snapshots {
 		p.b.r.Add(Op{Kind: Write, Member: p.b.member, Partition: part,
 			Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone,
@@ -310,15 +296,16 @@ func OutputOp(isolation string, key, value []byte) Op {
 // OutcomeOf is the outcome an operation that returned err had.
 func OutcomeOf(err error) Outcome { return outcomeOf(err) }
 
-func (p *partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {
-	return p.read(Op{}, p.Partition.Recover(ctx))
-}
-
-// RecoverFrom records a delta read as a read whose ReadStart's Detail is
-// DeltaRead and Offset the checkpoint's; a checkpoint the store refuses
-// ends it failed, with the reason as the ReadEnd's Detail.
-func (p *partition) RecoverFrom(ctx context.Context, cp store.Checkpoint) iter.Seq2[store.Snapshot, error] {
-	return p.read(Op{Detail: DeltaRead, Offset: cp.Offset}, p.Partition.RecoverFrom(ctx, cp))
+// Recover records the read. A delta read (from a checkpoint) is a read
+// whose ReadStart's Detail is DeltaRead and Offset the checkpoint's; a
+// checkpoint the store refuses ends it failed, with the reason as the
+// ReadEnd's Detail.
+func (p *partition) Recover(ctx context.Context, from *store.Checkpoint) iter.Seq2[store.Snapshot, error] {
+	start := Op{}
+	if from != nil {
+		start = Op{Detail: DeltaRead, Offset: from.Offset}
+	}
+	return p.read(start, p.Partition.Recover(ctx, from))
 }
 
 // read records the read snaps, its ReadStart being start.
@@ -326,7 +313,7 @@ func (p *partition) read(start Op, snaps iter.Seq2[store.Snapshot, error]) iter.
 	return func(yield func(store.Snapshot, error) bool) {
 		r := p.b.r
 		n := r.newRead()
-		part := p.Input().Partition
+		part := p.input.Partition
 		start.Kind, start.Member, start.Partition, start.Read = ReadStart, p.b.member, part, n
 		r.Add(start)
 		for s, err := range snaps {

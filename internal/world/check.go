@@ -12,6 +12,7 @@ import (
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Violation is a broken invariant: its number and name (docs/design.md,
@@ -189,8 +190,8 @@ func (c *checker) snapshots() map[string]Visible {
 			panic(fmt.Sprintf("world: reading %s: %v", tp, err))
 		}
 		for _, e := range ents {
-			s, kind, err := store.DecodeRecord(tp, e.Offset, e.Record)
-			if err != nil || kind == store.KindOffsetMarker {
+			s, kind, err := wire.DecodeRecord(tp, e.Offset, e.Record)
+			if err != nil || kind == wire.KindOffsetMarker {
 				continue // corrupt records fail recoveries; markers carry no state
 			}
 			out[string(s.Key)] = Visible{Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone}
@@ -225,8 +226,8 @@ func (w *World) committedSnapshotsOf(tp store.TopicPartition) []store.Snapshot {
 		if _, ok := committed[e.Offset]; !ok {
 			continue
 		}
-		s, kind, err := store.DecodeRecord(tp, e.Offset, e.Record)
-		if err == nil && kind != store.KindOffsetMarker {
+		s, kind, err := wire.DecodeRecord(tp, e.Offset, e.Record)
+		if err == nil && kind != wire.KindOffsetMarker {
 			out = append(out, s)
 		}
 	}
@@ -413,7 +414,19 @@ func (p *checkedPartition) StartCommit(ctx context.Context, offset int64) store.
 	return p.Partition.StartCommit(ctx, offset)
 }
 
-func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {
+// Recover checks a recovery: in full (recoverFull) or from a checkpoint
+// (recoverDelta).
+func (p *checkedPartition) Recover(ctx context.Context, from *store.Checkpoint) iter.Seq2[store.Snapshot, error] {
+	if from == nil {
+		return p.recoverFull(ctx)
+	}
+	return p.recoverDelta(ctx, *from)
+}
+
+// recoverFull checks a recovery from the log start: every snapshot it
+// returns is committed (4), it returns every key's snapshot committed
+// when it started (5), and a stall is diagnosed (6).
+func (p *checkedPartition) recoverFull(ctx context.Context) iter.Seq2[store.Snapshot, error] {
 	c := &p.w.checker
 	return func(yield func(store.Snapshot, error) bool) {
 		// 5: what was committed when the read started.
@@ -426,7 +439,7 @@ func (p *checkedPartition) Recover(ctx context.Context) iter.Seq2[store.Snapshot
 			committed[snapshotID(s)] = true
 		}
 		got := map[string]int64{}
-		inner := p.Partition.Recover(ctx)
+		inner := p.Partition.Recover(ctx, nil)
 		if p.w.cfg.LSOBoundRecovery {
 			inner = p.readToLSO()
 		}
@@ -496,31 +509,27 @@ func (p *checkedPartition) checkCommitted(committed map[string]bool, s store.Sna
 	}
 }
 
-// CommitBatch is the store's, but under TombstonesAheadOfCommit an
+// StartCommitBatch is the store's, but under TombstonesAheadOfCommit an
 // at-least-once batch (no outputs) that carries a tombstone is written
-// without its offset: each write of a batch carries the committed
-// offset, as a persist's does.
-func (p *checkedPartition) CommitBatch(ctx context.Context, b store.Batch) error {
-	b.Snapshots = p.rewrite(b.Snapshots)
-	if !p.tombstonesAhead(b) {
-		return p.Partition.CommitBatch(ctx, b)
-	}
-	for _, err := range p.Partition.WriteBatch(ctx, b.Snapshots) {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// StartCommitBatch is CommitBatch's Start: under TombstonesAheadOfCommit
-// the batch is written as CommitBatch writes it, before it returns.
+// without its offset, before it returns: each write of a batch carries
+// the committed offset, as a persist's does.
 func (p *checkedPartition) StartCommitBatch(ctx context.Context, b store.Batch) store.Pending {
 	b.Snapshots = p.rewrite(b.Snapshots)
 	if !p.tombstonesAhead(b) {
 		return p.Partition.StartCommitBatch(ctx, b)
 	}
-	return donePending{p.CommitBatch(ctx, b)}
+	return donePending{p.writeWithoutOffset(ctx, b)}
+}
+
+// writeWithoutOffset writes b's snapshots and waits for them:
+// TombstonesAheadOfCommit's batch.
+func (p *checkedPartition) writeWithoutOffset(ctx context.Context, b store.Batch) error {
+	for _, err := range p.Partition.StartWriteBatch(ctx, b.Snapshots).Wait(ctx) {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tombstonesAhead reports whether TombstonesAheadOfCommit writes b
@@ -544,13 +553,13 @@ func (donePending) Done() <-chan struct{} {
 func (d donePending) Wait(context.Context) []error     { return []error{d.err} }
 func (donePending) Position() (store.Checkpoint, bool) { return store.Checkpoint{}, false }
 
-// RecoverFrom checks a delta recovery: every snapshot it returns is
+// recoverDelta checks a delta recovery: every snapshot it returns is
 // committed (4), and a read that fails other than by the store refusing
-// the checkpoint is diagnosed (6) and noted, as Recover does. Its
+// the checkpoint is diagnosed (6) and noted, as recoverFull does. Its
 // completeness is the cache's and the delta's together: the engine's
 // states are checked against the committed snapshots (9). Under
 // TrustCheckpoints the checkpoint is made to fit first.
-func (p *checkedPartition) RecoverFrom(ctx context.Context, cp store.Checkpoint) iter.Seq2[store.Snapshot, error] {
+func (p *checkedPartition) recoverDelta(ctx context.Context, cp store.Checkpoint) iter.Seq2[store.Snapshot, error] {
 	return func(yield func(store.Snapshot, error) bool) {
 		if p.w.cfg.TrustCheckpoints {
 			cp = p.trusted(cp)
@@ -559,7 +568,7 @@ func (p *checkedPartition) RecoverFrom(ctx context.Context, cp store.Checkpoint)
 		for _, s := range p.w.committedSnapshotsOf(p.snap) {
 			committed[snapshotID(s)] = true
 		}
-		for s, err := range p.Partition.RecoverFrom(ctx, cp) {
+		for s, err := range p.Partition.Recover(ctx, &cp) {
 			if err != nil {
 				if _, refused := errors.AsType[*store.CheckpointError](err); !refused {
 					p.checkStall(err)
@@ -645,12 +654,12 @@ func (p *checkedPartition) readToLSO() iter.Seq2[store.Snapshot, error] {
 			if e.Offset >= lso {
 				break
 			}
-			s, kind, err := store.DecodeRecord(p.snap, e.Offset, e.Record)
+			s, kind, err := wire.DecodeRecord(p.snap, e.Offset, e.Record)
 			if err != nil {
 				yield(store.Snapshot{}, err)
 				return
 			}
-			if kind == store.KindOffsetMarker {
+			if kind == wire.KindOffsetMarker {
 				continue
 			}
 			if !yield(s, nil) {

@@ -222,10 +222,6 @@ func (p *checkedPartition) rewrite(snaps []store.Snapshot) []store.Snapshot {
 	return p.w.lost.rewrite(snaps)
 }
 
-func (p *checkedPartition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
-	return p.Partition.WriteBatch(ctx, p.rewrite(snaps))
-}
-
 func (p *checkedPartition) StartWriteBatch(ctx context.Context, snaps []store.Snapshot) store.Pending {
 	return p.Partition.StartWriteBatch(ctx, p.rewrite(snaps))
 }

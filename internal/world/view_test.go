@@ -9,6 +9,7 @@ import (
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // viewScenarios are the named scenarios a view watches: stale owners, a
@@ -72,11 +73,11 @@ func watchScenario(t *testing.T, s Scenario, mode store.Mode) (failed []string, 
 			if e.Control != 0 {
 				continue
 			}
-			s, kind, err := store.DecodeRecord(tp, e.Offset, e.Record)
+			s, kind, err := wire.DecodeRecord(tp, e.Offset, e.Record)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if kind != store.KindOffsetMarker {
+			if kind != wire.KindOffsetMarker {
 				committed[p] = append(committed[p], s)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Names of the world's topics, group and transactional.id prefix.
@@ -506,7 +507,7 @@ func (w *World) produce(key string, delta int, timer time.Duration) {
 	if timed {
 		value = TimerValue(delta, timer)
 	}
-	offs, err := w.c.Produce(tp, store.WireRecord{Key: []byte(key), Value: []byte(value)})
+	offs, err := w.c.Produce(tp, wire.Record{Key: []byte(key), Value: []byte(value)})
 	if err != nil {
 		panic(fmt.Sprintf("world: producing to %s: %v", tp, err)) // the world's own topic: a bug
 	}
@@ -611,7 +612,7 @@ func (w *World) deliver(m *member, outs []engine.Output) error {
 func (w *World) emitPlain(m *member, outs []engine.Output) error {
 	for _, o := range outs {
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, w.cfg.Partitions)}
-		_, err := w.c.Produce(tp, store.WireRecord{Key: o.Key, Value: o.Value})
+		_, err := w.c.Produce(tp, wire.Record{Key: o.Key, Value: o.Value})
 		w.rec.Add(history.EmitOp(m.slot, o.Key, o.Value, history.OutcomeOf(err), err))
 		if err != nil {
 			return err
@@ -737,7 +738,7 @@ func (w *World) crash(m *member) {
 		p := w.c.InitProducerID(store.TransactionalID(Prefix, tp), w.cfg.TransactionTimeout)
 		snap := store.TopicPartition{Topic: snapshotTopic, Partition: tp.Partition}
 		s := store.Snapshot{Key: []byte("crash-" + strconv.Itoa(m.slot)), Value: []byte("-999999"), Offset: 1 << 40}
-		if _, err := p.Produce(snap, store.EncodeSnapshot("", s)); err == nil {
+		if _, err := p.Produce(snap, wire.EncodeSnapshot("", s)); err == nil {
 			w.rec.Add(history.Op{Kind: history.Abandon, Member: m.slot, Partition: tp.Partition,
 				Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Outcome: history.Unknown})
 		}
@@ -762,7 +763,7 @@ func (w *World) abandonOutput(m *member, p *sim.Producer, partition int32) {
 	}
 	key, value := []byte(last.Key), []byte(history.OutputValue(last.Partition, last.Offset))
 	tp := store.TopicPartition{Topic: OutputTopic, Partition: store.OutputPartition(key, w.cfg.Partitions)}
-	if _, err := p.Produce(tp, store.WireRecord{Key: key, Value: value}); err == nil {
+	if _, err := p.Produce(tp, wire.Record{Key: key, Value: value}); err == nil {
 		w.rec.Add(history.EmitOp(m.slot, key, value, history.Failed, errAbandoned))
 	}
 }
@@ -821,7 +822,7 @@ func (w *World) recreate() {
 			}
 		}
 	}
-	restore := make([][]store.WireRecord, w.cfg.Partitions)
+	restore := make([][]wire.Record, w.cfg.Partitions)
 	committed := w.committedOffsets()
 	for p := range w.cfg.Partitions {
 		tp := store.TopicPartition{Topic: snapshotTopic, Partition: int32(p)}
@@ -833,11 +834,11 @@ func (w *World) recreate() {
 		}
 		for i, s := range snaps {
 			if last[string(s.Key)] == i && (!s.Tombstone || s.Offset >= committed[p]) {
-				restore[p] = append(restore[p], store.EncodeSnapshot("", s))
+				restore[p] = append(restore[p], wire.EncodeSnapshot("", s))
 			}
 		}
 		for int64(len(restore[p])) < hw {
-			restore[p] = append(restore[p], store.EncodeOffsetMarker("", 0, store.GroupIdentity{}))
+			restore[p] = append(restore[p], wire.EncodeOffsetMarker("", 0, store.GroupIdentity{}))
 		}
 	}
 	if err := w.c.DeleteTopic(snapshotTopic); err != nil {
@@ -862,7 +863,7 @@ func (w *World) openForeign(partition int, hang bool) {
 	tp := store.TopicPartition{Topic: snapshotTopic, Partition: int32(partition)}
 	// An offset marker: a valid snapfence record that recovery skips, so
 	// committing it changes no state.
-	if _, err := p.Produce(tp, store.EncodeOffsetMarker("", 0, store.GroupIdentity{})); err != nil {
+	if _, err := p.Produce(tp, wire.EncodeOffsetMarker("", 0, store.GroupIdentity{})); err != nil {
 		return
 	}
 	if hang {
@@ -956,8 +957,8 @@ func (w *World) finalRead() {
 			panic(fmt.Sprintf("world: reading %s: %v", tp, err))
 		}
 		for _, e := range ents {
-			s, kind, err := store.DecodeRecord(tp, e.Offset, e.Record)
-			if err != nil || kind == store.KindOffsetMarker {
+			s, kind, err := wire.DecodeRecord(tp, e.Offset, e.Record)
+			if err != nil || kind == wire.KindOffsetMarker {
 				continue
 			}
 			w.rec.Add(history.Op{Kind: history.Read, Member: -1, Partition: int32(p), Read: n,

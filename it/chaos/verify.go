@@ -15,8 +15,8 @@ import (
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/internal/kafkatest"
-	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // verify waits for the quiet (every partition committed to the input's
@@ -141,7 +141,7 @@ func (c *chaos) verify(ctx context.Context, adm *kadm.Client, mr *modeReport) er
 			undecodable++
 			return "", snap{}, false
 		}
-		if kind == store.KindOffsetMarker {
+		if kind == wire.KindOffsetMarker {
 			return "", snap{}, false
 		}
 		if sn.Tombstone {

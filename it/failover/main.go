@@ -53,6 +53,7 @@ import (
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 const partitions = 6
@@ -751,7 +752,7 @@ func (m *measurer) verify(ctx context.Context, topic string, want map[string]int
 				undecodable++
 				return
 			}
-			if kind == store.KindOffsetMarker {
+			if kind == wire.KindOffsetMarker {
 				return
 			}
 			k := fmt.Sprintf("%d/%s", r.Partition, sn.Key)

@@ -150,7 +150,7 @@ func transactionVersion2(ctx context.Context, cl *kgo.Client) (bool, error) {
 }
 
 // Application is the application's name (Config.Application, or the
-// transactional.id prefix when that is unset); it implements store.Named.
+// transactional.id prefix when that is unset).
 func (b *Backend) Application() string { return b.set.Application }
 
 // Mode reports the backend's mode.
@@ -657,15 +657,16 @@ func (b *Backend) createOutput(ctx context.Context, topic string) (int, error) {
 	return n, nil
 }
 
-var _ store.TopicFollower = (*Backend)(nil)
+// CanFollow implements store.Backend: the backend follows partitions.
+func (b *Backend) CanFollow() bool { return true }
 
-// Partitions implements store.TopicFollower: topic's partition count, or
+// Partitions implements store.Backend: topic's partition count, or
 // an error wrapping ErrTopicMissing.
 func (b *Backend) Partitions(ctx context.Context, topic string) (int32, error) {
 	return b.core.Partitions(ctx, topic)
 }
 
-// FollowTopic implements store.TopicFollower: a group-less
+// FollowTopic implements store.Backend: a group-less
 // read_committed consumer of a partition of any topic (a client of its
 // own), in either mode; it writes nothing and creates nothing.
 func (b *Backend) FollowTopic(ctx context.Context, tp store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
@@ -748,7 +749,7 @@ func (l *topicLink) Snapshots() backend.SnapshotTopic { return l.topic }
 
 func (l *topicLink) Release() {}
 
-// Follow implements store.Follower: a group-less read_committed consumer
+// Follow implements store.Backend: a group-less read_committed consumer
 // of input's snapshot partition for a standby replica (a client of its
 // own, as a recovery read has); it writes nothing.
 func (b *Backend) Follow(ctx context.Context, input store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {

@@ -150,7 +150,7 @@ func TestTopicChecksNameWhatIsWrong(t *testing.T) {
 			t.Fatalf("CreateTopics: %v", err)
 		}
 		// A recovery right after the creation: the topic is served.
-		for _, err := range p.Recover(ctx) {
+		for _, err := range p.Recover(ctx, nil) {
 			if err != nil {
 				t.Fatalf("recovering a just-created snapshot topic: %v", err)
 			}
@@ -201,7 +201,7 @@ func TestAnAcquisitionThatCreatesItsSnapshotTopicReturnsOnceItIsServed(t *testin
 		if acquired >= time.Second {
 			t.Errorf("acquiring a partition whose snapshot topic it created took %v of virtual time; the metadata min age is 5s, and kfake answers at once", acquired)
 		}
-		for _, err := range p.Recover(ctx) {
+		for _, err := range p.Recover(ctx, nil) {
 			if err != nil {
 				t.Fatalf("recovering a just-created snapshot topic: %v", err)
 			}

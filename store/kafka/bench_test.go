@@ -35,6 +35,8 @@ import (
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/storetest"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 const (
@@ -237,7 +239,7 @@ func snapshots(n, size int) []store.Snapshot {
 	return out
 }
 
-// writeAll writes every snapshot, one write (a WriteBatch of one) at a time or each from a
+// writeAll writes every snapshot, one write (a batch of one) at a time or each from a
 // goroutine of its own, and times only the writes. The goroutines are
 // started and parked before the timer starts; the timer is stopped on
 // return.
@@ -383,7 +385,7 @@ func BenchmarkRecovery(b *testing.B) {
 		for b.Loop() {
 			ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 			records, bytes := 0, int64(0)
-			for s, err := range o.part.Recover(ctx) {
+			for s, err := range o.part.Recover(ctx, nil) {
 				if err != nil {
 					b.Fatalf("recovering %s: %v", snap, err)
 				}
@@ -440,7 +442,7 @@ func bareRead(b *testing.B, bc *benchCluster, tp store.TopicPartition) (records 
 // offset 0 with the member's group identity (as partition.commitOffset
 // sends it, CONCURRENT_TRANSACTIONS retried with the same backoff), a
 // ProduceSync of the write's record, EndTransaction commit. The records
-// are the ones snapfence writes (store.EncodeSnapshot: the same key, value
+// are the ones snapfence writes (wire.EncodeSnapshot: the same key, value
 // and headers), to the same kind of fresh snapshot partition, with the
 // same producer options as the backend's (linger 0, the manual
 // partitioner, acks=all, the default transaction timeout).
@@ -557,7 +559,7 @@ func (t *bareTxns) transact(ctx context.Context, s store.Snapshot) error {
 }
 
 func (t *bareTxns) record(s store.Snapshot) *kgo.Record {
-	w := store.EncodeSnapshot("", s)
+	w := wire.EncodeSnapshot("", s)
 	r := &kgo.Record{Topic: t.snap.Topic, Partition: t.snap.Partition, Key: w.Key, Value: w.Value}
 	for _, h := range w.Headers {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
@@ -663,9 +665,9 @@ var txnSizeSweep = flag.Bool("txnsize", false, "run BenchmarkTransactionSize, th
 
 // BenchmarkTransactionSize is the sweep the default caps were chosen by
 // (docs/benchmarks.md), run only with -txnsize. Each iteration hands one
-// WriteBatch of all its writes to a fresh partition, so the transactions
-// are exactly the caps' cuts (no lone first write, unlike B's concurrent
-// writers): "bytes", 4000 snapshots of 10 KiB (41 MB) under byte caps of
+// batch of all its writes (storetest.WriteBatch) to a fresh partition,
+// so the transactions are exactly the caps' cuts (no lone first write,
+// unlike B's concurrent writers): "bytes", 4000 snapshots of 10 KiB (41 MB) under byte caps of
 // 1 to 30 MiB and no count cap; "writes", 40,000 snapshots of 50 bytes
 // (4 MB) under count caps of 256 to 40,000 and the byte cap of 30 MiB,
 // which they never reach. Each has its plain baseline: the same batch
@@ -691,14 +693,14 @@ func BenchmarkTransactionSize(b *testing.B) {
 }
 
 // benchBatch is one sweep benchmark: every iteration is a fresh owner
-// writing snaps in one WriteBatch.
+// writing snaps in one batch (storetest.WriteBatch).
 func benchBatch(b *testing.B, mode store.Mode, c caps, snaps []store.Snapshot) {
 	bc := newBenchCluster(b)
 	var events atomic.Int64
 	be := bc.backend(b, mode, c, &events)
 	var payload int64
 	for _, s := range snaps {
-		payload += int64(store.SnapshotBytes(s))
+		payload += int64(wire.SnapshotBytes(s))
 	}
 	b.SetBytes(payload)
 	for b.Loop() {
@@ -706,7 +708,7 @@ func benchBatch(b *testing.B, mode store.Mode, c caps, snaps []store.Snapshot) {
 		o := bc.newOwner(b, be)
 		ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 		b.StartTimer()
-		errs := o.part.WriteBatch(ctx, snaps)
+		errs := storetest.WriteBatch(ctx, o.part, snaps)
 		b.StopTimer()
 		cancel()
 		if err := errors.Join(errs...); err != nil {

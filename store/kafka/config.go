@@ -59,7 +59,7 @@ type Config struct {
 	// the store owns is named from it by default: the snapshot topic
 	// "<Application>-<input>-snapshots" (DefaultSnapshotTopic) and the
 	// transactional.id prefix. Every snapshot record carries it
-	// (store.HeaderApplication), and an acquisition that meets a record
+	// (wire.HeaderApplication), and an acquisition that meets a record
 	// or a transactional.id of another application fails with a
 	// *store.ForeignStateError before it takes anything over or folds
 	// anything. Default TransactionalIDPrefix; one of the two is
@@ -103,7 +103,7 @@ type Config struct {
 	// store.DefaultMaxWritesPerTransaction (16384; 256 before issue 19).
 	MaxWritesPerTransaction int
 	// MaxBytesPerTransaction caps the bytes of one transaction's writes
-	// (store.SnapshotBytes: key, value and headers of each record);
+	// (wire.SnapshotBytes: key, value and headers of each record);
 	// default store.DefaultMaxBytesPerTransaction (16 MiB), or, when
 	// TransactionTimeout is under 32 s, the timeout's time budget
 	// (store.TransactionBytesBudget: what 1 MiB/s writes in half the
@@ -115,7 +115,7 @@ type Config struct {
 	// takes; those limits bound one record, which MaxValueBytes keeps
 	// below them. A single write larger than the cap is not refused: it
 	// goes in a transaction of its own. Exactly-once batches
-	// (Partition.CommitBatch) are their caller's unit and never split.
+	// (Partition.StartCommitBatch) are their caller's unit and never split.
 	MaxBytesPerTransaction int
 	// MaxValueBytes bounds a snapshot's key plus value; default
 	// store.DefaultMaxValueBytes (999,000), which franz-go's default
@@ -138,19 +138,19 @@ type Config struct {
 	// also bounds a Transactional takeover's InitProducerID, which a
 	// coordinator that cannot finish an earlier transaction of the id
 	// refuses for ever: the acquisition then fails with a
-	// *store.TakeoverStalledError.
+	// *TakeoverStalledError.
 	RecoveryStallTimeout time.Duration
 	// AbortHangingTransactions lets the store abort a hanging transaction
 	// of its own partition itself, in a recovery or in an acquisition
 	// whose committed offset it holds; off (false) by default, when the
-	// store only reports it (a *store.HangingTransactionError, with the
+	// store only reports it (a *HangingTransactionError, with the
 	// kafka-transactions.sh abort command, in a log line and as the
 	// recovery's error once its stall timeout passes; or the
-	// acquisition's *store.UnstableOffsetError).
+	// acquisition's *UnstableOffsetError).
 	//
 	// A transaction hangs when it is open on the snapshot partition (or
 	// on the group's __consumer_offsets partition, where it holds the
-	// committed offset: the acquisition's *store.UnstableOffsetError
+	// committed offset: the acquisition's *UnstableOffsetError
 	// then lists it in Hanging) and no transaction coordinator has it
 	// ongoing: the coordinator forgot it (a single broker killed with
 	// SIGKILL can lose the tail of __transaction_state), so no

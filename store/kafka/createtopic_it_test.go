@@ -132,7 +132,7 @@ func TestAcquireCreatingItsSnapshotTopicOnKafka(t *testing.T) {
 			t.Fatal(err)
 		}
 		acquired := time.Since(start)
-		for _, err := range p.Recover(ctx) {
+		for _, err := range p.Recover(ctx, nil) {
 			if err != nil {
 				t.Fatalf("recovery right after the acquisition that created %s: %v", snaps, err)
 			}

@@ -161,7 +161,7 @@ func testGroupOptionsIgnored(t *testing.T, w *world, c groupOptsCase, block bool
 	}
 	for read := range 2 {
 		var got []string
-		for s, err := range p.Recover(ctx) {
+		for s, err := range p.Recover(ctx, nil) {
 			if err != nil {
 				t.Fatalf("recovery %d: %v", read+1, err)
 			}

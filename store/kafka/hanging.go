@@ -30,7 +30,7 @@ var ongoingStates = []string{"Ongoing", "PrepareCommit", "PrepareAbort", "Prepar
 // the last stable offset looks for hanging transactions on its snapshot
 // partition (findHanging), logs each once, and with
 // Config.AbortHangingTransactions aborts those of its own lineage.
-func (s *source) CheckPinned(ctx context.Context, _ int64) (bool, *store.HangingTransactionError) {
+func (s *source) CheckPinned(ctx context.Context, _ int64) (bool, readloop.Hanging) {
 	p := s.p
 	if p == nil || p.b.set.Mode != store.Transactional {
 		return false, nil
@@ -59,13 +59,20 @@ func (s *source) CheckPinned(ctx context.Context, _ int64) (bool, *store.Hanging
 	if fresh || h.AbortErr != nil {
 		b.set.Logger.Error("recovery is held by a hanging transaction", "snapshots", s.tp.String(), "err", h)
 	}
-	return false, h
+	return false, h.stalled
+}
+
+// stalled is e as the error of a recovery read that stalled behind its
+// transactions: it then matches store.ErrRecoveryStalled too.
+func (e *HangingTransactionError) stalled(stall *store.RecoveryStalledError) error {
+	e.Stall = stall
+	return e
 }
 
 // abortOwn aborts hs with Config.AbortHangingTransactions when every one
 // is proven of txnID's own lineage, logging each abort with where (a
 // log key and value); otherwise it says why not, or how the abort failed.
-func (b *Backend) abortOwn(ctx context.Context, hs []store.HangingTransaction, txnID, coordinator, whereKey, where string) (notAborted string, abortErr error, aborted bool) {
+func (b *Backend) abortOwn(ctx context.Context, hs []HangingTransaction, txnID, coordinator, whereKey, where string) (notAborted string, abortErr error, aborted bool) {
 	switch {
 	case !b.cfg.AbortHangingTransactions:
 		return "kafka.Config.AbortHangingTransactions is off", nil, false
@@ -85,7 +92,7 @@ func (b *Backend) abortOwn(ctx context.Context, hs []store.HangingTransaction, t
 	return "", nil, true
 }
 
-func allOwn(hs []store.HangingTransaction) bool {
+func allOwn(hs []HangingTransaction) bool {
 	for _, h := range hs {
 		if !h.OwnLineage {
 			return false
@@ -97,7 +104,7 @@ func allOwn(hs []store.HangingTransaction) bool {
 // findHanging returns the hanging transactions on the partition's snapshot
 // partition (and, of the same producers, on the output partitions the
 // backend knows), or nil if there are none or it cannot tell.
-func (p *partition) findHanging(ctx context.Context) *store.HangingTransactionError {
+func (p *partition) findHanging(ctx context.Context) *HangingTransactionError {
 	b := p.b
 	txnID := b.TransactionalID(p.input)
 	set := kadm.TopicsSet{p.snap.Topic: {p.snap.Partition: {}}}
@@ -107,7 +114,7 @@ func (p *partition) findHanging(ctx context.Context) *store.HangingTransactionEr
 	if len(hanging) == 0 {
 		return nil
 	}
-	return &store.HangingTransactionError{Snapshots: p.snap, TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0],
+	return &HangingTransactionError{Snapshots: p.snap, TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0],
 		Coordinator: coordinator, Hanging: hanging}
 }
 
@@ -136,7 +143,7 @@ func (b *Backend) leftover(ctx context.Context, a store.Acquisition, p *partitio
 	if len(hanging) == 0 {
 		return nil
 	}
-	e := &store.HangingTransactionError{Snapshots: p.snap, Takeover: true, Input: a.Input, TransactionalID: txnID,
+	e := &HangingTransactionError{Snapshots: p.snap, Takeover: true, Input: a.Input, TransactionalID: txnID,
 		Bootstrap: b.cfg.SeedBrokers[0], Coordinator: coordinator, Hanging: hanging}
 	var aborted bool
 	if e.NotAborted, e.AbortErr, aborted = b.abortOwn(ctx, hanging, txnID, coordinator, "input", a.Input.String()); aborted {
@@ -189,7 +196,7 @@ func (b *Backend) addOutputs(set kadm.TopicsSet) {
 // OwnLineage is proven by the producer id: the one the takeover of txnID
 // got (ownPID, ownEpoch; -1 for none) or the one txnID's coordinator
 // reports, at an epoch no later than theirs.
-func (b *Backend) findHanging(ctx context.Context, txnID string, pinned store.TopicPartition, set kadm.TopicsSet, ownPID int64, ownEpoch int16, ownOnly bool) ([]store.HangingTransaction, string) {
+func (b *Backend) findHanging(ctx context.Context, txnID string, pinned store.TopicPartition, set kadm.TopicsSet, ownPID int64, ownEpoch int16, ownOnly bool) ([]HangingTransaction, string) {
 	log := b.set.Logger
 	open, err := b.openTransactions(ctx, set)
 	if err != nil {
@@ -224,7 +231,7 @@ func (b *Backend) findHanging(ctx context.Context, txnID string, pinned store.To
 		return nil, ""
 	}
 	lineage := ownLineage{txnID: txnID, pid: ownPID, epoch: ownEpoch, coordinator: own}
-	var hanging []store.HangingTransaction
+	var hanging []HangingTransaction
 	for _, o := range open {
 		if !pinning[o.ProducerID] || ongoing[o.ProducerID] != "" || !slices.Contains(again, o) {
 			continue
@@ -236,7 +243,7 @@ func (b *Backend) findHanging(ctx context.Context, txnID string, pinned store.To
 		hanging = append(hanging, t)
 	}
 	// The pinned partition first: the one that holds the caller.
-	slices.SortStableFunc(hanging, func(x, y store.HangingTransaction) int {
+	slices.SortStableFunc(hanging, func(x, y HangingTransaction) int {
 		return boolInt(x.Partition != pinned) - boolInt(y.Partition != pinned)
 	})
 	return hanging, coordinator
@@ -302,8 +309,8 @@ type ownLineage struct {
 // coordinator in listed maps its producer (txnID's if none does and it is
 // of the own lineage), and whether it is of the own lineage, at an epoch
 // no later than the proof's.
-func (l ownLineage) hanging(o openTxn, listed kadm.ListedTransactions) store.HangingTransaction {
-	t := store.HangingTransaction{OpenTransaction: o.OpenTransaction, CoordinatorEpoch: o.coordinatorEpoch}
+func (l ownLineage) hanging(o openTxn, listed kadm.ListedTransactions) HangingTransaction {
+	t := HangingTransaction{OpenTransaction: o.OpenTransaction, CoordinatorEpoch: o.coordinatorEpoch}
 	for _, lt := range listed {
 		if lt.ProducerID == o.ProducerID {
 			t.TransactionalID = lt.TxnID
@@ -320,7 +327,7 @@ func (l ownLineage) hanging(o openTxn, listed kadm.ListedTransactions) store.Han
 
 // openTxn is an open transaction as DescribeProducers reports it.
 type openTxn struct {
-	store.OpenTransaction
+	OpenTransaction
 	coordinatorEpoch int32
 }
 
@@ -342,7 +349,7 @@ func (b *Backend) openTransactions(ctx context.Context, set kadm.TopicsSet) ([]o
 		if d.CurrentTxnStartOffset < 0 {
 			return
 		}
-		open = append(open, openTxn{OpenTransaction: store.OpenTransaction{
+		open = append(open, openTxn{OpenTransaction: OpenTransaction{
 			Partition:  store.TopicPartition{Topic: d.Topic, Partition: d.Partition},
 			ProducerID: d.ProducerID, ProducerEpoch: d.ProducerEpoch, StartOffset: d.CurrentTxnStartOffset,
 		}, coordinatorEpoch: d.CoordinatorEpoch})
@@ -355,7 +362,7 @@ func (b *Backend) openTransactions(ctx context.Context, set kadm.TopicsSet) ([]o
 // an ABORT marker for the producer id, epoch and coordinator epoch the
 // partition reported, sent to the partition's leader (franz-go shards the
 // request by leader).
-func (b *Backend) abortHanging(ctx context.Context, hs []store.HangingTransaction) error {
+func (b *Backend) abortHanging(ctx context.Context, hs []HangingTransaction) error {
 	var errs []error
 	for _, h := range hs {
 		m := kadm.TxnMarkers{ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, CoordinatorEpoch: h.CoordinatorEpoch,

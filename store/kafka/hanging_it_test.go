@@ -19,6 +19,7 @@ import (
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/storetest"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // A hanging transaction as a broker that lost the tail of
@@ -46,7 +47,7 @@ func TestAHangingTransactionTheCoordinatorForgotOnKafka(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = b.Close() }()
-			for s, err := range p.Recover(ctx) {
+			for s, err := range p.Recover(ctx, nil) {
 				if err != nil {
 					return keys, logs, err
 				}
@@ -57,7 +58,7 @@ func TestAHangingTransactionTheCoordinatorForgotOnKafka(t *testing.T) {
 
 		// Off: reported, with the command, and left alone.
 		_, logs, err := recoverOnce(false)
-		var he *store.HangingTransactionError
+		var he *kafka.HangingTransactionError
 		if !errors.As(err, &he) || !errors.Is(err, store.ErrHangingTransaction) {
 			t.Fatalf("err = %v, want a HangingTransactionError\n%s", err, logs)
 		}
@@ -163,7 +164,7 @@ func forget(t *testing.T, w *brokerWorld, drop int64, offsets bool) forgotten {
 	// end).
 	start := w.stableEnd(t, snap)
 	cl := w.openTransaction(t, txnID, 15*time.Minute, snap,
-		[]store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte("ghost"), Value: []byte("never committed")})})
+		[]wire.Record{wire.EncodeSnapshot("", store.Snapshot{Key: []byte("ghost"), Value: []byte("never committed")})})
 	pid, epoch, err := cl.ProducerID(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +227,7 @@ func (w *brokerWorld) stableEnd(t *testing.T, snap store.TopicPartition) int64 {
 // producer has moved on to a later epoch (the forgotten transaction), so
 // it never does, and answers every InitProducerID of the id with
 // CONCURRENT_TRANSACTIONS, which franz-go retries for ever. The takeover
-// must fail after the stall timeout with a *store.TakeoverStalledError
+// must fail after the stall timeout with a *kafka.TakeoverStalledError
 // naming the coordinator's state and the open transaction, with its abort
 // command, not wait silently.
 func TestATakeoverTheCoordinatorNeverAnswersFailsOnKafka(t *testing.T) {
@@ -235,8 +236,8 @@ func TestATakeoverTheCoordinatorNeverAnswersFailsOnKafka(t *testing.T) {
 		b := f.newBackend(false, &lockedBuffer{})
 		began := time.Now()
 		_, err := b.Acquire(context.Background(), store.Acquisition{Input: f.in, Identity: store.IdentityFunc(f.m.Identity)})
-		var te *store.TakeoverStalledError
-		if !errors.As(err, &te) || !errors.Is(err, store.ErrTakeoverStalled) {
+		var te *kafka.TakeoverStalledError
+		if !errors.As(err, &te) || !errors.Is(err, kafka.ErrTakeoverStalled) {
 			t.Fatalf("err = %v, want a TakeoverStalledError", err)
 		}
 		if waited := time.Since(began); waited < 20*time.Second {
@@ -376,7 +377,7 @@ func TestAHangingTransactionHoldingTheCommittedOffsetOnKafka(t *testing.T) {
 		// Off: reported, with the commands, and left alone.
 		logs := &lockedBuffer{}
 		_, err := f.newBackend(false, logs).Acquire(ctx, a)
-		var ue *store.UnstableOffsetError
+		var ue *kafka.UnstableOffsetError
 		if !errors.As(err, &ue) || !errors.Is(err, store.ErrHangingTransaction) || !errors.Is(err, store.ErrOffsetUnstable) {
 			t.Fatalf("err = %v, want an UnstableOffsetError that is a hanging transaction\n%s", err, logs)
 		}
@@ -411,7 +412,7 @@ func TestAHangingTransactionHoldingTheCommittedOffsetOnKafka(t *testing.T) {
 			t.Fatalf("after the abort the committed offset is %d (%v), want %d, the committed transaction's", off, err, f.committed)
 		}
 		var keys []string
-		for s, err := range p.Recover(ctx) {
+		for s, err := range p.Recover(ctx, nil) {
 			if err != nil {
 				t.Fatalf("recover: %v\n%s", err, logs)
 			}
@@ -454,7 +455,7 @@ func forgetWithOutput(t *testing.T, w *brokerWorld) forgottenWithOutput {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.CommitBatch(ctx, store.Batch{Snapshots: []store.Snapshot{{Key: []byte("k"), Value: []byte("committed"), Offset: 0}},
+	if err := storetest.CommitBatch(ctx, p, store.Batch{Snapshots: []store.Snapshot{{Key: []byte("k"), Value: []byte("committed"), Offset: 0}},
 		Outputs: []store.Output{{Topic: out.Topic, Key: []byte("k"), Value: []byte("out-of-0")}}, Offset: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -471,8 +472,8 @@ func forgetWithOutput(t *testing.T, w *brokerWorld) forgottenWithOutput {
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	recs := append(toKgo(snap, []store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("never committed"), Offset: 1})}),
-		toKgo(out, []store.WireRecord{{Key: []byte("k"), Value: []byte("out-of-1")}})...)
+	recs := append(toKgo(snap, []wire.Record{wire.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("never committed"), Offset: 1})}),
+		toKgo(out, []wire.Record{{Key: []byte("k"), Value: []byte("out-of-1")}})...)
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +498,7 @@ func forgetWithOutput(t *testing.T, w *brokerWorld) forgottenWithOutput {
 // then see each input's output once.
 func (f forgottenWithOutput) replay(t *testing.T, p store.Partition) {
 	t.Helper()
-	if err := p.CommitBatch(context.Background(), store.Batch{Snapshots: []store.Snapshot{{Key: []byte("k"), Value: []byte("replayed"), Offset: 1}},
+	if err := storetest.CommitBatch(context.Background(), p, store.Batch{Snapshots: []store.Snapshot{{Key: []byte("k"), Value: []byte("replayed"), Offset: 1}},
 		Outputs: []store.Output{{Topic: f.out.Topic, Key: []byte("k"), Value: []byte("out-of-1")}}, Offset: 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +564,7 @@ func TestAForgottenBatchWithOutputsIsReportedWithEveryCommandOnKafka(t *testing.
 		a := store.Acquisition{Input: f.in, Identity: store.IdentityFunc(f.m.Identity), Outputs: []string{f.out.Topic},
 			ResolveAssignedOffset: f.w.committedOffset(f.m.Identity().Group, f.in)}
 		_, err := b.Acquire(ctx, a)
-		var he *store.HangingTransactionError
+		var he *kafka.HangingTransactionError
 		if !errors.As(err, &he) || !he.Takeover || !errors.Is(err, store.ErrHangingTransaction) {
 			t.Fatalf("err = %v, want the takeover's HangingTransactionError", err)
 		}

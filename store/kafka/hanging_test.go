@@ -20,6 +20,7 @@ import (
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/storetest"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // lockedBuffer is a log sink safe for the backend's goroutines.
@@ -78,7 +79,7 @@ func hangOn(t *testing.T, w *fakeWorld, in, tp store.TopicPartition, key string,
 	t.Helper()
 	start := w.listEnd(t, tp, 0)
 	cl := w.openTransaction(t, "shadow-"+key, 15*time.Minute, tp,
-		[]store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte(key), Value: []byte("never committed")})})
+		[]wire.Record{wire.EncodeSnapshot("", store.Snapshot{Key: []byte(key), Value: []byte("never committed")})})
 	pid, epoch, err := cl.ProducerID(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func hangOn(t *testing.T, w *fakeWorld, in, tp store.TopicPartition, key string,
 		// The lineage's first takeover claimed the snapshot partition (a
 		// marker there), as the store's does: an id of this lineage
 		// never stands beside an empty snapshot partition.
-		w.ProduceForeign(t, in, store.EncodeOffsetMarker(storetest.Application, 0, store.GroupIdentity{}))
+		w.ProduceForeign(t, in, wire.EncodeOffsetMarker(storetest.Application, 0, store.GroupIdentity{}))
 		w.c.ControlKey(int16(kmsg.DescribeTransactions), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 			w.c.KeepControl()
 			req := kreq.(*kmsg.DescribeTransactionsRequest)
@@ -141,7 +142,7 @@ func recoverBehind(t *testing.T, w *fakeWorld, abort bool) hangingRun {
 		t.Fatal(err)
 	}
 	r := hangingRun{w: w, in: in, logs: logs}
-	for s, err := range p.Recover(context.Background()) {
+	for s, err := range p.Recover(context.Background(), nil) {
 		if err != nil {
 			r.err = err
 			break
@@ -185,7 +186,7 @@ func TestAHangingTransactionIsReportedWithItsAbortCommand(t *testing.T) {
 		w := newFakeWorld(t)
 		f := committedThenHang(t, w, ownLineage)
 		r := recoverBehind(t, w, false)
-		var he *store.HangingTransactionError
+		var he *kafka.HangingTransactionError
 		if !errors.As(r.err, &he) || !errors.Is(r.err, store.ErrHangingTransaction) || !errors.Is(r.err, store.ErrRecoveryStalled) {
 			t.Fatalf("err = %v, want a HangingTransactionError that is a stall", r.err)
 		}
@@ -236,7 +237,7 @@ func TestAHangingTransactionOfAForeignLineageIsOnlyReported(t *testing.T) {
 		w := newFakeWorld(t)
 		f := committedThenHang(t, w, foreignLineage)
 		r := recoverBehind(t, w, true)
-		var he *store.HangingTransactionError
+		var he *kafka.HangingTransactionError
 		if !errors.As(r.err, &he) || len(he.Hanging) != 1 || he.Hanging[0].ProducerID != f.pid || he.Hanging[0].OwnLineage {
 			t.Fatalf("err = %v, want a HangingTransactionError of a foreign producer %d", r.err, f.pid)
 		}
@@ -256,7 +257,7 @@ func TestAnOngoingTransactionIsNeverAborted(t *testing.T) {
 		w := newFakeWorld(t)
 		in := store.TopicPartition{Topic: inputTopic, Partition: 0}
 		w.openTransaction(t, "other-app", 15*time.Minute, snapTP(in),
-			[]store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte("theirs"), Value: []byte("open")})})
+			[]wire.Record{wire.EncodeSnapshot("", store.Snapshot{Key: []byte("theirs"), Value: []byte("open")})})
 		r := recoverBehind(t, w, true)
 		var se *store.RecoveryStalledError
 		if !errors.As(r.err, &se) || se.Cause != store.StallOpenTransaction || errors.Is(r.err, store.ErrHangingTransaction) {
@@ -298,8 +299,8 @@ func TestATakeoverRefusedForeverFailsAfterTheStallTimeout(t *testing.T) {
 		}
 		began := time.Now()
 		_, err = b.Acquire(context.Background(), store.Acquisition{Input: in, Identity: joinGroup(t, w, group)})
-		var te *store.TakeoverStalledError
-		if !errors.As(err, &te) || !errors.Is(err, store.ErrTakeoverStalled) || te.TransactionalID != txnID || te.Stalled != time.Minute {
+		var te *kafka.TakeoverStalledError
+		if !errors.As(err, &te) || !errors.Is(err, kafka.ErrTakeoverStalled) || te.TransactionalID != txnID || te.Stalled != time.Minute {
 			t.Fatalf("err = %v, want a TakeoverStalledError of %s after 1m", err, txnID)
 		}
 		if waited := time.Since(began); waited < time.Minute {
@@ -343,7 +344,7 @@ func TestATakeoverRefusedOutrightIsNotAStall(t *testing.T) {
 		}
 		began := time.Now()
 		_, err = b.Acquire(context.Background(), store.Acquisition{Input: in, Identity: joinGroup(t, w, group)})
-		if err == nil || errors.Is(err, store.ErrTakeoverStalled) || !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+		if err == nil || errors.Is(err, kafka.ErrTakeoverStalled) || !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
 			t.Fatalf("err = %v, want the authorization failure, not a stall", err)
 		}
 		if waited := time.Since(began); waited >= time.Minute {
@@ -399,7 +400,7 @@ func TestAHangingTransactionOnTheOffsetsPartitionIsReported(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = b.Acquire(context.Background(), a)
-		var ue *store.UnstableOffsetError
+		var ue *kafka.UnstableOffsetError
 		if !errors.As(err, &ue) || !errors.Is(err, store.ErrOffsetUnstable) || !errors.Is(err, store.ErrHangingTransaction) {
 			t.Fatalf("err = %v, want an UnstableOffsetError that is a hanging transaction", err)
 		}
@@ -457,7 +458,7 @@ func TestAHangingTransactionOnTheOffsetsPartitionOfAForeignLineageIsOnlyReported
 			t.Fatal(err)
 		}
 		_, err = b.Acquire(context.Background(), a)
-		var ue *store.UnstableOffsetError
+		var ue *kafka.UnstableOffsetError
 		if !errors.As(err, &ue) || len(ue.Hanging) != 1 || ue.Hanging[0].ProducerID != f.pid || ue.Hanging[0].OwnLineage {
 			t.Fatalf("err = %v, want an UnstableOffsetError with foreign producer %d hanging", err, f.pid)
 		}
@@ -513,7 +514,7 @@ func TestATransactionLeftOpenOnAnOutputPartitionIsAbortedAtTheTakeover(t *testin
 			!strings.Contains(s, "partition="+out.String()) {
 			t.Fatalf("no log line of the abort on %s:\n%s", out, s)
 		}
-		if err := p.CommitBatch(context.Background(), store.Batch{Outputs: []store.Output{{Topic: out.Topic, Key: []byte("k"), Value: []byte("once")}}, Offset: 1}); err != nil {
+		if err := storetest.CommitBatch(context.Background(), p, store.Batch{Outputs: []store.Output{{Topic: out.Topic, Key: []byte("k"), Value: []byte("once")}}, Offset: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if got := w.ReadOutputs(t, true); len(got) != 1 || string(got[0].Value) != "once" {
@@ -535,7 +536,7 @@ func TestATransactionLeftOpenOnAnOutputPartitionIsReportedAtTheTakeover(t *testi
 			t.Fatal(err)
 		}
 		_, err = b.Acquire(context.Background(), a)
-		var he *store.HangingTransactionError
+		var he *kafka.HangingTransactionError
 		if !errors.As(err, &he) || !errors.Is(err, store.ErrHangingTransaction) || !he.Takeover || he.Input != a.Input {
 			t.Fatalf("err = %v, want a HangingTransactionError of the takeover of %s", err, a.Input)
 		}
@@ -616,7 +617,7 @@ func TestACheckpointStraddlingAnAbortedTransactionIsRefused(t *testing.T) {
 		// A second record of the ghost, so that a read from inside it has
 		// something to wait for.
 		if err := f.shadow.ProduceSync(context.Background(), toKgo(snapTP(in),
-			[]store.WireRecord{store.EncodeSnapshot("", store.Snapshot{Key: []byte("ghost-2"), Value: []byte("never committed")})})...).FirstErr(); err != nil {
+			[]wire.Record{wire.EncodeSnapshot("", store.Snapshot{Key: []byte("ghost-2"), Value: []byte("never committed")})})...).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 		b, err := newBackend(t, w, kafka.Config{Mode: store.Transactional, TransactionalIDPrefix: prefix, AbortHangingTransactions: true})
@@ -636,7 +637,7 @@ func TestACheckpointStraddlingAnAbortedTransactionIsRefused(t *testing.T) {
 			cp := base
 			cp.Offset = offset
 			var last error
-			for _, err := range p.RecoverFrom(context.Background(), cp) {
+			for _, err := range p.Recover(context.Background(), &cp) {
 				last = err
 			}
 			return last

@@ -71,7 +71,7 @@ func outputTopicChecks(t *testing.T, w *world, fast time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.CommitBatch(ctx, store.Batch{Outputs: []store.Output{{Topic: w.OutputTopic(), Key: []byte("k"), Value: []byte("ok")}}, Offset: 1}); err != nil {
+	if err := storetest.CommitBatch(ctx, p, store.Batch{Outputs: []store.Output{{Topic: w.OutputTopic(), Key: []byte("k"), Value: []byte("ok")}}, Offset: 1}); err != nil {
 		t.Fatalf("the next batch: %v", err)
 	}
 	if err := p.Close(); err != nil {
@@ -88,7 +88,7 @@ func outputTopicChecks(t *testing.T, w *world, fast time.Duration) {
 	for i := range 9 {
 		outs = append(outs, store.Output{Topic: made, Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")})
 	}
-	if err := p.CommitBatch(ctx, store.Batch{Outputs: outs, Offset: 2}); err != nil {
+	if err := storetest.CommitBatch(ctx, p, store.Batch{Outputs: outs, Offset: 2}); err != nil {
 		t.Fatalf("CreateOutputTopics: %v", err)
 	}
 	if took := time.Since(start); took > fast {

@@ -17,6 +17,7 @@ import (
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/backend"
 	"github.com/snapfence/snapfence/store/internal/groupcommit"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // partition is one acquired input partition's link to the cluster
@@ -64,7 +65,7 @@ func (p *partition) Release() {
 // transactional producer and initialises its producer id. franz-go
 // retries CONCURRENT_TRANSACTIONS while the broker aborts the previous
 // owner's transaction, so this returns once that abort is done, or fails
-// with a *store.TakeoverStalledError after RecoveryStallTimeout.
+// with a *TakeoverStalledError after RecoveryStallTimeout.
 func (p *partition) Takeover(ctx context.Context, txnID string) error {
 	cfg := &p.b.cfg
 	// The batch cap goes first: a user's own ProducerBatchMaxBytes
@@ -113,7 +114,7 @@ func (p *partition) Takeover(ctx context.Context, txnID string) error {
 
 // Claim implements backend.Link: a transaction of the marker alone, with
 // no offset commit.
-func (p *partition) Claim(ctx context.Context, marker store.WireRecord, id store.GroupIdentity) error {
+func (p *partition) Claim(ctx context.Context, marker wire.Record, id store.GroupIdentity) error {
 	p.mu.Lock()
 	prod := p.prod
 	p.mu.Unlock()
@@ -373,18 +374,18 @@ func (p *partition) produce(ctx context.Context, prod *kgo.Client, batch groupco
 	var rb recordBuilder
 	recs := rb.start(len(batch.Writes)+len(batch.Outputs), len(batch.Writes)*4+outputHeaders(batch.Outputs))
 	for _, w := range batch.Writes {
-		recs = append(recs, rb.record(p.snap, store.EncodeSnapshot(p.b.set.Application, w)))
+		recs = append(recs, rb.record(p.snap, wire.EncodeSnapshot(p.b.set.Application, w)))
 	}
 	for _, o := range batch.Outputs {
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, counts[o.Topic])}
-		recs = append(recs, rb.record(tp, store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}))
+		recs = append(recs, rb.record(tp, wire.Record{Key: o.Key, Value: o.Value, Headers: o.Headers}))
 	}
 	if len(recs) == 0 {
 		// franz-go sends no EndTxn for a transaction in which it produced
 		// nothing, although our raw TxnOffsetCommit opened it on the
 		// broker; a raw EndTxn of our own would bump the epoch behind the
 		// client's back. A marker record keeps the client in step.
-		recs = append(recs, p.record(store.EncodeOffsetMarker(p.b.set.Application, batch.Offset, id)))
+		recs = append(recs, p.record(wire.EncodeOffsetMarker(p.b.set.Application, batch.Offset, id)))
 	}
 	results := prod.ProduceSync(ctx, recs...)
 	if err := results.FirstErr(); err != nil {
@@ -589,10 +590,10 @@ func (p *partition) txnOffsetCommitError(resp *kmsg.TxnOffsetCommitResponse, id 
 }
 
 // record is r as a record of the snapshot partition.
-func (p *partition) record(r store.WireRecord) *kgo.Record { return kgoRecord(p.snap, r) }
+func (p *partition) record(r wire.Record) *kgo.Record { return kgoRecord(p.snap, r) }
 
 // kgoRecord is r as a record of tp.
-func kgoRecord(tp store.TopicPartition, r store.WireRecord) *kgo.Record {
+func kgoRecord(tp store.TopicPartition, r wire.Record) *kgo.Record {
 	kr := &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Key: r.Key, Value: r.Value}
 	if len(r.Headers) > 0 {
 		kr.Headers = make([]kgo.RecordHeader, 0, len(r.Headers))
@@ -621,7 +622,7 @@ func (b *recordBuilder) start(n, headers int) []*kgo.Record {
 
 // record is r as a record of tp, from the builder's memory while it has
 // room (kgoRecord's after).
-func (b *recordBuilder) record(tp store.TopicPartition, r store.WireRecord) *kgo.Record {
+func (b *recordBuilder) record(tp store.TopicPartition, r wire.Record) *kgo.Record {
 	if len(b.recs) == cap(b.recs) || cap(b.hs)-len(b.hs) < len(r.Headers) {
 		return kgoRecord(tp, r)
 	}

@@ -11,13 +11,14 @@ import (
 
 	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Produce implements backend.Link (Plain): every record goes straight to
 // the backend's shared producer, which batches across writes and
 // partitions and keeps the order of one partition's records; it returns
 // once every record is acknowledged or failed.
-func (p *partition) Produce(ctx context.Context, recs []store.WireRecord) []error {
+func (p *partition) Produce(ctx context.Context, recs []wire.Record) []error {
 	// Not ProduceSync: its results come in the order the promises fire.
 	errs := make([]error, len(recs))
 	var wg sync.WaitGroup

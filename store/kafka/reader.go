@@ -12,6 +12,7 @@ import (
 
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/readloop"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Source implements backend.Link: a group-less consumer of its own for
@@ -154,7 +155,7 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 		if r.Attrs.IsControl() {
 			return
 		}
-		w := store.WireRecord{Key: r.Key, Value: r.Value}
+		w := wire.Record{Key: r.Key, Value: r.Value}
 		for _, h := range r.Headers {
 			w.Headers = append(w.Headers, store.Header{Key: h.Key, Value: h.Value})
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // TestMain runs the package's tests, then asks Kafka's own transactions
@@ -154,7 +155,7 @@ func (w *realWorld) partition(stall time.Duration, log *slog.Logger) store.Parti
 	return p
 }
 
-func (w *realWorld) foreign(timeout time.Duration, recs ...store.WireRecord) *kgo.Client {
+func (w *realWorld) foreign(timeout time.Duration, recs ...wire.Record) *kgo.Client {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(w.brokers...), kgo.TransactionalID(w.input.Topic+"-foreign"),
 		kgo.TransactionTimeout(timeout), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -180,7 +181,7 @@ func TestRecoveryWaitsOutAForeignTransactionOnKafka(t *testing.T) {
 	if err := writeOne(ctx, p, store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 1}); err != nil {
 		t.Fatal(err)
 	}
-	foreign := w.foreign(time.Minute, store.EncodeSnapshot("", store.Snapshot{Key: []byte("foreign"), Value: []byte("x"), Offset: 2}))
+	foreign := w.foreign(time.Minute, wire.EncodeSnapshot("", store.Snapshot{Key: []byte("foreign"), Value: []byte("x"), Offset: 2}))
 	if err := writeOne(ctx, p, store.Snapshot{Key: []byte("b"), Value: []byte("2"), Offset: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestStallDeadlineNamesAnOpenTransactionOnKafka(t *testing.T) {
 	if err := writeOne(ctx, p, store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 1}); err != nil {
 		t.Fatal(err)
 	}
-	foreign := w.foreign(time.Minute, store.EncodeSnapshot("", store.Snapshot{Key: []byte("foreign"), Value: []byte("x"), Offset: 2}))
+	foreign := w.foreign(time.Minute, wire.EncodeSnapshot("", store.Snapshot{Key: []byte("foreign"), Value: []byte("x"), Offset: 2}))
 	defer foreign.EndTransaction(ctx, kgo.TryAbort)
 	r := collectSnaps(p)
 	var se *store.RecoveryStalledError
@@ -229,7 +230,7 @@ type recoveredSnaps struct {
 
 func collectSnaps(p store.Partition) recoveredSnaps {
 	var r recoveredSnaps
-	for s, err := range p.Recover(context.Background()) {
+	for s, err := range p.Recover(context.Background(), nil) {
 		if err != nil {
 			r.err = err
 			break

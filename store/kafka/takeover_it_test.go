@@ -16,6 +16,7 @@ import (
 
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // The crashed owner runs as this test binary re-executed: it opens a
@@ -37,8 +38,8 @@ func TestCrashedOwnerProcess(t *testing.T) {
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	rec := store.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("unfinished"), Offset: 9})
-	if err := cl.ProduceSync(context.Background(), toKgo(store.TopicPartition{Topic: topic}, []store.WireRecord{rec})...).FirstErr(); err != nil {
+	rec := wire.EncodeSnapshot("", store.Snapshot{Key: []byte("k"), Value: []byte("unfinished"), Offset: 9})
+	if err := cl.ProduceSync(context.Background(), toKgo(store.TopicPartition{Topic: topic}, []wire.Record{rec})...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("IN TRANSACTION")

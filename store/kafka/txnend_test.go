@@ -18,6 +18,7 @@ import (
 
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // lateTopicWorld opens, on demand, the window in which franz-go v1.22.3
@@ -197,7 +198,7 @@ func TestFranzGoCommitEndsAsAnAbortBeforeItPublishesANewTopic(t *testing.T) {
 		snap := store.Snapshot{Key: []byte("a"), Value: []byte("1"), Offset: 7}
 		produced := make(chan error, 1)
 		go func() {
-			recs := toKgo(snapTP(in), []store.WireRecord{store.EncodeSnapshot("", snap)})
+			recs := toKgo(snapTP(in), []wire.Record{wire.EncodeSnapshot("", snap)})
 			produced <- cl.ProduceSync(context.Background(), recs...).FirstErr()
 		}()
 		unwedge := w.wedge(t, cl)
@@ -237,7 +238,7 @@ func TestAFirstTransactionCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
 		m := w.Join(t).(member)
 		// An earlier owner of the lineage claimed the partition, so this
 		// owner's first transaction is the write.
-		w.ProduceForeign(t, in, store.EncodeOffsetMarker(w.prefix, 0, store.GroupIdentity{}))
+		w.ProduceForeign(t, in, wire.EncodeOffsetMarker(w.prefix, 0, store.GroupIdentity{}))
 		p, err := b.Acquire(context.Background(), store.Acquisition{
 			Input: in, AssignedOffset: 5, Identity: store.IdentityFunc(m.Identity),
 		})
@@ -305,7 +306,7 @@ func TestAClaimCommitsWhenItsTopicIsPublishedLate(t *testing.T) {
 		}
 		var claims int
 		w.readTo(t, snapTP(in), hw, []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, func(r *kgo.Record) {
-			if bytes.Equal(r.Key, store.OffsetMarkerKey) {
+			if bytes.Equal(r.Key, wire.OffsetMarkerKey) {
 				claims++
 			}
 		})

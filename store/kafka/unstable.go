@@ -32,10 +32,10 @@ const offsetsTopic = "__consumer_offsets"
 // Config.AbortHangingTransactions, when every one is of the partition's
 // own lineage, aborted (aborted true: resolve the offset again).
 func (b *Backend) unstableOffset(ctx context.Context, a store.Acquisition, p *partition, txnID string, err error) (aborted bool, _ error) {
-	e := &store.UnstableOffsetError{Input: a.Input, Group: a.Identity.CurrentIdentity().Group,
+	e := &UnstableOffsetError{Input: a.Input, Group: a.Identity.CurrentIdentity().Group,
 		TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0], Err: err}
 	e.Coordinator, e.Open, e.DiagnoseErr = b.diagnoseTransactions(ctx, e.Group, p.snap, txnID)
-	if b.set.Mode != store.Transactional || !slices.ContainsFunc(e.Open, func(o store.OpenTransaction) bool { return o.Partition.Topic == offsetsTopic }) {
+	if b.set.Mode != store.Transactional || !slices.ContainsFunc(e.Open, func(o OpenTransaction) bool { return o.Partition.Topic == offsetsTopic }) {
 		return false, e
 	}
 	op, perr := b.groupOffsetsPartition(ctx, e.Group)
@@ -62,7 +62,7 @@ func (b *Backend) unstableOffset(ctx context.Context, a store.Acquisition, p *pa
 // an earlier transaction of the id, and may never, if it lost the tail of
 // __transaction_state and its markers are refused) for stalled.
 func (b *Backend) takeoverStalled(ctx context.Context, input, snap store.TopicPartition, txnID string, stalled time.Duration, err error) error {
-	e := &store.TakeoverStalledError{Input: input, TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0], Stalled: stalled, Err: err}
+	e := &TakeoverStalledError{Input: input, TransactionalID: txnID, Bootstrap: b.cfg.SeedBrokers[0], Stalled: stalled, Err: err}
 	e.Coordinator, e.Open, e.DiagnoseErr = b.diagnoseTransactions(ctx, "", snap, txnID)
 	return e
 }
@@ -70,7 +70,7 @@ func (b *Backend) takeoverStalled(ctx context.Context, input, snap store.TopicPa
 // diagnoseTransactions is what the coordinator knows of txnID, and the
 // transactions open on snap and, with a group, the group's offsets
 // partition; what it cannot learn is in diagErr.
-func (b *Backend) diagnoseTransactions(ctx context.Context, group string, snap store.TopicPartition, txnID string) (coordinator string, open []store.OpenTransaction, diagErr error) {
+func (b *Backend) diagnoseTransactions(ctx context.Context, group string, snap store.TopicPartition, txnID string) (coordinator string, open []OpenTransaction, diagErr error) {
 	var errs []error
 	if ds, derr := b.adm.DescribeTransactions(ctx, txnID); derr != nil {
 		errs = append(errs, fmt.Errorf("describing transactional.id %s: %w", txnID, derr))
@@ -111,7 +111,7 @@ func (b *Backend) diagnoseTransactions(ctx context.Context, group string, snap s
 	}
 	// The snapshot partition first: a transaction open there is the
 	// partition's own lineage (or a prefix collision).
-	slices.SortStableFunc(open, func(x, y store.OpenTransaction) int {
+	slices.SortStableFunc(open, func(x, y OpenTransaction) int {
 		return boolInt(x.Partition.Topic == offsetsTopic) - boolInt(y.Partition.Topic == offsetsTopic)
 	})
 	return coordinator, open, errors.Join(errs...)

@@ -16,8 +16,10 @@ import (
 
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/backend"
 	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/storetest"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // world is a Kafka cluster as the contract suite sees it: everything the
@@ -137,6 +139,10 @@ func (w *world) fetchLatency() time.Duration {
 }
 
 func (w *world) InputTopic() string { return w.input }
+
+// Queued asks the backend skeleton's partition, which every kafka
+// partition is.
+func (w *world) Queued(p store.Partition) int { return p.(*backend.Partition).Pending() }
 
 func (w *world) Backend(t *testing.T, cfg storetest.BackendConfig) store.Backend {
 	t.Helper()
@@ -322,14 +328,14 @@ func (w *world) ReadSnapshots(t *testing.T, in store.TopicPartition) []store.Sna
 		if err != nil {
 			t.Fatal(err)
 		}
-		if kind != store.KindOffsetMarker {
+		if kind != wire.KindOffsetMarker {
 			out = append(out, s)
 		}
 	})
 	return out
 }
 
-func toKgo(tp store.TopicPartition, recs []store.WireRecord) []*kgo.Record {
+func toKgo(tp store.TopicPartition, recs []wire.Record) []*kgo.Record {
 	out := make([]*kgo.Record, len(recs))
 	for i, r := range recs {
 		kr := &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Key: r.Key, Value: r.Value}
@@ -342,7 +348,7 @@ func toKgo(tp store.TopicPartition, recs []store.WireRecord) []*kgo.Record {
 }
 
 // openTransaction leaves a transaction of txnID open on tp.
-func (w *world) openTransaction(t *testing.T, txnID string, timeout time.Duration, tp store.TopicPartition, recs []store.WireRecord) *kgo.Client {
+func (w *world) openTransaction(t *testing.T, txnID string, timeout time.Duration, tp store.TopicPartition, recs []wire.Record) *kgo.Client {
 	t.Helper()
 	cl := w.client(t, kgo.TransactionalID(txnID), kgo.TransactionTimeout(timeout), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err := cl.BeginTransaction(); err != nil {
@@ -354,17 +360,17 @@ func (w *world) openTransaction(t *testing.T, txnID string, timeout time.Duratio
 	return cl
 }
 
-func (w *world) CrashedOwnerTransaction(t *testing.T, in store.TopicPartition, recs ...store.WireRecord) {
+func (w *world) CrashedOwnerTransaction(t *testing.T, in store.TopicPartition, recs ...wire.Record) {
 	txnID := fmt.Sprintf("%s-%s-%d", w.prefix, in.Topic, in.Partition)
 	w.openTransaction(t, txnID, time.Minute, snapTP(in), recs)
 }
 
-func (w *world) CrashedOwnerOutputs(t *testing.T, in store.TopicPartition, recs ...store.WireRecord) {
+func (w *world) CrashedOwnerOutputs(t *testing.T, in store.TopicPartition, recs ...wire.Record) {
 	txnID := fmt.Sprintf("%s-%s-%d", w.prefix, in.Topic, in.Partition)
 	w.openTransaction(t, txnID, time.Minute, store.TopicPartition{Topic: w.OutputTopic()}, recs)
 }
 
-func (w *world) ForeignTransaction(t *testing.T, in store.TopicPartition, hang bool, recs ...store.WireRecord) func(bool) {
+func (w *world) ForeignTransaction(t *testing.T, in store.TopicPartition, hang bool, recs ...wire.Record) func(bool) {
 	timeout := time.Minute
 	if hang {
 		timeout = 15 * time.Minute // transaction.max.timeout.ms: past every deadline of the suite
@@ -380,7 +386,7 @@ func (w *world) ForeignTransaction(t *testing.T, in store.TopicPartition, hang b
 	}
 }
 
-func (w *world) ProduceForeign(t *testing.T, in store.TopicPartition, recs ...store.WireRecord) {
+func (w *world) ProduceForeign(t *testing.T, in store.TopicPartition, recs ...wire.Record) {
 	cl := w.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err := cl.ProduceSync(context.Background(), toKgo(snapTP(in), recs)...).FirstErr(); err != nil {
 		t.Fatal(err)
@@ -404,5 +410,5 @@ func cutSegments(t *testing.T, tp store.TopicPartition, pattern string, end int6
 
 // writeOne is one write: a batch of one snapshot.
 func writeOne(ctx context.Context, p store.Partition, s store.Snapshot) error {
-	return p.WriteBatch(ctx, []store.Snapshot{s})[0]
+	return storetest.WriteBatch(ctx, p, []store.Snapshot{s})[0]
 }

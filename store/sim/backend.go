@@ -14,6 +14,8 @@ import (
 	"github.com/snapfence/snapfence/store/internal/backend"
 	"github.com/snapfence/snapfence/store/internal/groupcommit"
 	"github.com/snapfence/snapfence/store/internal/readloop"
+	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // BackendConfig configures a Backend. Zero values take the defaults given.
@@ -98,7 +100,7 @@ func (c *Cluster) NewBackend(cfg BackendConfig) (*Backend, error) {
 }
 
 // Application is the application's name (Config.Application, or the
-// transactional.id prefix when that is unset); it implements store.Named.
+// transactional.id prefix when that is unset).
 func (b *Backend) Application() string { return b.core.Config().Application }
 
 // Mode reports the backend's mode.
@@ -229,7 +231,7 @@ func (l topicLink) Release() {}
 // The simulated coordinator never forgets a transaction, so nothing
 // hangs and nothing is aborted here.
 func (b *broker) Unstable(_ context.Context, a store.Acquisition, l backend.Link, txnID string, err error) (bool, error) {
-	return false, &store.UnstableOffsetError{
+	return false, &kafka.UnstableOffsetError{
 		Input: a.Input, Group: a.Identity.CurrentIdentity().Group, TransactionalID: txnID,
 		Coordinator: b.c.DescribeTransaction(txnID), Open: b.c.OpenTransactionsOn(l.(*link).snap),
 		Bootstrap: "sim", Err: err,
@@ -290,7 +292,7 @@ func (p *link) Takeover(_ context.Context, txnID string) error {
 }
 
 // Claim implements backend.Link: a transaction of the marker alone.
-func (p *link) Claim(_ context.Context, marker store.WireRecord, id store.GroupIdentity) error {
+func (p *link) Claim(_ context.Context, marker wire.Record, id store.GroupIdentity) error {
 	if _, err := p.prod.Produce(p.snap, marker); err != nil {
 		_ = p.prod.EndTxn(false)
 		return p.fail(id, err)
@@ -321,12 +323,12 @@ func (p *link) transact(batch groupcommit.Batch, id store.GroupIdentity, end *in
 	if dead != nil {
 		return &store.FencedError{Input: p.input, Identity: id, TransactionalID: p.prod.TransactionalID(), Reason: dead}
 	}
-	recs := make([]store.WireRecord, 0, max(len(batch.Writes), 1))
+	recs := make([]wire.Record, 0, max(len(batch.Writes), 1))
 	for _, w := range batch.Writes {
-		recs = append(recs, store.EncodeSnapshot(p.b.set.Application, w))
+		recs = append(recs, wire.EncodeSnapshot(p.b.set.Application, w))
 	}
 	if len(recs) == 0 {
-		recs = append(recs, store.EncodeOffsetMarker(p.b.set.Application, batch.Offset, id))
+		recs = append(recs, wire.EncodeOffsetMarker(p.b.set.Application, batch.Offset, id))
 	}
 	offs, err := p.prod.Produce(p.snap, recs...)
 	if err != nil {
@@ -362,7 +364,7 @@ func (p *link) produceOutputs(id store.GroupIdentity, outs []store.Output) error
 				Problem: "does not exist", Fix: "create it (Cluster.CreateTopic)"})
 		}
 		tp := store.TopicPartition{Topic: o.Topic, Partition: store.OutputPartition(o.Key, cfg.Partitions)}
-		rec := store.WireRecord{Key: o.Key, Value: o.Value, Headers: o.Headers}
+		rec := wire.Record{Key: o.Key, Value: o.Value, Headers: o.Headers}
 		if _, err := p.prod.Produce(tp, rec); err != nil {
 			if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.InvalidRecord) {
 				return &store.OutputRefusedError{Input: p.input, Outputs: []int{i}, Topic: o.Topic, Partition: tp.Partition, Key: o.Key, Err: err}
@@ -387,7 +389,7 @@ func (p *link) fail(id store.GroupIdentity, err error) error {
 
 // Produce implements backend.Link (Plain): the cluster's
 // non-transactional append, all of recs or none.
-func (p *link) Produce(ctx context.Context, recs []store.WireRecord) []error {
+func (p *link) Produce(ctx context.Context, recs []wire.Record) []error {
 	err := ctx.Err()
 	if err == nil {
 		_, err = p.b.c.Produce(p.snap, recs...)
@@ -515,20 +517,21 @@ func (s *source) Poll(ctx context.Context, wait time.Duration) ([]readloop.Fetch
 	}
 }
 
-var _ store.TopicFollower = (*Backend)(nil)
+// CanFollow implements store.Backend: the backend follows partitions.
+func (b *Backend) CanFollow() bool { return true }
 
-// Partitions implements store.TopicFollower.
+// Partitions implements store.Backend.
 func (b *Backend) Partitions(ctx context.Context, topic string) (int32, error) {
 	return b.core.Partitions(ctx, topic)
 }
 
-// FollowTopic implements store.TopicFollower: a read_committed reader
+// FollowTopic implements store.Backend: a read_committed reader
 // of a partition of any topic, in either mode; it writes nothing.
 func (b *Backend) FollowTopic(ctx context.Context, tp store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
 	return b.core.FollowTopic(ctx, tp, from)
 }
 
-// Follow implements store.Follower: a read_committed reader of input's
+// Follow implements store.Backend: a read_committed reader of input's
 // snapshot partition for a standby replica; it writes nothing.
 func (b *Backend) Follow(ctx context.Context, input store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
 	return b.core.Follow(ctx, input, from)

@@ -33,6 +33,7 @@ import (
 
 	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Config configures a Cluster. Zero values take the defaults given.
@@ -289,7 +290,7 @@ func (c *Cluster) partitionLocked(tp store.TopicPartition) (*partitionLog, error
 }
 
 // Produce appends records with an idempotent, non-transactional producer.
-func (c *Cluster) Produce(tp store.TopicPartition, recs ...store.WireRecord) ([]int64, error) {
+func (c *Cluster) Produce(tp store.TopicPartition, recs ...wire.Record) ([]int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l, err := c.partitionLocked(tp)
@@ -315,7 +316,7 @@ func (c *Cluster) Produce(tp store.TopicPartition, recs ...store.WireRecord) ([]
 // for good, all of them (a produce batch is refused whole), or nil: a
 // record over the topic's MaxMessageBytes, or without a key on a
 // compacted topic.
-func (c *Cluster) refusedLocked(topic string, recs []store.WireRecord) error {
+func (c *Cluster) refusedLocked(topic string, recs []wire.Record) error {
 	cfg := c.configs[topic]
 	for _, r := range recs {
 		if cfg.Compacted && r.Key == nil {

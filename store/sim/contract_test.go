@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/internal/backend"
 	"github.com/snapfence/snapfence/store/sim"
 	"github.com/snapfence/snapfence/store/storetest"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 func TestContract(t *testing.T) {
@@ -136,11 +138,11 @@ func (w *world) ReadSnapshots(t *testing.T, in store.TopicPartition) []store.Sna
 	}
 	var out []store.Snapshot
 	for _, e := range entries {
-		s, kind, err := store.DecodeRecord(snapTP(in), e.Offset, e.Record)
+		s, kind, err := wire.DecodeRecord(snapTP(in), e.Offset, e.Record)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if kind != store.KindOffsetMarker {
+		if kind != wire.KindOffsetMarker {
 			out = append(out, s)
 		}
 	}
@@ -155,21 +157,21 @@ func (w *world) StableOffsets(t *testing.T, in store.TopicPartition) (int64, int
 	return lso, hw
 }
 
-func (w *world) CrashedOwnerTransaction(t *testing.T, in store.TopicPartition, recs ...store.WireRecord) {
+func (w *world) CrashedOwnerTransaction(t *testing.T, in store.TopicPartition, recs ...wire.Record) {
 	p := w.c.InitProducerID(storetest.Application+"-"+in.Topic+"-"+itoa(in.Partition), 0)
 	if _, err := p.Produce(snapTP(in), recs...); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (w *world) CrashedOwnerOutputs(t *testing.T, in store.TopicPartition, recs ...store.WireRecord) {
+func (w *world) CrashedOwnerOutputs(t *testing.T, in store.TopicPartition, recs ...wire.Record) {
 	p := w.c.InitProducerID(storetest.Application+"-"+in.Topic+"-"+itoa(in.Partition), 0)
 	if _, err := p.Produce(store.TopicPartition{Topic: w.OutputTopic()}, recs...); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (w *world) ForeignTransaction(t *testing.T, in store.TopicPartition, hang bool, recs ...store.WireRecord) func(bool) {
+func (w *world) ForeignTransaction(t *testing.T, in store.TopicPartition, hang bool, recs ...wire.Record) func(bool) {
 	const id = "foreign-producer"
 	p := w.c.InitProducerID(id, 0)
 	if _, err := p.Produce(snapTP(in), recs...); err != nil {
@@ -185,7 +187,7 @@ func (w *world) ForeignTransaction(t *testing.T, in store.TopicPartition, hang b
 	}
 }
 
-func (w *world) ProduceForeign(t *testing.T, in store.TopicPartition, recs ...store.WireRecord) {
+func (w *world) ProduceForeign(t *testing.T, in store.TopicPartition, recs ...wire.Record) {
 	if _, err := w.c.Produce(snapTP(in), recs...); err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +215,10 @@ func (w *world) Advance(d time.Duration) {
 }
 
 func (w *world) Settle() { synctest.Wait() }
+
+// Queued asks the backend skeleton's partition, which every sim
+// partition is.
+func (w *world) Queued(p store.Partition) int { return p.(*backend.Partition).Pending() }
 
 // StallTimeout: virtual time affords the production default and a second
 // of slack.

@@ -6,9 +6,10 @@ import (
 
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
-// A follower of any topic (store.TopicFollower): its committed records
+// A follower of any topic (store.Backend.FollowTopic): its committed records
 // raw, with their own offsets, a null value as a tombstone, never an
 // aborted transaction's.
 func ExampleBackend_FollowTopic() {
@@ -16,11 +17,11 @@ func ExampleBackend_FollowTopic() {
 	c := sim.New(sim.Config{Seed: 1})
 	_ = c.CreateTopic("sellers", sim.TopicConfig{Partitions: 1, Compacted: true})
 	tp := store.TopicPartition{Topic: "sellers", Partition: 0}
-	_, _ = c.Produce(tp, store.WireRecord{Key: []byte("s1"), Value: []byte("Acme")})
+	_, _ = c.Produce(tp, wire.Record{Key: []byte("s1"), Value: []byte("Acme")})
 	aborted := c.InitProducerID("other-app", 0)
-	_, _ = aborted.Produce(tp, store.WireRecord{Key: []byte("s1"), Value: []byte("aborted")})
+	_, _ = aborted.Produce(tp, wire.Record{Key: []byte("s1"), Value: []byte("aborted")})
 	_ = aborted.EndTxn(false)
-	_, _ = c.Produce(tp, store.WireRecord{Key: []byte("s1")})
+	_, _ = c.Produce(tp, wire.Record{Key: []byte("s1")})
 
 	b, _ := c.NewBackend(sim.BackendConfig{Mode: store.Plain})
 	defer b.Close()

@@ -1,7 +1,7 @@
 package sim
 
 import (
-	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 	"time"
 )
 
@@ -28,7 +28,7 @@ func (c Control) String() string {
 // it plus what the broker knows about it.
 type Entry struct {
 	Offset        int64
-	Record        store.WireRecord
+	Record        wire.Record
 	ProducerID    int64
 	Epoch         int16
 	Transactional bool

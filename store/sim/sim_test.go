@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 var (
@@ -33,8 +34,8 @@ func newCluster(t *testing.T) *Cluster {
 	return c
 }
 
-func rec(key, value string) store.WireRecord {
-	return store.WireRecord{Key: []byte(key), Value: []byte(value)}
+func rec(key, value string) wire.Record {
+	return wire.Record{Key: []byte(key), Value: []byte(value)}
 }
 
 func keys(es []Entry) string {

@@ -9,6 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // txnState is the transaction coordinator's record of one transactional.id.
@@ -97,7 +99,7 @@ func (p *Producer) begin(t *txnState) {
 
 // Produce appends records to tp inside the producer's transaction,
 // beginning it if needed.
-func (p *Producer) Produce(tp store.TopicPartition, recs ...store.WireRecord) ([]int64, error) {
+func (p *Producer) Produce(tp store.TopicPartition, recs ...wire.Record) ([]int64, error) {
 	c := p.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -306,16 +308,16 @@ func (c *Cluster) StableCommittedOffset(group string, tp store.TopicPartition) (
 // OpenTransactionsOn lists the transactions open on tp, as Kafka's
 // DescribeProducers shows them, each with the transactional.id the
 // coordinator maps its producer to ("" for a forgotten one).
-func (c *Cluster) OpenTransactionsOn(tp store.TopicPartition) []store.OpenTransaction {
+func (c *Cluster) OpenTransactionsOn(tp store.TopicPartition) []kafka.OpenTransaction {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l, err := c.partitionLocked(tp)
 	if err != nil {
 		return nil
 	}
-	var out []store.OpenTransaction
+	var out []kafka.OpenTransaction
 	for _, pid := range slices.Sorted(maps.Keys(l.open)) {
-		o := store.OpenTransaction{Partition: tp, ProducerID: pid, StartOffset: l.open[pid]}
+		o := kafka.OpenTransaction{Partition: tp, ProducerID: pid, StartOffset: l.open[pid]}
 		for _, id := range sortedKeys(c.txns) {
 			if t := c.txns[id]; t.pid == pid {
 				o.TransactionalID, o.ProducerEpoch = id, t.epoch
@@ -410,8 +412,8 @@ func containsTP(tps []store.TopicPartition, tp store.TopicPartition) bool {
 	return false
 }
 
-func cloneRecord(r store.WireRecord) store.WireRecord {
-	out := store.WireRecord{Key: clone(r.Key), Value: clone(r.Value)}
+func cloneRecord(r wire.Record) wire.Record {
+	out := wire.Record{Key: clone(r.Key), Value: clone(r.Value)}
 	for _, h := range r.Headers {
 		out.Headers = append(out.Headers, store.Header{Key: h.Key, Value: clone(h.Value)})
 	}

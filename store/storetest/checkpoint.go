@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
-// The checkpoint cases: Position and RecoverFrom (delta recovery).
+// The checkpoint cases: Position and Recover from a checkpoint (delta
+// recovery).
 
 // A delta from a checkpoint reads exactly what was committed after it,
 // by this owner and by the next one, and the next owner's position
@@ -23,7 +25,7 @@ func checkpointDeltaReadsWhatFollows(t *testing.T, w World) {
 	if _, ok := first.Position(); ok {
 		t.Fatal("Position is valid before any recovery")
 	}
-	mustNil(t, "recover", collect(first.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(first.Recover(context.Background(), nil)).err)
 	// The first takeover of the empty partition committed its claim (an
 	// offset marker): recovery read it, and the position is past it.
 	cp0, ok := first.Position()
@@ -36,7 +38,7 @@ func checkpointDeltaReadsWhatFollows(t *testing.T, w World) {
 	if _, hw := w.StableOffsets(t, in); !ok || cp.Offset > hw || cp.Offset < hw-1 {
 		t.Fatalf("Position after two writes = %+v, %t; want valid at the high watermark %d (or before the commit marker)", cp, ok, hw)
 	}
-	if r := collect(first.RecoverFrom(context.Background(), cp)); r.err != nil || len(r.snaps) != 0 {
+	if r := collect(first.Recover(context.Background(), &cp)); r.err != nil || len(r.snaps) != 0 {
 		t.Fatalf("a delta from the position read %s (err %v), want nothing", describe(r.snaps), r.err)
 	}
 	mustNil(t, "write b again", first.Write(context.Background(), snap("b", "3", 3)))
@@ -45,7 +47,7 @@ func checkpointDeltaReadsWhatFollows(t *testing.T, w World) {
 
 	b := w.Join(t) // the partition moves
 	next := acquire(t, w, transactional, in, 0, b.Identity())
-	r := collect(next.RecoverFrom(context.Background(), cp))
+	r := collect(next.Recover(context.Background(), &cp))
 	mustNil(t, "recover from the checkpoint", r.err)
 	if got := describe(r.snaps); len(r.snaps) != 2 || string(r.snaps[0].Key) != "b" || string(r.snaps[0].Value) != "3" ||
 		string(r.snaps[1].Key) != "a" || !r.snaps[1].Tombstone {
@@ -56,7 +58,7 @@ func checkpointDeltaReadsWhatFollows(t *testing.T, w World) {
 	if _, hw := w.StableOffsets(t, in); !ok || end.Offset > hw || end.Offset < hw-1 || end.TopicID != cp.TopicID {
 		t.Fatalf("the next owner's Position = %+v, %t; want valid at the high watermark %d (or before the commit marker), topic %x", end, ok, hw, cp.TopicID)
 	}
-	r = collect(next.RecoverFrom(context.Background(), end))
+	r = collect(next.Recover(context.Background(), &end))
 	if r.err != nil || len(r.snaps) != 0 {
 		t.Fatalf("a delta from the end read %s (err %v), want nothing", describe(r.snaps), r.err)
 	}
@@ -68,7 +70,7 @@ func checkpointRefused(t *testing.T, w World) {
 	in := input(w, 1)
 	m := w.Join(t)
 	o := acquire(t, w, transactional, in, 0, m.Identity())
-	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(o.Recover(context.Background(), nil)).err)
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "1", 1)))
 	cp, ok := o.Position()
 	if !ok {
@@ -85,10 +87,10 @@ func checkpointRefused(t *testing.T, w World) {
 		store.CheckpointAboveLogEnd:        ahead,
 		store.CheckpointTombstoneRetention: old,
 	} {
-		r := collect(o.RecoverFrom(context.Background(), c))
+		r := collect(o.Recover(context.Background(), &c))
 		ce, isCE := errors.AsType[*store.CheckpointError](r.err)
 		if !isCE || ce.Reason != reason || !errors.Is(r.err, store.ErrCheckpointUnusable) || len(r.snaps) != 0 {
-			t.Fatalf("RecoverFrom(%+v) = %s, %v; want nothing read and a *CheckpointError for %s", c, describe(r.snaps), r.err, reason)
+			t.Fatalf("Recover from %+v = %s, %v; want nothing read and a *CheckpointError for %s", c, describe(r.snaps), r.err, reason)
 		}
 	}
 }
@@ -99,14 +101,14 @@ func checkpointPlainRefused(t *testing.T, w World) {
 	in := input(w, 0)
 	m := w.Join(t)
 	o := acquire(t, w, BackendConfig{Mode: store.Plain}, in, 0, m.Identity())
-	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(o.Recover(context.Background(), nil)).err)
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "1", 1)))
 	if cp, ok := o.Position(); ok {
 		t.Fatalf("Plain Position = %+v, valid; want none", cp)
 	}
-	r := collect(o.RecoverFrom(context.Background(), store.Checkpoint{}))
+	r := collect(o.Recover(context.Background(), &store.Checkpoint{}))
 	if ce, ok := errors.AsType[*store.CheckpointError](r.err); !ok || ce.Reason != store.CheckpointPlain {
-		t.Fatalf("Plain RecoverFrom = %v, want a *CheckpointError for %s", r.err, store.CheckpointPlain)
+		t.Fatalf("Plain Recover from a checkpoint = %v, want a *CheckpointError for %s", r.err, store.CheckpointPlain)
 	}
 }
 
@@ -115,13 +117,13 @@ func checkpointPlainRefused(t *testing.T, w World) {
 func checkpointLostAfterAFailure(t *testing.T, w World) {
 	in := input(w, 0)
 	stale, _ := staleSetup(t, w, transactional, 0)
-	mustNil(t, "recover", collect(stale.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(stale.Recover(context.Background(), nil)).err)
 	if _, ok := stale.Position(); !ok {
 		t.Fatal("no position after the recovery")
 	}
 	b := w.Join(t)
 	fresh := acquire(t, w, transactional, in, 0, b.Identity())
-	mustNil(t, "recover", collect(fresh.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(fresh.Recover(context.Background(), nil)).err)
 	if err := stale.Write(context.Background(), snap("k", "stale", 3)); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("stale write: %v, want fenced", err)
 	}
@@ -140,7 +142,7 @@ func startedWritesKeepOrderAndTheirPositions(t *testing.T, w World) {
 	a := w.Join(t)
 	o := acquire(t, w, BackendConfig{Mode: store.Transactional, MaxWritesPerTransaction: 1}, in, 0, a.Identity())
 	ctx := context.Background()
-	mustNil(t, "recover", collect(o.Recover(ctx)).err)
+	mustNil(t, "recover", collect(o.Recover(ctx, nil)).err)
 	started := []store.Pending{
 		o.StartWriteBatch(ctx, []store.Snapshot{snap("a", "1", 1), snap("b", "1", 2)}),
 		o.StartWriteBatch(ctx, []store.Snapshot{snap("a", "2", 3)}),
@@ -155,7 +157,7 @@ func startedWritesKeepOrderAndTheirPositions(t *testing.T, w World) {
 		t.Fatalf("committed offset = %d (partition says %d), want 4", off, o.CommittedOffset())
 	}
 	for i, want := range []string{"[a=2@3 c=1@4]", "[c=1@4]", "[c=1@4]", "[]"} {
-		r := collect(o.RecoverFrom(ctx, cps[i]))
+		r := collect(o.Recover(ctx, &cps[i]))
 		mustNil(t, fmt.Sprintf("delta from call %d's position", i), r.err)
 		if got := describe(r.snaps); got != want {
 			t.Fatalf("a delta from call %d's position read %s, want %s: only what was started after it", i, got, want)
@@ -163,7 +165,7 @@ func startedWritesKeepOrderAndTheirPositions(t *testing.T, w World) {
 	}
 	// A refused write queues nothing: its Pending is done, with no
 	// position to vouch for.
-	p := o.StartWriteBatch(ctx, []store.Snapshot{{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 5}})
+	p := o.StartWriteBatch(ctx, []store.Snapshot{{Key: wire.OffsetMarkerKey, Value: []byte("x"), Offset: 5}})
 	if errs := p.Wait(ctx); !errors.Is(errs[0], store.ErrReservedKey) {
 		t.Fatalf("a reserved key's started write: %v, want ErrReservedKey", errs)
 	}
@@ -233,7 +235,7 @@ func startedCommitDependsOnEarlierWrites(t *testing.T, w World) {
 	for _, mode := range []store.Mode{store.Transactional, store.Plain} {
 		in := input(w, 1)
 		o := acquire(t, w, BackendConfig{Mode: mode}, in, 0, valid)
-		reserved := store.Snapshot{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 1}
+		reserved := store.Snapshot{Key: wire.OffsetMarkerKey, Value: []byte("x"), Offset: 1}
 		started := o.StartWriteBatch(ctx, []store.Snapshot{snap("a", "1", 0), reserved})
 		commit := o.StartCommit(ctx, 3)
 		if errs := started.Wait(ctx); errs[0] != nil || !errors.Is(errs[1], store.ErrReservedKey) {

@@ -9,9 +9,10 @@ import (
 
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/backend"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
-// The follower cases: store.Follower, the read of a standby replica.
+// The follower cases: Backend.Follow, the read of a standby replica.
 
 // followed is what a follower returned until a condition held.
 type followed struct {
@@ -43,11 +44,10 @@ func followUntil(t *testing.T, w World, f store.Follow, what string, done func(f
 
 func follower(t *testing.T, w World, b store.Backend, in store.TopicPartition, from *store.Checkpoint) store.Follow {
 	t.Helper()
-	fl, ok := b.(store.Follower)
-	if !ok {
-		t.Fatalf("%T is no store.Follower", b)
+	if !b.CanFollow() {
+		t.Fatalf("%T cannot follow", b)
 	}
-	f, err := fl.Follow(context.Background(), in, from)
+	f, err := b.Follow(context.Background(), in, from)
 	if err != nil {
 		t.Fatalf("Follow %s from %+v: %v", in, from, err)
 	}
@@ -66,9 +66,9 @@ func followReadsCommittedOnly(t *testing.T, w World) {
 	in := input(w, 0)
 	m := w.Join(t)
 	o := acquire(t, w, transactional, in, 0, m.Identity())
-	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(o.Recover(context.Background(), nil)).err)
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot("", snap("x", "aborted", 9)))
+	end := w.ForeignTransaction(t, in, false, wire.EncodeSnapshot("", snap("x", "aborted", 9)))
 
 	f := follower(t, w, w.Backend(t, transactional), in, nil)
 	got := followUntil(t, w, f, "a is read, up to the open transaction", func(g followed) bool { return len(g.snaps) >= 1 && g.ok })
@@ -93,7 +93,7 @@ func followReadsCommittedOnly(t *testing.T, w World) {
 	mustNil(t, "write c after following", o.Write(context.Background(), snap("c", "3", 3)))
 	mustNil(t, "close", o.Close())
 	next := acquire(t, w, transactional, in, 0, w.Join(t).Identity())
-	r := collect(next.RecoverFrom(context.Background(), got2.cp))
+	r := collect(next.Recover(context.Background(), &got2.cp))
 	mustNil(t, "recover from the follower's checkpoint", r.err)
 	if d := describe(r.snaps); len(r.snaps) != 1 || string(r.snaps[0].Key) != "c" {
 		t.Fatalf("a delta from the follower's checkpoint read %s, want c=3 only", d)
@@ -105,7 +105,7 @@ func followReadsCommittedOnly(t *testing.T, w World) {
 func followFromCheckpoint(t *testing.T, w World) {
 	in := input(w, 1)
 	o := acquire(t, w, transactional, in, 0, w.Join(t).Identity())
-	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(o.Recover(context.Background(), nil)).err)
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
 	cp, ok := o.Position()
 	if !ok {
@@ -131,15 +131,15 @@ func followFromCheckpoint(t *testing.T, w World) {
 func followRefused(t *testing.T, w World) {
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 0, w.Join(t).Identity())
-	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(o.Recover(context.Background(), nil)).err)
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "1", 1)))
 	cp, _ := o.Position()
 	cp.TopicID[0] ^= 0xff
-	fl := w.Backend(t, transactional).(store.Follower)
+	fl := w.Backend(t, transactional)
 	if _, err := fl.Follow(context.Background(), in, &cp); !isRefusal(err, store.CheckpointTopicRecreated) {
 		t.Fatalf("Follow from another topic's checkpoint = %v, want a *CheckpointError for %s", err, store.CheckpointTopicRecreated)
 	}
-	plain := w.Backend(t, BackendConfig{Mode: store.Plain}).(store.Follower)
+	plain := w.Backend(t, BackendConfig{Mode: store.Plain})
 	if _, err := plain.Follow(context.Background(), in, nil); !isRefusal(err, store.CheckpointPlain) {
 		t.Fatalf("Plain Follow = %v, want a *CheckpointError for %s", err, store.CheckpointPlain)
 	}
@@ -156,7 +156,7 @@ func snapshotPartition(in store.TopicPartition) store.TopicPartition {
 	return store.TopicPartition{Topic: backend.DefaultSnapshotTopic(Application, in.Topic), Partition: in.Partition}
 }
 
-// A follower of any topic (store.TopicFollower), here the snapshot
+// A follower of any topic (Backend.FollowTopic), here the snapshot
 // partition read as a plain topic by a Plain-mode backend, returns the
 // committed records raw, with their own offsets, a null value as a
 // tombstone, never an aborted transaction's (here the offset marker of
@@ -166,16 +166,16 @@ func snapshotPartition(in store.TopicPartition) store.TopicPartition {
 func followTopicRaw(t *testing.T, w World) {
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 0, w.Join(t).Identity()) // creates the snapshot topic
-	mustNil(t, "recover", collect(o.Recover(context.Background())).err)
+	mustNil(t, "recover", collect(o.Recover(context.Background(), nil)).err)
 	mustNil(t, "close", o.Close())
-	w.ProduceForeign(t, in, store.WireRecord{Key: []byte("k"), Value: []byte("v1")})
-	end := w.ForeignTransaction(t, in, false, store.WireRecord{Key: []byte("k"), Value: []byte("aborted")})
+	w.ProduceForeign(t, in, wire.Record{Key: []byte("k"), Value: []byte("v1")})
+	end := w.ForeignTransaction(t, in, false, wire.Record{Key: []byte("k"), Value: []byte("aborted")})
 	end(false)
-	w.ProduceForeign(t, in, store.WireRecord{Key: []byte("k")}, store.WireRecord{Key: []byte("j"), Value: []byte{}})
+	w.ProduceForeign(t, in, wire.Record{Key: []byte("k")}, wire.Record{Key: []byte("j"), Value: []byte{}})
 
-	tf, ok := w.Backend(t, BackendConfig{Mode: store.Plain}).(store.TopicFollower)
-	if !ok {
-		t.Fatal("the backend is no store.TopicFollower")
+	tf := w.Backend(t, BackendConfig{Mode: store.Plain})
+	if !tf.CanFollow() {
+		t.Fatal("the backend cannot follow a topic")
 	}
 	n, err := tf.Partitions(context.Background(), w.InputTopic())
 	if err != nil || n < 2 {
@@ -195,7 +195,7 @@ func followTopicRaw(t *testing.T, w World) {
 		t.Fatalf("HighWatermark = %d, %v; want the high watermark %d", got, err, hw)
 	}
 	got := followUntil(t, w, f, "the four committed records are read", func(g followed) bool { return len(g.snaps) >= 4 })
-	if c := got.snaps[0]; !bytes.Equal(c.Key, store.OffsetMarkerKey) || c.Offset != 0 {
+	if c := got.snaps[0]; !bytes.Equal(c.Key, wire.OffsetMarkerKey) || c.Offset != 0 {
 		t.Fatalf("FollowTopic read %s first; want the claim's offset marker at offset 0", describe(got.snaps[:1]))
 	}
 	s := got.snaps[1:]

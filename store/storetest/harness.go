@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Harness builds worlds for the suite.
@@ -76,19 +77,19 @@ type World interface {
 	// CrashedOwnerTransaction leaves an open transaction on input's
 	// snapshot partition under the partition's own transactional.id, as an
 	// owner that crashed mid-transaction would.
-	CrashedOwnerTransaction(t *testing.T, input store.TopicPartition, recs ...store.WireRecord)
+	CrashedOwnerTransaction(t *testing.T, input store.TopicPartition, recs ...wire.Record)
 	// CrashedOwnerOutputs leaves an open transaction under input's own
 	// transactional.id holding recs in partition 0 of the output topic,
 	// as an owner that crashed in the middle of an exactly-once batch
 	// would.
-	CrashedOwnerOutputs(t *testing.T, input store.TopicPartition, recs ...store.WireRecord)
+	CrashedOwnerOutputs(t *testing.T, input store.TopicPartition, recs ...wire.Record)
 	// ForeignTransaction opens a transaction of another transactional.id on
 	// input's snapshot partition. With hang it never resolves by itself
 	// while the test runs. end commits or aborts it.
-	ForeignTransaction(t *testing.T, input store.TopicPartition, hang bool, recs ...store.WireRecord) (end func(commit bool))
+	ForeignTransaction(t *testing.T, input store.TopicPartition, hang bool, recs ...wire.Record) (end func(commit bool))
 	// ProduceForeign appends records to input's snapshot partition with a
 	// plain producer.
-	ProduceForeign(t *testing.T, input store.TopicPartition, recs ...store.WireRecord)
+	ProduceForeign(t *testing.T, input store.TopicPartition, recs ...wire.Record)
 	// Truncate cuts input's snapshot partition back to end.
 	Truncate(t *testing.T, input store.TopicPartition, end int64)
 	// FailLogEndReads makes every later high-watermark read fail, and
@@ -108,9 +109,16 @@ type World interface {
 	Advance(d time.Duration)
 	// Settle returns once every goroutine of the test is blocked. A
 	// real-time world cannot know that and returns at once: the suite
-	// orders its steps by what it observes (Pending, recovery events), and
+	// orders its steps by what it observes (Queued, recovery events), and
 	// Settle only sharpens a check in virtual time.
 	Settle()
+	// Queued is the number of writes and commits waiting in p's queue
+	// behind the transaction in flight (0 in Plain mode, where nothing
+	// queues); p is a partition one of the world's backends acquired. It
+	// is how the suite knows, in real time, that a write has joined the
+	// queue: no part of store.Partition, so each backend's harness asks
+	// its own partitions.
+	Queued(p store.Partition) int
 	// Now is the world's time.
 	Now() time.Time
 	// OutputTopic is a topic of two partitions for the outputs of

@@ -138,6 +138,18 @@ func (r *recorder) committed() []store.TransactionEvent {
 	return out
 }
 
+// WriteBatch is p.StartWriteBatch waited for: each snapshot's outcome
+// once it is durable or failed.
+func WriteBatch(ctx context.Context, p store.Partition, snaps []store.Snapshot) []error {
+	return p.StartWriteBatch(ctx, snaps).Wait(ctx)
+}
+
+// CommitBatch is p.StartCommitBatch waited for: nil only when the batch's
+// transaction committed.
+func CommitBatch(ctx context.Context, p store.Partition, b store.Batch) error {
+	return p.StartCommitBatch(ctx, b).Wait(ctx)[0]
+}
+
 // owner is one acquired partition with its published identity and its
 // backend's transaction recorder.
 type owner struct {
@@ -153,23 +165,28 @@ func (o *owner) Write(ctx context.Context, s store.Snapshot) error {
 	return writeOne(ctx, o.Partition, s)
 }
 
+// WriteBatch is the package's WriteBatch through o.
+func (o *owner) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
+	return WriteBatch(ctx, o.Partition, snaps)
+}
+
+// CommitBatch is the package's CommitBatch through o.
+func (o *owner) CommitBatch(ctx context.Context, b store.Batch) error {
+	return CommitBatch(ctx, o.Partition, b)
+}
+
 func writeOne(ctx context.Context, p store.Partition, s store.Snapshot) error {
-	return p.WriteBatch(ctx, []store.Snapshot{s})[0]
+	return WriteBatch(ctx, p, []store.Snapshot{s})[0]
 }
 
 // awaitQueued returns once n writes or commits wait in o's (Transactional)
-// partition behind the transaction in flight; a partition that does not report its
-// queue (Pending) is trusted to have queued them once the world settles.
+// partition behind the transaction in flight (World.Queued).
 func (o *owner) awaitQueued(t *testing.T, w World, n int) {
 	t.Helper()
 	w.Settle()
-	q, ok := o.Partition.(interface{ Pending() int })
-	if !ok {
-		return
-	}
-	for start := time.Now(); q.Pending() < n; {
+	for start := time.Now(); w.Queued(o.Partition) < n; {
 		if time.Since(start) > time.Minute {
-			t.Fatalf("%d of %d writes and commits queued after a minute", q.Pending(), n)
+			t.Fatalf("%d of %d writes and commits queued after a minute", w.Queued(o.Partition), n)
 		}
 		time.Sleep(time.Millisecond) // polls the queue; in virtual time it already holds
 	}
@@ -234,7 +251,7 @@ func collect(seq iter.Seq2[store.Snapshot, error]) recovered {
 
 func recoverAsync(p store.Partition) <-chan recovered {
 	ch := make(chan recovered, 1)
-	go func() { ch <- collect(p.Recover(context.Background())) }()
+	go func() { ch <- collect(p.Recover(context.Background(), nil)) }()
 	return ch
 }
 

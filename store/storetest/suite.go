@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Run runs the whole contract suite against h.
@@ -185,7 +186,7 @@ func sizedSnap(key string, n int, offset int64) store.Snapshot {
 // recordBytes is the size of s as a record of Application: what the byte
 // cap counts.
 func recordBytes(s store.Snapshot) int {
-	return store.SnapshotBytes(s) + store.ApplicationHeaderBytes(Application)
+	return wire.SnapshotBytes(s) + wire.ApplicationHeaderBytes(Application)
 }
 
 // committedBytes is the bytes (recordBytes) of each committed
@@ -281,7 +282,7 @@ func offsetOnlyCommit(t *testing.T, w World) {
 	if got := w.ReadSnapshots(t, in); len(got) != 0 {
 		t.Fatalf("snapshots after an offset-only commit = %s, want none", describe(got))
 	}
-	r := collect(o.Recover(context.Background()))
+	r := collect(o.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	if len(r.snaps) != 0 {
 		t.Fatalf("recovered %s after an offset-only commit, want nothing", describe(r.snaps))
@@ -467,7 +468,7 @@ func recoveryDrainsToHighWatermark(t *testing.T, w World) {
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot("", snap("foreign", "x", 2)))
+	end := w.ForeignTransaction(t, in, false, wire.EncodeSnapshot("", snap("foreign", "x", 2)))
 	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
 	lso, hw := w.StableOffsets(t, in)
 	if lso >= hw {
@@ -493,7 +494,7 @@ func recoveryOfEmptyPartition(t *testing.T, w World) {
 	m := w.Join(t)
 	o := acquire(t, w, stallConfig(w), input(w, 1), 0, m.Identity())
 	start := w.Now()
-	r := collect(o.Recover(context.Background()))
+	r := collect(o.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	if len(r.snaps) != 0 || w.Now().Sub(start) >= time.Second {
 		t.Fatalf("recovered %s after %s from an empty partition", describe(r.snaps), w.Now().Sub(start))
@@ -518,7 +519,7 @@ func recoveryProgressHook(t *testing.T, w World) {
 		t.Fatalf("acquire %s: %v", in, err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	r := collect(p.Recover(context.Background()))
+	r := collect(p.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	rec.mu.Lock()
 	evs := rec.recoveries
@@ -553,7 +554,7 @@ func stalledOpenTransaction(t *testing.T, w World) {
 	timeout, slack := w.StallTimeout()
 	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	w.ForeignTransaction(t, in, true, store.EncodeSnapshot("", snap("foreign", "x", 2)))
+	w.ForeignTransaction(t, in, true, wire.EncodeSnapshot("", snap("foreign", "x", 2)))
 	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
 	pin, hw := w.StableOffsets(t, in)
 	res := recoverAsync(o)
@@ -585,7 +586,7 @@ func stalledTruncation(t *testing.T, w World) {
 	timeout, slack := w.StallTimeout()
 	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	w.ForeignTransaction(t, in, true, store.EncodeSnapshot("", snap("foreign", "x", 2)))
+	w.ForeignTransaction(t, in, true, wire.EncodeSnapshot("", snap("foreign", "x", 2)))
 	mustNil(t, "write b", o.Write(context.Background(), snap("b", "2", 3)))
 	pin, hw := w.StableOffsets(t, in)
 	res := recoverAsync(o)
@@ -644,7 +645,7 @@ func stalledUndetermined(t *testing.T, w World) {
 	timeout, slack := w.StallTimeout()
 	o := acquire(t, w, stallConfig(w), in, 0, m.Identity())
 	mustNil(t, "write a", o.Write(context.Background(), snap("a", "1", 1)))
-	w.ForeignTransaction(t, in, true, store.EncodeSnapshot("", snap("foreign", "x", 2)))
+	w.ForeignTransaction(t, in, true, wire.EncodeSnapshot("", snap("foreign", "x", 2)))
 	pin, _ := w.StableOffsets(t, in)
 	res := recoverAsync(o)
 	o.rec.awaitRecovery(t, "to read up to the open transaction", func(e store.RecoveryEvent) bool { return e.Position >= pin })
@@ -706,7 +707,7 @@ func staleOwnerFenced(t *testing.T, w World) {
 	mustNil(t, "stale owner's first write", stale.Write(context.Background(), snap("k", "old", 1)))
 	b := w.Join(t) // rebalance: the partition moves to b
 	fresh := acquire(t, w, transactional, in, 0, b.Identity())
-	r := collect(fresh.Recover(context.Background()))
+	r := collect(fresh.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	mustNil(t, "new owner's write", fresh.Write(context.Background(), snap("k", "new", 5)))
 	err := stale.Write(context.Background(), snap("k", "stale", 3))
@@ -785,7 +786,7 @@ func takeoverAborts(t *testing.T, w World) {
 	in := input(w, 0)
 	first := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write", first.Write(context.Background(), snap("k", "committed", 1)))
-	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot("", snap("k", "unfinished", 2)))
+	w.CrashedOwnerTransaction(t, in, wire.EncodeSnapshot("", snap("k", "unfinished", 2)))
 	if lso, hw := w.StableOffsets(t, in); lso >= hw {
 		t.Fatalf("the crashed owner's transaction is not open (lso %d, hw %d)", lso, hw)
 	}
@@ -794,7 +795,7 @@ func takeoverAborts(t *testing.T, w World) {
 		t.Fatalf("after acquisition lso %d != hw %d: the takeover did not abort", lso, hw)
 	}
 	start := w.Now()
-	r := collect(next.Recover(context.Background()))
+	r := collect(next.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	if got := latest(r.snaps); string(got["k"].Value) != "committed" {
 		t.Fatalf("recovered %s, want k=committed", describe(r.snaps))
@@ -812,7 +813,7 @@ func takeoverAborts(t *testing.T, w World) {
 func assignedOffsetResolvedAfterTakeover(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot("", snap("k", "unfinished", 2)))
+	w.CrashedOwnerTransaction(t, in, wire.EncodeSnapshot("", snap("k", "unfinished", 2)))
 	b := w.Backend(t, transactional)
 	var lso, hw int64
 	p, err := b.Acquire(context.Background(), store.Acquisition{
@@ -859,7 +860,7 @@ func concurrentDistinctKeys(t *testing.T, w World) {
 	for err := range errs {
 		mustNil(t, "write", err)
 	}
-	r := collect(o.Recover(context.Background()))
+	r := collect(o.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	got := latest(r.snaps)
 	for i := range n {
@@ -869,7 +870,7 @@ func concurrentDistinctKeys(t *testing.T, w World) {
 	}
 }
 
-// A batch written with Partition.WriteBatch lands in the order given, as
+// A batch written in one call (WriteBatch) lands in the order given, as
 // consecutive writes: in Transactional mode the queue drains it in FIFO
 // transactions of the cap. A write refused before queueing fails alone; a
 // commit after the batch follows all of it.
@@ -882,7 +883,7 @@ func batchWritesInOrder(mode store.Mode) func(t *testing.T, w World) {
 		for i := range 8 {
 			snaps = append(snaps, snap(fmt.Sprintf("k%d", i), "v", int64(i)))
 		}
-		snaps[4] = store.Snapshot{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 4}
+		snaps[4] = store.Snapshot{Key: wire.OffsetMarkerKey, Value: []byte("x"), Offset: 4}
 		errs := o.WriteBatch(context.Background(), snaps)
 		if len(errs) != len(snaps) {
 			t.Fatalf("WriteBatch of %d returned %d errors", len(snaps), len(errs))
@@ -936,7 +937,7 @@ func issue732(mode store.Mode) func(t *testing.T, w World) {
 		// a pauses; b joins and takes the partition.
 		b := w.Join(t)
 		fresh := acquire(t, w, cfg, in, 10, b.Identity())
-		r := collect(fresh.Recover(context.Background()))
+		r := collect(fresh.Recover(context.Background(), nil))
 		mustNil(t, "new owner recovers", r.err)
 		mustNil(t, "new owner folds events 10..19", fresh.Write(context.Background(), snap("k", "sum(0..19)", 19)))
 		mustNil(t, "new owner commits 20", fresh.Commit(context.Background(), 20))
@@ -947,7 +948,7 @@ func issue732(mode store.Mode) func(t *testing.T, w World) {
 		t.Logf("%s: A wakes and flushes k=sum(0..14) on revoke: err=%v", mode, staleErr)
 
 		next := acquire(t, w, cfg, in, 20, b.Identity())
-		r = collect(next.Recover(context.Background()))
+		r = collect(next.Recover(context.Background(), nil))
 		mustNil(t, "next recovery", r.err)
 		got := latest(r.snaps)["k"]
 		committed, _ := w.CommittedOffset(t, in)
@@ -979,7 +980,7 @@ func tombstoneKeepsOffset(t *testing.T, w World) {
 	o := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 3)))
 	mustNil(t, "delete", o.Write(context.Background(), store.Snapshot{Key: []byte("k"), Offset: 8, Tombstone: true}))
-	r := collect(o.Recover(context.Background()))
+	r := collect(o.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	if got := latest(r.snaps)["k"]; !got.Tombstone || got.Offset != 8 || got.Value != nil {
 		t.Fatalf("k recovered as %s, want a tombstone at offset 8", describe([]store.Snapshot{got}))
@@ -997,7 +998,7 @@ func timersRoundTrip(t *testing.T, w World) {
 	a.Timers, b.Timers = ts, ts[1:]
 	mustNil(t, "write", o.Write(context.Background(), a))
 	mustNil(t, "batch", o.CommitBatch(context.Background(), store.Batch{Snapshots: []store.Snapshot{b, c}, Offset: 4}))
-	r := collect(o.Recover(context.Background()))
+	r := collect(o.Recover(context.Background(), nil))
 	mustNil(t, "recover", r.err)
 	got := latest(r.snaps)
 	for _, want := range []store.Snapshot{a, b, c} {
@@ -1006,7 +1007,7 @@ func timersRoundTrip(t *testing.T, w World) {
 		}
 	}
 	mustNil(t, "rewrite", o.Write(context.Background(), snap("a", "5", 5)))
-	r = collect(o.Recover(context.Background()))
+	r = collect(o.Recover(context.Background(), nil))
 	mustNil(t, "recover again", r.err)
 	if g := latest(r.snaps)["a"]; g.Timers != nil {
 		t.Fatalf("a's snapshot without timers recovered with %v", g.Timers)
@@ -1021,8 +1022,8 @@ func corruptRecord(t *testing.T, w World) {
 	o := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 3)))
 	_, before := w.StableOffsets(t, in)
-	w.ProduceForeign(t, in, store.WireRecord{Key: []byte("intruder"), Value: []byte("{}")})
-	r := collect(o.Recover(context.Background()))
+	w.ProduceForeign(t, in, wire.Record{Key: []byte("intruder"), Value: []byte("{}")})
+	r := collect(o.Recover(context.Background(), nil))
 	var ce *store.CorruptRecordError
 	if !errors.As(r.err, &ce) || !errors.Is(r.err, store.ErrCorruptRecord) {
 		t.Fatalf("err = %v, want a CorruptRecordError", r.err)
@@ -1040,14 +1041,14 @@ func anotherApplicationsRecord(t *testing.T, w World) {
 	in := input(w, 0)
 	o := acquire(t, w, transactional, in, 0, m.Identity())
 	mustNil(t, "write", o.Write(context.Background(), snap("k", "v", 3)))
-	w.ProduceForeign(t, in, store.EncodeSnapshot("", snap("old", "unnamed", 4)))
-	r := collect(o.Recover(context.Background()))
+	w.ProduceForeign(t, in, wire.EncodeSnapshot("", snap("old", "unnamed", 4)))
+	r := collect(o.Recover(context.Background(), nil))
 	if r.err != nil || len(r.snaps) != 2 {
 		t.Fatalf("recovery = %d snapshots, %v; want k and old", len(r.snaps), r.err)
 	}
 	_, before := w.StableOffsets(t, in)
-	w.ProduceForeign(t, in, store.EncodeSnapshot("billing", snap("k", "theirs", 5)))
-	r = collect(o.Recover(context.Background()))
+	w.ProduceForeign(t, in, wire.EncodeSnapshot("billing", snap("k", "theirs", 5)))
+	r = collect(o.Recover(context.Background(), nil))
 	var fe *store.ForeignStateError
 	if !errors.As(r.err, &fe) || !errors.Is(r.err, store.ErrForeignState) || !errors.Is(r.err, store.ErrMisconfigured) {
 		t.Fatalf("err = %v, want a ForeignStateError", r.err)
@@ -1071,7 +1072,7 @@ func anotherApplicationsRecord(t *testing.T, w World) {
 func anotherApplicationsTransactionalID(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	w.CrashedOwnerTransaction(t, in, store.EncodeSnapshot(Application, snap("k", "open", 1)))
+	w.CrashedOwnerTransaction(t, in, wire.EncodeSnapshot(Application, snap("k", "open", 1)))
 	other := w.Backend(t, BackendConfig{Mode: store.Transactional, Application: "billing"})
 	_, err := other.Acquire(context.Background(), store.Acquisition{Input: in, Identity: newIdentity(m.Identity())})
 	var fe *store.ForeignStateError
@@ -1113,7 +1114,7 @@ func anotherApplicationsClaimedID(t *testing.T, w World) {
 		t.Fatalf("err = %v, want a ForeignStateError naming the transactional.id", err)
 	}
 	mustNil(t, "the first application's write after the refusal", o.Write(context.Background(), snap("k", "v", 1)))
-	if r := collect(o.Recover(context.Background())); r.err != nil || len(r.snaps) != 1 {
+	if r := collect(o.Recover(context.Background(), nil)); r.err != nil || len(r.snaps) != 1 {
 		t.Fatalf("recovered %d snapshots, %v; want k alone (the claim is no snapshot)", len(r.snaps), r.err)
 	}
 }
@@ -1127,7 +1128,7 @@ func claimBesideAnOpenTransaction(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
 	mustNil(t, "close", acquire(t, w, transactional, input(w, 1), 0, m.Identity()).Close()) // creates the snapshot topic
-	end := w.ForeignTransaction(t, in, false, store.EncodeSnapshot("", snap("foreign", "x", 2)))
+	end := w.ForeignTransaction(t, in, false, wire.EncodeSnapshot("", snap("foreign", "x", 2)))
 	lso0, hw0 := w.StableOffsets(t, in)
 	if lso0 != 0 || hw0 == 0 {
 		t.Fatalf("before the takeover: lso %d, hw %d; want the foreign open transaction alone", lso0, hw0)
@@ -1137,7 +1138,7 @@ func claimBesideAnOpenTransaction(t *testing.T, w World) {
 		t.Fatalf("after the first takeover: lso %d, hw %d; want a committed claim (a marker and its commit marker) past the foreign record, the lso still pinned at 0", lso, hw)
 	}
 	end(false)
-	if r := collect(o.Recover(context.Background())); r.err != nil || len(r.snaps) != 0 {
+	if r := collect(o.Recover(context.Background(), nil)); r.err != nil || len(r.snaps) != 0 {
 		t.Fatalf("recovered %s, %v; want nothing (the claim is no snapshot, the foreign record aborted)", describe(r.snaps), r.err)
 	}
 	mustNil(t, "a write after the claim", o.Write(context.Background(), snap("k", "v", 1)))
@@ -1181,7 +1182,7 @@ func largestAllowedSnapshot(t *testing.T, w World) {
 func reservedKey(t *testing.T, w World) {
 	m := w.Join(t)
 	o := acquire(t, w, transactional, input(w, 0), 0, m.Identity())
-	err := o.Write(context.Background(), store.Snapshot{Key: store.OffsetMarkerKey, Value: []byte("x"), Offset: 1})
+	err := o.Write(context.Background(), store.Snapshot{Key: wire.OffsetMarkerKey, Value: []byte("x"), Offset: 1})
 	if !errors.Is(err, store.ErrReservedKey) {
 		t.Fatalf("err = %v, want ErrReservedKey", err)
 	}
@@ -1419,10 +1420,10 @@ func plainRefusesBatch(t *testing.T, w World) {
 func crashedBatchReadUncommitted(t *testing.T, w World) {
 	m := w.Join(t)
 	in := input(w, 0)
-	var recs []store.WireRecord
+	var recs []wire.Record
 	outs := outputs(w, "o1", "o2", "o3")
 	for _, o := range outs {
-		recs = append(recs, store.WireRecord{Key: o.Key, Value: o.Value})
+		recs = append(recs, wire.Record{Key: o.Key, Value: o.Value})
 	}
 	// The lineage's first owner claimed the partition; a later one crashed.
 	mustNil(t, "close the first owner", acquire(t, w, transactional, in, 0, m.Identity()).Close())

@@ -552,12 +552,10 @@ func (s *Scheduler[F]) Acquired(tp store.TopicPartition, err error, now time.Tim
 
 // withWaited is err with how long the offset was held.
 func withWaited(tp store.TopicPartition, err error, waited time.Duration) error {
-	if ue, ok := errors.AsType[*store.UnstableOffsetError](err); ok {
-		e := *ue
-		e.Waited = waited
-		return &e
+	if he, ok := errors.AsType[store.HeldError](err); ok {
+		return he.Held(waited)
 	}
-	if _, ok := errors.AsType[*store.HangingTransactionError](err); ok {
+	if errors.Is(err, store.ErrHangingTransaction) {
 		return fmt.Errorf("engine: %s: held for %s by a transaction left open: %w", tp, waited, err)
 	}
 	return fmt.Errorf("engine: %s: its committed offset has been held by an open transaction for %s: %w", tp, waited, err)

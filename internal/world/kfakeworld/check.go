@@ -14,6 +14,7 @@ import (
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/internal/world"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // snapshots reads every snapshot partition read_committed up to its last
@@ -96,7 +97,7 @@ func (w *World) scanTopic(topic string, p int32, end int64, level kgo.IsolationL
 // (which fail recoveries) carry no state.
 func decode(tp store.TopicPartition, r *kgo.Record) (store.Snapshot, bool) {
 	s, kind, err := kafkatest.DecodeRecord(tp.Topic, r)
-	if err != nil || kind == store.KindOffsetMarker {
+	if err != nil || kind == wire.KindOffsetMarker {
 		return store.Snapshot{}, false
 	}
 	return s, true

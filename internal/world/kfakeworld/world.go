@@ -34,6 +34,7 @@ import (
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Partitions of the input and snapshot topics.
@@ -736,7 +737,7 @@ func (w *World) openForeign(partition int, hang bool) {
 	if err != nil {
 		panic(fmt.Sprintf("kfakeworld: foreign producer: %v", err))
 	}
-	rec := store.EncodeOffsetMarker("", 0, store.GroupIdentity{})
+	rec := wire.EncodeOffsetMarker("", 0, store.GroupIdentity{})
 	kr := &kgo.Record{Topic: w.snapshotTopic, Partition: int32(partition), Key: rec.Key, Value: rec.Value}
 	for _, h := range rec.Headers {
 		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})

@@ -19,6 +19,7 @@ import (
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/groupcommit"
 	"github.com/snapfence/snapfence/store/internal/readloop"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Config is what every backend's configuration holds. Check validates it
@@ -188,13 +189,15 @@ type Broker interface {
 	// coordinator knows, so one left open was forgotten, and the next
 	// transaction of the same producer would commit it. It returns nil if
 	// there is none or it aborted them (on every partition each touched),
-	// else a *store.HangingTransactionError naming them. Called in
-	// Transactional mode, for a partition with declared outputs.
+	// else an error naming them that matches store.ErrHangingTransaction
+	// (store/kafka's *HangingTransactionError). Called in Transactional
+	// mode, for a partition with declared outputs.
 	Leftover(ctx context.Context, a store.Acquisition, link Link, txnID string) error
 	// Unstable diagnoses an acquisition whose assigned offset is held by a
 	// transaction the takeover of txnID on link did not end (err wraps
-	// store.ErrOffsetUnstable): it returns a *store.UnstableOffsetError
-	// naming txnID and what holds the offset. It never fails further.
+	// store.ErrOffsetUnstable): it returns a store.HeldError naming txnID
+	// and what holds the offset (store/kafka's *UnstableOffsetError, which
+	// store/sim reports too). It never fails further.
 	// aborted says that the broker aborted what held the offset (a
 	// hanging transaction of txnID's own lineage, with the backend's
 	// option to abort those): the skeleton resolves the offset once more.
@@ -268,7 +271,7 @@ type Link interface {
 	// from then on it holds a record for good, which is how a
 	// later acquisition of the id tells this application's from another
 	// one's (checkClaim). Transactional mode only.
-	Claim(ctx context.Context, marker store.WireRecord, id store.GroupIdentity) error
+	Claim(ctx context.Context, marker wire.Record, id store.GroupIdentity) error
 	// Transact runs one transaction of the group commit with id, already
 	// read live and checked valid (I1, I4): all of b becomes durable with
 	// the fenced commit of b.Offset, or none of it. Transactional mode.
@@ -279,7 +282,7 @@ type Link interface {
 	// Produce writes recs to the snapshot partition, in order, with a
 	// non-transactional producer, and returns each one's outcome once
 	// every one has landed or failed. Plain mode.
-	Produce(ctx context.Context, recs []store.WireRecord) []error
+	Produce(ctx context.Context, recs []wire.Record) []error
 	// CommitOffset commits offset through the consumer group with id (a
 	// plain OffsetCommit, no transaction). Plain mode.
 	CommitOffset(ctx context.Context, id store.GroupIdentity, offset int64) error
@@ -374,7 +377,7 @@ func (b *Backend) Acquire(ctx context.Context, a store.Acquisition) (store.Parti
 	assigned, err := b.resolve(ctx, a, link, txnID)
 	if err == nil && claim {
 		id := a.Identity.CurrentIdentity()
-		err = link.Claim(ctx, store.EncodeOffsetMarker(b.cfg.Application, assigned, id), id)
+		err = link.Claim(ctx, wire.EncodeOffsetMarker(b.cfg.Application, assigned, id), id)
 	}
 	if err != nil {
 		link.Release()
@@ -472,7 +475,7 @@ func (b *Backend) newPartition(a store.Acquisition, snap store.TopicPartition, l
 	if b.cfg.Mode == store.Transactional {
 		p.w = groupcommit.New(b.life, groupcommit.Config{
 			Input: a.Input, SnapshotTopic: snap.Topic, Outputs: a.Outputs, AssignedOffset: assigned,
-			HeaderBytes: store.ApplicationHeaderBytes(b.cfg.Application),
+			HeaderBytes: wire.ApplicationHeaderBytes(b.cfg.Application),
 			MaxWrites:   b.cfg.MaxWritesPerTransaction, MaxBytes: b.cfg.MaxBytesPerTransaction, MaxValueBytes: b.cfg.MaxValueBytes,
 			Now: b.cfg.Now, Observer: b.cfg.Observer, Position: p.Position, Inline: b.cfg.Inline, Defer: b.cfg.Defer,
 		}, p.exec)

@@ -8,9 +8,10 @@ import (
 
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/readloop"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
-// Follow implements store.Follower: a read_committed reader of input's
+// Follow implements store.Backend: a read_committed reader of input's
 // snapshot partition that writes nothing and takes nothing over, for a
 // standby replica.
 //
@@ -53,7 +54,7 @@ func (b *Backend) Follow(ctx context.Context, input store.TopicPartition, from *
 	return b.follow(ctx, snap, link.Source, link.Snapshots(), link.Release, checkBase, decodeSnapshot, from)
 }
 
-// Partitions implements store.TopicFollower.
+// Partitions implements store.Backend.
 func (b *Backend) Partitions(ctx context.Context, topic string) (int32, error) {
 	if err := b.open(ctx); err != nil {
 		return 0, err
@@ -61,7 +62,7 @@ func (b *Backend) Partitions(ctx context.Context, topic string) (int32, error) {
 	return b.broker.Partitions(ctx, topic)
 }
 
-// FollowTopic implements store.TopicFollower: Follow's reader over any
+// FollowTopic implements store.Backend: Follow's reader over any
 // topic's partition, read_committed whatever the mode, its records
 // returned raw.
 func (b *Backend) FollowTopic(ctx context.Context, tp store.TopicPartition, from *store.Checkpoint) (store.Follow, error) {
@@ -92,8 +93,8 @@ func (b *Backend) open(ctx context.Context) error {
 // decodeSnapshot decodes a snapshot record; ok is false for an offset
 // marker.
 func decodeSnapshot(tp store.TopicPartition, r readloop.Fetched) (store.Snapshot, bool, error) {
-	s, kind, err := store.DecodeRecord(tp, r.Offset, r.Record)
-	return s, err == nil && kind != store.KindOffsetMarker, err
+	s, kind, err := wire.DecodeRecord(tp, r.Offset, r.Record)
+	return s, err == nil && kind != wire.KindOffsetMarker, err
 }
 
 // decodeRaw is a record of any topic as it is: its own offset, a null

@@ -40,29 +40,19 @@ var _ store.Partition = (*Partition)(nil)
 
 // writePath is what a partition writes and commits through.
 type writePath interface {
-	WriteBatch(ctx context.Context, snaps []store.Snapshot) []error
 	StartWriteBatch(ctx context.Context, snaps []store.Snapshot) *groupcommit.Pending
-	Commit(ctx context.Context, offset int64) error
 	StartCommit(ctx context.Context, offset int64) *groupcommit.Pending
+	Commit(ctx context.Context, offset int64) error
 	Committed() int64
 	Pending() int
 	Close()
 }
 
-// Input implements store.Partition.
-func (p *Partition) Input() store.TopicPartition { return p.input }
-
-// WriteBatch implements store.Partition: in Transactional mode the writes
-// join the group commit's queue in order, in one step; in Plain mode they
-// are produced in order and awaited together.
-func (p *Partition) WriteBatch(ctx context.Context, snaps []store.Snapshot) []error {
-	return p.w.WriteBatch(ctx, snaps)
-}
-
 // StartWriteBatch implements store.Partition: in Transactional mode the
-// writes join the queue before it returns and a goroutine of the group
-// commit waits for them (the caller, with Config.Inline); in Plain mode
-// it is WriteBatch, done before it returns.
+// writes join the group commit's queue in order, in one step, before it
+// returns, and a goroutine of the group commit waits for them (the
+// caller, with Config.Inline); in Plain mode they are produced in order
+// and awaited together before it returns.
 func (p *Partition) StartWriteBatch(ctx context.Context, snaps []store.Snapshot) store.Pending {
 	return p.w.StartWriteBatch(ctx, snaps)
 }
@@ -78,27 +68,20 @@ func (p *Partition) StartCommit(ctx context.Context, offset int64) store.Pending
 // CommittedOffset implements store.Partition.
 func (p *Partition) CommittedOffset() int64 { return p.w.Committed() }
 
-// CommitBatch implements store.Partition (Transactional mode only).
-func (p *Partition) CommitBatch(ctx context.Context, b store.Batch) error {
-	gc, ok := p.w.(*groupcommit.Committer)
-	if !ok {
-		return fmt.Errorf("%s: %s: exactly-once batches need Transactional mode (this backend is %v): %w",
-			p.b.cfg.Name, p.input, p.b.cfg.Mode, store.ErrNotTransactional)
-	}
-	return gc.CommitBatch(ctx, b)
-}
-
 // StartCommitBatch implements store.Partition (Transactional mode only).
 func (p *Partition) StartCommitBatch(ctx context.Context, b store.Batch) store.Pending {
 	gc, ok := p.w.(*groupcommit.Committer)
 	if !ok {
-		return groupcommit.Ready([]error{p.CommitBatch(ctx, b)})
+		return groupcommit.Ready([]error{fmt.Errorf("%s: %s: exactly-once batches need Transactional mode (this backend is %v): %w",
+			p.b.cfg.Name, p.input, p.b.cfg.Mode, store.ErrNotTransactional)})
 	}
 	return gc.StartCommitBatch(ctx, b)
 }
 
 // Pending is the number of writes and commits queued behind the
-// transaction in flight (always 0 in Plain mode, where nothing queues).
+// transaction in flight (always 0 in Plain mode, where nothing queues):
+// how a backend's contract harness knows, in real time, that a write
+// has joined the queue. It is no part of store.Partition.
 func (p *Partition) Pending() int { return p.w.Pending() }
 
 // Close implements store.Partition: it releases the partition without
@@ -194,15 +177,14 @@ func (p *Partition) timedOut(ctx context.Context, what string, err error) error 
 }
 
 // Recover implements store.Partition: the shared read (I5, I6) over the
-// link's reader of the snapshot partition.
-func (p *Partition) Recover(ctx context.Context) iter.Seq2[store.Snapshot, error] {
-	return p.read(ctx, nil)
-}
-
-// RecoverFrom implements store.Partition: the shared read from a
-// checkpoint, once the checkpoint is checked.
-func (p *Partition) RecoverFrom(ctx context.Context, cp store.Checkpoint) iter.Seq2[store.Snapshot, error] {
-	return p.read(ctx, &cp)
+// link's reader of the snapshot partition, from the log start or, once
+// the checkpoint is checked, from cp.
+func (p *Partition) Recover(ctx context.Context, cp *store.Checkpoint) iter.Seq2[store.Snapshot, error] {
+	if cp != nil {
+		c := *cp // the read runs when iterated: a copy, which the caller cannot change meanwhile
+		cp = &c
+	}
+	return p.read(ctx, cp)
 }
 
 // checkpointMargin is taken off delete.retention.ms for the clock skew

@@ -7,6 +7,7 @@ import (
 
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/groupcommit"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // plainPath is the baseline write path of every backend: writes go
@@ -53,10 +54,10 @@ func (w *plainPath) WriteBatch(ctx context.Context, snaps []store.Snapshot) []er
 	closed := w.closed
 	w.mu.Unlock()
 	start := cfg.Now()
-	var recs []store.WireRecord
+	var recs []wire.Record
 	var at []int // recs[k] is snaps[at[k]]
 	for i, s := range snaps {
-		if err := store.CheckWrite(p.input, s, cfg.MaxValueBytes); err != nil {
+		if err := wire.CheckWrite(p.input, s, cfg.MaxValueBytes); err != nil {
 			errs[i] = err
 			continue
 		}
@@ -64,7 +65,7 @@ func (w *plainPath) WriteBatch(ctx context.Context, snaps []store.Snapshot) []er
 			errs[i] = store.ErrClosed
 			continue
 		}
-		recs = append(recs, store.EncodeSnapshot(cfg.Application, s))
+		recs = append(recs, wire.EncodeSnapshot(cfg.Application, s))
 		at = append(at, i)
 	}
 	if len(recs) == 0 {

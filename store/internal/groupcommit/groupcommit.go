@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Batch is the work of one transaction.
 type Batch struct {
 	// Writes are the queued snapshots, within the caps (I8): at most
-	// MaxWrites of them, of at most MaxBytes (store.SnapshotBytes) in all,
+	// MaxWrites of them, of at most MaxBytes (wire.SnapshotBytes) in all,
 	// except that a single write larger than MaxBytes goes alone.
 	Writes []store.Snapshot
 	// Offset is the input offset the transaction must commit: the offset
@@ -49,12 +50,12 @@ type Config struct {
 	// AssignedOffset seeds the staged and committed offsets (I3).
 	AssignedOffset int64
 	// HeaderBytes is what every write's record carries beyond
-	// store.SnapshotBytes: the application's header
-	// (store.ApplicationHeaderBytes).
+	// wire.SnapshotBytes: the application's header
+	// (wire.ApplicationHeaderBytes).
 	HeaderBytes int
 	// MaxWrites caps the writes per transaction; 0 means the default.
 	MaxWrites int
-	// MaxBytes caps the bytes (store.SnapshotBytes) of the writes per
+	// MaxBytes caps the bytes (wire.SnapshotBytes) of the writes per
 	// transaction; 0 means store.DefaultMaxBytesPerTransaction. A write
 	// larger than the cap is not refused: it goes in a transaction of
 	// its own.
@@ -109,7 +110,7 @@ type Committer struct {
 
 type entry struct {
 	write  *store.Snapshot // nil for a commit request
-	size   int             // store.SnapshotBytes(*write)
+	size   int             // wire.SnapshotBytes(*write)
 	sealed *store.Batch    // an exactly-once batch: a transaction of its own
 	offset int64           // the staged offset, for a commit request
 	lead   chan struct{}   // buffered: leadership handed to this entry
@@ -158,12 +159,12 @@ func (c *Committer) StartCommitBatch(ctx context.Context, b store.Batch) *Pendin
 func (c *Committer) startCommitBatch(ctx context.Context, b store.Batch, inline bool) *Pending {
 	refuse := func(err error) *Pending { return Ready([]error{err}) }
 	for _, s := range b.Snapshots {
-		if err := store.CheckWrite(c.cfg.Input, s, c.cfg.MaxValueBytes); err != nil {
+		if err := wire.CheckWrite(c.cfg.Input, s, c.cfg.MaxValueBytes); err != nil {
 			return refuse(err)
 		}
 	}
 	for _, o := range b.Outputs {
-		if err := store.CheckOutput(c.cfg.Input, c.cfg.SnapshotTopic, o, c.cfg.MaxValueBytes); err != nil {
+		if err := wire.CheckOutput(c.cfg.Input, c.cfg.SnapshotTopic, o, c.cfg.MaxValueBytes); err != nil {
 			return refuse(err)
 		}
 		if !slices.Contains(c.cfg.Outputs, o.Topic) {
@@ -235,7 +236,7 @@ func (c *Committer) Close() {
 
 // WriteBatch queues snaps in order under one acquisition of the lock, so
 // no other write or commit lands between them, and waits until each has an
-// outcome; errs[i] is snaps[i]'s. A snapshot that fails store.CheckWrite
+// outcome; errs[i] is snaps[i]'s. A snapshot that fails wire.CheckWrite
 // gets that error and is not queued. If no transaction is running, the
 // first queued entry takes it.
 //
@@ -265,12 +266,12 @@ func (c *Committer) startWriteBatch(ctx context.Context, snaps []store.Snapshot,
 	es := make([]*entry, 0, len(snaps))
 	at := make([]int, 0, len(snaps)) // es[k] is snaps[at[k]]
 	for i, s := range snaps {
-		if err := store.CheckWrite(c.cfg.Input, s, c.cfg.MaxValueBytes); err != nil {
+		if err := wire.CheckWrite(c.cfg.Input, s, c.cfg.MaxValueBytes); err != nil {
 			errs[i] = err
 			continue
 		}
 		e := newEntry(&s, 0)
-		e.size = store.SnapshotBytes(s) + c.cfg.HeaderBytes
+		e.size = wire.SnapshotBytes(s) + c.cfg.HeaderBytes
 		es = append(es, e)
 		at = append(at, i)
 	}

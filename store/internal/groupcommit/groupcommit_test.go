@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // fakeTxns records batches and can hold a transaction in flight.
@@ -382,7 +383,7 @@ func TestWriteBatchQueuesWholeAmongSingleWrites(t *testing.T) {
 	})
 }
 
-// A write refused by store.CheckWrite fails alone and is never queued; a
+// A write refused by wire.CheckWrite fails alone and is never queued; a
 // failed transaction fails exactly the writes it carried.
 func TestWriteBatchErrorsPerEntry(t *testing.T) {
 	boom := errors.New("boom")
@@ -405,7 +406,7 @@ func TestWriteBatchErrorsPerEntry(t *testing.T) {
 	c := New(context.Background(), Config{Input: tp, MaxWrites: 2, MaxValueBytes: 8}, exec)
 	in := snaps("a", "b", "big", "c", "reserved", "d", "neg", "e", "f")
 	in[2].Value = []byte("123456789")
-	in[4].Key = store.OffsetMarkerKey
+	in[4].Key = wire.OffsetMarkerKey
 	in[6].Offset = -1
 	errs := c.WriteBatch(context.Background(), in)
 	var tl *store.ValueTooLargeError
@@ -597,10 +598,10 @@ func TestAStartedCommitIsRefusedAfterAnEarlierWriteFailed(t *testing.T) {
 	})
 }
 
-// sized is a write of key whose record (store.SnapshotBytes) is n bytes.
+// sized is a write of key whose record (wire.SnapshotBytes) is n bytes.
 func sized(key string, n int, off int64) store.Snapshot {
 	s := store.Snapshot{Key: []byte(key), Offset: off}
-	s.Value = make([]byte, n-store.SnapshotBytes(s))
+	s.Value = make([]byte, n-wire.SnapshotBytes(s))
 	return s
 }
 
@@ -612,7 +613,7 @@ func (f *fakeTxns) bytesOf() []int {
 	for _, b := range f.batches {
 		n := 0
 		for _, w := range b.Writes {
-			n += store.SnapshotBytes(w)
+			n += wire.SnapshotBytes(w)
 		}
 		out = append(out, n)
 	}

@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Fetched is one record read from the snapshot partition.
 type Fetched struct {
 	Offset int64
-	Record store.WireRecord
+	Record wire.Record
 }
 
 // Source reads one snapshot partition.
@@ -47,8 +48,13 @@ type PinChecker interface {
 	// (nil: none; an ongoing transaction is not hanging): the read goes on
 	// waiting, since an operator may abort them, and fails with them if
 	// its stall deadline passes.
-	CheckPinned(ctx context.Context, pos int64) (resumed bool, hanging *store.HangingTransactionError)
+	CheckPinned(ctx context.Context, pos int64) (resumed bool, hanging Hanging)
 }
+
+// Hanging is what a PinChecker found holding a read, and left: given the
+// read's stall, the error the read fails with (the backend's own, naming
+// the transactions) once its stall deadline passes.
+type Hanging func(stall *store.RecoveryStalledError) error
 
 // DefaultPinCheckInterval is how long a read waits at the last stable
 // offset before, and between, its PinChecker's checks, at most (a fourth
@@ -72,7 +78,7 @@ type Config struct {
 	// Progress, if set, hears the read's start, advances and end.
 	Progress func(store.RecoveryEvent)
 	// Application, if set, is the reading application: a record that
-	// names another (store.HeaderApplication) ends the read with a
+	// names another (wire.HeaderApplication) ends the read with a
 	// *store.ForeignStateError for Input. Empty (a View's read) reads
 	// any application's records.
 	Application string
@@ -118,7 +124,7 @@ type reader struct {
 	checker   PinChecker
 	interval  time.Duration
 	lastCheck time.Time
-	hanging   *store.HangingTransactionError
+	hanging   Hanging
 }
 
 // start captures the read's target and its start position, warning when
@@ -214,18 +220,18 @@ func (r *reader) deliver(recs []Fetched) bool {
 			continue // written after the read started
 		}
 		if cfg.Application != "" {
-			if app, ok := store.RecordApplication(f.Record); ok && string(app) != cfg.Application {
+			if app, ok := wire.RecordApplication(f.Record); ok && string(app) != cfg.Application {
 				r.fail(&store.ForeignStateError{Input: cfg.Input, Snapshots: cfg.Snapshots,
 					Application: cfg.Application, Owner: string(app), Offset: f.Offset})
 				return false
 			}
 		}
-		s, kind, err := store.DecodeRecord(cfg.Snapshots, f.Offset, f.Record)
+		s, kind, err := wire.DecodeRecord(cfg.Snapshots, f.Offset, f.Record)
 		if err != nil {
 			r.fail(err)
 			return false
 		}
-		if kind == store.KindOffsetMarker {
+		if kind == wire.KindOffsetMarker {
 			continue
 		}
 		r.read++
@@ -262,8 +268,7 @@ func (r *reader) checkPinned(ctx context.Context, now time.Time) bool {
 func (r *reader) stallError(ctx context.Context, now time.Time) error {
 	err := diagnose(ctx, r.cfg, r.src, r.pos, r.target, now.Sub(r.lastProgress))
 	if se, ok := err.(*store.RecoveryStalledError); ok && se.Cause == store.StallOpenTransaction && r.hanging != nil {
-		r.hanging.Stall = se
-		err = r.hanging
+		err = r.hanging(se)
 	}
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // script is a Source that answers from a fixed list of polls.
@@ -40,7 +41,7 @@ func (s *script) Poll(_ context.Context, wait time.Duration) ([]Fetched, int64, 
 }
 
 func at(off int64, key string) Fetched {
-	return Fetched{Offset: off, Record: store.EncodeSnapshot("", store.Snapshot{Key: []byte(key), Value: []byte("v"), Offset: off})}
+	return Fetched{Offset: off, Record: wire.EncodeSnapshot("", store.Snapshot{Key: []byte(key), Value: []byte("v"), Offset: off})}
 }
 
 func run(t *testing.T, s *script, stall time.Duration) (keys []string, logs string, err error) {
@@ -161,13 +162,30 @@ type pinned struct {
 	abort  bool
 }
 
-func (p *pinned) CheckPinned(context.Context, int64) (bool, *store.HangingTransactionError) {
+func (p *pinned) CheckPinned(context.Context, int64) (bool, Hanging) {
 	p.checks++
 	if p.abort {
 		p.polls = []poll{{next: p.hw}}
 		return true, nil
 	}
-	return false, &store.HangingTransactionError{Snapshots: store.TopicPartition{Topic: "snaps"}}
+	h := &hangingError{Snapshots: store.TopicPartition{Topic: "snaps"}}
+	return false, func(se *store.RecoveryStalledError) error { h.Stall = se; return h }
+}
+
+// hangingError stands for a backend's error naming the hanging
+// transactions it found (store/kafka's HangingTransactionError).
+type hangingError struct {
+	Snapshots store.TopicPartition
+	Stall     *store.RecoveryStalledError
+}
+
+func (e *hangingError) Error() string { return "hanging transactions on " + e.Snapshots.String() }
+
+func (e *hangingError) Unwrap() []error {
+	if e.Stall == nil {
+		return nil
+	}
+	return []error{e.Stall}
 }
 
 // A read pinned at the last stable offset asks its PinChecker once per
@@ -176,7 +194,7 @@ func (p *pinned) CheckPinned(context.Context, int64) (bool, *store.HangingTransa
 func TestPinCheckerFindingsEndAStalledRead(t *testing.T) {
 	s := &pinned{script: &script{hw: 2, lso: 1, polls: []poll{{recs: []Fetched{at(0, "a")}, next: 1}, {next: 1, took: time.Hour}}}}
 	_, _, err := runWith(t, s, s.script, time.Minute)
-	var he *store.HangingTransactionError
+	var he *hangingError
 	if !errors.As(err, &he) || he.Stall == nil || !errors.Is(err, store.ErrRecoveryStalled) {
 		t.Fatalf("err = %v, want the hanging transaction as the stall's error", err)
 	}

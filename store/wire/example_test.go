@@ -1,9 +1,10 @@
-package store_test
+package wire_test
 
 import (
 	"fmt"
 
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // A snapshot of a key without timers is a format version 1 record; one of
@@ -14,13 +15,13 @@ func ExampleEncodeSnapshot() {
 	timed := plain
 	timed.Timers = []store.Timer{{Kind: store.ProcessingTime, At: 1_700_000_060_000}}
 	for _, s := range []store.Snapshot{plain, timed} {
-		r := store.EncodeSnapshot("", s)
+		r := wire.EncodeSnapshot("", s)
 		fmt.Printf("%s=%s", r.Key, r.Value)
 		for _, h := range r.Headers {
 			fmt.Printf(" %s:%x", h.Key, h.Value)
 		}
 		fmt.Println()
-		back, _, _ := store.DecodeRecord(store.TopicPartition{Topic: "clicks-snapshots"}, 0, r)
+		back, _, _ := wire.DecodeRecord(store.TopicPartition{Topic: "clicks-snapshots"}, 0, r)
 		fmt.Printf("  offset %d, timers %v\n", back.Offset, back.Timers)
 	}
 	// Output:

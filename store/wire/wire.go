@@ -1,13 +1,20 @@
-package store
+// Package wire is the record format of snapfence's snapshot partitions:
+// how a snapshot, a tombstone and an offset marker are framed as a Kafka
+// record (key, value and headers) and read back, what a record weighs
+// (SnapshotBytes), and the checks a write must pass before it is framed.
+// store/kafka and store/sim write and read snapshot partitions with it;
+// tools and tests that read a snapshot topic decode with it. The engine
+// sees only store.Snapshot.
+package wire
 
 import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"strconv"
-	"time"
 	"unsafe"
+
+	"github.com/snapfence/snapfence/store"
 )
 
 // FormatVersion is the snapshot record format this code writes for a key
@@ -30,7 +37,7 @@ const (
 	HeaderOffset  = "snapfence.o" // 8-byte big-endian input offset
 	HeaderKind    = "snapfence.k" // one byte: RecordKind
 	// HeaderTimers is the key's timers (version 2 only): 9 bytes each, a
-	// TimerKind and the 8-byte big-endian At.
+	// store.TimerKind and the 8-byte big-endian At.
 	HeaderTimers = "snapfence.t"
 	// HeaderApplication is the name of the application that wrote the
 	// record (the store's Application), in both versions. A record
@@ -41,7 +48,8 @@ const (
 
 // OffsetMarkerKey is the key of the offset marker record a backend may write
 // to make an offset-only transaction real. Writes of this key are refused
-// with ErrReservedKey; all marker records share it, so compaction keeps one.
+// with store.ErrReservedKey; all marker records share it, so compaction
+// keeps one.
 var OffsetMarkerKey = []byte("\x00snapfence.offset-marker")
 
 // RecordKind tells what a snapshot-partition record is.
@@ -53,17 +61,12 @@ const (
 	KindOffsetMarker RecordKind = 'm'
 )
 
-// Header is one record header.
-type Header struct {
-	Key   string
-	Value []byte
-}
-
-// WireRecord is a snapshot-partition record as the broker stores it.
-type WireRecord struct {
+// Record is a record as the broker stores it: of a snapshot partition,
+// or of any topic the simulated cluster is given (sim.Cluster.Produce).
+type Record struct {
 	Key     []byte
 	Value   []byte
-	Headers []Header
+	Headers []store.Header
 }
 
 var (
@@ -78,7 +81,7 @@ const timerBytes = 9
 // (HeaderApplication; none if app is empty). A tombstone has a nil value,
 // so compaction removes the key after delete.retention.ms; its offset
 // header stays until then.
-func EncodeSnapshot(app string, s Snapshot) WireRecord {
+func EncodeSnapshot(app string, s store.Snapshot) Record {
 	kind := KindSnapshot
 	value := s.Value
 	if s.Tombstone {
@@ -90,29 +93,29 @@ func EncodeSnapshot(app string, s Snapshot) WireRecord {
 	if len(s.Timers) > 0 && !s.Tombstone {
 		hs = withTimers(hs, s.Timers)
 	}
-	return WireRecord{Key: s.Key, Value: value, Headers: hs}
+	return Record{Key: s.Key, Value: value, Headers: hs}
 }
 
 // withTimers is hs (version 1 headers) as version 2, with the timers'
 // header; only keys with timers pay for it.
-func withTimers(hs []Header, ts []Timer) []Header {
+func withTimers(hs []store.Header, ts []store.Timer) []store.Header {
 	b := make([]byte, 0, timerBytes*len(ts))
 	for _, t := range ts {
 		b = append(b, byte(t.Kind))
 		b = binary.BigEndian.AppendUint64(b, uint64(t.At))
 	}
-	out := make([]Header, len(hs), len(hs)+1)
+	out := make([]store.Header, len(hs), len(hs)+1)
 	copy(out, hs)
 	out[0].Value = timersVersionBytes
-	return append(out, Header{Key: HeaderTimers, Value: b})
+	return append(out, store.Header{Key: HeaderTimers, Value: b})
 }
 
 // EncodeOffsetMarker frames the marker record of an offset-only
 // transaction of the application app. Its value says what was committed,
 // for humans.
-func EncodeOffsetMarker(app string, offset int64, id GroupIdentity) WireRecord {
+func EncodeOffsetMarker(app string, offset int64, id store.GroupIdentity) Record {
 	v := fmt.Sprintf("offset=%d member=%s generation=%d", offset, id.MemberID, id.Generation)
-	return WireRecord{Key: OffsetMarkerKey, Value: []byte(v), Headers: headers(KindOffsetMarker, offset, app)}
+	return Record{Key: OffsetMarkerKey, Value: []byte(v), Headers: headers(KindOffsetMarker, offset, app)}
 }
 
 // headers frames a record's headers in one allocation: a snapshot is
@@ -120,15 +123,15 @@ func EncodeOffsetMarker(app string, offset int64, id GroupIdentity) WireRecord {
 // The application header comes last, so that version 2's timers header
 // is appended after it and the first three stay where readers of version
 // 1 found them.
-func headers(kind RecordKind, offset int64, app string) []Header {
+func headers(kind RecordKind, offset int64, app string) []store.Header {
 	f := new(struct {
-		hs   [4]Header
+		hs   [4]store.Header
 		kind [1]byte
 		off  [8]byte
 	})
 	f.kind[0] = byte(kind)
 	binary.BigEndian.PutUint64(f.off[:], uint64(offset))
-	f.hs = [4]Header{
+	f.hs = [4]store.Header{
 		{Key: HeaderVersion, Value: versionBytes},
 		{Key: HeaderKind, Value: f.kind[:]},
 		{Key: HeaderOffset, Value: f.off[:]},
@@ -138,13 +141,13 @@ func headers(kind RecordKind, offset int64, app string) []Header {
 	}
 	// The name's bytes are shared, not copied: every record of a backend
 	// carries the same name, and a header's value is only ever read.
-	f.hs[3] = Header{Key: HeaderApplication, Value: unsafe.Slice(unsafe.StringData(app), len(app))}
+	f.hs[3] = store.Header{Key: HeaderApplication, Value: unsafe.Slice(unsafe.StringData(app), len(app))}
 	return f.hs[:]
 }
 
 // RecordApplication returns the application a snapshot-partition record
 // names (HeaderApplication), and false for a record that names none.
-func RecordApplication(r WireRecord) ([]byte, bool) {
+func RecordApplication(r Record) ([]byte, bool) {
 	for _, h := range r.Headers {
 		if h.Key == HeaderApplication {
 			return h.Value, true
@@ -165,10 +168,10 @@ func ApplicationHeaderBytes(app string) int {
 // DecodeRecord decodes a record read at offset of the snapshot partition
 // tp. An offset marker decodes with KindOffsetMarker and is not a snapshot:
 // recovery skips it. Anything that is not a well-formed snapfence record of
-// a known version is a *CorruptRecordError naming tp and offset.
-func DecodeRecord(tp TopicPartition, offset int64, r WireRecord) (Snapshot, RecordKind, error) {
-	corrupt := func(reason string) (Snapshot, RecordKind, error) {
-		return Snapshot{}, 0, &CorruptRecordError{Snapshots: tp, Offset: offset, Reason: reason}
+// a known version is a *store.CorruptRecordError naming tp and offset.
+func DecodeRecord(tp store.TopicPartition, offset int64, r Record) (store.Snapshot, RecordKind, error) {
+	corrupt := func(reason string) (store.Snapshot, RecordKind, error) {
+		return store.Snapshot{}, 0, &store.CorruptRecordError{Snapshots: tp, Offset: offset, Reason: reason}
 	}
 	h := readHeaders(r.Headers)
 	if problem := h.checkVersion(); problem != "" {
@@ -180,7 +183,7 @@ func DecodeRecord(tp TopicPartition, offset int64, r WireRecord) (Snapshot, Reco
 	if !h.haveOffset || len(h.offset) != 8 {
 		return corrupt(fmt.Sprintf("missing or malformed %s header", HeaderOffset))
 	}
-	s := Snapshot{Key: r.Key, Offset: int64(binary.BigEndian.Uint64(h.offset))}
+	s := store.Snapshot{Key: r.Key, Offset: int64(binary.BigEndian.Uint64(h.offset))}
 	if s.Offset < 0 {
 		return corrupt(fmt.Sprintf("negative input offset %d", s.Offset))
 	}
@@ -200,7 +203,7 @@ type recordHeaders struct {
 
 // readHeaders picks the snapfence headers out of hs; of a repeated one,
 // the last counts.
-func readHeaders(hs []Header) recordHeaders {
+func readHeaders(hs []store.Header) recordHeaders {
 	var h recordHeaders
 	for _, hd := range hs {
 		switch hd.Key {
@@ -244,7 +247,7 @@ func (h recordHeaders) checkVersion() string {
 // decodeBody fills s with what a record of kind k holds besides its key
 // and input offset, checking that the value, the timers and the key fit
 // the kind. It returns why they do not, or "".
-func (h recordHeaders) decodeBody(s *Snapshot, k RecordKind, r WireRecord) string {
+func (h recordHeaders) decodeBody(s *store.Snapshot, k RecordKind, r Record) string {
 	v2 := h.hasTimers()
 	switch k {
 	case KindSnapshot:
@@ -282,14 +285,14 @@ func (h recordHeaders) decodeBody(s *Snapshot, k RecordKind, r WireRecord) strin
 
 // decodeTimers decodes the HeaderTimers value b: one or more timers of a
 // known kind. It returns why b is malformed, or "".
-func decodeTimers(b []byte) ([]Timer, string) {
+func decodeTimers(b []byte) ([]store.Timer, string) {
 	if len(b) == 0 || len(b)%timerBytes != 0 {
 		return nil, fmt.Sprintf("malformed %s header (%d bytes)", HeaderTimers, len(b))
 	}
-	timers := make([]Timer, 0, len(b)/timerBytes)
+	timers := make([]store.Timer, 0, len(b)/timerBytes)
 	for ; len(b) > 0; b = b[timerBytes:] {
-		t := Timer{Kind: TimerKind(b[0]), At: int64(binary.BigEndian.Uint64(b[1:timerBytes]))}
-		if t.Kind != ProcessingTime && t.Kind != EventTime {
+		t := store.Timer{Kind: store.TimerKind(b[0]), At: int64(binary.BigEndian.Uint64(b[1:timerBytes]))}
+		if t.Kind != store.ProcessingTime && t.Kind != store.EventTime {
 			return nil, fmt.Sprintf("unknown timer kind %q in %s", b[0], HeaderTimers)
 		}
 		timers = append(timers, t)
@@ -305,7 +308,7 @@ var snapshotHeaderBytes = len(HeaderVersion) + len(versionBytes) + len(HeaderKin
 // (EncodeSnapshot): its key, value and header bytes, without the record
 // framing (a few bytes of lengths per record). The group commit sizes a
 // transaction by it (MaxBytesPerTransaction).
-func SnapshotBytes(s Snapshot) int {
+func SnapshotBytes(s store.Snapshot) int {
 	n := len(s.Key) + snapshotHeaderBytes
 	if !s.Tombstone {
 		n += len(s.Value)
@@ -316,29 +319,17 @@ func SnapshotBytes(s Snapshot) int {
 	return n
 }
 
-// TransactionBytesBudget is the time budget of a transaction as bytes:
-// what TransactionBudgetRate writes in half of timeout, the producer's
-// transaction timeout. A transaction is never sized above it, so that it
-// can end well inside the timeout, after which the broker aborts it and
-// fences the producer. The budget bounds MaxBytesPerTransaction; it is
-// checked when a backend is configured, not with a clock while writes
-// queue, so which writes share a transaction still depends only on the
-// calls.
-func TransactionBytesBudget(timeout time.Duration) int {
-	return int(min(timeout.Seconds()/2*TransactionBudgetRate, float64(math.MaxInt32)))
-}
-
 // CheckWrite validates a snapshot before it is queued: the reserved key and
-// the size limit. A zero limit means DefaultMaxValueBytes.
-func CheckWrite(input TopicPartition, s Snapshot, limit int) error {
+// the size limit. A zero limit means store.DefaultMaxValueBytes.
+func CheckWrite(input store.TopicPartition, s store.Snapshot, limit int) error {
 	if bytes.Equal(s.Key, OffsetMarkerKey) {
-		return fmt.Errorf("%w: %s key %q is snapfence's offset marker", ErrReservedKey, input, s.Key)
+		return fmt.Errorf("%w: %s key %q is snapfence's offset marker", store.ErrReservedKey, input, s.Key)
 	}
 	if limit <= 0 {
-		limit = DefaultMaxValueBytes
+		limit = store.DefaultMaxValueBytes
 	}
 	if n := len(s.Key) + len(s.Value); n > limit {
-		return &ValueTooLargeError{Input: input, Key: s.Key, Size: n, Limit: limit}
+		return &store.ValueTooLargeError{Input: input, Key: s.Key, Size: n, Limit: limit}
 	}
 	if s.Offset < 0 {
 		return fmt.Errorf("store: %s key %q: negative input offset %d", input, printableKey(s.Key), s.Offset)
@@ -348,7 +339,7 @@ func CheckWrite(input TopicPartition, s Snapshot, limit int) error {
 			input, printableKey(s.Key))
 	}
 	for _, t := range s.Timers {
-		if t.Kind != ProcessingTime && t.Kind != EventTime {
+		if t.Kind != store.ProcessingTime && t.Kind != store.EventTime {
 			return fmt.Errorf("store: %s key %q: timer of unknown kind %v", input, printableKey(s.Key), t.Kind)
 		}
 	}
@@ -358,68 +349,30 @@ func CheckWrite(input TopicPartition, s Snapshot, limit int) error {
 // CheckOutput validates an output record of an exactly-once batch of
 // input, whose snapshots go to snapshotTopic: it needs a topic, not the
 // snapshot topic (recovery would read it as a snapshot), and key plus value
-// within limit (0: DefaultMaxValueBytes).
-func CheckOutput(input TopicPartition, snapshotTopic string, o Output, limit int) error {
+// within limit (0: store.DefaultMaxValueBytes).
+func CheckOutput(input store.TopicPartition, snapshotTopic string, o store.Output, limit int) error {
 	if o.Topic == "" {
-		return fmt.Errorf("%w: %s: output record of key %q has no topic", ErrInvalidOutput, input, printableKey(o.Key))
+		return fmt.Errorf("%w: %s: output record of key %q has no topic", store.ErrInvalidOutput, input, printableKey(o.Key))
 	}
 	if o.Topic == snapshotTopic {
 		return fmt.Errorf("%w: %s: output record of key %q is for the snapshot topic %q; outputs go to topics of their own",
-			ErrInvalidOutput, input, printableKey(o.Key), o.Topic)
+			store.ErrInvalidOutput, input, printableKey(o.Key), o.Topic)
 	}
 	if limit <= 0 {
-		limit = DefaultMaxValueBytes
+		limit = store.DefaultMaxValueBytes
 	}
 	if n := len(o.Key) + len(o.Value); n > limit {
-		return &ValueTooLargeError{Input: input, OutputTopic: o.Topic, Key: o.Key, Size: n, Limit: limit}
+		return &store.ValueTooLargeError{Input: input, OutputTopic: o.Topic, Key: o.Key, Size: n, Limit: limit}
 	}
 	return nil
 }
 
-// OutputPartition is the partition of a topic with partitions partitions
-// that Kafka's default partitioner gives a record with this key: the
-// positive murmur2 hash of the key modulo the partition count. (A record
-// without a key hashes as an empty key, so its partition is still fixed.)
-// Outputs of snapfence and of a plain Kafka producer with the same key
-// land in the same partition.
-func OutputPartition(key []byte, partitions int) int32 {
-	if partitions <= 0 {
-		return 0
+// printableKey is a key for an error message, cut to 64 bytes, as store's
+// errors print one.
+func printableKey(k []byte) string {
+	const max = 64
+	if len(k) > max {
+		return string(k[:max]) + "..."
 	}
-	return int32((murmur2(key) & 0x7fffffff) % uint32(partitions))
-}
-
-// murmur2 is the 32-bit MurmurHash2 with Kafka's seed, as Kafka's
-// Utils.murmur2 computes it.
-func murmur2(b []byte) uint32 {
-	const (
-		seed uint32 = 0x9747b28c
-		m    uint32 = 0x5bd1e995
-		r           = 24
-	)
-	h := seed ^ uint32(len(b))
-	for len(b) >= 4 {
-		k := binary.LittleEndian.Uint32(b)
-		k *= m
-		k ^= k >> r
-		k *= m
-		h *= m
-		h ^= k
-		b = b[4:]
-	}
-	switch len(b) {
-	case 3:
-		h ^= uint32(b[2]) << 16
-		fallthrough
-	case 2:
-		h ^= uint32(b[1]) << 8
-		fallthrough
-	case 1:
-		h ^= uint32(b[0])
-		h *= m
-	}
-	h ^= h >> 13
-	h *= m
-	h ^= h >> 15
-	return h
+	return string(k)
 }
