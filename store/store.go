@@ -5,8 +5,8 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"strings"
 	"math"
+	"strings"
 	"time"
 )
 
