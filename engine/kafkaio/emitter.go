@@ -108,7 +108,7 @@ type Emitter struct {
 }
 
 // ErrEmitterClosed: Emit on a Emitter after Close.
-var ErrEmitterClosed = errors.New("engine: emitter closed")
+var ErrEmitterClosed = errors.New("kafkaio: emitter closed")
 
 // NewEmitter returns an emitter; it connects on the first Emit.
 func NewEmitter(cfg EmitterConfig) (*Emitter, error) {

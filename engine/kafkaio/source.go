@@ -506,7 +506,7 @@ func (s *kafkaSource) rebalance(handle func(), released map[string][]int32) {
 func checkInputTopics(ctx context.Context, cfg Config) error {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.SeedBrokers...)}, cfg.ClientOpts...)...)
 	if err != nil {
-		return fmt.Errorf("engine: input topic check: %w", err)
+		return fmt.Errorf("kafkaio: input topic check: %w", err)
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
@@ -540,7 +540,7 @@ func checkInputTopics(ctx context.Context, cfg Config) error {
 			if err == nil {
 				err = fmt.Errorf("created topics %q not served yet", missing)
 			}
-			return fmt.Errorf("engine: input topic check %q: no answer in %v: %w", cfg.Topics, topicCheckTimeout, err)
+			return fmt.Errorf("kafkaio: input topic check %q: no answer in %v: %w", cfg.Topics, topicCheckTimeout, err)
 		case <-time.After(backoff):
 		}
 	}
@@ -609,7 +609,7 @@ func missingTopics(ctx context.Context, adm *kadm.Client, topics []string, kind 
 func createInputTopics(ctx context.Context, adm *kadm.Client, cfg Config, topics []string) error {
 	resps, err := adm.CreateTopics(ctx, cfg.CreatePartitions, cfg.CreateReplicationFactor, nil, topics...)
 	if err != nil {
-		return fmt.Errorf("engine: creating input topics %q: %w", topics, err)
+		return fmt.Errorf("kafkaio: creating input topics %q: %w", topics, err)
 	}
 	for _, t := range topics {
 		r, ok := resps[t]
@@ -629,7 +629,7 @@ func createInputTopics(ctx context.Context, adm *kadm.Client, cfg Config, topics
 			return &store.ConfigError{Subject: subject, Problem: "the broker refused to create the missing input topic",
 				Fix: "create it yourself (kafka-topics.sh --create), or grant the principal CREATE on it", Err: r.Err}
 		default:
-			return fmt.Errorf("engine: creating input topic %q: %w", t, r.Err)
+			return fmt.Errorf("kafkaio: creating input topic %q: %w", t, r.Err)
 		}
 	}
 	return nil
@@ -720,7 +720,7 @@ func fetchError(fs kgo.Fetches) error {
 			return
 		}
 		if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) && !errors.Is(e, kgo.ErrClientClosed) && err == nil {
-			err = fmt.Errorf("engine: fetching %s/%d: %w", t, p, e)
+			err = fmt.Errorf("kafkaio: fetching %s/%d: %w", t, p, e)
 		}
 	})
 	return err
@@ -786,11 +786,11 @@ func (s *kafkaSource) CommittedOffset(ctx context.Context, tp store.TopicPartiti
 		}
 		if ok && errors.Is(o.Err, kerr.UnstableOffsetCommit) {
 			if backoff > committedOffsetLastRetry {
-				return 0, fmt.Errorf("engine: committed offset of %s in group %s: %w: %w", tp, s.group, store.ErrOffsetUnstable, o.Err)
+				return 0, fmt.Errorf("kafkaio: committed offset of %s in group %s: %w: %w", tp, s.group, store.ErrOffsetUnstable, o.Err)
 			}
 			select {
 			case <-ctx.Done():
-				return 0, fmt.Errorf("engine: committed offset of %s: %w", tp, context.Cause(ctx))
+				return 0, fmt.Errorf("kafkaio: committed offset of %s: %w", tp, context.Cause(ctx))
 			case <-time.After(backoff):
 			}
 			continue
@@ -798,7 +798,7 @@ func (s *kafkaSource) CommittedOffset(ctx context.Context, tp store.TopicPartiti
 		if ok && o.Err != nil {
 			// Never read an error as "no offset": resuming from the start
 			// would fold events the snapshots already hold a second time.
-			return 0, fmt.Errorf("engine: committed offset of %s: %w", tp, o.Err)
+			return 0, fmt.Errorf("kafkaio: committed offset of %s: %w", tp, o.Err)
 		}
 		if ok && o.At >= 0 {
 			return o.At, nil
@@ -811,7 +811,7 @@ func (s *kafkaSource) CommittedOffset(ctx context.Context, tp store.TopicPartiti
 	}
 	o, ok := starts.Lookup(tp.Topic, tp.Partition)
 	if !ok || o.Err != nil {
-		return 0, fmt.Errorf("engine: start offset of %s: %v", tp, o.Err)
+		return 0, fmt.Errorf("kafkaio: start offset of %s: %v", tp, o.Err)
 	}
 	return o.Offset, nil
 }
@@ -829,7 +829,7 @@ func (s *kafkaSource) fetchCommitted(ctx context.Context, tp store.TopicPartitio
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, s.cl)
 	if err != nil {
-		return kadm.OffsetResponse{}, false, fmt.Errorf("engine: committed offset of %s: %w", tp, err)
+		return kadm.OffsetResponse{}, false, fmt.Errorf("kafkaio: committed offset of %s: %w", tp, err)
 	}
 	found := func(p int32, offset int64, code int16) (kadm.OffsetResponse, bool, error) {
 		return kadm.OffsetResponse{Offset: kadm.Offset{Topic: tp.Topic, Partition: p, At: offset}, Err: kerr.ErrorForCode(code)}, true, nil
@@ -855,7 +855,7 @@ func (s *kafkaSource) fetchCommitted(ctx context.Context, tp store.TopicPartitio
 		}
 	}
 	if groupErr != nil {
-		return kadm.OffsetResponse{}, false, fmt.Errorf("engine: committed offset of %s in group %s: %w", tp, s.group, groupErr)
+		return kadm.OffsetResponse{}, false, fmt.Errorf("kafkaio: committed offset of %s in group %s: %w", tp, s.group, groupErr)
 	}
 	return kadm.OffsetResponse{}, false, nil
 }
@@ -984,14 +984,14 @@ func (s *kafkaSource) Partitions(ctx context.Context) ([]store.TopicPartition, e
 func (s *kafkaSource) inputTopics(ctx context.Context) ([]store.TopicPartition, map[kadm.TopicID]string, error) {
 	details, err := s.adm.ListTopics(ctx, s.cfg.Topics...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("engine: listing the partitions of %q: %w", s.cfg.Topics, err)
+		return nil, nil, fmt.Errorf("kafkaio: listing the partitions of %q: %w", s.cfg.Topics, err)
 	}
 	var out []store.TopicPartition
 	names := map[kadm.TopicID]string{}
 	for _, t := range s.cfg.Topics {
 		d, ok := details[t]
 		if !ok || d.Err != nil {
-			return nil, nil, fmt.Errorf("engine: listing the partitions of %q: topic %q: %v", s.cfg.Topics, t, d.Err)
+			return nil, nil, fmt.Errorf("kafkaio: listing the partitions of %q: topic %q: %v", s.cfg.Topics, t, d.Err)
 		}
 		names[d.ID] = t
 		for _, p := range d.Partitions.Numbers() {
@@ -1015,15 +1015,15 @@ func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]input.GroupPartition
 	}
 	starts, err := s.adm.ListStartOffsets(ctx, s.cfg.Topics...)
 	if err != nil {
-		return nil, fmt.Errorf("engine: listing the start offsets of %q: %w", s.cfg.Topics, err)
+		return nil, fmt.Errorf("kafkaio: listing the start offsets of %q: %w", s.cfg.Topics, err)
 	}
 	ends, err := s.adm.ListEndOffsets(ctx, s.cfg.Topics...)
 	if err != nil {
-		return nil, fmt.Errorf("engine: listing the end offsets of %q: %w", s.cfg.Topics, err)
+		return nil, fmt.Errorf("kafkaio: listing the end offsets of %q: %w", s.cfg.Topics, err)
 	}
 	committed, err := s.adm.FetchOffsets(ctx, s.group)
 	if err != nil {
-		return nil, fmt.Errorf("engine: fetching the committed offsets of group %s: %w", s.group, err)
+		return nil, fmt.Errorf("kafkaio: fetching the committed offsets of group %s: %w", s.group, err)
 	}
 	assigned, err := s.groupAssigned(ctx, names)
 	if err != nil {
@@ -1034,7 +1034,7 @@ func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]input.GroupPartition
 		start, sok := starts.Lookup(tp.Topic, tp.Partition)
 		end, eok := ends.Lookup(tp.Topic, tp.Partition)
 		if !sok || !eok || start.Err != nil || end.Err != nil {
-			return nil, fmt.Errorf("engine: the log start or end of %s: %v %v", tp, start.Err, end.Err)
+			return nil, fmt.Errorf("kafkaio: the log start or end of %s: %v %v", tp, start.Err, end.Err)
 		}
 		gp := input.GroupPartition{Input: tp, CommittedOffset: -1, LogStartOffset: start.Offset, LogEndOffset: end.Offset,
 			Assigned: assigned.Lookup(tp.Topic, tp.Partition)}
@@ -1068,14 +1068,14 @@ func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]
 	// Not a consumer-protocol group (or a broker without the API).
 	groups, err := s.adm.DescribeGroups(ctx, s.group)
 	if err != nil {
-		return nil, fmt.Errorf("engine: describing group %s: %w", s.group, err)
+		return nil, fmt.Errorf("kafkaio: describing group %s: %w", s.group, err)
 	}
 	g, ok := groups[s.group]
 	if !ok {
 		return kadm.TopicsSet{}, nil
 	}
 	if g.Err != nil {
-		return nil, fmt.Errorf("engine: describing group %s: %w", s.group, g.Err)
+		return nil, fmt.Errorf("kafkaio: describing group %s: %w", s.group, g.Err)
 	}
 	return g.AssignedPartitions(), nil
 }
