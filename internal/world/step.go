@@ -23,10 +23,15 @@
 // accepts it), and the engines' states are checked against the committed
 // snapshots (invariant 9).
 //
+// With Config.Standby the members keep standby replicas, and a partition
+// moved to a member must recover from its replica's copy (invariant 11).
+//
 // The variants in Config (CachedIdentity, LSOBoundRecovery,
 // TrustCheckpoints, TombstonesAheadOfCommit, CommitAheadOfWrites,
-// EmitsAckedEarly) are broken designs, there for the negative controls;
-// this package is internal, so they are never user options.
+// EmitsAckedEarly, TimerRemovalsLost, StandbySkipsRecords,
+// StandbyCheckpointsDropped, FollowUncommitted) are broken designs, there
+// for the negative controls; this package is internal, so they are never
+// user options.
 package world
 
 import (
@@ -102,6 +107,17 @@ const (
 	// id is new). It does nothing while a member's step is in flight or a
 	// transaction is open on a snapshot or output partition.
 	Recreate Kind = "recreate"
+
+	// Replicate lets Member's standby replicas read (Config.Standby): a
+	// second of virtual time passes (a standby round is due once a
+	// second) and Member polls; its round follows every partition it
+	// does not own into its cache.
+	Replicate Kind = "replicate"
+	// Wipe loses Member's machine with its disk (Config.Standby with
+	// WarmRestarts): a running or paused Member crashes, and its slot's
+	// cache directory is emptied, so its next process starts with no
+	// copy of any partition, neither an owner's nor a standby's.
+	Wipe Kind = "wipe"
 )
 
 // Step is one step of a scenario. Fields a kind does not use are zero.
@@ -126,7 +142,7 @@ func (s Step) String() string {
 			return fmt.Sprintf("produce %s=%+d timer %s", s.Key, s.Delta, s.D)
 		}
 		return fmt.Sprintf("produce %s=%+d", s.Key, s.Delta)
-	case Poll, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash:
+	case Poll, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash, Replicate, Wipe:
 		return fmt.Sprintf("%s m%d", s.Kind, s.Member)
 	case Advance:
 		return fmt.Sprintf("advance %s", s.D)

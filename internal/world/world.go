@@ -144,6 +144,31 @@ type Config struct {
 	// firing's effect in the snapshot but not the timer's removal would,
 	// so a recovery brings the timer back and it fires again.
 	TimerRemovalsLost bool
+
+	// Standby gives the engines standby replicas (engine.Config.Standby,
+	// needs Mode Transactional): each member follows the snapshot
+	// partitions it does not own into its cache, and a partition moved to
+	// it recovers from that copy (FullRecovery off, as under
+	// WarmRestarts). The states are checked against the committed
+	// snapshots after every step (invariant 9), every snapshot a replica
+	// reads is checked committed (4), and a promotion whose replica the
+	// store had vouched for must recover a delta unless the store refuses
+	// the checkpoint (11). The snapshot topic's DeleteRetention defaults
+	// to 20 min: a replica's checkpoint is 15 min old when it is made
+	// (store.Follow), so it stays usable for 3 min.
+	Standby bool
+	// StandbySkipsRecords is a broken variant for Standby: a replica
+	// hands its engine every other snapshot it reads, with the
+	// checkpoints of all of them, as a replica that lost records would.
+	StandbySkipsRecords bool
+	// StandbyCheckpointsDropped is a broken variant for Standby: a
+	// replica's reads reach its engine without the store's checkpoints,
+	// so no copy is ever vouched for and every promotion reads in full.
+	StandbyCheckpointsDropped bool
+	// FollowUncommitted is a broken variant for Standby: the standby
+	// replicas read read_uncommitted, so they take in records of open and
+	// aborted transactions.
+	FollowUncommitted bool
 }
 
 // WithDefaults is cfg with its zero values replaced by the defaults.
@@ -182,7 +207,10 @@ func (cfg *Config) setDefaults() {
 	}
 	if cfg.DeleteRetention <= 0 {
 		cfg.DeleteRetention = sim.DefaultDeleteRetention
-		if cfg.WarmRestarts {
+		switch {
+		case cfg.Standby:
+			cfg.DeleteRetention = 20 * time.Minute
+		case cfg.WarmRestarts:
 			cfg.DeleteRetention = 4 * time.Minute
 		}
 	}
@@ -216,6 +244,9 @@ type World struct {
 	created []string
 	// lost is the TimerRemovalsLost variant's memory; nil without it.
 	lost *removalsLost
+	// standby is the record of the members' replicas (Standby); nil
+	// without.
+	standby *standbys
 }
 
 type memberState int
@@ -261,6 +292,8 @@ type member struct {
 	acked []engine.Output
 	// emitting counts the process's StartEmit calls not yet waited for.
 	emitting int
+	// proc numbers the slot's processes (start counts them).
+	proc int
 }
 
 type foreignTxn struct {
@@ -300,6 +333,18 @@ func New(cfg Config) (*World, error) {
 			return nil, fmt.Errorf("world: TimerRemovalsLost needs Timers")
 		}
 		w.lost = &removalsLost{seen: map[string][]store.Timer{}}
+	}
+	if (cfg.StandbySkipsRecords || cfg.StandbyCheckpointsDropped) && !cfg.Standby {
+		return nil, errNoStandby
+	}
+	if cfg.Standby {
+		if cfg.Mode != store.Transactional {
+			return nil, fmt.Errorf("world: Standby needs Mode Transactional")
+		}
+		w.standby = newStandbys()
+	}
+	if cfg.FollowUncommitted && !cfg.Standby {
+		return nil, fmt.Errorf("world: FollowUncommitted needs Standby")
 	}
 	w.members = make([]*member, cfg.Members)
 	for i := range w.members {
@@ -440,6 +485,14 @@ func (w *World) Apply(s Step) []Violation {
 		w.truncate(store.TopicPartition{Topic: snapshotTopic, Partition: int32(s.Partition % w.cfg.Partitions)})
 	case Recreate:
 		w.recreate()
+	case Replicate:
+		if w.standby != nil && m.state == running && m.busy == nil {
+			w.replicate(m)
+		}
+	case Wipe:
+		if w.standby != nil {
+			w.wipe(m)
+		}
 	}
 	w.settle()
 	w.recordState()
@@ -535,18 +588,25 @@ func (w *World) start(m *member) {
 	if err != nil {
 		panic(fmt.Sprintf("world: backend: %v", err))
 	}
+	m.proc++
+	checked := &checkedBackend{Backend: history.Backend(be, w.rec, m.slot), w: w, m: m}
 	ecfg := engine.Config[int]{
-		Fold: Fold, Codec: IntCodec{}, Store: &checkedBackend{Backend: history.Backend(be, w.rec, m.slot), w: w, m: m},
-		// Without WarmRestarts every recovery reads in full, and each is
-		// checked complete. With it, the slot's cache outlives the
-		// process, a delta is checked against the committed snapshots
-		// (invariant 9).
-		FullRecovery: !w.cfg.WarmRestarts, Dir: m.dir,
+		Fold: Fold, Codec: IntCodec{}, Store: checked,
+		// Without WarmRestarts (or Standby) every recovery reads in full,
+		// and each is checked complete. With it, the slot's cache
+		// outlives the process (or holds the standby replicas' copies), a
+		// delta is checked against the committed snapshots (invariant 9).
+		FullRecovery: !w.cfg.WarmRestarts && !w.cfg.Standby, Dir: m.dir,
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
 		Emit: func(_ context.Context, outs []engine.Output) error { return w.deliver(m, outs) },
 	}
 	if w.cfg.Timers {
 		ecfg.OnTimer = OnTimer
+	}
+	if w.standby != nil {
+		w.standby.started(m)
+		ecfg.Standby, ecfg.Store = true, followingBackend{checkedBackend: checked, follower: be}
+		ecfg.Observer = standbyObserver{w: w, m: m, proc: m.proc}
 	}
 	if w.cfg.PipelinedEmits {
 		ecfg.Emit, ecfg.StartEmit = nil, func(_ context.Context, outs []engine.Output) func() error {
@@ -637,7 +697,11 @@ func (w *World) step(m *member) {
 
 // flush runs m's FlushAll or Persist on a goroutine of its own, as step
 // does.
-func (w *World) flush(m *member, fn func(context.Context)) {
+func (w *World) flush(m *member, fn func(context.Context)) { w.run(m, fn) }
+
+// run runs fn, a step of m's process that is no poll, on a goroutine of
+// its own, as step does.
+func (w *World) run(m *member, fn func(context.Context)) {
 	done := make(chan error, 1)
 	m.busy, m.errsBefore, m.polling = done, len(m.r.Errors()), false
 	go func() {
