@@ -45,6 +45,7 @@ var invariantNames = map[int]string{
 	9:  "WarmCacheExact",
 	10: "TimerFiresOnce",
 	11: "PromotionReadsDelta",
+	12: "LookupCaughtUp",
 }
 
 // InvariantName names invariant n.

@@ -159,17 +159,18 @@ func TestAReplicaReadingUncommittedIsCaught(t *testing.T) {
 	t.Logf("caught: %s", vs[0])
 }
 
-// Worlds with standby replicas replay from their seed to the same
-// histories (the cluster's and the recorded one) and the same
-// promotions.
-func TestSameStepsSameHistoryWithReplicas(t *testing.T) {
+// Worlds with standby replicas and with a lookup table replay from their
+// seed to the same histories (the cluster's and the recorded one), the
+// same promotions and the same lookups.
+func TestSameStepsSameHistoryWithReplicasAndTables(t *testing.T) {
 	a := keyOn(t, 0, 2)
-	scenario := steps(join(0), produce(a, 5), produce("c", 1), committed(0), join(1), replicate(1), poll(0),
-		produce("c", 2), replicate(0), crash(0), advance(11*time.Second), poll(1),
-		wipe(1), join(0), join(2), replicate(2), produce(a, 0), committed(0), poll(2), Step{Kind: Recreate}, leave(0), poll(2))
+	scenario := steps(join(0), produce(a, 5), produce("c", 1), tablePut(a), committed(0), join(1), replicate(1), poll(0),
+		tableOpen("c"), produce("c", 2), replicate(0), readTable(1), crash(0), advance(11*time.Second), poll(1),
+		tableEnd(true), wipe(1), join(0), join(2), replicate(2), produce(a, 0), committed(0), poll(2), Step{Kind: Recreate}, leave(0), poll(2))
 	for _, cfg := range []Config{
 		{Seed: 7, Mode: store.Transactional, Standby: true},
 		{Seed: 7, Mode: store.Transactional, Standby: true, WarmRestarts: true},
+		{Seed: 7, Mode: store.Transactional, Tables: true},
 	} {
 		vs, x := run(t, cfg, scenario)
 		_, y := run(t, cfg, scenario)
@@ -177,9 +178,9 @@ func TestSameStepsSameHistoryWithReplicas(t *testing.T) {
 			t.Errorf("%s", v)
 		}
 		if !bytes.Equal(x.History(), y.History()) || !bytes.Equal(x.Recorder().JSON(), y.Recorder().JSON()) ||
-			!slices.Equal(x.Promotions(), y.Promotions()) {
+			!slices.Equal(x.Promotions(), y.Promotions()) || x.TableStats() != y.TableStats() {
 			t.Fatalf("%+v: the same seed and steps gave two histories", cfg)
 		}
-		t.Logf("standby, warm %t: promotions %v", cfg.WarmRestarts, promotions(x))
+		t.Logf("standby %t, warm %t, tables %t: promotions %v, lookups %+v", cfg.Standby, cfg.WarmRestarts, cfg.Tables, promotions(x), x.TableStats())
 	}
 }

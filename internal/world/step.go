@@ -24,14 +24,17 @@
 // snapshots (invariant 9).
 //
 // With Config.Standby the members keep standby replicas, and a partition
-// moved to a member must recover from its replica's copy (invariant 11).
+// moved to a member must recover from its replica's copy (invariant 11);
+// with Config.Tables the folds look their keys up in a table the world
+// writes, through a View per process that the engine waits on (invariant
+// 12).
 //
 // The variants in Config (CachedIdentity, LSOBoundRecovery,
 // TrustCheckpoints, TombstonesAheadOfCommit, CommitAheadOfWrites,
 // EmitsAckedEarly, TimerRemovalsLost, StandbySkipsRecords,
-// StandbyCheckpointsDropped, FollowUncommitted) are broken designs, there
-// for the negative controls; this package is internal, so they are never
-// user options.
+// StandbyCheckpointsDropped, FollowUncommitted, TablesNotAwaited) are
+// broken designs, there for the negative controls; this package is
+// internal, so they are never user options.
 package world
 
 import (
@@ -118,6 +121,19 @@ const (
 	// cache directory is emptied, so its next process starts with no
 	// copy of any partition, neither an owner's nor a standby's.
 	Wipe Kind = "wipe"
+
+	// TablePut writes Key's row of the lookup table (Config.Tables): a
+	// new version of it, or, with Delta 0, a delete (a null value).
+	TablePut Kind = "table-put"
+	// TableOpen writes Key's row (a delete with Delta 0) in a transaction
+	// of the table's producer left open (it holds back the views, which
+	// read read_committed), until TableEnd or its timeout.
+	TableOpen Kind = "table-open"
+	// TableEnd commits (Commit) or aborts the table's open transaction.
+	TableEnd Kind = "table-end"
+	// ReadTable lets Member's view of the table read once (View.Step):
+	// what a view's Run does on its own, at its own pace.
+	ReadTable Kind = "read-table"
 )
 
 // Step is one step of a scenario. Fields a kind does not use are zero.
@@ -142,8 +158,18 @@ func (s Step) String() string {
 			return fmt.Sprintf("produce %s=%+d timer %s", s.Key, s.Delta, s.D)
 		}
 		return fmt.Sprintf("produce %s=%+d", s.Key, s.Delta)
-	case Poll, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash, Replicate, Wipe:
+	case Poll, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash, Replicate, Wipe, ReadTable:
 		return fmt.Sprintf("%s m%d", s.Kind, s.Member)
+	case TablePut, TableOpen:
+		if s.Delta == 0 {
+			return fmt.Sprintf("%s %s=delete", s.Kind, s.Key)
+		}
+		return fmt.Sprintf("%s %s", s.Kind, s.Key)
+	case TableEnd:
+		if s.Commit {
+			return "table-end commit"
+		}
+		return "table-end abort"
 	case Advance:
 		return fmt.Sprintf("advance %s", s.D)
 	case SlowFetches:

@@ -165,10 +165,22 @@ type Config struct {
 	// replica's reads reach its engine without the store's checkpoints,
 	// so no copy is ever vouched for and every promotion reads in full.
 	StandbyCheckpointsDropped bool
-	// FollowUncommitted is a broken variant for Standby: the standby
-	// replicas read read_uncommitted, so they take in records of open and
-	// aborted transactions.
+	// FollowUncommitted is a broken variant for Standby and Tables: the
+	// standby replicas and the table views read read_uncommitted, so they
+	// take in records of open and aborted transactions.
 	FollowUncommitted bool
+
+	// Tables gives the engines a lookup table (engine.Config.Tables):
+	// TableTopic, a compacted topic of plain key/values the world writes
+	// (TablePut, TableOpen, TableEnd), and in every member's process a
+	// View of it, which ReadTable steps and the engine waits on before a
+	// partition folds. The fold looks its key up in the view, and every
+	// lookup is checked (invariant 12).
+	Tables bool
+	// TablesNotAwaited is a broken variant for Tables: the table the
+	// engines wait on says it has caught up at once, as an engine that
+	// folded while its tables load would.
+	TablesNotAwaited bool
 }
 
 // WithDefaults is cfg with its zero values replaced by the defaults.
@@ -247,6 +259,8 @@ type World struct {
 	// standby is the record of the members' replicas (Standby); nil
 	// without.
 	standby *standbys
+	// table is the lookup table's model (Tables); nil without.
+	table *table
 }
 
 type memberState int
@@ -294,6 +308,14 @@ type member struct {
 	emitting int
 	// proc numbers the slot's processes (start counts them).
 	proc int
+	// view is the process's view of the lookup table (Tables), on a
+	// backend of its own; viewTargets are the table partitions' high
+	// watermarks when it opened; lookups the least offset of each key's
+	// log the view has applied, as the process's lookups showed it.
+	view        *engine.View[int]
+	viewBackend *sim.Backend
+	viewTargets []int64
+	lookups     map[string]int64
 }
 
 type foreignTxn struct {
@@ -343,8 +365,17 @@ func New(cfg Config) (*World, error) {
 		}
 		w.standby = newStandbys()
 	}
-	if cfg.FollowUncommitted && !cfg.Standby {
-		return nil, fmt.Errorf("world: FollowUncommitted needs Standby")
+	if cfg.FollowUncommitted && !cfg.Standby && !cfg.Tables {
+		return nil, fmt.Errorf("world: FollowUncommitted needs Standby or Tables")
+	}
+	if cfg.TablesNotAwaited && !cfg.Tables {
+		return nil, fmt.Errorf("world: TablesNotAwaited needs Tables")
+	}
+	if cfg.Tables {
+		if err := w.c.CreateTopic(TableTopic, sim.TopicConfig{Partitions: cfg.Partitions, Compacted: true}); err != nil {
+			return nil, err
+		}
+		w.table = newTable()
 	}
 	w.members = make([]*member, cfg.Members)
 	for i := range w.members {
@@ -493,6 +524,18 @@ func (w *World) Apply(s Step) []Violation {
 		if w.standby != nil {
 			w.wipe(m)
 		}
+	case TablePut, TableOpen:
+		if w.table != nil {
+			w.tableWrite(s.Key, s.Delta == 0, s.Kind == TableOpen)
+		}
+	case TableEnd:
+		if w.table != nil {
+			w.tableEnd(s.Commit)
+		}
+	case ReadTable:
+		if m.view != nil && m.state == running && m.busy == nil {
+			w.readTable(m)
+		}
 	}
 	w.settle()
 	w.recordState()
@@ -564,6 +607,9 @@ func (w *World) produce(key string, delta int, timer time.Duration) {
 		panic(fmt.Sprintf("world: producing to %s: %v", tp, err)) // the world's own topic: a bug
 	}
 	ev.Offset = offs[0]
+	if w.table != nil {
+		w.table.producedAt(tp.Partition, ev.Offset)
+	}
 	if timed {
 		ev.TimerAt = TimerAt(w.c.Now(), timer, ev.Offset) // the record's timestamp is its append time, now
 	}
@@ -608,6 +654,10 @@ func (w *World) start(m *member) {
 		ecfg.Standby, ecfg.Store = true, followingBackend{checkedBackend: checked, follower: be}
 		ecfg.Observer = standbyObserver{w: w, m: m, proc: m.proc}
 	}
+	if w.table != nil {
+		w.openView(m)
+		ecfg.Fold, ecfg.Tables = w.lookupFold(m, m.proc, m.view), []engine.Table{worldTable{w: w, v: m.view}}
+	}
 	if w.cfg.PipelinedEmits {
 		ecfg.Emit, ecfg.StartEmit = nil, func(_ context.Context, outs []engine.Output) func() error {
 			m.emitting++
@@ -633,6 +683,7 @@ func (w *World) start(m *member) {
 	}
 	eng, err := engine.New(ecfg)
 	if err != nil {
+		m.closeView()
 		panic(fmt.Sprintf("world: engine: %v", err))
 	}
 	r, err := eng.NewRunner(simsource.New(w.c, Group, w.cfg.Protocol, 0, InputTopic))
@@ -765,6 +816,7 @@ func (w *World) leave(m *member) {
 	w.stop(m)
 	_ = m.r.Close(context.Background())
 	_ = m.eng.Close()
+	m.closeView()
 	if len(m.acked) > 0 {
 		// EmitsAckedEarly: a clean leave delivers what was acked, so that
 		// only a crash loses outputs.
@@ -793,6 +845,7 @@ func (w *World) crash(m *member) {
 	m.src.Member().Stall()
 	m.r.Abandon()
 	_ = m.eng.Close()
+	m.closeView()
 	m.state = crashed
 	if w.cfg.Mode != store.Transactional {
 		return
@@ -959,6 +1012,9 @@ func (w *World) Quiesce() []Violation {
 	}
 	if w.foreign != nil {
 		w.endForeign(false)
+	}
+	if w.table != nil {
+		w.tableEnd(false)
 	}
 	w.c.SlowFetches(0, 0)
 	if !slices.ContainsFunc(w.members, func(m *member) bool { return m.state == running }) {
@@ -1135,6 +1191,7 @@ func (w *World) Close() {
 			m.src.Member().Stall()
 			m.r.Abandon()
 			_ = m.eng.Close()
+			m.closeView()
 			m.state = absent
 		}
 	}
