@@ -7,8 +7,10 @@ package props
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,6 +67,41 @@ var warmWeights = func() []struct {
 	}{world.Recreate, 1})
 }()
 
+// withSteps is weights with extra's steps added before the last (Poll).
+func withSteps(weights []struct {
+	kind world.Kind
+	n    int
+}, extra ...struct {
+	kind world.Kind
+	n    int
+}) []struct {
+	kind world.Kind
+	n    int
+} {
+	out := slices.Clone(weights)
+	return slices.Insert(out, len(out)-1, extra...)
+}
+
+type weight = struct {
+	kind world.Kind
+	n    int
+}
+
+// standbyWeights are the weights for worlds with world.Config.Standby:
+// warmWeights (restarts, and the recreation of the snapshot topic: a
+// replica's checkpoint refused) with the replicas' reads, and
+// standbyWarmWeights also the loss of a member's disk, under
+// WarmRestarts.
+var (
+	standbyWeights     = withSteps(warmWeights, weight{world.Replicate, 3})
+	standbyWarmWeights = withSteps(warmWeights, weight{world.Replicate, 3}, weight{world.Wipe, 1})
+)
+
+// tableWeights are the weights for worlds with world.Config.Tables:
+// weights with the table's writes (plain, and in a transaction) and its
+// views' reads.
+var tableWeights = withSteps(weights, weight{world.TablePut, 4}, weight{world.TableOpen, 1}, weight{world.TableEnd, 1}, weight{world.ReadTable, 3})
+
 func kindsOf(weights []struct {
 	kind world.Kind
 	n    int
@@ -79,6 +116,8 @@ func kindsOf(weights []struct {
 }
 
 var kinds, warmKinds = kindsOf(weights), kindsOf(warmWeights)
+
+var standbyKinds, standbyWarmKinds, tableKinds = kindsOf(standbyWeights), kindsOf(standbyWarmWeights), kindsOf(tableWeights)
 
 // Keys are the input's keys: few, so that keys collide across members.
 var Keys = []string{"a", "b", "c", "d", "e"}
@@ -97,8 +136,16 @@ var timerDelays = []time.Duration{0, 0, 2 * time.Second, 7 * time.Second, 31 * t
 // StepGen draws one step for a world of cfg (defaults filled in).
 func StepGen(cfg world.Config) *rapid.Generator[world.Step] {
 	ks, ds := kinds, durations
-	if cfg.WarmRestarts {
+	switch {
+	case cfg.Standby && cfg.WarmRestarts:
+		ks, ds = standbyWarmKinds, warmDurations
+	case cfg.Standby:
+		ks, ds = standbyKinds, warmDurations
+	case cfg.WarmRestarts:
 		ks, ds = warmKinds, warmDurations
+	}
+	if cfg.Tables && !cfg.Standby && !cfg.WarmRestarts {
+		ks = tableKinds
 	}
 	return rapid.Custom(func(t *rapid.T) world.Step {
 		s := world.Step{Kind: rapid.SampledFrom(ks).Draw(t, "kind")}
@@ -112,8 +159,12 @@ func StepGen(cfg world.Config) *rapid.Generator[world.Step] {
 			}
 		case world.SlowFetches:
 			s.D = rapid.SampledFrom([]time.Duration{0, 2 * time.Second, 6 * time.Second}).Draw(t, "d")
-		case world.Poll, world.Flush, world.Persist, world.Join, world.Leave, world.Pause, world.Resume, world.Evict, world.Crash:
+		case world.Poll, world.Flush, world.Persist, world.Join, world.Leave, world.Pause, world.Resume, world.Evict, world.Crash,
+			world.Replicate, world.Wipe, world.ReadTable:
 			s.Member = rapid.IntRange(0, cfg.Members-1).Draw(t, "member")
+		case world.TablePut, world.TableOpen:
+			s.Key = rapid.SampledFrom(Keys).Draw(t, "key")
+			s.Delta = rapid.IntRange(0, 3).Draw(t, "row") // 0 deletes
 		case world.Advance:
 			s.D = rapid.SampledFrom(ds).Draw(t, "d")
 		case world.ForeignOpen:
@@ -147,6 +198,61 @@ type Stats struct {
 	// TimerFirings counts the timer firings in the final reads' states
 	// (world.Config.Timers).
 	TimerFirings int
+	// Promotions counts the recoveries that followed acquisitions
+	// (world.Config.Standby) by the member's replica and how they went:
+	// "current delta", "behind full older_than_delete_retention", ...
+	Promotions map[string]int
+	// Tables sums the worlds' lookups (world.Config.Tables).
+	Tables world.TableStats
+}
+
+// addWorld counts what w's features did.
+func (s *Stats) addWorld(w *world.World) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range w.Promotions() {
+		if s.Promotions == nil {
+			s.Promotions = map[string]int{}
+		}
+		key := p.Replica + " " + p.Kind
+		if p.Kind != "delta" {
+			key += " " + p.Reason
+		}
+		s.Promotions[key]++
+	}
+	ts := w.TableStats()
+	s.Tables.Lookups += ts.Lookups
+	s.Tables.Waits += ts.Waits
+	s.Tables.Stale += ts.Stale
+	s.Tables.OlderThanInput += ts.OlderThanInput
+}
+
+// PromotionCoverage formats the promotion counts.
+func (s *Stats) PromotionCoverage() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := ""
+	for _, k := range slices.Sorted(maps.Keys(s.Promotions)) {
+		out += fmt.Sprintf("%s %d  ", k, s.Promotions[k])
+	}
+	return out
+}
+
+// PromotionsOf counts the promotions whose key ("replica kind [reason]")
+// has prefix.
+func (s *Stats) PromotionsOf(prefix string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k, c := range s.Promotions {
+		if strings.HasPrefix(k, prefix) {
+			n += c
+		}
+	}
+	return n
 }
 
 func (s *Stats) add(steps []world.Step, ops []history.Op, inFlight, outputsInFlight int) {
@@ -214,13 +320,17 @@ func (s *Stats) Coverage() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := ""
-	for _, w := range warmWeights {
-		if n, ok := s.Steps[w.kind]; ok || w.kind != world.Recreate {
+	for _, w := range withSteps(standbyWarmWeights, tableWeights[len(weights)-1:len(tableWeights)-1]...) {
+		if n, ok := s.Steps[w.kind]; ok || !slices.Contains(featureKinds, w.kind) {
 			out += fmt.Sprintf("%s %d  ", w.kind, n)
 		}
 	}
 	return out
 }
+
+// featureKinds are the steps of some worlds only: Coverage shows them
+// only when drawn.
+var featureKinds = []world.Kind{world.Recreate, world.Replicate, world.Wipe, world.TablePut, world.TableOpen, world.TableEnd, world.ReadTable}
 
 // Property is the fencing property for worlds of cfg: a random scenario
 // (rapid's Repeat: -rapid.steps steps on average, 30 by default), every
@@ -268,6 +378,7 @@ func PropertyOf(cfgs []world.Config, stats *Stats) func(*rapid.T) {
 		})
 		vs := w.Quiesce()
 		stats.add(steps, w.Recorder().Ops(), inFlight, outputsInFlight)
+		stats.addWorld(w)
 		if len(vs) > 0 {
 			fail(vs)
 		}
@@ -283,7 +394,9 @@ func describe(cfg world.Config) string {
 	}{{cfg.ExactlyOnce, "exactly-once"}, {cfg.ProduceOutputs, "outputs produced"}, {cfg.WarmRestarts, "warm restarts"},
 		{cfg.WriteLatency > 0, fmt.Sprintf("writes in flight for %v", cfg.WriteLatency)}, {cfg.CachedIdentity, "identity cached"}, {cfg.LSOBoundRecovery, "recovery bound by the LSO"}, {cfg.TrustCheckpoints, "checkpoints trusted"}, {cfg.TombstonesAheadOfCommit, "tombstones ahead of the commit"}, {cfg.CommitAheadOfWrites, "commits ahead of the writes"},
 		{cfg.PipelinedEmits, "outputs in flight"}, {cfg.EmitsAckedEarly, "outputs acked early"},
-		{cfg.Timers, "timers"}, {cfg.TimerRemovalsLost, "timer removals lost"}} {
+		{cfg.Timers, "timers"}, {cfg.TimerRemovalsLost, "timer removals lost"},
+		{cfg.Standby, "standby replicas"}, {cfg.StandbySkipsRecords, "replicas skip records"}, {cfg.StandbyCheckpointsDropped, "replicas' checkpoints dropped"},
+		{cfg.Tables, "lookup table"}, {cfg.TablesNotAwaited, "tables not awaited"}, {cfg.FollowUncommitted, "followers read uncommitted"}} {
 		if f.on {
 			out += ", " + f.name
 		}

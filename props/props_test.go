@@ -71,8 +71,10 @@ var exploreFor = flag.Duration("props.duration", 3*time.Second,
 	"how long TestExplore runs random scenarios (make props-long sets it)")
 
 // TestExplore runs the Transactional property for -props.duration,
-// rotating through the protocols, and reports scenarios per minute and
-// the coverage of steps every minute and at the end.
+// rotating through the protocols, then through them again with standby
+// replicas (standbyConfigs) and with a lookup table (tableConfigs), and
+// reports scenarios per minute and the coverage of steps every minute and
+// at the end. (In make test's 3 s it runs the first only.)
 func TestExplore(t *testing.T) {
 	var stats Stats
 	start, lastReport := time.Now(), time.Now()
@@ -80,11 +82,22 @@ func TestExplore(t *testing.T) {
 		elapsed := time.Since(start)
 		t.Logf("%s: %d scenarios, %.0f a minute; steps: %s", elapsed.Round(time.Second), stats.Scenarios,
 			float64(stats.Scenarios)/elapsed.Minutes(), stats.Coverage())
+		if len(stats.Promotions) > 0 || stats.Tables.Lookups > 0 {
+			t.Logf("recoveries after acquisitions, by replica: %s; %+v", stats.PromotionCoverage(), stats.Tables)
+		}
 	}
 	for i := 0; time.Since(start) < *exploreFor; i++ {
 		p := protocols[i%len(protocols)]
-		t.Run(p.String(), func(t *testing.T) {
-			rapid.Check(t, Property(world.Config{Mode: store.Transactional, Protocol: p}, &stats))
+		kind := []string{"", "standby/", "tables/"}[i/len(protocols)%3]
+		t.Run(kind+p.String(), func(t *testing.T) {
+			cfgs := []world.Config{{Mode: store.Transactional, Protocol: p}}
+			switch kind {
+			case "standby/":
+				cfgs = ofProtocol(standbyConfigs(t, nil), p)
+			case "tables/":
+				cfgs = ofProtocol(tableConfigs(nil), p)
+			}
+			rapid.Check(t, PropertyOf(cfgs, &stats))
 		})
 		if t.Failed() {
 			return
@@ -95,6 +108,17 @@ func TestExplore(t *testing.T) {
 		}
 	}
 	report()
+}
+
+// ofProtocol is the configurations of cfgs under protocol p.
+func ofProtocol(cfgs []world.Config, p sim.Protocol) []world.Config {
+	var out []world.Config
+	for _, c := range cfgs {
+		if c.Protocol == p {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // failureOf runs rapid.Check on prop, up to tries times, until it finds a

@@ -45,6 +45,8 @@ var invariantNames = map[int]string{
 	8:  "OutputExactlyOnce",
 	9:  "WarmCacheExact",
 	10: "TimerFiresOnce",
+	11: "PromotionReadsDelta",
+	12: "LookupCaughtUp",
 }
 
 // InvariantName names invariant n.
@@ -291,7 +293,7 @@ func (c *checker) atQuiescence() []Violation {
 // covers each such key's events, so its state is the key's committed
 // snapshot, which is the fold of its events (2).
 func (c *checker) warmCache() []Violation {
-	if !c.w.cfg.WarmRestarts {
+	if !c.w.cfg.WarmRestarts && !c.w.cfg.Standby {
 		return nil
 	}
 	var vs []Violation
@@ -386,11 +388,15 @@ func (b *checkedBackend) Acquire(ctx context.Context, a store.Acquisition) (stor
 		a.Identity = frozenIdentity(b.m.src.Identity())
 	}
 	a.Identity = observedIdentity{IdentityReader: a.Identity, w: b.w, m: b.m, input: a.Input}
+	var promo *promotion
+	if b.w.standby != nil {
+		promo = b.w.standby.acquiring(b.w, b.m, a.Input.Partition)
+	}
 	p, err := b.Backend.Acquire(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	return &checkedPartition{Partition: p, w: b.w, m: b.m, input: a.Input, snap: store.TopicPartition{Topic: snapshotTopic, Partition: a.Input.Partition}}, nil
+	return &checkedPartition{Partition: p, w: b.w, m: b.m, input: a.Input, snap: store.TopicPartition{Topic: snapshotTopic, Partition: a.Input.Partition}, promo: promo}, nil
 }
 
 type frozenIdentity store.GroupIdentity
@@ -403,6 +409,8 @@ type checkedPartition struct {
 	m     *member
 	input store.TopicPartition
 	snap  store.TopicPartition
+	// promo is the acquisition's promotion (Config.Standby); nil without.
+	promo *promotion
 }
 
 // StartCommit is the store's, but under CommitAheadOfWrites the offset is
@@ -496,17 +504,7 @@ func (p *checkedPartition) recoverFull(ctx context.Context) iter.Seq2[store.Snap
 // committed (perhaps since the read started: behind an open transaction);
 // committed are the snapshotIDs known committed, reread on a miss.
 func (p *checkedPartition) checkCommitted(committed map[string]bool, s store.Snapshot, what string) {
-	if !committed[snapshotID(s)] {
-		for _, x := range p.w.committedSnapshotsOf(p.snap) {
-			committed[snapshotID(x)] = true
-		}
-	}
-	if !committed[snapshotID(s)] {
-		c := &p.w.checker
-		c.report(c.violation(4,
-			"%s of %s returned %s=%s as of input offset %d, which no committed transaction wrote",
-			what, p.snap, s.Key, s.Value, s.Offset))
-	}
+	p.w.checkCommitted(p.snap, committed, s, what)
 }
 
 // StartCommitBatch is the store's, but under TombstonesAheadOfCommit an
@@ -570,9 +568,14 @@ func (p *checkedPartition) recoverDelta(ctx context.Context, cp store.Checkpoint
 		}
 		for s, err := range p.Partition.Recover(ctx, &cp) {
 			if err != nil {
-				if _, refused := errors.AsType[*store.CheckpointError](err); !refused {
+				ce, refused := errors.AsType[*store.CheckpointError](err)
+				if !refused {
 					p.checkStall(err)
 					p.m.recovered[p.snap.Partition] = err
+				} else if p.promo != nil {
+					p.w.standby.mu.Lock()
+					p.promo.refused = ce.Reason
+					p.w.standby.mu.Unlock()
 				}
 				yield(s, err)
 				return

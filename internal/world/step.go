@@ -23,10 +23,18 @@
 // accepts it), and the engines' states are checked against the committed
 // snapshots (invariant 9).
 //
+// With Config.Standby the members keep standby replicas, and a partition
+// moved to a member must recover from its replica's copy (invariant 11);
+// with Config.Tables the folds look their keys up in a table the world
+// writes, through a View per process that the engine waits on (invariant
+// 12).
+//
 // The variants in Config (CachedIdentity, LSOBoundRecovery,
 // TrustCheckpoints, TombstonesAheadOfCommit, CommitAheadOfWrites,
-// EmitsAckedEarly) are broken designs, there for the negative controls;
-// this package is internal, so they are never user options.
+// EmitsAckedEarly, TimerRemovalsLost, StandbySkipsRecords,
+// StandbyCheckpointsDropped, FollowUncommitted, TablesNotAwaited) are
+// broken designs, there for the negative controls; this package is
+// internal, so they are never user options.
 package world
 
 import (
@@ -102,6 +110,30 @@ const (
 	// id is new). It does nothing while a member's step is in flight or a
 	// transaction is open on a snapshot or output partition.
 	Recreate Kind = "recreate"
+
+	// Replicate lets Member's standby replicas read (Config.Standby): a
+	// second of virtual time passes (a standby round is due once a
+	// second) and Member polls; its round follows every partition it
+	// does not own into its cache.
+	Replicate Kind = "replicate"
+	// Wipe loses Member's machine with its disk (Config.Standby with
+	// WarmRestarts): a running or paused Member crashes, and its slot's
+	// cache directory is emptied, so its next process starts with no
+	// copy of any partition, neither an owner's nor a standby's.
+	Wipe Kind = "wipe"
+
+	// TablePut writes Key's row of the lookup table (Config.Tables): a
+	// new version of it, or, with Delta 0, a delete (a null value).
+	TablePut Kind = "table-put"
+	// TableOpen writes Key's row (a delete with Delta 0) in a transaction
+	// of the table's producer left open (it holds back the views, which
+	// read read_committed), until TableEnd or its timeout.
+	TableOpen Kind = "table-open"
+	// TableEnd commits (Commit) or aborts the table's open transaction.
+	TableEnd Kind = "table-end"
+	// ReadTable lets Member's view of the table read once (View.Step):
+	// what a view's Run does on its own, at its own pace.
+	ReadTable Kind = "read-table"
 )
 
 // Step is one step of a scenario. Fields a kind does not use are zero.
@@ -126,8 +158,18 @@ func (s Step) String() string {
 			return fmt.Sprintf("produce %s=%+d timer %s", s.Key, s.Delta, s.D)
 		}
 		return fmt.Sprintf("produce %s=%+d", s.Key, s.Delta)
-	case Poll, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash:
+	case Poll, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash, Replicate, Wipe, ReadTable:
 		return fmt.Sprintf("%s m%d", s.Kind, s.Member)
+	case TablePut, TableOpen:
+		if s.Delta == 0 {
+			return fmt.Sprintf("%s %s=delete", s.Kind, s.Key)
+		}
+		return fmt.Sprintf("%s %s", s.Kind, s.Key)
+	case TableEnd:
+		if s.Commit {
+			return "table-end commit"
+		}
+		return "table-end abort"
 	case Advance:
 		return fmt.Sprintf("advance %s", s.D)
 	case SlowFetches:

@@ -145,6 +145,43 @@ type Config struct {
 	// firing's effect in the snapshot but not the timer's removal would,
 	// so a recovery brings the timer back and it fires again.
 	TimerRemovalsLost bool
+
+	// Standby gives the engines standby replicas (engine.Config.Standby,
+	// needs Mode Transactional): each member follows the snapshot
+	// partitions it does not own into its cache, and a partition moved to
+	// it recovers from that copy (FullRecovery off, as under
+	// WarmRestarts). The states are checked against the committed
+	// snapshots after every step (invariant 9), every snapshot a replica
+	// reads is checked committed (4), and a promotion whose replica the
+	// store had vouched for must recover a delta unless the store refuses
+	// the checkpoint (11). The snapshot topic's DeleteRetention defaults
+	// to 20 min: a replica's checkpoint is 15 min old when it is made
+	// (store.Follow), so it stays usable for 3 min.
+	Standby bool
+	// StandbySkipsRecords is a broken variant for Standby: a replica
+	// hands its engine every other snapshot it reads, with the
+	// checkpoints of all of them, as a replica that lost records would.
+	StandbySkipsRecords bool
+	// StandbyCheckpointsDropped is a broken variant for Standby: a
+	// replica's reads reach its engine without the store's checkpoints,
+	// so no copy is ever vouched for and every promotion reads in full.
+	StandbyCheckpointsDropped bool
+	// FollowUncommitted is a broken variant for Standby and Tables: the
+	// standby replicas and the table views read read_uncommitted, so they
+	// take in records of open and aborted transactions.
+	FollowUncommitted bool
+
+	// Tables gives the engines a lookup table (engine.Config.Tables):
+	// TableTopic, a compacted topic of plain key/values the world writes
+	// (TablePut, TableOpen, TableEnd), and in every member's process a
+	// View of it, which ReadTable steps and the engine waits on before a
+	// partition folds. The fold looks its key up in the view, and every
+	// lookup is checked (invariant 12).
+	Tables bool
+	// TablesNotAwaited is a broken variant for Tables: the table the
+	// engines wait on says it has caught up at once, as an engine that
+	// folded while its tables load would.
+	TablesNotAwaited bool
 }
 
 // WithDefaults is cfg with its zero values replaced by the defaults.
@@ -183,7 +220,10 @@ func (cfg *Config) setDefaults() {
 	}
 	if cfg.DeleteRetention <= 0 {
 		cfg.DeleteRetention = sim.DefaultDeleteRetention
-		if cfg.WarmRestarts {
+		switch {
+		case cfg.Standby:
+			cfg.DeleteRetention = 20 * time.Minute
+		case cfg.WarmRestarts:
 			cfg.DeleteRetention = 4 * time.Minute
 		}
 	}
@@ -217,6 +257,11 @@ type World struct {
 	created []string
 	// lost is the TimerRemovalsLost variant's memory; nil without it.
 	lost *removalsLost
+	// standby is the record of the members' replicas (Standby); nil
+	// without.
+	standby *standbys
+	// table is the lookup table's model (Tables); nil without.
+	table *table
 }
 
 type memberState int
@@ -262,6 +307,16 @@ type member struct {
 	acked []engine.Output
 	// emitting counts the process's StartEmit calls not yet waited for.
 	emitting int
+	// proc numbers the slot's processes (start counts them).
+	proc int
+	// view is the process's view of the lookup table (Tables), on a
+	// backend of its own; viewTargets are the table partitions' high
+	// watermarks when it opened; lookups the least offset of each key's
+	// log the view has applied, as the process's lookups showed it.
+	view        *engine.View[int]
+	viewBackend *sim.Backend
+	viewTargets []int64
+	lookups     map[string]int64
 }
 
 type foreignTxn struct {
@@ -301,6 +356,27 @@ func New(cfg Config) (*World, error) {
 			return nil, fmt.Errorf("world: TimerRemovalsLost needs Timers")
 		}
 		w.lost = &removalsLost{seen: map[string][]store.Timer{}}
+	}
+	if (cfg.StandbySkipsRecords || cfg.StandbyCheckpointsDropped) && !cfg.Standby {
+		return nil, errNoStandby
+	}
+	if cfg.Standby {
+		if cfg.Mode != store.Transactional {
+			return nil, fmt.Errorf("world: Standby needs Mode Transactional")
+		}
+		w.standby = newStandbys()
+	}
+	if cfg.FollowUncommitted && !cfg.Standby && !cfg.Tables {
+		return nil, fmt.Errorf("world: FollowUncommitted needs Standby or Tables")
+	}
+	if cfg.TablesNotAwaited && !cfg.Tables {
+		return nil, fmt.Errorf("world: TablesNotAwaited needs Tables")
+	}
+	if cfg.Tables {
+		if err := w.c.CreateTopic(TableTopic, sim.TopicConfig{Partitions: cfg.Partitions, Compacted: true}); err != nil {
+			return nil, err
+		}
+		w.table = newTable()
 	}
 	w.members = make([]*member, cfg.Members)
 	for i := range w.members {
@@ -441,6 +517,26 @@ func (w *World) Apply(s Step) []Violation {
 		w.truncate(store.TopicPartition{Topic: snapshotTopic, Partition: int32(s.Partition % w.cfg.Partitions)})
 	case Recreate:
 		w.recreate()
+	case Replicate:
+		if w.standby != nil && m.state == running && m.busy == nil {
+			w.replicate(m)
+		}
+	case Wipe:
+		if w.standby != nil {
+			w.wipe(m)
+		}
+	case TablePut, TableOpen:
+		if w.table != nil {
+			w.tableWrite(s.Key, s.Delta == 0, s.Kind == TableOpen)
+		}
+	case TableEnd:
+		if w.table != nil {
+			w.tableEnd(s.Commit)
+		}
+	case ReadTable:
+		if m.view != nil && m.state == running && m.busy == nil {
+			w.readTable(m)
+		}
 	}
 	w.settle()
 	w.recordState()
@@ -512,6 +608,9 @@ func (w *World) produce(key string, delta int, timer time.Duration) {
 		panic(fmt.Sprintf("world: producing to %s: %v", tp, err)) // the world's own topic: a bug
 	}
 	ev.Offset = offs[0]
+	if w.table != nil {
+		w.table.producedAt(tp.Partition, ev.Offset)
+	}
 	if timed {
 		ev.TimerAt = TimerAt(w.c.Now(), timer, ev.Offset) // the record's timestamp is its append time, now
 	}
@@ -536,18 +635,29 @@ func (w *World) start(m *member) {
 	if err != nil {
 		panic(fmt.Sprintf("world: backend: %v", err))
 	}
+	m.proc++
+	checked := &checkedBackend{Backend: history.Backend(be, w.rec, m.slot), w: w, m: m}
 	ecfg := engine.Config[int]{
-		Fold: Fold, Codec: IntCodec{}, Store: &checkedBackend{Backend: history.Backend(be, w.rec, m.slot), w: w, m: m},
-		// Without WarmRestarts every recovery reads in full, and each is
-		// checked complete. With it, the slot's cache outlives the
-		// process, a delta is checked against the committed snapshots
-		// (invariant 9).
-		FullRecovery: !w.cfg.WarmRestarts, Dir: m.dir,
+		Fold: Fold, Codec: IntCodec{}, Store: checked,
+		// Without WarmRestarts (or Standby) every recovery reads in full,
+		// and each is checked complete. With it, the slot's cache
+		// outlives the process (or holds the standby replicas' copies), a
+		// delta is checked against the committed snapshots (invariant 9).
+		FullRecovery: !w.cfg.WarmRestarts && !w.cfg.Standby, Dir: m.dir,
 		PersistInterval: w.cfg.PersistInterval, CommitInterval: w.cfg.CommitInterval,
 		Emit: func(_ context.Context, outs []engine.Output) error { return w.deliver(m, outs) },
 	}
 	if w.cfg.Timers {
 		ecfg.OnTimer = OnTimer
+	}
+	if w.standby != nil {
+		w.standby.started(m)
+		ecfg.Standby, ecfg.Store = true, followingBackend{checkedBackend: checked, follower: be}
+		ecfg.Observer = standbyObserver{w: w, m: m, proc: m.proc}
+	}
+	if w.table != nil {
+		w.openView(m)
+		ecfg.Fold, ecfg.Tables = w.lookupFold(m, m.proc, m.view), []engine.Table{worldTable{w: w, v: m.view}}
 	}
 	if w.cfg.PipelinedEmits {
 		ecfg.Emit, ecfg.StartEmit = nil, func(_ context.Context, outs []engine.Output) func() error {
@@ -574,6 +684,7 @@ func (w *World) start(m *member) {
 	}
 	eng, err := engine.New(ecfg)
 	if err != nil {
+		m.closeView()
 		panic(fmt.Sprintf("world: engine: %v", err))
 	}
 	r, err := eng.Join(simsource.New(w.c, Group, w.cfg.Protocol, 0, InputTopic))
@@ -638,7 +749,11 @@ func (w *World) step(m *member) {
 
 // flush runs m's FlushAll or Persist on a goroutine of its own, as step
 // does.
-func (w *World) flush(m *member, fn func(context.Context)) {
+func (w *World) flush(m *member, fn func(context.Context)) { w.run(m, fn) }
+
+// run runs fn, a step of m's process that is no poll, on a goroutine of
+// its own, as step does.
+func (w *World) run(m *member, fn func(context.Context)) {
 	done := make(chan error, 1)
 	m.busy, m.errsBefore, m.polling = done, len(m.r.Errors()), false
 	go func() {
@@ -702,6 +817,7 @@ func (w *World) leave(m *member) {
 	w.stop(m)
 	_ = m.r.Close(context.Background())
 	_ = m.eng.Close()
+	m.closeView()
 	if len(m.acked) > 0 {
 		// EmitsAckedEarly: a clean leave delivers what was acked, so that
 		// only a crash loses outputs.
@@ -730,6 +846,7 @@ func (w *World) crash(m *member) {
 	m.src.Member().Stall()
 	m.r.Abandon()
 	_ = m.eng.Close()
+	m.closeView()
 	m.state = crashed
 	if w.cfg.Mode != store.Transactional {
 		return
@@ -896,6 +1013,9 @@ func (w *World) Quiesce() []Violation {
 	}
 	if w.foreign != nil {
 		w.endForeign(false)
+	}
+	if w.table != nil {
+		w.tableEnd(false)
 	}
 	w.c.SlowFetches(0, 0)
 	if !slices.ContainsFunc(w.members, func(m *member) bool { return m.state == running }) {
@@ -1072,6 +1192,7 @@ func (w *World) Close() {
 			m.src.Member().Stall()
 			m.r.Abandon()
 			_ = m.eng.Close()
+			m.closeView()
 			m.state = absent
 		}
 	}
