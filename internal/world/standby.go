@@ -11,6 +11,7 @@ import (
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Standby replicas (Config.Standby): each member's engine follows the
@@ -87,10 +88,10 @@ func (w *World) Promotions() []Promotion {
 }
 
 // followingBackend is a member's checked backend when the engines keep
-// standby replicas: it is a store.Follower.
+// standby replicas: its Follow checks what the replica reads.
 type followingBackend struct {
 	*checkedBackend
-	follower store.Follower
+	follower store.Backend
 }
 
 // Follow opens the replica's follower (under FollowUncommitted, one that
@@ -319,11 +320,11 @@ func (f *uncommittedFollow) Next(context.Context, time.Duration) ([]store.Snapsh
 			out = append(out, store.Snapshot{Key: e.Record.Key, Value: e.Record.Value, Offset: e.Offset, Tombstone: e.Record.Value == nil})
 			continue
 		}
-		s, kind, err := store.DecodeRecord(f.tp, e.Offset, e.Record)
+		s, kind, err := wire.DecodeRecord(f.tp, e.Offset, e.Record)
 		if err != nil {
 			return nil, store.Checkpoint{}, false, err
 		}
-		if kind != store.KindOffsetMarker {
+		if kind != wire.KindOffsetMarker {
 			out = append(out, s)
 		}
 	}

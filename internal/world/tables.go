@@ -11,6 +11,7 @@ import (
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Lookup tables (Config.Tables): TableTopic is a compacted topic of plain
@@ -155,7 +156,7 @@ func (w *World) tableWrite(key string, del, txn bool) {
 	defer t.mu.Unlock()
 	t.resolve(w)
 	t.seq++
-	rec := store.WireRecord{Key: []byte(key)}
+	rec := wire.Record{Key: []byte(key)}
 	if !del {
 		rec.Value = []byte(strconv.Itoa(t.seq))
 	}
@@ -214,9 +215,9 @@ func (w *World) openView(m *member) {
 	if err != nil {
 		panic(fmt.Sprintf("world: the table's backend: %v", err))
 	}
-	var follower store.TopicFollower = be
+	var follower store.Backend = be
 	if w.cfg.FollowUncommitted {
-		follower = uncommittedTopics{TopicFollower: be, w: w}
+		follower = uncommittedTopics{Backend: be, w: w}
 	}
 	targets := make([]int64, w.cfg.Partitions)
 	for p := range targets {
@@ -436,7 +437,7 @@ func (x tableWrite) describe() string {
 // uncommittedTopics is the FollowUncommitted variant's table store: its
 // followers read read_uncommitted.
 type uncommittedTopics struct {
-	store.TopicFollower
+	store.Backend
 	w *World
 }
 
