@@ -487,7 +487,7 @@ func (r *Member[S]) foldRun(ctx context.Context, run []input.Record, now int64) 
 		if f.core.Stopped() != nil {
 			return
 		}
-		o, err := f.core.Fold((*core.Record)(&run[i]))
+		o, err := f.core.Fold(&run[i])
 		if fe, ok := err.(*core.FoldError); ok {
 			if !r.poisoned(ctx, f, &run[i], fe) {
 				return
@@ -612,9 +612,15 @@ func recoverSnapshot[S any](f *flow[S], u undecodable, codec Codec[S], s store.S
 		delete(u, string(s.Key))
 		return f.core.Recovered(s)
 	}
-	// A copy: the state may be kept, and a fold may change it in place
-	// (a []byte state), while s.Value is the store's.
-	state, err := codec.Decode(bytes.Clone(s.Value))
+	// A copy when the core keeps the state: a fold may change it in place
+	// (a []byte state), while s.Value is the store's. Otherwise the state
+	// is only checked, and its bytes need no copy.
+	keep := f.core.KeepsRecovered(s.Key)
+	value := s.Value
+	if keep {
+		value = bytes.Clone(value)
+	}
+	state, err := codec.Decode(value)
 	if err != nil {
 		se := &RecoveredStateError{Input: f.tp, Key: bytes.Clone(s.Key), Offset: s.Offset, Err: err}
 		if keepValue {
@@ -624,6 +630,9 @@ func recoverSnapshot[S any](f *flow[S], u undecodable, codec Codec[S], s store.S
 		return f.core.Recovered(s)
 	}
 	delete(u, string(s.Key))
+	if !keep {
+		return f.core.Recovered(s)
+	}
 	return f.core.RecoveredState(s, state)
 }
 

@@ -487,19 +487,36 @@ func (c *Core[S, O]) Recovered(s store.Snapshot) error {
 	return c.kv.Apply(c.indexWrites([]Write{{Key: c.stateKey(s.Key), Value: entry}}, s.Key, s.Timers))
 }
 
+// KeepsRecovered reports whether RecoveredState keeps key's decoded state
+// in memory: the key is hot already (an earlier snapshot of it), or there
+// is room under HotKeys. A caller decodes a copy of the snapshot only
+// then: a state the core keeps must not share the store's bytes.
+func (c *Core[S, O]) KeepsRecovered(key []byte) bool {
+	_, hot := c.hot[string(key)]
+	return hot || len(c.hot) < c.cfg.HotKeys
+}
+
 // RecoveredState is Recovered for a live snapshot whose state the caller
-// decoded (to check it): the state is also kept in memory while there is
-// room under HotKeys, so that the key's first touch need not decode it
-// again. The core keeps state: the caller must not change it after.
+// decoded (to check it): the state is kept in memory when KeepsRecovered
+// says so, so that the key's first touch need not decode it again. The
+// core keeps state: the caller must not change it after.
 func (c *Core[S, O]) RecoveredState(s store.Snapshot, state S) error {
 	if s.Tombstone {
 		return fmt.Errorf("engine: a tombstone of key %q recovered with a state", s.Key)
 	}
 	s.Timers = sortedTimers(s.Timers)
+	prev, wasHot := c.hot[string(s.Key)]
+	keep := wasHot || len(c.hot) < c.cfg.HotKeys
 	if err := c.Recovered(s); err != nil {
 		return err
 	}
-	if len(c.hot) < c.cfg.HotKeys {
+	switch {
+	case wasHot:
+		// The key's slot again, updated: its entry in hotOrder stays
+		// valid, and a key recovered many times adds none.
+		prev.live, prev.offset, prev.state, prev.timers = true, s.Offset, state, s.Timers
+		c.hot[string(s.Key)] = prev
+	case keep:
 		c.makeHot(string(s.Key), &slot[S]{live: true, offset: s.Offset, state: state, timers: s.Timers})
 	}
 	return nil

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -689,5 +690,46 @@ func TestRefusedRecordAndTickFailWithoutRunning(t *testing.T) {
 	}
 	if got, want := fmt.Sprint(ran), "[fold 0 fold 2 tick b tick a tick b]"; got != want {
 		t.Fatalf("ran %s, want %s", got, want)
+	}
+}
+
+// A recovery's decoded states are kept while there is room under HotKeys;
+// a key recovered again updates its slot (the latest snapshot's state)
+// and adds nothing to the eviction order; past the room, states go to the
+// KV only.
+func TestRecoveredStatesStayHotWithinTheRoom(t *testing.T) {
+	c, err := New(Config[[]byte, Output]{Input: store.TopicPartition{Topic: "t"}, Codec: BytesCodec{}, HotKeys: 2}, NewMemKV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recover := func(key string, off int64) {
+		t.Helper()
+		s := store.Snapshot{Key: []byte(key), Value: []byte(fmt.Sprint(off)), Offset: off}
+		if !c.KeepsRecovered(s.Key) {
+			if err := c.Recovered(s); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if err := c.RecoveredState(s, bytes.Clone(s.Value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for off := range int64(100) {
+		recover("a", off)
+	}
+	recover("b", 100)
+	recover("c", 101)
+	if len(c.hot) != 2 || len(c.hotOrder) != 2 {
+		t.Fatalf("%d hot keys, %d in the eviction order; want a and b, once each", len(c.hot), len(c.hotOrder))
+	}
+	if c.KeepsRecovered([]byte("c")) || !c.KeepsRecovered([]byte("a")) {
+		t.Fatal("KeepsRecovered: want a (hot) kept, c (no room) not")
+	}
+	for key, want := range map[string]string{"a": "99", "b": "100", "c": "101"} {
+		s, ok, err := c.State([]byte(key))
+		if err != nil || !ok || string(s) != want {
+			t.Fatalf("%s = %q, %v, %v; want %s", key, s, ok, err, want)
+		}
 	}
 }
