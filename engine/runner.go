@@ -148,6 +148,8 @@ func (e *Engine[S]) Join(in Input) (*Member[S], error) {
 		SkipPoison:         e.cfg.Poison != StopOnPoison,
 		DiscardUndecodable: e.cfg.UndecodableState == DiscardUndecodableState,
 		StandbyInterval:    e.standbyInterval(),
+		StandbyRetry:       standbyRetry,
+		StandbyListEvery:   standbyListEvery,
 		ReplaysFail:        replaysFail,
 		FoldError:          refusedFoldError,
 	}, time.Time{})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/engine/internal/replica"
+	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
@@ -42,54 +43,50 @@ const (
 	standbyListTimeout = 5 * time.Second
 )
 
-// standbys is a runner's followers. The runner's lock guards it.
+// standbys carries out the scheduler's decisions about the standby
+// replicas (schedule.Replicas): it lists the partitions, opens, reads and
+// closes their replica.Readers. The runner's lock guards it.
 type standbys[S any] struct {
 	r      *Member[S]
+	sched  *schedule.Replicas
 	lister input.Source
 	follow store.Backend
 	all    []store.TopicPartition
-	listed time.Time
-	// parts are the partitions followed, and those whose replica failed
-	// (replica.Reader.Err), opened again once due.
-	parts map[store.TopicPartition]*replica.Reader
+	parts  map[store.TopicPartition]*replica.Reader
 }
 
 func newStandbys[S any](r *Member[S]) (*standbys[S], error) {
-	return &standbys[S]{r: r, lister: r.src, follow: r.e.cfg.Store,
+	return &standbys[S]{r: r, sched: r.sched.Standbys(), lister: r.src, follow: r.e.cfg.Store,
 		parts: map[store.TopicPartition]*replica.Reader{}}, nil
 }
 
-// round runs a round of the followers if one is due: opens the missing
-// ones, reads each, writes what it read to the cache.
+// round runs a round of the replicas if one is due: lists the partitions
+// if that is due, then does what the scheduler says of each replica.
 func (sb *standbys[S]) round(ctx context.Context) {
 	r := sb.r
 	now := r.src.Now()
-	if !r.sched.StandbyDue(now) {
+	if !sb.sched.RoundDue(now) {
 		return
 	}
-	if sb.all == nil || now.Sub(sb.listed) >= standbyListEvery {
+	if sb.sched.ListDue(now) {
 		sb.list(ctx, now)
 	}
-	behind := false
 	for _, tp := range sb.all {
 		if r.sched.Holds(tp) {
 			sb.release(tp) // start released it already; a safeguard
 			continue
 		}
-		rd := sb.parts[tp]
-		if rd == nil || !rd.Following() {
-			if rd != nil && !rd.Due(now) {
-				continue
-			}
-			if rd = sb.open(ctx, tp); rd == nil {
-				continue
-			}
-		}
-		if sb.read(ctx, tp, rd) {
-			behind = true
+		sb.sched.Add(tp)
+		switch sb.sched.Next(tp, now) {
+		case schedule.StepOpen:
+			err := sb.open(ctx, tp)
+			sb.sched.Opened(tp, err, r.src.Now())
+		case schedule.StepRead:
+			behind, err := sb.read(ctx, tp)
+			sb.sched.ReadEnded(tp, behind, err, r.src.Now())
 		}
 	}
-	r.sched.StandbyRoundEnded(now, behind)
+	sb.sched.RoundEnded(r.src.Now())
 	r.status.standbys(sb.status())
 }
 
@@ -98,7 +95,7 @@ func (sb *standbys[S]) list(ctx context.Context, now time.Time) {
 	lctx, cancel := context.WithTimeout(ctx, standbyListTimeout)
 	all, err := sb.lister.Partitions(lctx)
 	cancel()
-	sb.listed = now
+	sb.sched.Listed(now)
 	if err != nil {
 		sb.warn("listing the input partitions for the standby replicas failed", store.TopicPartition{}, err)
 		return
@@ -109,7 +106,7 @@ func (sb *standbys[S]) list(ctx context.Context, now time.Time) {
 
 // open opens tp's replica over a new core of the partition (the
 // replica.Reader drops the copy when it follows from the log start).
-func (sb *standbys[S]) open(ctx context.Context, tp store.TopicPartition) *replica.Reader {
+func (sb *standbys[S]) open(ctx context.Context, tp store.TopicPartition) error {
 	r := sb.r
 	rd := sb.parts[tp]
 	if rd == nil {
@@ -117,23 +114,22 @@ func (sb *standbys[S]) open(ctx context.Context, tp store.TopicPartition) *repli
 			Follow: func(ctx context.Context, from *store.Checkpoint) (store.Follow, error) {
 				return sb.follow.Follow(ctx, tp, from)
 			},
-			Checkpoints: checkpointTag(r.src.Identity().Group), Retry: standbyRetry, Now: r.src.Now,
+			Checkpoints: checkpointTag(r.src.Identity().Group),
 		})
 		sb.parts[tp] = rd
-		r.sched.ReplicaAdded(tp)
 	}
 	c, err := core.New(core.Config[S, Output]{Input: tp, Fold: r.e.coreFold(), Codec: r.e.cfg.Codec, Warm: true}, r.e.kv)
 	if err != nil {
 		sb.failed(tp, rd.Fail(err))
-		return nil
+		return err
 	}
 	opened, err := rd.Open(ctx, c)
 	if err != nil {
 		sb.failed(tp, err)
-		return nil
+		return err
 	}
 	r.e.log.Info("standby replica following", "input", tp.String(), "from", followBase(opened.From))
-	return rd
+	return nil
 }
 
 func followBase(cp *store.Checkpoint) any {
@@ -145,22 +141,24 @@ func followBase(cp *store.Checkpoint) any {
 
 // read reads tp's replica until it has nothing more or its share of the
 // round is used. It reports whether the replica is still behind the log
-// end.
-func (sb *standbys[S]) read(ctx context.Context, tp store.TopicPartition, rd *replica.Reader) (behind bool) {
+// end, and its failure (an end of ctx is none).
+func (sb *standbys[S]) read(ctx context.Context, tp store.TopicPartition) (behind bool, err error) {
+	rd := sb.parts[tp]
 	for range standbyRoundReads {
 		snaps, err := rd.Read(ctx, 0)
 		if err != nil {
 			if !rd.Following() { // not an end of ctx
 				sb.failed(tp, err)
+				return false, err
 			}
-			return false
+			return false, nil
 		}
 		off, end := rd.Position()
 		if off >= end || len(snaps) == 0 {
-			return off < end
+			return off < end, nil
 		}
 	}
-	return true
+	return true, nil
 }
 
 // failed says that tp's replica failed; it is opened again later.
@@ -183,7 +181,7 @@ func (sb *standbys[S]) release(tp store.TopicPartition) {
 	}
 	rd.Close()
 	delete(sb.parts, tp)
-	sb.r.sched.ReplicaRemoved(tp)
+	sb.sched.Remove(tp)
 	sb.r.status.standbys(sb.status()) // the status never shows a replica of an owned partition
 }
 
@@ -198,9 +196,13 @@ func (sb *standbys[S]) close() {
 // status is the replicas' status, by partition.
 func (sb *standbys[S]) status() []StandbyStatus {
 	var out []StandbyStatus
-	for _, tp := range sortedKeys(sb.parts) {
-		st := sb.parts[tp].Status()
-		out = append(out, StandbyStatus{Input: tp, Position: st.Position, LogEnd: st.LogEnd, Lag: st.Lag, Vouched: st.Vouched, Err: st.Err})
+	for tp, rec := range sb.sched.All() {
+		rd := sb.parts[tp]
+		if rd == nil {
+			continue
+		}
+		st := rd.Status()
+		out = append(out, StandbyStatus{Input: tp, Position: st.Position, LogEnd: st.LogEnd, Lag: st.Lag, Vouched: st.Vouched, Err: rec.Err()})
 	}
 	return out
 }

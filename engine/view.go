@@ -15,6 +15,7 @@ import (
 
 	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/engine/internal/replica"
+	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -215,6 +216,9 @@ type View[S any] struct {
 	log   *slog.Logger
 	parts map[int32]*viewPart[S]
 	held  []int32
+	// sched decides each partition's replica's life: when it opens,
+	// reads, and that a failure ends the Run. Guarded by mu.
+	sched *schedule.Replicas
 
 	// readMu is held by the Run or Step under way: a partition's
 	// follower and core are used by one reader at a time.
@@ -302,7 +306,8 @@ func NewView[S any](ctx context.Context, cfg ViewConfig[S]) (*View[S], error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &View[S]{cfg: cfg, name: cfg.Topic, tag: tableCheckpointTag, log: cfg.Logger, parts: map[int32]*viewPart[S]{}, notify: make(chan struct{})}
+	v := &View[S]{cfg: cfg, name: cfg.Topic, tag: tableCheckpointTag, log: cfg.Logger, parts: map[int32]*viewPart[S]{}, notify: make(chan struct{}),
+		sched: schedule.NewReplicas(schedule.ReplicaConfig{FailureEnds: true})}
 	if !cfg.Plain {
 		v.tag = viewCheckpointTag
 		if sp := cfg.Store.SnapshotPartition(store.TopicPartition{Topic: cfg.Topic}); sp.Topic != "" {
@@ -336,7 +341,9 @@ func NewView[S any](ctx context.Context, cfg ViewConfig[S]) (*View[S], error) {
 				st: ViewPartitionStatus{Partition: p, Target: -1, LogEnd: -1, Lag: -1, From: -1}}
 			part.replica = v.replicaOf(part)
 			v.parts[p] = part
+			v.sched.Add(tp)
 			err = v.open(ctx, part)
+			v.sched.Opened(tp, err, time.Now())
 		}
 		if err != nil {
 			v.closeFollowers()
@@ -417,13 +424,9 @@ func (v *View[S]) Run(ctx context.Context) error {
 	defer v.readMu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	v.mu.Lock()
-	if v.closing {
-		v.mu.Unlock()
-		return ErrViewClosed
+	if err := v.resume(cancel); err != nil {
+		return err
 	}
-	v.cancel = cancel
-	v.mu.Unlock()
 	defer func() {
 		v.mu.Lock()
 		v.cancel = nil
@@ -433,85 +436,114 @@ func (v *View[S]) Run(ctx context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	var once sync.Once
-	var failure error
 	for _, p := range v.held {
 		part := v.parts[p]
 		wg.Go(func() {
-			for ctx.Err() == nil {
-				if err := v.read(ctx, part, viewPollWait); err != nil {
-					once.Do(func() { failure = err })
-					cancel()
-					return
-				}
+			for ctx.Err() == nil && v.ended() == nil && v.next(part) == schedule.StepRead {
+				v.read(ctx, part, viewPollWait)
 			}
+			cancel() // the run ended: a partition failed, or ctx
 		})
 	}
 	wg.Wait()
-	return failure
+	return v.ended()
 }
 
 // Step reads each partition once, without waiting for records, and
-// returns the first failure among them (a *ViewPartitionError); it opens
-// failed partitions again first. It is Run in one round, for a caller
-// that drives time (the simulated cluster).
+// returns the first failure among them (a *ViewPartitionError); the
+// next Step opens the failed one again first. It is Run in one round, for a caller that drives time (the simulated
+// cluster).
 func (v *View[S]) Step(ctx context.Context) error {
 	if !v.readMu.TryLock() {
 		return ErrViewRunning
 	}
 	defer v.readMu.Unlock()
-	v.mu.Lock()
-	closing := v.closing
-	v.mu.Unlock()
-	if closing {
-		return ErrViewClosed
+	if err := v.resume(nil); err != nil {
+		return err
 	}
 	if err := v.reopen(ctx); err != nil {
 		return err
 	}
-	var first error
 	for _, p := range v.held {
-		if err := v.read(ctx, v.parts[p], 0); err != nil && first == nil {
-			first = err
+		if part := v.parts[p]; v.next(part) == schedule.StepRead {
+			v.read(ctx, part, 0)
 		}
 	}
-	return first
+	return v.ended()
 }
 
-// reopen opens the replicas of failed partitions again.
+// resume starts a run (Run or Step): the scheduler forgets the last
+// run's failure; cancel (nil for Step) is what Close calls.
+func (v *View[S]) resume(cancel context.CancelFunc) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closing {
+		return ErrViewClosed
+	}
+	v.cancel = cancel
+	v.sched.Resume()
+	return nil
+}
+
+// next is what the scheduler says of part now.
+func (v *View[S]) next(part *viewPart[S]) schedule.ReplicaStep {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.sched.Next(part.tp, time.Now())
+}
+
+// ended is the failure that ended the run (a *ViewPartitionError), if
+// one did.
+func (v *View[S]) ended() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.sched.Err()
+}
+
+// reopen opens the replicas the scheduler says are due, in partition
+// order, and returns the failure that ends the run, if one does.
 func (v *View[S]) reopen(ctx context.Context) error {
 	for _, p := range v.held {
 		part := v.parts[p]
-		if part.replica.Following() {
+		if v.next(part) != schedule.StepOpen {
 			continue
 		}
-		if err := v.open(ctx, part); err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped, not failed: the next Run opens it
-			}
-			return v.fail(part, err)
+		err := v.open(ctx, part)
+		if err != nil && ctx.Err() != nil {
+			return nil // stopped, not failed: the next Run opens it
+		}
+		if err != nil {
+			err = v.fail(part, err)
+		}
+		v.mu.Lock()
+		v.sched.Opened(part.tp, err, time.Now())
+		v.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// read reads part once, waiting at most wait for records, and applies
-// what it read. It returns the partition's failure, if it failed; an end
-// of ctx is none.
-func (v *View[S]) read(ctx context.Context, part *viewPart[S], wait time.Duration) error {
-	if !part.replica.Following() {
-		return nil
-	}
+// read reads part once, waiting at most wait for records, applies what
+// it read, and tells the scheduler how the read ended (an end of ctx is
+// no failure).
+func (v *View[S]) read(ctx context.Context, part *viewPart[S], wait time.Duration) {
 	snaps, err := part.replica.Read(ctx, wait)
 	if err != nil {
 		if part.replica.Following() { // an end of ctx
-			return nil
+			return
 		}
-		return v.fail(part, err)
+		pe := v.fail(part, err)
+		v.mu.Lock()
+		v.sched.ReadEnded(part.tp, false, pe, time.Now())
+		v.mu.Unlock()
+		return
 	}
 	rs := part.replica.Status()
 	pos := rs.Position
 	v.mu.Lock()
+	v.sched.ReadEnded(part.tp, rs.Lag > 0, nil, time.Now())
 	st := &part.st
 	st.Position, st.LogEnd, st.Lag, st.Read = pos, rs.LogEnd, rs.Lag, rs.Read
 	caught := !st.CaughtUp && pos >= st.Target
@@ -526,7 +558,6 @@ func (v *View[S]) read(ctx context.Context, part *viewPart[S], wait time.Duratio
 	if v.cfg.OnChange != nil && len(snaps) > 0 {
 		v.changes(part, snaps)
 	}
-	return nil
 }
 
 // changes hands snaps to OnChange, decoded.

@@ -6,9 +6,8 @@
 // start when there is none or the store refuses it (the copy is dropped
 // first, so a copy read from the start starts empty), applies what it
 // reads to the copy with the follower's checkpoint, and says where it is.
-// It decides nothing about time: the caller says when to open and when to
-// read, and the Reader says when a failed one is due to open again, by the
-// caller's clock.
+// It decides nothing: the caller's scheduler (schedule.Replicas) says when
+// to open, when to read and when a failed one opens again.
 package replica
 
 import (
@@ -45,18 +44,11 @@ type Config struct {
 	Follow func(ctx context.Context, from *store.Checkpoint) (store.Follow, error)
 	// Checkpoints encodes and decodes the copy's checkpoints.
 	Checkpoints Checkpoints
-	// Retry is how long after a failure the Reader is due to open again.
-	Retry time.Duration
-	// Now is the caller's clock, read when a failure is recorded: the
-	// failure's time is the end of the call that failed, which may take a
-	// while. Nil reads the zero time (right for a Retry of 0).
-	Now func() time.Time
 }
 
 // Reader keeps one copy up to date. Its methods are called from one
 // goroutine at a time. It is in one of three states: following (Open
-// succeeded), failed (Err; due to open again at RetryAt), or neither
-// (new, or closed).
+// succeeded), failed (Err), or neither (new, or closed).
 type Reader struct {
 	cfg  Config
 	copy Copy
@@ -66,7 +58,6 @@ type Reader struct {
 	vouched bool
 	read    int64
 	err     error
-	retryAt time.Time
 }
 
 // Opened says where an Open started.
@@ -89,7 +80,7 @@ func New(cfg Config) *Reader {
 // does; if the store refuses it, the Reader follows from the log start
 // and drops the copy first. A checkpoint that cannot be read fails the
 // Open: dropping the copy on a read error would lose it for nothing. A
-// failure is recorded (Err, RetryAt) and returned. An open Reader is
+// failure is recorded (Err) and returned. An open Reader is
 // closed first.
 func (r *Reader) Open(ctx context.Context, c Copy) (Opened, error) {
 	r.closeFollow()
@@ -118,7 +109,7 @@ func (r *Reader) Open(ctx context.Context, c Copy) (Opened, error) {
 			return o, r.Fail(err)
 		}
 	}
-	r.from, r.vouched, r.read, r.err, r.retryAt = -1, o.From != nil, 0, nil, time.Time{}
+	r.from, r.vouched, r.read, r.err = -1, o.From != nil, 0, nil
 	if o.From != nil {
 		r.from = o.From.Offset
 	}
@@ -128,7 +119,7 @@ func (r *Reader) Open(ctx context.Context, c Copy) (Opened, error) {
 // Read reads the follower once, waiting at most wait for records, and
 // applies what it read to the copy with the follower's checkpoint, if it
 // vouches for one. It returns what it applied. A failure closes the
-// follower and is recorded (Err, RetryAt); an end of ctx is none: the
+// follower and is recorded (Err); an end of ctx is none: the
 // Reader still follows, and Read returns the error. A Reader that does
 // not follow reads nothing.
 func (r *Reader) Read(ctx context.Context, wait time.Duration) ([]store.Snapshot, error) {
@@ -164,15 +155,11 @@ func (r *Reader) HighWatermark(ctx context.Context) (int64, error) {
 }
 
 // Fail closes the follower after err, a failure of the caller's about
-// this copy as much as of the Reader's own, and records it: the Reader
-// is due to open again Retry after now (Config.Now). It returns err.
+// this copy as much as of the Reader's own, and records it. It returns
+// err.
 func (r *Reader) Fail(err error) error {
 	r.closeFollow()
-	var now time.Time
-	if r.cfg.Now != nil {
-		now = r.cfg.Now()
-	}
-	r.err, r.retryAt = err, now.Add(r.cfg.Retry)
+	r.err = err
 	return err
 }
 
@@ -180,7 +167,7 @@ func (r *Reader) Fail(err error) error {
 // stays as it is, with its checkpoint.
 func (r *Reader) Close() {
 	r.closeFollow()
-	r.err, r.retryAt = nil, time.Time{}
+	r.err = nil
 }
 
 func (r *Reader) closeFollow() {
@@ -197,12 +184,6 @@ func (r *Reader) Following() bool { return r.f != nil }
 // Err is the last failure, while the Reader does not follow; nil
 // otherwise.
 func (r *Reader) Err() error { return r.err }
-
-// Due: the Reader may open at now: it does not follow, and a failure's
-// retry, if any, is due.
-func (r *Reader) Due(now time.Time) bool {
-	return r.f == nil && (r.err == nil || !now.Before(r.retryAt))
-}
 
 // Position is the follower's (store.Follow.Position): the offset read
 // up to and the last stable offset last listed; -1, -1 while the Reader
@@ -230,17 +211,15 @@ type Status struct {
 	Vouched bool
 	// Read counts the records applied since Open.
 	Read int64
-	// Err is the last failure, and RetryAt when the Reader is due to open
-	// again after it.
-	Err     error
-	RetryAt time.Time
+	// Err is the last failure, while the Reader does not follow.
+	Err error
 }
 
 // Status is the Reader's status. The offsets are -1, and Vouched false,
 // while it does not follow.
 func (r *Reader) Status() Status {
 	if r.f == nil {
-		return Status{Position: -1, LogEnd: -1, Lag: -1, From: -1, Err: r.err, RetryAt: r.retryAt}
+		return Status{Position: -1, LogEnd: -1, Lag: -1, From: -1, Err: r.err}
 	}
 	s := Status{Following: true, From: r.from, Vouched: r.vouched, Read: r.read, Lag: -1}
 	s.Position, s.LogEnd = r.Position()

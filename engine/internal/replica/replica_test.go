@@ -29,7 +29,7 @@ var _ Copy = (*core.Core[int, int])(nil)
 //
 // and review the diff. The commands:
 //
-//	new [retry=D]              a Reader (a restart: the last one is closed,
+//	new                        a Reader (a restart: the last one is closed,
 //	                           the copy stays), the clock at 0
 //	append k=v...              records appended to the partition, committed
 //	                           (k= : a tombstone of k)
@@ -43,7 +43,6 @@ var _ Copy = (*core.Core[int, int])(nil)
 //	                           Read; batch: the follower returns at most N
 //	                           records; canceled: ctx ends during the read
 //	hw                         HighWatermark
-//	due at=D                   Due
 //	fail-caller err=E [at=D]   the caller fails the Reader (Fail)
 //	close                      Close
 func TestReaderScripts(t *testing.T) {
@@ -129,8 +128,6 @@ func (h *harness) run(d *datadriven.TestData, args map[string]string, keys []str
 	case "hw":
 		hw, err := h.r.HighWatermark(ctx)
 		fmt.Fprintf(b, "high watermark %d, err %v\n", hw, err)
-	case "due":
-		fmt.Fprintf(b, "due %v\n", h.r.Due(h.now))
 	case "fail-caller":
 		fmt.Fprintf(b, "fail: %v\n", h.r.Fail(errors.New(args["err"])))
 	case "close":
@@ -142,10 +139,6 @@ func (h *harness) run(d *datadriven.TestData, args map[string]string, keys []str
 }
 
 func (h *harness) newReader(args map[string]string) error {
-	retry, err := time.ParseDuration(cmpOr(args["retry"], "0s"))
-	if err != nil {
-		return err
-	}
 	if h.r != nil {
 		h.r.Close() // a restart: the copy stays
 	}
@@ -154,7 +147,7 @@ func (h *harness) newReader(args map[string]string) error {
 		h.copy = &fakeCopy{states: map[string]string{}, fail: map[string]bool{}}
 	}
 	h.now = epoch
-	h.r = New(Config{Follow: h.st.follow, Checkpoints: tagged{}, Retry: retry, Now: func() time.Time { return h.now }})
+	h.r = New(Config{Follow: h.st.follow, Checkpoints: tagged{}})
 	return nil
 }
 
@@ -206,7 +199,7 @@ func (h *harness) describe(b *strings.Builder) {
 		fmt.Fprintf(b, "reader: following from %d, position %d, log end %d, lag %d, read %d, vouched %v\n",
 			s.From, s.Position, s.LogEnd, s.Lag, s.Read, s.Vouched)
 	} else if s.Err != nil {
-		fmt.Fprintf(b, "reader: failed [%v], retry at %s\n", s.Err, s.RetryAt.Sub(epoch))
+		fmt.Fprintf(b, "reader: failed [%v]\n", s.Err)
 	} else {
 		b.WriteString("reader: not following\n")
 	}
@@ -223,13 +216,6 @@ func describeSnapshot(s store.Snapshot) string {
 		return fmt.Sprintf("%s-@%d", s.Key, s.Offset)
 	}
 	return fmt.Sprintf("%s=%s@%d", s.Key, s.Value, s.Offset)
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // tagged encodes a checkpoint as tag@offset, and accepts only its tag's.

@@ -39,13 +39,11 @@ type Scheduler[F any] struct {
 	// pollBackoff is the wait before the next poll after one that failed
 	// (0: the last poll succeeded).
 	pollBackoff time.Duration
-	// replicas are the partitions with a standby replica (Config.Standby):
-	// following, or failed and to be opened again. An assignment promotes
-	// one: its copy is the base of the partition's start.
-	replicas map[store.TopicPartition]bool
-	// nextStandby is when the next round of the standby replicas is due
-	// (zero: at once).
-	nextStandby time.Time
+	// standbys are the standby replicas (Config.StandbyInterval; nil:
+	// none): partitions the member follows without holding them. An
+	// assignment promotes one: its copy is the base of the partition's
+	// start.
+	standbys *Replicas
 }
 
 // Config is what the scheduler decides with.
@@ -70,7 +68,9 @@ type Config struct {
 	DiscardUndecodable bool
 	// StandbyInterval is the least time between two rounds of the
 	// standby replicas that are caught up; 0: no standby replicas.
-	StandbyInterval time.Duration
+	// StandbyRetry is the wait before a failed one opens again, and
+	// StandbyListEvery how often the input's partitions are listed again.
+	StandbyInterval, StandbyRetry, StandbyListEvery time.Duration
 
 	// The runtime's error types are its own: the scheduler asks about
 	// them, and has them made, through these two, so that it needs
@@ -123,8 +123,12 @@ const (
 )
 
 func New[F any](cfg Config, now time.Time) *Scheduler[F] {
-	return &Scheduler[F]{cfg: cfg, parts: map[store.TopicPartition]*Partition[F]{}, replicas: map[store.TopicPartition]bool{},
+	s := &Scheduler[F]{cfg: cfg, parts: map[store.TopicPartition]*Partition[F]{},
 		lastPersist: now, lastCommit: now, lastTick: now}
+	if cfg.StandbyInterval > 0 {
+		s.standbys = NewReplicas(ReplicaConfig{Interval: cfg.StandbyInterval, Retry: cfg.StandbyRetry, ListEvery: cfg.StandbyListEvery})
+	}
+	return s
 }
 
 // Kind is what the runtime is asked to do.
@@ -366,8 +370,10 @@ func (s *Scheduler[F]) nextDue() time.Time {
 			due = t
 		}
 	}
-	if s.cfg.StandbyInterval > 0 && s.nextStandby.Before(due) {
-		due = s.nextStandby
+	if s.standbys != nil {
+		if t := s.standbys.NextDue(); t.Before(due) {
+			due = t
+		}
 	}
 	for _, p := range s.parts {
 		if p.held != nil && p.held.retry.Before(due) {
@@ -437,8 +443,7 @@ func (s *Scheduler[F]) Assigned(tps []store.TopicPartition) []Action[F] {
 		if p.phase == PhaseRunning || p.phase == PhaseStarting {
 			continue
 		}
-		if s.replicas[tp] {
-			delete(s.replicas, tp)
+		if s.standbys != nil && s.standbys.Remove(tp) {
 			acts = append(acts, Action[F]{Kind: ActPromote, TP: tp})
 		}
 		p.start()
@@ -450,27 +455,10 @@ func (s *Scheduler[F]) Assigned(tps []store.TopicPartition) []Action[F] {
 	return append(acts, Action[F]{Kind: ActStart, TPs: start, Discard: s.cfg.DiscardUndecodable})
 }
 
-// ReplicaAdded: a standby replica of tp was made (Config.Standby);
-// ReplicaRemoved: it was closed for good. A partition the member holds
-// (in any phase) has none: the standbys follow only the others.
-func (s *Scheduler[F]) ReplicaAdded(tp store.TopicPartition) { s.replicas[tp] = true }
-
-func (s *Scheduler[F]) ReplicaRemoved(tp store.TopicPartition) { delete(s.replicas, tp) }
-
-// StandbyDue reports whether a round of the standby replicas is due.
-func (s *Scheduler[F]) StandbyDue(now time.Time) bool {
-	return s.cfg.StandbyInterval > 0 && !now.Before(s.nextStandby)
-}
-
-// StandbyRoundEnded: a round of the standby replicas ended at now; behind:
-// a replica is still behind its log end, so the next round is due at
-// once, not after standbyInterval.
-func (s *Scheduler[F]) StandbyRoundEnded(now time.Time, behind bool) {
-	s.nextStandby = now.Add(s.cfg.StandbyInterval)
-	if behind {
-		s.nextStandby = now
-	}
-}
+// Standbys are the member's standby replicas (nil: Config.StandbyInterval
+// is 0). A partition the member holds (in any phase) has none: the
+// standbys follow only the others, and an assignment promotes one.
+func (s *Scheduler[F]) Standbys() *Replicas { return s.standbys }
 
 // Revoked: the callback revoked tps. Their records go; a running flow is
 // flushed and committed (with flushOnRevoke), then torn down, before the

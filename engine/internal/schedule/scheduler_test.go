@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,6 +42,19 @@ import (
 //	timers at=D                 the poll's records are folded
 //	close                       the runner closes
 //
+// Replicas: a config's standby replicas (config standby=D [standby-retry=D]),
+// or those of a reader without a group (a view):
+//
+//	replicas [interval=D] [retry=D] [list=D] [failure-ends]
+//	                            a Replicas of its own at time 0, no scheduler
+//	replica|replica-gone pN...  a replica added, removed
+//	round at=D [behind=pN,..] [fail=pN,..]
+//	                            a round if one is due: each replica's step done
+//	                            (an open or read failing for fail, a read left
+//	                            behind its log end for behind)
+//	list at=D                   a listing if one is due
+//	resume                      a new run (a view's Run or Step)
+//
 // Errors E: fenced, io, unstable, corrupt, canceled, fold, state, table,
 // missing-topic, producer-fenced (as member m of group g in generation 1),
 // producer-fenced-gen2.
@@ -61,14 +75,19 @@ func TestSchedulerScripts(t *testing.T) {
 type testFlow struct{ name string }
 
 type schedulerHarness struct {
-	s      *Scheduler[*testFlow]
+	s *Scheduler[*testFlow]
+	// rs is the replicas the replica commands drive: the scheduler's
+	// standbys, or those of a reader without a group (replicas); name is
+	// what their records are called.
+	rs     *Replicas
+	name   string
 	starts map[store.TopicPartition]int
 }
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
-	if d.Cmd != "config" && h.s == nil {
+	if h.s == nil && !slices.Contains([]string{"config", "replicas", "replica", "replica-gone", "round", "list", "resume"}, d.Cmd) {
 		return "", errors.New("config first")
 	}
 	args := map[string]string{}
@@ -126,7 +145,12 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		_, cfg.SkipPoison = args["skip-poison"]
 		_, cfg.DiscardUndecodable = args["discard-undecodable"]
 		cfg.ReplaysFail, cfg.FoldError = replaysFail, scriptFoldError
+		if cfg.StandbyRetry, err = dur("standby-retry", "30s"); err != nil {
+			return "", err
+		}
+		cfg.StandbyListEvery = 30 * time.Second
 		h.s = New[*testFlow](cfg, epoch)
+		h.rs, h.name = h.s.Standbys(), "standby replica"
 		h.starts = map[store.TopicPartition]int{}
 	case "poll-start":
 		h.s.PollStarting()
@@ -190,22 +214,10 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		}
 	case "timers":
 		acts = h.s.Timers(now)
-	case "replica":
-		for _, tp := range tps {
-			h.s.ReplicaAdded(tp)
+	case "replicas", "replica", "replica-gone", "round", "list", "resume":
+		if err := h.replicaStep(d.Cmd, tps, args, now, &b); err != nil {
+			return "", err
 		}
-	case "replica-gone":
-		for _, tp := range tps {
-			h.s.ReplicaRemoved(tp)
-		}
-	case "standby-round":
-		if !h.s.StandbyDue(now) {
-			b.WriteString("not due\n")
-			break
-		}
-		_, behind := args["behind"]
-		h.s.StandbyRoundEnded(now, behind)
-		b.WriteString("round\n")
 	case "poll-ended":
 		fmt.Fprintf(&b, "backoff %s\n", h.s.PollEnded(namedError(args["err"], store.TopicPartition{})))
 	case "flush-all":
@@ -218,12 +230,14 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 	for _, a := range acts {
 		fmt.Fprintf(&b, "do: %s\n", describe(a))
 	}
+	if h.s == nil {
+		h.describeReplicas(&b)
+		return b.String(), nil
+	}
 	for _, tp := range sortedKeys(h.s.parts) {
 		fmt.Fprintf(&b, "%s\n", describePartition(h.s.parts[tp]))
 	}
-	for _, tp := range sortedKeys(h.s.replicas) {
-		fmt.Fprintf(&b, "%s: standby replica\n", short(tp))
-	}
+	h.describeReplicas(&b)
 	if h.s.fatal != nil {
 		fmt.Fprintf(&b, "fatal: %v\n", h.s.fatal)
 	}
