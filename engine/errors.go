@@ -24,12 +24,31 @@ type FoldError struct {
 	// Panic is the recovered value if the fold panicked.
 	Panic any
 	Err   error
-	// Timer is the timer whose OnTimer failed (At in Unix milliseconds);
-	// nil for a fold or a tick.
-	Timer *store.Timer
+	// Timer is the timer whose OnTimer failed; nil for a fold or a tick.
+	Timer *Timer
 }
 
-func (e *FoldError) Error() string { return (*core.FoldError)(e).Error() }
+func (e *FoldError) Error() string { return e.core().Error() }
+
+// core is e in the core's type, whose Error it shares.
+func (e *FoldError) core() *core.FoldError {
+	c := &core.FoldError{Input: e.Input, Offset: e.Offset, Key: e.Key, Panic: e.Panic, Err: e.Err}
+	if e.Timer != nil {
+		t := e.Timer.store()
+		c.Timer = &t
+	}
+	return c
+}
+
+// foldError is the core's e in the engine's type.
+func foldError(e *core.FoldError) *FoldError {
+	fe := &FoldError{Input: e.Input, Offset: e.Offset, Key: e.Key, Panic: e.Panic, Err: e.Err}
+	if e.Timer != nil {
+		t := timerFromStore(*e.Timer)
+		fe.Timer = &t
+	}
+	return fe
+}
 
 func (e *FoldError) Unwrap() error { return e.Err }
 
@@ -87,7 +106,7 @@ func replaysFail(err error) bool {
 func fromCore(err error) error {
 	switch e := err.(type) {
 	case *core.FoldError:
-		return (*FoldError)(e)
+		return foldError(e)
 	case *core.StateError:
 		return &RecoveredStateError{Input: e.Input, Key: e.Key, Offset: e.Offset, Err: e.Err}
 	}

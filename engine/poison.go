@@ -146,7 +146,7 @@ func deadLetter(topic string, rec *input.Record, fe *FoldError) Output {
 	kind := "tick"
 	if fe.Timer != nil {
 		kind = "timer"
-		ts = time.UnixMilli(fe.Timer.At)
+		ts = fe.Timer.At
 	}
 	if rec != nil {
 		kind = "record"

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
@@ -101,7 +102,7 @@ func sameSource(a, b schedule.Source) bool {
 // refusedFoldError is the *FoldError that names src of tp, refused with
 // err (schedule.Config.FoldError).
 func refusedFoldError(tp store.TopicPartition, src schedule.Source, err error) error {
-	return &FoldError{Input: tp, Offset: src.Offset, Key: src.Key, Timer: src.Timer, Err: err}
+	return foldError(&core.FoldError{Input: tp, Offset: src.Offset, Key: src.Key, Timer: src.Timer, Err: err})
 }
 
 // refusedByStore turns a batch's *store.OutputRefusedError into its

@@ -537,7 +537,7 @@ func (r *Member[S]) fireTimers(ctx context.Context, f *flow[S], now int64) bool 
 // and logged once it is written); otherwise f committed what it folded
 // before the record and stopped, and the runner ends with the error.
 func (r *Member[S]) poisoned(ctx context.Context, f *flow[S], rec *input.Record, cfe *core.FoldError) bool {
-	fe := (*FoldError)(cfe)
+	fe := foldError(cfe)
 	// The policy may stop f, which commits first: the outputs in flight
 	// before that. A failure may have stopped f itself.
 	_ = r.awaitEmit(ctx)
@@ -655,7 +655,7 @@ func (r *Member[S]) deadLetters(rec *input.Record, cfe *core.FoldError) []Output
 	if rec != nil {
 		own = len(rec.Headers)
 	}
-	return []Output{fitDeadLetter(deadLetter(r.e.cfg.DeadLetterTopic, rec, (*FoldError)(cfe)), own, r.e.cfg.MaxOutputBytes)}
+	return []Output{fitDeadLetter(deadLetter(r.e.cfg.DeadLetterTopic, rec, foldError(cfe)), own, r.e.cfg.MaxOutputBytes)}
 }
 
 // runLength is the length of the run of one partition's records that

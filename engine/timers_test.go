@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -335,6 +336,11 @@ func TestTimerFailureGoesToThePoisonPolicyOnSim(t *testing.T) {
 				if !errors.As(err, &fe) || fe.Timer == nil || fe.Offset != -1 || !strings.Contains(err.Error(), `processing-time timer at`) ||
 					!strings.Contains(err.Error(), "no reminder today") {
 					t.Fatalf("err = %v, want a FoldError naming the timer", err)
+				}
+				// The timer as OnTimer was handed it: the remind fold set
+				// a processing-time timer at the record's time plus timerDelay.
+				if fe.Timer.Kind != engine.ProcessingTime || fe.Timer.At.IsZero() || !strings.Contains(err.Error(), fmt.Sprint(fe.Timer.At.UnixMilli())) {
+					t.Fatalf("FoldError.Timer = %+v, want the processing-time timer the message names (%v)", fe.Timer, err)
 				}
 				return
 			}
