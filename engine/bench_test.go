@@ -38,6 +38,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/internal/cache"
 	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
@@ -345,7 +346,7 @@ const (
 // (incompressible bytes) and measures the peak memory it took.
 //
 //   - map: a map[string][]byte.
-//   - pebble: the engine's cache (openPebble) on a temp dir (the engine's cache as
+//   - pebble: the engine's cache (cache.Open) on a temp dir (the engine's cache as
 //     Config.Dir makes it), written through core.Core with a fold that sets
 //     the 100-byte state, so the cache holds what the engine stores (a
 //     9-byte entry header, dirty and held markers until a flush). Every
@@ -407,7 +408,7 @@ func BenchmarkEngineMemory(b *testing.B) {
 // the peaks and the directory's size after the load.
 func benchPebbleLoad(b *testing.B, dir string, value func(int) []byte) (benchPeak, int64) {
 	p := startBenchPeak()
-	kv, err := engine.OpenPebble(dir, "")
+	kv, err := cache.Open(dir, "")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/internal/cache"
 	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 )
@@ -34,7 +35,7 @@ func BenchmarkCoreCycle(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				b.StopTimer()
-				kv, err := engine.OpenPebble(filepath.Join(b.TempDir(), "cache"), "")
+				kv, err := cache.Open(filepath.Join(b.TempDir(), "cache"), "")
 				if err != nil {
 					b.Fatal(err)
 				}

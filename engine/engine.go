@@ -93,6 +93,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/internal/cache"
 	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 )
@@ -451,7 +452,7 @@ type Config[S any] struct {
 // Run it against Kafka with Run, or drive it step by step with a Member.
 type Engine[S any] struct {
 	cfg Config[S]
-	kv  *pebbleKV
+	kv  *cache.KV
 	log *slog.Logger
 	// board is the status of the runner made last (Status).
 	board atomic.Pointer[statusBoard]
@@ -517,7 +518,7 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	if cfg.MaxOutputBytes == 0 {
 		cfg.MaxOutputBytes = DefaultMaxOutputBytes
 	}
-	kv, err := openPebble(cfg.Dir, cfg.Store.Application())
+	kv, err := openCache(cfg.Dir, cfg.Store.Application())
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,5 @@
 package engine
 
-// OpenPebble opens the engine's cache for BenchmarkEngineMemory, which is
-// an external test (it drives the core directly) and cannot reach
-// openPebble; the cache is not part of the API.
-var OpenPebble = openPebble
-
 // Abandon makes r, whose process a test has crashed, stop counting as an
 // open runner, without closing anything of it: a killed process closes
 // nothing, and the test closes the engine's cache afterwards.

@@ -202,7 +202,7 @@ func (r *Member[S]) Get(ctx context.Context, tp store.TopicPartition, key []byte
 		if h == nil {
 			return none, false, r.notOwned(tp)
 		}
-		e, ok, err := h.rd.Get(queryReader{r.e.kv}, key)
+		e, ok, err := h.rd.Get(r.e.kv.Queries(), key)
 		if r.queries.get(tp) != h {
 			return none, false, r.notOwned(tp)
 		}
@@ -270,7 +270,7 @@ func (r *Member[S]) committedPages(tp store.TopicPartition) func(after []byte) (
 		if h == nil || h != h0 {
 			return nil, nil, false, r.notOwned(tp)
 		}
-		page, last, more, err := h.rd.Page(queryReader{r.e.kv}, after, queryPage)
+		page, last, more, err := h.rd.Page(r.e.kv.Queries(), after, queryPage)
 		if r.queries.get(tp) != h {
 			return nil, nil, false, r.notOwned(tp)
 		}
@@ -300,7 +300,7 @@ func (r *Member[S]) latestPages(ctx context.Context, tp store.TopicPartition) fu
 		}
 		// The page's committed keys (a key deleted there whose latest
 		// state is live again is dirty: among the dirty keys).
-		committed, last, more, err := f.core.CommittedReader().Page(queryReader{r.e.kv}, after, queryPage)
+		committed, last, more, err := f.core.CommittedReader().Page(r.e.kv.Queries(), after, queryPage)
 		if err != nil {
 			return nil, nil, false, fromCore(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/snapfence/snapfence/engine/internal/cache"
 	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/engine/internal/replica"
 	"github.com/snapfence/snapfence/engine/internal/schedule"
@@ -114,7 +115,7 @@ func (sb *standbys[S]) open(ctx context.Context, tp store.TopicPartition) error 
 			Follow: func(ctx context.Context, from *store.Checkpoint) (store.Follow, error) {
 				return sb.follow.Follow(ctx, tp, from)
 			},
-			Checkpoints: checkpointTag(r.src.Identity().Group),
+			Checkpoints: cache.CheckpointTag(r.src.Identity().Group),
 		})
 		sb.parts[tp] = rd
 	}

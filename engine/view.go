@@ -11,8 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/snapfence/snapfence/engine/internal/cache"
 	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/engine/internal/replica"
 	"github.com/snapfence/snapfence/engine/internal/schedule"
@@ -212,7 +211,7 @@ type View[S any] struct {
 	name  string
 	count int32 // the topic's partitions: the Partitioner's modulus
 	tag   string
-	kv    *pebbleKV
+	kv    *cache.KV
 	log   *slog.Logger
 	parts map[int32]*viewPart[S]
 	held  []int32
@@ -330,7 +329,7 @@ func NewView[S any](ctx context.Context, cfg ViewConfig[S]) (*View[S], error) {
 				Problem: fmt.Sprintf("name partition %d; topic %q has %d", p, cfg.Topic, v.count), Fix: "name only the topic's partitions"}
 		}
 	}
-	if v.kv, err = openPebble(cfg.Dir, ""); err != nil {
+	if v.kv, err = openCache(cfg.Dir, ""); err != nil {
 		return nil, err
 	}
 	for _, p := range v.held {
@@ -372,7 +371,7 @@ func (v *View[S]) replicaOf(part *viewPart[S]) *replica.Reader {
 		Follow: func(ctx context.Context, from *store.Checkpoint) (store.Follow, error) {
 			return follow(ctx, part.tp, from)
 		},
-		Checkpoints: checkpointTag(v.tag),
+		Checkpoints: cache.CheckpointTag(v.tag),
 	})
 }
 
@@ -729,7 +728,7 @@ func (v *View[S]) Range(p int32) iter.Seq2[ViewEntry[S], error] {
 		}
 		defer v.readers.Done()
 		prefix := part.rd.Prefix()
-		it, err := v.kv.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: core.PrefixEnd(prefix)})
+		it, err := v.kv.NewIter(prefix, core.PrefixEnd(prefix))
 		if err != nil {
 			yield(ViewEntry[S]{}, fmt.Errorf("engine: view of %s: reading partition %d: %w", v.name, p, err))
 			return

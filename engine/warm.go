@@ -1,10 +1,7 @@
 package engine
 
 import (
-	"encoding/binary"
-	"errors"
-	"time"
-
+	"github.com/snapfence/snapfence/engine/internal/cache"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -42,50 +39,6 @@ const (
 	RecoveryDiscardUndecodableState = "discard_undecodable_state"
 )
 
-// checkpointVersion is the first byte of an encoded checkpoint.
-const checkpointVersion = 1
-
-// encodeCheckpoint is the cache's record of cp, written for group.
-func encodeCheckpoint(group string, cp store.Checkpoint) []byte {
-	b := []byte{checkpointVersion}
-	b = binary.AppendUvarint(b, uint64(len(group)))
-	b = append(b, group...)
-	b = append(b, cp.TopicID[:]...)
-	b = binary.BigEndian.AppendUint64(b, uint64(cp.Offset))
-	return binary.BigEndian.AppendUint64(b, uint64(cp.At.UnixNano()))
-}
-
-var errBadCheckpoint = errors.New("engine: unreadable checkpoint")
-
-func decodeCheckpoint(b []byte) (group string, cp store.Checkpoint, err error) {
-	if len(b) < 1 || b[0] != checkpointVersion {
-		return "", cp, errBadCheckpoint
-	}
-	n, w := binary.Uvarint(b[1:])
-	if w <= 0 || uint64(len(b)-1-w) != n+16+16 {
-		return "", cp, errBadCheckpoint
-	}
-	rest := b[1+w:]
-	group, rest = string(rest[:n]), rest[n:]
-	copy(cp.TopicID[:], rest[:16])
-	cp.Offset = int64(binary.BigEndian.Uint64(rest[16:24]))
-	cp.At = time.Unix(0, int64(binary.BigEndian.Uint64(rest[24:32])))
-	return group, cp, nil
-}
-
-// checkpointTag records a replica's checkpoints in the cache under a
-// group (replica.Checkpoints): a standby's under the engine's consumer
-// group, so that a takeover recovers from it, a view's or table's under
-// a tag no Kafka group has, so that no engine ever trusts it.
-type checkpointTag string
-
-func (t checkpointTag) Encode(cp store.Checkpoint) []byte { return encodeCheckpoint(string(t), cp) }
-
-func (t checkpointTag) Decode(b []byte) (store.Checkpoint, bool) {
-	group, cp, err := decodeCheckpoint(b)
-	return cp, err == nil && group == string(t)
-}
-
 // committedBatchAt tells f's core how the write of snaps ended (err)
 // and, when it committed, makes it durable in the cache with checkpoint
 // cp (if cpOK); the first error is the batch's.
@@ -116,7 +69,7 @@ func (r *Member[S]) durable(f *flow[S]) error {
 func (r *Member[S]) durableAt(f *flow[S], cp store.Checkpoint, ok bool) error {
 	var enc []byte
 	if ok {
-		enc = encodeCheckpoint(r.src.Identity().Group, cp)
+		enc = cache.EncodeCheckpoint(r.src.Identity().Group, cp)
 	}
 	return fromCore(f.core.Durable(enc))
 }
@@ -139,7 +92,7 @@ func (r *Member[S]) recoveryBase(f *flow[S], discard bool) (cp store.Checkpoint,
 	case !ok:
 		return cp, false, RecoveryNoCheckpoint
 	}
-	group, cp, err := decodeCheckpoint(b)
+	group, cp, err := cache.DecodeCheckpoint(b)
 	switch {
 	case err != nil:
 		return cp, false, RecoveryUnreadableCheckpoint

@@ -1,4 +1,8 @@
-package engine
+// Package cache is the engine's local cache: a core.KV over Pebble, the
+// ownership of its directory (the marker that says a directory is the
+// engine's, and the lock that keeps one engine in it), and the codec of
+// the checkpoints the cache keeps beside the states.
+package cache
 
 import (
 	"bytes"
@@ -16,7 +20,7 @@ import (
 	"github.com/snapfence/snapfence/engine/internal/core"
 )
 
-// pebbleKV is the local cache on Pebble. It writes without a WAL and
+// KV is the local cache on Pebble. It writes without a WAL and
 // without syncs: a crash loses the writes since the last memtable flush,
 // and leaves the database as it was after some earlier write, every batch
 // whole (Pebble flushes memtables in sequence order). That is all the
@@ -25,7 +29,7 @@ import (
 // ahead of the states (core.Durable), so an older state of the cache is
 // an older, valid checkpoint; the delta recovery reads the rest again.
 // Close flushes, so that a clean stop keeps the latest checkpoint.
-type pebbleKV struct {
+type KV struct {
 	db *pebble.DB
 	// lock is the on-disk cache's directory lock, held from before the
 	// cache is cleared until after the database is closed; nil in memory.
@@ -42,20 +46,23 @@ type pebbleKV struct {
 	closed  bool
 }
 
-// errCacheClosed is a query's read of a closed engine's cache.
-var errCacheClosed = errors.New("engine: the engine is closed")
+// errClosed is a query's read of a closed engine's cache.
+var errClosed = errors.New("engine: the engine is closed")
 
-// queryReader is the cache as queries read it (core.ReadKV): from any
-// goroutine, never failing the cache for the flows (a query's failure is
-// its own), and never after Close.
-type queryReader struct{ k *pebbleKV }
+// Queries is the cache as queries read it: from any goroutine, never
+// failing the cache for the flows (a query's failure is its own), and
+// never after Close.
+func (k *KV) Queries() core.ReadKV { return queryReader{k} }
+
+// queryReader is what Queries returns.
+type queryReader struct{ k *KV }
 
 // Get implements core.ReadKV.
 func (q queryReader) Get(key []byte) ([]byte, bool, error) {
 	q.k.queries.RLock()
 	defer q.k.queries.RUnlock()
 	if q.k.closed {
-		return nil, false, errCacheClosed
+		return nil, false, errClosed
 	}
 	v, closer, err := q.k.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -74,7 +81,7 @@ func (q queryReader) Range(lower, upper []byte, fn func(k, v []byte) bool) error
 	q.k.queries.RLock()
 	defer q.k.queries.RUnlock()
 	if q.k.closed {
-		return errCacheClosed
+		return errClosed
 	}
 	it, err := q.k.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
@@ -88,28 +95,28 @@ func (q queryReader) Range(lower, upper []byte, fn func(k, v []byte) bool) error
 	return nil
 }
 
-func (k *pebbleKV) fail(err error) error {
+func (k *KV) fail(err error) error {
 	err = fmt.Errorf("engine: cache: %w", err)
 	k.failed.CompareAndSwap(nil, &err)
 	return *k.failed.Load()
 }
 
-func (k *pebbleKV) check() error {
+func (k *KV) check() error {
 	if p := k.failed.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-// openPebble opens the cache of the application app ("" for a View),
+// Open opens the cache of the application app ("" for a View),
 // in memory if dir is empty. Otherwise the
-// cache lives in dir/snapfence-cache (CacheDirName), which the engine
+// cache lives in dir/snapfence-cache (DirName), which the engine
 // creates (dir too, if missing) and marks as its own with a file
-// SNAPFENCE (CacheMarkerName); nothing else in dir is ever touched. It
+// SNAPFENCE (MarkerName); nothing else in dir is ever touched. It
 // refuses, touching nothing, a dir/snapfence-cache that is not the
-// engine's (ErrCacheDirNotOwned), of a format it does not know
-// (ErrCacheDirFormat), or that another engine has open (ErrCacheDirInUse),
-// each as a *CacheDirError naming the directory.
+// engine's (ErrDirNotOwned), of a format it does not know
+// (ErrDirFormat), or that another engine has open (ErrDirInUse),
+// each as a *DirError naming the directory.
 //
 // A cache of an earlier layout (no layoutKey, as format 1 wrote before
 // warm restarts, when a crash could leave uncommitted states among the
@@ -117,18 +124,18 @@ func (k *pebbleKV) check() error {
 // removed but those Pebble itself retires. One of the current layout is
 // kept: its committed states and checkpoints are checked per partition
 // at acquisition (delta or full recovery), its overlays dropped.
-func openPebble(dir, app string) (*pebbleKV, error) {
+func Open(dir, app string) (*KV, error) {
 	compactions := make(chan struct{}, 1)
-	opts := pebbleOptions(compactions)
+	opts := options(compactions)
 	if dir == "" {
 		opts.FS = vfs.NewMem()
 		db, err := pebble.Open("cache", opts)
 		if err != nil {
 			return nil, fmt.Errorf("engine: opening the cache in memory: %w", err)
 		}
-		return &pebbleKV{db: db, compactions: compactions}, nil
+		return &KV{db: db, compactions: compactions}, nil
 	}
-	owned, err := claimCacheDir(dir, app)
+	owned, err := claimDir(dir, app)
 	if err != nil {
 		return nil, err
 	}
@@ -140,21 +147,21 @@ func openPebble(dir, app string) (*pebbleKV, error) {
 		// process, Pebble's own record of the lock.
 		var pathErr *fs.PathError
 		if errors.As(err, &pathErr) {
-			return nil, &CacheDirError{Path: owned, Detail: "creating its lock file", Err: err}
+			return nil, &DirError{Path: owned, Detail: "creating its lock file", Err: err}
 		}
-		return nil, &CacheDirError{Path: owned, Kind: ErrCacheDirInUse,
+		return nil, &DirError{Path: owned, Kind: ErrDirInUse,
 			Detail: "another engine has it open (each engine needs a Config.Dir of its own)", Err: err}
 	}
 	opts.Lock = lock
 	db, err := pebble.Open(owned, opts)
 	if err != nil {
 		_ = lock.Close()
-		return nil, &CacheDirError{Path: owned, Detail: "opening the cache", Err: err}
+		return nil, &DirError{Path: owned, Detail: "opening the cache", Err: err}
 	}
-	kv := &pebbleKV{db: db, lock: lock, compactions: compactions}
+	kv := &KV{db: db, lock: lock, compactions: compactions}
 	if err := kv.upgrade(); err != nil {
 		_ = kv.Close()
-		return nil, &CacheDirError{Path: owned, Detail: "clearing a cache of an earlier layout", Err: err}
+		return nil, &DirError{Path: owned, Detail: "clearing a cache of an earlier layout", Err: err}
 	}
 	return kv, nil
 }
@@ -170,7 +177,7 @@ var layoutKey = []byte("\x00layout")
 const cacheLayout = "3"
 
 // upgrade empties a database of an earlier layout and marks it current.
-func (k *pebbleKV) upgrade() error {
+func (k *KV) upgrade() error {
 	v, closer, err := k.db.Get(layoutKey)
 	if err == nil {
 		layout := string(v)
@@ -190,9 +197,9 @@ func (k *pebbleKV) upgrade() error {
 	return k.db.Flush() // no WAL: the mark is durable once flushed
 }
 
-// pebbleOptions are the cache's Pebble options; compactions hears of
+// options are the cache's Pebble options; compactions hears of
 // every compaction's end.
-func pebbleOptions(compactions chan struct{}) *pebble.Options {
+func options(compactions chan struct{}) *pebble.Options {
 	return &pebble.Options{DisableWAL: true, Logger: quietLogger{}, EventListener: &pebble.EventListener{
 		CompactionEnd: func(pebble.CompactionInfo) {
 			select {
@@ -205,7 +212,7 @@ func pebbleOptions(compactions chan struct{}) *pebble.Options {
 
 // clear deletes every key of the cache and compacts the range away, so
 // the disk space is returned too.
-func (k *pebbleKV) clear() error {
+func (k *KV) clear() error {
 	it, err := k.db.NewIter(nil)
 	if err != nil {
 		return err
@@ -253,7 +260,7 @@ func drain(c chan struct{}) {
 }
 
 // Get implements core.KV.
-func (k *pebbleKV) Get(key []byte) ([]byte, bool, error) {
+func (k *KV) Get(key []byte) ([]byte, bool, error) {
 	if err := k.check(); err != nil {
 		return nil, false, err
 	}
@@ -269,7 +276,7 @@ func (k *pebbleKV) Get(key []byte) ([]byte, bool, error) {
 }
 
 // Set implements core.KV.
-func (k *pebbleKV) Set(key, value []byte) error {
+func (k *KV) Set(key, value []byte) error {
 	if err := k.check(); err != nil {
 		return err
 	}
@@ -280,7 +287,7 @@ func (k *pebbleKV) Set(key, value []byte) error {
 }
 
 // Delete implements core.KV.
-func (k *pebbleKV) Delete(key []byte) error {
+func (k *KV) Delete(key []byte) error {
 	if err := k.db.Delete(key, pebble.NoSync); err != nil {
 		return fmt.Errorf("engine: cache delete: %w", err)
 	}
@@ -288,7 +295,7 @@ func (k *pebbleKV) Delete(key []byte) error {
 }
 
 // Scan implements core.KV.
-func (k *pebbleKV) Scan(prefix []byte) iter.Seq2[[]byte, []byte] {
+func (k *KV) Scan(prefix []byte) iter.Seq2[[]byte, []byte] {
 	return func(yield func([]byte, []byte) bool) {
 		if k.check() != nil {
 			return
@@ -313,7 +320,7 @@ func (k *pebbleKV) Scan(prefix []byte) iter.Seq2[[]byte, []byte] {
 
 // Apply implements core.KV: one Pebble batch, whole or absent after a
 // crash.
-func (k *pebbleKV) Apply(ws []core.Write) error {
+func (k *KV) Apply(ws []core.Write) error {
 	if err := k.check(); err != nil {
 		return err
 	}
@@ -337,15 +344,22 @@ func (k *pebbleKV) Apply(ws []core.Write) error {
 }
 
 // DeletePrefix implements core.KV.
-func (k *pebbleKV) DeletePrefix(prefix []byte) error {
+func (k *KV) DeletePrefix(prefix []byte) error {
 	if err := k.db.DeleteRange(prefix, core.PrefixEnd(prefix), pebble.NoSync); err != nil {
 		return fmt.Errorf("engine: cache delete: %w", err)
 	}
 	return nil
 }
 
+// NewIter is an iterator over lower <= key < upper, which sees the
+// database as of its creation; the caller closes it before Close. A
+// View's Range reads through it, yielding to its caller as it goes.
+func (k *KV) NewIter(lower, upper []byte) (*pebble.Iterator, error) {
+	return k.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+}
+
 // Close flushes and closes the database and releases its directory.
-func (k *pebbleKV) Close() error {
+func (k *KV) Close() error {
 	k.queries.Lock() // no query reads past this
 	defer k.queries.Unlock()
 	if k.closed {

@@ -1,4 +1,4 @@
-package engine
+package cache
 
 import (
 	"fmt"
@@ -29,16 +29,16 @@ import (
 // checkpoint in a batch of its own before the states it covers (a crash
 // between the two leaves a checkpoint over states it never saw).
 
-func openCrashable(t *testing.T, fs vfs.FS) *pebbleKV {
+func openCrashable(t *testing.T, fs vfs.FS) *KV {
 	t.Helper()
 	compactions := make(chan struct{}, 1)
-	opts := pebbleOptions(compactions)
+	opts := options(compactions)
 	opts.FS = fs
 	db, err := pebble.Open("cache", opts)
 	if err != nil {
 		t.Fatalf("reopening the cache after a crash: %v", err)
 	}
-	kv := &pebbleKV{db: db, compactions: compactions}
+	kv := &KV{db: db, compactions: compactions}
 	if err := kv.upgrade(); err != nil {
 		t.Fatal(err)
 	}
@@ -53,12 +53,15 @@ type crashModel struct {
 
 func (m *crashModel) last() map[string]string { return m.commits[len(m.commits)-1] }
 
+// output stands for the engine's outputs, which the core only passes on.
+type output struct{}
+
 var crashInput = store.TopicPartition{Topic: "in", Partition: 0}
 
 // flushingKV flushes its memtable after a random share of its writes: in
 // a long run a memtable fills, and is flushed, between any two batches.
 type flushingKV struct {
-	*pebbleKV
+	*KV
 	rng *rand.Rand
 }
 
@@ -69,15 +72,15 @@ func (k flushingKV) maybeFlush(err error) error {
 	return err
 }
 
-func (k flushingKV) Set(key, value []byte) error { return k.maybeFlush(k.pebbleKV.Set(key, value)) }
-func (k flushingKV) Delete(key []byte) error     { return k.maybeFlush(k.pebbleKV.Delete(key)) }
-func (k flushingKV) Apply(ws []core.Write) error { return k.maybeFlush(k.pebbleKV.Apply(ws)) }
+func (k flushingKV) Set(key, value []byte) error { return k.maybeFlush(k.KV.Set(key, value)) }
+func (k flushingKV) Delete(key []byte) error     { return k.maybeFlush(k.KV.Delete(key)) }
+func (k flushingKV) Apply(ws []core.Write) error { return k.maybeFlush(k.KV.Apply(ws)) }
 
-func newCrashCore(t *testing.T, kv core.KV) *core.Core[[]byte, Output] {
+func newCrashCore(t *testing.T, kv core.KV) *core.Core[[]byte, output] {
 	t.Helper()
-	c, err := core.New(core.Config[[]byte, Output]{Input: crashInput, Codec: core.BytesCodec{}, HotKeys: 2, Warm: true,
-		Fold: func(_ []byte, _ []byte, _ bool, rec *core.Record) (core.Change[[]byte, Output], error) {
-			return core.Change[[]byte, Output]{Op: core.Set, State: rec.Value}, nil
+	c, err := core.New(core.Config[[]byte, output]{Input: crashInput, Codec: core.BytesCodec{}, HotKeys: 2, Warm: true,
+		Fold: func(_ []byte, _ []byte, _ bool, rec *core.Record) (core.Change[[]byte, output], error) {
+			return core.Change[[]byte, output]{Op: core.Set, State: rec.Value}, nil
 		}}, kv)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +90,7 @@ func newCrashCore(t *testing.T, kv core.KV) *core.Core[[]byte, Output] {
 
 // check checks the reopened cache against the model, then recovers the
 // delta from its checkpoint and checks the state is the committed one.
-func (m *crashModel) check(t *testing.T, c *core.Core[[]byte, Output], keys []string, step string) {
+func (m *crashModel) check(t *testing.T, c *core.Core[[]byte, output], keys []string, step string) {
 	t.Helper()
 	k := -1 // no checkpoint: a full recovery follows; the states must still be committed ones
 	if cp, ok, err := c.Checkpoint(); err != nil {
