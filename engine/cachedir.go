@@ -75,7 +75,7 @@ func (e *CacheDirError) Unwrap() []error {
 // *CacheDirError.
 func openCache(dir, app string) (*cache.KV, error) {
 	kv, err := cache.Open(dir, app)
-	if de, ok := err.(*cache.DirError); ok {
+	if de, ok := errors.AsType[*cache.DirError](err); ok {
 		return nil, fromCacheDir(de)
 	}
 	return kv, err
