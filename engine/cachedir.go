@@ -27,14 +27,14 @@ var (
 	// engine's: it is not a directory, or it holds files but no marker
 	// (CacheMarkerName), or a marker the engine did not write, or one that
 	// names another application. The engine touched nothing in it.
-	ErrCacheDirNotOwned = errors.New("engine: cache directory not the engine's")
+	ErrCacheDirNotOwned = cache.ErrDirNotOwned
 	// ErrCacheDirInUse: another engine, in this process or another, has
 	// the cache directory open (Pebble's lock on it is held).
-	ErrCacheDirInUse = errors.New("engine: cache directory in use")
+	ErrCacheDirInUse = cache.ErrDirInUse
 	// ErrCacheDirFormat: the directory's marker names a format this
 	// engine does not know (a newer snapfence's cache). The engine touched
 	// nothing in it.
-	ErrCacheDirFormat = errors.New("engine: cache directory of an unknown format")
+	ErrCacheDirFormat = cache.ErrDirFormat
 )
 
 // CacheDirError reports a cache directory the engine could not use.
@@ -82,16 +82,7 @@ func openCache(dir, app string) (*cache.KV, error) {
 }
 
 // fromCacheDir is the cache's refusal of a directory as the engine
-// reports it, Kind the engine's own sentinel.
+// reports it (the sentinels are the cache's own).
 func fromCacheDir(de *cache.DirError) *CacheDirError {
-	var kind error
-	switch de.Kind {
-	case cache.ErrDirNotOwned:
-		kind = ErrCacheDirNotOwned
-	case cache.ErrDirInUse:
-		kind = ErrCacheDirInUse
-	case cache.ErrDirFormat:
-		kind = ErrCacheDirFormat
-	}
-	return &CacheDirError{Path: de.Path, Kind: kind, Detail: de.Detail, Err: de.Err}
+	return &CacheDirError{Path: de.Path, Kind: de.Kind, Detail: de.Detail, Err: de.Err}
 }

@@ -74,9 +74,9 @@
 // goroutine: committed (ReadCommitted, what a crash leaves; the default)
 // or latest folded (ReadLatest), with the input offset each answer
 // reflects; a partition this instance does not serve answers a
-// *NotOwnedError. A View is a read-only replica of another engine's
-// snapshot topic, or of a compacted topic of plain key/values, in any
-// process; a fold looks one up while it runs (a lookup join), and
+// *NotOwnedError. A view.View (package engine/view) is a read-only
+// replica of another engine's snapshot topic, or of a compacted topic of
+// plain key/values, in any process; a fold looks one up while it runs (a lookup join), and
 // Config.Tables makes each partition wait, before it folds, until its
 // tables have caught up. Per-key timers (Result.SetTimer, Config.OnTimer)
 // are described above. docs/design.md, "Tables", gives the guarantees,
@@ -401,7 +401,7 @@ type Config[S any] struct {
 	// the rebalance, which kafkaio.Config.HeartbeatInterval bounds.
 	Standby bool
 	// Tables are the tables the fold (or OnTimer, or Tick) looks up while
-	// it runs: Views of other engines' snapshot topics, or of compacted
+	// it runs: views (package engine/view) of other engines' snapshot topics, or of compacted
 	// topics of plain key/values (lookup joins, as goka's Lookup and
 	// Kafka Streams' GlobalKTable). The engine reads none of them; the
 	// fold calls their Get itself. What the engine does is wait: a

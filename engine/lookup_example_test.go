@@ -7,6 +7,7 @@ import (
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/engine/simsource"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 	"github.com/snapfence/snapfence/store/wire"
@@ -33,7 +34,7 @@ func ExampleConfig_tables() {
 	tiersTP := store.TopicPartition{Topic: "tiers", Partition: 0}
 	_, _ = cluster.Produce(tiersTP, wire.Record{Key: []byte("alice"), Value: []byte(`"gold"`)})
 
-	tiers, err := engine.NewView(ctx, engine.ViewConfig[string]{
+	tiers, err := view.New(ctx, view.Config[string]{
 		Store: backend, Topic: "tiers", Plain: true, Codec: engine.JSON[string](),
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine/kafkaio"
+	"github.com/snapfence/snapfence/engine/view"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -71,7 +72,7 @@ func lookupWaitsScript(t *testing.T, c lookupCluster) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	view, err := engine.NewView(ctx, engine.ViewConfig[string]{Store: b, Topic: tiers, Plain: true, Codec: engine.JSON[string]()})
+	view, err := view.New(ctx, view.Config[string]{Store: b, Topic: tiers, Plain: true, Codec: engine.JSON[string]()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,15 +129,8 @@ func (sb *standbys[S]) open(ctx context.Context, tp store.TopicPartition) error 
 		sb.failed(tp, err)
 		return err
 	}
-	r.e.log.Info("standby replica following", "input", tp.String(), "from", followBase(opened.From))
+	r.e.log.Info("standby replica following", "input", tp.String(), "from", opened.Base())
 	return nil
-}
-
-func followBase(cp *store.Checkpoint) any {
-	if cp == nil {
-		return "log_start"
-	}
-	return cp.Offset
 }
 
 // read reads tp's replica until it has nothing more or its share of the

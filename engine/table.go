@@ -7,8 +7,9 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// Table is a table a fold can look up while it runs: a View (of another
-// engine's snapshot topic, or of a compacted topic of plain key/values).
+// Table is a table a fold can look up while it runs: a view.View (of
+// another engine's snapshot topic, or of a compacted topic of plain
+// key/values; package engine/view).
 type Table interface {
 	// Name names the table in errors and logs (the topic it reads).
 	Name() string
@@ -18,8 +19,6 @@ type Table interface {
 	// does), or the table's failure, or ctx's error.
 	WaitCaughtUp(ctx context.Context) error
 }
-
-var _ Table = (*View[int])(nil)
 
 // DefaultTableTimeout is Config.TableTimeout's default: the store's
 // default recovery stall timeout, as long as a recovery may stall.

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
@@ -61,11 +62,11 @@ func TestViewOnKafka(t *testing.T) {
 	}
 	defer b.Close()
 	var mu sync.Mutex
-	var shown []engine.ViewChange[int]
+	var shown []view.Change[int]
 	dir := t.TempDir()
-	cfg := engine.ViewConfig[int]{Store: b, Topic: w.topic, Codec: intCodec{}, Dir: dir, Partitioner: simAccountPartition,
-		OnChange: func(ch engine.ViewChange[int]) { mu.Lock(); shown = append(shown, ch); mu.Unlock() }}
-	v, err := engine.NewView(ctx, cfg)
+	cfg := view.Config[int]{Store: b, Topic: w.topic, Codec: intCodec{}, Dir: dir, Partitioner: simAccountPartition,
+		OnChange: func(ch view.Change[int]) { mu.Lock(); shown = append(shown, ch); mu.Unlock() }}
+	v, err := view.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestViewOnKafka(t *testing.T) {
 	w.produce("dave=+100", "alice=+1")
 	w.drain(r2)
 	cfg.OnChange = nil
-	v2, err := engine.NewView(ctx, cfg)
+	v2, err := view.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestPlainTableOnKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	v, err := engine.NewView(ctx, engine.ViewConfig[string]{Store: b, Topic: topic, Plain: true, Codec: engine.JSON[string]()})
+	v, err := view.New(ctx, view.Config[string]{Store: b, Topic: topic, Plain: true, Codec: engine.JSON[string]()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,14 +202,14 @@ func TestPlainTableOnKafka(t *testing.T) {
 	if want := map[string]string{"s1": "acme", "s3": "initech"}; !maps.Equal(got, want) {
 		t.Fatalf("the table holds %v, want %v", got, want)
 	}
-	if _, err := engine.NewView(ctx, engine.ViewConfig[string]{Store: b, Topic: topic + "-missing", Plain: true, Codec: engine.JSON[string]()}); !errors.Is(err, store.ErrMisconfigured) {
+	if _, err := view.New(ctx, view.Config[string]{Store: b, Topic: topic + "-missing", Plain: true, Codec: engine.JSON[string]()}); !errors.Is(err, store.ErrMisconfigured) {
 		t.Fatalf("a table of a missing topic: %v, want an error matching store.ErrMisconfigured", err)
 	}
 }
 
 // waitChange waits until v's status may have changed: a short poll of
 // the status, bounded by ctx.
-func waitChange(t *testing.T, ctx context.Context, v *engine.View[int]) {
+func waitChange(t *testing.T, ctx context.Context, v *view.View[int]) {
 	t.Helper()
 	tick := time.NewTimer(20 * time.Millisecond)
 	defer tick.Stop()

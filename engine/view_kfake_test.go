@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 	"github.com/snapfence/snapfence/store/wire"
@@ -49,10 +50,10 @@ func TestViewOnKfake(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		var shown []engine.ViewChange[int]
-		cfg := engine.ViewConfig[int]{Store: b, Topic: "accounts", Codec: intCodec{}, Dir: t.TempDir(), Partitioner: simAccountPartition,
-			OnChange: func(ch engine.ViewChange[int]) { shown = append(shown, ch) }}
-		v, err := engine.NewView(ctx, cfg)
+		var shown []view.Change[int]
+		cfg := view.Config[int]{Store: b, Topic: "accounts", Codec: intCodec{}, Dir: t.TempDir(), Partitioner: simAccountPartition,
+			OnChange: func(ch view.Change[int]) { shown = append(shown, ch) }}
+		v, err := view.New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +97,7 @@ func TestViewOnKfake(t *testing.T) {
 		w.produce("dave=+100", "alice=+1")
 		w.drain(r2)
 		cfg.OnChange = nil
-		v2, err := engine.NewView(ctx, cfg)
+		v2, err := view.New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +159,7 @@ func TestPlainTableOnKfake(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		v, err := engine.NewView(ctx, engine.ViewConfig[string]{Store: b, Topic: "sellers", Plain: true, Codec: engine.JSON[string]()})
+		v, err := view.New(ctx, view.Config[string]{Store: b, Topic: "sellers", Plain: true, Codec: engine.JSON[string]()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +190,7 @@ func kgoRecordOf(tp store.TopicPartition, w wire.Record) *kgo.Record {
 	return r
 }
 
-func checkViewLedger(t *testing.T, v *engine.View[int], want ledger) {
+func checkViewLedger(t *testing.T, v *view.View[int], want ledger) {
 	t.Helper()
 	for _, key := range accountKeys {
 		got, ok, err := v.Get([]byte(key))
@@ -216,19 +217,19 @@ func TestViewBadInputsOnKfake(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		if _, err := engine.NewView(ctx, engine.ViewConfig[int]{Store: b, Topic: "nope", Codec: intCodec{}}); !errors.Is(err, kafka.ErrTopicMissing) || !errors.Is(err, store.ErrMisconfigured) {
+		if _, err := view.New(ctx, view.Config[int]{Store: b, Topic: "nope", Codec: intCodec{}}); !errors.Is(err, kafka.ErrTopicMissing) || !errors.Is(err, store.ErrMisconfigured) {
 			t.Fatalf("a view of a missing topic: %v, want kafka.ErrTopicMissing", err)
 		}
 		if err := w.prod.ProduceSync(ctx, &kgo.Record{Topic: "bank-accounts-snapshots", Partition: 1, Key: []byte("foreign"), Value: []byte("x")}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
-		v, err := engine.NewView(ctx, engine.ViewConfig[int]{Store: b, Topic: "accounts", Codec: intCodec{}})
+		v, err := view.New(ctx, view.Config[int]{Store: b, Topic: "accounts", Codec: intCodec{}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer v.Close()
 		err = v.Run(ctx)
-		if pe, ok := errors.AsType[*engine.ViewPartitionError](err); !ok || pe.Partition != 1 || !errors.Is(err, store.ErrCorruptRecord) {
+		if pe, ok := errors.AsType[*view.PartitionError](err); !ok || pe.Partition != 1 || !errors.Is(err, store.ErrCorruptRecord) {
 			t.Fatalf("Run = %v, want partition 1's *ViewPartitionError wrapping a *store.CorruptRecordError", err)
 		}
 		if err := v.WaitCaughtUp(ctx); !errors.Is(err, store.ErrCorruptRecord) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 	"github.com/snapfence/snapfence/store/wire"
@@ -28,13 +29,13 @@ var accountKeys = []string{"alice", "bob", "carol", "dave", "erin"}
 func simAccountPartition(key []byte, _ int32) int32 { return int32(len(key) % 2) }
 
 // view opens a view of w's accounts snapshots.
-func (w *simWorld) view(edit func(*engine.ViewConfig[int])) *engine.View[int] {
+func (w *simWorld) view(edit func(*view.Config[int])) *view.View[int] {
 	w.t.Helper()
-	cfg := engine.ViewConfig[int]{Store: w.store, Topic: "accounts", Codec: intCodec{}, Partitioner: simAccountPartition}
+	cfg := view.Config[int]{Store: w.store, Topic: "accounts", Codec: intCodec{}, Partitioner: simAccountPartition}
 	if edit != nil {
 		edit(&cfg)
 	}
-	v, err := engine.NewView(context.Background(), cfg)
+	v, err := view.New(context.Background(), cfg)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func (w *simWorld) view(edit func(*engine.ViewConfig[int])) *engine.View[int] {
 }
 
 // stepView steps v, a second of virtual time apart, until it caught up.
-func (w *simWorld) stepView(v *engine.View[int]) {
+func (w *simWorld) stepView(v *view.View[int]) {
 	w.t.Helper()
 	for range 30 {
 		if err := v.Step(context.Background()); err != nil {
@@ -58,7 +59,7 @@ func (w *simWorld) stepView(v *engine.View[int]) {
 }
 
 // checkView compares every account in v with the ledger.
-func (w *simWorld) checkView(v *engine.View[int]) {
+func (w *simWorld) checkView(v *view.View[int]) {
 	w.t.Helper()
 	for _, key := range accountKeys {
 		got, ok, err := v.Get([]byte(key))
@@ -93,9 +94,9 @@ func TestViewWaitsPastAnOpenTransactionAndNeverShowsItOnSim(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var changes []engine.ViewChange[int]
-	v := w.view(func(c *engine.ViewConfig[int]) {
-		c.OnChange = func(ch engine.ViewChange[int]) { changes = append(changes, ch) }
+	var changes []view.Change[int]
+	v := w.view(func(c *view.Config[int]) {
+		c.OnChange = func(ch view.Change[int]) { changes = append(changes, ch) }
 	})
 	for range 10 {
 		if err := v.Step(context.Background()); err != nil {
@@ -127,7 +128,7 @@ func TestViewWaitsPastAnOpenTransactionAndNeverShowsItOnSim(t *testing.T) {
 	}
 	// The change stream: every committed snapshot, per partition in log
 	// order; erin's close as a delete.
-	if n := len(changes); n == 0 || !slices.ContainsFunc(changes, func(ch engine.ViewChange[int]) bool { return string(ch.Key) == "erin" && ch.Deleted }) {
+	if n := len(changes); n == 0 || !slices.ContainsFunc(changes, func(ch view.Change[int]) bool { return string(ch.Key) == "erin" && ch.Deleted }) {
 		t.Fatalf("changes %+v: want erin's delete among them", changes)
 	}
 	last := map[string]int64{}
@@ -150,14 +151,14 @@ func TestViewRestartReadsOnlyTheDeltaOnSim(t *testing.T) {
 		w.drain(r)
 	}
 	dir := t.TempDir()
-	v := w.view(func(c *engine.ViewConfig[int]) { c.Dir = dir })
+	v := w.view(func(c *view.Config[int]) { c.Dir = dir })
 	w.stepView(v)
 	w.checkView(v)
 	full := int64(0)
 	for _, p := range v.Status().Partitions {
 		full += p.Read
 	}
-	if _, err := engine.NewView(context.Background(), engine.ViewConfig[int]{Store: w.store, Topic: "accounts", Codec: intCodec{}, Dir: dir}); !errors.Is(err, engine.ErrCacheDirInUse) {
+	if _, err := view.New(context.Background(), view.Config[int]{Store: w.store, Topic: "accounts", Codec: intCodec{}, Dir: dir}); !errors.Is(err, engine.ErrCacheDirInUse) {
 		t.Fatalf("a second view on an open view's Dir: %v, want ErrCacheDirInUse", err)
 	}
 	if _, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: w.store, Dir: dir}); !errors.Is(err, engine.ErrCacheDirInUse) {
@@ -169,7 +170,7 @@ func TestViewRestartReadsOnlyTheDeltaOnSim(t *testing.T) {
 
 	w.produce("dave=+100", "erin=close")
 	w.drain(r)
-	v2 := w.view(func(c *engine.ViewConfig[int]) { c.Dir = dir })
+	v2 := w.view(func(c *view.Config[int]) { c.Dir = dir })
 	for _, p := range v2.Status().Partitions {
 		if p.From < 0 {
 			t.Fatalf("partition %d reopened from the log start, want the cache's checkpoint: %+v", p.Partition, p)
@@ -216,7 +217,7 @@ func TestViewRangeAndPartitionsHeldOnSim(t *testing.T) {
 	r := w.runner(w.engine())
 	w.produce("alice=+1", "bob=+2", "carol=+3", "dave=+4", "erin=+5", "erin=close")
 	w.drain(r)
-	v := w.view(func(c *engine.ViewConfig[int]) { c.Partitions = []int32{0} })
+	v := w.view(func(c *view.Config[int]) { c.Partitions = []int32{0} })
 	w.stepView(v)
 	if got, ok, err := v.Get([]byte("erin")); err != nil || ok {
 		t.Fatalf("Get erin = %d, %t, %v after its close, want absent", got, ok, err)
@@ -225,7 +226,7 @@ func TestViewRangeAndPartitionsHeldOnSim(t *testing.T) {
 		t.Fatalf("Get dave = %d, %t, %v, want 4", got, ok, err)
 	}
 	v.Close()
-	v = w.view(func(c *engine.ViewConfig[int]) { c.Partitions = []int32{1} })
+	v = w.view(func(c *view.Config[int]) { c.Partitions = []int32{1} })
 	w.stepView(v)
 	var keys []string
 	for e, err := range v.All() {
@@ -241,11 +242,11 @@ func TestViewRangeAndPartitionsHeldOnSim(t *testing.T) {
 		t.Fatalf("All yielded %q, want the live keys of partition 1 in key order (alice, bob, carol)", keys)
 	}
 	_, _, err := v.Get([]byte("dave"))
-	if nh, ok := errors.AsType[*engine.PartitionNotHeldError](err); !ok || nh.Partition != 0 || !slices.Equal(nh.Held, []int32{1}) {
+	if nh, ok := errors.AsType[*view.PartitionNotHeldError](err); !ok || nh.Partition != 0 || !slices.Equal(nh.Held, []int32{1}) {
 		t.Fatalf("Get of a key of partition 0 = %v, want a *PartitionNotHeldError naming partition 0 and the held [1]", err)
 	}
 	for _, err := range v.Range(0) {
-		if _, ok := errors.AsType[*engine.PartitionNotHeldError](err); !ok {
+		if _, ok := errors.AsType[*view.PartitionNotHeldError](err); !ok {
 			t.Fatalf("Range(0) = %v, want a *PartitionNotHeldError", err)
 		}
 	}
@@ -261,20 +262,20 @@ func TestViewMisconfiguredOnSim(t *testing.T) {
 	}
 	tf := w.store
 	for name, tc := range map[string]struct {
-		cfg     engine.ViewConfig[int]
+		cfg     view.Config[int]
 		subject string // of the *store.ConfigError; "" for any error matching ErrMisconfigured
 	}{
-		"no store":              {engine.ViewConfig[int]{Topic: "accounts", Codec: intCodec{}}, "engine.ViewConfig.Store"},
-		"no topic":              {engine.ViewConfig[int]{Store: tf, Codec: intCodec{}}, "engine.ViewConfig.Topic"},
-		"no codec":              {engine.ViewConfig[int]{Store: tf, Topic: "accounts"}, "engine.ViewConfig.Codec"},
-		"a Plain store":         {engine.ViewConfig[int]{Store: plain, Topic: "accounts", Codec: intCodec{}}, "engine.ViewConfig.Store"},
-		"a partition twice":     {engine.ViewConfig[int]{Store: tf, Topic: "accounts", Codec: intCodec{}, Partitions: []int32{1, 1}}, "engine.ViewConfig.Partitions"},
-		"a partition of none":   {engine.ViewConfig[int]{Store: tf, Topic: "accounts", Codec: intCodec{}, Partitions: []int32{2}}, "engine.ViewConfig.Partitions"},
-		"a missing topic":       {engine.ViewConfig[int]{Store: tf, Topic: "nope", Codec: intCodec{}}, ""},
-		"a missing plain topic": {engine.ViewConfig[int]{Store: tf, Topic: "nope", Codec: intCodec{}, Plain: true}, ""},
-		"no snapshot topic":     {engine.ViewConfig[int]{Store: mustBackend(t, w.c, sim.BackendConfig{Mode: store.Transactional, TransactionalIDPrefix: "x", SnapshotTopic: func(string) string { return "none" }}), Topic: "accounts", Codec: intCodec{}}, ""},
+		"no store":              {view.Config[int]{Topic: "accounts", Codec: intCodec{}}, "view.Config.Store"},
+		"no topic":              {view.Config[int]{Store: tf, Codec: intCodec{}}, "view.Config.Topic"},
+		"no codec":              {view.Config[int]{Store: tf, Topic: "accounts"}, "view.Config.Codec"},
+		"a Plain store":         {view.Config[int]{Store: plain, Topic: "accounts", Codec: intCodec{}}, "view.Config.Store"},
+		"a partition twice":     {view.Config[int]{Store: tf, Topic: "accounts", Codec: intCodec{}, Partitions: []int32{1, 1}}, "view.Config.Partitions"},
+		"a partition of none":   {view.Config[int]{Store: tf, Topic: "accounts", Codec: intCodec{}, Partitions: []int32{2}}, "view.Config.Partitions"},
+		"a missing topic":       {view.Config[int]{Store: tf, Topic: "nope", Codec: intCodec{}}, ""},
+		"a missing plain topic": {view.Config[int]{Store: tf, Topic: "nope", Codec: intCodec{}, Plain: true}, ""},
+		"no snapshot topic":     {view.Config[int]{Store: mustBackend(t, w.c, sim.BackendConfig{Mode: store.Transactional, TransactionalIDPrefix: "x", SnapshotTopic: func(string) string { return "none" }}), Topic: "accounts", Codec: intCodec{}}, ""},
 	} {
-		_, err := engine.NewView(context.Background(), tc.cfg)
+		_, err := view.New(context.Background(), tc.cfg)
 		ce, isCE := errors.AsType[*store.ConfigError](err)
 		if !errors.Is(err, store.ErrMisconfigured) || tc.subject != "" && (!isCE || ce.Subject != tc.subject) {
 			t.Errorf("%s: NewView = %v, want an error matching store.ErrMisconfigured (a *store.ConfigError for %q)", name, err, tc.subject)
@@ -310,15 +311,15 @@ func TestViewCorruptRecordsOnSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	var decodeErrs []error
-	v := w.view(func(c *engine.ViewConfig[int]) {
-		c.OnChange = func(ch engine.ViewChange[int]) {
+	v := w.view(func(c *view.Config[int]) {
+		c.OnChange = func(ch view.Change[int]) {
 			if ch.Err != nil {
 				decodeErrs = append(decodeErrs, ch.Err)
 			}
 		}
 	})
 	err := v.Step(context.Background())
-	pe, ok := errors.AsType[*engine.ViewPartitionError](err)
+	pe, ok := errors.AsType[*view.PartitionError](err)
 	if _, corrupt := errors.AsType[*store.CorruptRecordError](err); !ok || !corrupt || pe.Partition != 0 {
 		t.Fatalf("Step = %v, want a *ViewPartitionError of partition 0 wrapping a *store.CorruptRecordError", err)
 	}
@@ -387,8 +388,8 @@ func TestPlainTableOnSim(t *testing.T) {
 
 	b := mustBackend(t, c, sim.BackendConfig{Mode: store.Plain})
 	var changes []string
-	v, err := engine.NewView(context.Background(), engine.ViewConfig[string]{Store: b, Topic: "sellers", Plain: true, Codec: engine.JSON[string](),
-		OnChange: func(ch engine.ViewChange[string]) { changes = append(changes, string(ch.Key)+"="+ch.State) }})
+	v, err := view.New(context.Background(), view.Config[string]{Store: b, Topic: "sellers", Plain: true, Codec: engine.JSON[string](),
+		OnChange: func(ch view.Change[string]) { changes = append(changes, string(ch.Key)+"="+ch.State) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +436,7 @@ func TestViewRunAndCloseOnSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.checkView(v)
-	if err := v.Step(context.Background()); !errors.Is(err, engine.ErrViewRunning) {
+	if err := v.Step(context.Background()); !errors.Is(err, view.ErrRunning) {
 		t.Fatalf("Step while Run runs = %v, want ErrViewRunning", err)
 	}
 	if err := v.Close(); err != nil {
@@ -449,13 +450,13 @@ func TestViewRunAndCloseOnSim(t *testing.T) {
 	default:
 		t.Fatal("Close returned before Run")
 	}
-	if _, _, err := v.Get([]byte("alice")); !errors.Is(err, engine.ErrViewClosed) {
+	if _, _, err := v.Get([]byte("alice")); !errors.Is(err, view.ErrClosed) {
 		t.Fatalf("Get after Close = %v, want ErrViewClosed", err)
 	}
-	if err := v.Run(context.Background()); !errors.Is(err, engine.ErrViewClosed) {
+	if err := v.Run(context.Background()); !errors.Is(err, view.ErrClosed) {
 		t.Fatalf("Run after Close = %v, want ErrViewClosed", err)
 	}
-	if err := v.WaitCaughtUp(context.Background()); !errors.Is(err, engine.ErrViewClosed) {
+	if err := v.WaitCaughtUp(context.Background()); !errors.Is(err, view.ErrClosed) {
 		t.Fatalf("WaitCaughtUp after Close = %v, want ErrViewClosed", err)
 	}
 }

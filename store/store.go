@@ -213,7 +213,7 @@ type Backend interface {
 	// either Mode: records of aborted transactions are never returned,
 	// and nothing past an open transaction is read until it ends. It is
 	// what a view of a snapshot topic or a table of a compacted topic of
-	// plain key/values reads with (engine.View). The records come as
+	// plain key/values reads with (package engine/view). The records come as
 	// Snapshots of their raw key and value: Offset is the record's own
 	// offset, and a record whose value is null is a Tombstone (a delete
 	// of its key in a compacted topic). Nothing is decoded, so no record

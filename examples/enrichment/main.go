@@ -19,7 +19,7 @@
 //
 // Seller data comes from the compacted topic "sellers" (key = seller id,
 // value = JSON seller), which another service keeps. Each instance follows
-// it live: an engine.View with ViewConfig.Plain, a read_committed replica
+// it live: a view.View with view.Config.Plain, a read_committed replica
 // read through the instance's own store backend (as each process has its
 // own), kept following by View.Run, and looked up by the fold (View.Get),
 // as a Kafka Streams GlobalKTable is. The view is in engine.Config.Tables,
@@ -125,6 +125,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine/kafkaio"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/internal/input"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -374,7 +375,7 @@ func apply(o Order, exists bool, ev Event) (Order, string) {
 }
 
 // sellerTable is where the fold looks sellers up: an instance's live
-// view of the sellers topic (*engine.View[Seller]), or, for the check and
+// view of the sellers topic (*view.View[Seller]), or, for the check and
 // the tests, a map.
 type sellerTable interface {
 	Get(id []byte) (Seller, bool, error)
@@ -459,7 +460,7 @@ type instance struct {
 	// its own backend (as a process has one), kept following by a
 	// goroutine of its own: viewDone is closed when its Run has returned,
 	// with viewErr. sellerChanged hears every change it applies.
-	sellers       *engine.View[Seller]
+	sellers       *view.View[Seller]
 	viewDone      chan struct{}
 	viewErr       error
 	sellerChanged *broadcast
@@ -507,9 +508,9 @@ func (s *service) start(ctx context.Context, name string) (_ *instance, err erro
 	// topic, read through the instance's backend (any mode reads a plain
 	// topic). It is in memory, so every start reads the topic from its
 	// start.
-	in.sellers, err = engine.NewView(ctx, engine.ViewConfig[Seller]{
+	in.sellers, err = view.New(ctx, view.Config[Seller]{
 		Store: in.backend, Topic: s.t.sellers, Plain: true, Codec: engine.JSON[Seller](),
-		OnChange: func(engine.ViewChange[Seller]) { in.sellerChanged.notify() },
+		OnChange: func(view.Change[Seller]) { in.sellerChanged.notify() },
 		Logger:   logger,
 	})
 	if err != nil {
@@ -517,7 +518,7 @@ func (s *service) start(ctx context.Context, name string) (_ *instance, err erro
 	}
 	go func() {
 		defer close(in.viewDone)
-		if err := in.sellers.Run(ctx); err != nil && !errors.Is(err, engine.ErrViewClosed) {
+		if err := in.sellers.Run(ctx); err != nil && !errors.Is(err, view.ErrClosed) {
 			in.viewErr = fmt.Errorf("instance %s: the sellers view: %w", name, err)
 		}
 	}()

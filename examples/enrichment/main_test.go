@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/internal/kafkatest"
 )
 
@@ -175,10 +176,10 @@ type brokenTable struct{ err error }
 
 func (b brokenTable) Get([]byte) (Seller, bool, error) { return Seller{}, false, b.err }
 
-// The live table in the fold: an instance's engine.View of the sellers
+// The live table in the fold: an instance's view.View of the sellers
 // topic is what the fold reads (a compile-time check that it is a
 // sellerTable).
-var _ sellerTable = (*engine.View[Seller])(nil)
+var _ sellerTable = (*view.View[Seller])(nil)
 
 // The order's status follows the events that make sense and records the
 // rest without changing it.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 	"github.com/snapfence/snapfence/store/wire"
@@ -21,7 +22,7 @@ import (
 // TableEnd or its timeout. The table's model is every write with its
 // offset and fate.
 //
-// Every member process has a View of the table (engine.View, Plain), the
+// Every member process has a View of the table (view.View, Plain), the
 // engine's one Table (Config.Tables), and a fold that looks its key up
 // in it before it folds as Fold does (the state and outputs do not
 // depend on the row: the ledger's checks stay exact). The view reads only
@@ -223,7 +224,7 @@ func (w *World) openView(m *member) {
 	for p := range targets {
 		_, _, targets[p], _ = w.c.Offsets(store.TopicPartition{Topic: TableTopic, Partition: int32(p)})
 	}
-	v, err := engine.NewView(context.Background(), engine.ViewConfig[int]{Store: follower, Topic: TableTopic, Plain: true, Codec: IntCodec{},
+	v, err := view.New(context.Background(), view.Config[int]{Store: follower, Topic: TableTopic, Plain: true, Codec: IntCodec{},
 		Partitioner: func(key []byte, n int32) int32 { return PartitionOf(string(key), int(n)) }})
 	if err != nil {
 		panic(fmt.Sprintf("world: the table's view: %v", err))
@@ -251,7 +252,7 @@ func (w *World) readTable(m *member) {
 // time, parked on the cluster).
 type worldTable struct {
 	w *World
-	v *engine.View[int]
+	v *view.View[int]
 }
 
 func (t worldTable) Name() string { return t.v.Name() }
@@ -293,7 +294,7 @@ func (t worldTable) WaitCaughtUp(ctx context.Context) error {
 
 // lookupFold is m's process's fold: a lookup of the key in the view, which
 // is checked (12), then Fold.
-func (w *World) lookupFold(m *member, proc int, v *engine.View[int]) func([]byte, int, bool, engine.Record) (engine.Result[int], error) {
+func (w *World) lookupFold(m *member, proc int, v *view.View[int]) func([]byte, int, bool, engine.Record) (engine.Result[int], error) {
 	return func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
 		got, ok, err := v.Get(key)
 		if m.proc == proc {

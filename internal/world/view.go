@@ -7,26 +7,26 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/store"
 )
 
-// ViewWatch records the change stream of an engine.View of the world's
+// ViewWatch records the change stream of an view.View of the world's
 // snapshot topic (its OnChange) and checks it against the snapshot
 // partitions' committed logs: the views' tests run it over the named
 // scenarios in every world.
 type ViewWatch struct {
 	mu      sync.Mutex
-	changes map[int32][]engine.ViewChange[int]
+	changes map[int32][]view.Change[int]
 }
 
 // NewViewWatch returns an empty watch.
 func NewViewWatch() *ViewWatch {
-	return &ViewWatch{changes: map[int32][]engine.ViewChange[int]{}}
+	return &ViewWatch{changes: map[int32][]view.Change[int]{}}
 }
 
-// OnChange records ch; it is a ViewConfig.OnChange.
-func (w *ViewWatch) OnChange(ch engine.ViewChange[int]) {
+// OnChange records ch; it is a view.Config.OnChange.
+func (w *ViewWatch) OnChange(ch view.Change[int]) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.changes[ch.Partition] = append(w.changes[ch.Partition], ch)
@@ -85,7 +85,7 @@ func (w *ViewWatch) Check(committed [][]store.Snapshot) []string {
 			}
 		}
 	}) {
-		last := map[string]engine.ViewChange[int]{}
+		last := map[string]view.Change[int]{}
 		for _, ch := range w.changes[p] {
 			if prev, ok := last[string(ch.Key)]; ok && ch.Offset < prev.Offset {
 				out = append(out, fmt.Sprintf("partition %d: the view replaced %s with the older %s: a stale snapshot", p, describeChange(prev), describeChange(ch)))
@@ -96,14 +96,14 @@ func (w *ViewWatch) Check(committed [][]store.Snapshot) []string {
 	return out
 }
 
-func sameChange(ch engine.ViewChange[int], s store.Snapshot) bool {
+func sameChange(ch view.Change[int], s store.Snapshot) bool {
 	if ch.Err != nil || !bytes.Equal(ch.Key, s.Key) || ch.Offset != s.Offset || ch.Deleted != s.Tombstone {
 		return false
 	}
 	return s.Tombstone || string(s.Value) == strconv.Itoa(ch.State)
 }
 
-func describeChange(ch engine.ViewChange[int]) string {
+func describeChange(ch view.Change[int]) string {
 	switch {
 	case ch.Err != nil:
 		return fmt.Sprintf("%s@%d (%v)", ch.Key, ch.Offset, ch.Err)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 	"github.com/snapfence/snapfence/store/wire"
@@ -40,7 +40,7 @@ func watchScenario(t *testing.T, s Scenario, mode store.Mode) (failed []string, 
 	defer reader.Close()
 	watch := NewViewWatch()
 	ctx := context.Background()
-	v, err := engine.NewView(ctx, engine.ViewConfig[int]{Store: reader, Topic: InputTopic, Codec: IntCodec{},
+	v, err := view.New(ctx, view.Config[int]{Store: reader, Topic: InputTopic, Codec: IntCodec{},
 		Partitioner: func(key []byte, n int32) int32 { return PartitionOf(string(key), int(n)) }, OnChange: watch.OnChange})
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func watchScenario(t *testing.T, s Scenario, mode store.Mode) (failed []string, 
 			t.Fatal(err)
 		}
 	}
-	late, err := engine.NewView(ctx, engine.ViewConfig[int]{Store: reader, Topic: InputTopic, Codec: IntCodec{},
+	late, err := view.New(ctx, view.Config[int]{Store: reader, Topic: InputTopic, Codec: IntCodec{},
 		Partitioner: func(key []byte, n int32) int32 { return PartitionOf(string(key), int(n)) }})
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func watchScenario(t *testing.T, s Scenario, mode store.Mode) (failed []string, 
 	for _, log := range committed {
 		for _, s := range log {
 			want, wantOK := latestOf(committed, s.Key)
-			for _, view := range []*engine.View[int]{v, late} {
+			for _, view := range []*view.View[int]{v, late} {
 				got, ok, err := view.Get(s.Key)
 				if err != nil || ok != wantOK || got != want {
 					failed = append(failed, "Get "+string(s.Key)+" is not the last committed snapshot")

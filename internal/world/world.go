@@ -11,6 +11,7 @@ import (
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/engine/simsource"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
@@ -313,7 +314,7 @@ type member struct {
 	// backend of its own; viewTargets are the table partitions' high
 	// watermarks when it opened; lookups the least offset of each key's
 	// log the view has applied, as the process's lookups showed it.
-	view        *engine.View[int]
+	view        *view.View[int]
 	viewBackend *sim.Backend
 	viewTargets []int64
 	lookups     map[string]int64

@@ -70,6 +70,15 @@ type Opened struct {
 	Refused *store.CheckpointError
 }
 
+// Base is where the Open started, for a log line: the checkpoint's
+// offset, or "log_start".
+func (o Opened) Base() any {
+	if o.From == nil {
+		return "log_start"
+	}
+	return o.From.Offset
+}
+
 // New returns a Reader that has opened nothing.
 func New(cfg Config) *Reader {
 	return &Reader{cfg: cfg, from: -1}

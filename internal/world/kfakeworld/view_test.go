@@ -7,7 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/internal/world"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
@@ -45,7 +45,7 @@ func watchScenario(t *testing.T, w *World, steps []world.Step) (failed []string,
 	defer reader.Close()
 	partitioner := func(key []byte, n int32) int32 { return world.PartitionOf(string(key), int(n)) }
 	watch := world.NewViewWatch()
-	v, err := engine.NewView(ctx, engine.ViewConfig[int]{Store: reader, Topic: w.input, Codec: world.IntCodec{}, Partitioner: partitioner, OnChange: watch.OnChange})
+	v, err := view.New(ctx, view.Config[int]{Store: reader, Topic: w.input, Codec: world.IntCodec{}, Partitioner: partitioner, OnChange: watch.OnChange})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func watchScenario(t *testing.T, w *World, steps []world.Step) (failed []string,
 			t.Fatal(err)
 		}
 	}
-	late, err := engine.NewView(ctx, engine.ViewConfig[int]{Store: reader, Topic: w.input, Codec: world.IntCodec{}, Partitioner: partitioner})
+	late, err := view.New(ctx, view.Config[int]{Store: reader, Topic: w.input, Codec: world.IntCodec{}, Partitioner: partitioner})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func watchScenario(t *testing.T, w *World, steps []world.Step) (failed []string,
 	failed = watch.Check(committed)
 	latest := latest(committed)
 	for key, want := range latest {
-		for _, view := range []*engine.View[int]{v, late} {
+		for _, view := range []*view.View[int]{v, late} {
 			got, ok, err := view.Get([]byte(key))
 			n, _ := world.IntCodec{}.Decode([]byte(want.Value))
 			if err != nil || ok == want.Tombstone || ok && got != n {

@@ -1,21 +1,43 @@
-package engine_test
+package view_test
 
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/engine/simsource"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 	"github.com/snapfence/snapfence/store/wire"
 )
 
+// account is the examples' per-key state.
+type account struct {
+	Balance int `json:"balance"`
+	Txns    int `json:"txns"`
+}
+
+// fold folds "+N" and "-N" into an account; "close" deletes it.
+func fold(key []byte, acct account, exists bool, rec engine.Record) (engine.Result[account], error) {
+	if string(rec.Value) == "close" {
+		return engine.Delete[account](), nil
+	}
+	n, err := strconv.Atoi(string(rec.Value))
+	if err != nil {
+		return engine.Result[account]{}, fmt.Errorf("bad amount %q", rec.Value)
+	}
+	acct.Balance += n
+	acct.Txns++
+	return engine.Set(acct), nil
+}
+
 // A view of another engine's snapshots, in another process: it joins no
 // group and writes nothing, reads the committed snapshots
 // read_committed, and follows the changes. Here it is stepped over the
-// simulated cluster; against Kafka, run it (go view.Run(ctx)) and wait
+// simulated cluster; against Kafka, run it (go v.Run(ctx)) and wait
 // with WaitCaughtUp.
 func ExampleView() {
 	ctx := context.Background()
@@ -28,7 +50,7 @@ func ExampleView() {
 
 	// The engine that owns the accounts folds three records and commits
 	// their snapshot.
-	e, _ := engine.New(engine.Config[exampleAccount]{Fold: exampleFold, Codec: engine.JSON[exampleAccount](), Store: backend,
+	e, _ := engine.New(engine.Config[account]{Fold: fold, Codec: engine.JSON[account](), Store: backend,
 		PersistInterval: time.Second, CommitInterval: time.Second})
 	defer e.Close()
 	r, _ := e.Join(simsource.New(cluster, "bank", sim.ClassicEager, 0, "accounts"))
@@ -41,9 +63,9 @@ func ExampleView() {
 	_ = r.Step(ctx)
 
 	// The view: in memory (no Dir), of every partition.
-	view, err := engine.NewView(ctx, engine.ViewConfig[exampleAccount]{
-		Store: backend, Topic: "accounts", Codec: engine.JSON[exampleAccount](),
-		OnChange: func(ch engine.ViewChange[exampleAccount]) {
+	v, err := view.New(ctx, view.Config[account]{
+		Store: backend, Topic: "accounts", Codec: engine.JSON[account](),
+		OnChange: func(ch view.Change[account]) {
 			if ch.Deleted {
 				fmt.Printf("change: %s deleted (input offset %d)\n", ch.Key, ch.Offset)
 				return
@@ -55,12 +77,12 @@ func ExampleView() {
 		fmt.Println(err)
 		return
 	}
-	defer view.Close()
-	fmt.Println("reads", view.Name())
-	for !view.Status().CaughtUp {
-		_ = view.Step(ctx)
+	defer v.Close()
+	fmt.Println("reads", v.Name())
+	for !v.Status().CaughtUp {
+		_ = v.Step(ctx)
 	}
-	acct, ok, _ := view.Get([]byte("alice"))
+	acct, ok, _ := v.Get([]byte("alice"))
 	fmt.Printf("alice=%+v (%t)\n", acct, ok)
 
 	// The engine folds more; the view follows.
@@ -68,8 +90,8 @@ func ExampleView() {
 	_ = r.Step(ctx)
 	cluster.Advance(time.Second)
 	_ = r.Step(ctx)
-	_ = view.Step(ctx)
-	_, ok, _ = view.Get([]byte("alice"))
+	_ = v.Step(ctx)
+	_, ok, _ = v.Get([]byte("alice"))
 	fmt.Println("alice exists:", ok)
 	_ = r.Close(ctx)
 	// Output:
@@ -99,7 +121,7 @@ func ExampleView_plainTable() {
 	// Any store mode reads a plain topic (read_committed).
 	backend, _ := cluster.NewBackend(sim.BackendConfig{Mode: store.Plain})
 	defer backend.Close()
-	sellers, err := engine.NewView(ctx, engine.ViewConfig[string]{
+	sellers, err := view.New(ctx, view.Config[string]{
 		Store: backend, Topic: "sellers", Plain: true, Codec: engine.JSON[string](),
 	})
 	if err != nil {

@@ -1,4 +1,13 @@
-package engine
+// Package view is a read-only replica of a snapshot topic, or of a
+// compacted topic of plain key/values, in any process: goka's View, with
+// the fence's guarantee (docs/design.md, "Views"). It follows each
+// partition it holds with a store.Follow (read_committed, no group,
+// nothing written to Kafka) into a Pebble cache of its own, with the
+// follower's checkpoint, so that a restart on the same Dir reads only
+// what followed it. One goroutine per partition reads while Run runs;
+// reads (Get, Range, All) go straight to the cache from any goroutine.
+// A View is an engine.Table: a fold can look it up (engine.Config.Tables).
+package view
 
 import (
 	"bytes"
@@ -11,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/engine/internal/cache"
 	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/engine/internal/replica"
@@ -18,17 +28,9 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// Views (docs/design.md, "Views"): a read-only replica of a snapshot
-// topic, or of a compacted topic of plain key/values, in any process. It
-// follows each partition it holds with a store.Follow (read_committed, no
-// group, nothing written to Kafka) into a Pebble cache of its own, with
-// the follower's checkpoint, so that a restart on the same Dir reads only
-// what followed it. One goroutine per partition reads while Run runs;
-// reads (Get, Range, All) go straight to Pebble from any goroutine.
-
-// ViewConfig configures a View. Validation happens in NewView, in one
-// place (ViewConfig.check), with a *store.ConfigError naming the field.
-type ViewConfig[S any] struct {
+// Config configures a View. Validation happens in New, in one
+// place (Config.check), with a *store.ConfigError naming the field.
+type Config[S any] struct {
 	// Store reads the topic; required: store/kafka's or store/sim's
 	// backend (one that can follow). For a view of snapshots it must
 	// be in Transactional mode (its mode sets how it reads; the view
@@ -54,11 +56,11 @@ type ViewConfig[S any] struct {
 	// only what followed the cache's checkpoint.
 	Plain bool
 	// Partitions are the partitions held; nil (the default) holds all of
-	// the topic's partitions, counted at NewView. Each must be one of the
+	// the topic's partitions, counted at New. Each must be one of the
 	// topic's, once.
 	Partitions []int32
 	// Codec decodes the states; required.
-	Codec Codec[S]
+	Codec engine.Codec[S]
 	// Partitioner says which partition holds a key, given the topic's
 	// partition count (Get asks it). Default store.OutputPartition: the
 	// murmur2 partitioner of Kafka's Java client and of franz-go's
@@ -66,11 +68,11 @@ type ViewConfig[S any] struct {
 	// topic) with them uses. A wrong one makes Get miss keys.
 	Partitioner func(key []byte, partitions int32) int32
 	// Dir is where the view's cache lives on disk; empty (the default)
-	// keeps it in memory, and every NewView reads the topic from the
-	// start. The rules of Config.Dir apply: the cache is
+	// keeps it in memory, and every New reads the topic from the
+	// start. The rules of engine.Config.Dir apply: the cache is
 	// Dir/snapfence-cache, created and marked by the view, nothing else
 	// in Dir is touched, and a Dir another engine or view has open is
-	// refused with ErrCacheDirInUse. A view and an engine need a Dir each.
+	// refused with engine.ErrCacheDirInUse. A view and an engine need a Dir each.
 	// A restart on the same Dir reads only what followed each partition's
 	// checkpoint (or everything, if the store refuses the checkpoint: the
 	// partition's copy is dropped first).
@@ -83,13 +85,13 @@ type ViewConfig[S any] struct {
 	// view applies start where its copy starts: the log start, or the
 	// cache's checkpoint after a restart. It must not call Close (Close
 	// waits for the reads, which wait for it).
-	OnChange func(ViewChange[S])
+	OnChange func(Change[S])
 	// Logger; default discards.
 	Logger *slog.Logger
 }
 
-// ViewChange is one committed change a View applied.
-type ViewChange[S any] struct {
+// Change is one committed change a View applied.
+type Change[S any] struct {
 	Partition int32
 	Key       []byte
 	// State is the new state; the zero state when Deleted or Err.
@@ -99,30 +101,30 @@ type ViewChange[S any] struct {
 	// Offset is the input offset of the last event folded into the state
 	// (of a view of snapshots), or the record's own offset (Plain).
 	Offset int64
-	// Err is a *RecoveredStateError if the state does not decode with
+	// Err is a *engine.RecoveredStateError if the state does not decode with
 	// the Codec; the change is in the cache all the same, and a Get of
 	// the key returns the error.
 	Err error
 }
 
-// ViewEntry is a key's state in a View.
-type ViewEntry[S any] struct {
+// Entry is a key's state in a View.
+type Entry[S any] struct {
 	Partition int32
 	Key       []byte
 	State     S
-	// Offset is as ViewChange.Offset.
+	// Offset is as Change.Offset.
 	Offset int64
 }
 
-// ErrViewClosed: the View is closed.
-var ErrViewClosed = errors.New("engine: view closed")
+// ErrClosed: the View is closed.
+var ErrClosed = errors.New("view: closed")
 
-// ErrViewRunning: Run or Step was called while another Run or Step of
+// ErrRunning: Run or Step was called while another Run or Step of
 // the same View was under way.
-var ErrViewRunning = errors.New("engine: view already running")
+var ErrRunning = errors.New("view: already running")
 
 // PartitionNotHeldError is a read of a partition the View does not hold
-// (ViewConfig.Partitions): Get of a key the Partitioner places there,
+// (Config.Partitions): Get of a key the Partitioner places there,
 // or Range of it. Match it with errors.As.
 type PartitionNotHeldError struct {
 	// Topic is the view's name (Name).
@@ -133,40 +135,40 @@ type PartitionNotHeldError struct {
 }
 
 func (e *PartitionNotHeldError) Error() string {
-	return fmt.Sprintf("engine: view of %s: partition %d is not held (the view holds %v)", e.Topic, e.Partition, e.Held)
+	return fmt.Sprintf("view %s: partition %d is not held (the view holds %v)", e.Topic, e.Partition, e.Held)
 }
 
-// ViewPartitionError is the failure of one partition of a View: a
+// PartitionError is the failure of one partition of a View: a
 // corrupt record of a snapshot topic (*store.CorruptRecordError), a
 // reader error, a cache error. The partition stops reading; Run returns
 // the error, and a later Run or Step opens the partition again from the
 // cache's checkpoint. Until then Get and Range of the partition return it,
 // and so does WaitCaughtUp. It unwraps to Err.
-type ViewPartitionError struct {
+type PartitionError struct {
 	Topic     string
 	Partition int32
 	Err       error
 }
 
-func (e *ViewPartitionError) Error() string {
-	return fmt.Sprintf("engine: view of %s: partition %d failed: %v", e.Topic, e.Partition, e.Err)
+func (e *PartitionError) Error() string {
+	return fmt.Sprintf("view %s: partition %d failed: %v", e.Topic, e.Partition, e.Err)
 }
 
-func (e *ViewPartitionError) Unwrap() error { return e.Err }
+func (e *PartitionError) Unwrap() error { return e.Err }
 
-// ViewStatus is a View's status.
-type ViewStatus struct {
+// Status is a View's status.
+type Status struct {
 	// Topic is the view's name.
 	Topic string
-	// CaughtUp: every partition held has caught up (ViewPartitionStatus).
+	// CaughtUp: every partition held has caught up (PartitionStatus).
 	CaughtUp   bool
-	Partitions []ViewPartitionStatus
+	Partitions []PartitionStatus
 }
 
-// ViewPartitionStatus is one held partition's status. The offsets are
+// PartitionStatus is one held partition's status. The offsets are
 // those of the partition read (the snapshot partition of a view of
 // snapshots).
-type ViewPartitionStatus struct {
+type PartitionStatus struct {
 	Partition int32
 	// Position is the offset the view has read up to (aborted records
 	// and transaction markers included).
@@ -188,26 +190,26 @@ type ViewPartitionStatus struct {
 	// Read counts the records (snapshots, tombstones) applied since it
 	// was opened.
 	Read int64
-	// Err is the partition's failure (a *ViewPartitionError); nil while
+	// Err is the partition's failure (a *PartitionError); nil while
 	// it reads.
 	Err error
 }
 
 // View is a read-only replica of a snapshot topic (or, with
-// ViewConfig.Plain, of a topic of plain key/values): every partition it
+// Config.Plain, of a topic of plain key/values): every partition it
 // holds, read read_committed into a local cache and kept following. It
 // writes nothing to Kafka and joins no group. Of a snapshot topic written
 // by a Transactional engine it shows only committed snapshots: never one
 // of an aborted transaction, so never one of a stale owner whose writes
 // the fence aborted, nor one of a transaction a crashed owner left open.
 //
-// NewView opens it; Run keeps it following, as goka's View.Run (run it in
+// New opens it; Run keeps it following, as goka's View.Run (run it in
 // a goroutine; Step is one round of reads, for a caller that drives time,
-// as Member.Step). Reads (Get, Range, All, Status) are safe from any
+// as engine.Member.Step). Reads (Get, Range, All, Status) are safe from any
 // goroutine, while Run runs too. A Get before the view caught up returns
 // what the view has read so far; WaitCaughtUp waits for the rest.
 type View[S any] struct {
-	cfg   ViewConfig[S]
+	cfg   Config[S]
 	name  string
 	count int32 // the topic's partitions: the Partitioner's modulus
 	tag   string
@@ -237,13 +239,13 @@ type viewPart[S any] struct {
 	num  int32
 	tp   store.TopicPartition    // what the store follows: the input partition, or the plain topic's
 	rd   core.CommittedReader[S] // its states in the cache
-	core *core.Core[S, Output]
+	core *core.Core[S, engine.Output]
 	// replica keeps the cache's copy up to date; it does not follow while
 	// the partition failed.
 	replica *replica.Reader
 
 	// Guarded by View.mu.
-	st ViewPartitionStatus
+	st PartitionStatus
 }
 
 // Checkpoint tags: the group a checkpoint of the cache names. No Kafka
@@ -254,31 +256,33 @@ const (
 	tableCheckpointTag = "\x00snapfence-table"
 )
 
+var _ engine.Table = (*View[int])(nil)
+
 // viewPollWait bounds one read of a partition that has nothing new: how
 // often an idle partition lists its log end.
 const viewPollWait = 5 * time.Second
 
 // check validates cfg and fills in the defaults.
-func (cfg ViewConfig[S]) check() (ViewConfig[S], error) {
+func (cfg Config[S]) check() (Config[S], error) {
 	if cfg.Store == nil {
-		return cfg, &store.ConfigError{Subject: "engine.ViewConfig.Store", Problem: "is nil", Fix: "give a store/kafka or store/sim backend"}
+		return cfg, &store.ConfigError{Subject: "view.Config.Store", Problem: "is nil", Fix: "give a store/kafka or store/sim backend"}
 	}
 	if cfg.Topic == "" {
-		return cfg, &store.ConfigError{Subject: "engine.ViewConfig.Topic", Problem: "is empty",
+		return cfg, &store.ConfigError{Subject: "view.Config.Topic", Problem: "is empty",
 			Fix: "name the input topic whose snapshots the view reads (or, with Plain, the topic it reads)"}
 	}
 	if cfg.Codec == nil {
-		return cfg, &store.ConfigError{Subject: "engine.ViewConfig.Codec", Problem: "is nil", Fix: "give the codec the states were written with"}
+		return cfg, &store.ConfigError{Subject: "view.Config.Codec", Problem: "is nil", Fix: "give the codec the states were written with"}
 	}
 	if !cfg.Plain && cfg.Store.Mode() != store.Transactional {
-		return cfg, &store.ConfigError{Subject: "engine.ViewConfig.Store",
+		return cfg, &store.ConfigError{Subject: "view.Config.Store",
 			Problem: "is not in Transactional mode: a view of snapshots shows only what the fence vouches for, and a Plain-mode reader vouches for nothing (it reads read_uncommitted, aborted and stale snapshots included)",
 			Fix:     "use a Transactional backend (the view writes nothing; the mode only sets how it reads), or set Plain to read the topic as plain key/values"}
 	}
 	seen := map[int32]bool{}
 	for _, p := range cfg.Partitions {
 		if p < 0 || seen[p] {
-			return cfg, &store.ConfigError{Subject: "engine.ViewConfig.Partitions", Problem: fmt.Sprintf("are %v: %d is negative or named twice", cfg.Partitions, p),
+			return cfg, &store.ConfigError{Subject: "view.Config.Partitions", Problem: fmt.Sprintf("are %v: %d is negative or named twice", cfg.Partitions, p),
 				Fix: "name each partition once, or leave Partitions nil for all"}
 		}
 		seen[p] = true
@@ -292,15 +296,15 @@ func (cfg ViewConfig[S]) check() (ViewConfig[S], error) {
 	return cfg, nil
 }
 
-// NewView opens a view: it checks cfg, counts the topic's partitions,
+// New opens a view: it checks cfg, counts the topic's partitions,
 // opens the cache and a follower of each partition held (from the cache's
 // checkpoint if the store accepts it), and lists each one's high
 // watermark, which WaitCaughtUp waits for. Nothing is read yet: Run or
 // Step reads. A missing topic fails here (an error matching
 // store.ErrMisconfigured), as does a misconfiguration (a
 // *store.ConfigError) or a cache directory that is not the view's (a
-// *CacheDirError).
-func NewView[S any](ctx context.Context, cfg ViewConfig[S]) (*View[S], error) {
+// *engine.CacheDirError).
+func New[S any](ctx context.Context, cfg Config[S]) (*View[S], error) {
 	cfg, err := cfg.check()
 	if err != nil {
 		return nil, err
@@ -314,7 +318,7 @@ func NewView[S any](ctx context.Context, cfg ViewConfig[S]) (*View[S], error) {
 		}
 	}
 	if v.count, err = cfg.Store.Partitions(ctx, cfg.Topic); err != nil {
-		return nil, fmt.Errorf("engine: view of %s: counting the partitions of %q: %w", v.name, cfg.Topic, err)
+		return nil, fmt.Errorf("view %s: counting the partitions of %q: %w", v.name, cfg.Topic, err)
 	}
 	v.held = slices.Clone(cfg.Partitions)
 	if v.held == nil {
@@ -325,19 +329,19 @@ func NewView[S any](ctx context.Context, cfg ViewConfig[S]) (*View[S], error) {
 	slices.Sort(v.held)
 	for _, p := range v.held {
 		if p >= v.count {
-			return nil, &store.ConfigError{Subject: "engine.ViewConfig.Partitions",
+			return nil, &store.ConfigError{Subject: "view.Config.Partitions",
 				Problem: fmt.Sprintf("name partition %d; topic %q has %d", p, cfg.Topic, v.count), Fix: "name only the topic's partitions"}
 		}
 	}
-	if v.kv, err = openCache(cfg.Dir, ""); err != nil {
+	if v.kv, err = openCache(cfg.Dir); err != nil {
 		return nil, err
 	}
 	for _, p := range v.held {
 		tp := store.TopicPartition{Topic: cfg.Topic, Partition: p}
-		c, err := core.New(core.Config[S, Output]{Input: tp, Codec: cfg.Codec, Warm: true}, v.kv)
+		c, err := core.New(core.Config[S, engine.Output]{Input: tp, Codec: cfg.Codec, Warm: true}, v.kv)
 		if err == nil {
 			part := &viewPart[S]{num: p, tp: tp, rd: c.CommittedReader(), core: c,
-				st: ViewPartitionStatus{Partition: p, Target: -1, LogEnd: -1, Lag: -1, From: -1}}
+				st: PartitionStatus{Partition: p, Target: -1, LogEnd: -1, Lag: -1, From: -1}}
 			part.replica = v.replicaOf(part)
 			v.parts[p] = part
 			v.sched.Add(tp)
@@ -350,6 +354,18 @@ func NewView[S any](ctx context.Context, cfg ViewConfig[S]) (*View[S], error) {
 		}
 	}
 	return v, nil
+}
+
+// openCache opens the view's cache (cache.Open, holding any
+// application's states): in memory if dir is empty, else in
+// dir/snapfence-cache, as the engine's. A directory it refuses is an
+// *engine.CacheDirError.
+func openCache(dir string) (*cache.KV, error) {
+	kv, err := cache.Open(dir, "")
+	if de, ok := errors.AsType[*cache.DirError](err); ok {
+		return nil, &engine.CacheDirError{Path: de.Path, Kind: de.Kind, Detail: de.Detail, Err: de.Err}
+	}
+	return kv, err
 }
 
 // Name is the topic the view reads: the snapshot topic, or the plain
@@ -384,7 +400,7 @@ func (v *View[S]) open(ctx context.Context, part *viewPart[S]) error {
 		v.log.Info("view: the cache's checkpoint is no valid base; reading the partition from its start", "topic", v.name, "partition", part.num, "reason", ce.Reason)
 	}
 	if err != nil {
-		return fmt.Errorf("engine: view of %s: opening partition %d: %w", v.name, part.num, err)
+		return fmt.Errorf("view %s: opening partition %d: %w", v.name, part.num, err)
 	}
 	from := opened.From
 	v.mu.Lock()
@@ -392,7 +408,7 @@ func (v *View[S]) open(ctx context.Context, part *viewPart[S]) error {
 	v.mu.Unlock()
 	if target < 0 || from == nil {
 		if target, err = part.replica.HighWatermark(ctx); err != nil {
-			return fmt.Errorf("engine: view of %s: opening partition %d: %w", v.name, part.num, part.replica.Fail(err))
+			return fmt.Errorf("view %s: opening partition %d: %w", v.name, part.num, part.replica.Fail(err))
 		}
 	}
 	pos, _ := part.replica.Position()
@@ -407,18 +423,18 @@ func (v *View[S]) open(ctx context.Context, part *viewPart[S]) error {
 	st.CaughtUp = st.CaughtUp || pos >= target
 	v.changedLocked()
 	v.mu.Unlock()
-	v.log.Info("view: following", "topic", v.name, "partition", part.num, "from", followBase(from), "target", target)
+	v.log.Info("view: following", "topic", v.name, "partition", part.num, "from", opened.Base(), "target", target)
 	return nil
 }
 
 // Run keeps the view following until ctx ends or Close is called (then
 // it returns nil), or a partition fails: then it stops the others and
-// returns that partition's *ViewPartitionError. Run again opens the
+// returns that partition's *PartitionError. Run again opens the
 // failed partition again, from the cache's checkpoint. One Run (or
-// Step) at a time: another returns ErrViewRunning.
+// Step) at a time: another returns ErrRunning.
 func (v *View[S]) Run(ctx context.Context) error {
 	if !v.readMu.TryLock() {
-		return ErrViewRunning
+		return ErrRunning
 	}
 	defer v.readMu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
@@ -449,12 +465,12 @@ func (v *View[S]) Run(ctx context.Context) error {
 }
 
 // Step reads each partition once, without waiting for records, and
-// returns the first failure among them (a *ViewPartitionError); the
+// returns the first failure among them (a *PartitionError); the
 // next Step opens the failed one again first. It is Run in one round, for a caller that drives time (the simulated
 // cluster).
 func (v *View[S]) Step(ctx context.Context) error {
 	if !v.readMu.TryLock() {
-		return ErrViewRunning
+		return ErrRunning
 	}
 	defer v.readMu.Unlock()
 	if err := v.resume(nil); err != nil {
@@ -477,7 +493,7 @@ func (v *View[S]) resume(cancel context.CancelFunc) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closing {
-		return ErrViewClosed
+		return ErrClosed
 	}
 	v.cancel = cancel
 	v.sched.Resume()
@@ -491,7 +507,7 @@ func (v *View[S]) next(part *viewPart[S]) schedule.ReplicaStep {
 	return v.sched.Next(part.tp, time.Now())
 }
 
-// ended is the failure that ended the run (a *ViewPartitionError), if
+// ended is the failure that ended the run (a *PartitionError), if
 // one did.
 func (v *View[S]) ended() error {
 	v.mu.Lock()
@@ -564,11 +580,11 @@ func (v *View[S]) changes(part *viewPart[S], snaps []store.Snapshot) {
 	v.changeMu.Lock()
 	defer v.changeMu.Unlock()
 	for _, s := range snaps {
-		ch := ViewChange[S]{Partition: part.num, Key: s.Key, Offset: s.Offset, Deleted: s.Tombstone}
+		ch := Change[S]{Partition: part.num, Key: s.Key, Offset: s.Offset, Deleted: s.Tombstone}
 		if !s.Tombstone {
 			st, err := v.cfg.Codec.Decode(s.Value)
 			if err != nil {
-				ch.Err = &RecoveredStateError{Input: part.tp, Key: s.Key, Offset: s.Offset, Err: err}
+				ch.Err = &engine.RecoveredStateError{Input: part.tp, Key: s.Key, Offset: s.Offset, Err: err}
 			} else {
 				ch.State = st
 			}
@@ -578,9 +594,9 @@ func (v *View[S]) changes(part *viewPart[S], snaps []store.Snapshot) {
 }
 
 // fail records part's failure err (its replica stopped following) and
-// returns its *ViewPartitionError.
+// returns its *PartitionError.
 func (v *View[S]) fail(part *viewPart[S], err error) error {
-	pe := &ViewPartitionError{Topic: v.name, Partition: part.num, Err: err}
+	pe := &PartitionError{Topic: v.name, Partition: part.num, Err: err}
 	v.mu.Lock()
 	part.st.Err = pe
 	v.changedLocked()
@@ -598,16 +614,16 @@ func (v *View[S]) changedLocked() {
 // WaitCaughtUp returns nil once every partition the view holds has read
 // up to the high watermark it had when the partition was opened
 // (read_committed, so past the end of every transaction open then), or
-// the failure of a partition (a *ViewPartitionError, which it returns
+// the failure of a partition (a *PartitionError, which it returns
 // whether or not the view had caught up: a failed partition no longer
-// follows), ErrViewClosed, or ctx's error. The view reads only while Run
+// follows), ErrClosed, or ctx's error. The view reads only while Run
 // (or Step) runs.
 func (v *View[S]) WaitCaughtUp(ctx context.Context) error {
 	for {
 		v.mu.Lock()
 		caught, err := v.caughtLocked()
 		if v.closing && err == nil {
-			err = ErrViewClosed
+			err = ErrClosed
 		}
 		wake := v.notify
 		v.mu.Unlock()
@@ -640,10 +656,10 @@ func (v *View[S]) caughtLocked() (bool, error) {
 }
 
 // Status is the view's status, by partition.
-func (v *View[S]) Status() ViewStatus {
+func (v *View[S]) Status() Status {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := ViewStatus{Topic: v.name}
+	s := Status{Topic: v.name}
 	s.CaughtUp, _ = v.caughtLocked()
 	for _, p := range v.held {
 		s.Partitions = append(s.Partitions, v.parts[p].st)
@@ -662,7 +678,7 @@ func (v *View[S]) enter(p int32) (*viewPart[S], error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closing {
-		return nil, ErrViewClosed
+		return nil, ErrClosed
 	}
 	if err := part.st.Err; err != nil {
 		return nil, err
@@ -676,8 +692,8 @@ func (v *View[S]) enter(p int32) (*viewPart[S], error) {
 // has none, or was deleted). It does not wait for the view to catch up.
 // A key of a partition the view does not hold is a
 // *PartitionNotHeldError; a state that does not decode a
-// *RecoveredStateError; a failed partition's reads return its
-// *ViewPartitionError.
+// *engine.RecoveredStateError; a failed partition's reads return its
+// *PartitionError.
 func (v *View[S]) Get(key []byte) (state S, exists bool, err error) {
 	part, err := v.enter(v.cfg.Partitioner(key, v.count))
 	if err != nil {
@@ -692,9 +708,9 @@ func (v *View[S]) Get(key []byte) (state S, exists bool, err error) {
 	return e.State, err == nil && e.live, err
 }
 
-// viewEntry is a ViewEntry read from the cache, tombstones included.
+// viewEntry is a Entry read from the cache, tombstones included.
 type viewEntry[S any] struct {
-	ViewEntry[S]
+	Entry[S]
 	live bool
 }
 
@@ -702,12 +718,12 @@ type viewEntry[S any] struct {
 // decoder of the cache's entries: core.CommittedReader).
 func (v *View[S]) entry(part *viewPart[S], key, b []byte) (viewEntry[S], error) {
 	ce, live, err := part.rd.Decode(key, b)
-	e := viewEntry[S]{ViewEntry: ViewEntry[S]{Partition: part.num, Key: key, Offset: ce.Offset, State: ce.State}, live: live}
+	e := viewEntry[S]{Entry: Entry[S]{Partition: part.num, Key: key, Offset: ce.Offset, State: ce.State}, live: live}
 	if err != nil {
-		if _, ok := err.(*core.StateError); ok {
-			return e, fromCore(err)
+		if se, ok := err.(*core.StateError); ok {
+			return e, &engine.RecoveredStateError{Input: se.Input, Key: se.Key, Offset: se.Offset, Err: se.Err}
 		}
-		return e, fmt.Errorf("engine: view of %s, partition %d: %w", v.name, part.num, err)
+		return e, fmt.Errorf("view %s, partition %d: %w", v.name, part.num, err)
 	}
 	return e, nil
 }
@@ -716,21 +732,21 @@ func (v *View[S]) entry(part *viewPart[S], key, b []byte) (viewEntry[S], error) 
 // order, as of the moment it starts (a Pebble iterator: a snapshot, so
 // the reads going on meanwhile do not show). It yields one error and
 // stops for a partition not held (*PartitionNotHeldError), a failed one
-// (*ViewPartitionError), a state that does not decode
-// (*RecoveredStateError) or a cache error. Close waits for a Range under
+// (*PartitionError), a state that does not decode
+// (*engine.RecoveredStateError) or a cache error. Close waits for a Range under
 // way; do not call it from the loop.
-func (v *View[S]) Range(p int32) iter.Seq2[ViewEntry[S], error] {
-	return func(yield func(ViewEntry[S], error) bool) {
+func (v *View[S]) Range(p int32) iter.Seq2[Entry[S], error] {
+	return func(yield func(Entry[S], error) bool) {
 		part, err := v.enter(p)
 		if err != nil {
-			yield(ViewEntry[S]{}, err)
+			yield(Entry[S]{}, err)
 			return
 		}
 		defer v.readers.Done()
 		prefix := part.rd.Prefix()
 		it, err := v.kv.NewIter(prefix, core.PrefixEnd(prefix))
 		if err != nil {
-			yield(ViewEntry[S]{}, fmt.Errorf("engine: view of %s: reading partition %d: %w", v.name, p, err))
+			yield(Entry[S]{}, fmt.Errorf("view %s: reading partition %d: %w", v.name, p, err))
 			return
 		}
 		defer func() { _ = it.Close() }()
@@ -738,22 +754,22 @@ func (v *View[S]) Range(p int32) iter.Seq2[ViewEntry[S], error] {
 			key := bytes.Clone(it.Key()[len(prefix):])
 			e, err := v.entry(part, key, it.Value())
 			if err != nil {
-				yield(ViewEntry[S]{}, err)
+				yield(Entry[S]{}, err)
 				return
 			}
-			if e.live && !yield(e.ViewEntry, nil) {
+			if e.live && !yield(e.Entry, nil) {
 				return
 			}
 		}
 		if err := it.Error(); err != nil {
-			yield(ViewEntry[S]{}, fmt.Errorf("engine: view of %s: reading partition %d: %w", v.name, p, err))
+			yield(Entry[S]{}, fmt.Errorf("view %s: reading partition %d: %w", v.name, p, err))
 		}
 	}
 }
 
 // All is Range over every partition the view holds, in partition order.
-func (v *View[S]) All() iter.Seq2[ViewEntry[S], error] {
-	return func(yield func(ViewEntry[S], error) bool) {
+func (v *View[S]) All() iter.Seq2[Entry[S], error] {
+	return func(yield func(Entry[S], error) bool) {
 		for _, p := range v.held {
 			for e, err := range v.Range(p) {
 				if !yield(e, err) || err != nil {
@@ -766,8 +782,8 @@ func (v *View[S]) All() iter.Seq2[ViewEntry[S], error] {
 
 // Close stops Run, waits for it and for the reads under way, and closes
 // the followers and the cache (an on-disk cache keeps each partition's
-// last checkpoint for the next NewView on its Dir). Later reads return
-// ErrViewClosed.
+// last checkpoint for the next New on its Dir). Later reads return
+// ErrClosed.
 func (v *View[S]) Close() error {
 	v.mu.Lock()
 	if v.closing {
