@@ -105,8 +105,17 @@ type Record struct {
 	Offset    int64
 	Key       []byte
 	Value     []byte
+	// Timestamp is the record's own time (event time): its producer's, or
+	// the log's append time.
 	Timestamp time.Time
 	Headers   []store.Header
+	// Now is processing time: the time of the poll that folds the record,
+	// on the input's clock (the wall clock on Kafka, the virtual clock on
+	// the simulated cluster), the clock processing-time timers fire by.
+	// A fold that sets Timer{Kind: ProcessingTime, At: rec.Now.Add(d)}
+	// has it fire d later, in virtual time too; time.Now() in a fold
+	// cannot be driven by a test.
+	Now time.Time
 }
 
 // Output is a record the fold asks to emit: to Config.Emit (or StartEmit), or under

@@ -452,7 +452,11 @@ func (r *Member[S]) emitFailed(ctx context.Context, err error) error {
 // fold folds a poll's records, run by run (a poll's records come in runs
 // of one partition), fires the timers due, and emits their outputs.
 func (r *Member[S]) fold(ctx context.Context, recs []input.Record) error {
-	now := r.src.Now().UnixMilli()
+	at := r.src.Now()
+	now := at.UnixMilli()
+	for i := range recs {
+		recs[i].Now = at
+	}
 	for i := 0; i < len(recs); {
 		n := runLength(recs[i:])
 		r.foldRun(ctx, recs[i:i+n], now)

@@ -425,3 +425,58 @@ func TestTimerOutputsThroughACrashOnSim(t *testing.T) {
 		})
 	}
 }
+
+// A fold reads processing time from Record.Now: the poll's time on the
+// input's clock, which the simulated cluster drives. A record produced
+// ten minutes (virtual) before it is folded has Timestamp at its append
+// and Now at the fold; a processing-time timer set at Now plus five
+// seconds fires five virtual seconds after the fold, not at once (as one
+// set from Timestamp, or from a zero Now, would).
+func TestFoldReadsProcessingTimeFromTheInputsClockOnSim(t *testing.T) {
+	w := newTimerWorld(t)
+	var seen []engine.Record
+	fold := func(key []byte, state int, exists bool, rec engine.Record) (engine.Result[int], error) {
+		seen = append(seen, rec)
+		return engine.Set(state + 1).SetTimer(engine.Timer{Kind: engine.ProcessingTime, At: rec.Now.Add(timerDelay)}), nil
+	}
+	p1 := store.TopicPartition{Topic: "accounts", Partition: 1}
+	produced := w.c.Now()
+	if _, err := w.c.Produce(p1, wire.Record{Key: []byte("alice"), Value: []byte("+1")}); err != nil {
+		t.Fatal(err)
+	}
+	w.c.Advance(10 * time.Minute)
+	r := w.runner(w.engine("", func(c *engine.Config[int]) { c.Fold = fold }))
+	ctx := context.Background()
+	var foldedAt time.Time
+	for range 10 {
+		at := w.c.Now()
+		if err := r.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if len(seen) > 0 {
+			foldedAt = at
+			break
+		}
+		w.c.Advance(time.Second)
+	}
+	if len(seen) != 1 {
+		t.Fatalf("folded %d records, want alice's one", len(seen))
+	}
+	rec := seen[0]
+	if !rec.Now.Equal(foldedAt) || !rec.Timestamp.Equal(produced) {
+		t.Fatalf("rec.Now = %v, Timestamp = %v; want the poll's virtual time %v and the append time %v", rec.Now, rec.Timestamp, foldedAt, produced)
+	}
+	for w.c.Now().Before(foldedAt.Add(timerDelay)) {
+		if n := w.fired.of("alice"); n != 0 {
+			t.Fatalf("the timer fired at %v, before Now+%v (%v)", w.c.Now(), timerDelay, foldedAt.Add(timerDelay))
+		}
+		w.c.Advance(time.Second)
+		if err := r.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.steps(2, r)
+	if n := w.fired.of("alice"); n != 1 {
+		t.Fatalf("the timer fired %d times by %v, want once", n, w.c.Now())
+	}
+}

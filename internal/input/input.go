@@ -25,6 +25,9 @@ type Record struct {
 	Value     []byte
 	Timestamp time.Time
 	Headers   []store.Header
+	// Now is the poll's time on the source's clock, set by the engine
+	// before the fold (engine.Record.Now).
+	Now time.Time
 }
 
 // GroupPartition is one input partition as the consumer group's
