@@ -36,7 +36,9 @@ type Replicas struct {
 	// nextRound and nextList are when the next round and listing are due
 	// (zero: at once).
 	nextRound, nextList time.Time
-	err                 error
+	// listed: the partitions were listed once.
+	listed bool
+	err    error
 }
 
 // ReplicaConfig is what Replicas decides with.
@@ -166,14 +168,13 @@ func (rs *Replicas) RoundDue(now time.Time) bool { return !now.Before(rs.nextRou
 // again (always before the first listing); Listed says they were, at
 // now, whether or not the listing succeeded (a failed one waits for the
 // next).
-func (rs *Replicas) ListDue(now time.Time) bool { return !now.Before(rs.nextList) }
+func (rs *Replicas) ListDue(now time.Time) bool {
+	return !rs.listed || (rs.cfg.ListEvery > 0 && !now.Before(rs.nextList))
+}
 
 // Listed: see ListDue.
 func (rs *Replicas) Listed(now time.Time) {
-	rs.nextList = now.Add(rs.cfg.ListEvery)
-	if rs.cfg.ListEvery == 0 {
-		rs.nextList = now.Add(time.Duration(1<<63 - 1))
-	}
+	rs.listed, rs.nextList = true, now.Add(rs.cfg.ListEvery)
 }
 
 // Next is what the caller does with tp's replica at now.
