@@ -455,6 +455,13 @@ type Config[S any] struct {
 	// Observer receives the engine's measurements (package engine/prom
 	// exports them to Prometheus); default nil: nothing is recorded.
 	Observer Observer
+	// Partitioner says which input partition holds a key, given the
+	// topic's partition count: Locate asks it. Default
+	// store.OutputPartition, the murmur2 partitioner of Kafka's Java
+	// client and of franz-go's default, which a producer that keys the
+	// input with either uses. A wrong one sends queries to the wrong
+	// instance.
+	Partitioner func(key []byte, partitions int32) int32
 }
 
 // Engine is a configured engine: the fold, the store, the local cache.

@@ -34,6 +34,10 @@ type GroupPartition struct {
 	// Assigned: the coordinator has the partition assigned to a member
 	// of the group.
 	Assigned bool
+	// Endpoint is the endpoint its member advertises
+	// (kafkaio.Config.Endpoint); "" if it advertises none, or the
+	// partition is not assigned.
+	Endpoint string
 }
 
 // Lag is the records of the partition no commit covers: LogEndOffset
@@ -105,7 +109,12 @@ func (b *statusBoard) groupReport(parts []GroupPartition, at time.Time, err erro
 	}
 	b.groupAt = at
 	b.unserved = b.unserved[:0:0]
+	b.endpoints, b.counts = map[store.TopicPartition]string{}, map[string]int32{}
 	for _, p := range parts {
+		b.counts[p.Input.Topic]++
+		if p.Assigned {
+			b.endpoints[p.Input] = p.Endpoint
+		}
 		if !p.Assigned {
 			b.unserved = append(b.unserved, UnservedPartition{Input: p.Input, CommittedOffset: p.CommittedOffset,
 				LogEndOffset: p.LogEndOffset, Lag: p.Lag()})

@@ -364,6 +364,11 @@ type statusBoard struct {
 	unserved []UnservedPartition
 	groupAt  time.Time
 	groupErr error
+	// endpoints are the assigned partitions' owners' endpoints, and
+	// counts each input topic's partition count, as the last group
+	// report read them (Engine.Locate).
+	endpoints map[store.TopicPartition]string
+	counts    map[string]int32
 	// failures are the partitions' transient restarts since their last
 	// commit (PartitionStatus.Failing).
 	failures map[store.TopicPartition]*failureRun

@@ -14,6 +14,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,6 +92,14 @@ type Config struct {
 	// SessionTimeout: raise SessionTimeout to cover a restart (30 s to a
 	// few minutes) when setting it.
 	InstanceID string
+	// Endpoint is the address this instance serves queries at
+	// ("http://10.0.0.5:8080"), advertised to the rest of the group so
+	// that any instance can say which one serves a key
+	// (engine.GroupPartition.Endpoint, engine.Engine.Locate). It travels
+	// as the group member's client.id (EndpointClientID), the one field
+	// of a member every group protocol describes; a kgo.ClientID in
+	// ClientOpts overrides it. Default "": nothing advertised.
+	Endpoint string
 
 	// CreateTopics creates missing input topics, with CreatePartitions
 	// partitions and CreateReplicationFactor replicas, instead of failing
@@ -179,6 +188,9 @@ func (cfg Config) resolve() (Config, error) {
 	}
 	if err := cfg.resolveTopicCreation(); err != nil {
 		return Config{}, err
+	}
+	if strings.ContainsAny(cfg.Endpoint, " \t\r\n") || len(cfg.Endpoint) > maxEndpointLen {
+		return Config{}, badConfigField("Endpoint", fmt.Sprintf("%q has white space or is over %d bytes", cfg.Endpoint, maxEndpointLen), `give a URL such as "http://10.0.0.5:8080"`)
 	}
 	return cfg, nil
 }
@@ -450,6 +462,9 @@ func (s *kafkaSource) memberClientOpts(h input.Handler) []kgo.Opt {
 	}
 	if cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
+	if cfg.Endpoint != "" {
+		opts = append(opts, kgo.ClientID(EndpointClientID(cfg.Endpoint)))
 	}
 	return append(opts, cfg.ClientOpts...)
 }
@@ -1036,8 +1051,9 @@ func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]input.GroupPartition
 		if !sok || !eok || start.Err != nil || end.Err != nil {
 			return nil, fmt.Errorf("kafkaio: the log start or end of %s: %v %v", tp, start.Err, end.Err)
 		}
+		endpoint, isAssigned := assigned[tp]
 		gp := input.GroupPartition{Input: tp, CommittedOffset: -1, LogStartOffset: start.Offset, LogEndOffset: end.Offset,
-			Assigned: assigned.Lookup(tp.Topic, tp.Partition)}
+			Assigned: isAssigned, Endpoint: endpoint}
 		if c, ok := committed.Lookup(tp.Topic, tp.Partition); ok && c.Err == nil && c.At >= 0 {
 			gp.CommittedOffset = c.At
 		}
@@ -1047,23 +1063,29 @@ func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]input.GroupPartition
 }
 
 // groupAssigned is the partitions the group's coordinator has assigned to
-// its members (names: the input topics' names by id, for a response that
-// names a topic by its id alone).
-func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]string) (kadm.TopicsSet, error) {
+// its members, each with its member's advertised endpoint ("" if none;
+// names: the input topics' names by id, for a response that names a topic
+// by its id alone).
+func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]string) (map[store.TopicPartition]string, error) {
+	owners := map[store.TopicPartition]string{}
+	add := func(clientID, topic string, parts []int32) {
+		for _, p := range parts {
+			owners[store.TopicPartition{Topic: topic, Partition: p}] = ClientIDEndpoint(clientID)
+		}
+	}
 	req := kmsg.NewPtrConsumerGroupDescribeRequest()
 	req.Groups = []string{s.group}
 	if resp, err := req.RequestWith(ctx, s.cl); err == nil && len(resp.Groups) == 1 && resp.Groups[0].ErrorCode == 0 {
-		set := kadm.TopicsSet{}
 		for _, m := range resp.Groups[0].Members {
 			for _, t := range m.Assignment.TopicPartitions {
 				name := t.Topic
 				if name == "" {
 					name = names[t.TopicID]
 				}
-				set.Add(name, t.Partitions...)
+				add(m.ClientID, name, t.Partitions)
 			}
 		}
-		return set, nil
+		return owners, nil
 	}
 	// Not a consumer-protocol group (or a broker without the API).
 	groups, err := s.adm.DescribeGroups(ctx, s.group)
@@ -1072,12 +1094,19 @@ func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]
 	}
 	g, ok := groups[s.group]
 	if !ok {
-		return kadm.TopicsSet{}, nil
+		return owners, nil
 	}
 	if g.Err != nil {
 		return nil, fmt.Errorf("kafkaio: describing group %s: %w", s.group, g.Err)
 	}
-	return g.AssignedPartitions(), nil
+	for _, m := range g.Members {
+		if c, ok := m.Assigned.AsConsumer(); ok {
+			for _, t := range c.Topics {
+				add(m.ClientID, t.Topic, t.Partitions)
+			}
+		}
+	}
+	return owners, nil
 }
 
 // Go implements Source: f runs on a goroutine of its own, and once it

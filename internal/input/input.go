@@ -38,6 +38,7 @@ type GroupPartition struct {
 	CommittedOffset              int64 // -1 if none
 	LogStartOffset, LogEndOffset int64
 	Assigned                     bool
+	Endpoint                     string
 }
 
 // Source is the group consumer one member of the engine drives, from one

@@ -1,0 +1,222 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/service"
+	"github.com/snapfence/snapfence/store"
+)
+
+// sum folds decimal amounts into a running total and emits it.
+func sum(key []byte, total int64, _ bool, rec engine.Record) (engine.Result[int64], error) {
+	n, err := strconv.ParseInt(string(rec.Value), 10, 64)
+	if err != nil {
+		return engine.Result[int64]{}, err
+	}
+	total += n
+	return engine.Set(total).With(engine.Output{Topic: "totals", Key: key, Value: []byte(strconv.FormatInt(total, 10))}), nil
+}
+
+func config() service.Config[int64] {
+	return service.Config[int64]{
+		Application: "totals-test",
+		Brokers:     []string{service.Embedded},
+		Input:       "orders",
+		Engine:      engine.Config[int64]{Fold: sum, Codec: engine.Int64(), CommitInterval: 50 * time.Millisecond},
+	}
+}
+
+// waitFor polls cond until it holds or the test's deadline nears: it
+// waits for what it observes, not for a time.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline, ok := t.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Minute)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline.Add(-5 * time.Second)) {
+			t.Fatalf("never observed: %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func TestServiceOnTheEmbeddedClusterFoldsAndAnswersQueries(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	svc, err := service.New(ctx, config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(svc.Brokers()...), kgo.DefaultProduceTopic("orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	want := map[string]int64{}
+	for i := range 60 {
+		key := "c" + strconv.Itoa(i%7)
+		want[key] += int64(i)
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(key), Value: []byte(strconv.Itoa(i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	for key, total := range want {
+		waitFor(t, key+" committed at its total", func() bool {
+			e, ok, err := svc.Get(ctx, []byte(key))
+			return err == nil && ok && e.State == total
+		})
+		resp, err := http.Get(srv.URL + "/keys/" + key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var got struct {
+			State int64 `json:"state"`
+		}
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &got) != nil || got.State != total {
+			t.Fatalf("GET /keys/%s: %d %s, want 200 with state %d", key, resp.StatusCode, body, total)
+		}
+	}
+	resp, err := http.Get(srv.URL + "/keys/nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET /keys/nobody: %d, want 404", resp.StatusCode)
+	}
+	for _, path := range []string{"/readyz", "/livez", "/metrics"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d, want 200", path, resp.StatusCode)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func TestServiceConfigErrorsNameTheField(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		edit  func(*service.Config[int64])
+		field string
+	}{
+		{"no application", func(c *service.Config[int64]) { c.Application = "" }, "service.Config.Application"},
+		{"no brokers", func(c *service.Config[int64]) { c.Brokers = nil }, "service.Config.Brokers"},
+		{"bad broker", func(c *service.Config[int64]) { c.Brokers = []string{"localhost"} }, "service.Config.Brokers[0]"},
+		{"no input", func(c *service.Config[int64]) { c.Input = "" }, "service.Config.Input"},
+		{"a store of one's own", func(c *service.Config[int64]) {
+			c.Engine.Emit = func(context.Context, []engine.Output) error { return nil }
+		}, "service.Config.Engine.Emit"},
+		{"a disk cache on the embedded cluster", func(c *service.Config[int64]) { c.Engine.Dir = t.TempDir() }, "service.Config.Engine.Dir"},
+		{"a bad listen address", func(c *service.Config[int64]) { c.HTTP = "8080" }, "service.Config.HTTP"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config()
+			tc.edit(&cfg)
+			_, err := service.New(context.Background(), cfg)
+			var ce *store.ConfigError
+			if !errors.As(err, &ce) || ce.Subject != tc.field {
+				t.Fatalf("New: %v, want a *store.ConfigError naming %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// TestAnyInstanceAnswersForEveryKey runs two instances of one
+// application and asks each for every key: a key the other serves is
+// redirected to the endpoint its owner advertises, so every answer is
+// the key's total whichever instance is asked.
+func TestAnyInstanceAnswersForEveryKey(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfgA := config()
+	cfgA.HTTP = "127.0.0.1:0"
+	a, err := service.New(ctx, cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgB := cfgA
+	cfgB.Brokers = a.Brokers()
+	cfgB.CreateTopics = true
+	b, err := service.New(ctx, cfgB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxB, cancelB := context.WithCancel(ctx)
+	doneA, doneB := make(chan error, 1), make(chan error, 1)
+	go func() { doneA <- a.Run(ctx) }()
+	go func() { doneB <- b.Run(ctxB) }()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(a.Brokers()...), kgo.DefaultProduceTopic("orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	want := map[string]int64{}
+	for i := range 40 {
+		key := "c" + strconv.Itoa(i%10)
+		want[key] += int64(i)
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(key), Value: []byte(strconv.Itoa(i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "both instances serving a partition each", func() bool {
+		return len(a.Status().Partitions) > 0 && len(b.Status().Partitions) > 0 && a.Status().Ready() && b.Status().Ready()
+	})
+	redirected := 0
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { redirected++; return nil }}
+	for _, svc := range []*service.Service[int64]{a, b} {
+		for key, total := range want {
+			waitFor(t, key+" answered at its total by "+svc.Endpoint(), func() bool {
+				resp, err := client.Get(svc.Endpoint() + "/keys/" + key)
+				if err != nil {
+					return false
+				}
+				defer resp.Body.Close()
+				var got struct {
+					State int64 `json:"state"`
+				}
+				return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&got) == nil && got.State == total
+			})
+		}
+	}
+	if redirected == 0 {
+		t.Fatal("no query was redirected: one instance served every key")
+	}
+	cancelB()
+	if err := <-doneB; err != nil {
+		t.Fatalf("Run b: %v", err)
+	}
+	cancel()
+	if err := <-doneA; err != nil {
+		t.Fatalf("Run a: %v", err)
+	}
+}
