@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -13,9 +14,7 @@ import (
 // view declared before the store exists (view.NewLookup).
 type table interface {
 	engine.Table
-	Open(ctx context.Context, st store.Backend) error
-	Run(ctx context.Context) error
-	Close() error
+	view.Opener
 }
 
 // plainTable is a table of a topic of plain key/values, which

@@ -1,0 +1,126 @@
+// Command ordertotals keeps each customer's running order total: orders
+// keyed by customer in, an enriched order (with the customer's name, from
+// the "customers" table) out per order, a notice when a customer has
+// ordered nothing for an hour, and GET /keys/{customer} on :8080.
+//
+//	go run ./examples/ordertotals                        # embedded cluster, with demo orders
+//	go run ./examples/ordertotals -brokers localhost:9092
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/service"
+	"github.com/snapfence/snapfence/engine/view"
+)
+
+// Order is an input record's value; its key is the customer.
+type Order struct {
+	ID    string `json:"id"`
+	Cents int64  `json:"cents"`
+}
+
+// Totals is a customer's state.
+type Totals struct {
+	Orders int       `json:"orders"`
+	Cents  int64     `json:"cents"`
+	Idle   time.Time `json:"idle"` // when the inactivity timer fires
+}
+
+// Enriched is the output of one order.
+type Enriched struct {
+	Order    Order  `json:"order"`
+	Customer string `json:"customer"`
+	Totals   Totals `json:"totals"`
+}
+
+const inactivity = time.Hour
+
+// Config is the application's logic: its fold, timer and table. main
+// runs it as a service; the tests run it on the simulated cluster.
+func Config() engine.Config[Totals] {
+	customers := view.NewLookup(view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()})
+	fold := func(key []byte, t Totals, _ bool, rec engine.Record) (engine.Result[Totals], error) {
+		var o Order
+		if err := json.Unmarshal(rec.Value, &o); err != nil {
+			return engine.Result[Totals]{}, fmt.Errorf("order: %w", err)
+		}
+		name, _, err := customers.Get(key)
+		if err != nil {
+			return engine.Result[Totals]{}, err
+		}
+		old := engine.Timer{Kind: engine.ProcessingTime, At: t.Idle} // none for a new customer: no error
+		t.Orders, t.Cents, t.Idle = t.Orders+1, t.Cents+o.Cents, rec.Now.Add(inactivity)
+		out, _ := json.Marshal(Enriched{Order: o, Customer: name, Totals: t})
+		return engine.Set(t).With(engine.Output{Topic: "enriched-orders", Key: key, Value: out}).
+			CancelTimer(old).SetTimer(engine.Timer{Kind: engine.ProcessingTime, At: t.Idle}), nil
+	}
+	onTimer := func(key []byte, t Totals, _ engine.Timer) (engine.Result[Totals], error) {
+		out, _ := json.Marshal(t)
+		return engine.Keep[Totals]().With(engine.Output{Topic: "inactive-customers", Key: key, Value: out}), nil
+	}
+	return engine.Config[Totals]{Fold: fold, OnTimer: onTimer, Codec: engine.JSON[Totals](),
+		Tables: []engine.Table{customers}, Poison: engine.DeadLetterPoison, DeadLetterTopic: "order-totals-dead-letters"}
+}
+
+func main() {
+	brokers := flag.String("brokers", service.Embedded, `Kafka's "host:port", or "embedded"`)
+	demo := flag.Bool("demo", false, "produce a few customers and orders at start (always on the embedded cluster)")
+	addr := flag.String("http", ":8080", "where to serve /keys/{customer}, /readyz, /metrics")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, *brokers, *addr, *demo); err != nil {
+		fmt.Fprintln(os.Stderr, "ordertotals:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, brokers, addr string, demo bool) error {
+	cfg := Config()
+	cfg.Logger = slog.Default()
+	svc, err := service.New(ctx, service.Config[Totals]{
+		Application:  "order-totals",
+		Brokers:      []string{brokers},
+		Input:        "orders",
+		CreateTopics: true,
+		HTTP:         addr,
+		Engine:       cfg,
+	})
+	if err != nil {
+		return err
+	}
+	if demo || brokers == service.Embedded {
+		if err := produceDemo(ctx, svc.Brokers()); err != nil {
+			return err
+		}
+	}
+	slog.Info("serving", "endpoint", svc.Endpoint(), "try", "curl localhost"+addr+"/keys/alice")
+	return svc.Run(ctx)
+}
+
+// produceDemo writes two customers and a few orders.
+func produceDemo(ctx context.Context, brokers []string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	recs := []*kgo.Record{{Topic: "customers", Key: []byte("alice"), Value: []byte("Alice Liddell")},
+		{Topic: "customers", Key: []byte("bob"), Value: []byte("Bob Dobbs")}}
+	for i, c := range []string{"alice", "bob", "alice"} {
+		v, _ := json.Marshal(Order{ID: fmt.Sprint("o-", i), Cents: int64(1000 + 250*i)})
+		recs = append(recs, &kgo.Record{Topic: "orders", Key: []byte(c), Value: v})
+	}
+	return cl.ProduceSync(ctx, recs...).FirstErr()
+}
