@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,5 +219,161 @@ func TestAnyInstanceAnswersForEveryKey(t *testing.T) {
 	cancel()
 	if err := <-doneA; err != nil {
 		t.Fatalf("Run a: %v", err)
+	}
+}
+
+// get is GET url's status and body.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// runService runs svc until the test ends, and checks that Run returned
+// nil once its context ended.
+func runService[S any](t *testing.T, svc *service.Service[S]) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+func produce(t *testing.T, brokers []string, topic string, kv ...string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(kv[i]), Value: []byte(kv[i+1])}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestServiceMetricsCountTheStoresTransactions: the store's transactions
+// reach /metrics with nothing wired but the service.
+func TestServiceMetricsCountTheStoresTransactions(t *testing.T) {
+	cfg := config()
+	cfg.HTTP = "127.0.0.1:0"
+	svc, err := service.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runService(t, svc)
+	produce(t, svc.Brokers(), "orders", "a", "1", "b", "2")
+	waitFor(t, "a committed transaction in /metrics", func() bool {
+		_, body := get(t, svc.Endpoint()+"/metrics")
+		return strings.Contains(body, `snapfence_transactions_total{outcome="committed"}`) &&
+			strings.Contains(body, "snapfence_records_folded_total")
+	})
+}
+
+// TestServiceRefusesAMissingInputTopic: without CreateTopics, a missing
+// input is a *store.ConfigError naming the field and the topic, at New.
+func TestServiceRefusesAMissingInputTopic(t *testing.T) {
+	host, err := service.New(context.Background(), config()) // an embedded cluster to point at
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	cfg := config()
+	cfg.Brokers, cfg.Input = host.Brokers(), "no-such-topic"
+	_, err = service.New(context.Background(), cfg)
+	var ce *store.ConfigError
+	if !errors.As(err, &ce) || ce.Subject != "service.Config.Input" || !strings.Contains(err.Error(), "no-such-topic") {
+		t.Fatalf("New: %v, want a *store.ConfigError naming service.Config.Input and the topic", err)
+	}
+	cfg.CreateTopics = true
+	svc, err := service.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("New with CreateTopics: %v", err)
+	}
+	svc.Close()
+}
+
+// TestServiceRefusesATakenPort: New fails, naming the field, rather than
+// Run starting without its probes.
+func TestServiceRefusesATakenPort(t *testing.T) {
+	cfg := config()
+	cfg.HTTP = "127.0.0.1:0"
+	first, err := service.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	cfg.HTTP = strings.TrimPrefix(first.Endpoint(), "http://")
+	if _, err := service.New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "service.Config.HTTP") {
+		t.Fatalf("New on a taken port: %v, want an error naming service.Config.HTTP", err)
+	}
+}
+
+// TestTwoApplicationsOnOneInputKeepTheirOwnState: a second application on
+// the same input folds it into state of its own, named from its
+// Application, and neither reads the other's.
+func TestTwoApplicationsOnOneInputKeepTheirOwnState(t *testing.T) {
+	cfgA := config()
+	a, err := service.New(context.Background(), cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runService(t, a)
+	cfgB := config()
+	cfgB.Application, cfgB.Brokers = "doubler", a.Brokers()
+	cfgB.Engine.Fold = func(key []byte, n int64, exists bool, rec engine.Record) (engine.Result[int64], error) {
+		return engine.Set(n + 2*int64(len(rec.Value))), nil
+	}
+	cfgB.CreateTopics = true
+	b, err := service.New(context.Background(), cfgB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runService(t, b)
+	produce(t, a.Brokers(), "orders", "k", "123", "k", "7")
+	waitFor(t, "each application's own state of k", func() bool {
+		ea, oka, erra := a.Get(context.Background(), []byte("k"))
+		eb, okb, errb := b.Get(context.Background(), []byte("k"))
+		return erra == nil && errb == nil && oka && okb && ea.State == 130 && eb.State == 8
+	})
+}
+
+// TestServiceExactlyOnceIsOneField: with Engine.ExactlyOnce the outputs go
+// through the store's transactions, and the output topic is created.
+func TestServiceExactlyOnceIsOneField(t *testing.T) {
+	cfg := config()
+	cfg.Engine.ExactlyOnce, cfg.Engine.OutputTopics = true, []string{"totals"}
+	svc, err := service.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runService(t, svc)
+	produce(t, svc.Brokers(), "orders", "a", "5", "a", "6")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(svc.Brokers()...), kgo.ConsumeTopics("totals"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []string
+	for len(got) < 2 {
+		fs := cl.PollFetches(context.Background())
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		fs.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+	}
+	if strings.Join(got, ",") != "5,11" {
+		t.Fatalf("read_committed outputs %q, want 5,11", got)
 	}
 }
