@@ -160,7 +160,7 @@ bench-outputs:
 	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench BenchmarkOutputs -benchtime=1x -count=3 ./engine/ 2>&1 | tee "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
 
-## bench-limit: issue 19's end-to-end benchmark (engine's BenchmarkLimit,
+## bench-limit: the end-to-end benchmark (engine's BenchmarkLimit,
 ## build tag `it`) on a real Kafka 4.3.1 broker started for the run
 ## (it/kafka/broker run): a backlog of 1M input records over 100k keys and
 ## 8 partitions, a per-key sum, one output per input, until the group's
@@ -171,7 +171,7 @@ bench-outputs:
 ## at least once with kafkaio.Emitter.Emit (for comparison), LIMITROUNDS
 ## rounds interleaved, then the table with the ratios to the limit and the
 ## transactions per 1M inputs against one per partition per commit interval
-## (docs/benchmarks.md, "End to end against the limit (issue 19)"). About
+## (docs/benchmarks.md, "End to end against the limit"). About
 ## 3 min at 3 rounds. LIMITARGS: the benchmark's own flags, e.g.
 ## -limit.cpuprofile=DIR (a CPU profile of each op's measured part, as
 ## DIR/<variant>-<round>.pprof), -limit.commit=0 (the engine's default
@@ -184,7 +184,7 @@ bench-limit:
 	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench '^BenchmarkLimit$$' -benchtime=1x -count=1 -timeout 60m ./engine -args -limit.rounds=$(LIMITROUNDS) $(LIMITARGS) 2>&1 | tee "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
 
-## bench-warm: warm restarts (issue 17): an engine's start until all its
+## bench-warm: warm restarts: an engine's start until all its
 ## partitions are recovered, 1M keys of 100 B in 8 partitions
 ## (transactional), cold (an empty Dir: a full recovery) against warm (its
 ## own Dir, restarted after 1% of the keys changed through another owner
@@ -206,8 +206,8 @@ bench-warm:
 	it/kafka/broker run $(GO) test -tags it $(WARMFLAGS) -bench '^BenchmarkWarmRestartBroker$$' ./engine -args -warm.rounds=$(WARMROUNDS) $(WARMARGS) 2>&1 | tee -a "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
 
-## bench-failover: failover of one partition holding 1M keys of 100 B
-## (issue 17): the active member killed (and its consumer leaving the
+## bench-failover: failover of one partition holding 1M keys of 100 B:
+## the active member killed (and its consumer leaving the
 ## group) until the other member recovered the partition, cold (Standby
 ## off, an empty Dir: a full recovery) against a standby (Config.Standby,
 ## its replica caught up: a delta), WARMROUNDS rounds interleaved; the
@@ -236,13 +236,13 @@ bench-recovery-pause:
 	$(GO) test $(WARMFLAGS) -bench '^BenchmarkRecoveryPause$$' ./engine -args -warm.keys=2000000 -warm.rounds=3
 	it/kafka/broker run $(GO) test -tags it $(WARMFLAGS) -bench '^BenchmarkRecoveryPauseBroker$$' ./engine -args -warm.keys=2000000 -warm.rounds=3
 
-## bench-scale: what an instance pays per partition it owns (issue 18):
+## bench-scale: what an instance pays per partition it owns:
 ## goroutines, sockets, Go heap and RSS of one engine owning 16, 64 and 256
 ## partitions (SCALEPARTS), each partition having committed a transaction;
 ## on kfake (BenchmarkOwnedPartitions: the in-process cluster's side is
 ## counted too), then on a real Kafka 4.3.1 broker started for the run
-## (BenchmarkOwnedPartitionsBroker: the instance alone). docs/operations.md,
-## "Scale: cost per owned partition". About 3 min.
+## (BenchmarkOwnedPartitionsBroker: the instance alone). docs/benchmarks.md,
+## "Cost per owned partition". About 3 min.
 SCALEPARTS ?= 16,64,256
 bench-scale:
 	@it/kafka/broker classpath

@@ -18,9 +18,9 @@ import (
 // `every` records a full flush, each write reported landed, and the
 // batch made durable with a checkpoint. eos flushes every 1,600 records
 // (a 100 ms exactly-once batch of one partition at the limit's rate),
-// alo every 75,000 (a 1 s commit: each key changes six times between). ns/record and allocs/record are what
-// issue 19's remaining engine CPU is made of; make bench-limit measures
-// the whole.
+// alo every 75,000 (a 1 s commit: each key changes six times between).
+// ns/record and allocs/record are what the engine's own CPU per record is
+// made of; make bench-limit measures the whole.
 func BenchmarkCoreCycle(b *testing.B) {
 	const keys, records = 12_500, 250_000
 	for _, v := range []struct {

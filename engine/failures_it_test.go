@@ -193,8 +193,8 @@ func TestDeadLetterExactlyOnceThroughACrashOnKafka(t *testing.T) {
 }
 
 // A routine start of two members on Kafka, under each protocol, logs no
-// ERROR (it used to log "ERROR partition stopped ... ILLEGAL_GENERATION"):
-// a rebalance's fences are expected.
+// ERROR (no "ERROR partition stopped ... ILLEGAL_GENERATION"): a
+// rebalance's fences are expected.
 func TestRoutineTwoMemberStartLogsNoErrorOnKafka(t *testing.T) {
 	for name, protocol := range protocols {
 		t.Run(name, func(t *testing.T) {

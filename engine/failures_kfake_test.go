@@ -101,7 +101,7 @@ func TestPoisonRecordEndsRunOnKfake(t *testing.T) {
 
 // A missing snapshot topic, or one that is not compacted: Run returns the
 // error naming the topic and the fix at the first acquisition, with one
-// ERROR line (it used to retry every second, forever).
+// ERROR line, instead of retrying for ever.
 func TestSnapshotTopicMisconfiguredEndsRunOnKfake(t *testing.T) {
 	for name, break_ := range map[string]func(*fakeWorld){
 		"missing": func(w *fakeWorld) {
@@ -141,8 +141,8 @@ func TestSnapshotTopicMisconfiguredEndsRunOnKfake(t *testing.T) {
 }
 
 // Exactly-once with an output topic that does not exist: Run returns the
-// error naming the topic; nothing is committed (it used to rewind and
-// retry ~8 times a second per partition).
+// error naming the topic; nothing is committed, and the partition does
+// not rewind and retry in a loop.
 func TestMissingOutputTopicEndsRunOnKfake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newFakeWorld(t) // no "audit" or "balances" topic

@@ -338,7 +338,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 
 // An idle partition, whose state and offset did not change since its last
 // commit, sends no transaction: an hour of commit intervals with no input
-// costs nothing (it used to write an offset marker every interval).
+// costs nothing (not even an offset marker per interval).
 func TestIdlePartitionSendsNoTransactionOnSim(t *testing.T) {
 	for _, exactlyOnce := range []bool{false, true} {
 		t.Run(fmt.Sprintf("exactlyOnce=%t", exactlyOnce), func(t *testing.T) {
@@ -440,8 +440,8 @@ func TestUncompactedSnapshotTopicEndsRunOnSim(t *testing.T) {
 }
 
 // Two applications (two groups) with one transactional.id prefix on the
-// same input fence each other's producers at every takeover. It used to
-// go on forever; now an application whose producer is fenced three times
+// same input fence each other's producers at every takeover. Rather than
+// going on for ever, an application whose producer is fenced three times
 // in a row while it owns the partition in one generation stops, and Run
 // returns a *store.ConfigError naming the transactional.id.
 func TestSharedTransactionalIDPrefixEndsRunOnSim(t *testing.T) {

@@ -2,9 +2,9 @@
 
 package engine_test
 
-// BenchmarkLimit: issue 19's end-to-end benchmark on the integration
-// tier's real broker (SNAPFENCE_KAFKA_BROKERS; `make bench-limit` starts
-// one; docs/benchmarks.md, "End to end against the limit (issue 19)"). It
+// BenchmarkLimit: the end-to-end benchmark on the integration tier's real
+// broker (SNAPFENCE_KAFKA_BROKERS; `make bench-limit` starts one;
+// docs/benchmarks.md, "End to end against the limit"). It
 // is a benchmark only: `go test -tags it` without -bench runs none of it.
 //
 // The workload: a backlog of -limit.records (1M) input records over

@@ -12,7 +12,8 @@ import "github.com/snapfence/snapfence/engine/internal/core"
 // fields are unexported, so a state is replaced only by a Result made with
 // Set, and a key deleted only by one made with Delete; a fold or tick that
 // returns Result[S]{} leaves the key as it was and writes no snapshot,
-// where it once reset the key to the zero S (docs/design.md says why).
+// rather than resetting the key to the zero S (docs/design.md, "A fold's
+// result", says why).
 type Result[S any] struct {
 	// change is the core's form: a Result passes to the core as it is.
 	change core.Change[S, Output]

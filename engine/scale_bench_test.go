@@ -2,10 +2,11 @@ package engine_test
 
 // BenchmarkOwnedPartitions (kfake) and BenchmarkOwnedPartitionsBroker
 // (build tag `it`, a real broker): what an instance pays per partition it
-// owns (issue 18, "Scale"). store/kafka keeps one transactional producer
-// per owned partition, so connections, goroutines and memory grow with
-// the partitions; docs/operations.md, "Scale: cost per owned partition",
-// has the numbers (`make bench-scale`).
+// owns. store/kafka keeps one transactional producer per owned
+// partition, so connections, goroutines and memory grow with the
+// partitions; docs/benchmarks.md, "Cost per owned partition", has the
+// numbers (`make bench-scale`) and docs/operations.md, "Size", what to
+// budget.
 //
 // Sub-benchmarks partitions=16, 64, 256 (-scale.partitions), each with
 // fresh topics (input and compacted snapshots of that many partitions), a

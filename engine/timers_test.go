@@ -14,7 +14,7 @@ import (
 	"github.com/snapfence/snapfence/store/wire"
 )
 
-// Per-key timers on the simulated cluster (docs/design.md, "Timers"). The
+// Per-key timers on the simulated cluster (docs/design.md, "Per-key timers"). The
 // fold is balance's, plus "remind" (a processing-time timer 5 s after the
 // record's timestamp, the log append time on the virtual clock) and
 // "deadline" (an event-time timer as far after it); a timer adds 1000 to

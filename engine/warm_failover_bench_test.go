@@ -1,7 +1,7 @@
 package engine_test
 
 // BenchmarkWarmRestartFailover (kfake) and BenchmarkWarmRestartFailoverBroker
-// (build tag `it`, a real broker): issue 17's failover of one partition
+// (build tag `it`, a real broker): the failover of one partition
 // holding 1M keys (-warm.keys) of 100 B, to a member with a standby
 // replica of it (Config.Standby, caught up) against a cold one (Standby
 // off, an empty Dir). `make bench-failover` runs both and prints the

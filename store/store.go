@@ -75,10 +75,10 @@ func ParseMode(s string) (Mode, error) {
 // Defaults shared by every backend. They follow the design spec.
 const (
 	// DefaultMaxWritesPerTransaction caps the writes one transaction
-	// carries: 16384, where the two caps meet at 1 KiB snapshots. It was
-	// 256 until issue 19; on Kafka 4.3.1, 40,000 writes of 50 bytes took
-	// 8.3x the plain producer's time at 256, 1.5x at 16384, the same as in
-	// one transaction (docs/benchmarks.md, "Transaction size"). It stays
+	// carries: 16384, where the two caps meet at 1 KiB snapshots. On Kafka
+	// 4.3.1, 40,000 writes of 50 bytes took 8.3x the plain producer's time
+	// under the spec's cap of 256, 1.5x under 16384, the same as in one
+	// transaction (docs/benchmarks.md, "Transaction size"). It stays
 	// well below franz-go's MaxBufferedRecords (50,000), so one
 	// transaction's records always fit in its producer's buffer.
 	DefaultMaxWritesPerTransaction = 16384
@@ -107,10 +107,10 @@ const (
 	// record, with snapfence's headers, the record's framing and its
 	// batch's header (about 120 bytes in all), fits one record batch of
 	// franz-go's default ProducerBatchMaxBytes, 1,000,012 bytes (Kafka's
-	// default message.max.bytes is 1,048,588). It was 1,000,000 until
-	// issue 19, which franz-go refused above 999,889 bytes of key and
-	// value with MESSAGE_TOO_LARGE, failing the write's whole transaction
-	// on every retry.
+	// default message.max.bytes is 1,048,588). A round 1,000,000 would not
+	// do: franz-go refuses a record above 999,889 bytes of key and value
+	// with MESSAGE_TOO_LARGE, which fails the write's whole transaction on
+	// every retry.
 	DefaultMaxValueBytes = 999 * 1000
 )
 

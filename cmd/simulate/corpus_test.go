@@ -21,10 +21,9 @@ import (
 // writes) of every named scenario in each of its modes, kept whole under
 // testdata/corpus/named, and of corpusSeeds seeded random scenarios per
 // protocol and per engine configuration, kept as SHA-256 digests in
-// testdata/corpus/random.sha256 (the histories would be ~60 MB). The corpus
-// was recorded before the runtime redesign of issue 15: a change to the
-// engine's runtime that is meant to keep its behaviour must keep every
-// history byte for byte. To see a random history that moved, run its line's
+// testdata/corpus/random.sha256 (the histories would be ~60 MB). A change
+// to the engine's runtime that is meant to keep its behaviour must keep
+// every history byte for byte. To see a random history that moved, run its line's
 // arguments (cmd/simulate -json FILE ARGS) at the corpus's commit and now,
 // and diff. Rewrite with -update only for an intended change, and explain
 // each difference in the commit.

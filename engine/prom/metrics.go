@@ -27,8 +27,8 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// Metrics are the engine's Prometheus metrics (docs/operations.md lists
-// them with what to alert on), an engine.Observer. A nil *Metrics records
+// Metrics are the engine's Prometheus metrics (docs/reference.md lists
+// them, docs/operations.md what to alert on), an engine.Observer. A nil *Metrics records
 // nothing, also as a non-nil Observer holding it. Several runners may
 // share one: the per-partition series are each partition's owner's, and
 // snapfence_partitions counts every runner's partitions.

@@ -131,7 +131,7 @@ func TestReportFailsOnMismatch(t *testing.T) {
 // On a cluster that serves new topics late, as Kafka does for a moment
 // after it answers CreateTopics (kafkatest.ServeLate: a new topic's first
 // three ListOffsets are refused), the program waits until its topics are
-// served before it uses them (issue 14).
+// served before it uses them.
 func TestItsTopicsAreServedBeforeItUsesThem(t *testing.T) {
 	before := goroutineIDs()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))

@@ -285,8 +285,8 @@ func checkNoLeak(t *testing.T, before map[string]bool) {
 // On a cluster that serves new topics late, as Kafka does for a moment
 // after it answers CreateTopics (kafkatest.ServeLate: a new topic's first
 // three ListOffsets are refused), the program waits until its topics are
-// served: issue 14 saw "end offsets of ...-sellers:
-// UNKNOWN_TOPIC_OR_PARTITION" 2 runs in 3 on a fresh broker.
+// served (without the wait, a fresh broker answered "end offsets of
+// ...-sellers: UNKNOWN_TOPIC_OR_PARTITION" up to 2 runs in 3).
 func TestItsTopicsAreServedBeforeItUsesThem(t *testing.T) {
 	before := goroutineIDs()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))

@@ -1,7 +1,7 @@
 package main
 
 // BenchmarkLimit (engine/limit_bench_it_test.go, build tag `it`, a real
-// broker; `make bench-limit`): issue 19's end to end benchmark. A bare
+// broker; `make bench-limit`): the end-to-end benchmark. A bare
 // franz-go consume-produce-commit program (the limit, the baseline)
 // against the engine at least once and exactly once, on a backlog of 1M
 // records, until every input offset is committed. The sub-benchmarks run

@@ -305,7 +305,7 @@ func BenchmarkExperimentA(b *testing.B) { experimentA(b) }
 
 // BenchmarkExperimentB: 2000 keys, 10 KiB snapshots, all issued at once
 // (the post-assignment flush wave); the plain baseline, then
-// transactional at count caps 1, 16 and 256 (the default before issue 19;
+// transactional at count caps 1, 16 and 256 (the spec's default;
 // the byte cap at its default, which they never reach), at the default
 // caps, and uncapped (2000 writes, 30 MiB).
 func BenchmarkExperimentB(b *testing.B) { experimentB(b) }

@@ -100,7 +100,7 @@ type Config struct {
 	// default.replication.factor.
 	OutputTopicReplicationFactor int16
 	// MaxWritesPerTransaction caps the writes of one transaction; default
-	// store.DefaultMaxWritesPerTransaction (16384; 256 before issue 19).
+	// store.DefaultMaxWritesPerTransaction (16384).
 	MaxWritesPerTransaction int
 	// MaxBytesPerTransaction caps the bytes of one transaction's writes
 	// (wire.SnapshotBytes: key, value and headers of each record);

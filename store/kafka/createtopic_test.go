@@ -44,8 +44,7 @@ func lateCluster(t *testing.T, n int) (*kafkatest.LateServing, func() *kgo.Clien
 
 // CreateTopic returns only once the new topic's partitions answer
 // ListOffsets, so a ListOffsets right after it, from any client, succeeds;
-// right after a plain CreateTopics it fails, as on Kafka 2 runs in 3 of
-// the enrichment example (issue 14).
+// right after a plain CreateTopics it fails, as it can on Kafka.
 func TestCreateTopicReturnsOnceEveryPartitionIsServed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		late, client := lateCluster(t, 3)
