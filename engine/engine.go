@@ -418,7 +418,9 @@ type Config[S any] struct {
 	// watermark it had when it opened, so a fold never runs against a
 	// table still loading. A replayed record may see a newer row than its
 	// first fold did (docs/design.md, "Lookup joins", says how to make a
-	// join replay-stable). Default none.
+	// join replay-stable). A table declared with view.NewLookup is opened
+	// by whoever runs the engine, on its own backend (view.Opener): until
+	// then its partitions wait as for a table still loading. Default none.
 	Tables []Table
 	// TableTimeout bounds a partition's wait for Tables at its start;
 	// past it the partition fails with a *TableError naming the table and

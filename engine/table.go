@@ -9,7 +9,9 @@ import (
 
 // Table is a table a fold can look up while it runs: a view.View (of
 // another engine's snapshot topic, or of a compacted topic of plain
-// key/values; package engine/view).
+// key/values; package engine/view), or a view.Lookup, the same declared
+// without a store, which whoever runs the engine opens on its own backend
+// (view.Opener).
 type Table interface {
 	// Name names the table in errors and logs (the topic it reads).
 	Name() string

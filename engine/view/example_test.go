@@ -2,6 +2,7 @@ package view_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -144,4 +145,71 @@ func ExampleView_plainTable() {
 	// Output:
 	// partition 0: s1=Acme
 	// s2 exists: false
+}
+
+// A lookup table declared with the engine's Config, before any store
+// exists: the fold's code names it and lists it in Config.Tables, and
+// whoever runs the engine opens it on its own backend (view.Opener). Here
+// the runner is the example itself, on the simulated cluster, stepping the
+// table between the member's steps; a service on Kafka opens it on its
+// store/kafka backend and runs it (go customers.Run(ctx)). Package
+// engine/enginetest's driver opens and steps such tables by itself.
+func ExampleLookup() {
+	// Declared with the fold: no Store.
+	customers, err := view.NewLookup(view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cfg := engine.Config[string]{
+		Codec:  engine.String(),
+		Tables: []engine.Table{customers},
+		// An order's state is its customer's name.
+		Fold: func(key []byte, _ string, _ bool, rec engine.Record) (engine.Result[string], error) {
+			name, ok, err := customers.Get(rec.Value)
+			if err != nil {
+				return engine.Result[string]{}, err
+			}
+			if !ok {
+				name = "unknown"
+			}
+			return engine.Set(name), nil
+		},
+	}
+	_, _, err = customers.Get([]byte("c1"))
+	fmt.Println("before Open:", errors.Is(err, view.ErrNotOpen))
+
+	// The runner: a cluster, a backend, the tables opened on it.
+	ctx := context.Background()
+	cluster := sim.New(sim.Config{Seed: 1})
+	_ = cluster.CreateTopic("orders", sim.TopicConfig{Partitions: 1})
+	_ = cluster.CreateTopic("customers", sim.TopicConfig{Partitions: 1, Compacted: true})
+	_, _ = cluster.Produce(store.TopicPartition{Topic: "customers"}, wire.Record{Key: []byte("c1"), Value: []byte("Ada")})
+	backend, _ := cluster.NewBackend(sim.BackendConfig{Mode: store.Transactional, Application: "shop", CreateTopics: true})
+	defer backend.Close()
+	for _, t := range cfg.Tables {
+		if o, ok := t.(view.Opener); ok {
+			if err := o.Open(ctx, backend); err != nil {
+				fmt.Println(err)
+				return
+			}
+			defer o.Close()
+		}
+	}
+	cfg.Store = backend
+	e, _ := engine.New(cfg)
+	defer e.Close()
+	m, _ := e.Join(simsource.New(cluster, "shop", sim.ClassicEager, 0, "orders"))
+	defer m.Close(ctx)
+	_, _ = cluster.Produce(store.TopicPartition{Topic: "orders"}, wire.Record{Key: []byte("o1"), Value: []byte("c1")})
+	for range 3 {
+		_ = customers.Step(ctx) // the table first: a partition folds once its tables caught up
+		_ = m.Step(ctx)
+		cluster.Advance(time.Second)
+	}
+	name, _, _ := m.State(store.TopicPartition{Topic: "orders"}, []byte("o1"))
+	fmt.Println("o1's customer:", name)
+	// Output:
+	// before Open: true
+	// o1's customer: Ada
 }

@@ -7,6 +7,12 @@
 // what followed it. One goroutine per partition reads while Run runs;
 // reads (Get, Range, All) go straight to the cache from any goroutine.
 // A View is an engine.Table: a fold can look it up (engine.Config.Tables).
+//
+// A Lookup is a table declared before its store exists: the fold's code
+// names it (NewLookup) and lists it in engine.Config.Tables, and whoever
+// runs the engine (a service, the test driver of package
+// engine/enginetest) opens it on its own backend, through the Opener
+// interface, and drives and closes it.
 package view
 
 import (
@@ -28,15 +34,17 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// Config configures a View. Validation happens in New, in one
-// place (Config.check), with a *store.ConfigError naming the field.
+// Config configures a View or a Lookup. Validation happens in New (and
+// NewLookup, then Lookup.Open), in one place, with a *store.ConfigError
+// naming the field.
 type Config[S any] struct {
 	// Store reads the topic; required: store/kafka's or store/sim's
 	// backend (one that can follow). For a view of snapshots it must
 	// be in Transactional mode (its mode sets how it reads; the view
 	// writes nothing): a Plain-mode backend is refused. A backend with
 	// CreateTopics creates a missing snapshot topic, as for a standby
-	// replica; leave it off for a view that must change nothing.
+	// replica; leave it off for a view that must change nothing. Nil for
+	// a Lookup, whose runner gives the backend at Open.
 	Store store.Backend
 	// Topic is required. For a view of snapshots it is the input topic of
 	// the engine whose snapshots the view reads (the view reads the
@@ -262,9 +270,17 @@ var _ engine.Table = (*View[int])(nil)
 // often an idle partition lists its log end.
 const viewPollWait = 5 * time.Second
 
-// check validates cfg and fills in the defaults.
-func (cfg Config[S]) check() (Config[S], error) {
-	if cfg.Store == nil {
+// check validates cfg and fills in the defaults: the one place a
+// View's and a Lookup's configurations are checked. declared is a
+// Lookup's declaration (NewLookup), whose Store the runner gives at Open:
+// there it must be nil, and the checks that need it wait for Open, which
+// runs check again with the Store.
+func (cfg Config[S]) check(declared bool) (Config[S], error) {
+	switch {
+	case declared && cfg.Store != nil:
+		return cfg, &store.ConfigError{Subject: "view.Config.Store", Problem: "is set on a Lookup, which the runner opens on its own backend (Lookup.Open)",
+			Fix: "leave Store nil, or open a View on this backend with view.New"}
+	case !declared && cfg.Store == nil:
 		return cfg, &store.ConfigError{Subject: "view.Config.Store", Problem: "is nil", Fix: "give a store/kafka or store/sim backend"}
 	}
 	if cfg.Topic == "" {
@@ -274,7 +290,7 @@ func (cfg Config[S]) check() (Config[S], error) {
 	if cfg.Codec == nil {
 		return cfg, &store.ConfigError{Subject: "view.Config.Codec", Problem: "is nil", Fix: "give the codec the states were written with"}
 	}
-	if !cfg.Plain && cfg.Store.Mode() != store.Transactional {
+	if !declared && !cfg.Plain && cfg.Store.Mode() != store.Transactional {
 		return cfg, &store.ConfigError{Subject: "view.Config.Store",
 			Problem: "is not in Transactional mode: a view of snapshots shows only what the fence vouches for, and a Plain-mode reader vouches for nothing (it reads read_uncommitted, aborted and stale snapshots included)",
 			Fix:     "use a Transactional backend (the view writes nothing; the mode only sets how it reads), or set Plain to read the topic as plain key/values"}
@@ -305,7 +321,7 @@ func (cfg Config[S]) check() (Config[S], error) {
 // *store.ConfigError) or a cache directory that is not the view's (a
 // *engine.CacheDirError).
 func New[S any](ctx context.Context, cfg Config[S]) (*View[S], error) {
-	cfg, err := cfg.check()
+	cfg, err := cfg.check(false)
 	if err != nil {
 		return nil, err
 	}
