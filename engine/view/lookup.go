@@ -44,8 +44,9 @@ type Opener interface {
 	// table's; a failed Open may be retried. A second Open is
 	// ErrAlreadyOpen, an Open after Close ErrClosed.
 	Open(ctx context.Context, b store.Backend) error
-	// Run keeps the table reading until ctx ends or Close is called; see
-	// View.Run.
+	// Run keeps the table reading until ctx ends or Close is called (then
+	// it returns nil), or a partition fails: it returns the failure, and
+	// a later Run opens the partition again; see View.Run.
 	Run(ctx context.Context) error
 	// Step reads each partition once without waiting; see View.Step.
 	Step(ctx context.Context) error
@@ -90,6 +91,8 @@ var (
 // the runner gives the backend to Open. It checks cfg as New does (a
 // *store.ConfigError naming the field), except what needs the backend
 // (for a table of snapshots, that it is Transactional), which Open checks.
+// A table of snapshots (Plain unset) reads the snapshot topic the runner's
+// backend names for Topic: that of the backend's application.
 func NewLookup[S any](cfg Config[S]) (*Lookup[S], error) {
 	if _, err := cfg.check(true); err != nil {
 		return nil, err
@@ -164,6 +167,15 @@ func (l *Lookup[S]) Get(key []byte) (state S, exists bool, err error) {
 		return state, false, err
 	}
 	return v.Get(key)
+}
+
+// Status is View.Status; before Open (and after a failed one) a Status
+// that names the table and holds no partition, not caught up.
+func (l *Lookup[S]) Status() Status {
+	if v := l.v.Load(); v != nil {
+		return v.Status()
+	}
+	return Status{Topic: l.cfg.Topic}
 }
 
 // WaitCaughtUp waits for Open (or ctx, or Close), then is
