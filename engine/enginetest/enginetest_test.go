@@ -348,10 +348,7 @@ func TestStaleOwnerOutputs(t *testing.T) {
 // the table's topic are there for the next fold. The driver closes it at
 // the end of the test.
 func TestTheDriverOpensAndStepsLookupTables(t *testing.T) {
-	customers, err := view.NewLookup(view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	customers := view.NewLookup(view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()})
 	t.Run("run", func(t *testing.T) {
 		d := enginetest.New(t, enginetest.Config[string]{Topic: "orders", Engine: engine.Config[string]{
 			Codec: engine.String(), Tables: []engine.Table{customers},

@@ -160,11 +160,7 @@ func ExampleDriver_Advance() {
 func Example_lookupTable() {
 	t := &exampleT{}
 	defer t.end()
-	customers, err := view.NewLookup(view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	customers := view.NewLookup(view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()})
 	d := enginetest.New(t, enginetest.Config[string]{
 		Engine: engine.Config[string]{
 			Codec:  engine.String(),

@@ -156,11 +156,7 @@ func ExampleView_plainTable() {
 // engine/enginetest's driver opens and steps such tables by itself.
 func ExampleLookup() {
 	// Declared with the fold: no Store.
-	customers, err := view.NewLookup(view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	customers := view.NewLookup(view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()})
 	cfg := engine.Config[string]{
 		Codec:  engine.String(),
 		Tables: []engine.Table{customers},
@@ -176,7 +172,7 @@ func ExampleLookup() {
 			return engine.Set(name), nil
 		},
 	}
-	_, _, err = customers.Get([]byte("c1"))
+	_, _, err := customers.Get([]byte("c1"))
 	fmt.Println("before Open:", errors.Is(err, view.ErrNotOpen))
 
 	// The runner: a cluster, a backend, the tables opened on it.

@@ -70,6 +70,7 @@ type Opener interface {
 // are safe from any goroutine.
 type Lookup[S any] struct {
 	cfg Config[S]
+	bad error // what NewLookup's check found: Open's error
 	// v is the open view; nil before Open (and after a failed one).
 	// Reads load it without the lock: a fold's Get costs no mutex.
 	v atomic.Pointer[View[S]]
@@ -88,21 +89,36 @@ var (
 )
 
 // NewLookup declares a lookup table of cfg, which must leave Store nil:
-// the runner gives the backend to Open. It checks cfg as New does (a
-// *store.ConfigError naming the field), except what needs the backend
-// (for a table of snapshots, that it is Transactional), which Open checks.
+// the runner gives the backend to Open. It checks cfg as New does, but a
+// declaration returns no error, so that the code that builds an
+// engine.Config stays a list of its tables: a field that cannot work (a
+// *store.ConfigError naming it) is Open's error, which the runner
+// returns at its start (service.New, enginetest.New), as is what needs
+// the backend (for a table of snapshots, that it is Transactional). Err
+// reports it earlier, for a caller who wants it at the declaration.
 // A table of snapshots (Plain unset) reads the snapshot topic the runner's
 // backend names for Topic: that of the backend's application.
-func NewLookup[S any](cfg Config[S]) (*Lookup[S], error) {
-	if _, err := cfg.check(true); err != nil {
-		return nil, err
-	}
-	return &Lookup[S]{cfg: cfg, opened: make(chan struct{})}, nil
+func NewLookup[S any](cfg Config[S]) *Lookup[S] {
+	_, err := cfg.check(true)
+	return &Lookup[S]{cfg: cfg, bad: err, opened: make(chan struct{})}
 }
+
+// Err is what NewLookup's check of the Config found (a
+// *store.ConfigError naming the field), which Open returns; nil for a
+// declaration that can open.
+func (l *Lookup[S]) Err() error { return l.bad }
+
+// PlainTopic is the topic a table of plain key/values reads (plain
+// false for a table of snapshots): what a runner that creates topics
+// creates, compacted, when it is missing.
+func (l *Lookup[S]) PlainTopic() (topic string, plain bool) { return l.cfg.Topic, l.cfg.Plain }
 
 // Open opens the table on b (New with Config.Store set to b) and owns the
 // View it made: Run, Step, Get and Close go to it. See Opener.Open.
 func (l *Lookup[S]) Open(ctx context.Context, b store.Backend) error {
+	if l.bad != nil {
+		return l.bad
+	}
 	l.mu.Lock()
 	switch {
 	case l.closed:

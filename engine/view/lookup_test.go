@@ -56,8 +56,8 @@ func (w *lookupWorld) put(topic, key, value string) {
 // NewLookup refuses it.
 func customers(t *testing.T) *view.Lookup[string] {
 	t.Helper()
-	l, err := view.NewLookup(view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()})
-	if err != nil {
+	l := view.NewLookup(view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()})
+	if err := l.Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
@@ -65,11 +65,12 @@ func customers(t *testing.T) *view.Lookup[string] {
 }
 
 // NewLookup checks its Config with the View's checks, minus the Store,
-// which it refuses: the runner gives it.
+// which it refuses: the runner gives it. Err reports what it found, and
+// Open returns it, touching nothing.
 func TestNewLookupChecksItsConfig(t *testing.T) {
 	w := newLookupWorld(t)
 	valid := view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()}
-	if _, err := view.NewLookup(valid); err != nil {
+	if err := view.NewLookup(valid).Err(); err != nil {
 		t.Fatalf("a valid declaration: %v", err)
 	}
 	for _, c := range []struct {
@@ -83,10 +84,12 @@ func TestNewLookupChecksItsConfig(t *testing.T) {
 	} {
 		cfg := valid
 		c.edit(&cfg)
-		_, err := view.NewLookup(cfg)
-		ce, ok := errors.AsType[*store.ConfigError](err)
-		if !ok || ce.Subject != c.field || !errors.Is(err, store.ErrMisconfigured) {
-			t.Errorf("%s: NewLookup = %v, want a *store.ConfigError naming %s", c.field, err, c.field)
+		l := view.NewLookup(cfg)
+		for what, err := range map[string]error{"Err": l.Err(), "Open": l.Open(context.Background(), w.backend)} {
+			ce, ok := errors.AsType[*store.ConfigError](err)
+			if !ok || ce.Subject != c.field || !errors.Is(err, store.ErrMisconfigured) {
+				t.Errorf("%s: %s = %v, want a *store.ConfigError naming %s", c.field, what, err, c.field)
+			}
 		}
 	}
 	// The View's own check still wants its Store.
@@ -126,10 +129,7 @@ func TestLookupBeforeOpenSaysSo(t *testing.T) {
 // ErrClosed; a later Open is refused.
 func TestLookupWaitCaughtUpWaitsForOpenOrClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, err := view.NewLookup(view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := view.NewLookup(view.Config[string]{Topic: "customers", Plain: true, Codec: engine.String()})
 		got := make(chan error, 1)
 		go func() { got <- l.WaitCaughtUp(context.Background()) }()
 		synctest.Wait()
@@ -218,7 +218,7 @@ func TestLookupOpenChecksTheBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	l, err := view.NewLookup(view.Config[string]{Topic: "orders", Codec: engine.String()}) // the shop's snapshots of orders
+	l := view.NewLookup(view.Config[string]{Topic: "orders", Codec: engine.String()}) // the shop's snapshots of orders
 	if err != nil {
 		t.Fatal(err)
 	}
