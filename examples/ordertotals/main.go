@@ -69,8 +69,9 @@ func Config() engine.Config[Totals] {
 		out, _ := json.Marshal(t)
 		return engine.Keep[Totals]().With(engine.Output{Topic: "inactive-customers", Key: key, Value: out}), nil
 	}
-	return engine.Config[Totals]{Fold: fold, OnTimer: onTimer, Codec: engine.JSON[Totals](),
-		Tables: []engine.Table{customers}, Poison: engine.DeadLetterPoison, DeadLetterTopic: "order-totals-dead-letters"}
+	return engine.Config[Totals]{Fold: fold, OnTimer: onTimer, Codec: engine.JSON[Totals](), Tables: []engine.Table{customers},
+		OutputTopics: []string{"enriched-orders", "inactive-customers"},
+		Poison:       engine.DeadLetterPoison, DeadLetterTopic: "order-totals-dead-letters"}
 }
 
 func main() {

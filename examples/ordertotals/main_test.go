@@ -32,12 +32,11 @@ func TestTotalsSurviveACrashAndAStaleOwner(t *testing.T) {
 	d.Step()                  // folded by its owner, not committed...
 	d.Crash(d.Owner("alice")) // ...which dies: a survivor replays it
 
-	d.Produce("orders", "alice", order("o3", 30))
-	d.Step()
+	d.Produce("orders", "alice", order("o3", 30)) // its owner folds it, then pauses...
 	report := d.StaleOwner(d.Owner("alice"), func() {
-		d.Produce("orders", "alice", order("o4", 4)) // the new owner folds it
-	})
-	if report.Fenced == 0 {
+		d.Produce("orders", "alice", order("o4", 4)) // ...and the new owner folds this
+	}) // then it wakes and flushes o3's state: fenced
+	if len(report.Fenced) == 0 {
 		t.Fatalf("the stale owner's flush was not fenced: %+v", report)
 	}
 	d.Settle()
