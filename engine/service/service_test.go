@@ -156,45 +156,49 @@ func TestServiceConfigErrorsNameTheField(t *testing.T) {
 // redirected to the endpoint its owner advertises, so every answer is
 // the key's total whichever instance is asked.
 func TestAnyInstanceAnswersForEveryKey(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cfgA := config()
-	cfgA.HTTP = "127.0.0.1:0"
-	a, err := service.New(ctx, cfgA)
+	cfg := config()
+	cfg.HTTP = "127.0.0.1:0"
+	host, err := service.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfgB := cfgA
-	cfgB.Brokers = a.Brokers()
-	cfgB.CreateTopics = true
-	b, err := service.New(ctx, cfgB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctxB, cancelB := context.WithCancel(ctx)
-	doneA, doneB := make(chan error, 1), make(chan error, 1)
-	go func() { doneA <- a.Run(ctx) }()
-	go func() { doneB <- b.Run(ctxB) }()
+	runService(t, host) // registered first: stopped last, with its cluster
+	cfg.Brokers = host.Brokers()
+	checkEveryKeyAnsweredByEveryInstance(t, host, cfg)
+}
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(a.Brokers()...), kgo.DefaultProduceTopic("orders"))
+// checkEveryKeyAnsweredByEveryInstance runs a second instance of a's
+// application (cfg, its brokers), produces to the input, waits until both
+// serve a share of it, asks each for every key, then stops the second
+// and asks a again: it has taken every partition over.
+func checkEveryKeyAnsweredByEveryInstance(t *testing.T, a *service.Service[int64], cfg service.Config[int64]) {
+	b, err := service.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	ctxB, cancelB := context.WithCancel(context.Background())
+	doneB := make(chan error, 1)
+	go func() { doneB <- b.Run(ctxB) }()
+	defer func() {
+		cancelB()
+		if err := <-doneB; err != nil {
+			t.Errorf("Run b: %v", err)
+		}
+	}()
 	want := map[string]int64{}
+	var kv []string
 	for i := range 40 {
 		key := "c" + strconv.Itoa(i%10)
 		want[key] += int64(i)
-		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(key), Value: []byte(strconv.Itoa(i))}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+		kv = append(kv, key, strconv.Itoa(i))
 	}
-	waitFor(t, "both instances serving a partition each", func() bool {
+	produce(t, a.Brokers(), cfg.Input, kv...)
+	waitFor(t, "both instances serving a share of the input", func() bool {
 		return len(a.Status().Partitions) > 0 && len(b.Status().Partitions) > 0 && a.Status().Ready() && b.Status().Ready()
 	})
 	redirected := 0
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { redirected++; return nil }}
-	for _, svc := range []*service.Service[int64]{a, b} {
+	answers := func(svc *service.Service[int64]) {
 		for key, total := range want {
 			waitFor(t, key+" answered at its total by "+svc.Endpoint(), func() bool {
 				resp, err := client.Get(svc.Endpoint() + "/keys/" + key)
@@ -209,6 +213,8 @@ func TestAnyInstanceAnswersForEveryKey(t *testing.T) {
 			})
 		}
 	}
+	answers(a)
+	answers(b)
 	if redirected == 0 {
 		t.Fatal("no query was redirected: one instance served every key")
 	}
@@ -216,10 +222,8 @@ func TestAnyInstanceAnswersForEveryKey(t *testing.T) {
 	if err := <-doneB; err != nil {
 		t.Fatalf("Run b: %v", err)
 	}
-	cancel()
-	if err := <-doneA; err != nil {
-		t.Fatalf("Run a: %v", err)
-	}
+	doneB <- nil
+	answers(a) // once it has taken b's partitions over
 }
 
 // get is GET url's status and body.
