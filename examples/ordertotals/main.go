@@ -1,7 +1,6 @@
-// Command ordertotals keeps each customer's running order total: orders
-// keyed by customer in, an enriched order (with the customer's name, from
-// the "customers" table) out per order, a notice when a customer has
-// ordered nothing for an hour, and GET /keys/{customer} on :8080.
+// Command ordertotals keeps each customer's order total and count: an order in, an
+// enriched order out (the name from the "customers" table), a notice after an idle
+// hour, and GET /keys/{customer} on :8080.
 //
 //	go run ./examples/ordertotals                        # embedded cluster, with demo orders
 //	go run ./examples/ordertotals -brokers localhost:9092
@@ -81,33 +80,27 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *brokers, *addr, *demo); err != nil {
-		fmt.Fprintln(os.Stderr, "ordertotals:", err)
-		os.Exit(1)
-	}
-}
-
-func run(ctx context.Context, brokers, addr string, demo bool) error {
 	cfg := Config()
 	cfg.Logger = slog.Default()
 	svc, err := service.New(ctx, service.Config[Totals]{
 		Application:  "order-totals",
-		Brokers:      []string{brokers},
+		Brokers:      []string{*brokers},
 		Input:        "orders",
 		CreateTopics: true,
-		HTTP:         addr,
+		HTTP:         *addr,
 		Engine:       cfg,
 	})
+	if err == nil && (*demo || *brokers == service.Embedded) {
+		err = produceDemo(ctx, svc.Brokers())
+	}
+	if err == nil {
+		slog.Info("serving", "endpoint", svc.Endpoint(), "try", "curl localhost"+*addr+"/keys/alice")
+		err = svc.Run(ctx)
+	}
 	if err != nil {
-		return err
+		slog.Error("ordertotals", "err", err)
+		os.Exit(1)
 	}
-	if demo || brokers == service.Embedded {
-		if err := produceDemo(ctx, svc.Brokers()); err != nil {
-			return err
-		}
-	}
-	slog.Info("serving", "endpoint", svc.Endpoint(), "try", "curl localhost"+addr+"/keys/alice")
-	return svc.Run(ctx)
 }
 
 // produceDemo writes two customers and a few orders.
