@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/snapfence/snapfence/internal/kafkatopic"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
 )
@@ -57,25 +58,30 @@ func (s *Service[S]) createTopics(ctx context.Context) error {
 			return &store.ConfigError{Subject: "service.Config." + field[t], Problem: fmt.Sprintf("topic %q does not exist", t),
 				Fix: "create it, or set service.Config.CreateTopics", Err: kafka.ErrTopicMissing}
 		}
-		if err := s.createTopic(ctx, adm, t, want[t]); err != nil {
+		if err := s.createTopic(ctx, cl, t, want[t]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *Service[S]) createTopic(ctx context.Context, adm *kadm.Client, topic string, configs map[string]*string) error {
+// createTopic creates topic and waits until it is served: a reader that
+// opens it at once (a table, the consumer) finds every partition.
+func (s *Service[S]) createTopic(ctx context.Context, cl *kgo.Client, topic string, configs map[string]*string) error {
 	n := s.partitions()
 	if n == 0 {
-		n = -1
+		n = -1 // the broker's num.partitions
 	}
-	resp, err := adm.CreateTopic(ctx, n, -1, configs, topic)
-	if err == nil {
-		err = resp.Err
+	created, err := kafkatopic.Create(ctx, cl, topic, n, -1, configs)
+	if err != nil {
+		return fmt.Errorf("service: %w", err)
 	}
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("service: creating topic %s: %w", topic, err)
+	if created {
+		count := any(n)
+		if n < 0 {
+			count = "the broker's num.partitions"
+		}
+		s.logger().Info("created topic", "topic", topic, "partitions", count)
 	}
-	s.logger().Info("topic created", "topic", topic, "partitions", n)
 	return nil
 }
