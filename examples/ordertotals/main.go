@@ -43,8 +43,6 @@ type Enriched struct {
 	Totals   Totals `json:"totals"`
 }
 
-const inactivity = time.Hour
-
 // Config is the application's logic: its fold, timer and table. main
 // runs it as a service; the tests run it on the simulated cluster.
 func Config() engine.Config[Totals] {
@@ -59,7 +57,7 @@ func Config() engine.Config[Totals] {
 			return engine.Result[Totals]{}, err
 		}
 		old := engine.Timer{Kind: engine.ProcessingTime, At: t.Idle} // none for a new customer: no error
-		t.Orders, t.Cents, t.Idle = t.Orders+1, t.Cents+o.Cents, rec.Now.Add(inactivity)
+		t.Orders, t.Cents, t.Idle = t.Orders+1, t.Cents+o.Cents, rec.Now.Add(time.Hour)
 		out, _ := json.Marshal(Enriched{Order: o, Customer: name, Totals: t})
 		return engine.Set(t).With(engine.Output{Topic: "enriched-orders", Key: key, Value: out}).
 			CancelTimer(old).SetTimer(engine.Timer{Kind: engine.ProcessingTime, At: t.Idle}), nil
@@ -87,6 +85,7 @@ func main() {
 		Brokers:      []string{*brokers},
 		Input:        "orders",
 		CreateTopics: true,
+		Partitions:   4, // of a topic it creates: up to 4 instances share the work
 		HTTP:         *addr,
 		Engine:       cfg,
 	})
