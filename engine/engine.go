@@ -449,8 +449,11 @@ type Config[S any] struct {
 	// offset and log end (snapfence_group_lag), and the partitions no
 	// member is assigned (Status.Unserved, snapfence_unserved_partitions),
 	// so that a partition whose owner died is still reported by every
-	// other instance. Default DefaultGroupReportInterval (5 s); negative:
-	// never.
+	// other instance. A report is also read right after every rebalance
+	// callback. Default DefaultGroupReportInterval (5 s); negative:
+	// never, and then a member assigned no partition is never ready
+	// (Status.Ready): without the report it cannot tell a settled group
+	// from one whose partitions nobody serves.
 	GroupReportInterval time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger

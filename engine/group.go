@@ -8,12 +8,15 @@ import (
 	"github.com/snapfence/snapfence/store"
 )
 
-// The group report: every member reads, every GroupReportInterval, the
-// whole group's view of the input (committed offsets, log ends, and which
-// partitions the coordinator has assigned to a member), so that a
-// partition nobody serves (its owner dead, the group rebalancing) is still
-// reported, with its lag, by every instance that is alive. A member's own
-// status shows only its own partitions, and their series go with them.
+// The group report: every member reads, every GroupReportInterval and
+// right after every rebalance callback, the whole group's view of the
+// input (committed offsets, log ends, and which partitions the
+// coordinator has assigned to a member), so that a partition nobody
+// serves (its owner dead, the group rebalancing) is still reported, with
+// its lag, by every instance that is alive. A member's own status shows
+// only its own partitions, and their series go with them; a member
+// assigned none is ready only once a report finds nothing unserved
+// (Status.Ready).
 
 // DefaultGroupReportInterval is Config.GroupReportInterval's default.
 const DefaultGroupReportInterval = 5 * time.Second

@@ -197,3 +197,32 @@ func groupGaugeValue(t *testing.T, g prometheus.Gatherer, name string, tp store.
 	}
 	return -1
 }
+
+// noPartitionReadiness on the real broker: its coordinator describes no
+// assignment while the rebalance is held up, and the member's report
+// after its empty assignment finds the group settled.
+func TestMemberWithNoPartitionReadyOnceTheGroupSettlesOnKafka(t *testing.T) {
+	w := newBrokerWorld(t)
+	coop := kgo.Balancers(kgo.CooperativeStickyBalancer())
+	group := w.topic + "-group"
+	noPartitionReadiness(t, noPartitionTier{
+		interval: 20 * time.Second,
+		other: func(opts ...kgo.Opt) *kgo.Client {
+			cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(w.brokers...), kgo.ConsumerGroup(group),
+				kgo.ConsumeTopics(w.topic), coop, kgo.DisableAutoCommit()}, opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cl.Close)
+			return cl
+		},
+		describe: func() (kadm.DescribedGroup, error) {
+			groups, err := w.adm.DescribeGroups(context.Background(), group)
+			return groups[group], err
+		},
+		topic: w.topic,
+		member: func(interval time.Duration) (*engine.Member[int], func() (int, readyBody)) {
+			return w.runnerWith(coop, func(c *engine.Config[int]) { c.GroupReportInterval = interval }), nil
+		},
+	})
+}

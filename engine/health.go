@@ -15,10 +15,14 @@ import (
 //     when the engine has stopped; a partition that is waiting or
 //     stopped does not fail it (readiness and the metrics show those).
 //   - /readyz: 200 when Status.Ready holds (the member has joined its
-//     group and every partition assigned to it is recovered and
-//     running), 503 otherwise; the body is the Status as JSON either way
-//     (Status.MarshalJSON), with each partition's state, recovery
-//     progress, offsets, lag, last commit and error.
+//     group, every partition assigned to it is recovered and running,
+//     and it holds one or its last group report found no partition
+//     unserved), 503 otherwise; the body is the Status as JSON either
+//     way (Status.MarshalJSON), with each partition's state, recovery
+//     progress, offsets, lag, last commit and error, and the unserved
+//     partitions. A member assigned no partition is thus not ready while
+//     the group still has a partition to hand out, nor ever without
+//     group reports (a negative Config.GroupReportInterval).
 //   - /metrics: served by metrics; with metrics nil there is no /metrics
 //     (404), so nothing global is served by default. For Prometheus pass
 //     prom.Handler(reg) (package engine/prom), reg the registry the

@@ -56,7 +56,9 @@ type Member[S any] struct {
 	logs *logLimiter
 	// queries is the partitions open to committed reads (query.go).
 	queries readers[S]
-	// lastGroupReport is when the last group report was read (group.go).
+	// lastGroupReport is when the last group report was read (group.go);
+	// zero: one is due at once (none yet, or a rebalance callback ran
+	// since).
 	lastGroupReport time.Time
 	// released: the runner no longer counts as open for Engine.Close
 	// (closed, or abandoned by a test's simulated crash).
@@ -936,6 +938,12 @@ func (h rebalanceHandler[S]) callback(ctx context.Context, input func() []schedu
 	defer h.r.mu.Unlock()
 	_ = h.r.awaitEmit(ctx) // before a revoke's flush; its failure is in Errors
 	h.r.do(ctx, input())
+	// The group's assignment has just changed: the next step reads the
+	// group report rather than a GroupReportInterval later, so that a
+	// member assigned nothing, which is ready only on the report's word,
+	// becomes ready as soon as the group has settled (a rolling deploy
+	// with more members than partitions waits for it).
+	h.r.lastGroupReport = time.Time{}
 }
 
 // Flows lists the partitions with a running flow, in order.

@@ -156,7 +156,9 @@ type Status struct {
 	// session timeout); its lag grows meanwhile in snapfence_group_lag.
 	Unserved []UnservedPartition
 	// GroupReport is when the last group report was read; zero before
-	// the first (or without one: a negative GroupReportInterval).
+	// the first (or without one: a negative GroupReportInterval). One is
+	// read after every rebalance callback and every GroupReportInterval;
+	// a member assigned no partition is ready only on its word (Ready).
 	GroupReport time.Time
 	// GroupReportErr is why the last attempt failed; nil if it did not.
 	// Unserved is then the last report's.
@@ -164,11 +166,25 @@ type Status struct {
 }
 
 // Ready reports whether the member serves its share of the input: it is
-// live, has joined its group, and every partition assigned to it is
-// recovered and running, and none keeps failing (PartitionStatus.Failing).
-// A member assigned no partition (more members
-// than partitions) is ready once it joined; one waiting, stopped,
-// starting or recovering partition makes it not ready.
+// live, has joined its group, every partition assigned to it is recovered
+// and running and none keeps failing (PartitionStatus.Failing), and it
+// holds a partition or the group has none left to give: the last group
+// report was read, its last attempt did not fail, and it found no
+// partition unserved. One waiting, stopped, starting or recovering
+// partition makes it not ready.
+//
+// A member assigned no partition (more members than partitions, as in a
+// rolling deploy) is ready on the group report's word alone, since its
+// own status cannot show a partition that waits for a member: while one
+// is unserved (a rebalance under way, partitions stuck), before its
+// first report and after a failed one it is not ready, so that a deploy
+// does not count it as taking up a share the group has not handed out.
+// A report follows every rebalance callback, so it becomes ready as soon
+// as the group has settled, not a GroupReportInterval later. Without
+// group reports (a negative GroupReportInterval) a member assigned no
+// partition is never ready: it cannot tell a settled group from one
+// whose partitions nobody serves, and readiness does not claim what it
+// cannot see.
 func (s Status) Ready() bool {
 	if !s.Live || !s.Joined {
 		return false
@@ -178,7 +194,14 @@ func (s Status) Ready() bool {
 			return false
 		}
 	}
-	return true
+	return len(s.Partitions) > 0 || s.groupSettled()
+}
+
+// groupSettled: the last group report was read well and found nothing
+// unserved (Unserved is the last good report's even after a failure, so
+// the error is checked too).
+func (s Status) groupSettled() bool {
+	return !s.GroupReport.IsZero() && s.GroupReportErr == nil && len(s.Unserved) == 0
 }
 
 // MarshalJSON writes the status as /readyz serves it (see

@@ -1021,8 +1021,8 @@ func (s *kafkaSource) inputTopics(ctx context.Context) ([]store.TopicPartition, 
 // and ends, and which the coordinator has assigned to a member. The
 // assignment is read as a consumer-protocol group first
 // (ConsumerGroupDescribe), then as a classic one (DescribeGroups: a
-// classic group describes no assignment while it rebalances, and nothing
-// is served then).
+// classic group that rebalances is read as assigning nothing, whatever
+// the coordinator describes: its partitions are being handed out).
 func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]input.GroupPartition, error) {
 	tps, names, err := s.inputTopics(ctx)
 	if err != nil {
@@ -1098,6 +1098,15 @@ func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]
 	}
 	if g.Err != nil {
 		return nil, fmt.Errorf("kafkaio: describing group %s: %w", s.group, g.Err)
+	}
+	if g.State != "Stable" {
+		// Kafka 4's coordinator describes each member's last
+		// assignment in every state, older ones none outside Stable.
+		// Both are read as nothing assigned until the rebalance ends:
+		// eager members have revoked everything meanwhile, and a
+		// member assigned nothing must not take a group still handing
+		// partitions out for settled (engine.Status.Ready).
+		return owners, nil
 	}
 	for _, m := range g.Members {
 		if c, ok := m.Assigned.AsConsumer(); ok {
