@@ -40,16 +40,20 @@ func config() service.Config[int64] {
 
 // waitFor polls cond until it holds or the test's deadline nears: it
 // waits for what it observes, not for a time.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t *testing.T, what string, cond func() bool, show ...*service.Service[int64]) {
 	t.Helper()
-	deadline, ok := t.Deadline()
-	if !ok {
-		deadline = time.Now().Add(time.Minute)
+	deadline := time.Now().Add(2 * time.Minute) // a bound on a hang, not a timing
+	if d, ok := t.Deadline(); ok && d.Add(-5*time.Second).Before(deadline) {
+		deadline = d.Add(-5 * time.Second)
 	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
-		if time.Now().After(deadline.Add(-5 * time.Second)) {
+		if time.Now().After(deadline) {
+			for _, svc := range show {
+				st, _ := json.Marshal(svc.Status())
+				t.Logf("%s: %s", svc.Endpoint(), st)
+			}
 			t.Fatalf("never observed: %s", what)
 		}
 		<-tick.C
@@ -163,7 +167,7 @@ func TestAnyInstanceAnswersForEveryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	runService(t, host) // registered first: stopped last, with its cluster
-	cfg.Brokers = host.Brokers()
+	cfg.Brokers, cfg.CreateTopics = host.Brokers(), true // as the embedded host does
 	checkEveryKeyAnsweredByEveryInstance(t, host, cfg)
 }
 
@@ -195,7 +199,7 @@ func checkEveryKeyAnsweredByEveryInstance(t *testing.T, a *service.Service[int64
 	produce(t, a.Brokers(), cfg.Input, kv...)
 	waitFor(t, "both instances serving a share of the input", func() bool {
 		return len(a.Status().Partitions) > 0 && len(b.Status().Partitions) > 0 && a.Status().Ready() && b.Status().Ready()
-	})
+	}, a, b)
 	redirected := 0
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { redirected++; return nil }}
 	answers := func(svc *service.Service[int64]) {
