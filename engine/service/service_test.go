@@ -167,7 +167,8 @@ func TestAnyInstanceAnswersForEveryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	runService(t, host) // registered first: stopped last, with its cluster
-	cfg.Brokers, cfg.CreateTopics = host.Brokers(), true // as the embedded host does
+	// The second instance creates topics, as the embedded host does.
+	cfg.Brokers, cfg.CreateTopics = host.Brokers(), true
 	checkEveryKeyAnsweredByEveryInstance(t, host, cfg)
 }
 
