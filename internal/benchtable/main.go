@@ -23,6 +23,10 @@
 // section alone; one without them prints nothing of it. So does
 // BenchmarkLimit (engine, build tag `it`: the engine end to end against a
 // bare franz-go program; `make bench-limit`), limit.go, with its targets.
+// So do BenchmarkCommitInterval and BenchmarkCommitIntervalCrash (engine:
+// the commit interval's throughput on a real broker, its crash and
+// freshness on the simulated cluster; `make bench-commit`), commit.go, as
+// one table.
 package main
 
 import (
@@ -330,6 +334,10 @@ func render(w io.Writer, s samples, header []string) {
 	}
 	if onlyOutputs(s) {
 		renderOutputs(w, s)
+		return
+	}
+	if onlyCommit(s) {
+		renderCommit(w, s)
 		return
 	}
 	if onlyLimit(s) {
