@@ -174,8 +174,8 @@ bench-outputs:
 ## (docs/benchmarks.md, "End to end against the limit (issue 19)"). About
 ## 3 min at 3 rounds. LIMITARGS: the benchmark's own flags, e.g.
 ## -limit.cpuprofile=DIR (a CPU profile of each op's measured part, as
-## DIR/<variant>-<round>.pprof), -limit.commit=0 (the engine's default
-## intervals, 1 min), -limit.records=N.
+## DIR/<variant>-<round>.pprof), -limit.commit=D (the at-least-once
+## CommitInterval; 0: the engine's default), -limit.records=N.
 LIMITROUNDS ?= 3
 LIMITARGS   ?=
 bench-limit:

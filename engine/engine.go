@@ -146,12 +146,15 @@ type Codec[S any] interface {
 // Defaults of Config.
 const (
 	// DefaultCommitInterval is CommitInterval's default outside
-	// ExactlyOnce.
-	DefaultCommitInterval = time.Minute
-	// DefaultPersistInterval was PersistInterval's default.
+	// ExactlyOnce: a crash re-emits about a second of outputs at most,
+	// and committed reads are about a second old at most, for about 0.75x
+	// the events/s of a minute on a backlog whose keys change within the
+	// second (docs/benchmarks.md, "Commit interval").
+	DefaultCommitInterval = time.Second
+	// DefaultPersistInterval is DefaultCommitInterval: PersistInterval
+	// follows CommitInterval unless set.
 	//
-	// Deprecated: PersistInterval follows CommitInterval unless set;
-	// this is DefaultCommitInterval.
+	// Deprecated: leave PersistInterval 0 to follow CommitInterval.
 	DefaultPersistInterval = DefaultCommitInterval
 	// DefaultHotKeys is HotKeys' default: the decoded states kept in
 	// memory per partition.
@@ -266,9 +269,15 @@ type Config[S any] struct {
 	// transaction that commits the offset past it (docs/design.md,
 	// "Tombstones ride with the commit").
 	PersistInterval time.Duration
-	// CommitInterval is how often the committable offset is committed;
-	// default DefaultCommitInterval (1 min), or
-	// DefaultExactlyOnceCommitInterval (100 ms) under ExactlyOnce.
+	// CommitInterval is how often the committable offset is committed,
+	// with the dirty keys' snapshots; default DefaultCommitInterval (1 s),
+	// or DefaultExactlyOnceCommitInterval (100 ms) under ExactlyOnce. It
+	// bounds what a crash replays (at least once, the outputs of up to an
+	// interval of input are emitted again) and how old committed reads
+	// (ReadCommitted, views, tables) and the group's committed offsets
+	// get; a shorter one costs throughput where keys change more than once
+	// an interval, as each is written once per interval
+	// (docs/benchmarks.md, "Commit interval").
 	CommitInterval time.Duration
 	// NoFlushOnRevoke skips the flush and commit on revoke (default: flush).
 	NoFlushOnRevoke bool

@@ -28,9 +28,9 @@ package engine_test
 //     due, as the engine's runner does.
 //   - at-least-once: engine.Run with store/kafka Transactional (snapshots)
 //     and an kafkaio.Emitter's StartEmit (a poll's outputs in flight
-//     while the next one is folded); PersistInterval and
-//     CommitInterval -limit.commit (0: the engine's defaults,
-//     DefaultPersistInterval and DefaultCommitInterval, 1 min each).
+//     while the next one is folded); CommitInterval -limit.commit (0:
+//     the engine's default, DefaultCommitInterval), PersistInterval
+//     following it.
 //   - exactly-once: engine.Run with Config.ExactlyOnce at its default
 //     CommitInterval (DefaultExactlyOnceCommitInterval, 100 ms) and
 //     batch caps.
@@ -118,7 +118,7 @@ import (
 var (
 	limitRounds  = flag.Int("limit.rounds", 3, "BenchmarkLimit: rounds of the variants (limit, at-least-once, exactly-once, at-least-once-emit), interleaved")
 	limitRecords = flag.Int("limit.records", 1_000_000, "BenchmarkLimit: input records in the backlog; smaller for a quick check")
-	limitCommit  = flag.Duration("limit.commit", time.Second, "BenchmarkLimit: the at-least-once engine's PersistInterval and CommitInterval, and the limit's commit interval; 0: the engine's defaults (1 min)")
+	limitCommit  = flag.Duration("limit.commit", time.Second, "BenchmarkLimit: the at-least-once engine's CommitInterval (PersistInterval follows it), and the limit's commit interval; 0: the engine's default")
 	limitCPU     = flag.String("limit.cpuprofile", "", "BenchmarkLimit: write a CPU profile of each op's measured part to this directory, as <variant>-<round>.pprof")
 )
 

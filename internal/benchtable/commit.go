@@ -30,7 +30,7 @@ const (
 var commitVariants = []struct{ sub, label string }{
 	{"at-least-once-100ms", "at least once, 100 ms"},
 	{"at-least-once-250ms", "at least once, 250 ms"},
-	{"at-least-once-1s", "at least once, 1 s"},
+	{"at-least-once-1s", "at least once, 1 s (the default)"},
 	{"at-least-once-5s", "at least once, 5 s"},
 	{"at-least-once-1m", "at least once, 1 min (baseline)"},
 	{"exactly-once-100ms", "exactly once, 100 ms (its default)"},
