@@ -420,6 +420,9 @@ func render(w io.Writer, s samples, header []string) {
 	if withLimit {
 		renderLimit(w, s)
 	}
+	if slices.ContainsFunc(slices.Collect(maps.Keys(s)), commitBenches) {
+		renderCommit(w, s)
+	}
 	fmt.Fprintln(w, "\nTargets")
 	for _, t := range targets {
 		for _, sec := range secs {
