@@ -260,11 +260,11 @@ type Config[S any] struct {
 	// commits; default (0): CommitInterval, so that setting CommitInterval
 	// is enough. Every commit writes the dirty keys too, and a persist due
 	// with a commit is left to it (one transaction, not two), so only a
-	// PersistInterval below CommitInterval changes anything: snapshots are
-	// written, each flush a transaction as a commit is, more often than
-	// the offset is committed, and committed reads and what a crash
-	// re-emits follow PersistInterval while the group's committed offsets
-	// follow CommitInterval. On a Transactional store a deleted key's
+	// PersistInterval below CommitInterval changes anything: the
+	// snapshots, and with them committed reads and what a crash re-emits,
+	// follow it, while the group's committed offsets follow CommitInterval
+	// (on a Transactional store each flush costs a transaction, as a
+	// commit does). On a Transactional store a deleted key's
 	// tombstone is not written then but with the next commit, in the
 	// transaction that commits the offset past it (docs/design.md,
 	// "Tombstones ride with the commit").

@@ -685,7 +685,7 @@ func (lr *limitRun) startEngine(eos, syncEmit bool) func() error {
 		CommitInterval: lr.commit} // PersistInterval follows it
 	var em *kafkaio.Emitter
 	if eos {
-		cfg.ExactlyOnce = true // CommitInterval: DefaultExactlyOnceCommitInterval
+		cfg.ExactlyOnce = true // CommitInterval 0: DefaultExactlyOnceCommitInterval
 		cfg.OutputTopics = []string{lr.output}
 	} else {
 		if em, err = kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: lr.brokers}); err != nil {
