@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-warm bench-failover bench-recovery-pause bench-scale it it-cluster it-secure props-long html-check failover chaos chaos-short probe
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-commit bench-warm bench-failover bench-recovery-pause bench-scale it it-cluster it-secure props-long html-check failover chaos chaos-short probe
 
 all: lint test
 
@@ -174,14 +174,33 @@ bench-outputs:
 ## (docs/benchmarks.md, "End to end against the limit"). About
 ## 3 min at 3 rounds. LIMITARGS: the benchmark's own flags, e.g.
 ## -limit.cpuprofile=DIR (a CPU profile of each op's measured part, as
-## DIR/<variant>-<round>.pprof), -limit.commit=0 (the engine's default
-## intervals, 1 min), -limit.records=N.
+## DIR/<variant>-<round>.pprof), -limit.commit=D (the at-least-once
+## CommitInterval; 0: the engine's default), -limit.records=N.
 LIMITROUNDS ?= 3
 LIMITARGS   ?=
 bench-limit:
 	@it/kafka/broker classpath
 	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
 	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench '^BenchmarkLimit$$' -benchtime=1x -count=1 -timeout 60m ./engine -args -limit.rounds=$(LIMITROUNDS) $(LIMITARGS) 2>&1 | tee "$$out" && \
+	echo && $(GO) run ./internal/benchtable < "$$out"
+
+## bench-commit: what the commit interval costs and buys, at least once at
+## 100 ms, 250 ms, 1 s, 5 s and 1 min and exactly once at 100 ms
+## (docs/benchmarks.md, "Commit interval"): a crash one step before a
+## commit on the simulated cluster in virtual time
+## (BenchmarkCommitIntervalCrash: the outputs it re-emits, how old
+## committed reads get), then the throughput on a real Kafka 4.3.1 broker
+## started for the run (BenchmarkCommitInterval, build tag `it`: a backlog
+## of COMMITRECORDS over 100k keys, committed at once after its last fold),
+## COMMITROUNDS rounds interleaved; then one table, ratios to the 1 min
+## interval of the same round. About 5 min.
+COMMITROUNDS  ?= 5
+COMMITRECORDS ?= 2000000
+bench-commit:
+	@it/kafka/broker classpath
+	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
+	$(GO) test -run '^$$' -bench '^BenchmarkCommitIntervalCrash$$' -benchtime=1x -count=1 ./engine 2>&1 | tee "$$out" && \
+	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench '^BenchmarkCommitInterval$$' -benchtime=1x -count=1 -timeout 60m ./engine -args -commit.rounds=$(COMMITROUNDS) -limit.records=$(COMMITRECORDS) 2>&1 | tee -a "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
 
 ## bench-warm: warm restarts: an engine's start until all its

@@ -31,9 +31,10 @@
 //
 // The committable offset of a partition is the smallest offset still held
 // by a key whose change is not durable, or the last consumed offset + 1. It
-// never passes a change that is not in a committed snapshot. Dirty keys are
-// flushed every PersistInterval; the committable offset is committed every
-// CommitInterval and on revoke.
+// never passes a change that is not in a committed snapshot. It is
+// committed, with the dirty keys, every CommitInterval and on revoke (and
+// the dirty keys flushed between commits every PersistInterval, when it is
+// set below CommitInterval).
 //
 // After every poll the engine publishes the consumer's group identity to
 // the store, which reads it for every transaction: a rebalance can bump the
@@ -144,8 +145,17 @@ type Codec[S any] interface {
 
 // Defaults of Config.
 const (
-	DefaultPersistInterval = time.Minute
-	DefaultCommitInterval  = time.Minute
+	// DefaultCommitInterval is CommitInterval's default outside
+	// ExactlyOnce: a crash re-emits about a second of outputs at most,
+	// and committed reads are about a second old at most, for about 0.75x
+	// the events/s of a minute on a backlog whose keys change within the
+	// second (docs/benchmarks.md, "Commit interval").
+	DefaultCommitInterval = time.Second
+	// DefaultPersistInterval is DefaultCommitInterval: PersistInterval
+	// follows CommitInterval unless set.
+	//
+	// Deprecated: leave PersistInterval 0 to follow CommitInterval.
+	DefaultPersistInterval = DefaultCommitInterval
 	// DefaultHotKeys is HotKeys' default: the decoded states kept in
 	// memory per partition.
 	DefaultHotKeys = 1 << 16
@@ -246,17 +256,28 @@ type Config[S any] struct {
 	// DefaultMaxWritesInFlight (16384); it is raised to FlushBatch if
 	// lower, so that one batch always fits.
 	MaxWritesInFlight int
-	// PersistInterval is how often dirty keys are flushed; default
-	// DefaultPersistInterval (1 min). A persist due with a commit is left
-	// to the commit, which writes the dirty keys too (one transaction, not
-	// two). On a Transactional store a deleted key's tombstone is not
-	// written then but with the next commit, in the transaction that
-	// commits the offset past it (docs/design.md, "Tombstones ride with
-	// the commit").
+	// PersistInterval is how often dirty keys are flushed between
+	// commits; default (0): CommitInterval, so that setting CommitInterval
+	// is enough. Every commit writes the dirty keys too, and a persist due
+	// with a commit is left to it (one transaction, not two), so only a
+	// PersistInterval below CommitInterval changes anything: the
+	// snapshots, and with them committed reads and what a crash re-emits,
+	// follow it, while the group's committed offsets follow CommitInterval
+	// (on a Transactional store each flush costs a transaction, as a
+	// commit does). On a Transactional store a deleted key's
+	// tombstone is not written then but with the next commit, in the
+	// transaction that commits the offset past it (docs/design.md,
+	// "Tombstones ride with the commit").
 	PersistInterval time.Duration
-	// CommitInterval is how often the committable offset is committed;
-	// default DefaultCommitInterval (1 min), or
-	// DefaultExactlyOnceCommitInterval (100 ms) under ExactlyOnce.
+	// CommitInterval is how often the committable offset is committed,
+	// with the dirty keys' snapshots; default DefaultCommitInterval (1 s),
+	// or DefaultExactlyOnceCommitInterval (100 ms) under ExactlyOnce. It
+	// bounds what a crash replays (at least once, the outputs of up to an
+	// interval of input are emitted again) and how old committed reads
+	// (ReadCommitted, views, tables) and the group's committed offsets
+	// get; a shorter one costs throughput where keys change more than once
+	// an interval, as each is written once per interval
+	// (docs/benchmarks.md, "Commit interval").
 	CommitInterval time.Duration
 	// NoFlushOnRevoke skips the flush and commit on revoke (default: flush).
 	NoFlushOnRevoke bool
@@ -496,14 +517,16 @@ func New[S any](cfg Config[S]) (*Engine[S], error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	if cfg.PersistInterval == 0 {
-		cfg.PersistInterval = DefaultPersistInterval
-	}
 	if cfg.CommitInterval == 0 {
 		cfg.CommitInterval = DefaultCommitInterval
 		if cfg.ExactlyOnce {
 			cfg.CommitInterval = DefaultExactlyOnceCommitInterval
 		}
+	}
+	if cfg.PersistInterval == 0 {
+		// Every commit writes the dirty keys, and a persist due with a
+		// commit is left to it: following the commits adds no write.
+		cfg.PersistInterval = cfg.CommitInterval
 	}
 	if cfg.MaxTransactionRecords == 0 {
 		cfg.MaxTransactionRecords = DefaultMaxTransactionRecords

@@ -28,9 +28,9 @@ package engine_test
 //     due, as the engine's runner does.
 //   - at-least-once: engine.Run with store/kafka Transactional (snapshots)
 //     and an kafkaio.Emitter's StartEmit (a poll's outputs in flight
-//     while the next one is folded); PersistInterval and
-//     CommitInterval -limit.commit (0: the engine's defaults,
-//     DefaultPersistInterval and DefaultCommitInterval, 1 min each).
+//     while the next one is folded); CommitInterval -limit.commit (0:
+//     the engine's default, DefaultCommitInterval), PersistInterval
+//     following it.
 //   - exactly-once: engine.Run with Config.ExactlyOnce at its default
 //     CommitInterval (DefaultExactlyOnceCommitInterval, 100 ms) and
 //     batch caps.
@@ -118,7 +118,7 @@ import (
 var (
 	limitRounds  = flag.Int("limit.rounds", 3, "BenchmarkLimit: rounds of the variants (limit, at-least-once, exactly-once, at-least-once-emit), interleaved")
 	limitRecords = flag.Int("limit.records", 1_000_000, "BenchmarkLimit: input records in the backlog; smaller for a quick check")
-	limitCommit  = flag.Duration("limit.commit", time.Second, "BenchmarkLimit: the at-least-once engine's PersistInterval and CommitInterval, and the limit's commit interval; 0: the engine's defaults (1 min)")
+	limitCommit  = flag.Duration("limit.commit", time.Second, "BenchmarkLimit: the at-least-once engine's CommitInterval (PersistInterval follows it), and the limit's commit interval; 0: the engine's default")
 	limitCPU     = flag.String("limit.cpuprofile", "", "BenchmarkLimit: write a CPU profile of each op's measured part to this directory, as <variant>-<round>.pprof")
 )
 
@@ -132,17 +132,23 @@ const (
 
 // limitVariant is a sub-benchmark of a round: start starts the consumer
 // or the engine on the run's topics and returns what stops it (and its
-// error, nil after a clean stop).
+// error, nil after a clean stop). interval, if set, is the engine's
+// CommitInterval (otherwise -limit.commit's at least once, the default
+// exactly once); flushAtEnd has the engine commit (Member.FlushAll) as
+// soon as it has folded the backlog, so that the measured part ends with
+// the work done, not with the wait for the next commit tick.
 type limitVariant struct {
-	name  string
-	start func(lr *limitRun) (stop func() error)
+	name       string
+	start      func(lr *limitRun) (stop func() error)
+	interval   time.Duration
+	flushAtEnd bool
 }
 
 var limitVariants = []limitVariant{
-	{"limit", (*limitRun).startLimit},
-	{"at-least-once", func(lr *limitRun) func() error { return lr.startEngine(false, false) }},
-	{"exactly-once", func(lr *limitRun) func() error { return lr.startEngine(true, false) }},
-	{"at-least-once-emit", func(lr *limitRun) func() error { return lr.startEngine(false, true) }},
+	{name: "limit", start: (*limitRun).startLimit},
+	{name: "at-least-once", start: func(lr *limitRun) func() error { return lr.startEngine(false, false) }},
+	{name: "exactly-once", start: func(lr *limitRun) func() error { return lr.startEngine(true, false) }},
+	{name: "at-least-once-emit", start: func(lr *limitRun) func() error { return lr.startEngine(false, true) }},
 }
 
 func BenchmarkLimit(b *testing.B) {
@@ -172,6 +178,8 @@ type limitRun struct {
 	input, output, snaps string
 	group, txnPrefix     string
 	interval             time.Duration // the variant's commit interval
+	commit               time.Duration // the engine's CommitInterval; 0: its default
+	flushAtEnd           bool          // limitVariant's
 	adm                  *kadm.Client
 	records              int64 // the backlog's records (the sum of ends)
 	ends                 map[int32]int64
@@ -191,6 +199,7 @@ type limitRun struct {
 	consumed                  atomic.Int64          // records fetched (the limit) or folded (the engine)
 	consumedAt                atomic.Int64          // unix ns when consumed reached the backlog
 	nudged                    chan struct{}         // awaitCommitted's wake-up, one slot
+	allFolded                 chan struct{}         // closed at the engine's fold of the backlog's last record
 	failure                   atomic.Pointer[error] // the variant's first error
 
 	reg                 *prometheus.Registry // the engine's metrics; nil for the limit
@@ -210,11 +219,15 @@ func runLimit(b *testing.B, brokers []string, v limitVariant, round int) {
 		input: id, output: id + "-out", snaps: kafka.DefaultSnapshotTopic(id, id), group: id + "-group", txnPrefix: id}
 	lr.brokerPID, _ = strconv.Atoi(os.Getenv("SNAPFENCE_KAFKA_PID"))
 	lr.nudged = make(chan struct{}, 1)
+	lr.allFolded = make(chan struct{})
+	lr.flushAtEnd = v.flushAtEnd
 	switch {
+	case v.interval > 0:
+		lr.interval, lr.commit = v.interval, v.interval
 	case v.name == "exactly-once":
 		lr.interval = engine.DefaultExactlyOnceCommitInterval
 	case *limitCommit > 0:
-		lr.interval = *limitCommit
+		lr.interval, lr.commit = *limitCommit, *limitCommit
 	default:
 		lr.interval = engine.DefaultCommitInterval
 	}
@@ -668,10 +681,11 @@ func (lr *limitRun) startEngine(eos, syncEmit bool) func() error {
 		_ = backend.Close()
 		b.Fatal(err)
 	}
-	cfg := engine.Config[int64]{Fold: lr.fold, Codec: engine.Int64(), Store: backend, Dir: b.TempDir(), Observer: metrics}
+	cfg := engine.Config[int64]{Fold: lr.fold, Codec: engine.Int64(), Store: backend, Dir: b.TempDir(), Observer: metrics,
+		CommitInterval: lr.commit} // PersistInterval follows it
 	var em *kafkaio.Emitter
 	if eos {
-		cfg.ExactlyOnce = true // CommitInterval: DefaultExactlyOnceCommitInterval
+		cfg.ExactlyOnce = true // CommitInterval 0: DefaultExactlyOnceCommitInterval
 		cfg.OutputTopics = []string{lr.output}
 	} else {
 		if em, err = kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: lr.brokers}); err != nil {
@@ -702,9 +716,6 @@ func (lr *limitRun) startEngine(eos, syncEmit bool) func() error {
 				}
 			}
 		}
-		if *limitCommit > 0 {
-			cfg.PersistInterval, cfg.CommitInterval = *limitCommit, *limitCommit
-		}
 	}
 	e, err := engine.New(cfg)
 	if err != nil {
@@ -716,14 +727,53 @@ func (lr *limitRun) startEngine(eos, syncEmit bool) func() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		err := e.Run(ctx, kafkaio.Config{SeedBrokers: lr.brokers, Group: lr.group, Topics: []string{lr.input}})
+	in := kafkaio.Config{SeedBrokers: lr.brokers, Group: lr.group, Topics: []string{lr.input}}
+	// flushing is held by the flush at the end, and by stop: so the flush
+	// never overlaps or follows the member's close.
+	var flushing sync.Mutex
+	stopped := false
+	if !lr.flushAtEnd {
+		go func() {
+			err := e.Run(ctx, in)
+			if err != nil {
+				lr.failed(err)
+			}
+			done <- err
+		}()
+	} else {
+		m, err := e.Join(in)
 		if err != nil {
-			lr.failed(err)
+			cancel()
+			_ = e.Close()
+			_ = backend.Close()
+			if em != nil {
+				_ = em.Close()
+			}
+			b.Fatal(err)
 		}
-		done <- err
-	}()
+		go func() {
+			err := m.Run(ctx)
+			if err != nil {
+				lr.failed(err)
+			}
+			done <- err
+		}()
+		go func() {
+			select {
+			case <-lr.allFolded:
+				flushing.Lock()
+				defer flushing.Unlock()
+				if !stopped {
+					m.FlushAll(ctx)
+				}
+			case <-ctx.Done():
+			}
+		}()
+	}
 	return func() error {
+		flushing.Lock()
+		stopped = true
+		flushing.Unlock()
 		cancel()
 		err := <-done
 		err = errors.Join(err, e.Close())
@@ -742,6 +792,7 @@ func (lr *limitRun) fold(key []byte, sum int64, _ bool, rec engine.Record) (engi
 	if lr.folds.Add(1) == lr.records {
 		lr.consumedAt.Store(time.Now().UnixNano())
 		lr.consumed.Store(lr.records) // a replay folds some again: the first pass is what counts
+		close(lr.allFolded)
 		lr.nudge()
 	}
 	d, err := strconv.ParseInt(string(rec.Value), 10, 64)

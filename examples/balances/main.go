@@ -219,11 +219,10 @@ func runEngine(ctx context.Context, seeds []string, cl *kgo.Client, out io.Write
 		Store: backend,
 		// No Dir: the local cache is in memory. It is rebuilt from the
 		// snapshots on every start either way.
-		PersistInterval: time.Second,
-		CommitInterval:  time.Second,
 		// Outputs are produced before the offsets that cover them are
-		// committed; a crash in between emits them again. StartEmit: the
-		// next poll is folded while a poll's outputs are on their way.
+		// committed (every CommitInterval, 1 s by default); a crash in
+		// between emits them again. StartEmit: the next poll is folded
+		// while a poll's outputs are on their way.
 		StartEmit: emitter.StartEmit,
 		// The emitter checks (and creates) the output topics, at the
 		// start and at each new topic's first output.

@@ -542,8 +542,8 @@ func (s *service) start(ctx context.Context, name string) (_ *instance, err erro
 		Logger: logger,
 	}
 	if !s.exactlyOnce {
-		// The exactly-once default, for a like-for-like comparison.
-		cfg.PersistInterval = engine.DefaultExactlyOnceCommitInterval
+		// The exactly-once default, for a like-for-like comparison
+		// (PersistInterval follows it).
 		cfg.CommitInterval = engine.DefaultExactlyOnceCommitInterval
 		// The instance's own producer: idempotent, each output in the
 		// partition of its key (as the exactly-once path puts it).

@@ -23,6 +23,10 @@
 // section alone; one without them prints nothing of it. So does
 // BenchmarkLimit (engine, build tag `it`: the engine end to end against a
 // bare franz-go program; `make bench-limit`), limit.go, with its targets.
+// So do BenchmarkCommitInterval and BenchmarkCommitIntervalCrash (engine:
+// the commit interval's throughput on a real broker, its crash and
+// freshness on the simulated cluster; `make bench-commit`), commit.go, as
+// one table.
 package main
 
 import (
@@ -332,6 +336,10 @@ func render(w io.Writer, s samples, header []string) {
 		renderOutputs(w, s)
 		return
 	}
+	if onlyCommit(s) {
+		renderCommit(w, s)
+		return
+	}
 	if onlyLimit(s) {
 		renderLimit(w, s)
 		fmt.Fprintln(w, "\nTargets")
@@ -411,6 +419,9 @@ func render(w io.Writer, s samples, header []string) {
 	withLimit := slices.ContainsFunc(slices.Collect(maps.Keys(s)), limitBenches)
 	if withLimit {
 		renderLimit(w, s)
+	}
+	if slices.ContainsFunc(slices.Collect(maps.Keys(s)), commitBenches) {
+		renderCommit(w, s)
 	}
 	fmt.Fprintln(w, "\nTargets")
 	for _, t := range targets {
