@@ -496,6 +496,10 @@ func (r *Member[S]) foldRun(ctx context.Context, run []input.Record, now int64) 
 			return
 		}
 		o, err := f.core.Fold(&run[i])
+		if fe, ok := err.(*core.FoldError); ok && errors.Is(fe.Err, ErrTableUnavailable) {
+			r.do(ctx, r.sched.Failed(tp, schedule.CauseTable, foldError(fe), r.src.Now()))
+			return
+		}
 		if fe, ok := err.(*core.FoldError); ok {
 			if !r.poisoned(ctx, f, &run[i], fe) {
 				return
@@ -529,6 +533,10 @@ func (r *Member[S]) fireTimers(ctx context.Context, f *flow[S], now int64) bool 
 		r.mode.ticked(f, fd.Outputs, firedSource(fd.Key, fd.Timer))
 	}
 	for _, fe := range failed {
+		if errors.Is(fe.Err, ErrTableUnavailable) {
+			r.do(ctx, r.sched.Failed(f.tp, schedule.CauseTable, foldError(fe), r.src.Now()))
+			return false
+		}
 		if !r.poisoned(ctx, f, nil, fe) {
 			return false
 		}

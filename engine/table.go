@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/snapfence/snapfence/store"
@@ -21,6 +22,16 @@ type Table interface {
 	// does), or the table's failure, or ctx's error.
 	WaitCaughtUp(ctx context.Context) error
 }
+
+// ErrTableUnavailable is what a table's failed read matches: the table
+// is not open, closed, or its partition failed (view.ErrNotOpen,
+// view.ErrClosed, *view.PartitionError). A fold, OnTimer or Tick that
+// returns an error matching it (a lookup's error, wrapped with %w) failed
+// for its table, not for its record, so it is not a poison record: the
+// partition restarts from its committed state, waits for its tables to
+// catch up, and folds the record again; nothing is skipped or
+// dead-lettered for a table that is down.
+var ErrTableUnavailable = errors.New("engine: table unavailable")
 
 // DefaultTableTimeout is Config.TableTimeout's default: the store's
 // default recovery stall timeout, as long as a recovery may stall.

@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -234,8 +235,8 @@ func (s *Service[S]) Run(ctx context.Context) (err error) {
 	}
 	for _, t := range s.tables {
 		wg.Go(func() {
-			if err := t.Run(ctx); err != nil && ctx.Err() == nil {
-				fail(fmt.Errorf("service: table %s: %w", t.Name(), err))
+			if err := s.runTable(ctx, t); err != nil {
+				fail(err)
 			}
 		})
 	}
@@ -275,13 +276,11 @@ func (s *Service[S]) Endpoint() string { return s.endpoint }
 // Status is the engine's status (engine.Status).
 func (s *Service[S]) Status() engine.Status { return s.engine.Status() }
 
-func (s *Service[S]) logger() interface{ Info(string, ...any) } {
+func (s *Service[S]) logger() *slog.Logger {
 	if s.cfg.Engine.Logger != nil {
 		return s.cfg.Engine.Logger
 	}
-	return nopLogger{}
+	return slog.New(slog.DiscardHandler)
 }
 
-type nopLogger struct{}
-
-func (nopLogger) Info(string, ...any) {}
+func (s *Service[S]) warn(msg string, args ...any) { s.logger().Warn(msg, args...) }

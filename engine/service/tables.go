@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/engine/view"
@@ -46,4 +47,46 @@ func closeTables(tables []table) error {
 		errs = append(errs, t.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// Table restarts back off from minTableBackoff, doubling to
+// maxTableBackoff: a broker that is down is asked at most twice a minute.
+const (
+	minTableBackoff = 200 * time.Millisecond
+	maxTableBackoff = 30 * time.Second
+)
+
+// runTable keeps t reading until ctx ends (nil). A partition of t that
+// fails for a reason a retry may get past (a broker down, a leader
+// moving) is opened again after a backoff, with a WARN line per retry;
+// meanwhile a fold that looks it up fails with an error matching
+// engine.ErrTableUnavailable, and its partition waits for the table
+// rather than skip the record. A misconfiguration or a corrupt record
+// ends Run with the error.
+func (s *Service[S]) runTable(ctx context.Context, t table) error {
+	backoff := minTableBackoff
+	for {
+		start := time.Now()
+		err := t.Run(ctx)
+		if time.Since(start) > maxTableBackoff {
+			backoff = minTableBackoff // it read for a while: a new failure
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil:
+			return nil // closed
+		case errors.Is(err, store.ErrMisconfigured), errors.Is(err, store.ErrCorruptRecord):
+			return fmt.Errorf("service: table %s: %w", t.Name(), err)
+		}
+		s.warn("a lookup table failed; it is read again after a backoff", "table", t.Name(), "retry_in", backoff, "err", err)
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, maxTableBackoff)
+	}
 }

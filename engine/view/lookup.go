@@ -13,7 +13,9 @@ import (
 
 // ErrNotOpen: a Lookup was read, run or stepped before its runner opened
 // it (Lookup.Open).
-var ErrNotOpen = errors.New("view: lookup not open (its runner opens it on its store backend with Lookup.Open)")
+// It matches engine.ErrTableUnavailable: a fold that returns it folds
+// its record again once the table is open.
+var ErrNotOpen = fmt.Errorf("view: lookup not open (its runner opens it on its store backend with Lookup.Open): %w", engine.ErrTableUnavailable)
 
 // ErrAlreadyOpen: Open was called on a Lookup that is open, or being
 // opened.

@@ -125,7 +125,8 @@ type Entry[S any] struct {
 }
 
 // ErrClosed: the View is closed.
-var ErrClosed = errors.New("view: closed")
+// It matches engine.ErrTableUnavailable.
+var ErrClosed = fmt.Errorf("view: closed: %w", engine.ErrTableUnavailable)
 
 // ErrRunning: Run or Step was called while another Run or Step of
 // the same View was under way.
@@ -163,6 +164,11 @@ func (e *PartitionError) Error() string {
 }
 
 func (e *PartitionError) Unwrap() error { return e.Err }
+
+// Is matches engine.ErrTableUnavailable: a fold whose lookup returns a
+// failed partition's error folds its record again once the partition
+// reads, rather than treating the record as poison.
+func (e *PartitionError) Is(target error) bool { return target == engine.ErrTableUnavailable }
 
 // Status is a View's status.
 type Status struct {

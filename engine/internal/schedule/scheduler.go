@@ -226,10 +226,14 @@ const (
 	// CauseEmit: the poll's outputs were not emitted; the replay emits
 	// them again.
 	CauseEmit
+	// CauseTable: a fold failed because a table it reads failed, not
+	// because of its record: the restart waits for the table, and the
+	// replay folds the record again.
+	CauseTable
 )
 
 func (c Cause) String() string {
-	return [...]string{"?", "acquire", "recover", "setup", "fold", "tick", "write", "batch", "emit"}[c]
+	return [...]string{"?", "acquire", "recover", "setup", "fold", "tick", "write", "batch", "emit", "table"}[c]
 }
 
 // Class is a failure's class in the failure model (docs/operations.md):
@@ -272,9 +276,11 @@ func (s *Scheduler[F]) Classify(c Cause, err error) Class {
 		// An output the broker refuses for good (too large, invalid):
 		// the replay would make it again.
 		return ClassPoison
-	case c == CauseEmit:
-		// Outputs Emit could not take are replayed, whatever else the
-		// error (unless Emit says the configuration is wrong, above).
+	case c == CauseEmit, c == CauseTable:
+		// Outputs Emit could not take are replayed, and a record whose
+		// table failed is folded again once the table is back, whatever
+		// else the error (unless it says the configuration is wrong,
+		// above).
 		return ClassTransient
 	case !s.retriable(err):
 		return ClassPoison
