@@ -117,8 +117,7 @@ func (b *statusBoard) groupReport(parts []GroupPartition, at time.Time, err erro
 		b.counts[p.Input.Topic]++
 		if p.Assigned {
 			b.endpoints[p.Input] = p.Endpoint
-		}
-		if !p.Assigned {
+		} else {
 			b.unserved = append(b.unserved, UnservedPartition{Input: p.Input, CommittedOffset: p.CommittedOffset,
 				LogEndOffset: p.LogEndOffset, Lag: p.Lag()})
 		}

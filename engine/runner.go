@@ -496,10 +496,6 @@ func (r *Member[S]) foldRun(ctx context.Context, run []input.Record, now int64) 
 			return
 		}
 		o, err := f.core.Fold(&run[i])
-		if fe, ok := err.(*core.FoldError); ok && errors.Is(fe.Err, ErrTableUnavailable) {
-			r.do(ctx, r.sched.Failed(tp, schedule.CauseTable, foldError(fe), r.src.Now()))
-			return
-		}
 		if fe, ok := err.(*core.FoldError); ok {
 			if !r.poisoned(ctx, f, &run[i], fe) {
 				return
@@ -533,10 +529,6 @@ func (r *Member[S]) fireTimers(ctx context.Context, f *flow[S], now int64) bool 
 		r.mode.ticked(f, fd.Outputs, firedSource(fd.Key, fd.Timer))
 	}
 	for _, fe := range failed {
-		if errors.Is(fe.Err, ErrTableUnavailable) {
-			r.do(ctx, r.sched.Failed(f.tp, schedule.CauseTable, foldError(fe), r.src.Now()))
-			return false
-		}
 		if !r.poisoned(ctx, f, nil, fe) {
 			return false
 		}
@@ -550,8 +542,15 @@ func (r *Member[S]) fireTimers(ctx context.Context, f *flow[S], now int64) bool 
 // DeadLetterPoison its dead letter goes with f's outputs, and is counted
 // and logged once it is written); otherwise f committed what it folded
 // before the record and stopped, and the runner ends with the error.
+// A failure of a table the fold read (ErrTableUnavailable) is not the
+// record's: f restarts from its committed state, which waits for the
+// table, and folds the record again.
 func (r *Member[S]) poisoned(ctx context.Context, f *flow[S], rec *input.Record, cfe *core.FoldError) bool {
 	fe := foldError(cfe)
+	if errors.Is(fe.Err, ErrTableUnavailable) {
+		r.do(ctx, r.sched.Failed(f.tp, schedule.CauseTable, fe, r.src.Now()))
+		return false
+	}
 	// The policy may stop f, which commits first: the outputs in flight
 	// before that. A failure may have stopped f itself.
 	_ = r.awaitEmit(ctx)

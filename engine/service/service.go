@@ -148,11 +148,10 @@ func New[S any](ctx context.Context, cfg Config[S]) (_ *Service[S], err error) {
 
 // startEmbedded starts the in-process cluster the service runs on.
 func (s *Service[S]) startEmbedded() error {
-	n := s.cfg.Partitions
-	if n == 0 {
-		n = DefaultEmbeddedPartitions
+	if s.cfg.Partitions == 0 {
+		s.cfg.Partitions = DefaultEmbeddedPartitions
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(int(n)))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(int(s.cfg.Partitions)))
 	if err != nil {
 		return fmt.Errorf("service: starting the embedded cluster: %w", err)
 	}
@@ -165,35 +164,22 @@ func (s *Service[S]) startEmbedded() error {
 // storeConfig is the snapshot store's configuration.
 func (s *Service[S]) storeConfig(metrics *prom.Metrics) kafka.Config {
 	cfg := s.cfg
-	kc := kafka.Config{Mode: store.Transactional, SeedBrokers: s.brokers, Application: cfg.Application,
+	return kafka.Config{Mode: store.Transactional, SeedBrokers: s.brokers, Application: cfg.Application,
 		CreateTopics: cfg.CreateTopics, CreateOutputTopics: cfg.CreateTopics && cfg.Engine.ExactlyOnce,
-		TLS: cfg.TLS, SASL: cfg.SASL, ClientOpts: cfg.ClientOpts, Observer: metrics.StoreObserver(),
-		Logger: cfg.Engine.Logger}
-	if cfg.CreateTopics {
-		kc.OutputTopicPartitions = s.partitions()
-	}
-	return kc
+		OutputTopicPartitions: cfg.Partitions, TLS: cfg.TLS, SASL: cfg.SASL, ClientOpts: cfg.ClientOpts,
+		Observer: metrics.StoreObserver(), Logger: cfg.Engine.Logger}
 }
 
 // emitterConfig is the at-least-once producer's configuration.
 func (s *Service[S]) emitterConfig() kafkaio.EmitterConfig {
 	return kafkaio.EmitterConfig{SeedBrokers: s.brokers, ClientOpts: s.cfg.clientOpts(),
-		CreateTopics: s.cfg.CreateTopics, TopicPartitions: s.partitions(), Logger: s.cfg.Engine.Logger}
+		CreateTopics: s.cfg.CreateTopics, TopicPartitions: s.cfg.Partitions, Logger: s.cfg.Engine.Logger}
 }
 
 // inputConfig is the consumer's configuration.
 func (s *Service[S]) inputConfig() kafkaio.Config {
 	return kafkaio.Config{SeedBrokers: s.brokers, Group: s.cfg.Application, Topics: []string{s.cfg.Input},
 		Endpoint: s.endpoint, ClientOpts: s.cfg.clientOpts()}
-}
-
-// partitions is the partition count of a topic the service creates; 0
-// for the broker's default.
-func (s *Service[S]) partitions() int32 {
-	if s.cfg.Partitions == 0 && s.cluster != nil {
-		return DefaultEmbeddedPartitions
-	}
-	return s.cfg.Partitions
 }
 
 // Run runs the service until ctx ends or an error stops it: the HTTP

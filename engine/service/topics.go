@@ -68,7 +68,7 @@ func (s *Service[S]) createTopics(ctx context.Context) error {
 // createTopic creates topic and waits until it is served: a reader that
 // opens it at once (a table, the consumer) finds every partition.
 func (s *Service[S]) createTopic(ctx context.Context, cl *kgo.Client, topic string, configs map[string]*string) error {
-	n := s.partitions()
+	n := s.cfg.Partitions
 	if n == 0 {
 		n = -1 // the broker's num.partitions
 	}
