@@ -130,8 +130,8 @@ type Config[S any] struct {
 	// every member.
 	PollInterval time.Duration
 	// SessionTimeout is the group's session timeout, after which a
-	// crashed or paused member's partitions move; default the simulated
-	// cluster's (45 s). It must be less than SettleTimeout.
+	// crashed or paused member's partitions move; default
+	// sim.DefaultSessionTimeout (45 s). It must be less than SettleTimeout.
 	SessionTimeout time.Duration
 	// SettleTimeout bounds the virtual time Settle (and every helper that
 	// settles) waits for the group before it fails the test; default
@@ -272,7 +272,7 @@ func (cfg Config[S]) withDefaults() (Config[S], error) {
 		cfg.PollInterval = DefaultPollInterval
 	}
 	if cfg.SessionTimeout == 0 {
-		cfg.SessionTimeout = 45 * time.Second
+		cfg.SessionTimeout = sim.DefaultSessionTimeout
 	}
 	if cfg.SettleTimeout == 0 {
 		cfg.SettleTimeout = DefaultSettleTimeout

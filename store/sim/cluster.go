@@ -40,7 +40,8 @@ import (
 type Config struct {
 	// Seed seeds every choice the cluster makes (member ids).
 	Seed uint64
-	// SessionTimeout evicts a member that has not heartbeated; default 45s.
+	// SessionTimeout evicts a member that has not heartbeated; default
+	// DefaultSessionTimeout (45 s).
 	SessionTimeout time.Duration
 	// RebalanceTimeout bounds a classic round; default 1 min.
 	RebalanceTimeout time.Duration
@@ -128,10 +129,14 @@ type TopicConfig struct {
 // delete.retention.ms default.
 const DefaultDeleteRetention = 24 * time.Hour
 
+// DefaultSessionTimeout is Config.SessionTimeout's default, Kafka's
+// session.timeout.ms default.
+const DefaultSessionTimeout = 45 * time.Second
+
 // New returns an empty cluster at virtual time Epoch.
 func New(cfg Config) *Cluster {
 	if cfg.SessionTimeout <= 0 {
-		cfg.SessionTimeout = 45 * time.Second
+		cfg.SessionTimeout = DefaultSessionTimeout
 	}
 	if cfg.RebalanceTimeout <= 0 {
 		cfg.RebalanceTimeout = time.Minute
