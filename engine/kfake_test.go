@@ -158,6 +158,7 @@ func (w *fakeWorld) caughtUp() bool {
 // offsets committed before it are already at the end.
 func (w *fakeWorld) drain(r *engine.Member[int]) {
 	w.t.Helper()
+	start := time.Now()
 	for range 200 {
 		if err := r.Step(context.Background()); err != nil {
 			w.t.Fatal(err)
@@ -166,7 +167,8 @@ func (w *fakeWorld) drain(r *engine.Member[int]) {
 			return
 		}
 	}
-	w.t.Fatalf("the runner did not commit to the end of the input; errors: %v", r.Errors())
+	w.t.Fatalf("the runner did not commit to the end of the input in 200 steps (%v): running %d partitions, caught up %v, settled %v; errors: %v",
+		time.Since(start), len(r.Flows()), w.caughtUp(), engine.Settled(r), r.Errors())
 }
 
 func (w *fakeWorld) check(r *engine.Member[int]) { checkLedger(w.t, w.want, "accounts", r) }
