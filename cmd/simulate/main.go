@@ -66,7 +66,8 @@ type options struct {
 	outputs   string // none, at-least-once, exactly-once or compare
 	kafka     kafkaOptions
 	seedGiven bool
-	stderr    io.Writer // where -v's notes of a world go (not a flag)
+	stderr    io.Writer    // where -v's notes of a world go (not a flag)
+	bridge    *kfakeBridge // the kfake world's test binary, built once (not a flag)
 }
 
 // usageError is a flag or setup error: exit 2, with its message.
@@ -188,6 +189,8 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	o.stderr = stderr
+	o.bridge = &kfakeBridge{}
+	defer o.bridge.close()
 	out := newPrinter(stdout, o)
 	if o.list {
 		listScenarios(stdout, o.outputs != outputsNone)

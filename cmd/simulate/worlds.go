@@ -38,14 +38,59 @@ type bridgeResult struct {
 // bridgePackage is the package whose test binary runs the kfake world.
 const bridgePackage = "github.com/snapfence/snapfence/cmd/simulate"
 
+// kfakeBridge is the test binary that runs the kfake world, built once
+// per invocation of the command (the Go toolchain's cache makes a build
+// of unchanged source quick) and run once per scenario and mode.
+type kfakeBridge struct {
+	dir    string // the binary's temporary directory, removed by close
+	binary string
+	err    error
+}
+
+// path builds the binary the first time it is asked for.
+func (b *kfakeBridge) path(ctx context.Context) (string, error) {
+	if b.binary != "" || b.err != nil {
+		return b.binary, b.err
+	}
+	dir, err := os.MkdirTemp("", "simulate-kfake-")
+	if err != nil {
+		b.err = err
+		return "", err
+	}
+	b.dir = dir
+	bin := filepath.Join(dir, "kfakeworld.test")
+	cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, bridgePackage)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		b.err = fmt.Errorf("-world kfake runs the kfake world in a test binary (virtual time needs testing/synctest), built with `go test -c %s` from the snapfence source tree; the build failed: %v\n%s",
+			bridgePackage, err, strings.TrimSpace(out.String()))
+		return "", b.err
+	}
+	b.binary = bin
+	return bin, nil
+}
+
+// close removes the binary.
+func (b *kfakeBridge) close() {
+	if b != nil && b.dir != "" {
+		_ = os.RemoveAll(b.dir)
+	}
+}
+
 // runKfake runs s in mode on kfake with the real franz-go clients. The
 // kfake world runs in virtual time, inside a testing/synctest bubble,
-// which only a test binary has: the command runs this package's
-// TestKfakeWorld through `go test` (so it needs the Go toolchain and the
-// snapfence source, as `go run ./cmd/simulate` does), handing it the
-// scenario in a file and reading back the history.
+// which only a test binary has: the command builds this package's test
+// binary once (so it needs the Go toolchain and the snapfence source, as
+// `go run ./cmd/simulate` does) and runs its TestKfakeWorld for each
+// scenario and mode, handing it the scenario in a file and reading back
+// the history.
 func runKfake(ctx context.Context, o options, s world.Scenario, mode store.Mode, outputs string) (run, error) {
-	dir, err := os.MkdirTemp("", "simulate-kfake-")
+	bin, err := o.bridge.path(ctx)
+	if err != nil {
+		return run{}, err
+	}
+	dir, err := os.MkdirTemp("", "simulate-kfake-run-")
 	if err != nil {
 		return run{}, err
 	}
@@ -61,14 +106,13 @@ func runKfake(ctx context.Context, o options, s world.Scenario, mode store.Mode,
 	if err := os.WriteFile(in, raw, 0o644); err != nil {
 		return run{}, err
 	}
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^TestKfakeWorld$", bridgePackage,
-		"-args", "-simulate.spec="+in, "-simulate.out="+out)
+	cmd := exec.CommandContext(ctx, bin, "-test.count=1", "-test.run", "^TestKfakeWorld$",
+		"-simulate.spec="+in, "-simulate.out="+out)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Run(); err != nil {
 		if _, statErr := os.Stat(out); statErr != nil {
-			return run{}, fmt.Errorf("-world kfake runs the kfake world in a test binary (virtual time needs testing/synctest), with `go test %s` from the snapfence source tree; it failed: %v\n%s",
-				bridgePackage, err, strings.TrimSpace(stderr.String()))
+			return run{}, fmt.Errorf("-world kfake: the kfake world's test binary failed: %v\n%s", err, strings.TrimSpace(stderr.String()))
 		}
 		// The world ran; its verdict is ours to give.
 	}
