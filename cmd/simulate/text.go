@@ -204,13 +204,18 @@ func (p *printer) outcome(what string, op history.Op) string {
 	case history.OK:
 		return what + " · " + p.paint(green, "ok")
 	case history.Fenced:
-		return what + " · " + p.paint(red, "FENCED") + " " + p.paint(dim, "("+reason(op.Err)+")")
+		return what + " · " + p.paint(red, "FENCED") + " " + p.paint(dim, "("+reason(op)+")")
 	}
 	return what + " · " + p.paint(red, string(op.Outcome)) + " " + p.paint(dim, "("+op.Err+")")
 }
 
-// reason is the Kafka error in a fence's message, or the message.
-func reason(err string) string {
+// reason is the Kafka error code a fenced call was answered with, or its
+// message.
+func reason(op history.Op) string {
+	if op.Code != "" {
+		return op.Code
+	}
+	err := op.Err
 	for _, code := range []string{"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "STALE_MEMBER_EPOCH", "FENCED_MEMBER_EPOCH", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"} {
 		if strings.Contains(err, code) {
 			return code

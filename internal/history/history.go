@@ -145,7 +145,11 @@ type Op struct {
 	Read       int           `json:"read,omitempty"`
 	Outcome    Outcome       `json:"outcome,omitempty"`
 	Err        string        `json:"err,omitempty"`
-	Detail     string        `json:"detail,omitempty"`
+	// Code is the Kafka error code the call was answered with
+	// (ILLEGAL_GENERATION, PRODUCER_FENCED, ...), where Err carries one:
+	// the field the worlds are compared by, as their messages differ.
+	Code   string `json:"code,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 func (o Op) String() string {

@@ -6,6 +6,8 @@ import (
 	"iter"
 	"sync"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -23,7 +25,7 @@ type backend struct {
 
 func (b *backend) Acquire(ctx context.Context, a store.Acquisition) (store.Partition, error) {
 	p, err := b.Backend.Acquire(ctx, a)
-	op := Op{Kind: Acquire, Member: b.member, Partition: a.Input.Partition, Outcome: outcomeOf(err), Err: errString(err)}
+	op := Op{Kind: Acquire, Member: b.member, Partition: a.Input.Partition, Outcome: outcomeOf(err), Err: errString(err), Code: ErrorCode(err)}
 	if err == nil {
 		op.Offset = p.CommittedOffset()
 	}
@@ -62,7 +64,7 @@ func (p *partition) recordWrite(s store.Snapshot, err error) {
 	}
 	p.b.r.Add(Op{Kind: Write, Member: p.b.member, Partition: p.input.Partition,
 		Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone,
-		Generation: p.generation(), Outcome: outcome, Err: errString(err)})
+		Generation: p.generation(), Outcome: outcome, Err: errString(err), Code: ErrorCode(err)})
 }
 
 func (p *partition) recordWrites(snaps []store.Snapshot, errs []error) {
@@ -110,7 +112,7 @@ func (p *partition) stage(offset int64) int64 {
 // recordCommit records a commit of offset off with outcome err.
 func (p *partition) recordCommit(off int64, err error) {
 	p.b.r.Add(Op{Kind: Commit, Member: p.b.member, Partition: p.input.Partition, Offset: off,
-		Generation: p.generation(), Outcome: outcomeOf(err), Err: errString(err)})
+		Generation: p.generation(), Outcome: outcomeOf(err), Err: errString(err), Code: ErrorCode(err)})
 }
 
 // recordWhenDone is pd, recording its outcome with record once, as soon
@@ -265,7 +267,7 @@ func (p *partition) recordBatch(b store.Batch, err error) {
 	for _, s := range b.Snapshots {
 		p.b.r.Add(Op{Kind: Write, Member: p.b.member, Partition: part,
 			Key: string(s.Key), Offset: s.Offset, Value: string(s.Value), Tombstone: s.Tombstone,
-			Generation: gen, Outcome: outcome, Err: errString(err)})
+			Generation: gen, Outcome: outcome, Err: errString(err), Code: ErrorCode(err)})
 	}
 	for _, o := range b.Outputs {
 		p.b.r.Add(EmitOp(p.b.member, o.Key, o.Value, outcome, err))
@@ -275,14 +277,14 @@ func (p *partition) recordBatch(b store.Batch, err error) {
 		off = p.CommittedOffset()
 	}
 	p.b.r.Add(Op{Kind: Commit, Member: p.b.member, Partition: part, Offset: off,
-		Generation: gen, Outcome: outcome, Err: errString(err)})
+		Generation: gen, Outcome: outcome, Err: errString(err), Code: ErrorCode(err)})
 }
 
 // EmitOp is the Emit op of member's output record (key, value) with the
 // outcome of what carried it (err: its error, if any).
 func EmitOp(member int, key, value []byte, outcome Outcome, err error) Op {
 	p, o, _ := ParseOutput(string(value))
-	return Op{Kind: Emit, Member: member, Partition: p, Offset: o, Key: string(key), Value: string(value), Outcome: outcome, Err: errString(err)}
+	return Op{Kind: Emit, Member: member, Partition: p, Offset: o, Key: string(key), Value: string(value), Outcome: outcome, Err: errString(err), Code: ErrorCode(err)}
 }
 
 // OutputOp is the Output op of a record (key, value) that a final reader
@@ -318,7 +320,7 @@ func (p *partition) read(start Op, snaps iter.Seq2[store.Snapshot, error]) iter.
 		r.Add(start)
 		for s, err := range snaps {
 			if err != nil {
-				op := Op{Kind: ReadEnd, Member: p.b.member, Partition: part, Read: n, Outcome: outcomeOf(err), Err: errString(err)}
+				op := Op{Kind: ReadEnd, Member: p.b.member, Partition: part, Read: n, Outcome: outcomeOf(err), Err: errString(err), Code: ErrorCode(err)}
 				var se *store.RecoveryStalledError
 				var ce *store.CheckpointError
 				switch {
@@ -354,6 +356,15 @@ func outcomeOf(err error) Outcome {
 		return Unknown
 	}
 	return Failed
+}
+
+// ErrorCode is the code of the Kafka error in err's chain (the first a
+// depth-first walk meets), or "" if it carries none.
+func ErrorCode(err error) string {
+	if ke, ok := errors.AsType[*kerr.Error](err); ok {
+		return ke.Message
+	}
+	return ""
 }
 
 func errString(err error) string {
