@@ -1006,6 +1006,10 @@ func (w *World) endForeign(commit bool) {
 // checks the invariants that hold at quiescence: the exact fold (3),
 // liveness (6) and the outputs (7).
 func (w *World) Quiesce() []Violation {
+	// The quiesce step begins before anything of it, in every world, so
+	// that what a member does once the faults are lifted (a takeover, a
+	// flush) is the quiesce's, not the last step's.
+	w.rec.BeginStep(0, "quiesce")
 	for _, m := range w.members {
 		if m.state == paused {
 			m.src.Member().Resume()
@@ -1023,7 +1027,6 @@ func (w *World) Quiesce() []Violation {
 		w.start(w.members[0])
 	}
 	w.settle()
-	w.rec.BeginStep(0, "quiesce")
 	w.recordState()
 	var vs []Violation
 	const rounds = 200

@@ -255,7 +255,6 @@ func (w *World) committedSnapshotLogs() ([][]store.Snapshot, map[openTxn]bool) {
 // snapshot partition recorded as its final read.
 func (w *World) atQuiescence() []world.Violation {
 	logs := w.snapshotLogs()
-	w.rec.BeginStep(0, "quiesce")
 	for p, snaps := range logs {
 		// Read numbers the recorder's own (1 upward) never reach.
 		n := finalReads + p

@@ -773,6 +773,7 @@ const quiesceRounds = 60
 // and checks the invariants that hold at quiescence: the exact fold (3),
 // liveness (6) and the outputs (7).
 func (w *World) Quiesce() []world.Violation {
+	w.rec.BeginStep(0, "quiesce") // as internal/world's: before anything of it
 	for _, m := range w.members {
 		if m.state == paused {
 			w.resume(m)
