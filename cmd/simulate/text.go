@@ -182,7 +182,7 @@ func (p *printer) event(op history.Op, reads map[int][]history.Op) string {
 		case op.Detail == "paused":
 			return fmt.Sprintf("m%d pauses (a GC pause: no poll, no heartbeat), holding %s at generation %d", op.Member, partitions(op.Owned), op.Generation)
 		case op.Generation < 0 && len(op.Owned) == 0:
-			return fmt.Sprintf("m%d starts: a new process, not in the group yet", op.Member)
+			return fmt.Sprintf("m%d starts: a new process, its client joins the group and waits for the round to complete", op.Member)
 		case seen && prev.Detail == "paused":
 			return fmt.Sprintf("m%d wakes, still believing it owns %s at generation %d", op.Member, partitions(op.Owned), op.Generation)
 		}

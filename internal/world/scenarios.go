@@ -155,7 +155,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:    "flush-before-first-join",
-		Summary: "a member's flush and persist timers fire before its first poll told it its generation: nothing goes out ungated (the simulated consumer has no partition yet; franz-go assigns them in the background, and the store refuses the commit for the missing identity), and it commits once it polled",
+		Summary: "a member's flush and persist timers fire before its first poll: its client joined the group as it started and owns the partitions, but nothing was folded, so nothing goes out ungated, and it commits once it polled",
 		Steps: steps(
 			join(0),
 			flush(0),
@@ -298,6 +298,31 @@ var Scenarios = []Scenario{
 		),
 		Transactional: []Expectation{NoStall(), RecoveryTakes(1, time.Minute, 5*time.Minute), HoldsAll()},
 		Plain:         []Expectation{NoStall(), HoldsAll()},
+	},
+	{
+		Name:    "join-at-client-start",
+		Summary: "a member joins its group when its client starts, not at its first poll, as franz-go does: m0, started first and never polled, takes over both partitions at its join; m1 joins a round m0 has not rejoined and takes none",
+		Steps: steps(
+			join(0),
+			join(1),
+			produce("a", 10),
+			poll(1),
+			advance(11*time.Second),
+			poll(1),
+		),
+		Transactional: []Expectation{TakesOverAt(0, 1, 0, 1), HoldsAll()},
+		Plain:         []Expectation{TakesOverAt(0, 1, 0, 1), HoldsAll()},
+	},
+	{
+		Name:    "rebalance-between-polls",
+		Summary: "a group's round completes while time passes, without a poll, as a client's heartbeats and rejoins run on their own: m1, which joined after m0, takes a partition during the advance",
+		Steps: steps(
+			join(0),
+			join(1),
+			advance(11*time.Second),
+		),
+		Transactional: []Expectation{TakesOverAt(1, 3), HoldsAll()},
+		Plain:         []Expectation{TakesOverAt(1, 3), HoldsAll()},
 	},
 	revokeFlush("revoke-flush-classic-eager", sim.ClassicEager, history.OK,
 		"classic eager revokes before the member rejoins: its revoke-time flush commits"),

@@ -477,6 +477,9 @@ func (w *World) Apply(s Step) []Violation {
 	case Join:
 		if m.state == absent || m.state == crashed {
 			w.start(m)
+			// The client joins the group as it starts, as franz-go's
+			// does, not at the member's first poll.
+			w.run(m, m.src.Background)
 		}
 	case Leave:
 		if m.state == running {
@@ -584,7 +587,13 @@ func (w *World) advance(d time.Duration) {
 	slice := w.cfg.SessionTimeout / 3
 	for d > 0 {
 		for _, m := range w.members {
-			if m.state == running {
+			switch {
+			case m.state == running && m.busy == nil:
+				// The group's rounds go on between the application's
+				// polls, as a real client's heartbeats and rejoins do.
+				w.run(m, m.src.Background)
+				w.settle()
+			case m.state == running:
 				m.src.Member().Heartbeat()
 			}
 		}
