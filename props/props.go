@@ -179,6 +179,89 @@ func StepGen(cfg world.Config) *rapid.Generator[world.Step] {
 	})
 }
 
+// macroOdds: ChunkGen draws one of its macros one chunk in macroOdds, a
+// single step otherwise.
+const macroOdds = 3
+
+// ChunkGen draws the next piece of a scenario for a world of cfg:
+// usually one step (StepGen), and one time in macroOdds an interleaving
+// the fence exists for and that independent steps almost never line up:
+//
+//   - a stale-owner overlap: a member owns partitions with a fold not
+//     yet flushed and is paused; its session expires while another
+//     member takes over and folds newer events of the same key; the
+//     paused member wakes and flushes, persists or polls what it held;
+//   - a crash with writes in flight: a member folds and flushes, and
+//     crashes before anything else happens, with whatever of its flush
+//     is still on its way (with world.Config.WriteLatency);
+//   - a handover: a member takes over (its recovery slow, or not) with
+//     an event to fold, another joins, and the first polls into the
+//     rebalance, whose revoke flushes what it held.
+//
+// Which members, keys and final actions are drawn, so a macro can also
+// be harmless (a member that owned nothing, a write that had landed).
+func ChunkGen(cfg world.Config) *rapid.Generator[[]world.Step] {
+	step := StepGen(cfg)
+	return rapid.Custom(func(t *rapid.T) []world.Step {
+		if rapid.IntRange(0, macroOdds-1).Draw(t, "chunk") != 0 {
+			return []world.Step{step.Draw(t, "step")}
+		}
+		m := rapid.IntRange(0, cfg.Members-1).Draw(t, "member")
+		key := rapid.SampledFrom(Keys).Draw(t, "key")
+		held := world.Step{Kind: world.Produce, Key: key, Delta: rapid.IntRange(1, 12).Draw(t, "held")}
+		next := (m + 1 + rapid.IntRange(0, cfg.Members-2).Draw(t, "next")) % cfg.Members
+		switch rapid.IntRange(0, 3).Draw(t, "macro") {
+		case 0:
+			return []world.Step{
+				{Kind: world.Join, Member: m},
+				held,
+				{Kind: world.Poll, Member: m},
+				{Kind: world.Poll, Member: m},
+				{Kind: world.Flush, Member: m},
+				{Kind: world.Crash, Member: m},
+			}
+		case 1:
+			return []world.Step{
+				{Kind: world.Join, Member: m},
+				held,
+				{Kind: world.SlowFetches, D: rapid.SampledFrom([]time.Duration{0, 6 * time.Second}).Draw(t, "fetches")},
+				{Kind: world.Join, Member: next},
+				{Kind: world.Poll, Member: m},
+				{Kind: world.Poll, Member: next},
+			}
+		}
+		wake := rapid.SampledFrom([]world.Kind{world.Flush, world.Persist, world.Poll}).Draw(t, "wake")
+		return []world.Step{
+			{Kind: world.Join, Member: m},
+			{Kind: world.Poll, Member: m},
+			held,
+			{Kind: world.Poll, Member: m},
+			{Kind: world.Pause, Member: m},
+			{Kind: world.Join, Member: next},
+			{Kind: world.Advance, D: cfg.SessionTimeout + time.Second},
+			{Kind: world.Poll, Member: next},
+			{Kind: world.Produce, Key: key, Delta: rapid.IntRange(1, 12).Draw(t, "newer")},
+			{Kind: world.Poll, Member: next},
+			{Kind: world.Flush, Member: next},
+			{Kind: world.Resume, Member: m},
+			{Kind: wake, Member: m},
+		}
+	})
+}
+
+// ScenarioGen draws a scenario of n steps for a world of cfg, chunk by
+// chunk (ChunkGen), cut at n.
+func ScenarioGen(cfg world.Config, n int) *rapid.Generator[[]world.Step] {
+	chunk := ChunkGen(cfg)
+	return rapid.Custom(func(t *rapid.T) []world.Step {
+		var steps []world.Step
+		for len(steps) < n {
+			steps = append(steps, chunk.Draw(t, "chunk")...)
+		}
+		return steps[:n]
+	})
+}
+
 // Stats counts what the properties ran: scenarios, steps per kind, and
 // the members' recoveries by how they ended.
 type Stats struct {

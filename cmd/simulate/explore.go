@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"pgregory.net/rapid"
-
 	"github.com/snapfence/snapfence/internal/world"
 	"github.com/snapfence/snapfence/props"
 	"github.com/snapfence/snapfence/store"
@@ -45,7 +43,7 @@ func explore(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	if n == 0 {
 		n = defaultExploreSteps
 	}
-	gen := rapid.SliceOfN(props.StepGen(world.Config{Mode: mode}.WithDefaults()), n, n)
+	gen := props.ScenarioGen(world.Config{Mode: mode}.WithDefaults(), n)
 	progress := newProgress(stderr, o.explore)
 	p := newPrinter(stdout, o)
 	found := 0
