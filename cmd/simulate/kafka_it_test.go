@@ -200,3 +200,26 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool, why func() strin
 		}
 	}
 }
+
+// The scenarios of the sim's model fixes meet their expectations on the
+// broker too: Kafka is the reference the models follow (a member joins
+// its group when its client starts, not at its first poll).
+func TestModelFixScenariosOnKafka(t *testing.T) {
+	brokers := strings.Join(kafkatest.Brokers(t), ",")
+	names := recordNames(t)
+	for _, name := range []string{"join-at-client-start"} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			start := time.Now()
+			var stdout, stderr bytes.Buffer
+			code := simulate(ctx, []string{"-no-color", "-world", "kafka", "-brokers", brokers, "-scenario", name, "-mode", "transactional"}, &stdout, &stderr)
+			t.Logf("%s on the broker: %s", name, time.Since(start).Round(100*time.Millisecond))
+			if code != exitOK {
+				t.Fatalf("exit %d, want 0; stderr: %s\n%s", code, stderr.String(), stdout.String())
+			}
+		})
+	}
+	noTopicsLeft(t, brokers, *names)
+	noGoroutinesLeft(t)
+}

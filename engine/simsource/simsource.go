@@ -112,12 +112,13 @@ func (s *Source) Poll(ctx context.Context, _ func() time.Duration) ([]input.Reco
 	return out, nil
 }
 
-// Background is the client's own work between polls, as a Kafka client
-// does it on goroutines of its own: it heartbeats, joins its group (at
-// once when the client starts, not at its first poll), rejoins a round in
-// preparation and takes the assignment of a completed one; the rebalance
-// callbacks that result run now, on the caller's goroutine. Call it while
-// no poll is in flight (the engine's callbacks run between polls).
+// Background is the client's own group work between polls, as a Kafka
+// client does it on goroutines of its own: it heartbeats, joins its group
+// (at once when the client starts, not at its first poll), rejoins a
+// round in preparation and takes the assignment of a completed one; the
+// rebalance callbacks that result run now, on the caller's goroutine.
+// Call it while no poll is in flight (the engine's callbacks run between
+// polls).
 func (s *Source) Background(ctx context.Context) {
 	s.ctx = ctx
 	s.m.Poll(s.callback)

@@ -267,49 +267,15 @@ func RevokeFlush(member, taker int, outcome history.Outcome) Expectation {
 	}}
 }
 
-// TakesOverAt: member takes over each of partitions during step, and
-// nobody else takes any of them over before it; with no partitions, it
-// takes over at least one during step (which one is the assignor's to
-// choose, by member ids a broker draws at random).
-func TakesOverAt(member, step int, partitions ...int32) Expectation {
-	if len(partitions) == 0 {
-		return Expectation{Says: fmt.Sprintf("m%d takes over a partition at step %d", member, step), Failed: func(r Run) string {
-			for _, op := range r.Ops {
-				if op.Kind == history.Acquire && op.Outcome == history.OK && op.Member == member && op.StepNo == step {
-					return ""
-				}
-			}
-			return fmt.Sprintf("m%d took nothing over at step %d", member, step)
-		}}
-	}
-	return Expectation{Says: fmt.Sprintf("m%d takes over %s at step %d", member, fmtPartitions(partitions), step), Failed: func(r Run) string {
-		var missing []string
-		for _, p := range partitions {
-			found := false
-			for _, op := range r.Ops {
-				if op.Kind != history.Acquire || op.Outcome != history.OK || op.Partition != p {
-					continue
-				}
-				if op.Member == member && op.StepNo == step {
-					found = true
-				}
-				if !found {
-					missing = append(missing, fmt.Sprintf("p%d first taken over by m%d at step %d", p, op.Member, op.StepNo))
-				}
-				break
-			}
-			if !found && len(missing) == 0 {
-				missing = append(missing, fmt.Sprintf("p%d never taken over", p))
+// TakesOverBeforeQuiesce: member takes over a partition during one of
+// the scenario's steps, not only once the quiesce polls it.
+func TakesOverBeforeQuiesce(member int) Expectation {
+	return Expectation{Says: fmt.Sprintf("m%d takes over a partition before the quiesce", member), Failed: func(r Run) string {
+		for _, op := range r.Ops {
+			if op.Kind == history.Acquire && op.Outcome == history.OK && op.Member == member && op.StepNo > 0 {
+				return ""
 			}
 		}
-		return strings.Join(missing, "; ")
+		return fmt.Sprintf("m%d took nothing over before the quiesce", member)
 	}}
-}
-
-func fmtPartitions(ps []int32) string {
-	var out []string
-	for _, p := range ps {
-		out = append(out, fmt.Sprintf("p%d", p))
-	}
-	return strings.Join(out, " ")
 }

@@ -587,13 +587,7 @@ func (w *World) advance(d time.Duration) {
 	slice := w.cfg.SessionTimeout / 3
 	for d > 0 {
 		for _, m := range w.members {
-			switch {
-			case m.state == running && m.busy == nil:
-				// The group's rounds go on between the application's
-				// polls, as a real client's heartbeats and rejoins do.
-				w.run(m, m.src.Background)
-				w.settle()
-			case m.state == running:
+			if m.state == running {
 				m.src.Member().Heartbeat()
 			}
 		}
