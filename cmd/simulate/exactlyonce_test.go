@@ -35,7 +35,7 @@ func TestOutputsCompareGolden(t *testing.T) {
 		"── at-least-once outputs (transactional mode)",
 		"── exactly-once outputs (transactional mode)",
 		"m0 produces the outputs of p0@0 b, p1@0 a · ok",                                            // at least once: a plain produce at the fold
-		"m0's transaction carries the outputs of p1@1 a, p1@2 c · FENCED (PRODUCER_FENCED)",         // the stale owner's batch
+		"m0's transaction carries the outputs of p1@1 a, p1@2 c · FENCED (INVALID_PRODUCER_EPOCH)",  // the stale owner's batch, refused on the data path as Kafka refuses it
 		"m1's transaction carries the outputs of p0@2 d · failed (abandoned in an open transaction", // the crash
 		"p0@1         b     +2      2 ✗ duplicated   2                 1 ✓              1",
 		"8 OutputExactlyOnce              VIOLATED ×4     holds",

@@ -109,8 +109,11 @@ func TestInitProducerIDFencesAndAbortsThePreviousHolder(t *testing.T) {
 	if got := offsets(t, c, snp0); got != "lso=2 hw=2" {
 		t.Fatalf("after takeover: %s, want the open transaction aborted", got)
 	}
-	if _, err := old.Produce(snp0, rec("zombie", "")); !errors.Is(err, kerr.ProducerFenced) {
-		t.Fatalf("old producer's produce: %v, want PRODUCER_FENCED", err)
+	// Kafka 4's answers: the partition's leader refuses the old epoch's
+	// Produce (INVALID_PRODUCER_EPOCH), the transaction coordinator its
+	// EndTxn (PRODUCER_FENCED).
+	if _, err := old.Produce(snp0, rec("zombie", "")); !errors.Is(err, kerr.InvalidProducerEpoch) {
+		t.Fatalf("old producer's produce: %v, want INVALID_PRODUCER_EPOCH", err)
 	}
 	if err := old.EndTxn(true); !errors.Is(err, kerr.ProducerFenced) {
 		t.Fatalf("old producer's commit: %v, want PRODUCER_FENCED", err)
@@ -151,8 +154,11 @@ func TestTimedOutTransactionAbortsAtTheNextAbortScan(t *testing.T) {
 	if got := offsets(t, c, snp0); got != "lso=2 hw=2" {
 		t.Fatalf("after the abort scan: %s", got)
 	}
-	if _, err := p.Produce(snp0, rec("late", "")); !errors.Is(err, kerr.ProducerFenced) {
-		t.Fatalf("the timed-out producer is not fenced: %v", err)
+	if _, err := p.Produce(snp0, rec("late", "")); !errors.Is(err, kerr.InvalidProducerEpoch) {
+		t.Fatalf("the timed-out producer's produce: %v, want INVALID_PRODUCER_EPOCH", err)
+	}
+	if err := p.EndTxn(true); !errors.Is(err, kerr.ProducerFenced) {
+		t.Fatalf("the timed-out producer's commit: %v, want PRODUCER_FENCED", err)
 	}
 }
 

@@ -79,11 +79,15 @@ func (c *Cluster) InitProducerID(txnID string, timeout time.Duration) *Producer 
 	return &Producer{c: c, id: txnID, pid: t.pid, epoch: t.epoch}
 }
 
-// checkEpoch fences a holder of an old epoch. Called with c.mu held.
-func (p *Producer) checkEpoch() (*txnState, error) {
+// checkEpoch fences a holder of an old epoch with fenced: as Kafka 4
+// answers it, INVALID_PRODUCER_EPOCH on the data path (a Produce to the
+// partition's leader, a TxnOffsetCommit to the group coordinator, each
+// checking the epoch against the transaction's) and PRODUCER_FENCED from
+// the transaction coordinator (EndTxn). Called with c.mu held.
+func (p *Producer) checkEpoch(fenced error) (*txnState, error) {
 	t := p.c.txns[p.id]
 	if t == nil || t.pid != p.pid || t.epoch != p.epoch {
-		return nil, kerr.ProducerFenced
+		return nil, fenced
 	}
 	return t, nil
 }
@@ -103,7 +107,7 @@ func (p *Producer) Produce(tp store.TopicPartition, recs ...wire.Record) ([]int6
 	c := p.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, err := p.checkEpoch()
+	t, err := p.checkEpoch(kerr.InvalidProducerEpoch)
 	if err != nil {
 		c.record("produce_fenced", "txn_id=%s epoch=%d tp=%s", p.id, p.epoch, tp)
 		return nil, err
@@ -140,7 +144,7 @@ func (p *Producer) TxnOffsetCommit(id store.GroupIdentity, offsets map[store.Top
 	c := p.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, err := p.checkEpoch()
+	t, err := p.checkEpoch(kerr.InvalidProducerEpoch)
 	if err != nil {
 		return err
 	}
@@ -160,7 +164,7 @@ func (p *Producer) EndTxn(commit bool) error {
 	c := p.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, err := p.checkEpoch()
+	t, err := p.checkEpoch(kerr.ProducerFenced)
 	if err != nil {
 		return err
 	}
