@@ -327,6 +327,12 @@ type kafkaSource struct {
 	// rebalancing counts the callbacks waiting for the turn or running:
 	// a poll that starts meanwhile returns at once.
 	rebalancing int
+	// rebalanced is closed when rebalancing drops back to 0 (nil while it
+	// is 0): a poll waits on it before it takes the turn, so that a
+	// callback on its way to the turn goes first. Without it a runner
+	// that steps in a loop could take the turn again and again before
+	// the callback's goroutine is scheduled, each poll returning at once.
+	rebalanced chan struct{}
 	// consumed are the partitions added to cl.
 	consumed map[store.TopicPartition]bool
 	// seeks are the positions a rebalance callback's handler set, added
@@ -478,6 +484,9 @@ func (s *kafkaSource) memberClientOpts(h input.Handler) []kgo.Opt {
 func (s *kafkaSource) rebalance(handle func(), released map[string][]int32) {
 	s.mu.Lock()
 	s.rebalancing++
+	if s.rebalanced == nil {
+		s.rebalanced = make(chan struct{})
+	}
 	if s.cancelPoll != nil {
 		s.cancelPoll()
 	}
@@ -486,6 +495,10 @@ func (s *kafkaSource) rebalance(handle func(), released map[string][]int32) {
 	defer func() {
 		s.mu.Lock()
 		s.rebalancing--
+		if s.rebalancing == 0 {
+			close(s.rebalanced)
+			s.rebalanced = nil
+		}
 		s.mu.Unlock()
 		s.turn.Unlock()
 	}()
@@ -664,6 +677,16 @@ func tps(m map[string][]int32) []store.TopicPartition {
 }
 
 func (s *kafkaSource) Poll(ctx context.Context, wait func() time.Duration) ([]input.Record, error) {
+	s.mu.Lock()
+	rebalanced := s.rebalanced
+	s.mu.Unlock()
+	if rebalanced != nil {
+		select {
+		case <-rebalanced:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	select {
 	case s.turn <- struct{}{}:
 	case <-ctx.Done():
