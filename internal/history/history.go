@@ -70,6 +70,10 @@ const (
 	// (ReadCommitted or ReadUncommitted). The Output ops after it with the
 	// same Detail are what it saw.
 	OutputRead Kind = "output-read"
+	// Offsets is an input partition's offsets once the world quiesced,
+	// before its final read: Partition, Offset (the group's committed
+	// offset, 0 if none) and HW (the input's end offset).
+	Offsets Kind = "offsets"
 	// Output is one record an output reader saw (Detail: its isolation):
 	// Partition and Offset name the input event it is the output of (-1
 	// and -1 if its value names none), Key and Value are the record's.
@@ -191,6 +195,8 @@ func (o Op) String() string {
 		return fmt.Sprintf("#%d output read (%s) starts", o.Index, o.Detail)
 	case Output:
 		return fmt.Sprintf("#%d output read (%s): %s=%s (output of p%d@%d)", o.Index, o.Detail, o.Key, o.Value, o.Partition, o.Offset)
+	case Offsets:
+		return fmt.Sprintf("#%d input p%d at quiescence: committed %d of %d", o.Index, o.Partition, o.Offset, o.HW)
 	}
 	return fmt.Sprintf("#%d %s", o.Index, o.Kind)
 }

@@ -15,8 +15,9 @@ import (
 // texts agree, and a diff of two shows where they part.
 //
 //   - Outcome: what a user of the state would see at the end: each key's
-//     final read_committed state, the invariants violated, and the last
-//     acknowledged commit of each partition.
+//     final read_committed state, the invariants violated, the last
+//     acknowledged commit of each partition, and each input partition's
+//     committed and end offsets at quiescence.
 //   - Fences: which calls were fenced, at which step, by which member,
 //     of which partition, with which Kafka error code.
 //   - Takeovers: which member took over which partition at which step.
@@ -45,6 +46,11 @@ func Outcome(ops []history.Op, vs []Violation) string {
 	}
 	for _, p := range slices.Sorted(maps.Keys(commits)) {
 		fmt.Fprintf(&b, "committed p%d@%d\n", p, commits[p])
+	}
+	for _, op := range ops {
+		if op.Kind == history.Offsets {
+			fmt.Fprintf(&b, "at quiescence p%d committed %d of %d\n", op.Partition, op.Offset, op.HW)
+		}
 	}
 	return b.String()
 }

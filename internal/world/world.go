@@ -1043,6 +1043,7 @@ func (w *World) Quiesce() []Violation {
 					m.acked = nil
 				}
 			}
+			w.recordOffsets()
 			w.finalRead()
 			if w.cfg.outputs() {
 				w.readOutputs(false)
@@ -1151,6 +1152,15 @@ func (w *World) caughtUp() bool {
 		}
 	}
 	return true
+}
+
+// recordOffsets records each input partition's committed and end
+// offsets at quiescence (history.Offsets).
+func (w *World) recordOffsets() {
+	committed, ends := w.committedOffsets(), w.endOffsets()
+	for p := range committed {
+		w.rec.Add(history.Op{Kind: history.Offsets, Member: -1, Partition: int32(p), Offset: committed[p], HW: ends[p]})
+	}
 }
 
 func (w *World) endOffsets() []int64 {

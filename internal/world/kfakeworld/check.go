@@ -254,6 +254,10 @@ func (w *World) committedSnapshotLogs() ([][]store.Snapshot, map[openTxn]bool) {
 // history (internal/history), with the read_committed read of every
 // snapshot partition recorded as its final read.
 func (w *World) atQuiescence() []world.Violation {
+	committed, _ := w.committedOffsets()
+	for p, end := range w.endOffsets() {
+		w.rec.Add(history.Op{Kind: history.Offsets, Member: -1, Partition: int32(p), Offset: committed[p], HW: end})
+	}
 	logs := w.snapshotLogs()
 	for p, snaps := range logs {
 		// Read numbers the recorder's own (1 upward) never reach.

@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -198,6 +199,9 @@ type World struct {
 
 	// seen is each key's highest snapshot offset a reader has seen (1).
 	seen map[string]int64
+	// logs are the snapshot partitions' high watermarks and last stable
+	// offsets last recorded (recordState).
+	logs [][2]int64
 }
 
 type memberState int
@@ -209,11 +213,19 @@ const (
 	crashed
 )
 
+// String names a state as internal/world's does: the histories' member
+// lines compare across worlds.
+func (s memberState) String() string {
+	return [...]string{"absent", "running", "paused", "crashed"}[s]
+}
+
 // member is one slot of the group; p is its process while it has one.
 type member struct {
 	slot  int
 	state memberState
 	p     *process
+	// last is the member line last recorded (recordState).
+	last history.Op
 }
 
 // process is one engine process: its engine and runner, its store
@@ -227,6 +239,8 @@ type process struct {
 	cbs      callbacks
 	ctx      context.Context
 	cancel   context.CancelFunc
+	// tracked stands between the consumer's callbacks and the runner.
+	tracked *trackedHandler
 	// busy is closed when the step in flight ends; nil if none.
 	busy chan struct{}
 	// stepErr is the last runner step's error (read once it has ended).
@@ -424,8 +438,48 @@ func (w *World) Apply(s world.Step) []world.Violation {
 		}
 	}
 	w.wait()
+	w.recordState()
 	return w.afterStep()
 }
+
+// recordState records in the history what changed in the step, as
+// internal/world's does: each member's state, generation and partitions
+// (those its rebalance callbacks handed it), and each snapshot
+// partition's high watermark and last stable offset.
+func (w *World) recordState() {
+	for _, m := range w.members {
+		op := history.Op{Kind: history.Member, Member: m.slot, Detail: m.state.String(), Generation: -1}
+		switch {
+		case m.state == crashed:
+			// A dead process's client says nothing more: what it held
+			// when it died, as the sim's stalled member goes on holding.
+			op.Generation, op.Owned = m.last.Generation, m.last.Owned
+		case m.p != nil && m.state != absent:
+			op.Generation = m.p.r.Source().Identity().Generation
+			op.Owned = m.p.owned()
+		}
+		if m.last.Detail != op.Detail || m.last.Generation != op.Generation || !slices.Equal(m.last.Owned, op.Owned) {
+			if m.last.Kind != "" || op.Detail != absent.String() {
+				w.rec.Add(op)
+			}
+			m.last = op
+		}
+	}
+	lsos, hws := w.snapshotEnds()
+	if w.logs == nil {
+		w.logs = make([][2]int64, Partitions)
+	}
+	for p := range Partitions {
+		if w.logs[p] != [2]int64{hws[p], lsos[p]} {
+			w.logs[p] = [2]int64{hws[p], lsos[p]}
+			w.rec.Add(history.Op{Kind: history.Log, Member: -1, Partition: int32(p), HW: hws[p], LSO: lsos[p]})
+		}
+	}
+}
+
+// owned lists the input partitions p's callbacks handed it and have not
+// taken back.
+func (p *process) owned() []int32 { return p.tracked.ownedPartitions() }
 
 // pollSlices bounds the virtual milliseconds a poll step lets pass while
 // its runner step has not returned.
@@ -640,6 +694,7 @@ func (w *World) start(m *member) {
 			kgo.RebalanceTimeout(w.cfg.rebalanceTimeout())},
 	}
 	tracked := &trackedHandler{cbs: &p.cbs, built: make(chan struct{})}
+	p.tracked = tracked
 	r, err := eng.Join(input.Wrapped(newSource, func(h input.Handler) input.Handler {
 		tracked.h = h
 		return tracked
@@ -1041,6 +1096,34 @@ type trackedHandler struct {
 	// r is the runner, set before built is closed.
 	r     *engine.Member[int]
 	built chan struct{}
+
+	mu sync.Mutex
+	// owned are the input partitions the callbacks handed the member and
+	// have not taken back.
+	owned map[int32]bool
+}
+
+// own records tps as owned (on) or no longer owned.
+func (t *trackedHandler) own(tps []store.TopicPartition, on bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.owned == nil {
+		t.owned = map[int32]bool{}
+	}
+	for _, tp := range tps {
+		if on {
+			t.owned[tp.Partition] = true
+		} else {
+			delete(t.owned, tp.Partition)
+		}
+	}
+}
+
+// ownedPartitions lists the owned partitions, sorted.
+func (t *trackedHandler) ownedPartitions() []int32 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Sorted(maps.Keys(t.owned))
 }
 
 func (t *trackedHandler) Assigned(ctx context.Context, tps []store.TopicPartition) {
@@ -1048,6 +1131,7 @@ func (t *trackedHandler) Assigned(ctx context.Context, tps []store.TopicPartitio
 		return
 	}
 	defer t.cbs.exit()
+	t.own(tps, true)
 	ctx, cancel := t.cbs.context(ctx)
 	defer cancel()
 	t.h.Assigned(ctx, tps)
@@ -1063,6 +1147,7 @@ func (t *trackedHandler) Revoked(ctx context.Context, tps []store.TopicPartition
 		return
 	}
 	defer t.cbs.exit()
+	t.own(tps, false)
 	ctx, cancel := t.cbs.context(ctx)
 	defer cancel()
 	t.h.Revoked(ctx, tps)
@@ -1073,6 +1158,7 @@ func (t *trackedHandler) Lost(ctx context.Context, tps []store.TopicPartition) {
 		return
 	}
 	defer t.cbs.exit()
+	t.own(tps, false)
 	ctx, cancel := t.cbs.context(ctx)
 	defer cancel()
 	t.h.Lost(ctx, tps)
