@@ -39,6 +39,7 @@ package world
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -164,6 +165,9 @@ func (s Step) String() string {
 		if s.Delta == 0 {
 			return fmt.Sprintf("%s %s=delete", s.Kind, s.Key)
 		}
+		if s.Delta != 1 {
+			return fmt.Sprintf("%s %s=%d", s.Kind, s.Key, s.Delta)
+		}
 		return fmt.Sprintf("%s %s", s.Kind, s.Key)
 	case TableEnd:
 		if s.Commit {
@@ -204,4 +208,141 @@ func Trace(steps []Step) string {
 		fmt.Fprintf(&b, "%3d  %s\n", i+1, s)
 	}
 	return b.String()
+}
+
+// ParseStep reads a step as String writes it: the scenario language of
+// the scripts under testdata. Its errors name the line's text.
+func ParseStep(line string) (Step, error) {
+	fail := func(why string) (Step, error) { return Step{}, fmt.Errorf("step %q: %s", line, why) }
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return fail("empty")
+	}
+	member := func(arg string) (int, bool) {
+		n, err := strconv.Atoi(strings.TrimPrefix(arg, "m"))
+		return n, err == nil && strings.HasPrefix(arg, "m") && n >= 0
+	}
+	partition := func(arg string) (int, bool) {
+		n, err := strconv.Atoi(strings.TrimPrefix(arg, "p"))
+		return n, err == nil && strings.HasPrefix(arg, "p") && n >= 0
+	}
+	kind := Kind(f[0])
+	switch {
+	case line == "fetches fast again":
+		return Step{Kind: SlowFetches}, nil
+	case line == "recreate the snapshot topic" || line == string(Recreate):
+		return Step{Kind: Recreate}, nil
+	case len(f) == 3 && f[0] == "slow" && f[1] == "fetches":
+		d, err := time.ParseDuration(f[2])
+		if err != nil || d < 0 {
+			return fail("want slow fetches DURATION")
+		}
+		return Step{Kind: SlowFetches, D: d}, nil
+	}
+	switch kind {
+	case Produce:
+		if len(f) != 2 && !(len(f) == 4 && f[2] == "timer") {
+			return fail("want produce KEY=+N, KEY=-N or KEY=close, and optionally timer DURATION")
+		}
+		key, v, ok := strings.Cut(f[1], "=")
+		if !ok || key == "" {
+			return fail("want KEY=VALUE")
+		}
+		s := Step{Kind: Produce, Key: key}
+		if v != "close" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n == 0 || (v[0] != '+' && v[0] != '-') {
+				return fail("the value is +N, -N (N not 0) or close")
+			}
+			s.Delta = n
+		}
+		if len(f) == 4 {
+			d, err := time.ParseDuration(f[3])
+			if err != nil || d <= 0 || s.Delta == 0 {
+				return fail("a timer is a positive duration, on an event that does not close")
+			}
+			s.D = d
+		}
+		return s, nil
+	case Poll, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash, Replicate, Wipe, ReadTable:
+		if len(f) != 2 {
+			return fail("want " + f[0] + " mN")
+		}
+		n, ok := member(f[1])
+		if !ok {
+			return fail("want " + f[0] + " mN")
+		}
+		return Step{Kind: kind, Member: n}, nil
+	case TablePut, TableOpen:
+		if len(f) != 2 {
+			return fail("want " + f[0] + " KEY, KEY=N or KEY=delete")
+		}
+		key, v, found := strings.Cut(f[1], "=")
+		s := Step{Kind: kind, Key: key, Delta: 1}
+		switch {
+		case key == "":
+			return fail("no key")
+		case !found:
+		case v == "delete":
+			s.Delta = 0
+		default:
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return fail("a row is a positive number or delete")
+			}
+			s.Delta = n
+		}
+		return s, nil
+	case TableEnd, ForeignEnd:
+		if len(f) != 2 || (f[1] != "commit" && f[1] != "abort") {
+			return fail("want " + f[0] + " commit or " + f[0] + " abort")
+		}
+		return Step{Kind: kind, Commit: f[1] == "commit"}, nil
+	case Advance:
+		if len(f) != 2 {
+			return fail("want advance DURATION")
+		}
+		d, err := time.ParseDuration(f[1])
+		if err != nil || d <= 0 {
+			return fail("want advance DURATION, above 0")
+		}
+		return Step{Kind: Advance, D: d}, nil
+	case ForeignOpen:
+		if len(f) != 2 && !(len(f) == 3 && f[2] == "(hangs)") {
+			return fail("want foreign-open pN, optionally (hangs)")
+		}
+		n, ok := partition(f[1])
+		if !ok {
+			return fail("want foreign-open pN")
+		}
+		return Step{Kind: ForeignOpen, Partition: n, Hang: len(f) == 3}, nil
+	case Compact, Truncate:
+		if len(f) != 2 {
+			return fail("want " + f[0] + " pN")
+		}
+		n, ok := partition(f[1])
+		if !ok {
+			return fail("want " + f[0] + " pN")
+		}
+		return Step{Kind: kind, Partition: n}, nil
+	}
+	return fail("no such step")
+}
+
+// ParseSteps reads one step a line; blank lines and lines starting with
+// # are skipped.
+func ParseSteps(text string) ([]Step, error) {
+	var out []Step
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		s, err := ParseStep(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }

@@ -1,0 +1,37 @@
+package props
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/snapfence/snapfence/internal/world"
+)
+
+// The scenario language reads back every step it writes: for each
+// world's vocabulary, ParseStep(s.String()) is s.
+func TestEveryStepParsesBack(t *testing.T) {
+	for _, cfg := range []world.Config{{}, {Timers: true}, {WarmRestarts: true}, {Standby: true}, {Standby: true, WarmRestarts: true}, {Tables: true}} {
+		cfg := cfg.WithDefaults()
+		rapid.Check(t, func(t *rapid.T) {
+			s := StepGen(cfg).Draw(t, "step")
+			got, err := world.ParseStep(s.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != s {
+				t.Fatalf("%q parses as %#v, want %#v", s.String(), got, s)
+			}
+		})
+	}
+}
+
+// What is not a step is refused, naming the line.
+func TestParseStepRefusesWhatIsNoStep(t *testing.T) {
+	for _, line := range []string{"", "poll", "poll 0", "poll m", "produce a", "produce a=0", "produce a=7", "produce =+1",
+		"advance", "advance -1s", "advance soon", "foreign-open 1", "compact", "table-end maybe", "table-put a=-1", "dance m0"} {
+		if s, err := world.ParseStep(line); err == nil {
+			t.Errorf("%q parsed as %v, want an error", line, s)
+		}
+	}
+}
