@@ -2,7 +2,6 @@ package props
 
 import (
 	"flag"
-	"fmt"
 	"testing"
 	"testing/synctest"
 
@@ -126,5 +125,5 @@ func TestDifferentialCatchesADifference(t *testing.T) {
 	if plain.fences == fenced.fences {
 		t.Fatalf("Plain and Transactional kafka-flow#732 have the same fences:\n%s", plain.fences)
 	}
-	t.Log(fmt.Sprintf("plain:\n%stransactional:\n%s", plain.outcome, fenced.outcome))
+	t.Logf("plain:\n%stransactional:\n%s", plain.outcome, fenced.outcome)
 }
