@@ -159,7 +159,7 @@ func StepGen(cfg world.Config) *rapid.Generator[world.Step] {
 			}
 		case world.SlowFetches:
 			s.D = rapid.SampledFrom([]time.Duration{0, 2 * time.Second, 6 * time.Second}).Draw(t, "d")
-		case world.Poll, world.Flush, world.Persist, world.Join, world.Leave, world.Pause, world.Resume, world.Evict, world.Crash,
+		case world.Poll, world.PollFirst, world.Flush, world.Persist, world.Join, world.Leave, world.Pause, world.Resume, world.Evict, world.Crash,
 			world.Replicate, world.Wipe, world.ReadTable:
 			s.Member = rapid.IntRange(0, cfg.Members-1).Draw(t, "member")
 		case world.TablePut, world.TableOpen:
@@ -190,7 +190,9 @@ const macroOdds = 3
 //   - a stale-owner overlap: a member owns partitions with a fold not
 //     yet flushed and is paused; its session expires while another
 //     member takes over and folds newer events of the same key; the
-//     paused member wakes and flushes, persists or polls what it held;
+//     paused member wakes and flushes, persists or polls what it held
+//     (its poll hearing the group's news first or, as a zombie's may on
+//     a broker, last);
 //   - a crash with writes in flight: a member folds and flushes, and
 //     crashes before anything else happens, with whatever of its flush
 //     is still on its way (with world.Config.WriteLatency);
@@ -230,7 +232,7 @@ func ChunkGen(cfg world.Config) *rapid.Generator[[]world.Step] {
 				{Kind: world.Poll, Member: next},
 			}
 		}
-		wake := rapid.SampledFrom([]world.Kind{world.Flush, world.Persist, world.Poll}).Draw(t, "wake")
+		wake := rapid.SampledFrom([]world.Kind{world.Flush, world.Persist, world.Poll, world.PollFirst}).Draw(t, "wake")
 		return []world.Step{
 			{Kind: world.Join, Member: m},
 			{Kind: world.Poll, Member: m},

@@ -66,6 +66,9 @@ func scenarioFor(o options) (world.Scenario, error) {
 	if !ok {
 		return world.Scenario{}, usagef("no scenario %q (-list names them)", name)
 	}
+	if s.SimOnly != "" && o.world != "sim" {
+		return world.Scenario{}, usagef("-scenario %s runs on the sim only (-world sim): %s", name, s.SimOnly)
+	}
 	if o.protocol != "" {
 		s.Protocol = protocol
 	}

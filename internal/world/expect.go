@@ -279,3 +279,15 @@ func TakesOverBeforeQuiesce(member int) Expectation {
 		return fmt.Sprintf("m%d took nothing over before the quiesce", member)
 	}}
 }
+
+// WriteLands: a snapshot write of member after step is acknowledged.
+func WriteLands(member, step int) Expectation {
+	return Expectation{Says: fmt.Sprintf("a write of m%d after step %d lands", member, step), Failed: func(r Run) string {
+		for _, op := range storeCalls(r, member) {
+			if op.Kind == history.Write && op.StepNo > step && op.Outcome == history.OK {
+				return ""
+			}
+		}
+		return fmt.Sprintf("no write of m%d after step %d was acknowledged", member, step)
+	}}
+}

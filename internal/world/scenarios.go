@@ -21,6 +21,10 @@ type Scenario struct {
 	// Transactional and Plain are the outcomes in each mode; a scenario
 	// without expectations for a mode is not run in it.
 	Transactional, Plain []Expectation
+	// SimOnly, if set, says why only the simulated cluster can run the
+	// scenario: it makes a scheduling choice kfake and a broker leave to
+	// their own schedulers.
+	SimOnly string
 }
 
 // Expect is the scenario's expectations in mode.
@@ -298,6 +302,21 @@ var Scenarios = []Scenario{
 		),
 		Transactional: []Expectation{NoStall(), RecoveryTakes(1, time.Minute, 5*time.Minute), HoldsAll()},
 		Plain:         []Expectation{NoStall(), HoldsAll()},
+	},
+	{
+		Name:    "zombie-polls-before-its-news",
+		Summary: "a paused owner wakes and polls, and its fetch beats the news of the takeover, as a zombie's may on a broker: it folds and flushes what was due before it hears it lost the partition; the fence refuses the write, which without it lands",
+		Steps: steps(
+			Scenario732[:len(Scenario732)-2], // up to m0's wake
+			advance(6*time.Second),           // m0's persist is due when it wakes
+			resume(0),
+			Step{Kind: PollFirst, Member: 0},
+		),
+		Transactional: []Expectation{Fenced(0, len(Scenario732)), HoldsAll()},
+		// The zombie folded what it fetched, so its write equals the new
+		// owner's; without the fence it lands all the same.
+		Plain:   []Expectation{WriteLands(0, len(Scenario732)), HoldsAll()},
+		SimOnly: "whether a woken member's fetch or its heartbeat goes first is franz-go's to decide on kfake and on a broker",
 	},
 	{
 		Name:    "join-at-client-start",

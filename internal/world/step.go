@@ -57,6 +57,13 @@ const (
 	// Poll runs one engine step of Member: a poll, the fold of what it
 	// fetched, and the flush and commit when due.
 	Poll Kind = "poll"
+	// PollFirst is Poll with the group's news last: Member's poll
+	// fetches, folds and flushes what is due before its heartbeat tells it
+	// what the group did meanwhile. A woken zombie's first poll can do so
+	// on a real broker, where the fetch and the heartbeat race; the
+	// simulated member otherwise always hears its news first. kfake and a
+	// broker run it as Poll: there the race is their scheduler's.
+	PollFirst Kind = "poll-first"
 	// Advance moves virtual time by D: persist, commit and tick timers,
 	// session timeouts, transaction timeouts.
 	Advance Kind = "advance"
@@ -159,7 +166,7 @@ func (s Step) String() string {
 			return fmt.Sprintf("produce %s=%+d timer %s", s.Key, s.Delta, s.D)
 		}
 		return fmt.Sprintf("produce %s=%+d", s.Key, s.Delta)
-	case Poll, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash, Replicate, Wipe, ReadTable:
+	case Poll, PollFirst, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash, Replicate, Wipe, ReadTable:
 		return fmt.Sprintf("%s m%d", s.Kind, s.Member)
 	case TablePut, TableOpen:
 		if s.Delta == 0 {
@@ -264,7 +271,7 @@ func ParseStep(line string) (Step, error) {
 			s.D = d
 		}
 		return s, nil
-	case Poll, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash, Replicate, Wipe, ReadTable:
+	case Poll, PollFirst, Flush, Persist, Join, Leave, Pause, Resume, Evict, Crash, Replicate, Wipe, ReadTable:
 		if len(f) != 2 {
 			return fail("want " + f[0] + " mN")
 		}

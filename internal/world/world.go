@@ -462,6 +462,11 @@ func (w *World) Apply(s Step) []Violation {
 		if m.state == running && m.busy == nil {
 			w.step(m)
 		}
+	case PollFirst:
+		if m.state == running && m.busy == nil {
+			m.src.NewsLast()
+			w.step(m)
+		}
 	case Flush:
 		if m.state == running && m.busy == nil {
 			w.flush(m, m.r.FlushAll)

@@ -12,6 +12,10 @@ import (
 // the outcome it must have, on kfake with the real clients.
 func TestNamedScenariosOnKfake(t *testing.T) {
 	for _, s := range world.Scenarios {
+		if s.SimOnly != "" {
+			t.Logf("%s runs on the sim only: %s", s.Name, s.SimOnly)
+			continue
+		}
 		for _, mode := range []store.Mode{store.Transactional, store.Plain} {
 			exp := s.Expect(mode)
 			if exp == nil {

@@ -378,7 +378,7 @@ func (w *World) Apply(s world.Step) []world.Violation {
 	switch s.Kind {
 	case world.Produce:
 		w.produce(s.Key, s.Delta, s.D)
-	case world.Poll:
+	case world.Poll, world.PollFirst: // which of a fetch and a heartbeat goes first is franz-go's to decide
 		if m.state == running {
 			w.poll(m)
 		}
