@@ -234,3 +234,31 @@ func TestRandomScenarioRuns(t *testing.T) {
 		t.Fatal("the same seed gave two outputs")
 	}
 }
+
+// -replay reads steps one a line, as a trace prints them, as well as the
+// JSON -explore writes; a line that is no step is a usage error naming it.
+func TestReplayReadsTheScenarioLanguage(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.txt"), filepath.Join(dir, "bad.txt")
+	if err := os.WriteFile(good, []byte("# kafka-flow#732, short\njoin m0\nproduce a=+10\npoll m0\npoll m0\npause m0\njoin m1\nadvance 11s\npoll m1\nresume m0\nflush m0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("join m0\ndance m1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errs bytes.Buffer
+	if code := simulate(context.Background(), []string{"-no-color", "-replay", good}, &out, &errs); code != exitOK {
+		t.Fatalf("exit %d: %s\n%s", code, errs.String(), out.String())
+	}
+	if !strings.Contains(out.String(), "10 steps replayed from") || !strings.Contains(out.String(), "9  resume m0") || !strings.Contains(out.String(), "as expected") {
+		t.Errorf("the replay does not show the steps and the verdict:\n%s", out.String())
+	}
+	out.Reset()
+	errs.Reset()
+	if code := simulate(context.Background(), []string{"-replay", bad}, &out, &errs); code != exitUsage {
+		t.Fatalf("exit %d for a bad step, want %d", code, exitUsage)
+	}
+	if !strings.Contains(errs.String(), `line 2: step "dance m1": no such step`) {
+		t.Errorf("the error does not name the line: %s", errs.String())
+	}
+}

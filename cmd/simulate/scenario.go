@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 
 	"pgregory.net/rapid"
 
@@ -41,8 +42,12 @@ func scenarioFor(o options) (world.Scenario, error) {
 			return world.Scenario{}, usagef("-replay: %v", err)
 		}
 		var steps []world.Step
-		if err := json.Unmarshal(raw, &steps); err != nil {
-			return world.Scenario{}, usagef("-replay %s: not a JSON list of steps: %v", o.replay, err)
+		if text := strings.TrimSpace(string(raw)); strings.HasPrefix(text, "[") {
+			if err := json.Unmarshal(raw, &steps); err != nil {
+				return world.Scenario{}, usagef("-replay %s: not a JSON list of steps: %v", o.replay, err)
+			}
+		} else if steps, err = world.ParseSteps(text); err != nil {
+			return world.Scenario{}, usagef("-replay %s: neither a JSON list of steps nor steps one a line: %v", o.replay, err)
 		}
 		return world.Scenario{
 			Name:          "replay",
