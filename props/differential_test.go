@@ -36,12 +36,21 @@ func simLevels(t *testing.T, cfg world.Config, steps []world.Step) runLevels {
 		t.Fatal(err)
 	}
 	defer w.Close()
+	vs := applyAll(w, steps)
+	return levelsOf(w.Recorder().Ops(), vs)
+}
+
+// applyAll applies every step to w (a violation does not end the run),
+// then quiesces it, and returns the violations.
+func applyAll(w interface {
+	Apply(world.Step) []world.Violation
+	Quiesce() []world.Violation
+}, steps []world.Step) []world.Violation {
 	var vs []world.Violation
 	for _, s := range steps {
 		vs = append(vs, w.Apply(s)...)
 	}
-	vs = append(vs, w.Quiesce()...)
-	return levelsOf(w.Recorder().Ops(), vs)
+	return append(vs, w.Quiesce()...)
 }
 
 // kfakeLevels runs steps as simLevels does, on kfake, in a bubble of its
@@ -53,11 +62,7 @@ func kfakeLevels(t *testing.T, cfg kfakeworld.Config, steps []world.Step) (l run
 			t.Fatal(err)
 		}
 		defer w.Close()
-		var vs []world.Violation
-		for _, s := range steps {
-			vs = append(vs, w.Apply(s)...)
-		}
-		vs = append(vs, w.Quiesce()...)
+		vs := applyAll(w, steps)
 		l = levelsOf(w.History().Ops(), vs)
 	})
 	return l
