@@ -138,7 +138,7 @@ func TestJSONLinesSchema(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	kinds := []history.Kind{history.Step, history.Produce, history.Write, history.Commit, history.ReadStart,
-		history.Read, history.ReadEnd, history.Acquire, history.Abandon, history.Member, history.Log, history.Offsets,
+		history.Read, history.ReadEnd, history.Acquire, history.Abandon, history.Member, history.Log, history.Offsets, history.Unexpressed, history.Drift,
 		history.Emit, history.OutputRead, history.Output} // the last three under -outputs (TestOutputsJSONLines)
 	seen := map[string]int{}
 	var fenced, stale bool

@@ -195,6 +195,10 @@ func (p *printer) event(op history.Op, reads map[int][]history.Op) string {
 		if p.verbose {
 			return fmt.Sprintf("snapshots p%d: high watermark %d, last stable offset %d", op.Partition, op.HW, op.LSO)
 		}
+	case history.Unexpressed:
+		return "not carried out on this world: " + op.Detail
+	case history.Drift:
+		return op.Detail
 	case history.Offsets:
 		if p.verbose {
 			return fmt.Sprintf("input p%d at quiescence: committed %d of %d", op.Partition, op.Offset, op.HW)

@@ -74,6 +74,12 @@ const (
 	// before its final read: Partition, Offset (the group's committed
 	// offset, 0 if none) and HW (the input's end offset).
 	Offsets Kind = "offsets"
+	// Unexpressed is a step the world could not carry out (Detail says
+	// why): a compaction or a truncation on a real broker.
+	Unexpressed Kind = "unexpressed"
+	// Drift is, on a world in real time, how far its wall time ran past
+	// the time its steps asked for, once it quiesces (Detail).
+	Drift Kind = "drift"
 	// Output is one record an output reader saw (Detail: its isolation):
 	// Partition and Offset name the input event it is the output of (-1
 	// and -1 if its value names none), Key and Value are the record's.
@@ -197,6 +203,10 @@ func (o Op) String() string {
 		return fmt.Sprintf("#%d output read (%s): %s=%s (output of p%d@%d)", o.Index, o.Detail, o.Key, o.Value, o.Partition, o.Offset)
 	case Offsets:
 		return fmt.Sprintf("#%d input p%d at quiescence: committed %d of %d", o.Index, o.Partition, o.Offset, o.HW)
+	case Unexpressed:
+		return fmt.Sprintf("#%d not carried out: %s", o.Index, o.Detail)
+	case Drift:
+		return fmt.Sprintf("#%d %s", o.Index, o.Detail)
 	}
 	return fmt.Sprintf("#%d %s", o.Index, o.Kind)
 }

@@ -202,6 +202,11 @@ type World struct {
 	// logs are the snapshot partitions' high watermarks and last stable
 	// offsets last recorded (recordState).
 	logs [][2]int64
+	// began is when the world began, and asked the time its advance
+	// steps asked for: on a real broker their difference is the drift of
+	// its wall time, recorded at quiescence (history.Drift).
+	began time.Time
+	asked time.Duration
 }
 
 type memberState int
@@ -267,7 +272,7 @@ type foreignTxn struct {
 // under).
 func New(cfg Config) (*World, error) {
 	cfg.setDefaults()
-	w := &World{cfg: cfg, net: new(kfake.VirtualNetwork), outputs: map[string]int{}, seen: map[string]int64{}}
+	w := &World{cfg: cfg, net: new(kfake.VirtualNetwork), outputs: map[string]int{}, seen: map[string]int64{}, began: time.Now()}
 	began := time.Now() // the bubble's virtual time
 	w.rec = history.NewRecorder(func() time.Duration { return time.Since(began) })
 	w.input, w.group, w.prefix, w.foreignID = world.InputTopic, world.Group, world.Prefix, foreignID
@@ -431,10 +436,14 @@ func (w *World) Apply(s world.Step) []world.Violation {
 	case world.Compact:
 		if w.real == nil { // a real broker's cleaner runs on its own
 			w.compact() // kfake's cleaner: every snapshot partition, see compact
+		} else {
+			w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "a broker's log cleaner compacts on its own schedule"})
 		}
 	case world.Truncate:
 		if w.real == nil { // nothing cuts a real broker's log
 			w.truncate(int32(s.Partition % Partitions))
+		} else {
+			w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "nothing cuts a broker's log from outside"})
 		}
 	}
 	w.wait()
@@ -576,6 +585,7 @@ func (w *World) flush(m *member, fn func(context.Context)) {
 
 func (w *World) advance(d time.Duration) {
 	w.thawPending()
+	w.asked += d
 	time.Sleep(d)
 	w.wait()
 }
@@ -829,6 +839,11 @@ const quiesceRounds = 60
 // liveness (6) and the outputs (7).
 func (w *World) Quiesce() []world.Violation {
 	w.rec.BeginStep(0, "quiesce") // as internal/world's: before anything of it
+	if w.real != nil {
+		wall := time.Since(w.began)
+		w.rec.Add(history.Op{Kind: history.Drift, Member: -1, Detail: fmt.Sprintf("wall time %s for steps that asked for %s: a drift of %s",
+			wall.Round(time.Millisecond), w.asked, (wall - w.asked).Round(time.Millisecond))})
+	}
 	for _, m := range w.members {
 		if m.state == paused {
 			w.resume(m)
