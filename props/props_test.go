@@ -32,6 +32,22 @@ func TestTransactionalModeHoldsEveryInvariant(t *testing.T) {
 	}
 }
 
+// The fence holds in scenarios drawn with ChunkGen's macros, which line
+// up stale owners, crashes with writes in flight and revoke-time flushes
+// (docs/testing.md, "Scenarios to catch a broken variant"): most of them
+// contain a fenced call, and none may break an invariant.
+func TestMacroScenariosHoldEveryInvariant(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(p.String(), func(t *testing.T) {
+			var stats Stats
+			start := time.Now()
+			rapid.Check(t, MacroPropertyOf([]world.Config{{Mode: store.Transactional, Protocol: p}}, &stats))
+			t.Logf("%d scenarios in %s (%.0f a minute); steps: %s", stats.Scenarios, time.Since(start).Round(time.Millisecond),
+				float64(stats.Scenarios)/time.Since(start).Minutes(), stats.Coverage())
+		})
+	}
+}
+
 // The fence holds with writes in flight: the engines fold on while their
 // flushes, commits and exactly-once batches wait for virtual time in the
 // simulated cluster, so rebalances, fences, crashes and the partitions'
