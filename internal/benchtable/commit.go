@@ -43,17 +43,7 @@ func commitBenches(name string) bool {
 
 // onlyCommit reports whether every benchmark of the input is one of the
 // two (then the table is the commit interval's alone).
-func onlyCommit(s samples) bool {
-	if len(s) == 0 {
-		return false
-	}
-	for name := range s {
-		if !commitBenches(name) {
-			return false
-		}
-	}
-	return true
-}
+func onlyCommit(s samples) bool { return s.only(commitBenches) }
 
 // renderCommit prints the table: the broker's columns, then the crash's.
 func renderCommit(w io.Writer, s samples) {

@@ -98,17 +98,7 @@ func limitBenches(name string) bool {
 
 // onlyLimit reports whether every benchmark of the input is one of
 // BenchmarkLimit (then the table is the limit's sections alone).
-func onlyLimit(s samples) bool {
-	if len(s) == 0 {
-		return false
-	}
-	for name := range s {
-		if !limitBenches(name) {
-			return false
-		}
-	}
-	return true
-}
+func onlyLimit(s samples) bool { return s.only(limitBenches) }
 
 // renderLimit prints the two tables (the targets are limitTargets').
 func renderLimit(w io.Writer, s samples) {

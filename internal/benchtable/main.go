@@ -220,6 +220,20 @@ var targets = append([]target{
 // samples holds, per benchmark, every sample of every unit.
 type samples map[string]map[string][]float64
 
+// only reports whether the input has benchmarks and every one is of a
+// kind (then its table is that kind's alone).
+func (s samples) only(kind func(name string) bool) bool {
+	if len(s) == 0 {
+		return false
+	}
+	for name := range s {
+		if !kind(name) {
+			return false
+		}
+	}
+	return true
+}
+
 func (s samples) median(bench, unit string) (float64, bool) {
 	return median(s[bench][unit])
 }

@@ -86,17 +86,7 @@ func outputsBenches(name string) bool {
 
 // onlyOutputs reports whether every benchmark of the input is one of
 // BenchmarkOutputs (then the table is the outputs section alone).
-func onlyOutputs(s samples) bool {
-	if len(s) == 0 {
-		return false
-	}
-	for name := range s {
-		if !outputsBenches(name) {
-			return false
-		}
-	}
-	return true
-}
+func onlyOutputs(s samples) bool { return s.only(outputsBenches) }
 
 // outputsIntervals are the commit intervals in the input, shortest first
 // (those that are not durations after the rest, by name).

@@ -146,14 +146,4 @@ func warmBenches(name string) bool { return strings.HasPrefix(name, warmBench) }
 
 // onlyWarm reports whether every benchmark of the input is a warm-restart
 // one (then the table is the warm sections alone).
-func onlyWarm(s samples) bool {
-	if len(s) == 0 {
-		return false
-	}
-	for name := range s {
-		if !warmBenches(name) {
-			return false
-		}
-	}
-	return true
-}
+func onlyWarm(s samples) bool { return s.only(warmBenches) }
