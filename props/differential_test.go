@@ -28,29 +28,15 @@ func levelsOf(ops []history.Op, vs []world.Violation) runLevels {
 	return runLevels{world.Outcome(ops, vs), world.Fences(ops), world.Takeovers(ops)}
 }
 
-// simLevels runs steps on the simulated cluster, every step applied
-// (a violation does not end the run), then quiesced.
+// simLevels runs steps on the simulated cluster (world.ApplyAll).
 func simLevels(t *testing.T, cfg world.Config, steps []world.Step) runLevels {
 	w, err := world.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	vs := applyAll(w, steps)
+	vs := world.ApplyAll(w, steps)
 	return levelsOf(w.Recorder().Ops(), vs)
-}
-
-// applyAll applies every step to w (a violation does not end the run),
-// then quiesces it, and returns the violations.
-func applyAll(w interface {
-	Apply(world.Step) []world.Violation
-	Quiesce() []world.Violation
-}, steps []world.Step) []world.Violation {
-	var vs []world.Violation
-	for _, s := range steps {
-		vs = append(vs, w.Apply(s)...)
-	}
-	return append(vs, w.Quiesce()...)
 }
 
 // kfakeLevels runs steps as simLevels does, on kfake, in a bubble of its
@@ -62,7 +48,7 @@ func kfakeLevels(t *testing.T, cfg kfakeworld.Config, steps []world.Step) (l run
 			t.Fatal(err)
 		}
 		defer w.Close()
-		vs := applyAll(w, steps)
+		vs := world.ApplyAll(w, steps)
 		l = levelsOf(w.History().Ops(), vs)
 	})
 	return l

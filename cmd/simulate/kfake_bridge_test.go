@@ -72,10 +72,7 @@ func TestKfakeWorld(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer w.Close()
-				for _, st := range s.Steps {
-					res.Violations = append(res.Violations, w.Apply(st)...)
-				}
-				res.Violations = append(res.Violations, w.Quiesce()...)
+				res.Violations = world.ApplyAll(w, s.Steps)
 				res.Members, res.Partitions = w.Config().StepConfig().Members, kfakeworld.Partitions
 				res.Ops = w.History().Ops()
 			})

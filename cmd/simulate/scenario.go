@@ -135,11 +135,7 @@ func runSim(s world.Scenario, mode store.Mode, outputs string, seed uint64) run 
 		panic(fmt.Sprintf("simulate: the simulated world: %v", err)) // its own topics: a bug
 	}
 	defer w.Close()
-	var vs []world.Violation
-	for _, st := range s.Steps {
-		vs = append(vs, w.Apply(st)...)
-	}
-	vs = append(vs, w.Quiesce()...)
+	vs := world.ApplyAll(w, s.Steps)
 	cfg := w.Config()
 	return finish(s, mode, outputs, cfg.Members, cfg.Partitions, w.Recorder().Ops(), vs)
 }

@@ -227,6 +227,20 @@ func RunSteps(w Stepper, steps []Step) []Violation {
 	return w.Quiesce()
 }
 
+// ApplyAll applies every step to w, a violation not ending the run (a
+// timeline shows what followed), then quiesces it, and returns the
+// violations. It leaves w open: its history is the caller's to read.
+func ApplyAll(w interface {
+	Apply(Step) []Violation
+	Quiesce() []Violation
+}, steps []Step) []Violation {
+	var vs []Violation
+	for _, s := range steps {
+		vs = append(vs, w.Apply(s)...)
+	}
+	return append(vs, w.Quiesce()...)
+}
+
 // historyInvariant is the invariant each anomaly of the history checker
 // breaks.
 var historyInvariant = map[history.AnomalyKind]int{
