@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -23,6 +24,7 @@ func TestFenceReason(t *testing.T) {
 		{fmt.Errorf("engine: batch: %w", &store.FencedError{Input: tp, Reason: kerr.ProducerFenced}), "PRODUCER_FENCED"},
 		{&store.FencedError{Input: tp, Reason: errors.New("gone")}, "other"},
 		{store.ErrFenced, "fenced"},
+		{fmt.Errorf("engine: acquiring %s: %w", tp, &input.NotOwnerError{Input: tp, Why: "the member is unknown"}), "not_owner"},
 	} {
 		if got := fenceReason(c.err); got != c.want {
 			t.Errorf("fenceReason(%v) = %q, want %q", c.err, got, c.want)

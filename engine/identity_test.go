@@ -21,6 +21,9 @@ func (unjoined) Identity() store.GroupIdentity                                  
 func (unjoined) CommittedOffset(context.Context, store.TopicPartition) (int64, error) {
 	return 0, nil
 }
+func (unjoined) ConfirmOwner(ctx context.Context, tp store.TopicPartition, id store.GroupIdentity) error {
+	return &input.NotOwnerError{Input: tp, Identity: id, Why: "the member is unknown"}
+}
 func (unjoined) Seek(store.TopicPartition, int64)                           {}
 func (unjoined) Pause(store.TopicPartition)                                 {}
 func (unjoined) Resume(store.TopicPartition)                                {}

@@ -39,6 +39,9 @@ type recovery[S any] struct {
 	// discard: the keys whose state does not decode are deleted (the
 	// scheduler's decision, schedule.ActStart's).
 	discard bool
+	// restart: a restart outside a rebalance callback, whose takeover
+	// waits for the coordinator to confirm the member still owns tp.
+	restart bool
 	// done is closed once out is set.
 	done chan struct{}
 	out  recoveryOutcome[S]
@@ -66,7 +69,7 @@ type recoveryOutcome[S any] struct {
 // start carries out schedule.ActStart: it hands tps' takeovers and recoveries to
 // the source's background (Source.Go), and reaps those that ended by the
 // time it returns (on the simulated cluster, all of them).
-func (r *Member[S]) start(ctx context.Context, tps []store.TopicPartition, discard bool) {
+func (r *Member[S]) start(ctx context.Context, tps []store.TopicPartition, discard, restart bool) {
 	begin := r.src.Now()
 	group, outputs := r.src.Identity().Group, r.mode.outputTopics()
 	rcs := make([]*recovery[S], len(tps))
@@ -77,7 +80,7 @@ func (r *Member[S]) start(ctx context.Context, tps []store.TopicPartition, disca
 		rctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(r.life, cancel)
 		rcs[i] = &recovery[S]{tp: tp, begin: begin, ctx: rctx, cancel: func() { stop(); cancel() }, done: make(chan struct{}),
-			refused: r.sched.Refusals(tp), discard: discard,
+			refused: r.sched.Refusals(tp), discard: discard, restart: restart,
 			acquisition: store.Acquisition{
 				Input: tp, Identity: identity[S]{r}, Group: group,
 				ResolveAssignedOffset: func(ctx context.Context) (int64, error) { return r.src.CommittedOffset(ctx, tp) },
@@ -91,11 +94,21 @@ func (r *Member[S]) start(ctx context.Context, tps []store.TopicPartition, disca
 }
 
 // takeOver takes rcs' partitions over, in order, then recovers each one
-// taken, each off the polling goroutine.
+// taken, each off the polling goroutine. A restart's takeover goes ahead
+// only once the coordinator lists the member, by the identity its
+// transactions will carry, as the partition's owner: a member that slept
+// through its eviction and woke with a restart due has not heard of it
+// at its first poll, and its takeover would fence the new owner's
+// producer. Refused, the restart fails as a fence does, and the next
+// poll brings the news (or, the member being the owner after all, the
+// restart after it goes ahead).
 func (r *Member[S]) takeOver(rcs []*recovery[S]) {
 	parts := make([]store.Partition, len(rcs))
 	for i, rc := range rcs {
 		err := context.Cause(rc.ctx)
+		if err == nil && rc.restart {
+			err = r.src.ConfirmOwner(rc.ctx, rc.tp, rc.acquisition.Identity.CurrentIdentity())
+		}
 		if err == nil {
 			parts[i], err = r.e.cfg.Store.Acquire(rc.ctx, rc.acquisition)
 		}

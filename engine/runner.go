@@ -691,7 +691,7 @@ func (r *Member[S]) do(ctx context.Context, acts []schedule.Action[*flow[S]]) {
 	for _, a := range acts {
 		switch a.Kind {
 		case schedule.ActStart:
-			r.start(ctx, a.TPs, a.Discard)
+			r.start(ctx, a.TPs, a.Discard, a.Restart)
 		case schedule.ActCancel:
 			r.cancelRecovery(a.TP)
 		case schedule.ActTeardown:
@@ -884,8 +884,12 @@ func (r *Member[S]) stop(ctx context.Context, a schedule.Action[*flow[S]]) {
 }
 
 // fenceReason is a fence's reason for the fences metric: the coordinator's
-// error name (ILLEGAL_GENERATION, PRODUCER_FENCED, ...), or "fenced".
+// error name (ILLEGAL_GENERATION, PRODUCER_FENCED, ...), "not_owner" for
+// a restart the coordinator did not confirm, or "fenced".
 func fenceReason(err error) string {
+	if _, ok := errors.AsType[*input.NotOwnerError](err); ok {
+		return "not_owner"
+	}
 	fe, ok := errors.AsType[*store.FencedError](err)
 	if !ok || fe.Reason == nil {
 		return "fenced"

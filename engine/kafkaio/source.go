@@ -1063,7 +1063,7 @@ func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]input.GroupPartition
 	if err != nil {
 		return nil, fmt.Errorf("kafkaio: fetching the committed offsets of group %s: %w", s.group, err)
 	}
-	assigned, err := s.groupAssigned(ctx, names)
+	assigned, _, err := s.groupAssigned(ctx, names)
 	if err != nil {
 		return nil, err
 	}
@@ -1074,9 +1074,9 @@ func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]input.GroupPartition
 		if !sok || !eok || start.Err != nil || end.Err != nil {
 			return nil, fmt.Errorf("kafkaio: the log start or end of %s: %v %v", tp, start.Err, end.Err)
 		}
-		endpoint, isAssigned := assigned[tp]
+		owner, isAssigned := assigned[tp]
 		gp := input.GroupPartition{Input: tp, CommittedOffset: -1, LogStartOffset: start.Offset, LogEndOffset: end.Offset,
-			Assigned: isAssigned, Endpoint: endpoint}
+			Assigned: isAssigned, Endpoint: owner.endpoint}
 		if c, ok := committed.Lookup(tp.Topic, tp.Partition); ok && c.Err == nil && c.At >= 0 {
 			gp.CommittedOffset = c.At
 		}
@@ -1085,15 +1085,26 @@ func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]input.GroupPartition
 	return out, nil
 }
 
+// groupOwner is the member the group's coordinator has assigned a
+// partition to.
+type groupOwner struct {
+	memberID string
+	endpoint string // its advertised endpoint ("" if none)
+}
+
 // groupAssigned is the partitions the group's coordinator has assigned to
-// its members, each with its member's advertised endpoint ("" if none;
-// names: the input topics' names by id, for a response that names a topic
-// by its id alone).
-func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]string) (map[store.TopicPartition]string, error) {
-	owners := map[store.TopicPartition]string{}
-	add := func(clientID, topic string, parts []int32) {
+// its members (names: the input topics' names by id, for a response that
+// names a topic by its id alone), and whether the group is a classic one
+// that rebalances. The assignment is read as a consumer-protocol group
+// first (ConsumerGroupDescribe: each member's current assignment, without
+// the partitions it is revoking), then as a classic one (DescribeGroups:
+// a classic group that rebalances is read as assigning nothing, whatever
+// the coordinator describes: its partitions are being handed out).
+func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]string) (map[store.TopicPartition]groupOwner, bool, error) {
+	owners := map[store.TopicPartition]groupOwner{}
+	add := func(memberID, clientID, topic string, parts []int32) {
 		for _, p := range parts {
-			owners[store.TopicPartition{Topic: topic, Partition: p}] = ClientIDEndpoint(clientID)
+			owners[store.TopicPartition{Topic: topic, Partition: p}] = groupOwner{memberID: memberID, endpoint: ClientIDEndpoint(clientID)}
 		}
 	}
 	req := kmsg.NewPtrConsumerGroupDescribeRequest()
@@ -1105,22 +1116,22 @@ func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]
 				if name == "" {
 					name = names[t.TopicID]
 				}
-				add(m.ClientID, name, t.Partitions)
+				add(m.MemberID, m.ClientID, name, t.Partitions)
 			}
 		}
-		return owners, nil
+		return owners, false, nil
 	}
 	// Not a consumer-protocol group (or a broker without the API).
 	groups, err := s.adm.DescribeGroups(ctx, s.group)
 	if err != nil {
-		return nil, fmt.Errorf("kafkaio: describing group %s: %w", s.group, err)
+		return nil, false, fmt.Errorf("kafkaio: describing group %s: %w", s.group, err)
 	}
 	g, ok := groups[s.group]
 	if !ok {
-		return owners, nil
+		return owners, false, nil
 	}
 	if g.Err != nil {
-		return nil, fmt.Errorf("kafkaio: describing group %s: %w", s.group, g.Err)
+		return nil, false, fmt.Errorf("kafkaio: describing group %s: %w", s.group, g.Err)
 	}
 	if g.State != "Stable" {
 		// Kafka 4's coordinator describes each member's last
@@ -1129,16 +1140,42 @@ func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]
 		// eager members have revoked everything meanwhile, and a
 		// member assigned nothing must not take a group still handing
 		// partitions out for settled (engine.Status.Ready).
-		return owners, nil
+		return owners, g.State != "Empty" && g.State != "Dead", nil
 	}
 	for _, m := range g.Members {
 		if c, ok := m.Assigned.AsConsumer(); ok {
 			for _, t := range c.Topics {
-				add(m.ClientID, t.Topic, t.Partitions)
+				add(m.MemberID, m.ClientID, t.Topic, t.Partitions)
 			}
 		}
 	}
-	return owners, nil
+	return owners, false, nil
+}
+
+// ConfirmOwner implements Source: it describes the group as
+// DescribeGroup does and looks for id's member as tp's owner. The
+// generation is not compared (a describe of a classic group has none): a
+// member the coordinator lists as the owner is the owner, whatever round
+// its client last heard of.
+func (s *kafkaSource) ConfirmOwner(ctx context.Context, tp store.TopicPartition, id store.GroupIdentity) error {
+	_, names, err := s.inputTopics(ctx)
+	if err != nil {
+		return err
+	}
+	owners, rebalancing, err := s.groupAssigned(ctx, names)
+	if err != nil {
+		return err
+	}
+	owner, ok := owners[tp]
+	switch {
+	case rebalancing:
+		return &input.NotOwnerError{Input: tp, Identity: id, Why: "the group is rebalancing"}
+	case !ok:
+		return &input.NotOwnerError{Input: tp, Identity: id, Why: "no member is assigned it"}
+	case owner.memberID != id.MemberID:
+		return &input.NotOwnerError{Input: tp, Identity: id, Why: fmt.Sprintf("member %q is assigned it", owner.memberID)}
+	}
+	return nil
 }
 
 // Go implements Source: f runs on a goroutine of its own, and once it

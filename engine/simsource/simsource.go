@@ -157,6 +157,15 @@ func (s *Source) CommittedOffset(_ context.Context, tp store.TopicPartition) (in
 	return off, nil
 }
 
+// ConfirmOwner implements the engine's source: the coordinator's answer
+// (sim.Cluster.ConfirmOwner).
+func (s *Source) ConfirmOwner(_ context.Context, tp store.TopicPartition, id store.GroupIdentity) error {
+	if why := s.c.ConfirmOwner(id, tp); why != "" {
+		return &input.NotOwnerError{Input: tp, Identity: id, Why: why}
+	}
+	return nil
+}
+
 // Seek implements the engine's source: tp is fetched from offset on.
 func (s *Source) Seek(tp store.TopicPartition, offset int64) { s.pos[tp] = offset }
 

@@ -9,6 +9,7 @@ package input
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/snapfence/snapfence/store"
@@ -58,6 +59,14 @@ type Source interface {
 	// CommittedOffset reads the group's committed offset of tp, or the
 	// offset the input would reset to if none is committed.
 	CommittedOffset(ctx context.Context, tp store.TopicPartition) (int64, error)
+	// ConfirmOwner asks the group's coordinator whether it lists the
+	// member id of id as tp's owner now: nil if it does, a *NotOwnerError
+	// if it does not (the member was evicted, tp moved, or a classic
+	// group is rebalancing), another error if the coordinator did not
+	// answer. The runtime asks before a restart outside a rebalance
+	// callback: a member that slept through its eviction has not heard of
+	// it yet, and its takeover would fence the new owner's producer.
+	ConfirmOwner(ctx context.Context, tp store.TopicPartition, id store.GroupIdentity) error
 	// Seek makes the next fetch of tp start at offset.
 	Seek(tp store.TopicPartition, offset int64)
 	// Pause stops fetching tp; Resume starts again.
@@ -128,3 +137,22 @@ func Wrapped(in interface{ Open(Opening) (Source, error) }, wrap func(Handler) H
 		return in.Open(o)
 	}
 }
+
+// NotOwnerError: the coordinator does not list the member as the
+// partition's owner (Source.ConfirmOwner). It matches store.ErrFenced, as
+// a commit the coordinator rejects does: the member lost the partition,
+// or rejoins and hears of it at its next poll.
+type NotOwnerError struct {
+	Input    store.TopicPartition
+	Identity store.GroupIdentity
+	// Why is what the coordinator answered ("the member is unknown", "the
+	// member is assigned other partitions", "the group is rebalancing").
+	Why string
+}
+
+func (e *NotOwnerError) Error() string {
+	return fmt.Sprintf("%s: restart refused before its takeover: the coordinator does not list %s as its owner: %s", e.Input, e.Identity, e.Why)
+}
+
+// Is matches store.ErrFenced.
+func (e *NotOwnerError) Is(target error) bool { return target == store.ErrFenced }

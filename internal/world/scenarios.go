@@ -319,6 +319,29 @@ var Scenarios = []Scenario{
 		SimOnly: "whether a woken member's fetch or its heartbeat goes first is franz-go's to decide on kfake and on a broker",
 	},
 	{
+		Name:     "zombie-restart-confirms-its-ownership",
+		Summary:  "an owner evicted while paused wakes with a restart due (its write was fenced while it slept) and polls before it hears of its eviction: the restart asks the coordinator first, which no longer lists the member, so it takes nothing over and the live owner's producer is not fenced",
+		Protocol: sim.Consumer,
+		Steps: steps(
+			Step{Kind: SlowFetches, D: 6 * time.Second},
+			join(0),
+			join(1),
+			Step{Kind: Evict, Member: 0},
+			produce("a", 7),
+			poll(1),
+			pause(1),
+			advance(11*time.Second),
+			poll(0),
+			advance(11*time.Second),
+			resume(1),
+			Step{Kind: PollFirst, Member: 1},
+		),
+		// Without the confirmation the restart's takeover fences m0,
+		// p1's owner, at the group's current epoch (invariant 6).
+		Transactional: []Expectation{Fenced(1, 9), HoldsAll()},
+		SimOnly:       "whether a woken member's fetch or its heartbeat goes first is franz-go's to decide on kfake and on a broker",
+	},
+	{
 		Name:    "join-at-client-start",
 		Summary: "a member joins its group when its client starts, not at its first poll, as franz-go does: m0, started first and never polled, takes over partitions before the quiesce (on the sim and kfake both, at its join; on a broker, as soon as its round completes)",
 		Steps: steps(

@@ -60,6 +60,7 @@ func TestNamedScenariosCatchTheBrokenVariants(t *testing.T) {
 		{"generation-bump-keeps-partitions", Config{Mode: store.Transactional, CachedIdentity: true}},
 		{"foreign-open-transaction-across-recovery", Config{Mode: store.Transactional, LSOBoundRecovery: true}},
 		{"stale-flush-on-revoke", Config{Mode: store.Plain}},
+		{"zombie-restart-confirms-its-ownership", Config{Mode: store.Transactional, RestartsUnconfirmed: true}},
 	} {
 		t.Run(c.scenario, func(t *testing.T) {
 			s, ok := ScenarioNamed(c.scenario)

@@ -29,7 +29,7 @@
 // writes, through a View per process that the engine waits on (invariant
 // 12).
 //
-// The variants in Config (CachedIdentity, LSOBoundRecovery,
+// The variants in Config (CachedIdentity, LSOBoundRecovery, RestartsUnconfirmed,
 // TrustCheckpoints, TombstonesAheadOfCommit, CommitAheadOfWrites,
 // EmitsAckedEarly, TimerRemovalsLost, StandbySkipsRecords,
 // StandbyCheckpointsDropped, FollowUncommitted, TablesNotAwaited) are

@@ -13,6 +13,7 @@ import (
 	"github.com/snapfence/snapfence/engine/simsource"
 	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/internal/history"
+	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
 	"github.com/snapfence/snapfence/store/wire"
@@ -88,6 +89,10 @@ type Config struct {
 	// LSOBoundRecovery is a broken variant: recovery reads to the last
 	// stable offset instead of the high watermark.
 	LSOBoundRecovery bool
+	// RestartsUnconfirmed is a broken variant: a member's restart
+	// outside a rebalance callback takes the partition over without
+	// asking the coordinator whether the member still owns it.
+	RestartsUnconfirmed bool
 
 	// WarmRestarts makes the members keep their cache across restarts:
 	// each slot's engine has a cache directory of its own (Config.Dir)
@@ -696,13 +701,35 @@ func (w *World) start(m *member) {
 		m.closeView()
 		panic(fmt.Sprintf("world: engine: %v", err))
 	}
-	r, err := eng.Join(simsource.New(w.c, Group, w.cfg.Protocol, 0, InputTopic))
+	in := simsource.New(w.c, Group, w.cfg.Protocol, 0, InputTopic)
+	if opener := in; w.cfg.RestartsUnconfirmed {
+		in = input.OpenFunc(func(o input.Opening) (input.Source, error) {
+			s, err := opener.Open(o)
+			if err != nil {
+				return nil, err
+			}
+			return unconfirmedSource{s.(*simsource.Source)}, nil
+		})
+	}
+	r, err := eng.Join(in)
 	if err != nil {
 		panic(fmt.Sprintf("world: runner: %v", err))
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.recovered = map[int32]error{}
-	m.eng, m.r, m.src, m.state, m.acked, m.emitting = eng, r, r.Source().(*simsource.Source), running, nil, 0
+	src, ok := r.Source().(*simsource.Source)
+	if !ok {
+		src = r.Source().(unconfirmedSource).Source
+	}
+	m.eng, m.r, m.src, m.state, m.acked, m.emitting = eng, r, src, running, nil, 0
+}
+
+// unconfirmedSource is RestartsUnconfirmed's source: the coordinator
+// confirms every member as every partition's owner.
+type unconfirmedSource struct{ *simsource.Source }
+
+func (unconfirmedSource) ConfirmOwner(context.Context, store.TopicPartition, store.GroupIdentity) error {
+	return nil
 }
 
 // OutputsInFlight counts the running members with outputs in flight

@@ -402,6 +402,36 @@ func minus(a, b []store.TopicPartition) []store.TopicPartition {
 	return out
 }
 
+// ConfirmOwner reports why the coordinator does not list id's member as
+// tp's owner ("" if it does), as a describe of the group answers (which
+// is how a Kafka client confirms it: engine/kafkaio): the member must be
+// in the group and assigned tp, under the classic protocol in a stable
+// group, under the consumer protocol with tp not pending revocation.
+// Generations are not compared: a member the coordinator lists as the
+// owner is the owner, whatever round its client last heard of.
+func (c *Cluster) ConfirmOwner(id store.GroupIdentity, tp store.TopicPartition) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.housekeepLocked()
+	g := c.groupLocked(id.Group)
+	gm := g.members[id.MemberID]
+	why := ""
+	switch {
+	case gm == nil:
+		why = "the member is unknown"
+	case g.protocol == Consumer && (!slices.Contains(gm.assigned, tp) || slices.Contains(gm.revoking, tp)):
+		why = "the member is not assigned it"
+	case g.protocol != Consumer && g.state != groupStable:
+		why = "the group is rebalancing"
+	case g.protocol != Consumer && !slices.Contains(gm.assignment, tp):
+		why = "the member is not assigned it"
+	}
+	if why != "" {
+		c.record("owner_unconfirmed", "%s partition=%s: %s", fmtIdentity(id), tp, why)
+	}
+	return why
+}
+
 // GroupAssigned is every partition the coordinator has assigned to a
 // member of group, as a describe of the group answers: under the classic
 // protocol only while the group is stable (during a rebalance Kafka

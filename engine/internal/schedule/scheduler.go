@@ -139,10 +139,12 @@ const (
 	// (all takeovers first: a recovery can wait, and a member evicted
 	// meanwhile must not take a later partition's producer from its new
 	// owner), off the polling goroutine: the running partitions keep
-	// folding meanwhile. Seek: a restart rather than an assignment
-	// (either way the runtime positions the input at the committed
-	// offset it recovered: a restart's input has fetched past it, an
-	// assignment's has fetched nothing). Report each takeover with
+	// folding meanwhile. Restart: a restart rather than an assignment,
+	// outside a rebalance callback, so the runtime confirms with the
+	// group's coordinator that the member still owns TPs before it
+	// takes them over (either way it positions the input at the
+	// committed offset it recovered: a restart's input has fetched past
+	// it, an assignment's has fetched nothing). Report each takeover with
 	// acquired and each recovery with recovered or failed, on the
 	// polling goroutine. Discard: the recoveries delete the keys whose
 	// recovered state does not decode, and so recover in full (a delta
@@ -180,9 +182,9 @@ const (
 
 // Action is one thing for the runtime to do.
 type Action[F any] struct {
-	Kind Kind
-	TPs  []store.TopicPartition // ActStart
-	Seek bool                   // ActStart
+	Kind    Kind
+	TPs     []store.TopicPartition // ActStart
+	Restart bool                   // ActStart
 	// Discard (ActStart): delete the keys whose recovered state does
 	// not decode.
 	Discard bool
@@ -416,7 +418,7 @@ func (s *Scheduler[F]) Polled(now time.Time, folding bool) []Action[F] {
 			continue
 		}
 		p.start()
-		acts = append(acts, Action[F]{Kind: ActStart, TPs: []store.TopicPartition{tp}, Seek: true, Discard: s.cfg.DiscardUndecodable})
+		acts = append(acts, Action[F]{Kind: ActStart, TPs: []store.TopicPartition{tp}, Restart: true, Discard: s.cfg.DiscardUndecodable})
 	}
 	return acts
 }

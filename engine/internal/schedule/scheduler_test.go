@@ -343,7 +343,7 @@ func describe(a Action[*testFlow]) string {
 		for _, tp := range a.TPs {
 			b.WriteString(" " + short(tp))
 		}
-		if a.Seek {
+		if a.Restart {
 			b.WriteString(" (seek)")
 		}
 		if a.Discard {
