@@ -230,11 +230,9 @@ func ChunkGen(cfg world.Config) *rapid.Generator[[]world.Step] {
 				{Kind: world.Poll, Member: next},
 			}
 		}
-		// Not PollFirst (a zombie's poll that hears its news last): with
-		// it, random scenarios find a woken zombie's restart fencing the
-		// live owner's producer (docs/testing.md, "What the macros
-		// found"), a loss of work the engine does not yet prevent.
-		wake := rapid.SampledFrom([]world.Kind{world.Flush, world.Persist, world.Poll}).Draw(t, "wake")
+		// PollFirst: a zombie's poll that hears its news last, as a
+		// woken member's fetch may beat its heartbeat on a broker.
+		wake := rapid.SampledFrom([]world.Kind{world.Flush, world.Persist, world.Poll, world.PollFirst}).Draw(t, "wake")
 		return []world.Step{
 			{Kind: world.Join, Member: m},
 			{Kind: world.Poll, Member: m},
@@ -412,6 +410,9 @@ func (s *Stats) Coverage() string {
 			out += fmt.Sprintf("%s %d  ", w.kind, n)
 		}
 	}
+	if n := s.Steps[world.PollFirst]; n > 0 { // drawn only in macros
+		out += fmt.Sprintf("%s %d  ", world.PollFirst, n)
+	}
 	return out
 }
 
@@ -493,7 +494,7 @@ func describe(cfg world.Config) string {
 		on   bool
 		name string
 	}{{cfg.ExactlyOnce, "exactly-once"}, {cfg.ProduceOutputs, "outputs produced"}, {cfg.WarmRestarts, "warm restarts"},
-		{cfg.WriteLatency > 0, fmt.Sprintf("writes in flight for %v", cfg.WriteLatency)}, {cfg.CachedIdentity, "identity cached"}, {cfg.LSOBoundRecovery, "recovery bound by the LSO"}, {cfg.TrustCheckpoints, "checkpoints trusted"}, {cfg.TombstonesAheadOfCommit, "tombstones ahead of the commit"}, {cfg.CommitAheadOfWrites, "commits ahead of the writes"},
+		{cfg.WriteLatency > 0, fmt.Sprintf("writes in flight for %v", cfg.WriteLatency)}, {cfg.CachedIdentity, "identity cached"}, {cfg.LSOBoundRecovery, "recovery bound by the LSO"}, {cfg.RestartsUnconfirmed, "restarts unconfirmed"}, {cfg.TrustCheckpoints, "checkpoints trusted"}, {cfg.TombstonesAheadOfCommit, "tombstones ahead of the commit"}, {cfg.CommitAheadOfWrites, "commits ahead of the writes"},
 		{cfg.PipelinedEmits, "outputs in flight"}, {cfg.EmitsAckedEarly, "outputs acked early"},
 		{cfg.Timers, "timers"}, {cfg.TimerRemovalsLost, "timer removals lost"},
 		{cfg.Standby, "standby replicas"}, {cfg.StandbySkipsRecords, "replicas skip records"}, {cfg.StandbyCheckpointsDropped, "replicas' checkpoints dropped"},
