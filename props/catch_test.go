@@ -40,6 +40,8 @@ var negativeControls = []negativeControl{
 	// still-valid owner is fenced for good: a livelock.
 	{"identity cached at assignment", world.Config{Mode: store.Transactional, CachedIdentity: true, Protocol: sim.ClassicCooperative}, []int{1, 3, 6}},
 	{"recovery bounded by the LSO", world.Config{Mode: store.Transactional, LSOBoundRecovery: true}, []int{5}},
+	// A lookup that answers the fold's memory for a committed read.
+	{"committed reads answered from the fold's memory", world.Config{Mode: store.Transactional, QueriesReadLatest: true}, []int{4}},
 	// With writes in flight: a commit that does not wait for the
 	// snapshot writes started before it.
 	{"commits ahead of the writes in flight", world.Config{Mode: store.Transactional, WriteLatency: 3 * time.Second, CommitAheadOfWrites: true}, []int{2}},

@@ -244,9 +244,13 @@ func ChunkGen(cfg world.Config) *rapid.Generator[[]world.Step] {
 			{Kind: world.Poll, Member: next},
 			{Kind: world.Produce, Key: key, Delta: rapid.IntRange(1, 12).Draw(t, "newer")},
 			{Kind: world.Poll, Member: next},
+			// A lookup between the fold and its flush, and the woken
+			// zombie's, perhaps of a state it lost.
+			{Kind: world.Query, Member: next, Key: key},
 			{Kind: world.Flush, Member: next},
 			{Kind: world.Resume, Member: m},
 			{Kind: wake, Member: m},
+			{Kind: world.Query, Member: m, Key: key},
 		}
 	})
 }
@@ -410,8 +414,10 @@ func (s *Stats) Coverage() string {
 			out += fmt.Sprintf("%s %d  ", w.kind, n)
 		}
 	}
-	if n := s.Steps[world.PollFirst]; n > 0 { // drawn only in macros
-		out += fmt.Sprintf("%s %d  ", world.PollFirst, n)
+	for _, k := range []world.Kind{world.PollFirst, world.Query} { // drawn only in macros
+		if n := s.Steps[k]; n > 0 {
+			out += fmt.Sprintf("%s %d  ", k, n)
+		}
 	}
 	return out
 }

@@ -171,6 +171,14 @@ func (p *printer) event(op history.Op, reads map[int][]history.Op) string {
 		return p.outcome(fmt.Sprintf("m%d commits p%d at offset %d (generation %d)", op.Member, op.Partition, op.Offset, op.Generation), op)
 	case history.Abandon:
 		return fmt.Sprintf("m%d dies with %s open in a transaction on p%d", op.Member, snapshot(op), op.Partition)
+	case history.Query:
+		switch op.Detail {
+		case history.QueryAbsent:
+			return fmt.Sprintf("m%d answers a committed read of %s (p%d): no state", op.Member, op.Key, op.Partition)
+		case history.QueryNotOwned:
+			return fmt.Sprintf("m%d answers a committed read of %s (p%d): not served here (%s)", op.Member, op.Key, op.Partition, op.Err)
+		}
+		return fmt.Sprintf("m%d answers a committed read of %s (p%d): %s", op.Member, op.Key, op.Partition, snapshot(op))
 	case history.Member:
 		prev, seen := p.members[op.Member]
 		p.members[op.Member] = op

@@ -17,9 +17,11 @@ const (
 	// a recovery read began, is missing from what the read returned.
 	LostWrite AnomalyKind = "lost-write"
 	// AbortedRead: a read returned a snapshot that only fenced, failed
-	// or abandoned writes wrote.
+	// or abandoned writes wrote (a recovery read, or a committed read of
+	// a member, a Query).
 	AbortedRead AnomalyKind = "aborted-read"
-	// PhantomRead: a read returned a snapshot that no write wrote.
+	// PhantomRead: a read returned a snapshot that no write wrote (a
+	// Query: none before it).
 	PhantomRead AnomalyKind = "phantom-read"
 	// DuplicatedFold: an acknowledged snapshot folds an input event twice.
 	DuplicatedFold AnomalyKind = "duplicated-fold"
@@ -322,6 +324,23 @@ func (c *checker) checkReads() {
 			}
 			c.report(AbortedRead, op.Key, []int{ws[len(ws)-1].Index, op.Index},
 				"read %d of partition %d (m%d) returned %s, written only by a write that was %s", op.Read, op.Partition, op.Member, snapshotOf(op), outcomeWord(ws[len(ws)-1]))
+		case Query:
+			// A committed read answers a state some write made durable
+			// before it: never a fold not yet written, nor one the fence
+			// refused.
+			if op.Outcome != OK || op.Detail != "" {
+				continue
+			}
+			ws := writers[sk{op.Partition, op.Key, op.Value, op.Offset, false}]
+			if slices.ContainsFunc(ws, func(w Op) bool { return w.Kind == Write && (w.Outcome == OK || w.Outcome == Unknown) }) {
+				continue
+			}
+			if len(ws) == 0 {
+				c.report(PhantomRead, op.Key, []int{op.Index}, "m%d's committed read of p%d answered %s, which no write before it wrote", op.Member, op.Partition, snapshotOf(op))
+				continue
+			}
+			c.report(AbortedRead, op.Key, []int{ws[len(ws)-1].Index, op.Index},
+				"m%d's committed read of p%d answered %s, written only by a write that was %s", op.Member, op.Partition, snapshotOf(op), outcomeWord(ws[len(ws)-1]))
 		case ReadEnd:
 			rs := reads[op.Read]
 			delete(reads, op.Read)

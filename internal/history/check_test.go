@@ -320,3 +320,31 @@ func TestSplitState(t *testing.T) {
 		t.Errorf("StateSum = %s, want -3", got)
 	}
 }
+
+func query(m int, key, value string, off int64) Op {
+	return Op{Kind: Query, Member: m, Key: key, Value: value, Offset: off, Outcome: OK}
+}
+
+// A committed read answers a state a write made durable before it: an
+// answer before its write is acknowledged is a phantom, one the fence
+// refused is aborted; answering nothing, or not serving the partition,
+// claims nothing.
+func TestACommittedReadAnswersOnlyDurableStates(t *testing.T) {
+	expect(t, script(
+		produce(0, 0, "a", 10),
+		Op{Kind: Query, Member: 0, Key: "a", Offset: -1, Outcome: OK, Detail: QueryAbsent},
+		write(0, "a", "10", 0, OK),
+		query(0, "a", "10", 0),
+		Op{Kind: Query, Member: 1, Key: "a", Outcome: Failed, Detail: QueryNotOwned},
+	))
+	expect(t, script(
+		produce(0, 0, "a", 10),
+		query(0, "a", "10", 0),
+		write(0, "a", "10", 0, OK),
+	), PhantomRead)
+	expect(t, script(
+		produce(0, 0, "a", 10),
+		write(0, "a", "10", 0, Fenced),
+		query(0, "a", "10", 0),
+	), AbortedRead)
+}

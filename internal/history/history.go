@@ -80,10 +80,22 @@ const (
 	// Drift is, on a world in real time, how far its wall time ran past
 	// the time its steps asked for, once it quiesces (Detail).
 	Drift Kind = "drift"
+	// Query is Member's committed read (engine.ReadCommitted) of Key, of
+	// input Partition: Value and Offset are the state it answered and the
+	// offset of the last event folded into it, Outcome OK; Detail
+	// QueryAbsent if it answered no state, QueryNotOwned (Outcome
+	// Failed, Err) if the member does not serve the partition.
+	Query Kind = "query"
 	// Output is one record an output reader saw (Detail: its isolation):
 	// Partition and Offset name the input event it is the output of (-1
 	// and -1 if its value names none), Key and Value are the record's.
 	Output Kind = "output"
+)
+
+// The details of a Query that answered no state.
+const (
+	QueryAbsent   = "absent"
+	QueryNotOwned = "not-owned"
 )
 
 // The isolations of an output reader (OutputRead, Output: Detail).
@@ -191,6 +203,14 @@ func (o Op) String() string {
 		return fmt.Sprintf("#%d m%d read %d of p%d: %s=%s@%d", o.Index, o.Member, o.Read, o.Partition, o.Key, v, o.Offset)
 	case ReadEnd:
 		return fmt.Sprintf("#%d m%d read %d of p%d ends: %s%s", o.Index, o.Member, o.Read, o.Partition, o.Outcome, errSuffix(o.Err))
+	case Query:
+		switch o.Detail {
+		case QueryAbsent:
+			return fmt.Sprintf("#%d m%d query p%d %s: no state", o.Index, o.Member, o.Partition, o.Key)
+		case QueryNotOwned:
+			return fmt.Sprintf("#%d m%d query p%d %s: not owned%s", o.Index, o.Member, o.Partition, o.Key, errSuffix(o.Err))
+		}
+		return fmt.Sprintf("#%d m%d query p%d: %s=%s@%d", o.Index, o.Member, o.Partition, o.Key, o.Value, o.Offset)
 	case Member:
 		return fmt.Sprintf("#%d m%d %s generation %d owns %v", o.Index, o.Member, o.Detail, o.Generation, o.Owned)
 	case Log:

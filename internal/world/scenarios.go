@@ -55,6 +55,7 @@ func crash(m int) Step               { return Step{Kind: Crash, Member: m} }
 func leave(m int) Step               { return Step{Kind: Leave, Member: m} }
 func advance(d time.Duration) Step   { return Step{Kind: Advance, D: d} }
 func produce(key string, d int) Step { return Step{Kind: Produce, Key: key, Delta: d} }
+func query(m int, key string) Step   { return Step{Kind: Query, Member: m, Key: key} }
 
 func steps(parts ...any) []Step {
 	var out []Step
@@ -340,6 +341,35 @@ var Scenarios = []Scenario{
 		// p1's owner, at the group's current epoch (invariant 6).
 		Transactional: []Expectation{Fenced(1, 9), HoldsAll()},
 		SimOnly:       "whether a woken member's fetch or its heartbeat goes first is franz-go's to decide on kfake and on a broker",
+	},
+	{
+		Name:    "committed-reads-answer-durable-states",
+		Summary: "members answer committed reads (the service's lookups) through a fold, a persist, a takeover and a stale owner's wake: each answer is a state some write made durable before it, never the fold in memory, and a member that lost the partition says it does not serve it once it hears so",
+		Steps: steps(
+			join(0),
+			produce("a", 5),
+			poll(0),
+			query(0, "a"), // folded, not yet written: no state
+			advance(6*time.Second),
+			poll(0),
+			query(0, "a"), // persisted: a=5@0
+			pause(0),
+			join(1),
+			advance(11*time.Second),
+			poll(1),
+			produce("a", 3),
+			poll(1),
+			query(1, "a"), // recovered a=5@0; a=8@1 folded, not written
+			advance(6*time.Second),
+			poll(1),
+			query(1, "a"), // a=8@1
+			resume(0),
+			query(0, "a"), // the stale owner's committed state, durable all the same
+			poll(0),
+			query(0, "a"), // it heard: not served here
+		),
+		Transactional: []Expectation{HoldsAll()},
+		Plain:         []Expectation{HoldsAll()},
 	},
 	{
 		Name:    "join-at-client-start",

@@ -61,6 +61,7 @@ func TestNamedScenariosCatchTheBrokenVariants(t *testing.T) {
 		{"foreign-open-transaction-across-recovery", Config{Mode: store.Transactional, LSOBoundRecovery: true}},
 		{"stale-flush-on-revoke", Config{Mode: store.Plain}},
 		{"zombie-restart-confirms-its-ownership", Config{Mode: store.Transactional, RestartsUnconfirmed: true}},
+		{"committed-reads-answer-durable-states", Config{Mode: store.Transactional, QueriesReadLatest: true}},
 	} {
 		t.Run(c.scenario, func(t *testing.T) {
 			s, ok := ScenarioNamed(c.scenario)

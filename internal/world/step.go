@@ -29,7 +29,7 @@
 // writes, through a View per process that the engine waits on (invariant
 // 12).
 //
-// The variants in Config (CachedIdentity, LSOBoundRecovery, RestartsUnconfirmed,
+// The variants in Config (CachedIdentity, LSOBoundRecovery, RestartsUnconfirmed, QueriesReadLatest,
 // TrustCheckpoints, TombstonesAheadOfCommit, CommitAheadOfWrites,
 // EmitsAckedEarly, TimerRemovalsLost, StandbySkipsRecords,
 // StandbyCheckpointsDropped, FollowUncommitted, TablesNotAwaited) are
@@ -142,6 +142,12 @@ const (
 	// ReadTable lets Member's view of the table read once (View.Step):
 	// what a view's Run does on its own, at its own pace.
 	ReadTable Kind = "read-table"
+
+	// Query asks running Member for Key's committed state
+	// (engine.ReadCommitted, as an HTTP lookup of the service does): the
+	// history records what it answered, and the checker that it is a
+	// state some write made durable before it (invariant 4).
+	Query Kind = "query"
 )
 
 // Step is one step of a scenario. Fields a kind does not use are zero.
@@ -176,6 +182,8 @@ func (s Step) String() string {
 			return fmt.Sprintf("%s %s=%d", s.Kind, s.Key, s.Delta)
 		}
 		return fmt.Sprintf("%s %s", s.Kind, s.Key)
+	case Query:
+		return fmt.Sprintf("query m%d %s", s.Member, s.Key)
 	case TableEnd:
 		if s.Commit {
 			return "table-end commit"
@@ -280,6 +288,15 @@ func ParseStep(line string) (Step, error) {
 			return fail("want " + f[0] + " mN")
 		}
 		return Step{Kind: kind, Member: n}, nil
+	case Query:
+		n, ok := 0, len(f) == 3
+		if ok {
+			n, ok = member(f[1])
+		}
+		if !ok || strings.Contains(f[2], "=") {
+			return fail("want query mN KEY")
+		}
+		return Step{Kind: Query, Member: n, Key: f[2]}, nil
 	case TablePut, TableOpen:
 		if len(f) != 2 {
 			return fail("want " + f[0] + " KEY, KEY=N or KEY=delete")

@@ -89,6 +89,10 @@ type Config struct {
 	// LSOBoundRecovery is a broken variant: recovery reads to the last
 	// stable offset instead of the high watermark.
 	LSOBoundRecovery bool
+	// QueriesReadLatest is a broken variant: a Query step reads the
+	// member's latest folded state (engine.ReadLatest) where a committed
+	// read is asked for, as a lookup that served the fold's memory would.
+	QueriesReadLatest bool
 	// RestartsUnconfirmed is a broken variant: a member's restart
 	// outside a rebalance callback takes the partition over without
 	// asking the coordinator whether the member still owns it.
@@ -550,6 +554,10 @@ func (w *World) Apply(s Step) []Violation {
 	case ReadTable:
 		if m.view != nil && m.state == running && m.busy == nil {
 			w.readTable(m)
+		}
+	case Query:
+		if m.state == running {
+			w.query(m, s.Key)
 		}
 	}
 	w.settle()

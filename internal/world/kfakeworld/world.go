@@ -439,6 +439,10 @@ func (w *World) Apply(s world.Step) []world.Violation {
 		} else {
 			w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "a broker's log cleaner compacts on its own schedule"})
 		}
+	case world.Query:
+		if m.state == running {
+			w.rec.Add(world.QueryOp(context.Background(), m.p.r, m.slot, s.Key, Partitions, engine.ReadCommitted))
+		}
 	case world.Truncate:
 		if w.real == nil { // nothing cuts a real broker's log
 			w.truncate(int32(s.Partition % Partitions))
