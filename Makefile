@@ -37,7 +37,7 @@ race:
 ITPKGS ?= $(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build it' .)))
 it:
 	it/kafka/broker classpath
-	it/kafka/broker run $(GO) test -count=1 -tags it -p 1 $(ITPKGS)
+	it/kafka/broker run $(GO) test -count=1 -tags it -p 1 -timeout 30m $(ITPKGS)
 
 ## it-cluster: the chaos tests (build tag `it`, named TestCluster*) on a
 ## replicated Kafka 4.x cluster started for the run on 127.0.0.1

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,11 +19,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"pgregory.net/rapid"
 
 	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/internal/world"
+	"github.com/snapfence/snapfence/internal/world/kfakeworld"
+	"github.com/snapfence/snapfence/props"
 	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/sim"
 )
 
 // TestKafkaWorld runs the default scenario, kafka-flow#732, on the shared
@@ -235,6 +240,44 @@ func TestSimAndKafkaAgreeOnNamedScenarios(t *testing.T) {
 					t.Errorf("on the broker: %s: %s", v.Says, v.Why)
 				}
 			}
+			if k, sm := world.Outcome(onKafka.Ops, onKafka.Violations), world.Outcome(onSim.Ops, onSim.Violations); k != sm {
+				t.Errorf("the outcomes differ\nkafka:\n%ssim:\n%s", k, sm)
+			}
+			t.Logf("fences agree: %t; takeovers agree: %t",
+				world.Fences(onKafka.Ops) == world.Fences(onSim.Ops), world.Takeovers(onKafka.Ops) == world.Takeovers(onSim.Ops))
+		})
+	}
+	noTopicsLeft(t, brokers, *names)
+	noGoroutinesLeft(t)
+}
+
+// Random scenarios of the differential test's kind (20 steps,
+// Transactional, props.StepGen), one seed per protocol, run on the
+// broker and on the sim, the steps a broker cannot carry out (compaction,
+// truncation) left out: the outcomes agree, as they do on kfake
+// (props.TestSimAndKfakeAgree); the fence and takeover levels are logged
+// (on a broker a round completes during whichever step is running).
+func TestSimAndKafkaAgreeOnRandomScenarios(t *testing.T) {
+	brokers := strings.Join(kafkatest.Brokers(t), ",")
+	names := recordNames(t)
+	o := options{kafka: kafkaOptions{brokers: brokers}, stderr: io.Discard}
+	const seed, n = 1, 20
+	for _, p := range []sim.Protocol{sim.ClassicEager, sim.ClassicCooperative, sim.Consumer} {
+		t.Run(p.String(), func(t *testing.T) {
+			kcfg := kfakeworld.Config{Mode: store.Transactional, Protocol: p}
+			steps := slices.DeleteFunc(rapid.SliceOfN(props.StepGen(kcfg.StepConfig()), n, n).Example(seed),
+				func(s world.Step) bool { return s.Kind == world.Compact || s.Kind == world.Truncate })
+			s := world.Scenario{Name: fmt.Sprintf("random %s seed %d", p, seed), Protocol: p, Steps: steps,
+				Transactional: []world.Expectation{world.HoldsAll()}}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			start := time.Now()
+			onKafka, err := runKafka(ctx, o, s, store.Transactional, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			onSim := runSim(s, store.Transactional, "", seed)
+			t.Logf("%s on the broker: %s\n%s", s.Name, time.Since(start).Round(100*time.Millisecond), world.Trace(steps))
 			if k, sm := world.Outcome(onKafka.Ops, onKafka.Violations), world.Outcome(onSim.Ops, onSim.Violations); k != sm {
 				t.Errorf("the outcomes differ\nkafka:\n%ssim:\n%s", k, sm)
 			}
