@@ -226,25 +226,12 @@ func TestSimAndKafkaAgreeOnNamedScenarios(t *testing.T) {
 			if !ok {
 				t.Fatalf("no scenario %q", name)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			start := time.Now()
-			onKafka, err := runKafka(ctx, o, s, store.Transactional, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			onSim := runSim(s, store.Transactional, "", 0)
-			t.Logf("%s on the broker: %s", name, time.Since(start).Round(100*time.Millisecond))
+			onKafka := compareWithSim(t, o, s, 0)
 			for _, v := range onKafka.Expectations {
 				if !v.Met {
 					t.Errorf("on the broker: %s: %s", v.Says, v.Why)
 				}
 			}
-			if k, sm := world.Outcome(onKafka.Ops, onKafka.Violations), world.Outcome(onSim.Ops, onSim.Violations); k != sm {
-				t.Errorf("the outcomes differ\nkafka:\n%ssim:\n%s", k, sm)
-			}
-			t.Logf("fences agree: %t; takeovers agree: %t",
-				world.Fences(onKafka.Ops) == world.Fences(onSim.Ops), world.Takeovers(onKafka.Ops) == world.Takeovers(onSim.Ops))
 		})
 	}
 	noTopicsLeft(t, brokers, *names)
@@ -269,22 +256,32 @@ func TestSimAndKafkaAgreeOnRandomScenarios(t *testing.T) {
 				func(s world.Step) bool { return s.Kind == world.Compact || s.Kind == world.Truncate })
 			s := world.Scenario{Name: fmt.Sprintf("random %s seed %d", p, seed), Protocol: p, Steps: steps,
 				Transactional: []world.Expectation{world.HoldsAll()}}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			start := time.Now()
-			onKafka, err := runKafka(ctx, o, s, store.Transactional, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			onSim := runSim(s, store.Transactional, "", seed)
-			t.Logf("%s on the broker: %s\n%s", s.Name, time.Since(start).Round(100*time.Millisecond), world.Trace(steps))
-			if k, sm := world.Outcome(onKafka.Ops, onKafka.Violations), world.Outcome(onSim.Ops, onSim.Violations); k != sm {
-				t.Errorf("the outcomes differ\nkafka:\n%ssim:\n%s", k, sm)
-			}
-			t.Logf("fences agree: %t; takeovers agree: %t",
-				world.Fences(onKafka.Ops) == world.Fences(onSim.Ops), world.Takeovers(onKafka.Ops) == world.Takeovers(onSim.Ops))
+			t.Logf("%s:\n%s", s.Name, world.Trace(steps))
+			compareWithSim(t, o, s, seed)
 		})
 	}
 	noTopicsLeft(t, brokers, *names)
 	noGoroutinesLeft(t)
+}
+
+// compareWithSim runs s, Transactional, on the broker and on the sim (of
+// seed): the outcomes must agree; whether the fences and the takeovers
+// agree is logged. It returns the broker's run.
+func compareWithSim(t *testing.T, o options, s world.Scenario, seed uint64) run {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	onKafka, err := runKafka(ctx, o, s, store.Transactional, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onSim := runSim(s, store.Transactional, "", seed)
+	t.Logf("%s on the broker: %s", s.Name, time.Since(start).Round(100*time.Millisecond))
+	if k, sm := world.Outcome(onKafka.Ops, onKafka.Violations), world.Outcome(onSim.Ops, onSim.Violations); k != sm {
+		t.Errorf("the outcomes differ\nkafka:\n%ssim:\n%s", k, sm)
+	}
+	t.Logf("fences agree: %t; takeovers agree: %t",
+		world.Fences(onKafka.Ops) == world.Fences(onSim.Ops), world.Takeovers(onKafka.Ops) == world.Takeovers(onSim.Ops))
+	return onKafka
 }
