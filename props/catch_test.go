@@ -40,14 +40,24 @@ var negativeControls = []negativeControl{
 	// still-valid owner is fenced for good: a livelock.
 	{"identity cached at assignment", world.Config{Mode: store.Transactional, CachedIdentity: true, Protocol: sim.ClassicCooperative}, []int{1, 3, 6}},
 	{"recovery bounded by the LSO", world.Config{Mode: store.Transactional, LSOBoundRecovery: true}, []int{5}},
-	// A lookup that answers the fold's memory for a committed read.
-	{"committed reads answered from the fold's memory", world.Config{Mode: store.Transactional, QueriesReadLatest: true}, []int{4}},
 	// With writes in flight: a commit that does not wait for the
 	// snapshot writes started before it.
 	{"commits ahead of the writes in flight", world.Config{Mode: store.Transactional, WriteLatency: 3 * time.Second, CommitAheadOfWrites: true}, []int{2}},
 	// With outputs in flight: an emit acked before its outputs are
 	// delivered, so that writes and commits pass them.
 	{"outputs acked before they are delivered", world.Config{Mode: store.Transactional, PipelinedEmits: true, EmitsAckedEarly: true}, []int{7}},
+}
+
+// macroControls are broken variants of what only ChunkGen's macros
+// draw (queries, the view of the snapshot topic): the random searches
+// must catch them, the single-step properties cannot
+// (TestNegativeControls).
+var macroControls = []negativeControl{
+	// A lookup that answers the fold's memory for a committed read.
+	{"committed reads answered from the fold's memory", world.Config{Mode: store.Transactional, QueriesReadLatest: true}, []int{4}},
+	// Another service's view of the snapshot topic that reads
+	// read_uncommitted.
+	{"a view that reads uncommitted", world.Config{Mode: store.Transactional, FollowUncommitted: true}, []int{4}},
 }
 
 // scenariosToCatch draws random scenarios of steps steps for c's world,
@@ -86,7 +96,7 @@ func scenariosToCatch(t *testing.T, c negativeControl, first, steps int) (n, fen
 // scenarios a search ran is reported (docs/testing.md, "Scenarios to
 // catch a broken variant", from -catch.trials 20).
 func TestScenariosToCatchEachControl(t *testing.T) {
-	for _, c := range negativeControls {
+	for _, c := range slices.Concat(negativeControls, macroControls) {
 		t.Run(c.name, func(t *testing.T) {
 			total, fenced := 0, 0
 			for trial := range *catchTrials {

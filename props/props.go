@@ -189,11 +189,14 @@ const macroOdds = 3
 //
 //   - a stale-owner overlap: a member owns partitions with a fold not
 //     yet flushed and is paused; its session expires while another
-//     member takes over and folds newer events of the same key; the
-//     paused member wakes and flushes, persists or polls what it held;
+//     member takes over and folds newer events of the same key, and
+//     answers a lookup of it before its flush; the paused member wakes,
+//     flushes, persists, polls or polls first (its news last) what it
+//     held, and answers a lookup;
 //   - a crash with writes in flight: a member folds and flushes, and
 //     crashes before anything else happens, with whatever of its flush
-//     is still on its way (with world.Config.WriteLatency);
+//     is still on its way (with world.Config.WriteLatency); a view of
+//     the snapshot topic reads past its open transaction;
 //   - a handover: a member takes over (its recovery slow, or not) with
 //     an event to fold, another joins, and the first polls into the
 //     rebalance, whose revoke flushes what it held.
@@ -219,6 +222,8 @@ func ChunkGen(cfg world.Config) *rapid.Generator[[]world.Step] {
 				{Kind: world.Poll, Member: m},
 				{Kind: world.Flush, Member: m},
 				{Kind: world.Crash, Member: m},
+				// Another service's view reads past the open transaction.
+				{Kind: world.ReadView},
 			}
 		case 1:
 			return []world.Step{
@@ -414,7 +419,7 @@ func (s *Stats) Coverage() string {
 			out += fmt.Sprintf("%s %d  ", w.kind, n)
 		}
 	}
-	for _, k := range []world.Kind{world.PollFirst, world.Query} { // drawn only in macros
+	for _, k := range []world.Kind{world.PollFirst, world.Query, world.ReadView} { // drawn only in macros
 		if n := s.Steps[k]; n > 0 {
 			out += fmt.Sprintf("%s %d  ", k, n)
 		}

@@ -28,7 +28,7 @@ func TestEveryStepParsesBack(t *testing.T) {
 
 // The steps StepGen does not draw parse back too.
 func TestMacroStepsParseBack(t *testing.T) {
-	for _, s := range []world.Step{{Kind: world.PollFirst, Member: 1}, {Kind: world.Query, Member: 2, Key: "b"}} {
+	for _, s := range []world.Step{{Kind: world.PollFirst, Member: 1}, {Kind: world.Query, Member: 2, Key: "b"}, {Kind: world.ReadView}} {
 		got, err := world.ParseStep(s.String())
 		if err != nil || got != s {
 			t.Errorf("%q parses as %#v (%v), want %#v", s.String(), got, err, s)
@@ -40,7 +40,7 @@ func TestMacroStepsParseBack(t *testing.T) {
 func TestParseStepRefusesWhatIsNoStep(t *testing.T) {
 	for _, line := range []string{"", "poll", "poll 0", "poll m", "produce a", "produce a=0", "produce a=7", "produce =+1",
 		"advance", "advance -1s", "advance soon", "foreign-open 1", "compact", "table-end maybe", "table-put a=-1", "dance m0",
-		"query", "query m0", "query a", "query m0 a=1", "query 0 a"} {
+		"query", "query m0", "query a", "query m0 a=1", "query 0 a", "read-view m0"} {
 		if s, err := world.ParseStep(line); err == nil {
 			t.Errorf("%q parsed as %v, want an error", line, s)
 		}

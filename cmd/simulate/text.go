@@ -171,6 +171,8 @@ func (p *printer) event(op history.Op, reads map[int][]history.Op) string {
 		return p.outcome(fmt.Sprintf("m%d commits p%d at offset %d (generation %d)", op.Member, op.Partition, op.Offset, op.Generation), op)
 	case history.Abandon:
 		return fmt.Sprintf("m%d dies with %s open in a transaction on p%d", op.Member, snapshot(op), op.Partition)
+	case history.View:
+		return fmt.Sprintf("the view of the snapshot topic shows %s (p%d)", snapshot(op), op.Partition)
 	case history.Query:
 		switch op.Detail {
 		case history.QueryAbsent:

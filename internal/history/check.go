@@ -17,11 +17,11 @@ const (
 	// a recovery read began, is missing from what the read returned.
 	LostWrite AnomalyKind = "lost-write"
 	// AbortedRead: a read returned a snapshot that only fenced, failed
-	// or abandoned writes wrote (a recovery read, or a committed read of
-	// a member, a Query).
+	// or abandoned writes wrote (a recovery read, a committed read of a
+	// member, a Query, or a view's change, a View).
 	AbortedRead AnomalyKind = "aborted-read"
 	// PhantomRead: a read returned a snapshot that no write wrote (a
-	// Query: none before it).
+	// Query or a View: none before it).
 	PhantomRead AnomalyKind = "phantom-read"
 	// DuplicatedFold: an acknowledged snapshot folds an input event twice.
 	DuplicatedFold AnomalyKind = "duplicated-fold"
@@ -324,23 +324,27 @@ func (c *checker) checkReads() {
 			}
 			c.report(AbortedRead, op.Key, []int{ws[len(ws)-1].Index, op.Index},
 				"read %d of partition %d (m%d) returned %s, written only by a write that was %s", op.Read, op.Partition, op.Member, snapshotOf(op), outcomeWord(ws[len(ws)-1]))
-		case Query:
-			// A committed read answers a state some write made durable
-			// before it: never a fold not yet written, nor one the fence
-			// refused.
-			if op.Outcome != OK || op.Detail != "" {
+		case Query, View:
+			// A committed read, and a view of the snapshot topic, show a
+			// state some write made durable before it: never a fold not
+			// yet written, nor one the fence refused.
+			if op.Kind == Query && (op.Outcome != OK || op.Detail != "") {
 				continue
 			}
-			ws := writers[sk{op.Partition, op.Key, op.Value, op.Offset, false}]
+			ws := writers[sk{op.Partition, op.Key, op.Value, op.Offset, op.Tombstone}]
 			if slices.ContainsFunc(ws, func(w Op) bool { return w.Kind == Write && (w.Outcome == OK || w.Outcome == Unknown) }) {
 				continue
 			}
+			reader := fmt.Sprintf("m%d's committed read of p%d answered", op.Member, op.Partition)
+			if op.Kind == View {
+				reader = fmt.Sprintf("the view of p%d showed", op.Partition)
+			}
 			if len(ws) == 0 {
-				c.report(PhantomRead, op.Key, []int{op.Index}, "m%d's committed read of p%d answered %s, which no write before it wrote", op.Member, op.Partition, snapshotOf(op))
+				c.report(PhantomRead, op.Key, []int{op.Index}, "%s %s, which no write before it wrote", reader, snapshotOf(op))
 				continue
 			}
 			c.report(AbortedRead, op.Key, []int{ws[len(ws)-1].Index, op.Index},
-				"m%d's committed read of p%d answered %s, written only by a write that was %s", op.Member, op.Partition, snapshotOf(op), outcomeWord(ws[len(ws)-1]))
+				"%s %s, written only by a write that was %s", reader, snapshotOf(op), outcomeWord(ws[len(ws)-1]))
 		case ReadEnd:
 			rs := reads[op.Read]
 			delete(reads, op.Read)

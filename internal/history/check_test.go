@@ -348,3 +348,22 @@ func TestACommittedReadAnswersOnlyDurableStates(t *testing.T) {
 		query(0, "a", "10", 0),
 	), AbortedRead)
 }
+
+// A view of the snapshot topic shows what writes made durable before it,
+// deletes included: a crashed owner's open write is an aborted read.
+func TestAViewShowsOnlyDurableStates(t *testing.T) {
+	view := func(key, value string, off int64, deleted bool) Op {
+		return Op{Kind: View, Member: -1, Key: key, Value: value, Offset: off, Tombstone: deleted}
+	}
+	abandoned := Op{Kind: Abandon, Key: "crash", Value: "-1", Offset: 1 << 40, Outcome: Unknown}
+	expect(t, script(
+		produce(0, 0, "a", 10),
+		produce(0, 1, "a", 0),
+		write(0, "a", "10", 0, OK),
+		view("a", "10", 0, false),
+		tombstone(0, "a", 1),
+		view("a", "", 1, true),
+	))
+	expect(t, script(abandoned, view("crash", "-1", 1<<40, false)), AbortedRead)
+	expect(t, script(view("z", "1", 0, false)), PhantomRead)
+}

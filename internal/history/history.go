@@ -86,6 +86,10 @@ const (
 	// QueryAbsent if it answered no state, QueryNotOwned (Outcome
 	// Failed, Err) if the member does not serve the partition.
 	Query Kind = "query"
+	// View is a change the world's view of the snapshot topic applied:
+	// Partition, Key, Value or Tombstone, and Offset (the input offset of
+	// the last event folded into the state).
+	View Kind = "view"
 	// Output is one record an output reader saw (Detail: its isolation):
 	// Partition and Offset name the input event it is the output of (-1
 	// and -1 if its value names none), Key and Value are the record's.
@@ -203,6 +207,12 @@ func (o Op) String() string {
 		return fmt.Sprintf("#%d m%d read %d of p%d: %s=%s@%d", o.Index, o.Member, o.Read, o.Partition, o.Key, v, o.Offset)
 	case ReadEnd:
 		return fmt.Sprintf("#%d m%d read %d of p%d ends: %s%s", o.Index, o.Member, o.Read, o.Partition, o.Outcome, errSuffix(o.Err))
+	case View:
+		v := o.Value
+		if o.Tombstone {
+			v = "tombstone"
+		}
+		return fmt.Sprintf("#%d view of p%d: %s=%s@%d", o.Index, o.Partition, o.Key, v, o.Offset)
 	case Query:
 		switch o.Detail {
 		case QueryAbsent:

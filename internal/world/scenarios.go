@@ -372,6 +372,25 @@ var Scenarios = []Scenario{
 		Plain:         []Expectation{HoldsAll()},
 	},
 	{
+		Name:    "a-view-shows-committed-states",
+		Summary: "another service's view of the snapshot topic reads through an owner's crash with its transaction open, the takeover that aborts it and the next owner's flush: it shows each committed state, never the crashed owner's open write",
+		Steps: steps(
+			ownsAfterFlush,
+			Step{Kind: ReadView},
+			crash(0), // a transaction left open on each snapshot partition
+			Step{Kind: ReadView},
+			takesOver(1),
+			Step{Kind: ReadView},
+			produce("a", 100),
+			poll(1),
+			advance(10*time.Second),
+			poll(1),
+			Step{Kind: ReadView},
+		),
+		Transactional: []Expectation{HoldsAll()},
+		SimOnly:       "the view step is the simulated world's (on kfake and a broker a view watches the named scenarios in kfakeworld's view tests)",
+	},
+	{
 		Name:    "join-at-client-start",
 		Summary: "a member joins its group when its client starts, not at its first poll, as franz-go does: m0, started first and never polled, takes over partitions before the quiesce (on the sim and kfake both, at its join; on a broker, as soon as its round completes)",
 		Steps: steps(

@@ -62,6 +62,7 @@ func TestNamedScenariosCatchTheBrokenVariants(t *testing.T) {
 		{"stale-flush-on-revoke", Config{Mode: store.Plain}},
 		{"zombie-restart-confirms-its-ownership", Config{Mode: store.Transactional, RestartsUnconfirmed: true}},
 		{"committed-reads-answer-durable-states", Config{Mode: store.Transactional, QueriesReadLatest: true}},
+		{"a-view-shows-committed-states", Config{Mode: store.Transactional, FollowUncommitted: true}},
 	} {
 		t.Run(c.scenario, func(t *testing.T) {
 			s, ok := ScenarioNamed(c.scenario)

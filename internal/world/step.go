@@ -143,6 +143,12 @@ const (
 	// what a view's Run does on its own, at its own pace.
 	ReadTable Kind = "read-table"
 
+	// ReadView lets the world's view of the snapshot topic read once: a
+	// reader of the application's state (engine/view) as another
+	// service runs one, opened at the first such step. The history
+	// records each change it applies, and the checker that it is a
+	// state some write made durable before it (invariant 4).
+	ReadView Kind = "read-view"
 	// Query asks running Member for Key's committed state
 	// (engine.ReadCommitted, as an HTTP lookup of the service does): the
 	// history records what it answered, and the checker that it is a
@@ -184,6 +190,8 @@ func (s Step) String() string {
 		return fmt.Sprintf("%s %s", s.Kind, s.Key)
 	case Query:
 		return fmt.Sprintf("query m%d %s", s.Member, s.Key)
+	case ReadView:
+		return string(ReadView)
 	case TableEnd:
 		if s.Commit {
 			return "table-end commit"
@@ -247,6 +255,8 @@ func ParseStep(line string) (Step, error) {
 		return Step{Kind: SlowFetches}, nil
 	case line == "recreate the snapshot topic" || line == string(Recreate):
 		return Step{Kind: Recreate}, nil
+	case line == string(ReadView):
+		return Step{Kind: ReadView}, nil
 	case len(f) == 3 && f[0] == "slow" && f[1] == "fetches":
 		d, err := time.ParseDuration(f[2])
 		if err != nil || d < 0 {

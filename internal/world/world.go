@@ -176,9 +176,10 @@ type Config struct {
 	// replica's reads reach its engine without the store's checkpoints,
 	// so no copy is ever vouched for and every promotion reads in full.
 	StandbyCheckpointsDropped bool
-	// FollowUncommitted is a broken variant for Standby and Tables: the
-	// standby replicas and the table views read read_uncommitted, so they
-	// take in records of open and aborted transactions.
+	// FollowUncommitted is a broken variant for Standby, Tables and
+	// ReadView: the standby replicas, the table views and the view of the
+	// snapshot topic read read_uncommitted, so they take in records of
+	// open and aborted transactions.
 	FollowUncommitted bool
 
 	// Tables gives the engines a lookup table (engine.Config.Tables):
@@ -272,6 +273,15 @@ type World struct {
 	standby *standbys
 	// table is the lookup table's model (Tables); nil without.
 	table *table
+	// view is the world's view of the snapshot topic (ReadView), and its
+	// backend; nil until the first ReadView. viewBusy is its read in
+	// flight (parked on the cluster's clock, as a member's step may be),
+	// nil if none; viewCancel ends it at Close.
+	view        *view.View[int]
+	viewBackend store.Backend
+	viewBusy    chan struct{}
+	viewCtx     context.Context
+	viewCancel  context.CancelFunc
 }
 
 type memberState int
@@ -375,9 +385,6 @@ func New(cfg Config) (*World, error) {
 			return nil, fmt.Errorf("world: Standby needs Mode Transactional")
 		}
 		w.standby = newStandbys()
-	}
-	if cfg.FollowUncommitted && !cfg.Standby && !cfg.Tables {
-		return nil, fmt.Errorf("world: FollowUncommitted needs Standby or Tables")
 	}
 	if cfg.TablesNotAwaited && !cfg.Tables {
 		return nil, fmt.Errorf("world: TablesNotAwaited needs Tables")
@@ -559,6 +566,8 @@ func (w *World) Apply(s Step) []Violation {
 		if m.state == running {
 			w.query(m, s.Key)
 		}
+	case ReadView:
+		w.readView()
 	}
 	w.settle()
 	w.recordState()
@@ -828,6 +837,14 @@ func (w *World) settle() {
 			case err := <-m.busy:
 				m.busy = nil
 				w.checker.stepEnded(m, err)
+			default:
+				inFlight++
+			}
+		}
+		if w.viewBusy != nil {
+			select {
+			case <-w.viewBusy:
+				w.viewBusy = nil
 			default:
 				inFlight++
 			}
@@ -1252,6 +1269,14 @@ func (w *World) Close() {
 			m.closeView()
 			m.state = absent
 		}
+	}
+	if w.view != nil {
+		w.viewCancel()
+		if w.viewBusy != nil {
+			<-w.viewBusy
+		}
+		w.view.Close()
+		_ = w.viewBackend.Close()
 	}
 	w.removeCacheDirs()
 }
