@@ -112,3 +112,38 @@ func TestScenariosToCatchEachControl(t *testing.T) {
 		})
 	}
 }
+
+// Most random scenarios of simulate -explore's length reach the fence:
+// on the correct engine, under each protocol, more than half of them
+// have a fenced call. (Seeds 1 to 300: the sim is deterministic, so the
+// share is the same on every run. With -catch.single-steps it reports
+// the baseline, and fails.)
+func TestMostScenariosReachTheFence(t *testing.T) {
+	for _, p := range []sim.Protocol{sim.ClassicEager, sim.ClassicCooperative, sim.Consumer} {
+		t.Run(p.String(), func(t *testing.T) {
+			cfg := world.Config{Mode: store.Transactional, Protocol: p}
+			gen := ScenarioGen(cfg.WithDefaults(), *catchSteps)
+			if *catchSingle {
+				gen = rapid.SliceOfN(StepGen(cfg.WithDefaults()), *catchSteps, *catchSteps)
+			}
+			const scenarios = 300
+			fenced := 0
+			for seed := 1; seed <= scenarios; seed++ {
+				c := cfg
+				c.Seed = uint64(seed)
+				w, err := world.New(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				world.RunSteps(w, gen.Example(seed))
+				if world.Fences(w.Recorder().Ops()) != "" {
+					fenced++
+				}
+			}
+			t.Logf("%s: %d of %d scenarios had a fenced call", p, fenced, scenarios)
+			if 2*fenced <= scenarios {
+				t.Errorf("%s: %d of %d random scenarios had a fenced call; most must", p, fenced, scenarios)
+			}
+		})
+	}
+}

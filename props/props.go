@@ -185,24 +185,31 @@ const macroOdds = 3
 
 // ChunkGen draws the next piece of a scenario for a world of cfg:
 // usually one step (StepGen), and one time in macroOdds an interleaving
-// the fence exists for and that independent steps almost never line up:
+// the fence exists for and that independent steps almost never line up.
+// The overlap and the crash start with a member that joins and owns
+// partitions (every member polls, so that the round its join started
+// completes) and folds an event on every partition (so that it holds one
+// whichever it owns):
 //
-//   - a stale-owner overlap: a member owns partitions with a fold not
-//     yet flushed and is paused; its session expires while another
+//   - a stale-owner overlap (four macros in six): the member is paused
+//     with its fold not yet flushed; its session expires while another
 //     member takes over and folds newer events of the same key, and
 //     answers a lookup of it before its flush; the paused member wakes,
-//     flushes, persists, polls or polls first (its news last) what it
-//     held, and answers a lookup;
-//   - a crash with writes in flight: a member folds and flushes, and
-//     crashes before anything else happens, with whatever of its flush
-//     is still on its way (with world.Config.WriteLatency); a view of
-//     the snapshot topic reads past its open transaction;
-//   - a handover: a member takes over (its recovery slow, or not) with
-//     an event to fold, another joins, and the first polls into the
-//     rebalance, whose revoke flushes what it held.
+//     flushes, persists, polls first (its news last) or, less often,
+//     polls what it held, and answers a lookup;
+//   - a crash with writes in flight: the member flushes and crashes
+//     before anything else happens, with whatever of its flush is still
+//     on its way (with world.Config.WriteLatency); a view of the snapshot
+//     topic reads past its open transaction;
+//   - a handover: a member takes over (its recovery slow, or not; the
+//     key's snapshot partition pinned by another producer's open
+//     transaction, or not) with an event to fold, another joins, and the
+//     first polls into the rebalance, whose revoke flushes what it held.
 //
 // Which members, keys and final actions are drawn, so a macro can also
 // be harmless (a member that owned nothing, a write that had landed).
+// Most scenarios of 30 steps have a fenced call
+// (TestMostScenariosReachTheFence).
 func ChunkGen(cfg world.Config) *rapid.Generator[[]world.Step] {
 	step := StepGen(cfg)
 	return rapid.Custom(func(t *rapid.T) []world.Step {
@@ -213,35 +220,36 @@ func ChunkGen(cfg world.Config) *rapid.Generator[[]world.Step] {
 		key := rapid.SampledFrom(Keys).Draw(t, "key")
 		held := world.Step{Kind: world.Produce, Key: key, Delta: rapid.IntRange(1, 12).Draw(t, "held")}
 		next := (m + 1 + rapid.IntRange(0, cfg.Members-2).Draw(t, "next")) % cfg.Members
-		switch rapid.IntRange(0, 3).Draw(t, "macro") {
+		switch rapid.IntRange(0, 5).Draw(t, "macro") {
 		case 0:
-			return []world.Step{
-				{Kind: world.Join, Member: m},
-				held,
+			return slices.Concat(joinSettled(cfg, m), heldEverywhere(cfg, held), []world.Step{
 				{Kind: world.Poll, Member: m},
 				{Kind: world.Poll, Member: m},
 				{Kind: world.Flush, Member: m},
 				{Kind: world.Crash, Member: m},
 				// Another service's view reads past the open transaction.
 				{Kind: world.ReadView},
-			}
+			})
 		case 1:
-			return []world.Step{
-				{Kind: world.Join, Member: m},
+			handover := []world.Step{{Kind: world.Join, Member: m}}
+			if rapid.Bool().Draw(t, "foreign") {
+				// Another producer's transaction open on the key's
+				// snapshot partition pins its last stable offset
+				// below the flush the recovery must read.
+				handover = append(handover, world.Step{Kind: world.ForeignOpen, Partition: int(world.PartitionOf(key, cfg.Partitions)), Hang: rapid.Bool().Draw(t, "hang")})
+			}
+			return append(handover, []world.Step{
 				held,
 				{Kind: world.SlowFetches, D: rapid.SampledFrom([]time.Duration{0, 6 * time.Second}).Draw(t, "fetches")},
 				{Kind: world.Join, Member: next},
 				{Kind: world.Poll, Member: m},
 				{Kind: world.Poll, Member: next},
-			}
+			}...)
 		}
 		// PollFirst: a zombie's poll that hears its news last, as a
 		// woken member's fetch may beat its heartbeat on a broker.
-		wake := rapid.SampledFrom([]world.Kind{world.Flush, world.Persist, world.Poll, world.PollFirst}).Draw(t, "wake")
-		return []world.Step{
-			{Kind: world.Join, Member: m},
-			{Kind: world.Poll, Member: m},
-			held,
+		wake := rapid.SampledFrom([]world.Kind{world.Flush, world.Persist, world.PollFirst, world.Flush, world.Persist, world.PollFirst, world.Poll}).Draw(t, "wake")
+		return slices.Concat(joinSettled(cfg, m), heldEverywhere(cfg, held), []world.Step{
 			{Kind: world.Poll, Member: m},
 			{Kind: world.Pause, Member: m},
 			{Kind: world.Join, Member: next},
@@ -256,8 +264,34 @@ func ChunkGen(cfg world.Config) *rapid.Generator[[]world.Step] {
 			{Kind: world.Resume, Member: m},
 			{Kind: wake, Member: m},
 			{Kind: world.Query, Member: m, Key: key},
-		}
+		})
 	})
+}
+
+// joinSettled is m's join, then a poll of every member and m's again, so
+// that the round its join started completes and m owns partitions.
+func joinSettled(cfg world.Config, m int) []world.Step {
+	steps := []world.Step{{Kind: world.Join, Member: m}, {Kind: world.Poll, Member: m}}
+	for o := range cfg.Members {
+		if o != m {
+			steps = append(steps, world.Step{Kind: world.Poll, Member: o})
+		}
+	}
+	return append(steps, world.Step{Kind: world.Poll, Member: m})
+}
+
+// heldEverywhere is held, then an event of the same size to a key on each
+// other partition, so that a member folds one whichever it owns.
+func heldEverywhere(cfg world.Config, held world.Step) []world.Step {
+	steps := []world.Step{held}
+	covered := map[int32]bool{world.PartitionOf(held.Key, cfg.Partitions): true}
+	for _, k := range Keys {
+		if p := world.PartitionOf(k, cfg.Partitions); !covered[p] {
+			covered[p] = true
+			steps = append(steps, world.Step{Kind: world.Produce, Key: k, Delta: held.Delta})
+		}
+	}
+	return steps
 }
 
 // ScenarioGen draws a scenario of n steps for a world of cfg, chunk by
