@@ -77,13 +77,19 @@ type checker struct {
 	// not fenced as a valid owner. A partition's calls run one at a time,
 	// so the last read of the identity is the fenced call's. The reads run
 	// on the store's goroutines.
+	//
+	// An identity of another member id is older only if the member held
+	// that id before the one it had when the step began (heldIDs, in the
+	// order holds saw them): a client that rejoined as new within the
+	// step (its eviction heard in the background) reads a newer one.
 	identityMu sync.Mutex
 	stale      map[identityRead]bool
 	stepStart  map[*member]store.GroupIdentity
+	heldIDs    map[*member]map[string]int
 }
 
 func newChecker(w *World) checker {
-	return checker{w: w, seen: map[string]int64{}, outputs: map[string]int{}, stale: map[identityRead]bool{}, stepStart: map[*member]store.GroupIdentity{}}
+	return checker{w: w, seen: map[string]int64{}, outputs: map[string]int{}, stale: map[identityRead]bool{}, stepStart: map[*member]store.GroupIdentity{}, heldIDs: map[*member]map[string]int{}}
 }
 
 // observedIdentity is the identity reader a member's store reads for
@@ -105,7 +111,13 @@ func (o observedIdentity) CurrentIdentity() store.GroupIdentity {
 	c := &o.w.checker
 	c.identityMu.Lock()
 	start, ok := c.stepStart[o.m]
-	c.stale[identityRead{o.input, id}] = ok && start.Valid() && (id.MemberID != start.MemberID || id.Generation < start.Generation)
+	older := id.Generation < start.Generation
+	if id.MemberID != start.MemberID {
+		at, held := c.heldIDs[o.m][id.MemberID]
+		startAt, startHeld := c.heldIDs[o.m][start.MemberID]
+		older = held && startHeld && at < startAt
+	}
+	c.stale[identityRead{o.input, id}] = ok && start.Valid() && older
 	c.identityMu.Unlock()
 	return id
 }
@@ -124,6 +136,21 @@ func (c *checker) stepStarted(m *member) {
 	c.identityMu.Lock()
 	c.stepStart[m] = id
 	c.identityMu.Unlock()
+	c.holds(m)
+}
+
+// holds notes the member id m holds as one of its steps, polls or not,
+// begins: the first time, as the newest of m's ids.
+func (c *checker) holds(m *member) {
+	id := m.src.Identity()
+	c.identityMu.Lock()
+	defer c.identityMu.Unlock()
+	if c.heldIDs[m] == nil {
+		c.heldIDs[m] = map[string]int{}
+	}
+	if _, ok := c.heldIDs[m][id.MemberID]; !ok {
+		c.heldIDs[m][id.MemberID] = len(c.heldIDs[m])
+	}
 }
 
 func (c *checker) violation(n int, format string, args ...any) Violation {

@@ -280,6 +280,19 @@ func TakesOverBeforeQuiesce(member int) Expectation {
 	}}
 }
 
+// TakesOverAfter: member takes over a partition after step and before
+// the quiesce.
+func TakesOverAfter(member, step int) Expectation {
+	return Expectation{Says: fmt.Sprintf("m%d takes over a partition after step %d, before the quiesce", member, step), Failed: func(r Run) string {
+		for _, op := range r.Ops {
+			if op.Kind == history.Acquire && op.Outcome == history.OK && op.Member == member && op.StepNo > step {
+				return ""
+			}
+		}
+		return fmt.Sprintf("m%d took nothing over after step %d before the quiesce", member, step)
+	}}
+}
+
 // WriteLands: a snapshot write of member after step is acknowledged.
 func WriteLands(member, step int) Expectation {
 	return Expectation{Says: fmt.Sprintf("a write of m%d after step %d lands", member, step), Failed: func(r Run) string {

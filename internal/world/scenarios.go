@@ -324,22 +324,27 @@ var Scenarios = []Scenario{
 		Summary:  "an owner evicted while paused wakes with a restart due (its write was fenced while it slept) and polls before it hears of its eviction: the restart asks the coordinator first, which no longer lists the member, so it takes nothing over and the live owner's producer is not fenced",
 		Protocol: sim.Consumer,
 		Steps: steps(
-			Step{Kind: SlowFetches, D: 6 * time.Second},
 			join(0),
-			join(1),
-			Step{Kind: Evict, Member: 0},
 			produce("a", 7),
-			poll(1),
-			pause(1),
-			advance(11*time.Second),
-			poll(0),
-			advance(11*time.Second),
-			resume(1),
-			Step{Kind: PollFirst, Member: 1},
+			Step{Kind: SlowFetches, D: 12 * time.Second},
+			poll(0), // its fetch answers in 12s
+			pause(0),
+			join(1),
+			advance(11*time.Second), // m0 evicted, m1 takes over
+			advance(2*time.Second),  // m0 folds a=7, its flush is fenced: a restart is due
+			Step{Kind: SlowFetches},
+			advance(12*time.Second), // m1 recovers
+			poll(1),                 // m1 folds a=7 and flushes it
+			produce("a", 2),
+			poll(1), // m1 folds a=9, not yet flushed
+			resume(0),
+			Step{Kind: PollFirst, Member: 0}, // m0 folds a=9; its flush is fenced: a restart is due
+			Step{Kind: PollFirst, Member: 0}, // the restart, before m0 hears its news
+			advance(6*time.Second),           // m0 rejoins; m1 flushes a=9
 		),
-		// Without the confirmation the restart's takeover fences m0,
-		// p1's owner, at the group's current epoch (invariant 6).
-		Transactional: []Expectation{Fenced(1, 9), HoldsAll()},
+		// Without the confirmation the restart's takeover fences m1's
+		// producer of p1, and m1's flush with it.
+		Transactional: []Expectation{Fenced(0, 7), Lands(1, 16), HoldsAll()},
 		SimOnly:       "whether a woken member's fetch or its heartbeat goes first is franz-go's to decide on kfake and on a broker",
 	},
 	{
@@ -403,6 +408,20 @@ var Scenarios = []Scenario{
 		),
 		Transactional: []Expectation{TakesOverBeforeQuiesce(0), HoldsAll()},
 		Plain:         []Expectation{TakesOverBeforeQuiesce(0), HoldsAll()},
+	},
+	{
+		Name:    "evicted-member-rejoins-in-the-background",
+		Summary: "a member evicted while paused rejoins its group as soon as it wakes, from its client's background heartbeat, not at its next poll, as franz-go does: m0, evicted and never polled, takes over a partition while time passes",
+		Steps: steps(
+			join(0),
+			join(1),
+			produce("a", 10),
+			Step{Kind: Evict, Member: 0},
+			advance(3*time.Second),
+			poll(1),
+		),
+		Transactional: []Expectation{TakesOverAfter(0, 4), HoldsAll()},
+		Plain:         []Expectation{TakesOverAfter(0, 4), HoldsAll()},
 	},
 	revokeFlush("revoke-flush-classic-eager", sim.ClassicEager, history.OK,
 		"classic eager revokes before the member rejoins: its revoke-time flush commits"),

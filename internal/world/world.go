@@ -500,7 +500,7 @@ func (w *World) Apply(s Step) []Violation {
 			w.start(m)
 			// The client joins the group as it starts, as franz-go's
 			// does, not at the member's first poll.
-			w.run(m, m.src.Background)
+			w.background(m)
 		}
 	case Leave:
 		if m.state == running {
@@ -606,22 +606,33 @@ func (w *World) recordState() {
 }
 
 // advance moves virtual time by d, in slices of a third of the session
-// timeout with a heartbeat of every live member before each: a real
+// timeout with the group work of every live member before each and after
+// the last (groupWork): a real
 // client heartbeats from a goroutine of its own, also while its
-// application is busy (a recovery waiting in the assignment callback).
-// Paused and crashed members do not.
+// application is busy (a recovery waiting in the assignment callback),
+// and, while it is not, rejoins a round, takes a completed round's
+// assignment or rejoins as new after its eviction, running the rebalance
+// callbacks between polls. Paused and crashed members do none of it.
 func (w *World) advance(d time.Duration) {
 	slice := w.cfg.SessionTimeout / 3
-	for d > 0 {
+	beat := func() {
 		for _, m := range w.members {
-			if m.state == running {
+			if m.state == running && m.busy != nil {
 				m.src.Member().Heartbeat()
 			}
 		}
+		w.groupWork()
+	}
+	moved := d > 0
+	for d > 0 {
+		beat()
 		dd := min(d, slice)
 		w.c.Advance(dd)
 		d -= dd
 		w.settle()
+	}
+	if moved {
+		beat() // what the last slice's time did (a session expired)
 	}
 }
 
@@ -804,11 +815,40 @@ func (w *World) step(m *member) {
 // does.
 func (w *World) flush(m *member, fn func(context.Context)) { w.run(m, fn) }
 
+// groupWork runs the group work of every live member whose process is
+// idle, one member at a time (so that a run is the same every time), and
+// again while it moved a member's identity: a round one member's rejoin
+// completes is another's to sync to at once, as its client's join
+// response arrives. A member busy with its process's step heartbeats
+// only (advance).
+func (w *World) groupWork() {
+	for range len(w.members) + 1 {
+		moved := false
+		for _, m := range w.members {
+			if m.state != running || m.busy != nil {
+				continue
+			}
+			before := m.src.Identity()
+			w.background(m)
+			w.settle()
+			moved = moved || m.src.Identity() != before
+		}
+		if !moved {
+			return
+		}
+	}
+}
+
+// background runs m's client's group work (its source's Background) as
+// run does.
+func (w *World) background(m *member) { w.run(m, m.src.Background) }
+
 // run runs fn, a step of m's process that is no poll, on a goroutine of
 // its own, as step does.
 func (w *World) run(m *member, fn func(context.Context)) {
 	done := make(chan error, 1)
 	m.busy, m.errsBefore, m.polling = done, len(m.r.Errors()), false
+	w.checker.holds(m)
 	go func() {
 		fn(m.ctx)
 		done <- nil

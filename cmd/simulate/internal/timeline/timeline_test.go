@@ -245,18 +245,19 @@ func TestHTMLShowsTheStaleOwnerAndTheFence(t *testing.T) {
 			}
 		}
 
-		// The overlap window: m1 took over at step 13 while m0, paused,
-		// still believed it owned both partitions; it flushes at step 20.
+		// The overlap window: m1 took over at step 12 (its client's group
+		// work while time passed) while m0, paused, still believed it
+		// owned both partitions; it flushes at step 20.
 		shaded := map[string]bool{}
 		for _, c := range sec.find(withClass("rect", "overlap")) {
 			shaded[c.attr["data-step"]] = true
 		}
-		for s := 13; s <= 20; s++ {
+		for s := 12; s <= 20; s++ {
 			if !shaded[strconv.Itoa(s)] {
 				t.Errorf("%s: step %d is not shaded as the overlap window", r.Label, s)
 			}
 		}
-		for s := 1; s < 13; s++ {
+		for s := 1; s < 12; s++ {
 			if shaded[strconv.Itoa(s)] {
 				t.Errorf("%s: step %d is shaded as the overlap window; only m0 owned anything", r.Label, s)
 			}
