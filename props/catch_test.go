@@ -94,7 +94,7 @@ func scenariosToCatch(t *testing.T, c negativeControl, first, steps int) (n, fen
 // Every negative control is caught by random scenarios within catchCap,
 // in each of catch.trials independent searches; the mean number of
 // scenarios a search ran is reported (docs/testing.md, "Scenarios to
-// catch a broken variant", from -catch.trials 20).
+// catch a broken variant", from -catch.trials 60).
 func TestScenariosToCatchEachControl(t *testing.T) {
 	for _, c := range slices.Concat(negativeControls, macroControls) {
 		t.Run(c.name, func(t *testing.T) {
