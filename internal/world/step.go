@@ -65,7 +65,9 @@ const (
 	// broker run it as Poll: there the race is their scheduler's.
 	PollFirst Kind = "poll-first"
 	// Advance moves virtual time by D: persist, commit and tick timers,
-	// session timeouts, transaction timeouts.
+	// session timeouts, transaction timeouts, and the live members'
+	// clients' group work (rejoins, completed rounds, rejoins after an
+	// eviction), as a real client's heartbeat goroutine does it.
 	Advance Kind = "advance"
 	// Join starts Member (a new process: a new engine, an empty cache, or
 	// under WarmRestarts the cache its slot's last process left).
