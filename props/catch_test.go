@@ -72,14 +72,8 @@ func scenariosToCatch(t *testing.T, c negativeControl, first, steps int) (n, fen
 	}
 	for i := range catchCap {
 		seed := first + i
-		cfg := c.cfg
-		cfg.Seed = uint64(seed)
-		w, err := world.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vs := world.RunSteps(w, gen.Example(seed))
-		if world.Fences(w.Recorder().Ops()) != "" {
+		vs, f := runSeeded(t, c.cfg, seed, gen.Example(seed))
+		if f {
 			fenced++
 		}
 		for _, v := range vs {
@@ -119,7 +113,7 @@ func TestScenariosToCatchEachControl(t *testing.T) {
 // share is the same on every run. With -catch.single-steps it reports
 // the baseline, and fails.)
 func TestMostScenariosReachTheFence(t *testing.T) {
-	for _, p := range []sim.Protocol{sim.ClassicEager, sim.ClassicCooperative, sim.Consumer} {
+	for _, p := range protocols {
 		t.Run(p.String(), func(t *testing.T) {
 			cfg := world.Config{Mode: store.Transactional, Protocol: p}
 			gen := ScenarioGen(cfg.WithDefaults(), *catchSteps)
@@ -129,14 +123,7 @@ func TestMostScenariosReachTheFence(t *testing.T) {
 			const scenarios = 300
 			fenced := 0
 			for seed := 1; seed <= scenarios; seed++ {
-				c := cfg
-				c.Seed = uint64(seed)
-				w, err := world.New(c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				world.RunSteps(w, gen.Example(seed))
-				if world.Fences(w.Recorder().Ops()) != "" {
+				if _, f := runSeeded(t, cfg, seed, gen.Example(seed)); f {
 					fenced++
 				}
 			}
@@ -146,4 +133,17 @@ func TestMostScenariosReachTheFence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runSeeded runs steps to quiescence in a world of cfg with seed, and
+// returns the violations and whether a call was fenced.
+func runSeeded(t *testing.T, cfg world.Config, seed int, steps []world.Step) ([]world.Violation, bool) {
+	t.Helper()
+	cfg.Seed = uint64(seed)
+	w, err := world.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs := world.RunSteps(w, steps)
+	return vs, world.Fences(w.Recorder().Ops()) != ""
 }

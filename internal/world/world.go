@@ -623,7 +623,7 @@ func (w *World) advance(d time.Duration) {
 		}
 		w.groupWork()
 	}
-	moved := d > 0
+	passed := d > 0
 	for d > 0 {
 		beat()
 		dd := min(d, slice)
@@ -631,7 +631,7 @@ func (w *World) advance(d time.Duration) {
 		d -= dd
 		w.settle()
 	}
-	if moved {
+	if passed {
 		beat() // what the last slice's time did (a session expired)
 	}
 }
