@@ -65,13 +65,13 @@ func kfakeLevels(t *testing.T, cfg kfakeworld.Config, steps []world.Step) (l run
 // property test on the sim is a statement about the real client only as
 // far as this holds. The scenarios are of single steps (StepGen), which
 // rarely reach the fence, and of macros (ChunkGen), which mostly do; a
-// macro's poll-first is a poll on kfake, which cannot make that race, and
-// its view reads are left out, which kfake's world does not take.
+// macro's poll-first is a poll on kfake, which cannot make that race;
+// its view reads run on both, each held to invariant 4.
 //
 // Under the classic eager and the consumer protocol the fences agree
 // too: which call of which member was fenced at which step, and with
 // which error code, kfake's PRODUCER_FENCED on the data path read as the
-// INVALID_PRODUCER_EPOCH Kafka answers (fenceCodes). A scenario whose
+// INVALID_PRODUCER_EPOCH Kafka answers (world.KafkaCodes). A scenario whose
 // fences kfake does not repeat on a rerun is not held to it. Under
 // classic cooperative the sim's second round after a revoke still runs
 // later than franz-go's, so a commit in flight across it is fenced on
@@ -94,12 +94,11 @@ func TestSimAndKfakeAgree(t *testing.T) {
 }
 
 // macroScenario draws the macro scenarios of the comparison: a
-// poll-first is a poll (kfake cannot make that race), view reads are left
-// out (kfake's world does not take them).
+// poll-first is a poll (kfake cannot make that race).
 func macroScenario(kcfg kfakeworld.Config) func(seed int) []world.Step {
 	macros := ScenarioGen(kcfg.StepConfig(), differentialSteps)
 	return func(seed int) []world.Step {
-		steps := slices.DeleteFunc(macros.Example(seed), func(s world.Step) bool { return s.Kind == world.ReadView })
+		steps := macros.Example(seed)
 		for i := range steps {
 			if steps[i].Kind == world.PollFirst {
 				steps[i].Kind = world.Poll
@@ -121,13 +120,6 @@ func TestFenceComparisonCatchesABrokenSim(t *testing.T) {
 		t.Fatal("a sim in Plain mode agreed with kfake on the fences of 40 macro scenarios")
 	}
 	t.Logf("%d of 40 macro scenarios differ at the fence level; the first:\n%s", len(errs), errs[0])
-}
-
-// fenceCodes reads kfake's PRODUCER_FENCED, which it answers an old
-// producer epoch's Produce with, as Kafka 4's INVALID_PRODUCER_EPOCH: the
-// same fence (kfake is upstream's code).
-func fenceCodes(fences string) string {
-	return strings.ReplaceAll(fences, "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH")
 }
 
 // pausedAtQuiesce are the slots of the members a scenario leaves paused:
@@ -192,8 +184,8 @@ func compareWorlds(t *testing.T, simCfg world.Config, kind string, n int, scenar
 			outcomes++
 		}
 		woken := pausedAtQuiesce(steps)
-		agree := fenceCodes(s.fences) == fenceCodes(k.fences) ||
-			(len(woken) > 0 && racedNews(s.fences, woken) == racedNews(fenceCodes(k.fences), woken))
+		agree := world.KafkaCodes(s.fences) == world.KafkaCodes(k.fences) ||
+			(len(woken) > 0 && racedNews(s.fences, woken) == racedNews(world.KafkaCodes(k.fences), woken))
 		if agree {
 			fences++
 		} else if p != sim.ClassicCooperative && again.fences == k.fences {

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -207,35 +209,107 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool, why func() strin
 	}
 }
 
-// The sim and the broker run named scenarios to the same outcome (each
-// key's final state, the invariants violated, each partition's last
+// The sim, kfake and the broker run named scenarios to the same outcome
+// (each key's final state, the invariants violated, each partition's last
 // acknowledged commit and its committed and end offsets at quiescence):
-// the broker is the reference the sim's model follows. The fence and
-// takeover levels are logged: on a broker a step is no instant, and a
+// the broker is the reference the sim's model and kfake follow. The fence
+// and takeover levels are logged: on a broker a step is no instant, and a
 // round that completes on the sim at one step may complete during the
 // next. join-at-client-start is the scenario of the sim's model fix (a
 // member joins its group when its client starts): it must meet its
-// expectations on the broker too.
+// expectations on the broker too; a-view-shows-committed-states has
+// another service's view read the snapshot topic. With -simulate.agreement the test runs
+// the agreement table's scenarios instead, the broker's twice, and logs
+// the table (docs/testing.md).
 func TestSimAndKafkaAgreeOnNamedScenarios(t *testing.T) {
 	brokers := strings.Join(kafkatest.Brokers(t), ",")
 	names := recordNames(t)
 	o := options{kafka: kafkaOptions{brokers: brokers}, stderr: io.Discard}
-	for _, name := range []string{"join-at-client-start", "stale-flush-on-revoke", "revoke-flush-consumer"} {
+	scenarios := []string{"join-at-client-start", "stale-flush-on-revoke", "revoke-flush-consumer", "a-view-shows-committed-states"}
+	if *agreementTable {
+		scenarios = agreementScenarios
+	}
+	var table agreement
+	for _, name := range scenarios {
 		t.Run(name, func(t *testing.T) {
 			s, ok := world.ScenarioNamed(name)
 			if !ok {
 				t.Fatalf("no scenario %q", name)
 			}
-			onKafka := compareWithSim(t, o, s, 0)
-			for _, v := range onKafka.Expectations {
+			runs := compareWithSim(t, o, s, 0)
+			for _, v := range runs.kafka.Expectations {
 				if !v.Met {
 					t.Errorf("on the broker: %s: %s", v.Says, v.Why)
 				}
 			}
+			if *agreementTable {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				again, err := runKafka(ctx, o, s, store.Transactional, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				table.add(runs, again)
+			}
 		})
+	}
+	if *agreementTable {
+		t.Logf("the agreement table over %d named scenarios:\n%s", len(scenarios), table)
 	}
 	noTopicsLeft(t, brokers, *names)
 	noGoroutinesLeft(t)
+}
+
+var agreementTable = flag.Bool("simulate.agreement", false,
+	"TestSimAndKafkaAgreeOnNamedScenarios: run the agreement table's named scenarios, the broker's twice, and log the table")
+
+// agreementScenarios are the agreement table's: kafka-flow#732's family,
+// the crashes and the foreign transaction, every named scenario a broker
+// can run up to the first one it cannot (a truncated log).
+var agreementScenarios = []string{
+	"stale-flush-on-revoke", "stale-periodic-flush", "first-flush-gated-by-seeded-offset",
+	"flush-before-first-join", "two-overlapping-stale-owners", "generation-bump-keeps-partitions",
+	"double-handover-crashed-owners", "takeover-abort-after-hard-crash", "foreign-open-transaction-across-recovery",
+}
+
+// agreement counts, per pair of worlds, the scenarios that agree at each
+// level.
+type agreement struct {
+	n    int
+	rows [4][3]int // sim~Kafka, kfake~Kafka, sim~kfake, Kafka~Kafka; outcome, fences, takeovers
+}
+
+func (a *agreement) add(r worldRuns, again run) {
+	a.n++
+	pairs := [4][2]run{{r.sim, r.kafka}, {r.kfake, r.kafka}, {r.sim, r.kfake}, {r.kafka, again}}
+	for i, p := range pairs {
+		levels := sameLevels(p[0], p[1])
+		for j, same := range levels {
+			if same {
+				a.rows[i][j]++
+			}
+		}
+	}
+}
+
+func (a agreement) String() string {
+	var b strings.Builder
+	b.WriteString("| worlds | outcome | fences | takeovers |\n| --- | --- | --- | --- |\n")
+	for i, name := range []string{"sim ~ Kafka", "kfake ~ Kafka", "sim ~ kfake", "Kafka ~ Kafka (a rerun)"} {
+		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", name, a.rows[i][0], a.rows[i][1], a.rows[i][2])
+	}
+	return b.String()
+}
+
+// sameLevels reports whether two runs of a scenario agree at the outcome,
+// fence and takeover levels (kfake's PRODUCER_FENCED read as Kafka's
+// INVALID_PRODUCER_EPOCH).
+func sameLevels(a, b run) [3]bool {
+	return [3]bool{
+		world.Outcome(a.Ops, a.Violations) == world.Outcome(b.Ops, b.Violations),
+		world.KafkaCodes(world.Fences(a.Ops)) == world.KafkaCodes(world.Fences(b.Ops)),
+		world.Takeovers(a.Ops) == world.Takeovers(b.Ops),
+	}
 }
 
 // Random scenarios of the differential test's kind (20 steps,
@@ -264,10 +338,13 @@ func TestSimAndKafkaAgreeOnRandomScenarios(t *testing.T) {
 	noGoroutinesLeft(t)
 }
 
-// compareWithSim runs s, Transactional, on the broker and on the sim (of
-// seed): the outcomes must agree; whether the fences and the takeovers
-// agree is logged. It returns the broker's run.
-func compareWithSim(t *testing.T, o options, s world.Scenario, seed uint64) run {
+// worldRuns are one scenario's runs on each world.
+type worldRuns struct{ sim, kfake, kafka run }
+
+// compareWithSim runs s, Transactional, on the broker, on the sim (of
+// seed) and on kfake: the sim's and kfake's outcomes must be the
+// broker's; whether the fences and the takeovers agree is logged.
+func compareWithSim(t *testing.T, o options, s world.Scenario, seed uint64) worldRuns {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -276,12 +353,38 @@ func compareWithSim(t *testing.T, o options, s world.Scenario, seed uint64) run 
 	if err != nil {
 		t.Fatal(err)
 	}
-	onSim := runSim(s, store.Transactional, "", seed)
 	t.Logf("%s on the broker: %s", s.Name, time.Since(start).Round(100*time.Millisecond))
-	if k, sm := world.Outcome(onKafka.Ops, onKafka.Violations), world.Outcome(onSim.Ops, onSim.Violations); k != sm {
-		t.Errorf("the outcomes differ\nkafka:\n%ssim:\n%s", k, sm)
+	r := worldRuns{sim: runSim(s, store.Transactional, "", seed), kfake: runKfakeHere(t, s), kafka: onKafka}
+	for _, other := range []struct {
+		name string
+		run  run
+	}{{"sim", r.sim}, {"kfake", r.kfake}} {
+		if k, o := world.Outcome(onKafka.Ops, onKafka.Violations), world.Outcome(other.run.Ops, other.run.Violations); k != o {
+			t.Errorf("the outcomes differ\nkafka:\n%s%s:\n%s", k, other.name, o)
+		}
+		same := sameLevels(other.run, onKafka)
+		t.Logf("%s ~ kafka: fences agree: %t; takeovers agree: %t", other.name, same[1], same[2])
+		if !same[1] {
+			t.Logf("fences on kafka:\n%son %s:\n%s", world.Fences(onKafka.Ops), other.name, world.Fences(other.run.Ops))
+		}
 	}
-	t.Logf("fences agree: %t; takeovers agree: %t",
-		world.Fences(onKafka.Ops) == world.Fences(onSim.Ops), world.Takeovers(onKafka.Ops) == world.Takeovers(onSim.Ops))
-	return onKafka
+	return r
+}
+
+// runKfakeHere runs s, Transactional, on kfake in a synctest bubble of
+// this test.
+func runKfakeHere(t *testing.T, s world.Scenario) run {
+	t.Helper()
+	var res bridgeResult
+	synctest.Test(t, func(t *testing.T) {
+		w, err := kfakeworld.New(kfakeworld.Config{Mode: store.Transactional, Protocol: s.Protocol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		res.Violations = world.ApplyAll(w, s.Steps)
+		res.Members, res.Partitions = w.Config().StepConfig().Members, kfakeworld.Partitions
+		res.Ops = w.History().Ops()
+	})
+	return finish(s, store.Transactional, "", res.Members, res.Partitions, res.Ops, res.Violations)
 }

@@ -66,6 +66,13 @@ func Fences(ops []history.Op) string {
 	return sortedLines(lines)
 }
 
+// KafkaCodes reads kfake's PRODUCER_FENCED in a fence level as Kafka 4's
+// INVALID_PRODUCER_EPOCH: kfake answers an old producer epoch's Produce
+// with the first, Kafka with the second, and it is the same fence.
+func KafkaCodes(fences string) string {
+	return strings.ReplaceAll(fences, "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH")
+}
+
 // Takeovers is a history's takeover level: each acknowledged takeover.
 func Takeovers(ops []history.Op) string {
 	var lines []string

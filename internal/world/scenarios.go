@@ -393,7 +393,6 @@ var Scenarios = []Scenario{
 			Step{Kind: ReadView},
 		),
 		Transactional: []Expectation{HoldsAll()},
-		SimOnly:       "the view step is the simulated world's (on kfake and a broker a view watches the named scenarios in kfakeworld's view tests)",
 	},
 	{
 		Name:    "join-at-client-start",

@@ -28,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/snapfence/snapfence/engine"
+	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/internal/kafkatest"
 	"github.com/snapfence/snapfence/internal/netfreeze"
@@ -207,6 +208,11 @@ type World struct {
 	// its wall time, recorded at quiescence (history.Drift).
 	began time.Time
 	asked time.Duration
+
+	// view is the world's view of the snapshot topic, opened by the
+	// first read-view step, and viewBackend its reader.
+	view        *view.View[int]
+	viewBackend *kafka.Backend
 }
 
 type memberState int
@@ -443,12 +449,20 @@ func (w *World) Apply(s world.Step) []world.Violation {
 		if m.state == running {
 			w.rec.Add(world.QueryOp(context.Background(), m.p.r, m.slot, s.Key, Partitions, engine.ReadCommitted))
 		}
+	case world.ReadView:
+		w.readView()
 	case world.Truncate:
 		if w.real == nil { // nothing cuts a real broker's log
 			w.truncate(int32(s.Partition % Partitions))
 		} else {
 			w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "nothing cuts a broker's log from outside"})
 		}
+	case world.Replicate, world.Wipe:
+		w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "standby replicas run in the simulated world only (internal/world's Config.Standby)"})
+	case world.TablePut, world.TableOpen, world.TableEnd, world.ReadTable:
+		w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "lookup tables run in the simulated world only (internal/world's Config.Tables)"})
+	case world.Recreate:
+		w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "a restore of the snapshot topic runs in the simulated world only"})
 	}
 	w.wait()
 	w.recordState()
@@ -967,6 +981,7 @@ func (w *World) memberErrors() []string {
 // deletes the world's topics however it ends.
 func (w *World) Close() {
 	defer w.closeCluster()
+	w.closeView()
 	if w.foreign != nil {
 		w.endForeign(false)
 	}

@@ -1,0 +1,66 @@
+package kfakeworld
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snapfence/snapfence/engine/view"
+	"github.com/snapfence/snapfence/internal/history"
+	"github.com/snapfence/snapfence/internal/world"
+	"github.com/snapfence/snapfence/store"
+	"github.com/snapfence/snapfence/store/kafka"
+)
+
+// readView lets the world's view of the snapshot topic read once (a
+// read-view step), opening it first if it is not open: another service's
+// reader of the application's state, with store/kafka's read_committed
+// reader on a client of its own, outside every member's freezer. Each
+// change it applies is recorded (a history.View op), and the checker
+// holds it to invariant 4 as internal/world's does. The read does not
+// wait for records, so it moves no virtual time.
+func (w *World) readView() {
+	ctx := context.Background()
+	if w.view == nil {
+		opts := []kgo.Opt{kgo.Dialer(w.net.DialContext)}
+		if w.real != nil {
+			ctx, cancel := context.WithCancel(context.Background())
+			w.real.endStores = append(w.real.endStores, cancel)
+			opts = append(opts, kgo.WithContext(ctx))
+		}
+		be, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: w.seeds, Application: w.prefix + "-view",
+			SnapshotTopic: func(string) string { return w.snapshotTopic }, ClientOpts: opts})
+		if err != nil {
+			panic(fmt.Sprintf("kfakeworld: the view's backend: %v", err))
+		}
+		v, err := view.New(ctx, view.Config[int]{Store: be, Topic: w.input, Codec: world.IntCodec{},
+			Partitioner: func(key []byte, n int32) int32 { return world.PartitionOf(string(key), int(n)) },
+			OnChange: func(ch view.Change[int]) {
+				op := history.Op{Kind: history.View, Member: -1, Partition: ch.Partition, Key: string(ch.Key), Offset: ch.Offset, Tombstone: ch.Deleted}
+				if !ch.Deleted {
+					op.Value = strconv.Itoa(ch.State)
+				}
+				w.rec.Add(op)
+			}})
+		if err != nil {
+			_ = be.Close()
+			panic(fmt.Sprintf("kfakeworld: the view of the snapshot topic: %v", err))
+		}
+		w.view, w.viewBackend = v, be
+	}
+	if err := w.view.Step(ctx); err != nil {
+		panic(fmt.Sprintf("kfakeworld: the view's read: %v", err))
+	}
+}
+
+// closeView closes the view of the snapshot topic, if a step opened it.
+func (w *World) closeView() {
+	if w.view == nil {
+		return
+	}
+	_ = w.view.Close()
+	_ = w.viewBackend.Close()
+	w.view, w.viewBackend = nil, nil
+}
