@@ -215,9 +215,11 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool, why func() strin
 // the broker is the reference the sim's model and kfake follow. The fence
 // and takeover levels are logged: on a broker a step is no instant, and a
 // round that completes on the sim at one step may complete during the
-// next. join-at-client-start is the scenario of the sim's model fix (a
-// member joins its group when its client starts): it must meet its
-// expectations on the broker too; a-view-shows-committed-states has
+// next. join-at-client-start and a-pause-outlasts-a-waiting-poll are the
+// scenarios of the sim's model fixes (a member joins its group when its
+// client starts; a poll's wait runs out while its process is paused):
+// they must meet their expectations on the broker too;
+// a-view-shows-committed-states has
 // another service's view read the snapshot topic. With -simulate.agreement the test runs
 // the agreement table's scenarios instead, the broker's twice, and logs
 // the table (docs/testing.md).
@@ -225,7 +227,7 @@ func TestSimAndKafkaAgreeOnNamedScenarios(t *testing.T) {
 	brokers := strings.Join(kafkatest.Brokers(t), ",")
 	names := recordNames(t)
 	o := options{kafka: kafkaOptions{brokers: brokers}, stderr: io.Discard}
-	scenarios := []string{"join-at-client-start", "stale-flush-on-revoke", "revoke-flush-consumer", "a-view-shows-committed-states"}
+	scenarios := []string{"join-at-client-start", "a-pause-outlasts-a-waiting-poll", "stale-flush-on-revoke", "revoke-flush-consumer", "a-view-shows-committed-states"}
 	if *agreementTable {
 		scenarios = agreementScenarios
 	}

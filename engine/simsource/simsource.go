@@ -8,6 +8,7 @@ package simsource
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/snapfence/snapfence/engine"
@@ -40,7 +41,17 @@ type Source struct {
 	callback sim.Callbacks
 	// newsLast makes the next Poll leave the group exchange out (NewsLast).
 	newsLast bool
-	topics   []string
+	// waitingUntil is when the last Poll's wait would have ended: it
+	// fetched nothing, and a Kafka client's poll would still be waiting
+	// for records (zero: it would not). endWait makes the next Poll that
+	// wait's end (EndWait).
+	waitingUntil time.Time
+	endWait      bool
+	// endedAt is the end of the wait the step in flight ends (EndWait),
+	// in Unix nanoseconds (0: none): the engine decides what fell due as
+	// of then, when the poll returned.
+	endedAt atomic.Int64
+	topics  []string
 }
 
 // New returns the input of group on c, subscribed to topics, for
@@ -90,8 +101,13 @@ func (s *Source) forget(tps []store.TopicPartition) {
 // Poll implements the engine's source: one poll of the member (a stalled member does
 // nothing), then a read_committed fetch of every owned partition. It never
 // waits: virtual time moves only when the caller advances it.
-func (s *Source) Poll(ctx context.Context, _ func() time.Duration) ([]input.Record, error) {
+func (s *Source) Poll(ctx context.Context, wait func() time.Duration) ([]input.Record, error) {
 	s.ctx = ctx
+	s.waitingUntil = time.Time{}
+	if s.endWait {
+		s.endWait = false
+		return nil, nil
+	}
 	if s.newsLast {
 		s.newsLast = false
 	} else {
@@ -115,7 +131,36 @@ func (s *Source) Poll(ctx context.Context, _ func() time.Duration) ([]input.Reco
 		}
 		s.pos[tp] = next
 	}
+	if len(out) == 0 && wait != nil {
+		if d := wait(); d > 0 {
+			s.waitingUntil = s.c.Now().Add(d)
+		}
+	}
 	return out, nil
+}
+
+// WaitEnded reports whether the last Poll fetched nothing and the wait a
+// Kafka client's poll would have gone on with has run out since, no
+// record having come (RecordsCame) and the engine having done nothing
+// else meanwhile: the poll would have returned, and the engine done what
+// fell due (a flush, a persist, a timer), by now.
+func (s *Source) WaitEnded() bool {
+	return !s.waitingUntil.IsZero() && !s.c.Now().Before(s.waitingUntil)
+}
+
+// RecordsCame ends the last Poll's wait: records it would have fetched
+// came, or the engine did something else, so the poll has returned.
+func (s *Source) RecordsCame() { s.waitingUntil = time.Time{} }
+
+// EndWait makes the next Poll the end of the last one's wait: it returns
+// nothing at once, with no group exchange and no fetch, and the engine
+// goes on with what fell due meanwhile. A paused process's poll ended so
+// while its connections were frozen, and what fell due goes out as it
+// wakes, before it hears what the group did meanwhile.
+func (s *Source) EndWait() {
+	s.endedAt.Store(s.waitingUntil.UnixNano())
+	s.waitingUntil = time.Time{}
+	s.endWait = true
 }
 
 // Background is the client's own group work between polls, as a Kafka
@@ -138,7 +183,7 @@ func (s *Source) Background(ctx context.Context) {
 func (s *Source) NewsLast() { s.newsLast = true }
 
 // PollDone implements the engine's source.
-func (s *Source) PollDone() {}
+func (s *Source) PollDone() { s.endedAt.Store(0) }
 
 // Go implements the engine's source: f runs at once, on the caller's goroutine,
 // so that a run is a function of its seed and steps.
@@ -183,7 +228,16 @@ func (s *Source) LogEnd(tp store.TopicPartition) (int64, bool) {
 }
 
 // Now implements the engine's source.
-func (s *Source) Now() time.Time { return s.c.Now() }
+//
+// In the step that ends a poll's wait (EndWait), it is when the wait ran
+// out: what the engine does then is what fell due by then, as a Kafka
+// client's poll would have returned then.
+func (s *Source) Now() time.Time {
+	if t := s.endedAt.Load(); t != 0 {
+		return time.Unix(0, t)
+	}
+	return s.c.Now()
+}
 
 // Sleep implements the engine's source: d of virtual time, which passes only as
 // the caller advances the cluster's clock.

@@ -395,6 +395,23 @@ var Scenarios = []Scenario{
 		Transactional: []Expectation{HoldsAll()},
 	},
 	{
+		Name:    "a-pause-outlasts-a-waiting-poll",
+		Summary: "an owner paused while its poll waits for records wakes after its persist fell due and another member took over: the poll ended while it slept, so the persist goes out as it wakes, before its next poll, as on kfake and a broker; the fence refuses it, and without the fence it lands",
+		Steps: steps(
+			join(0),
+			produce("a", 10),
+			poll(0), // folds a=10
+			poll(0), // nothing: the poll waits for records until the persist is due
+			pause(0),
+			join(1),
+			poll(1),
+			advance(11*time.Second), // m0 evicted, m1 takes over
+			resume(0),
+		),
+		Transactional: []Expectation{Fenced(0, 8), HoldsAll()},
+		Plain:         []Expectation{WriteLands(0, 8), HoldsAll()},
+	},
+	{
 		Name:    "join-at-client-start",
 		Summary: "a member joins its group when its client starts, not at its first poll, as franz-go does: m0, started first and never polled, takes over partitions before the quiesce (on the sim and kfake both, at its join; on a broker, as soon as its round completes)",
 		Steps: steps(

@@ -485,10 +485,12 @@ func (w *World) Apply(s Step) []Violation {
 		}
 	case Flush:
 		if m.state == running && m.busy == nil {
+			m.src.RecordsCame() // its poll is over
 			w.flush(m, m.r.FlushAll)
 		}
 	case Persist:
 		if m.state == running && m.busy == nil {
+			m.src.RecordsCame()
 			w.flush(m, m.r.Persist)
 		}
 	case SlowFetches:
@@ -513,16 +515,14 @@ func (w *World) Apply(s Step) []Violation {
 		}
 	case Resume:
 		if m.state == paused {
-			m.src.Member().Resume()
-			m.state = running
+			w.resumeMember(m)
 		}
 	case Evict:
 		if m.state == running {
 			m.src.Member().Stall()
 			m.state = paused
 			w.advance(w.cfg.SessionTimeout + time.Second)
-			m.src.Member().Resume()
-			m.state = running
+			w.resumeMember(m)
 		}
 	case Crash:
 		if m.state == running || m.state == paused {
@@ -655,6 +655,11 @@ func (w *World) produce(key string, delta int, timer time.Duration) {
 	}
 	if timed {
 		ev.TimerAt = TimerAt(w.c.Now(), timer, ev.Offset) // the record's timestamp is its append time, now
+	}
+	for _, m := range w.members {
+		if m.state == running && slices.Contains(m.src.Member().Owned(), tp) {
+			m.src.RecordsCame() // a poll waiting for records has them
+		}
 	}
 	w.ledger = append(w.ledger, ev)
 	w.rec.Add(history.Op{Kind: history.Produce, Member: -1, Partition: tp.Partition, Offset: offs[0], Key: key, Delta: delta})
@@ -809,6 +814,22 @@ func (w *World) step(m *member) {
 		default:
 		}
 	}()
+}
+
+// resumeMember resumes paused m. If it was paused while its poll waited for
+// records and that wait has run out since (simsource.Source.WaitEnded),
+// the poll ends now and the engine does what fell due (a flush, a
+// persist) before the member hears what the group did meanwhile: a
+// Kafka client's poll ends so while its process is frozen, and the
+// writes that follow go out as it wakes (kfake's world and a broker's
+// show it).
+func (w *World) resumeMember(m *member) {
+	m.src.Member().Resume()
+	m.state = running
+	if m.busy == nil && m.src.WaitEnded() {
+		m.src.EndWait()
+		w.step(m)
+	}
 }
 
 // flush runs m's FlushAll or Persist on a goroutine of its own, as step
@@ -1112,8 +1133,7 @@ func (w *World) Quiesce() []Violation {
 	w.rec.BeginStep(0, "quiesce")
 	for _, m := range w.members {
 		if m.state == paused {
-			m.src.Member().Resume()
-			m.state = running
+			w.resumeMember(m)
 		}
 	}
 	if w.foreign != nil {
