@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -182,5 +183,21 @@ func TestSameStepsSameHistoryWithReplicasAndTables(t *testing.T) {
 			t.Fatalf("%+v: the same seed and steps gave two histories", cfg)
 		}
 		t.Logf("standby %t, warm %t, tables %t: promotions %v, lookups %+v", cfg.Standby, cfg.WarmRestarts, cfg.Tables, promotions(x), x.TableStats())
+	}
+}
+
+// A world without standby replicas or a lookup table records their
+// steps as steps it could not carry out, never drops them silently (a
+// script or a replay that uses them says so in its timeline).
+func TestStepsOfWorldsWithoutReplicasOrTablesAreRecordedUnexpressed(t *testing.T) {
+	_, w := run(t, Config{Seed: 1, Mode: store.Transactional}, steps(join(0), replicate(0), tablePut("a"), readTable(0), wipe(0)))
+	n := 0
+	for _, op := range w.Recorder().Ops() {
+		if op.Kind == history.Unexpressed {
+			n++
+		}
+	}
+	if n != 4 {
+		t.Fatalf("%d steps recorded as unexpressed, want 4", n)
 	}
 }

@@ -542,24 +542,24 @@ func (w *World) Apply(s Step) []Violation {
 		w.truncate(store.TopicPartition{Topic: snapshotTopic, Partition: int32(s.Partition % w.cfg.Partitions)})
 	case Recreate:
 		w.recreate()
-	case Replicate:
-		if w.standby != nil && m.state == running && m.busy == nil {
+	case Replicate, Wipe:
+		switch {
+		case w.standby == nil:
+			w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "this world runs no standby replicas (the property tests' standby worlds do)"})
+		case s.Kind == Wipe:
+			w.wipe(m)
+		case m.state == running && m.busy == nil:
 			w.replicate(m)
 		}
-	case Wipe:
-		if w.standby != nil {
-			w.wipe(m)
-		}
-	case TablePut, TableOpen:
-		if w.table != nil {
-			w.tableWrite(s.Key, s.Delta == 0, s.Kind == TableOpen)
-		}
-	case TableEnd:
-		if w.table != nil {
+	case TablePut, TableOpen, TableEnd, ReadTable:
+		switch {
+		case w.table == nil:
+			w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "this world has no lookup table (the property tests' table worlds do)"})
+		case s.Kind == TableEnd:
 			w.tableEnd(s.Commit)
-		}
-	case ReadTable:
-		if m.view != nil && m.state == running && m.busy == nil {
+		case s.Kind != ReadTable:
+			w.tableWrite(s.Key, s.Delta == 0, s.Kind == TableOpen)
+		case m.view != nil && m.state == running && m.busy == nil:
 			w.readTable(m)
 		}
 	case Query:

@@ -458,11 +458,11 @@ func (w *World) Apply(s world.Step) []world.Violation {
 			w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "nothing cuts a broker's log from outside"})
 		}
 	case world.Replicate, world.Wipe:
-		w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "standby replicas run in the simulated world only (internal/world's Config.Standby)"})
+		w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "standby replicas run only in the simulated cluster's standby worlds (the property tests')"})
 	case world.TablePut, world.TableOpen, world.TableEnd, world.ReadTable:
-		w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "lookup tables run in the simulated world only (internal/world's Config.Tables)"})
+		w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "lookup tables run only in the simulated cluster's table worlds (the property tests')"})
 	case world.Recreate:
-		w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "a restore of the snapshot topic runs in the simulated world only"})
+		w.rec.Add(history.Op{Kind: history.Unexpressed, Member: -1, Detail: "a restore of the snapshot topic runs only on the simulated cluster"})
 	}
 	w.wait()
 	w.recordState()
