@@ -1,7 +1,12 @@
 package props
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,7 +24,7 @@ import (
 // at the compared levels (internal/world/levels.go). Rewrite the expected
 // output with -rewrite and review it as a diff.
 //
-//	run worlds=sim,kfake [mode=transactional|plain] [protocol=eager|cooperative|consumer]
+//	run worlds=(sim,kfake) [mode=transactional|plain] [protocol=eager|cooperative|consumer]
 //	<steps, one a line>
 //	----
 //	<the outcome and the fences the worlds agree on, and the sim's takeovers>
@@ -87,4 +92,83 @@ func TestWorldScripts(t *testing.T) {
 			return b.String()
 		})
 	})
+}
+
+// The scripts are the named scenarios (world.Scenarios) as text: one
+// file each, named after it, its summary the first line, and a run of
+// its steps under its protocol for each mode it has expectations in, on
+// kfake too unless only the sim can run it. A scenario changed in one
+// place and not the other fails here.
+func TestScriptsAreTheNamedScenarios(t *testing.T) {
+	files, err := os.ReadDir("testdata/scripts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, s := range world.Scenarios {
+		named[s.Name] = true
+		raw, err := os.ReadFile(filepath.Join("testdata/scripts", s.Name))
+		if err != nil {
+			t.Errorf("%s: no script: %v", s.Name, err)
+			continue
+		}
+		text := string(raw)
+		if first, _, _ := strings.Cut(text, "\n"); first != "# "+s.Summary {
+			t.Errorf("%s: the script's first line is not the scenario's summary:\n%s\n# %s", s.Name, first, s.Summary)
+		}
+		protocol := map[sim.Protocol]string{sim.ClassicEager: "eager", sim.ClassicCooperative: "cooperative", sim.Consumer: "consumer"}[cmp.Or(s.Protocol, sim.ClassicEager)]
+		worlds := "(sim,kfake)"
+		if s.SimOnly != "" {
+			worlds = "sim"
+		}
+		runs := scriptRuns(text)
+		for _, mode := range []store.Mode{store.Transactional, store.Plain} {
+			header := fmt.Sprintf("run worlds=%s mode=%s protocol=%s", worlds, strings.ToLower(mode.String()), protocol)
+			input, ok := runs[header]
+			if (s.Expect(mode) != nil) != ok {
+				t.Errorf("%s: a run %q in the script: %t; expectations in %s mode: %t", s.Name, header, ok, mode, s.Expect(mode) != nil)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			steps, err := world.ParseSteps(input)
+			if err != nil {
+				t.Errorf("%s: %v", s.Name, err)
+				continue
+			}
+			if !slices.Equal(steps, s.Steps) {
+				t.Errorf("%s, %s: the script's steps are not the scenario's:\n%s\nwant:\n%s", s.Name, header, world.Trace(steps), world.Trace(s.Steps))
+			}
+		}
+		if len(runs) != len(slices.DeleteFunc([]store.Mode{store.Transactional, store.Plain}, func(m store.Mode) bool { return s.Expect(m) == nil })) {
+			t.Errorf("%s: the script has %d runs: %v", s.Name, len(runs), slices.Collect(maps.Keys(runs)))
+		}
+	}
+	for _, f := range files {
+		if !named[f.Name()] {
+			t.Errorf("testdata/scripts/%s is no named scenario", f.Name())
+		}
+	}
+}
+
+// scriptRuns returns a script's runs: each run line with the steps under
+// it.
+func scriptRuns(text string) map[string]string {
+	runs := map[string]string{}
+	var header string
+	var steps []string
+	inSteps := false
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(line, "run "):
+			header, steps, inSteps = line, nil, true
+		case line == "----" && inSteps:
+			runs[header] = strings.Join(steps, "\n")
+			inSteps = false
+		case inSteps:
+			steps = append(steps, line)
+		}
+	}
+	return runs
 }
