@@ -316,10 +316,10 @@ func sameLevels(a, b run) [3]bool {
 
 // Random scenarios of the differential test's kind (20 steps,
 // Transactional, props.StepGen), one seed per protocol, run on the
-// broker and on the sim, the steps a broker cannot carry out (compaction,
-// truncation) left out: the outcomes agree, as they do on kfake
-// (props.TestSimAndKfakeAgree); the fence and takeover levels are logged
-// (on a broker a round completes during whichever step is running).
+// broker, on the sim and on kfake, the steps a broker cannot carry out
+// (compaction, truncation) left out: the sim's and kfake's outcomes are
+// the broker's; the fence and takeover levels are logged (on a broker a
+// round completes during whichever step is running).
 func TestSimAndKafkaAgreeOnRandomScenarios(t *testing.T) {
 	brokers := strings.Join(kafkatest.Brokers(t), ",")
 	names := recordNames(t)
