@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -377,16 +376,6 @@ func compareWithSim(t *testing.T, o options, s world.Scenario, seed uint64) worl
 // this test.
 func runKfakeHere(t *testing.T, s world.Scenario) run {
 	t.Helper()
-	var res bridgeResult
-	synctest.Test(t, func(t *testing.T) {
-		w, err := kfakeworld.New(kfakeworld.Config{Mode: store.Transactional, Protocol: s.Protocol})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
-		res.Violations = world.ApplyAll(w, s.Steps)
-		res.Members, res.Partitions = w.Config().StepConfig().Members, kfakeworld.Partitions
-		res.Ops = w.History().Ops()
-	})
+	res := runKfakeWorld(t, kfakeworld.Config{Mode: store.Transactional, Protocol: s.Protocol}, s.Steps)
 	return finish(s, store.Transactional, "", res.Members, res.Partitions, res.Ops, res.Violations)
 }

@@ -63,19 +63,9 @@ func TestKfakeWorld(t *testing.T) {
 			if spec.Mode == "plain" {
 				mode = store.Plain
 			}
-			var res bridgeResult
-			synctest.Test(t, func(t *testing.T) {
-				cfg := kfakeworld.Config{Mode: mode, Protocol: s.Protocol}
-				cfg.ExactlyOnce, cfg.ProduceOutputs = outputFlags(spec.Outputs)
-				w, err := kfakeworld.New(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer w.Close()
-				res.Violations = world.ApplyAll(w, s.Steps)
-				res.Members, res.Partitions = w.Config().StepConfig().Members, kfakeworld.Partitions
-				res.Ops = w.History().Ops()
-			})
+			cfg := kfakeworld.Config{Mode: mode, Protocol: s.Protocol}
+			cfg.ExactlyOnce, cfg.ProduceOutputs = outputFlags(spec.Outputs)
+			res := runKfakeWorld(t, cfg, s.Steps)
 			if *bridgeOutFile != "" {
 				raw, _ := json.Marshal(res)
 				if err := os.WriteFile(*bridgeOutFile, raw, 0o644); err != nil {
@@ -90,4 +80,22 @@ func TestKfakeWorld(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runKfakeWorld runs steps on a kfake world of cfg in a synctest bubble
+// of t and returns what it left.
+func runKfakeWorld(t *testing.T, cfg kfakeworld.Config, steps []world.Step) bridgeResult {
+	t.Helper()
+	var res bridgeResult
+	synctest.Test(t, func(t *testing.T) {
+		w, err := kfakeworld.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		res.Violations = world.ApplyAll(w, steps)
+		res.Members, res.Partitions = w.Config().StepConfig().Members, kfakeworld.Partitions
+		res.Ops = w.History().Ops()
+	})
+	return res
 }

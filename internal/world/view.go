@@ -123,6 +123,16 @@ func describeSnap(s store.Snapshot) string {
 	return fmt.Sprintf("%s=%s@%d", s.Key, s.Value, s.Offset)
 }
 
+// ViewOp is the history's record of a change a view of the snapshot
+// topic applied (a read-view step's, in every world).
+func ViewOp(ch view.Change[int]) history.Op {
+	op := history.Op{Kind: history.View, Member: -1, Partition: ch.Partition, Key: string(ch.Key), Offset: ch.Offset, Tombstone: ch.Deleted}
+	if !ch.Deleted {
+		op.Value = strconv.Itoa(ch.State)
+	}
+	return op
+}
+
 // readView lets the world's view of the snapshot topic read once,
 // opening it first if it is not open (from the log start): a reader of
 // the application's state, as another service runs one. Each change it
@@ -147,13 +157,7 @@ func (w *World) readView() {
 		}
 		v, err := view.New(ctx, view.Config[int]{Store: follower, Topic: InputTopic, Codec: IntCodec{},
 			Partitioner: func(key []byte, n int32) int32 { return PartitionOf(string(key), int(n)) },
-			OnChange: func(ch view.Change[int]) {
-				op := history.Op{Kind: history.View, Member: -1, Partition: ch.Partition, Key: string(ch.Key), Offset: ch.Offset, Tombstone: ch.Deleted}
-				if !ch.Deleted {
-					op.Value = strconv.Itoa(ch.State)
-				}
-				w.rec.Add(op)
-			}})
+			OnChange:    func(ch view.Change[int]) { w.rec.Add(ViewOp(ch)) }})
 		if err != nil {
 			panic(fmt.Sprintf("world: the view of the snapshot topic: %v", err))
 		}

@@ -3,12 +3,10 @@ package kfakeworld
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/snapfence/snapfence/engine/view"
-	"github.com/snapfence/snapfence/internal/history"
 	"github.com/snapfence/snapfence/internal/world"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/kafka"
@@ -37,13 +35,7 @@ func (w *World) readView() {
 		}
 		v, err := view.New(ctx, view.Config[int]{Store: be, Topic: w.input, Codec: world.IntCodec{},
 			Partitioner: func(key []byte, n int32) int32 { return world.PartitionOf(string(key), int(n)) },
-			OnChange: func(ch view.Change[int]) {
-				op := history.Op{Kind: history.View, Member: -1, Partition: ch.Partition, Key: string(ch.Key), Offset: ch.Offset, Tombstone: ch.Deleted}
-				if !ch.Deleted {
-					op.Value = strconv.Itoa(ch.State)
-				}
-				w.rec.Add(op)
-			}})
+			OnChange:    func(ch view.Change[int]) { w.rec.Add(world.ViewOp(ch)) }})
 		if err != nil {
 			_ = be.Close()
 			panic(fmt.Sprintf("kfakeworld: the view of the snapshot topic: %v", err))
