@@ -100,7 +100,9 @@ func (s *Source) forget(tps []store.TopicPartition) {
 
 // Poll implements the engine's source: one poll of the member (a stalled member does
 // nothing), then a read_committed fetch of every owned partition. It never
-// waits: virtual time moves only when the caller advances it.
+// waits: virtual time moves only when the caller advances it. A poll that
+// fetched nothing notes instead when a Kafka client's would have stopped
+// waiting for records (WaitEnded).
 func (s *Source) Poll(ctx context.Context, wait func() time.Duration) ([]input.Record, error) {
 	s.ctx = ctx
 	s.waitingUntil = time.Time{}
