@@ -337,8 +337,10 @@ type Partition interface {
 	// queues its commit before it returns; the Pending's one outcome is
 	// the commit's. An offset below the one already staged is ignored:
 	// the staged offset is committed again. The commit rides with queued
-	// writes (never ahead of a write queued before it, I2) or, when none
-	// are queued, commits the offset alone. It depends on every write
+	// writes (never ahead of a write queued before it, I2; a write
+	// started after it goes in a later transaction, so the Pending's
+	// position is as of the commit's own end) or, when none are queued,
+	// commits the offset alone. It depends on every write
 	// started before it on this partition: if one of them failed, was
 	// refused or left the queue, the commit is refused with
 	// ErrEarlierWriteFailed and nothing is committed, so that a caller who

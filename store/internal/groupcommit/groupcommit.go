@@ -544,7 +544,8 @@ func (c *Committer) lead() {
 // take removes the next batch from the queue: FIFO, writes up to the caps
 // (MaxWrites writes, MaxBytes bytes; the first write is taken whatever its
 // size, so one larger than MaxBytes goes alone), commit requests free of
-// the caps but never ahead of a write queued before them. A dependent
+// the caps but never ahead of a write queued before them, and the batch
+// ends at the first write queued after a commit request. A dependent
 // commit request of a call after one that failed is refused on the way:
 // removed, with store.ErrEarlierWriteFailed as its outcome. What it takes
 // depends only on the queue, never on a clock. Called with c.mu held.
@@ -571,6 +572,14 @@ func (c *Committer) take() (Batch, []*entry) {
 		}
 		if e.write != nil {
 			if len(b.Writes) == c.cfg.MaxWrites || len(b.Writes) > 0 && nbytes+e.size > c.cfg.MaxBytes {
+				break
+			}
+			if b.Advances {
+				// A write started after a commit request never rides in
+				// its transaction: the commit's Pending carries the
+				// position as of its own end, and a cache checkpointed
+				// there must not vouch for a write it has not been told
+				// of yet.
 				break
 			}
 			b.Writes = append(b.Writes, *e.write)

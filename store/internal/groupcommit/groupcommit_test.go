@@ -96,8 +96,10 @@ func TestLoneWriteCommitsAtOnceWithSeededOffset(t *testing.T) {
 }
 
 // The script: a is in flight; b c d, a commit of 5, then e queue; cap 2.
-// Batches: [a] [b c] [d +commit@5 e]: the commit queued after the cap was
-// reached waits for the next batch, and rides in it without using the cap.
+// Batches: [a] [b c] [d +commit@5] [e]: the commit queued after the cap
+// was reached waits for the next batch, and rides in it without using the
+// cap; e, queued after the commit, does not ride with it (the commit's
+// position is as of its own end).
 func TestQueuedWritesDrainInCappedFIFOBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeTxns{}
@@ -119,7 +121,7 @@ func TestQueuedWritesDrainInCappedFIFOBatches(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if got, want := f.shape(), "[a@0 bc@0 de+commit@5]"; got != want {
+		if got, want := f.shape(), "[a@0 bc@0 d+commit@5 e@5]"; got != want {
 			t.Fatalf("batches = %s, want %s", got, want)
 		}
 		if c.Committed() != 5 {
@@ -645,7 +647,7 @@ func TestQueuedWritesDrainInByteCappedBatches(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if got, want := f.shape(), "[a@0 bc@0 de+commit@5]"; got != want {
+		if got, want := f.shape(), "[a@0 bc@0 d+commit@5 e@5]"; got != want {
 			t.Fatalf("batches = %s, want %s", got, want)
 		}
 		for _, n := range f.bytesOf() {
