@@ -176,6 +176,11 @@ func forget(t *testing.T, w *brokerWorld, drop int64, offsets bool) forgotten {
 		t.Fatalf("__transaction_state ends at %d, as before the transaction (%d): nothing to forget", end, stateEnd)
 	}
 	w.cutAndRestart(t, txnState, stateEnd-drop)
+	// The restart may have moved the group on (its member's session ran
+	// on while the broker was down): go on once the group is stable and
+	// the member knows its generation, so that its live identity is the
+	// group's.
+	w.settle(t)
 	if lso, hw := w.stable(t, snap); lso != start || hw != start+1 {
 		t.Fatalf("after the restart the snapshot partition's last stable offset is %d and its end %d, want %d and %d (the transaction open)", lso, hw, start, start+1)
 	}
@@ -483,6 +488,11 @@ func forgetWithOutput(t *testing.T, w *brokerWorld) forgottenWithOutput {
 	}
 	w.txnOffsetCommit(t, cl, txnID, m.Identity(), in, committed+1)
 	w.cutAndRestart(t, txnState, stateEnd)
+	// The restart may have moved the group on (its member's session ran
+	// on while the broker was down): go on once the group is stable and
+	// the member knows its generation, so that its live identity is the
+	// group's.
+	w.settle(t)
 	for _, tp := range []store.TopicPartition{snap, out} {
 		s := map[store.TopicPartition]int64{snap: start, out: outStart}[tp]
 		if lso, hw := w.stable(t, tp); lso != s || hw != s+1 {
