@@ -153,11 +153,12 @@ func (c *callbacks) idleChan() <-chan struct{} {
 	return c.idle
 }
 
-// storeClientOpts are the options of p's store clients (producers,
-// recovery readers, admin): its store freezer's dialer, and on a real
-// broker a client context that Close cancels (endStoreClients).
-func (w *World) storeClientOpts(p *process) []kgo.Opt {
-	opts := []kgo.Opt{kgo.Dialer(p.store.Dial)}
+// storeClientOpts are the options of a store's clients (producers,
+// recovery readers, admin): dial (a process's store freezer's, or the
+// world's network for the view), and on a real broker a client context
+// that Close cancels (endStoreClients).
+func (w *World) storeClientOpts(dial func(ctx context.Context, network, host string) (net.Conn, error)) []kgo.Opt {
+	opts := []kgo.Opt{kgo.Dialer(dial)}
 	if w.real != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		w.real.endStores = append(w.real.endStores, cancel)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/snapfence/snapfence/engine/view"
 	"github.com/snapfence/snapfence/internal/world"
 	"github.com/snapfence/snapfence/store"
@@ -22,14 +20,8 @@ import (
 func (w *World) readView() {
 	ctx := context.Background()
 	if w.view == nil {
-		opts := []kgo.Opt{kgo.Dialer(w.net.DialContext)}
-		if w.real != nil {
-			ctx, cancel := context.WithCancel(context.Background())
-			w.real.endStores = append(w.real.endStores, cancel)
-			opts = append(opts, kgo.WithContext(ctx))
-		}
 		be, err := kafka.New(ctx, kafka.Config{Mode: store.Transactional, SeedBrokers: w.seeds, Application: w.prefix + "-view",
-			SnapshotTopic: func(string) string { return w.snapshotTopic }, ClientOpts: opts})
+			SnapshotTopic: func(string) string { return w.snapshotTopic }, ClientOpts: w.storeClientOpts(w.net.DialContext)})
 		if err != nil {
 			panic(fmt.Sprintf("kfakeworld: the view's backend: %v", err))
 		}

@@ -675,7 +675,7 @@ func (w *World) start(m *member) {
 		MaxWritesPerTransaction: w.cfg.MaxWritesPerTransaction,
 		TransactionTimeout:      w.cfg.TransactionTimeout,
 		RecoveryStallTimeout:    w.cfg.StallTimeout,
-		ClientOpts:              w.storeClientOpts(p),
+		ClientOpts:              w.storeClientOpts(p.store.Dial),
 		// One batch per fetch, so slow fetches slow a recovery without
 		// stopping it.
 		ReaderOpts: []kgo.Opt{kgo.Dialer(kafkatest.SlowFetches(p.store.Dial, w.fetchDelay)), kgo.FetchMaxPartitionBytes(1)},
