@@ -104,8 +104,9 @@ func (w *brokerWorld) runnerOf(protocol kgo.Opt, mod func(*engine.Config[int]),
 		w.t.Fatal(err)
 	}
 	w.t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
+	// Dynamic, as the kfake world's (fakeWorld.source says why).
 	var newSource engine.Input = kafkaio.Config{
-		SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic},
+		SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic}, DynamicMembership: true,
 		ClientOpts: []kgo.Opt{protocol, kgo.SessionTimeout(6 * time.Second)},
 	}
 	if wrap != nil {

@@ -77,8 +77,8 @@ func (w *brokerWorld) member(mode store.Mode, protocol kgo.Opt, o memberOpts) *f
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = engine.CloseAbandoning(e) })
-	m.r, err = e.Join(kafkaio.Config{
-		SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic},
+	m.r, err = e.Join(kafkaio.Config{ // dynamic: the scenarios are the spec's, of dynamic members
+		SeedBrokers: w.brokers, Group: w.topic + "-group", Topics: []string{w.topic}, DynamicMembership: true,
 		ClientOpts: []kgo.Opt{protocol, kgo.Dialer(m.consumer.Dial),
 			kgo.SessionTimeout(fenceSessionTimeout), kgo.RebalanceTimeout(fenceRebalanceTimeout),
 			kgo.HeartbeatInterval(fenceHeartbeat)},

@@ -3,8 +3,12 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -89,17 +93,26 @@ func TestCreateInputTopicsOnKfake(t *testing.T) {
 	})
 }
 
-// twoMembers starts a (the group's leader: it joins first) and b in w's
-// group, both classic-cooperative with the given session and heartbeat,
-// b with instance id (static membership when not empty), and steps both
-// until each runs one partition. It returns them, the group's generation
-// then, and a stop for b's stepping goroutine.
-func twoMembers(t *testing.T, w *fakeWorld, session time.Duration, instanceID string, protocol kgo.Opt) (a, b *engine.Member[int], stepB func() error) {
+// membership is how twoMembers' b joins.
+type membership struct {
+	instanceID string              // kafkaio.Config.InstanceID
+	dynamic    bool                // kafkaio.Config.DynamicMembership
+	engine     *engine.Engine[int] // nil: w.engine(), on a Dir of its own
+}
+
+// twoMembers starts a (the group's leader: it joins first; a dynamic
+// member) and b in w's group, both with the given protocol, session and
+// heartbeat, b joining as m says, and steps both until each runs one
+// partition. It returns them and a stop for b's stepping goroutine.
+func twoMembers(t *testing.T, w *fakeWorld, session time.Duration, m membership, protocol kgo.Opt) (a, b *engine.Member[int], stepB func() error) {
 	t.Helper()
-	newRunner := func(id string) *engine.Member[int] {
-		r, err := w.engine().Join(kafkaio.Config{
+	newRunner := func(e *engine.Engine[int], id string, dynamic bool) *engine.Member[int] {
+		if e == nil {
+			e = w.engine()
+		}
+		r, err := e.Join(kafkaio.Config{
 			SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
-			SessionTimeout: session, HeartbeatInterval: 200 * time.Millisecond, InstanceID: id,
+			SessionTimeout: session, HeartbeatInterval: 200 * time.Millisecond, InstanceID: id, DynamicMembership: dynamic,
 			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext), protocol},
 		})
 		if err != nil {
@@ -107,14 +120,14 @@ func twoMembers(t *testing.T, w *fakeWorld, session time.Duration, instanceID st
 		}
 		return r
 	}
-	a = newRunner("")
+	a = newRunner(nil, "", true)
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	for len(a.Flows()) != 2 {
 		if err := a.Step(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b = newRunner(instanceID)
+	b = newRunner(m.engine, m.instanceID, m.dynamic)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var bErr error
@@ -136,13 +149,20 @@ func twoMembers(t *testing.T, w *fakeWorld, session time.Duration, instanceID st
 }
 
 // Close leaves the group: the other member takes the partition over at
-// once, well within the session timeout. With an InstanceID it does not:
-// the partition moves only when the session expires.
+// once, well within the session timeout. A static member does not, with
+// an InstanceID or with its Dir's identity (the default with a Dir): the
+// partition moves only when the session expires.
 func TestCloseLeavesGroupUnlessStatic(t *testing.T) {
 	const session = 10 * time.Second
 	for _, c := range []struct {
-		name, instanceID string
-	}{{"dynamic", ""}, {"static", "member-b"}} {
+		name   string
+		m      membership
+		static bool
+	}{
+		{"dynamic", membership{dynamic: true}, false},
+		{"InstanceID", membership{instanceID: "member-b"}, true},
+		{"the Dir's identity", membership{}, true},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := newFakeWorld(t)
@@ -154,14 +174,17 @@ func TestCloseLeavesGroupUnlessStatic(t *testing.T) {
 				var lastHeartbeat time.Time
 				w.c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
 					w.c.KeepControl()
-					if id := req.(*kmsg.HeartbeatRequest).InstanceID; id != nil && *id == c.instanceID {
+					if req.(*kmsg.HeartbeatRequest).InstanceID != nil { // b's: a is dynamic
 						mu.Lock()
 						lastHeartbeat = time.Now()
 						mu.Unlock()
 					}
 					return nil, nil, false
 				})
-				a, b, stopB := twoMembers(t, w, session, c.instanceID, protocols["classic-cooperative"])
+				a, b, stopB := twoMembers(t, w, session, c.m, protocols["classic-cooperative"])
+				if id := b.Source().Identity().InstanceID; (id != "") != c.static {
+					t.Fatalf("b joined with instance id %q", id)
+				}
 				if err := stopB(); err != nil {
 					t.Fatal(err)
 				}
@@ -176,15 +199,15 @@ func TestCloseLeavesGroupUnlessStatic(t *testing.T) {
 				}
 				took := time.Since(start)
 				mu.Lock()
-				if c.instanceID != "" && lastHeartbeat.Before(start) {
+				if c.static && lastHeartbeat.Before(start) {
 					took = time.Since(lastHeartbeat)
 				}
 				mu.Unlock()
 				t.Logf("%s: a took the partition over %v after b's Close (or its last heartbeat before it)", c.name, took)
-				if c.instanceID == "" && took >= session/2 {
+				if !c.static && took >= session/2 {
 					t.Fatalf("dynamic: took %v, the session is %v: Close did not leave", took, session)
 				}
-				if c.instanceID != "" && took < session {
+				if c.static && took < session {
 					t.Fatalf("static: took %v, before the session (%v) expired: Close left the group", took, session)
 				}
 				w.produce("alice=1")
@@ -209,7 +232,7 @@ func TestStaticMemberRestartKeepsAssignment(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := newFakeWorld(t)
 				w.produce("alice=10", "bob=5")
-				a, b, stopB := twoMembers(t, w, 30*time.Second, "member-b", protocols[name])
+				a, b, stopB := twoMembers(t, w, 30*time.Second, membership{instanceID: "member-b"}, protocols[name])
 				if err := stopB(); err != nil {
 					t.Fatal(err)
 				}
@@ -249,4 +272,201 @@ func TestStaticMemberRestartKeepsAssignment(t *testing.T) {
 			})
 		})
 	}
+}
+
+// recoveryLog records each recovery's kind and reason by partition.
+type recoveryLog struct {
+	engine.NopObserver
+	mu   sync.Mutex
+	kind map[store.TopicPartition]string
+}
+
+func (o *recoveryLog) Recovered(tp store.TopicPartition, _ int, _ time.Duration, kind, reason string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.kind == nil {
+		o.kind = map[store.TopicPartition]string{}
+	}
+	o.kind[tp] = kind + "/" + reason
+}
+
+func (o *recoveryLog) of(tp store.TopicPartition) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.kind[tp]
+}
+
+// With nothing configured but a Dir, a member is static: a restart on
+// the same Dir within the session gets back the partition its cache
+// holds, recovers it from the cache's checkpoint (a delta), and the
+// other member, running all along, never takes it over; under every
+// protocol. The control: a dynamic member's Close hands its partition to
+// the other member at once.
+func TestRestartOnItsDirGetsItsPartitionsBackWarm(t *testing.T) {
+	for _, name := range []string{"classic-eager", "classic-cooperative", "consumer"} {
+		for _, dynamic := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/dynamic=%v", name, dynamic), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { restartOnItsDir(t, name, dynamic) })
+			})
+		}
+	}
+}
+
+func restartOnItsDir(t *testing.T, protocol string, dynamic bool) {
+	const session = 30 * time.Second
+	w := newFakeWorld(t)
+	w.produce("alice=10", "bob=5")
+	dir := t.TempDir()
+	onDir := func(obs engine.Observer) *engine.Engine[int] {
+		return w.engineWith(func(c *engine.Config[int]) { c.Dir, c.Observer = dir, obs })
+	}
+	eb := onDir(nil)
+	a, b, stopB := twoMembers(t, w, session, membership{engine: eb, dynamic: dynamic}, protocols[protocol])
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	held, aHeld := b.Flows(), a.Flows()
+	id := b.Source().Identity().InstanceID
+	if (id == "") != dynamic {
+		t.Fatalf("b joined with instance id %q", id)
+	}
+	for !committedAtEnd(w.adm, "bank", held[0]) { // its state and checkpoint in the cache
+		if err := b.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// a runs all along; did it ever take b's partition?
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var aErr error
+	var moved atomic.Bool
+	movedCh := make(chan struct{})
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			if err := a.Step(ctx); err != nil && ctx.Err() == nil {
+				aErr = err
+				return
+			}
+			if slices.Contains(a.Flows(), held[0]) && !moved.Swap(true) {
+				close(movedCh)
+			}
+		}
+	})
+	stopA := func() { cancel(); wg.Wait() }
+	defer stopA()
+
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := eb.Close(); err != nil { // its Dir, free for the restart
+		t.Fatal(err)
+	}
+	w.produce("alice=1", "bob=2")
+	if dynamic {
+		select {
+		case <-movedCh:
+		case <-time.After(session):
+			t.Fatal("control: a dynamic member's partition did not move within the session after its Close")
+		}
+	}
+	in := w.staticSource(protocols[protocol])
+	in.DynamicMembership = dynamic
+	rec := &recoveryLog{}
+	b2, err := onDir(rec).Join(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close(context.Background())
+	start := time.Now()
+	for len(b2.Flows()) != 1 || rec.of(b2.Flows()[0]) == "" {
+		if err := b2.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopA()
+	if aErr != nil {
+		t.Fatal(aErr)
+	}
+	if dynamic {
+		if !moved.Load() {
+			t.Fatal("control: a dynamic member's partition did not move at its Close")
+		}
+		return
+	}
+	if moved.Load() {
+		t.Fatalf("a took %v over while its static owner restarted", held[0])
+	}
+	if got := b2.Source().Identity().InstanceID; got != id {
+		t.Fatalf("restarted with instance id %q, was %q", got, id)
+	}
+	if got := b2.Flows(); got[0] != held[0] {
+		t.Fatalf("restarted member runs %v, held %v before", got, held)
+	}
+	if got := rec.of(held[0]); got != "delta/"+engine.RecoveryCheckpoint {
+		t.Fatalf("%v recovered %s, want a delta from the cache's checkpoint", held[0], got)
+	}
+	if d := time.Since(start); d >= session {
+		t.Fatalf("the restarted member waited %v, the session", d)
+	}
+	if got := a.Flows(); len(got) != 1 || got[0] != aHeld[0] {
+		t.Fatalf("a runs %v, ran %v", got, aHeld)
+	}
+}
+
+// Two instances on copies of one Dir join with one identity: the second
+// fences the first, whose step fails with a *store.ConfigError naming
+// engine.Config.Dir, not the InstanceID it never set.
+func TestCopiedDirIsReportedAsTheDir(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		w.produce("alice=10", "bob=5")
+		dir := t.TempDir()
+		first := w.engineWith(func(c *engine.Config[int]) { c.Dir = dir })
+		if err := first.Close(); err != nil { // the identity is made; now copy the directory
+			t.Fatal(err)
+		}
+		copied := t.TempDir()
+		if err := os.CopyFS(copied, os.DirFS(dir)); err != nil {
+			t.Fatal(err)
+		}
+		in := w.staticSource(protocols["classic-cooperative"])
+		a, err := w.engineWith(func(c *engine.Config[int]) { c.Dir = dir }).Join(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close(context.Background())
+		for len(a.Flows()) != 2 {
+			if err := a.Step(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := w.engineWith(func(c *engine.Config[int]) { c.Dir = copied }).Join(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close(context.Background())
+		if a.Source().Identity().InstanceID != b.Source().Identity().InstanceID {
+			t.Fatal("the copy has an identity of its own: the test would prove nothing")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_ = b.Step(ctx)
+			}
+		})
+		defer func() { cancel(); wg.Wait() }()
+		var stepErr error
+		for range 200 {
+			if stepErr = a.Step(context.Background()); stepErr != nil {
+				break
+			}
+		}
+		cerr, ok := errors.AsType[*store.ConfigError](stepErr)
+		if !ok || cerr.Subject != "engine.Config.Dir" || !strings.Contains(cerr.Error(), "copies of one cache directory") {
+			t.Fatalf("got %v, want a *store.ConfigError naming engine.Config.Dir", stepErr)
+		}
+		t.Log(stepErr)
+	})
 }

@@ -127,7 +127,19 @@ func (w *fakeWorld) killableRunner(e *engine.Engine[int], protocol kgo.Opt) (*en
 	return r, k
 }
 
+// source is a dynamic member's input, whatever its engine's Dir: these
+// tests hand partitions over through a closing member's leave, which a
+// static member does not send (classic), or sends as a temporary leave
+// that reserves its partitions (the consumer protocol; kfake, unlike
+// Kafka, then reserves them past the session timeout, for good).
+// staticSource is a member with the default membership.
 func (w *fakeWorld) source(protocol kgo.Opt) engine.Input {
+	in := w.staticSource(protocol)
+	in.DynamicMembership = true
+	return in
+}
+
+func (w *fakeWorld) staticSource(protocol kgo.Opt) kafkaio.Config {
 	return kafkaio.Config{
 		SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
 		ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext), protocol},

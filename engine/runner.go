@@ -155,12 +155,16 @@ func (e *Engine[S]) Join(in Input) (*Member[S], error) {
 		ReplaysFail:        replaysFail,
 		FoldError:          refusedFoldError,
 	}, time.Time{})
-	src, err := in.Open(input.Opening{Handler: rebalanceHandler[S]{r}, Application: e.cfg.Store.Application()})
+	src, err := in.Open(input.Opening{Handler: rebalanceHandler[S]{r}, Application: e.cfg.Store.Application(),
+		Instance: e.kv.Instance()})
 	if err != nil {
 		r.endLife()
 		return nil, err
 	}
 	r.src = src
+	if id := src.Identity(); id.InstanceID != "" {
+		e.log.Info("joining the consumer group as a static member", "group", id.Group, "instance", id.InstanceID)
+	}
 	if e.cfg.Standby {
 		if r.standby, err = newStandbys(r); err != nil {
 			_ = src.Close(context.Background())

@@ -209,7 +209,7 @@ func (s Status) groupSettled() bool {
 // when zero), durations in seconds.
 func (s Status) MarshalJSON() ([]byte, error) {
 	return json.Marshal(statusJSON{Live: s.Live, Ready: s.Ready(), Joined: s.Joined, Group: s.Identity.Group,
-		Member: s.Identity.MemberID, Generation: s.Identity.Generation, Error: errText(s.Err),
+		Member: s.Identity.MemberID, Instance: s.Identity.InstanceID, Generation: s.Identity.Generation, Error: errText(s.Err),
 		Partitions: partitionsJSON(s.Partitions), Standbys: standbysJSON(s.Standbys), Unserved: unservedJSON(s.Unserved),
 		GroupReport: timeOrNil(s.GroupReport), GroupReportErr: errText(s.GroupReportErr)})
 }
@@ -222,6 +222,7 @@ type statusJSON struct {
 	Joined         bool                    `json:"joined"`
 	Group          string                  `json:"group,omitempty"`
 	Member         string                  `json:"member,omitempty"`
+	Instance       string                  `json:"instance,omitempty"`
 	Generation     int32                   `json:"generation"`
 	Error          string                  `json:"error,omitempty"`
 	Partitions     []partitionJSON         `json:"partitions"`

@@ -55,6 +55,7 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{"RebalanceTimeout", func(c *kafkaio.Config) { c.RebalanceTimeout = 1000 * time.Hour }},
 		{"InstanceID", func(c *kafkaio.Config) { c.InstanceID = "pod/0" }},
 		{"InstanceID", func(c *kafkaio.Config) { c.InstanceID = strings.Repeat("x", 250) }},
+		{"DynamicMembership", func(c *kafkaio.Config) { c.InstanceID, c.DynamicMembership = "pod-0", true }},
 		{"CreatePartitions", func(c *kafkaio.Config) { c.CreatePartitions = -2 }},
 		{"CreateReplicationFactor", func(c *kafkaio.Config) { c.CreateReplicationFactor = -3 }},
 	}

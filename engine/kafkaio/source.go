@@ -81,17 +81,36 @@ type Config struct {
 	// its partitions recover again). A long timeout costs nothing while
 	// members are healthy.
 	RebalanceTimeout time.Duration
-	// InstanceID turns on static membership (group.instance.id, KIP-345):
-	// a member that restarts with the same InstanceID within
-	// SessionTimeout gets its partitions back without a rebalance. Default
-	// "" (dynamic membership). It must be unique in the group and stable
-	// across restarts of one instance (a StatefulSet pod name, say); a
-	// second running process with the same id fences the first, whose Poll
-	// then returns a *store.ConfigError. Close does not leave the group
-	// with an InstanceID, so a clean stop moves the partitions only after
-	// SessionTimeout: raise SessionTimeout to cover a restart (30 s to a
-	// few minutes) when setting it.
+	// InstanceID is the member's static identity (group.instance.id,
+	// KIP-345; static membership): a member that restarts with the same
+	// InstanceID within SessionTimeout gets its partitions back without
+	// a rebalance, so a rolling restart recovers each partition from its
+	// cache (a delta) instead of moving it. Default: the identity the
+	// engine keeps in its cache directory (engine.Config.Dir), made once
+	// for that directory, so an instance that keeps its Dir is static
+	// without configuring anything; with no Dir (a cache in memory,
+	// which a restart loses anyway), or with DynamicMembership, dynamic
+	// membership. Set it only to choose the name (a StatefulSet pod's,
+	// say): it must be unique in the group and stable across restarts of
+	// one instance; a second running process with the same id fences the
+	// first, whose Poll then returns a *store.ConfigError.
+	//
+	// A static member's clean stop (Close) keeps its partitions
+	// assigned to it until it rejoins or SessionTimeout passes: a deploy
+	// that restarts it within SessionTimeout moves nothing, but a
+	// partition stands still while the instance is down. Raise
+	// SessionTimeout to cover a restart that takes longer (30 s to a few
+	// minutes); an instance removed for good (a scale-in) leaves its
+	// partitions unserved for SessionTimeout (docs/operations.md,
+	// "Rolling restarts").
 	InstanceID string
+	// DynamicMembership joins as a dynamic member even when the engine's
+	// cache directory gives this instance a stable identity: a clean stop
+	// leaves the group, and its partitions move at once, but a restarted
+	// instance may be given other partitions than those its cache holds
+	// (recovered in full). Default false. It cannot be set with
+	// InstanceID.
+	DynamicMembership bool
 	// Endpoint is the address this instance serves queries at
 	// ("http://10.0.0.5:8080"), advertised to the rest of the group so
 	// that any instance can say which one serves a key
@@ -180,6 +199,9 @@ func (cfg Config) resolve() (Config, error) {
 	}
 	if err := cfg.resolveGroupTimeouts(); err != nil {
 		return Config{}, err
+	}
+	if cfg.InstanceID != "" && cfg.DynamicMembership {
+		return Config{}, badConfigField("DynamicMembership", fmt.Sprintf("set with InstanceID %q", cfg.InstanceID), "set InstanceID for static membership or DynamicMembership for dynamic, not both")
 	}
 	if cfg.InstanceID != "" {
 		if p := store.NameProblem(cfg.InstanceID); p != "" {
@@ -292,12 +314,15 @@ const (
 // nothing: its heartbeats and rejoins run beside it, and a new session
 // cancels it.
 type kafkaSource struct {
-	cfg    Config
-	member *kgo.Client
-	cl     *kgo.Client
-	adm    *kadm.Client
-	group  string
-	buf    []input.Record // reused by every Poll: valid until the next
+	cfg Config
+	// instanceFromCache: cfg.InstanceID is the engine's cache's identity,
+	// not the user's.
+	instanceFromCache bool
+	member            *kgo.Client
+	cl                *kgo.Client
+	adm               *kadm.Client
+	group             string
+	buf               []input.Record // reused by every Poll: valid until the next
 	// logEnd is each partition's high watermark from the last fetch
 	// response that carried it, or from a ListOffsets (Poll and LogEnd
 	// run on one goroutine).
@@ -392,12 +417,16 @@ func (cfg Config) Open(o input.Opening) (input.Source, error) {
 	if err != nil {
 		return nil, err
 	}
+	var instanceFromCache bool
+	if cfg.InstanceID == "" && !cfg.DynamicMembership && o.Instance != "" {
+		cfg.InstanceID, instanceFromCache = o.Instance, true
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), topicCheckTimeout)
 	defer cancel()
 	if err := checkInputTopics(ctx, cfg); err != nil {
 		return nil, err
 	}
-	s := &kafkaSource{cfg: cfg, group: cfg.Group, logEnd: map[store.TopicPartition]int64{},
+	s := &kafkaSource{cfg: cfg, instanceFromCache: instanceFromCache, group: cfg.Group, logEnd: map[store.TopicPartition]int64{},
 		unknownEnd: map[store.TopicPartition]bool{}, turn: make(chanmutex.Mutex, 1), consumed: map[store.TopicPartition]bool{}}
 	cl, err := kgo.NewClient(directClientOpts(cfg)...)
 	if err != nil {
@@ -802,7 +831,7 @@ func (s *kafkaSource) PollDone() {
 // Identity is the member's: the store's offset commits carry it.
 func (s *kafkaSource) Identity() store.GroupIdentity {
 	member, gen := s.member.GroupMetadata()
-	return store.GroupIdentity{Group: s.group, MemberID: member, Generation: gen}
+	return store.GroupIdentity{Group: s.group, MemberID: member, Generation: gen, InstanceID: s.cfg.InstanceID}
 }
 
 // CommittedOffset reads the group's committed offset; with none, the
@@ -981,6 +1010,11 @@ func (s *kafkaSource) groupConfigError(err error) error {
 	case errors.Is(err, kerr.FencedInstanceID):
 		cerr.Subject, cerr.Problem = "kafkaio.Config.InstanceID", fmt.Sprintf("another member of group %q joined with instance id %q and replaced this one", s.group, s.cfg.InstanceID)
 		cerr.Fix = "give every running instance its own InstanceID"
+		if s.instanceFromCache {
+			cerr.Subject = "engine.Config.Dir"
+			cerr.Problem = fmt.Sprintf("another member of group %q joined with instance id %q, the identity kept in this instance's cache directory, and replaced this one: two instances run on copies of one cache directory", s.group, s.cfg.InstanceID)
+			cerr.Fix = "give every instance a Dir of its own, never a copy of another's (or set kafkaio.Config.DynamicMembership)"
+		}
 	case errors.Is(err, kerr.GroupAuthorizationFailed):
 		cerr.Subject, cerr.Problem = "kafkaio.Config.Group", fmt.Sprintf("the consumer may not join group %q", s.group)
 		cerr.Fix = fmt.Sprintf("grant the principal READ on the group (kafka-acls.sh --operation Read --group %s)", s.group)

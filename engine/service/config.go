@@ -89,7 +89,10 @@ type Config[S any] struct {
 	// least once, through the service's producer). The service sets
 	// Store, StartEmit, CheckOutputTopics and Observer: leave them unset.
 	// Engine.Dir, if set, keeps the cache on disk across restarts (not
-	// with the embedded cluster, which does not outlive the process).
+	// with the embedded cluster, which does not outlive the process), and
+	// makes the instance a static member of its group, so that a restart
+	// within the session timeout gets back the partitions its cache holds
+	// (kafkaio.Config.InstanceID; docs/operations.md, "Rolling restarts").
 	Engine engine.Config[S]
 }
 

@@ -119,6 +119,12 @@ type Opening struct {
 	// Application is the engine's store's application name (store.Named):
 	// the group an input joins when it is given none.
 	Application string
+	// Instance is a stable identity of the member's local state (the
+	// engine's on-disk cache's; "" without one): an input whose group
+	// supports static membership joins with it when it is given no
+	// identity of its own, so that a restart on the same state gets back
+	// the partitions that state holds.
+	Instance string
 }
 
 // OpenFunc is an engine.Input made of its Open: for harnesses that wrap

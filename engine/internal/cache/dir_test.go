@@ -68,11 +68,11 @@ func fill(t *testing.T, kv *KV, keys ...string) {
 	}
 }
 
-// keysOf is the cache's keys but its layout mark.
+// keysOf is the cache's keys but its layout mark and instance identity.
 func keysOf(kv *KV) []string {
 	var keys []string
 	for k := range kv.Scan(nil) {
-		if string(k) != string(layoutKey) {
+		if string(k) != string(layoutKey) && string(k) != string(instanceKey) {
 			keys = append(keys, string(k))
 		}
 	}

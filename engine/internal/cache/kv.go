@@ -44,6 +44,8 @@ type KV struct {
 	// from another goroutine (queryReader); closed is set under it.
 	queries sync.RWMutex
 	closed  bool
+	// instance is the on-disk cache's identity (Instance).
+	instance string
 }
 
 // errClosed is a query's read of a closed engine's cache.
@@ -163,6 +165,10 @@ func Open(dir, app string) (*KV, error) {
 		_ = kv.Close()
 		return nil, &DirError{Path: owned, Detail: "clearing a cache of an earlier layout", Err: err}
 	}
+	if kv.instance, err = kv.ensureInstance(); err != nil {
+		_ = kv.Close()
+		return nil, &DirError{Path: owned, Detail: "keeping the cache's instance identity", Err: err}
+	}
 	return kv, nil
 }
 
@@ -188,11 +194,24 @@ func (k *KV) upgrade() error {
 	} else if !errors.Is(err, pebble.ErrNotFound) {
 		return err
 	}
+	// The instance identity outlives the layout: a new one would cost the
+	// group a rebalance for nothing.
+	id, idCloser, idErr := k.db.Get(instanceKey)
+	var keep []byte
+	if idErr == nil {
+		keep = bytes.Clone(id)
+		_ = idCloser.Close()
+	}
 	if err := k.clear(); err != nil {
 		return err
 	}
 	if err := k.db.Set(layoutKey, []byte(cacheLayout), pebble.NoSync); err != nil {
 		return err
+	}
+	if keep != nil {
+		if err := k.db.Set(instanceKey, keep, pebble.NoSync); err != nil {
+			return err
+		}
 	}
 	return k.db.Flush() // no WAL: the mark is durable once flushed
 }
