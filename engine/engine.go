@@ -415,21 +415,26 @@ type Config[S any] struct {
 	// checkpoint is still a valid base (docs/operations.md, "Warm
 	// restarts").
 	FullRecovery bool
-	// Standby (off by default) keeps a standby replica of every partition
-	// of the input topics that this member does not own: the runner
-	// follows its snapshot partition read_committed into the cache, with
-	// a checkpoint, so that when the partition is assigned here later
-	// (a failover, a rolling restart) its recovery reads only the
-	// snapshots written since. Every member then holds the whole state in
-	// its cache (disk, and Pebble's block cache), and reads every
-	// snapshot write of the group: docs/operations.md, "Standby
-	// replicas", gives the costs. The followers run between polls, a
-	// round at most every second while they are caught up. It needs a
-	// Store in Transactional mode that can follow (store.Backend's
-	// CanFollow: store/kafka's and store/sim's can); Status().Standbys
-	// shows each replica. With a caught-up replica a failover is mostly
-	// the rebalance, which kafkaio.Config.HeartbeatInterval bounds.
-	Standby bool
+	// StandbyReplicas is how many standby replicas each partition of the
+	// input topics has, on members other than its owner (Kafka Streams'
+	// num.standby.replicas); default 0, none. A replica follows the
+	// partition's snapshot partition read_committed into its member's
+	// cache, with a checkpoint, so that when the partition is assigned
+	// there later (a failover, a scale-in) its recovery reads only the
+	// snapshots written since. Each member computes the same placement
+	// from the group report (GroupReportInterval, and after every
+	// rebalance): rendezvous hashing of the members' names (their
+	// instance ids, stable with a Dir) with the partition, so a member
+	// joining or leaving moves only the replicas it takes or had. A member
+	// thus holds about StandbyReplicas × partitions ÷ members replicas
+	// besides its own partitions: cache, network and reads grow with the
+	// replica count, not the group's size (docs/operations.md, "Standby
+	// replicas", gives the costs). A group of fewer members than
+	// StandbyReplicas+1 keeps a replica on every member but the owner. It
+	// needs a Store in Transactional mode that can follow
+	// (store.Backend's CanFollow: store/kafka's and store/sim's can), and
+	// the group report. Status().Standbys shows each replica and its lag.
+	StandbyReplicas int
 	// Tables are the tables the fold (or OnTimer, or Tick) looks up while
 	// it runs: views (package engine/view) of other engines' snapshot topics, or of compacted
 	// topics of plain key/values (lookup joins, as goka's Lookup and
@@ -610,12 +615,17 @@ func (cfg *Config[S]) checkStoreMode() error {
 	case cfg.ExactlyOnce && cfg.Store.Mode() != store.Transactional:
 		return badConfig("ExactlyOnce", fmt.Sprintf("needs a Transactional store (this one is %v)", cfg.Store.Mode()),
 			"use a store in store.Transactional mode")
-	case cfg.Standby && cfg.Store.Mode() != store.Transactional:
-		return badConfig("Standby", fmt.Sprintf("needs a Transactional store (this one is %v): without the fence no copy of a snapshot partition is vouched for", cfg.Store.Mode()),
-			"use a store in store.Transactional mode, or turn Standby off")
-	case cfg.Standby && !cfg.Store.CanFollow():
-		return badConfig("Standby", fmt.Sprintf("needs a Store that can follow partitions (%T cannot)", cfg.Store),
-			"use store/kafka's or store/sim's backend, or turn Standby off")
+	case cfg.StandbyReplicas < 0:
+		return badConfig("StandbyReplicas", fmt.Sprintf("%d is negative", cfg.StandbyReplicas), "leave it 0 for none, or set the number of replicas per partition")
+	case cfg.StandbyReplicas > 0 && cfg.Store.Mode() != store.Transactional:
+		return badConfig("StandbyReplicas", fmt.Sprintf("needs a Transactional store (this one is %v): without the fence no copy of a snapshot partition is vouched for", cfg.Store.Mode()),
+			"use a store in store.Transactional mode, or set StandbyReplicas to 0")
+	case cfg.StandbyReplicas > 0 && !cfg.Store.CanFollow():
+		return badConfig("StandbyReplicas", fmt.Sprintf("needs a Store that can follow partitions (%T cannot)", cfg.Store),
+			"use store/kafka's or store/sim's backend, or set StandbyReplicas to 0")
+	case cfg.StandbyReplicas > 0 && cfg.GroupReportInterval < 0:
+		return badConfig("StandbyReplicas", "set with GroupReportInterval negative: the replicas are placed from the group report",
+			"leave GroupReportInterval at its default, or set StandbyReplicas to 0")
 	}
 	return nil
 }
@@ -752,7 +762,7 @@ func (e *Engine[S]) coreFold() core.FoldFunc[S, Output] {
 // standbyInterval is the scheduler's standby round interval: 0 without
 // standby replicas.
 func (e *Engine[S]) standbyInterval() time.Duration {
-	if !e.cfg.Standby {
+	if e.cfg.StandbyReplicas == 0 {
 		return 0
 	}
 	return standbyInterval

@@ -41,6 +41,10 @@ type GroupPartition struct {
 	// (kafkaio.Config.Endpoint); "" if it advertises none, or the
 	// partition is not assigned.
 	Endpoint string
+	// Owner is the member it is assigned to, by its name in the group:
+	// its instance id if it is a static member, else its member id; ""
+	// if the partition is not assigned.
+	Owner string
 }
 
 // Lag is the records of the partition no commit covers: LogEndOffset
@@ -86,8 +90,9 @@ func (r *Member[S]) groupReport(ctx context.Context) {
 		r.status.groupReport(nil, now, err)
 		return
 	}
-	parts := make([]GroupPartition, len(described))
-	for i, p := range described {
+	r.group, r.groupSeq = described, r.groupSeq+1
+	parts := make([]GroupPartition, len(described.Partitions))
+	for i, p := range described.Partitions {
 		parts[i] = GroupPartition(p)
 	}
 	r.status.groupReport(parts, now, nil)

@@ -32,8 +32,8 @@ func (unjoined) Close(context.Context) error                                { re
 func (unjoined) LogEnd(store.TopicPartition) (int64, bool)                  { return 0, false }
 func (unjoined) Go(f func())                                                { f() }
 func (unjoined) Partitions(context.Context) ([]store.TopicPartition, error) { return nil, nil }
-func (unjoined) DescribeGroup(context.Context) ([]input.GroupPartition, error) {
-	return nil, nil
+func (unjoined) DescribeGroup(context.Context) (input.GroupReport, error) {
+	return input.GroupReport{}, nil
 }
 func (unjoined) CheckTopics(context.Context, []string) error { return nil }
 func (unjoined) Sleep(context.Context, time.Duration)        {}

@@ -50,7 +50,8 @@ type Member[S any] struct {
 	recoveries map[store.TopicPartition]*recovery[S]
 	life       context.Context
 	endLife    context.CancelFunc
-	// standby is the standby replicas (Config.Standby); nil without.
+	// standby is the standby replicas (Config.StandbyReplicas); nil
+	// without.
 	standby *standbys[S]
 	// logs bounds the rate of the log lines of repeated failures.
 	logs *logLimiter
@@ -60,6 +61,10 @@ type Member[S any] struct {
 	// zero: one is due at once (none yet, or a rebalance callback ran
 	// since).
 	lastGroupReport time.Time
+	// group is the last group report read (group.go), the groupSeq-th:
+	// the standby replicas are placed from it.
+	group    input.GroupReport
+	groupSeq int
 	// released: the runner no longer counts as open for Engine.Close
 	// (closed, or abandoned by a test's simulated crash).
 	released atomic.Bool
@@ -151,7 +156,6 @@ func (e *Engine[S]) Join(in Input) (*Member[S], error) {
 		DiscardUndecodable: e.cfg.UndecodableState == DiscardUndecodableState,
 		StandbyInterval:    e.standbyInterval(),
 		StandbyRetry:       standbyRetry,
-		StandbyListEvery:   standbyListEvery,
 		ReplaysFail:        replaysFail,
 		FoldError:          refusedFoldError,
 	}, time.Time{})
@@ -165,7 +169,7 @@ func (e *Engine[S]) Join(in Input) (*Member[S], error) {
 	if id := src.Identity(); id.InstanceID != "" {
 		e.log.Info("joining the consumer group as a static member", "group", id.Group, "instance", id.InstanceID)
 	}
-	if e.cfg.Standby {
+	if e.cfg.StandbyReplicas > 0 {
 		if r.standby, err = newStandbys(r); err != nil {
 			_ = src.Close(context.Background())
 			r.endLife()
@@ -395,10 +399,11 @@ func (r *Member[S]) step(ctx context.Context) error {
 		}
 	}
 	r.do(ctx, r.sched.Timers(r.src.Now()))
+	// The report first: the standby replicas are placed from it.
+	r.groupReport(ctx)
 	if r.standby != nil {
 		r.standby.round(ctx)
 	}
-	r.groupReport(ctx)
 	return pollErr
 }
 

@@ -7,18 +7,23 @@ import (
 
 	"github.com/snapfence/snapfence/engine/internal/cache"
 	"github.com/snapfence/snapfence/engine/internal/core"
+	"github.com/snapfence/snapfence/engine/internal/placement"
 	"github.com/snapfence/snapfence/engine/internal/replica"
 	"github.com/snapfence/snapfence/engine/internal/schedule"
 	"github.com/snapfence/snapfence/internal/input"
 	"github.com/snapfence/snapfence/store"
 )
 
-// Standby replicas (Config.Standby; docs/operations.md, "Standby
-// replicas"): every partition of the input topics that this member does
-// not hold is followed read_committed into the cache, with a checkpoint,
-// so that an assignment of it later recovers only the delta. Each
-// partition has a replica.Reader (as each partition of a View has): the
-// standbys say when it opens, reads and retries.
+// Standby replicas (Config.StandbyReplicas; docs/operations.md,
+// "Standby replicas"): each partition of the input topics has
+// StandbyReplicas replicas on members other than its owner, placed by
+// rendezvous hashing of the members' names with bounded loads, from the
+// group report (package placement), so that every member computes the
+// same placement with no coordination. A member follows the partitions placed on it
+// read_committed into the cache, with a checkpoint, so that an assignment
+// of one of them later recovers only the delta. Each followed partition
+// has a replica.Reader (as each partition of a View has): the standbys say
+// when it opens, reads and retries.
 //
 // The follower runs on the runner's goroutine, between polls (a round at
 // most every standbyInterval, sooner while a follower is behind), so the
@@ -26,22 +31,19 @@ import (
 // both: start closes a partition's follower before it takes the partition
 // over. What a follower writes is committed (read_committed) and its
 // checkpoint is one the store vouches for, so a standby copy is a base
-// like any other the warm restart checks (Recover from a checkpoint).
+// like any other the warm restart checks (Recover from a checkpoint). A
+// replica moved elsewhere (a member joined or left) is closed; its copy
+// stays in the cache, the base of a later delta if it comes back.
 
 const (
 	// standbyInterval is the least time between two rounds of reads of
 	// the followers that are caught up.
 	standbyInterval = time.Second
-	// standbyListEvery is how often the input topics' partitions are
-	// listed again (partitions added).
-	standbyListEvery = 30 * time.Second
 	// standbyRetry is the wait before a failed follower is opened again.
 	standbyRetry = 30 * time.Second
 	// standbyRoundReads bounds the reads of one follower in one round, so
 	// that a follower far behind does not hold the polls back.
 	standbyRoundReads = 16
-	// standbyListTimeout bounds a listing of the partitions.
-	standbyListTimeout = 5 * time.Second
 )
 
 // standbys carries out the scheduler's decisions about the standby
@@ -50,39 +52,41 @@ const (
 type standbys[S any] struct {
 	r      *Member[S]
 	sched  *schedule.Replicas
-	lister input.Source
 	follow store.Backend
-	all    []store.TopicPartition
-	parts  map[store.TopicPartition]*replica.Reader
+	// placed are the partitions placed on this member, from the group
+	// report of sequence placedSeq.
+	placed    []store.TopicPartition
+	placedSeq int
+	parts     map[store.TopicPartition]*replica.Reader
 }
 
 func newStandbys[S any](r *Member[S]) (*standbys[S], error) {
-	return &standbys[S]{r: r, sched: r.sched.Standbys(), lister: r.src, follow: r.e.cfg.Store,
+	return &standbys[S]{r: r, sched: r.sched.Standbys(), follow: r.e.cfg.Store,
 		parts: map[store.TopicPartition]*replica.Reader{}}, nil
 }
 
-// round runs a round of the replicas if one is due: lists the partitions
-// if that is due, then does what the scheduler says of each replica.
+// round runs a round of the replicas if one is due: places them again if
+// a new group report came, then does what the scheduler says of each
+// replica.
 func (sb *standbys[S]) round(ctx context.Context) {
 	r := sb.r
 	now := r.src.Now()
 	if !sb.sched.RoundDue(now) {
 		return
 	}
-	if sb.sched.ListDue(now) {
-		sb.list(ctx, now)
-	}
-	for _, tp := range sb.all {
+	sb.place()
+	for _, tp := range sb.placed {
 		if r.sched.Holds(tp) {
-			sb.release(tp) // start released it already; a safeguard
+			sb.drop(tp) // start released it already; a safeguard
 			continue
 		}
 		sb.sched.Add(tp)
-		switch sb.sched.Next(tp, now) {
-		case schedule.StepOpen:
+		if sb.sched.Next(tp, now) == schedule.StepOpen {
 			err := sb.open(ctx, tp)
 			sb.sched.Opened(tp, err, r.src.Now())
-		case schedule.StepRead:
+		}
+		// A replica just opened reads in the same round.
+		if sb.sched.Next(tp, r.src.Now()) == schedule.StepRead {
 			behind, err := sb.read(ctx, tp)
 			sb.sched.ReadEnded(tp, behind, err, r.src.Now())
 		}
@@ -91,18 +95,39 @@ func (sb *standbys[S]) round(ctx context.Context) {
 	r.status.standbys(sb.status())
 }
 
-// list lists the input topics' partitions again.
-func (sb *standbys[S]) list(ctx context.Context, now time.Time) {
-	lctx, cancel := context.WithTimeout(ctx, standbyListTimeout)
-	all, err := sb.lister.Partitions(lctx)
-	cancel()
-	sb.sched.Listed(now)
-	if err != nil {
-		sb.warn("listing the input partitions for the standby replicas failed", store.TopicPartition{}, err)
+// place computes, from the last group report, the partitions whose
+// replicas this member keeps, and closes the replicas placed elsewhere
+// now. A report of a group that assigns nothing (a classic group
+// rebalancing, or one not joined yet) keeps the last placement: the
+// replicas wait where they are for the owners to be known.
+func (sb *standbys[S]) place() {
+	r := sb.r
+	if sb.placedSeq == r.groupSeq {
 		return
 	}
-	slices.SortFunc(all, compareTP)
-	sb.all = all
+	sb.placedSeq = r.groupSeq
+	assigned := slices.ContainsFunc(r.group.Partitions, func(p input.GroupPartition) bool { return p.Assigned })
+	if !assigned {
+		return
+	}
+	parts := make([]placement.Partition, len(r.group.Partitions))
+	for i, p := range r.group.Partitions {
+		parts[i] = placement.Partition{TP: p.Input, Owner: p.Owner}
+	}
+	self := input.MemberName(r.src.Identity())
+	var placed []store.TopicPartition
+	for tp, ms := range placement.Place(parts, r.group.Members, r.e.cfg.StandbyReplicas) {
+		if self != "" && slices.Contains(ms, self) {
+			placed = append(placed, tp)
+		}
+	}
+	slices.SortFunc(placed, compareTP)
+	for tp := range sb.sched.All() {
+		if !slices.Contains(placed, tp) {
+			sb.drop(tp)
+		}
+	}
+	sb.placed = placed
 }
 
 // open opens tp's replica over a new core of the partition (the
@@ -169,12 +194,19 @@ func (sb *standbys[S]) warn(msg string, tp store.TopicPartition, err error) {
 // release closes tp's replica: the member takes tp over. What it wrote
 // stays in the cache, as the base of the takeover's delta.
 func (sb *standbys[S]) release(tp store.TopicPartition) {
-	rd := sb.parts[tp]
-	if rd == nil {
+	if sb.parts[tp] == nil {
 		return
 	}
-	rd.Close()
-	delete(sb.parts, tp)
+	sb.drop(tp)
+}
+
+// drop closes tp's replica, if it has one, and forgets it. What it wrote
+// stays in the cache.
+func (sb *standbys[S]) drop(tp store.TopicPartition) {
+	if rd := sb.parts[tp]; rd != nil {
+		rd.Close()
+		delete(sb.parts, tp)
+	}
 	sb.sched.Remove(tp)
 	sb.r.status.standbys(sb.status()) // the status never shows a replica of an owned partition
 }
@@ -182,7 +214,7 @@ func (sb *standbys[S]) release(tp store.TopicPartition) {
 // close closes every replica.
 func (sb *standbys[S]) close() {
 	for _, tp := range sortedKeys(sb.parts) {
-		sb.release(tp)
+		sb.drop(tp)
 	}
 	sb.r.status.standbys(nil)
 }
@@ -202,7 +234,7 @@ func (sb *standbys[S]) status() []StandbyStatus {
 }
 
 // StandbyStatus is one standby replica's status: a partition this member
-// follows without owning it (Config.Standby). The offsets are the
+// follows without owning it (Config.StandbyReplicas). The offsets are the
 // snapshot partition's.
 type StandbyStatus struct {
 	Input store.TopicPartition

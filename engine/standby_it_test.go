@@ -17,7 +17,7 @@ func TestStandbyFailoverOnKafka(t *testing.T) {
 		produce: w.produce, caughtUp: w.caughtUp, wait: waitFor,
 		members: func(logs [2]*logCount) (*engine.Member[int], func(), *engine.Member[int]) {
 			with := func(i int) func(*engine.Config[int]) {
-				return func(c *engine.Config[int]) { c.Standby, c.Logger = true, slog.New(logs[i]) }
+				return func(c *engine.Config[int]) { c.StandbyReplicas, c.Logger = 1, slog.New(logs[i]) }
 			}
 			a, k := w.killableRunnerWith(protocol, with(0))
 			return a, func() { crashAndLeave(t, a, k) }, w.runnerWith(protocol, with(1))

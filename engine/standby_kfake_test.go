@@ -104,7 +104,7 @@ func TestStandbyFailoverOnKfake(t *testing.T) {
 			produce: w.produce, caughtUp: w.caughtUp, wait: waitUntil,
 			members: func(logs [2]*logCount) (*engine.Member[int], func(), *engine.Member[int]) {
 				with := func(i int) func(*engine.Config[int]) {
-					return func(c *engine.Config[int]) { c.Standby, c.Logger = true, slog.New(logs[i]) }
+					return func(c *engine.Config[int]) { c.StandbyReplicas, c.Logger = 1, slog.New(logs[i]) }
 				}
 				a, k := w.killableRunner(w.engineWith(with(0)), protocol)
 				return a, func() { crashAndLeave(t, a, k) }, w.runner(w.engineWith(with(1)), protocol)

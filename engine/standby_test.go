@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,7 +38,10 @@ func newStandbyPair(t *testing.T, standby bool) *standbyPair {
 	p := &standbyPair{w: newSimWorld(t), logs: [2]*logCount{{}, {}}}
 	for i := range p.rs {
 		e := p.w.engineWith(func(c *engine.Config[int]) {
-			c.Standby, c.Logger = standby, slog.New(p.logs[i])
+			c.Logger = slog.New(p.logs[i])
+			if standby {
+				c.StandbyReplicas = 1
+			}
 		})
 		p.rs[i] = p.w.runner(e)
 	}
@@ -98,7 +104,7 @@ func TestStandbyFailoverReadsOnlyTheDeltaOnSim(t *testing.T) {
 					t.Fatalf("the status as JSON = %s (%v), want its standbys", b, err)
 				}
 			} else if len(st.Standbys) != 0 {
-				t.Fatalf("standbys %+v without Config.Standby", st.Standbys)
+				t.Fatalf("standbys %+v without Config.StandbyReplicas", st.Standbys)
 			}
 			// More input the owner commits, which the replica reads in
 			// its next rounds, and then a last change it commits after
@@ -154,22 +160,97 @@ type unfollowing struct{ store.Backend }
 
 func (unfollowing) CanFollow() bool { return false }
 
-// Standby needs a store that can follow, in Transactional mode, and says
-// so at New.
+// StandbyReplicas needs a store that can follow, in Transactional mode,
+// and the group report, and a count that is not negative; each refusal
+// says so naming the field.
 func TestStandbyMisconfiguredOnSim(t *testing.T) {
 	w := newSimWorld(t)
 	plain, err := w.c.NewBackend(sim.BackendConfig{Mode: store.Plain, CreateTopics: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, st := range map[string]store.Backend{
-		"a Plain store":              plain,
-		"a store that cannot follow": unfollowing{w.store},
+	for name, cfg := range map[string]engine.Config[int]{
+		"a Plain store":               {Store: plain, StandbyReplicas: 1},
+		"a store that cannot follow":  {Store: unfollowing{w.store}, StandbyReplicas: 1},
+		"a negative count":            {Store: w.store, StandbyReplicas: -1},
+		"no group report to place by": {Store: w.store, StandbyReplicas: 1, GroupReportInterval: -1},
 	} {
-		_, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: st, Standby: true})
+		cfg.Fold, cfg.Codec = balance, intCodec{}
+		_, err := engine.New(cfg)
 		var ce *store.ConfigError
-		if !errors.As(err, &ce) || ce.Subject != "engine.Config.Standby" {
-			t.Fatalf("%s: New = %v, want a *store.ConfigError for Config.Standby", name, err)
+		if !errors.As(err, &ce) || ce.Subject != "engine.Config.StandbyReplicas" {
+			t.Fatalf("%s: New = %v, want a *store.ConfigError for Config.StandbyReplicas", name, err)
 		}
+	}
+}
+
+// With StandbyReplicas N, each partition has exactly N replicas, none on
+// its owner, spread over the group: the replicas in the whole group are N
+// per partition whatever the group's size (memory and reads grow with the
+// replica count, not the members), and no member keeps more than its
+// share, rounded up.
+func TestStandbyReplicasByCountOnSim(t *testing.T) {
+	for _, c := range []struct{ members, n int }{{3, 1}, {5, 1}, {5, 2}} {
+		t.Run(fmt.Sprintf("members=%d/n=%d", c.members, c.n), func(t *testing.T) {
+			const parts = 12
+			w := newSimWorld(t)
+			if err := w.c.CreateTopic("wide", sim.TopicConfig{Partitions: parts}); err != nil {
+				t.Fatal(err)
+			}
+			rs := make([]*engine.Member[int], c.members)
+			for i := range rs {
+				e := w.engineWith(func(cfg *engine.Config[int]) { cfg.StandbyReplicas = c.n })
+				r, err := e.Join(simsource.New(w.c, "bank", sim.ClassicCooperative, 0, "wide"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs[i] = r
+			}
+			replicas := func() (map[store.TopicPartition][]int, []int, int) {
+				by, per, owned := map[store.TopicPartition][]int{}, make([]int, len(rs)), 0
+				for i, r := range rs {
+					st := r.Status()
+					owned += len(st.Partitions)
+					for _, sb := range st.Standbys {
+						by[sb.Input] = append(by[sb.Input], i)
+						per[i]++
+						if slices.Contains(r.Flows(), sb.Input) {
+							t.Fatalf("member %d keeps a replica of %s, which it owns", i, sb.Input)
+						}
+					}
+				}
+				return by, per, owned
+			}
+			settled := false
+			for range 60 {
+				for _, r := range rs {
+					if err := r.Step(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				w.c.Advance(time.Second)
+				by, _, owned := replicas()
+				if owned == parts && len(by) == parts && !slices.ContainsFunc(slices.Collect(maps.Values(by)), func(ms []int) bool { return len(ms) != c.n }) {
+					settled = true
+					break
+				}
+			}
+			by, per, owned := replicas()
+			if !settled {
+				t.Fatalf("after a minute: %d partitions owned, replicas %v; want %d of each of %d partitions", owned, by, c.n, parts)
+			}
+			total := 0
+			share := (c.n*parts + c.members - 1) / c.members
+			for i, n := range per {
+				total += n
+				if n > share {
+					t.Errorf("member %d keeps %d replicas, its share is %d", i, n, share)
+				}
+			}
+			if total != c.n*parts {
+				t.Fatalf("%d replicas in the group, want %d (N per partition)", total, c.n*parts)
+			}
+			t.Logf("replicas per member %v", per)
+		})
 	}
 }

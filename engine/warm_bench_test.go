@@ -400,7 +400,7 @@ func (fx *warmFixture) startWith(b *testing.B, dir string, full bool, obs store.
 type warmMember struct {
 	full     bool
 	obs      store.Observer
-	standby  bool // Config.Standby
+	standby  bool // Config.StandbyReplicas 1
 	killable bool // a kill switch between the source and the runner (warmOwner.kill)
 	want     int  // the `partition recovered` lines that close its log's all
 	// life, when set, is the benchmark whose end stops the member, if
@@ -440,7 +440,7 @@ func (fx *warmFixture) launch(b *testing.B, dir string, m warmMember) *warmOwner
 		},
 		Codec: engine.Bytes(), Store: backend, Dir: dir, FullRecovery: full,
 		PersistInterval: 200 * time.Millisecond, CommitInterval: 200 * time.Millisecond,
-		Logger: slog.New(o.log), Standby: m.standby,
+		Logger: slog.New(o.log), StandbyReplicas: standbyReplicas(m.standby),
 	})
 	if err != nil {
 		_ = backend.Close()
@@ -683,4 +683,13 @@ func (l *warmLog) errors() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.errs.String()
+}
+
+// standbyReplicas is Config.StandbyReplicas for a member with standbys
+// (one: the benchmark's groups are of two).
+func standbyReplicas(on bool) int {
+	if on {
+		return 1
+	}
+	return 0
 }

@@ -1080,41 +1080,41 @@ func (s *kafkaSource) inputTopics(ctx context.Context) ([]store.TopicPartition, 
 // (ConsumerGroupDescribe), then as a classic one (DescribeGroups: a
 // classic group that rebalances is read as assigning nothing, whatever
 // the coordinator describes: its partitions are being handed out).
-func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]input.GroupPartition, error) {
+func (s *kafkaSource) DescribeGroup(ctx context.Context) (input.GroupReport, error) {
 	tps, names, err := s.inputTopics(ctx)
 	if err != nil {
-		return nil, err
+		return input.GroupReport{}, err
 	}
 	starts, err := s.adm.ListStartOffsets(ctx, s.cfg.Topics...)
 	if err != nil {
-		return nil, fmt.Errorf("kafkaio: listing the start offsets of %q: %w", s.cfg.Topics, err)
+		return input.GroupReport{}, fmt.Errorf("kafkaio: listing the start offsets of %q: %w", s.cfg.Topics, err)
 	}
 	ends, err := s.adm.ListEndOffsets(ctx, s.cfg.Topics...)
 	if err != nil {
-		return nil, fmt.Errorf("kafkaio: listing the end offsets of %q: %w", s.cfg.Topics, err)
+		return input.GroupReport{}, fmt.Errorf("kafkaio: listing the end offsets of %q: %w", s.cfg.Topics, err)
 	}
 	committed, err := s.adm.FetchOffsets(ctx, s.group)
 	if err != nil {
-		return nil, fmt.Errorf("kafkaio: fetching the committed offsets of group %s: %w", s.group, err)
+		return input.GroupReport{}, fmt.Errorf("kafkaio: fetching the committed offsets of group %s: %w", s.group, err)
 	}
-	assigned, _, err := s.groupAssigned(ctx, names)
+	g, err := s.describeGroup(ctx, names)
 	if err != nil {
-		return nil, err
+		return input.GroupReport{}, err
 	}
-	out := make([]input.GroupPartition, 0, len(tps))
+	out := input.GroupReport{Partitions: make([]input.GroupPartition, 0, len(tps)), Members: g.members}
 	for _, tp := range tps {
 		start, sok := starts.Lookup(tp.Topic, tp.Partition)
 		end, eok := ends.Lookup(tp.Topic, tp.Partition)
 		if !sok || !eok || start.Err != nil || end.Err != nil {
-			return nil, fmt.Errorf("kafkaio: the log start or end of %s: %v %v", tp, start.Err, end.Err)
+			return input.GroupReport{}, fmt.Errorf("kafkaio: the log start or end of %s: %v %v", tp, start.Err, end.Err)
 		}
-		owner, isAssigned := assigned[tp]
+		owner, isAssigned := g.owners[tp]
 		gp := input.GroupPartition{Input: tp, CommittedOffset: -1, LogStartOffset: start.Offset, LogEndOffset: end.Offset,
-			Assigned: isAssigned, Endpoint: owner.endpoint}
+			Assigned: isAssigned, Endpoint: owner.endpoint, Owner: owner.name}
 		if c, ok := committed.Lookup(tp.Topic, tp.Partition); ok && c.Err == nil && c.At >= 0 {
 			gp.CommittedOffset = c.At
 		}
-		out = append(out, gp)
+		out.Partitions = append(out.Partitions, gp)
 	}
 	return out, nil
 }
@@ -1123,67 +1123,98 @@ func (s *kafkaSource) DescribeGroup(ctx context.Context) ([]input.GroupPartition
 // partition to.
 type groupOwner struct {
 	memberID string
+	name     string // its instance id if static, else memberID
 	endpoint string // its advertised endpoint ("" if none)
 }
 
-// groupAssigned is the partitions the group's coordinator has assigned to
-// its members (names: the input topics' names by id, for a response that
-// names a topic by its id alone), and whether the group is a classic one
-// that rebalances. The assignment is read as a consumer-protocol group
-// first (ConsumerGroupDescribe: each member's current assignment, without
-// the partitions it is revoking), then as a classic one (DescribeGroups:
-// a classic group that rebalances is read as assigning nothing, whatever
+// groupView is the group as its coordinator describes it: which member
+// each partition is assigned to, the members' names (sorted), and
+// whether it is a classic group that rebalances.
+type groupView struct {
+	owners      map[store.TopicPartition]groupOwner
+	members     []string
+	rebalancing bool
+}
+
+// memberName is a described member's name: its instance id if it is
+// static, else its member id (input.MemberName).
+func memberName(memberID string, instanceID *string) string {
+	if instanceID != nil && *instanceID != "" {
+		return *instanceID
+	}
+	return memberID
+}
+
+// describeGroup is the group as its coordinator describes it (names: the
+// input topics' names by id, for a response that names a topic by its id
+// alone). It is read as a consumer-protocol group first
+// (ConsumerGroupDescribe: each member's current assignment, without the
+// partitions it is revoking), then as a classic one (DescribeGroups: a
+// classic group that rebalances is read as assigning nothing, whatever
 // the coordinator describes: its partitions are being handed out).
-func (s *kafkaSource) groupAssigned(ctx context.Context, names map[kadm.TopicID]string) (map[store.TopicPartition]groupOwner, bool, error) {
-	owners := map[store.TopicPartition]groupOwner{}
-	add := func(memberID, clientID, topic string, parts []int32) {
+func (s *kafkaSource) describeGroup(ctx context.Context, names map[kadm.TopicID]string) (groupView, error) {
+	v := groupView{owners: map[store.TopicPartition]groupOwner{}}
+	add := func(o groupOwner, topic string, parts []int32) {
 		for _, p := range parts {
-			owners[store.TopicPartition{Topic: topic, Partition: p}] = groupOwner{memberID: memberID, endpoint: ClientIDEndpoint(clientID)}
+			v.owners[store.TopicPartition{Topic: topic, Partition: p}] = o
 		}
 	}
+	member := func(memberID string, instanceID *string, clientID string) groupOwner {
+		o := groupOwner{memberID: memberID, name: memberName(memberID, instanceID), endpoint: ClientIDEndpoint(clientID)}
+		v.members = append(v.members, o.name)
+		return o
+	}
+	defer func() { slices.Sort(v.members) }()
 	req := kmsg.NewPtrConsumerGroupDescribeRequest()
 	req.Groups = []string{s.group}
 	if resp, err := req.RequestWith(ctx, s.cl); err == nil && len(resp.Groups) == 1 && resp.Groups[0].ErrorCode == 0 {
 		for _, m := range resp.Groups[0].Members {
+			if m.MemberEpoch < 0 {
+				continue // a static member's temporary leave: not there to keep a replica
+			}
+			o := member(m.MemberID, m.InstanceID, m.ClientID)
 			for _, t := range m.Assignment.TopicPartitions {
 				name := t.Topic
 				if name == "" {
 					name = names[t.TopicID]
 				}
-				add(m.MemberID, m.ClientID, name, t.Partitions)
+				add(o, name, t.Partitions)
 			}
 		}
-		return owners, false, nil
+		return v, nil
 	}
 	// Not a consumer-protocol group (or a broker without the API).
 	groups, err := s.adm.DescribeGroups(ctx, s.group)
 	if err != nil {
-		return nil, false, fmt.Errorf("kafkaio: describing group %s: %w", s.group, err)
+		return groupView{}, fmt.Errorf("kafkaio: describing group %s: %w", s.group, err)
 	}
 	g, ok := groups[s.group]
 	if !ok {
-		return owners, false, nil
+		return v, nil
 	}
 	if g.Err != nil {
-		return nil, false, fmt.Errorf("kafkaio: describing group %s: %w", s.group, g.Err)
-	}
-	if g.State != "Stable" {
-		// Kafka 4's coordinator describes each member's last
-		// assignment in every state, older ones none outside Stable.
-		// Both are read as nothing assigned until the rebalance ends:
-		// eager members have revoked everything meanwhile, and a
-		// member assigned nothing must not take a group still handing
-		// partitions out for settled (engine.Status.Ready).
-		return owners, g.State != "Empty" && g.State != "Dead", nil
+		return groupView{}, fmt.Errorf("kafkaio: describing group %s: %w", s.group, g.Err)
 	}
 	for _, m := range g.Members {
+		o := member(m.MemberID, m.InstanceID, m.ClientID)
+		if g.State != "Stable" {
+			// Kafka 4's coordinator describes each member's last
+			// assignment in every state, older ones none outside
+			// Stable. Both are read as nothing assigned until the
+			// rebalance ends: eager members have revoked everything
+			// meanwhile, and a member assigned nothing must not take a
+			// group still handing partitions out for settled
+			// (engine.Status.Ready).
+			continue
+		}
 		if c, ok := m.Assigned.AsConsumer(); ok {
 			for _, t := range c.Topics {
-				add(m.MemberID, m.ClientID, t.Topic, t.Partitions)
+				add(o, t.Topic, t.Partitions)
 			}
 		}
 	}
-	return owners, false, nil
+	v.rebalancing = g.State != "Stable" && g.State != "Empty" && g.State != "Dead"
+	return v, nil
 }
 
 // ConfirmOwner implements Source: it describes the group as
@@ -1196,13 +1227,13 @@ func (s *kafkaSource) ConfirmOwner(ctx context.Context, tp store.TopicPartition,
 	if err != nil {
 		return err
 	}
-	owners, rebalancing, err := s.groupAssigned(ctx, names)
+	g, err := s.describeGroup(ctx, names)
 	if err != nil {
 		return err
 	}
-	owner, ok := owners[tp]
+	owner, ok := g.owners[tp]
 	switch {
-	case rebalancing:
+	case g.rebalancing:
 		return &input.NotOwnerError{Input: tp, Identity: id, Why: "the group is rebalancing"}
 	case !ok:
 		return &input.NotOwnerError{Input: tp, Identity: id, Why: "no member is assigned it"}

@@ -282,27 +282,25 @@ func (s *Source) Partitions(context.Context) ([]store.TopicPartition, error) {
 // DescribeGroup implements the engine's source: every partition of the
 // member's topics with the group's committed offset, its log start and
 // end, and whether the coordinator has it assigned to a member.
-func (s *Source) DescribeGroup(ctx context.Context) ([]input.GroupPartition, error) {
+func (s *Source) DescribeGroup(ctx context.Context) (input.GroupReport, error) {
 	tps, err := s.Partitions(ctx)
 	if err != nil {
-		return nil, err
+		return input.GroupReport{}, err
 	}
-	assigned := map[store.TopicPartition]bool{}
-	for _, tp := range s.c.GroupAssigned(s.group) {
-		assigned[tp] = true
-	}
-	out := make([]input.GroupPartition, 0, len(tps))
+	members, owners := s.c.GroupMembers(s.group)
+	out := input.GroupReport{Partitions: make([]input.GroupPartition, 0, len(tps)), Members: members}
 	for _, tp := range tps {
 		start, _, end, err := s.c.Offsets(tp)
 		if err != nil {
-			return nil, err
+			return input.GroupReport{}, err
 		}
 		committed, ok := s.c.CommittedOffset(s.group, tp)
 		if !ok {
 			committed = -1
 		}
-		out = append(out, input.GroupPartition{Input: tp, CommittedOffset: committed, LogStartOffset: start, LogEndOffset: end,
-			Assigned: assigned[tp]})
+		owner, assigned := owners[tp]
+		out.Partitions = append(out.Partitions, input.GroupPartition{Input: tp, CommittedOffset: committed, LogStartOffset: start,
+			LogEndOffset: end, Assigned: assigned, Owner: owner})
 	}
 	return out, nil
 }

@@ -40,6 +40,25 @@ type GroupPartition struct {
 	LogStartOffset, LogEndOffset int64
 	Assigned                     bool
 	Endpoint                     string
+	Owner                        string
+}
+
+// GroupReport is the whole group's view of the topics a source consumes:
+// every partition, by topic then partition, and the group's members by
+// name (a member's instance id if it is static, else its member id),
+// sorted, whether or not they are assigned anything.
+type GroupReport struct {
+	Partitions []GroupPartition
+	Members    []string
+}
+
+// MemberName is the name a member goes by in a GroupReport: its instance
+// id if it is static, else its member id.
+func MemberName(id store.GroupIdentity) string {
+	if id.InstanceID != "" {
+		return id.InstanceID
+	}
+	return id.MemberID
 }
 
 // Source is the group consumer one member of the engine drives, from one
@@ -92,10 +111,9 @@ type Source interface {
 	// Partitions lists every partition of the topics the source
 	// consumes (the standby replicas follow those it is not assigned).
 	Partitions(ctx context.Context) ([]store.TopicPartition, error)
-	// DescribeGroup is the whole group's view of every partition of the
-	// topics the source consumes, by topic then partition (the group
-	// report).
-	DescribeGroup(ctx context.Context) ([]GroupPartition, error)
+	// DescribeGroup is the whole group's view of the topics the source
+	// consumes (the group report).
+	DescribeGroup(ctx context.Context) (GroupReport, error)
 	// CheckTopics checks that topics exist (the default check of the
 	// output topics): a missing one is a *store.ConfigError naming it.
 	CheckTopics(ctx context.Context, topics []string) error

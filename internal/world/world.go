@@ -156,9 +156,10 @@ type Config struct {
 	// so a recovery brings the timer back and it fires again.
 	TimerRemovalsLost bool
 
-	// Standby gives the engines standby replicas (engine.Config.Standby,
-	// needs Mode Transactional): each member follows the snapshot
-	// partitions it does not own into its cache, and a partition moved to
+	// Standby gives the engines standby replicas
+	// (engine.Config.StandbyReplicas, needs Mode Transactional): each
+	// member follows the snapshot partitions placed on it that it does not
+	// own into its cache, and a partition moved to
 	// it recovers from that copy (FullRecovery off, as under
 	// WarmRestarts). The states are checked against the committed
 	// snapshots after every step (invariant 9), every snapshot a replica
@@ -168,6 +169,10 @@ type Config struct {
 	// to 20 min: a replica's checkpoint is 15 min old when it is made
 	// (store.Follow), so it stays usable for 3 min.
 	Standby bool
+	// StandbyReplicas is the engines' engine.Config.StandbyReplicas under
+	// Standby; 0: Members-1, a replica of each partition on every member
+	// but its owner.
+	StandbyReplicas int
 	// StandbySkipsRecords is a broken variant for Standby: a replica
 	// hands its engine every other snapshot it reads, with the
 	// checkpoints of all of them, as a replica that lost records would.
@@ -699,7 +704,10 @@ func (w *World) start(m *member) {
 	}
 	if w.standby != nil {
 		w.standby.started(m)
-		ecfg.Standby, ecfg.Store = true, followingBackend{checkedBackend: checked, follower: be}
+		ecfg.StandbyReplicas, ecfg.Store = w.cfg.StandbyReplicas, followingBackend{checkedBackend: checked, follower: be}
+		if ecfg.StandbyReplicas == 0 {
+			ecfg.StandbyReplicas = len(w.members) - 1
+		}
 		ecfg.Observer = standbyObserver{w: w, m: m, proc: m.proc}
 	}
 	if w.table != nil {

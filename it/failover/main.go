@@ -77,7 +77,7 @@ func main() {
 		instance = flag.String("instance", "", "member: kafkaio.Config.InstanceID")
 		proto    = flag.String("protocol", "classic", "member: classic (cooperative-sticky) or consumer (KIP-848)")
 		dir      = flag.String("dir", "", "member: cache directory")
-		standby  = flag.Bool("standby", false, "member: engine.Config.Standby")
+		standby  = flag.Int("standby", 0, "member: engine.Config.StandbyReplicas")
 		keys     = flag.Int("keys", 0, "keys of state written before each measurement (spread over the partitions), so that a recovery has something to read")
 		runs     = flag.Int("runs", 2, "measurements per setting and fault")
 		settings = flag.String("settings", "old,new,static", "settings to measure: old, new, static, consumer")
@@ -182,7 +182,7 @@ type intCodec struct{}
 func (intCodec) Encode(n int) ([]byte, error) { return []byte(strconv.Itoa(n)), nil }
 func (intCodec) Decode(b []byte) (int, error) { return strconv.Atoi(string(b)) }
 
-func runMember(name string, seeds []string, topic string, session, hb time.Duration, instance, proto, dir string, standby bool) error {
+func runMember(name string, seeds []string, topic string, session, hb time.Duration, instance, proto, dir string, standby int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -192,7 +192,7 @@ func runMember(name string, seeds []string, topic string, session, hb time.Durat
 	}
 	defer b.Close()
 	w := &watch{name: name, folded: map[int32]bool{}}
-	e, err := engine.New(engine.Config[int]{Fold: w.fold, Codec: intCodec{}, Store: b, Dir: dir, Standby: standby,
+	e, err := engine.New(engine.Config[int]{Fold: w.fold, Codec: intCodec{}, Store: b, Dir: dir, StandbyReplicas: standby,
 		PersistInterval: 200 * time.Millisecond, CommitInterval: 500 * time.Millisecond, Logger: log})
 	if err != nil {
 		return err
@@ -227,7 +227,7 @@ type setting struct {
 	name             string
 	session, hb      time.Duration
 	static, consumer bool
-	standby          bool
+	standby          int
 }
 
 var allSettings = map[string]setting{
@@ -235,7 +235,7 @@ var allSettings = map[string]setting{
 	"new":      {name: "new (10s/1s, KafkaConfig's defaults)"},
 	"static":   {name: "static (10s/1s + InstanceID)", static: true},
 	"consumer": {name: "consumer protocol (KIP-848; the broker's session)", consumer: true},
-	"standby":  {name: "static + Config.Standby", static: true, standby: true},
+	"standby":  {name: "static + Config.StandbyReplicas 1", static: true, standby: 1},
 }
 
 type measurer struct {
@@ -376,8 +376,8 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 		if s.consumer {
 			args = append(args, "-protocol", "consumer")
 		}
-		if s.standby {
-			args = append(args, "-standby")
+		if s.standby > 0 {
+			args = append(args, "-standby", strconv.Itoa(s.standby))
 		}
 		exe, err := os.Executable()
 		if err != nil {

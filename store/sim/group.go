@@ -432,6 +432,33 @@ func (c *Cluster) ConfirmOwner(id store.GroupIdentity, tp store.TopicPartition) 
 	return why
 }
 
+// GroupMembers is group's members by id, sorted, and each partition the
+// coordinator has assigned (as GroupAssigned reads it) with its member.
+func (c *Cluster) GroupMembers(group string) ([]string, map[store.TopicPartition]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.groups[group]
+	owners := map[store.TopicPartition]string{}
+	if g == nil {
+		return nil, owners
+	}
+	ids := sortedKeys(g.members)
+	for _, id := range ids {
+		gm := g.members[id]
+		switch {
+		case g.protocol == Consumer:
+			for _, tp := range gm.assigned {
+				owners[tp] = id
+			}
+		case g.state == groupStable:
+			for _, tp := range gm.assignment {
+				owners[tp] = id
+			}
+		}
+	}
+	return ids, owners
+}
+
 // GroupAssigned is every partition the coordinator has assigned to a
 // member of group, as a describe of the group answers: under the classic
 // protocol only while the group is stable (during a rebalance Kafka

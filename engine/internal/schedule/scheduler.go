@@ -68,9 +68,9 @@ type Config struct {
 	DiscardUndecodable bool
 	// StandbyInterval is the least time between two rounds of the
 	// standby replicas that are caught up; 0: no standby replicas.
-	// StandbyRetry is the wait before a failed one opens again, and
-	// StandbyListEvery how often the input's partitions are listed again.
-	StandbyInterval, StandbyRetry, StandbyListEvery time.Duration
+	// StandbyRetry is the wait before a failed one opens again. (The
+	// partitions they follow come from the group report, not a listing.)
+	StandbyInterval, StandbyRetry time.Duration
 
 	// The runtime's error types are its own: the scheduler asks about
 	// them, and has them made, through these two, so that it needs
@@ -126,7 +126,7 @@ func New[F any](cfg Config, now time.Time) *Scheduler[F] {
 	s := &Scheduler[F]{cfg: cfg, parts: map[store.TopicPartition]*Partition[F]{},
 		lastPersist: now, lastCommit: now, lastTick: now}
 	if cfg.StandbyInterval > 0 {
-		s.standbys = NewReplicas(ReplicaConfig{Interval: cfg.StandbyInterval, Retry: cfg.StandbyRetry, ListEvery: cfg.StandbyListEvery})
+		s.standbys = NewReplicas(ReplicaConfig{Interval: cfg.StandbyInterval, Retry: cfg.StandbyRetry})
 	}
 	return s
 }

@@ -148,7 +148,6 @@ func (h *schedulerHarness) step(d *datadriven.TestData) (string, error) {
 		if cfg.StandbyRetry, err = dur("standby-retry", "30s"); err != nil {
 			return "", err
 		}
-		cfg.StandbyListEvery = 30 * time.Second
 		h.s = New[*testFlow](cfg, epoch)
 		h.rs, h.name = h.s.Standbys(), "standby replica"
 		h.starts = map[store.TopicPartition]int{}
