@@ -13,6 +13,7 @@ import (
 
 // standbyConfigs are the worlds with standby replicas
 // (world.Config.Standby): each protocol, exactly-once outputs off and on,
+// a replica on every other member or one replica placed by count,
 // the caches in memory (a new process has no copy) and on disk
 // (WarmRestarts, under cacheBase: a restart keeps its copies, and the
 // wipe step loses them); variant (if set) changes each.
@@ -22,14 +23,18 @@ func standbyConfigs(t *testing.T, variant func(*world.Config)) []world.Config {
 	for _, warm := range []bool{false, true} {
 		for _, eos := range []bool{false, true} {
 			for _, p := range protocols {
-				cfg := world.Config{Mode: store.Transactional, Protocol: p, ExactlyOnce: eos, Standby: true}
-				if warm {
-					cfg.WarmRestarts, cfg.CacheDir = true, base
+				// Every other member keeps a replica (0), or one does,
+				// placed by the group report (1 of 3 slots).
+				for _, n := range []int{0, 1} {
+					cfg := world.Config{Mode: store.Transactional, Protocol: p, ExactlyOnce: eos, Standby: true, StandbyReplicas: n}
+					if warm {
+						cfg.WarmRestarts, cfg.CacheDir = true, base
+					}
+					if variant != nil {
+						variant(&cfg)
+					}
+					out = append(out, cfg)
 				}
-				if variant != nil {
-					variant(&cfg)
-				}
-				out = append(out, cfg)
 			}
 		}
 	}

@@ -382,7 +382,7 @@ func New(cfg Config) (*World, error) {
 		}
 		w.lost = &removalsLost{seen: map[string][]store.Timer{}}
 	}
-	if (cfg.StandbySkipsRecords || cfg.StandbyCheckpointsDropped) && !cfg.Standby {
+	if (cfg.StandbySkipsRecords || cfg.StandbyCheckpointsDropped || cfg.StandbyReplicas != 0) && !cfg.Standby {
 		return nil, errNoStandby
 	}
 	if cfg.Standby {

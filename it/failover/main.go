@@ -56,14 +56,13 @@ import (
 	"github.com/snapfence/snapfence/store/wire"
 )
 
-const partitions = 6
-
 // event is one line a member writes on stdout.
 type event struct {
 	Member string  `json:"member"`
-	Ev     string  `json:"ev"` // up, assigned, revoked, lost, fold, exit
+	Ev     string  `json:"ev"` // up, assigned, revoked, lost, fold, recovered, exit
 	Parts  []int32 `json:"parts,omitempty"`
-	At     int64   `json:"at"` // unix nanoseconds
+	Kind   string  `json:"kind,omitempty"` // recovered: delta or full, and the reason
+	At     int64   `json:"at"`             // unix nanoseconds
 	Err    string  `json:"err,omitempty"`
 }
 
@@ -75,12 +74,16 @@ func main() {
 		session  = flag.Duration("session", 0, "member: kafkaio.Config.SessionTimeout (0: default)")
 		hb       = flag.Duration("heartbeat", 0, "member: kafkaio.Config.HeartbeatInterval (0: default)")
 		instance = flag.String("instance", "", "member: kafkaio.Config.InstanceID")
+		dynamic  = flag.Bool("dynamic", false, "member: kafkaio.Config.DynamicMembership")
 		proto    = flag.String("protocol", "classic", "member: classic (cooperative-sticky) or consumer (KIP-848)")
 		dir      = flag.String("dir", "", "member: cache directory")
 		standby  = flag.Int("standby", 0, "member: engine.Config.StandbyReplicas")
 		keys     = flag.Int("keys", 0, "keys of state written before each measurement (spread over the partitions), so that a recovery has something to read")
 		runs     = flag.Int("runs", 2, "measurements per setting and fault")
-		settings = flag.String("settings", "old,new,static", "settings to measure: old, new, static, consumer")
+		settings = flag.String("settings", "old,new,static", "settings to measure: old, new, static, consumer, dynamic, default, standby")
+		nparts   = flag.String("partitions", "6", "input partition counts to measure, comma-separated")
+		nmembers = flag.Int("members", 2, "member processes (rolling: at least 3)")
+		down     = flag.Duration("down", 0, "rolling, restart: how long a stopped member stays down before it starts again (a deploy's restart time)")
 		faults   = flag.String("faults", "kill,stop,restart", "faults: kill (SIGKILL), stop (SIGTERM: a clean Close), restart (SIGKILL, then the same member again at once, on its directory), rolling (three members, each stopped cleanly and started again on its directory in turn)")
 		verbose  = flag.Bool("v", false, "print every member event")
 	)
@@ -91,17 +94,24 @@ func main() {
 	}
 	seeds := strings.Split(*brokers, ",")
 	if *member != "" {
-		if err := runMember(*member, seeds, *topic, *session, *hb, *instance, *proto, *dir, *standby); err != nil {
+		if err := runMember(*member, seeds, *topic, *session, *hb, *instance, *dynamic, *proto, *dir, *standby); err != nil {
 			emit(event{Member: *member, Ev: "exit", Err: err.Error()})
 			os.Exit(1)
 		}
 		emit(event{Member: *member, Ev: "exit"})
 		return
 	}
-	m := &measurer{seeds: seeds, verbose: *verbose, keys: *keys}
-	if err := m.all(strings.Split(*settings, ","), strings.Split(*faults, ","), *runs); err != nil {
-		fmt.Fprintln(os.Stderr, "failover:", err)
-		os.Exit(1)
+	for _, ps := range strings.Split(*nparts, ",") {
+		n, err := strconv.Atoi(ps)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "failover: -partitions %q: %v\n", ps, err)
+			os.Exit(2)
+		}
+		m := &measurer{seeds: seeds, verbose: *verbose, keys: *keys, partitions: int32(n), members: *nmembers, down: *down}
+		if err := m.all(strings.Split(*settings, ","), strings.Split(*faults, ","), *runs); err != nil {
+			fmt.Fprintln(os.Stderr, "failover:", err)
+			os.Exit(1)
+		}
 	}
 }
 
@@ -122,10 +132,22 @@ func emit(ev event) {
 // watch reports the member's assignments and the first record it folds of
 // each partition after the partition's assignment.
 type watch struct {
+	engine.NopObserver
 	name   string
 	h      input.Handler
 	mu     sync.Mutex
 	folded map[int32]bool
+	// lastFold is when a fold event of each partition was last emitted:
+	// one every foldEvery while it folds, for the parent's gaps.
+	lastFold map[int32]time.Time
+}
+
+// foldEvery is how often a folding partition says so.
+const foldEvery = 50 * time.Millisecond
+
+// Recovered implements engine.Observer: each recovery's kind and reason.
+func (w *watch) Recovered(tp store.TopicPartition, _ int, _ time.Duration, kind, reason string) {
+	emit(event{Member: w.name, Ev: "recovered", Parts: []int32{tp.Partition}, Kind: kind + "/" + reason})
 }
 
 func (w *watch) Assigned(ctx context.Context, tps []store.TopicPartition) {
@@ -159,12 +181,17 @@ func (w *watch) forget(tps []store.TopicPartition) {
 }
 
 func (w *watch) fold(key []byte, state int, _ bool, rec engine.Record) (engine.Result[int], error) {
+	now := time.Now()
 	w.mu.Lock()
 	first := !w.folded[rec.Partition]
 	w.folded[rec.Partition] = true
+	due := first || now.Sub(w.lastFold[rec.Partition]) >= foldEvery
+	if due {
+		w.lastFold[rec.Partition] = now
+	}
 	w.mu.Unlock()
-	if first {
-		emit(event{Member: w.name, Ev: "fold", Parts: []int32{rec.Partition}})
+	if due {
+		emit(event{Member: w.name, Ev: "fold", Parts: []int32{rec.Partition}, At: now.UnixNano()})
 	}
 	return engine.Set(state + 1), nil
 }
@@ -182,7 +209,7 @@ type intCodec struct{}
 func (intCodec) Encode(n int) ([]byte, error) { return []byte(strconv.Itoa(n)), nil }
 func (intCodec) Decode(b []byte) (int, error) { return strconv.Atoi(string(b)) }
 
-func runMember(name string, seeds []string, topic string, session, hb time.Duration, instance, proto, dir string, standby int) error {
+func runMember(name string, seeds []string, topic string, session, hb time.Duration, instance string, dynamic bool, proto, dir string, standby int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -191,15 +218,15 @@ func runMember(name string, seeds []string, topic string, session, hb time.Durat
 		return err
 	}
 	defer b.Close()
-	w := &watch{name: name, folded: map[int32]bool{}}
+	w := &watch{name: name, folded: map[int32]bool{}, lastFold: map[int32]time.Time{}}
 	e, err := engine.New(engine.Config[int]{Fold: w.fold, Codec: intCodec{}, Store: b, Dir: dir, StandbyReplicas: standby,
-		PersistInterval: 200 * time.Millisecond, CommitInterval: 500 * time.Millisecond, Logger: log})
+		PersistInterval: 200 * time.Millisecond, CommitInterval: 500 * time.Millisecond, Logger: log, Observer: w})
 	if err != nil {
 		return err
 	}
 	defer e.Close()
 	cfg := kafkaio.Config{SeedBrokers: seeds, Group: topic + "-group", Topics: []string{topic},
-		SessionTimeout: session, HeartbeatInterval: hb, InstanceID: instance}
+		SessionTimeout: session, HeartbeatInterval: hb, InstanceID: instance, DynamicMembership: dynamic}
 	if proto == "consumer" {
 		cfg.ClientOpts = []kgo.Opt{kgo.ServerSideBalancer()}
 	}
@@ -227,15 +254,18 @@ type setting struct {
 	name             string
 	session, hb      time.Duration
 	static, consumer bool
+	dynamic          bool // DynamicMembership: dynamic with a Dir
 	standby          int
 }
 
 var allSettings = map[string]setting{
-	"old":      {name: "old (45s/3s, franz-go's defaults)", session: 45 * time.Second, hb: 3 * time.Second},
-	"new":      {name: "new (10s/1s, KafkaConfig's defaults)"},
+	"old":      {name: "old (45s/3s, franz-go's defaults)", session: 45 * time.Second, hb: 3 * time.Second, dynamic: true},
+	"new":      {name: "new (10s/1s, KafkaConfig's defaults), dynamic", dynamic: true},
+	"dynamic":  {name: "dynamic membership (DynamicMembership)", dynamic: true},
+	"default":  {name: "the defaults (a Dir: static)"},
 	"static":   {name: "static (10s/1s + InstanceID)", static: true},
 	"consumer": {name: "consumer protocol (KIP-848; the broker's session)", consumer: true},
-	"standby":  {name: "static + Config.StandbyReplicas 1", static: true, standby: 1},
+	"standby":  {name: "the defaults + StandbyReplicas 1", standby: 1},
 }
 
 type measurer struct {
@@ -243,13 +273,25 @@ type measurer struct {
 	verbose bool
 	adm     *kadm.Client
 	keys    int
+	// partitions is the input's partition count; members the member
+	// processes.
+	partitions int32
+	members    int
+	// down is how long a restarted member stays down.
+	down time.Duration
 }
 
 // result is one measurement: from the fault until the moved partitions
-// were all assigned again, and until each had a record folded.
+// were all assigned again, and until each had a record folded; the
+// longest time a partition folded nothing from the fault on (the worst
+// partition's, and the median partition's); and the recoveries since the
+// fault, delta and full.
 type result struct {
 	assigned, folded time.Duration
 	moved            []int32
+	worstGap, medGap time.Duration
+	deltas, fulls    int
+	fullReasons      map[string]int
 }
 
 func (m *measurer) all(settings, faults []string, runs int) error {
@@ -276,21 +318,27 @@ func (m *measurer) all(settings, faults []string, runs int) error {
 				if err != nil {
 					return fmt.Errorf("%s, %s, run %d: %w", s.name, f, i+1, err)
 				}
-				fmt.Printf("%-52s %-8s run %d: moved %v assigned after %6.2fs, folding after %6.2fs\n",
-					s.name, f, i+1, res.moved, res.assigned.Seconds(), res.folded.Seconds())
+				fmt.Printf("%-52s %-8s run %d: moved %v assigned after %6.2fs, folding after %6.2fs; longest without a fold %.2fs (median partition %.2fs); recoveries %d delta, %d full %v\n",
+					s.name, f, i+1, res.moved, res.assigned.Seconds(), res.folded.Seconds(), res.worstGap.Seconds(), res.medGap.Seconds(),
+					res.deltas, res.fulls, res.fullReasons)
 				rw.res = append(rw.res, res)
 			}
 			rows = append(rows, rw)
 		}
 	}
-	fmt.Printf("\nfailover on %v, %d partitions, classic protocol with cooperative-sticky unless named; seconds from the fault (min / median / max of %d)\n", m.seeds, partitions, runs)
-	fmt.Printf("%-52s %-8s %-22s %-22s\n", "setting", "fault", "moved partitions assigned", "recovered and folding")
+	fmt.Printf("\nfailover on %v, %d partitions, %d members, %d keys, classic protocol with cooperative-sticky unless named; seconds from the fault (min / median / max of %d)\n",
+		m.seeds, m.partitions, m.members, m.keys, runs)
+	fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", "setting", "fault", "moved partitions assigned", "recovered and folding",
+		"longest without a fold: worst partition / median partition", "recoveries delta / full")
 	for _, rw := range rows {
-		var a, f []float64
+		var a, f, wg, mg []float64
+		d, fu := 0, 0
 		for _, r := range rw.res {
 			a, f = append(a, r.assigned.Seconds()), append(f, r.folded.Seconds())
+			wg, mg = append(wg, r.worstGap.Seconds()), append(mg, r.medGap.Seconds())
+			d, fu = d+r.deltas, fu+r.fulls
 		}
-		fmt.Printf("%-52s %-8s %-22s %-22s\n", rw.setting, rw.fault, stats(a), stats(f))
+		fmt.Printf("| %s | %s | %s | %s | %s ; %s | %d / %d |\n", rw.setting, rw.fault, stats(a), stats(f), stats(wg), stats(mg), d, fu)
 	}
 	return nil
 }
@@ -313,10 +361,10 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 	ctx := context.Background()
 	topic := fmt.Sprintf("failover-%d", time.Now().UnixNano())
 	compact := "compact"
-	if err := kafka.CreateTopic(ctx, cl, topic, partitions, 1, nil); err != nil {
+	if err := kafka.CreateTopic(ctx, cl, topic, m.partitions, 1, nil); err != nil {
 		return result{}, err
 	}
-	if err := kafka.CreateTopic(ctx, cl, kafka.DefaultSnapshotTopic(topic, topic), partitions, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+	if err := kafka.CreateTopic(ctx, cl, kafka.DefaultSnapshotTopic(topic, topic), m.partitions, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
 		return result{}, err
 	}
 	defer m.adm.DeleteTopics(context.Background(), topic, kafka.DefaultSnapshotTopic(topic, topic))
@@ -356,7 +404,7 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		for n := 0; pctx.Err() == nil; n++ {
-			for p := range int32(partitions) {
+			for p := range m.partitions {
 				prod.Produce(pctx, &kgo.Record{Partition: p, Key: fmt.Appendf(nil, "k%d", n%50), Value: []byte("1")}, count)
 			}
 			select {
@@ -372,6 +420,9 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 			"-session", s.session.String(), "-heartbeat", s.hb.String(), "-dir", tmp + "/" + instance}
 		if s.static {
 			args = append(args, "-instance", topic+"-"+instance)
+		}
+		if s.dynamic {
+			args = append(args, "-dynamic")
 		}
 		if s.consumer {
 			args = append(args, "-protocol", "consumer")
@@ -417,10 +468,7 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 			_ = p.cmd.Wait()
 		}
 	}()
-	names := []string{"a", "b"}
-	if fault == "rolling" {
-		names = append(names, "c")
-	}
+	names := []string{"a", "b", "c", "d", "e", "f"}[:max(2, min(m.members, 6))]
 	for _, name := range names {
 		p, err := start(name, name)
 		if err != nil {
@@ -440,7 +488,25 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 	for _, name := range names {
 		live[name] = true
 	}
+	// From the fault on (window): each partition's last fold and longest
+	// gap between folds, and the recoveries.
+	var window int64
+	lastFold, gaps := map[int32]int64{}, map[int32]int64{}
+	recoveries := map[string]int{}
+	startWindow := func(at time.Time) { window = at.UnixNano() }
 	apply := func(ev event) error {
+		if ev.Ev == "fold" {
+			// Any process's fold counts, a stopping one's too: the
+			// partition was folded.
+			p := ev.Parts[0]
+			if window > 0 && ev.At > window {
+				gaps[p] = max(gaps[p], ev.At-max(lastFold[p], window))
+			}
+			lastFold[p] = max(lastFold[p], ev.At)
+		}
+		if ev.Ev == "recovered" && window > 0 && ev.At > window {
+			recoveries[ev.Kind]++
+		}
 		if !live[ev.Member] {
 			return nil // the failed member's last words
 		}
@@ -491,7 +557,7 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 	}
 	balanced := func() bool {
 		n := map[string]int{}
-		for p := range int32(partitions) {
+		for p := range m.partitions {
 			if !folding[p] {
 				return false
 			}
@@ -515,8 +581,29 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 	}
 	slices.Sort(moved)
 
+	// finish fills res's gaps and recoveries.
+	finish := func(res result) result {
+		var all []int64
+		for p := range m.partitions {
+			all = append(all, gaps[p]) // each is closed: every partition folds again at the end
+		}
+		slices.Sort(all)
+		res.worstGap, res.medGap = time.Duration(all[len(all)-1]), time.Duration(all[len(all)/2])
+		res.fullReasons = map[string]int{}
+		for k, n := range recoveries {
+			kind, reason, _ := strings.Cut(k, "/")
+			if kind == "delta" {
+				res.deltas += n
+			} else {
+				res.fulls += n
+				res.fullReasons[reason] += n
+			}
+		}
+		return res
+	}
 	if fault == "rolling" {
-		return m.rolling(names, procs, start, live, owner, folding, ownedAt, waitFor, func() error {
+		startWindow(time.Now())
+		res, err := m.rolling(names, procs, start, live, owner, folding, ownedAt, waitFor, func() error {
 			stopProducing()
 			producing.Wait()
 			if err := prod.Flush(ctx); err != nil {
@@ -526,6 +613,7 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 			defer producedMu.Unlock()
 			return m.verify(ctx, topic, produced)
 		})
+		return finish(res), err
 	}
 
 	// The fault, then the wait for every moved partition to be owned by a
@@ -535,11 +623,13 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 	switch fault {
 	case "kill", "restart":
 		faultAt = time.Now()
+		startWindow(faultAt)
 		if err := b.cmd.Process.Kill(); err != nil {
 			return result{}, err
 		}
 	case "stop":
 		faultAt = time.Now()
+		startWindow(faultAt)
 		if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			return result{}, err
 		}
@@ -587,6 +677,19 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 		return res, err
 	}
 	res.assigned, res.folded = since(ownedAt), since(foldAt)
+	// The partitions that did not move: a fold of each after the fault
+	// closes its gap.
+	if _, err := waitFor(deadline, "a fold of every partition", func() bool {
+		for p := range m.partitions {
+			if lastFold[p] <= faultAt.UnixNano() {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return res, err
+	}
+	res = finish(res)
 	// Correct, not only fast: with the input stopped and consumed, every
 	// key's committed snapshot is the count of its records.
 	stopProducing()
@@ -626,6 +729,22 @@ func (m *measurer) rolling(names []string, procs map[string]*proc, start func(na
 			return res, err
 		}
 		<-p.done
+		if m.down > 0 {
+			// Down for a while, as a deploy's restart is; the events
+			// meanwhile (others taking its partitions over) apply.
+			downtime := time.NewTimer(m.down)
+			ended := false
+			if _, err := waitFor(m.down+time.Minute, "the end of the downtime", func() bool {
+				select {
+				case <-downtime.C:
+					ended = true
+				default:
+				}
+				return ended
+			}); err != nil {
+				return res, err
+			}
+		}
 		// Its last events (revokes, exit) are in the channel before the
 		// restarted member's: waitFor applies them in order.
 		next := fmt.Sprintf("%s%d", name, i+2)
@@ -643,7 +762,7 @@ func (m *measurer) rolling(names []string, procs map[string]*proc, start func(na
 				}
 			}
 			got := 0
-			for part := range int32(partitions) {
+			for part := range m.partitions {
 				if !folding[part] || !live[owner[part]] {
 					return false
 				}
@@ -656,7 +775,7 @@ func (m *measurer) rolling(names []string, procs map[string]*proc, start func(na
 			return res, err
 		}
 		var assigned, folded int64
-		for part := range int32(partitions) {
+		for part := range m.partitions {
 			if owner[part] == next {
 				assigned = max(assigned, ownedAt[part])
 			}
@@ -677,7 +796,7 @@ func (m *measurer) rolling(names []string, procs map[string]*proc, start func(na
 // round-robin over the partitions) and waits for them to land.
 func (m *measurer) seed(ctx context.Context, prod *kgo.Client, count func(*kgo.Record, error)) error {
 	for i := range m.keys {
-		prod.Produce(ctx, &kgo.Record{Partition: int32(i % partitions), Key: fmt.Appendf(nil, "s%d", i), Value: []byte("1")}, count)
+		prod.Produce(ctx, &kgo.Record{Partition: int32(i) % m.partitions, Key: fmt.Appendf(nil, "s%d", i), Value: []byte("1")}, count)
 	}
 	return prod.Flush(ctx)
 }
