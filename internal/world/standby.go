@@ -345,4 +345,4 @@ func (f *uncommittedFollow) HighWatermark(context.Context) (int64, error) {
 func (f *uncommittedFollow) Close() error { return nil }
 
 // errNoStandby is a world configuration that needs Standby without it.
-var errNoStandby = errors.New("world: StandbySkipsRecords and StandbyCheckpointsDropped need Standby")
+var errNoStandby = errors.New("world: StandbyReplicas, StandbySkipsRecords and StandbyCheckpointsDropped need Standby")
