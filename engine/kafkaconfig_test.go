@@ -470,3 +470,72 @@ func TestCopiedDirIsReportedAsTheDir(t *testing.T) {
 		t.Log(stepErr)
 	})
 }
+
+// Under the default balancer (the classic protocol, no balancer chosen:
+// the group balances with the warm balancer), a dynamic member that comes
+// back on its Dir after the other member took its partition over gets
+// that partition back, the one its cache holds, and recovers it from the
+// cache (a delta). (The choice itself, and its control, are
+// TestBalanceWarm... in kafkaio.)
+func TestWarmBalancerGivesAReturningMemberItsCacheOnKfake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFakeWorld(t)
+		w.produce("alice=10", "bob=5")
+		in := kafkaio.Config{SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"}, DynamicMembership: true,
+			HeartbeatInterval: 200 * time.Millisecond, ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}}
+		dirB := t.TempDir()
+		a, err := w.engine().Join(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close(context.Background())
+		eb := w.engineWith(func(c *engine.Config[int]) { c.Dir = dirB })
+		b, err := eb.Join(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := func(rs ...*engine.Member[int]) {
+			for _, r := range rs {
+				if err := r.Step(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for len(a.Flows()) != 1 || len(b.Flows()) != 1 {
+			step(a, b)
+		}
+		held := b.Flows()[0]
+		for !committedAtEnd(w.adm, "bank", held) {
+			step(a, b)
+		}
+		groups, err := w.adm.DescribeGroups(context.Background(), "bank")
+		if err != nil || groups["bank"].Protocol != kafkaio.WarmBalancerName {
+			t.Fatalf("the group balances with %q (%v), want %q", groups["bank"].Protocol, err, kafkaio.WarmBalancerName)
+		}
+		if err := b.Close(context.Background()); err != nil { // leaves: a takes held over
+			t.Fatal(err)
+		}
+		if err := eb.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for len(a.Flows()) != 2 {
+			step(a)
+		}
+		w.produce("alice=1", "bob=2")
+		rec := &recoveryLog{}
+		b2, err := w.engineWith(func(c *engine.Config[int]) { c.Dir, c.Observer = dirB, rec }).Join(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b2.Close(context.Background())
+		for len(b2.Flows()) != 1 || len(a.Flows()) != 1 || rec.of(b2.Flows()[0]) == "" {
+			step(a, b2)
+		}
+		if got := b2.Flows()[0]; got != held {
+			t.Fatalf("the returning member runs %v; its cache holds %v", got, held)
+		}
+		if got := rec.of(held); got != "delta/"+engine.RecoveryCheckpoint {
+			t.Fatalf("%v recovered %s, want a delta from the cache", held, got)
+		}
+	})
+}

@@ -160,7 +160,7 @@ func (e *Engine[S]) Join(in Input) (*Member[S], error) {
 		FoldError:          refusedFoldError,
 	}, time.Time{})
 	src, err := in.Open(input.Opening{Handler: rebalanceHandler[S]{r}, Application: e.cfg.Store.Application(),
-		Instance: e.kv.Instance()})
+		Instance: e.kv.Instance(), Warm: e.warm})
 	if err != nil {
 		r.endLife()
 		return nil, err

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/snapfence/snapfence/engine/internal/cache"
+	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
 )
 
@@ -100,4 +101,20 @@ func (r *Member[S]) recoveryBase(f *flow[S], discard bool) (cp store.Checkpoint,
 		return cp, false, RecoveryOtherGroup
 	}
 	return cp, true, RecoveryCheckpoint
+}
+
+// warm lists the partitions whose checkpoint the cache holds for group,
+// from any goroutine (input.Opening.Warm): a member's group balancer
+// gives a partition that moves to a member that holds it warm. A cache
+// read that fails (the engine closing) lists what it read.
+func (e *Engine[S]) warm(group string) []store.TopicPartition {
+	var out []store.TopicPartition
+	_ = e.kv.Queries().Range(core.CheckpointPrefix, core.PrefixEnd(core.CheckpointPrefix), func(k, v []byte) bool {
+		tp, ok := core.CheckpointPartition(k)
+		if g, _, err := cache.DecodeCheckpoint(v); ok && err == nil && g == group {
+			out = append(out, tp)
+		}
+		return true
+	})
+	return out
 }

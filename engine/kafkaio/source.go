@@ -433,7 +433,7 @@ func (cfg Config) Open(o input.Opening) (input.Source, error) {
 		return nil, fmt.Errorf("kafkaio: consumer: %w", err)
 	}
 	s.cl, s.adm = cl, kadm.NewClient(cl)
-	member, err := kgo.NewClient(s.memberClientOpts(o.Handler)...)
+	member, err := kgo.NewClient(s.memberClientOpts(o.Handler, o.Warm)...)
 	if err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("kafkaio: consumer: %w", err)
@@ -470,7 +470,7 @@ func directClientOpts(cfg Config) []kgo.Opt {
 // memberClientOpts are the options of the group member, whose rebalance
 // callbacks hand the partitions to h between two polls; the user's
 // options come last, so they override the engine's.
-func (s *kafkaSource) memberClientOpts(h input.Handler) []kgo.Opt {
+func (s *kafkaSource) memberClientOpts(h input.Handler, warm func(group string) []store.TopicPartition) []kgo.Opt {
 	cfg := s.cfg
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.SeedBrokers...),
@@ -500,6 +500,13 @@ func (s *kafkaSource) memberClientOpts(h input.Handler) []kgo.Opt {
 	}
 	if cfg.Endpoint != "" {
 		opts = append(opts, kgo.ClientID(EndpointClientID(cfg.Endpoint)))
+	}
+	if !choosesBalancing(cfg.ClientOpts) {
+		wb := &warmBalancer{}
+		if warm != nil {
+			wb.warm = func() []store.TopicPartition { return warm(cfg.Group) }
+		}
+		opts = append(opts, kgo.Balancers(wb, kgo.CooperativeStickyBalancer()))
 	}
 	return append(opts, cfg.ClientOpts...)
 }

@@ -143,6 +143,12 @@ type Opening struct {
 	// identity of its own, so that a restart on the same state gets back
 	// the partitions that state holds.
 	Instance string
+	// Warm lists, for group, the partitions whose state the member's
+	// cache holds with a checkpoint (owned, followed by a standby
+	// replica, or kept from before a restart), safe to call from any
+	// goroutine: an input whose group balancer can weigh them gives a
+	// partition that moves to a member that holds it warm. Nil: none.
+	Warm func(group string) []store.TopicPartition
 }
 
 // OpenFunc is an engine.Input made of its Open: for harnesses that wrap

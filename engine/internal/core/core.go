@@ -1427,3 +1427,22 @@ func (c *Core[S, O]) stop(err error) error {
 	}
 	return err
 }
+
+// CheckpointPrefix begins every checkpoint's key: a scan of it lists the
+// partitions whose checkpoints a KV holds (a partition owned or followed
+// in this cache, now or before a restart).
+var CheckpointPrefix = []byte{'c'}
+
+// CheckpointPartition is the partition of a key under CheckpointPrefix
+// (ok false: not a checkpoint's key).
+func CheckpointPartition(k []byte) (store.TopicPartition, bool) {
+	if len(k) < 1 || k[0] != 'c' {
+		return store.TopicPartition{}, false
+	}
+	n, w := binary.Uvarint(k[1:])
+	if w <= 0 || uint64(len(k)-1-w) != n+4 {
+		return store.TopicPartition{}, false
+	}
+	rest := k[1+w:]
+	return store.TopicPartition{Topic: string(rest[:n]), Partition: int32(binary.BigEndian.Uint32(rest[n:]))}, true
+}

@@ -1,0 +1,274 @@
+package kafkaio
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/snapfence/snapfence/store"
+)
+
+// WarmBalancerName is the classic group protocol name of the engine's
+// balancer (warmBalancer).
+const WarmBalancerName = "snapfence-warm"
+
+// warmBalancer is the member's group balancer under the classic protocol,
+// unless ClientOpts choose another: cooperative and sticky, as franz-go's
+// cooperative-sticky, and where a partition must move (its owner left or
+// died, or the balance needs it elsewhere) it goes to a member whose
+// cache holds it warm (a standby replica, or the cache of a member that
+// owned it before a restart), which then recovers only a delta. Each
+// member says which partitions it holds warm in its join metadata's user
+// data; the group's leader balances. The group falls back to
+// cooperative-sticky while a member that does not know this protocol is
+// in it (a rolling upgrade).
+type warmBalancer struct {
+	// warm lists the partitions this member holds warm.
+	warm func() []store.TopicPartition
+}
+
+// warmData is a member's user data: the partitions it holds warm, by
+// topic, sorted.
+type warmData struct {
+	Warm map[string][]int32 `json:"warm,omitempty"`
+}
+
+func (*warmBalancer) ProtocolName() string { return WarmBalancerName }
+func (*warmBalancer) IsCooperative() bool  { return true }
+
+func (b *warmBalancer) JoinGroupMetadata(interests []string, current map[string][]int32, generation int32) []byte {
+	meta := kmsg.NewConsumerMemberMetadata()
+	meta.Version = 3
+	meta.Topics = interests
+	meta.Generation = generation
+	for _, topic := range slices.Sorted(maps.Keys(current)) {
+		owned := kmsg.NewConsumerMemberMetadataOwnedPartition()
+		owned.Topic, owned.Partitions = topic, slices.Sorted(slices.Values(current[topic]))
+		meta.OwnedPartitions = append(meta.OwnedPartitions, owned)
+	}
+	var data warmData
+	if b.warm != nil {
+		for _, tp := range b.warm() {
+			if slices.Contains(interests, tp.Topic) {
+				if data.Warm == nil {
+					data.Warm = map[string][]int32{}
+				}
+				data.Warm[tp.Topic] = append(data.Warm[tp.Topic], tp.Partition)
+			}
+		}
+	}
+	for _, ps := range data.Warm {
+		slices.Sort(ps) // a stable encoding: a rejoin with the same caches changes nothing
+	}
+	meta.UserData, _ = json.Marshal(data) // map keys sorted by encoding/json
+	return meta.AppendTo(nil)
+}
+
+func (*warmBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
+	return kgo.ParseConsumerSyncAssignment(assignment)
+}
+
+func (b *warmBalancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.GroupMemberBalancer, map[string]struct{}, error) {
+	cb, err := kgo.NewConsumerBalancer(b, members)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cb, cb.MemberTopics(), nil
+}
+
+// Balance implements kgo.ConsumerBalancerBalance.
+func (b *warmBalancer) Balance(cb *kgo.ConsumerBalancer, topics map[string]int32) kgo.IntoSyncAssignment {
+	var ms []warmMember
+	cb.EachMember(func(m *kmsg.JoinGroupResponseMember, meta *kmsg.ConsumerMemberMetadata) {
+		wm := warmMember{m: m, generation: meta.Generation, topics: map[string]bool{}, warm: map[store.TopicPartition]bool{}}
+		for _, t := range meta.Topics {
+			wm.topics[t] = true
+		}
+		for _, o := range meta.OwnedPartitions {
+			for _, p := range o.Partitions {
+				wm.owned = append(wm.owned, store.TopicPartition{Topic: o.Topic, Partition: p})
+			}
+		}
+		var data warmData
+		if json.Unmarshal(meta.UserData, &data) == nil {
+			for t, ps := range data.Warm {
+				for _, p := range ps {
+					wm.warm[store.TopicPartition{Topic: t, Partition: p}] = true
+				}
+			}
+		}
+		ms = append(ms, wm)
+	})
+	var parts []store.TopicPartition
+	for _, t := range slices.Sorted(maps.Keys(topics)) {
+		for p := range topics[t] {
+			parts = append(parts, store.TopicPartition{Topic: t, Partition: p})
+		}
+	}
+	plan := cb.NewPlan()
+	for i, tps := range balanceWarm(ms, parts) {
+		for _, tp := range tps {
+			plan.AddPartition(ms[i].m, tp.Topic, tp.Partition)
+		}
+	}
+	plan.AdjustCooperative(cb)
+	return plan
+}
+
+// warmMember is a member as its join metadata describes it.
+type warmMember struct {
+	m          *kmsg.JoinGroupResponseMember
+	generation int32
+	topics     map[string]bool
+	owned      []store.TopicPartition
+	warm       map[store.TopicPartition]bool
+}
+
+// balanceWarm assigns parts to ms (in the order franz-go gives them:
+// by instance id, then member id): each member gets its share, the
+// partitions divided evenly (the first members one more while there is a
+// remainder); a partition stays with its current owner (the claimant of
+// the highest generation) while that owner is under its share; a member
+// over its share gives up first the partitions another member holds
+// warm; and each partition left goes to a member under its share that
+// holds it warm, else to the least loaded. A member takes only
+// partitions of the topics it subscribes to.
+func balanceWarm(ms []warmMember, parts []store.TopicPartition) [][]store.TopicPartition {
+	out := make([][]store.TopicPartition, len(ms))
+	if len(ms) == 0 {
+		return out
+	}
+	floor, extra := len(parts)/len(ms), len(parts)%len(ms)
+	load := make([]int, len(ms))
+	atCeil := 0
+	canTake := func(i int) bool { return load[i] < floor || (load[i] == floor && atCeil < extra) }
+	take := func(i int, tp store.TopicPartition) {
+		out[i] = append(out[i], tp)
+		load[i]++
+		if load[i] == floor+1 {
+			atCeil++
+		}
+	}
+	valid := map[store.TopicPartition]bool{}
+	for _, tp := range parts {
+		valid[tp] = true
+	}
+	// The owner of each partition: the claimant of the highest generation
+	// (a member that missed rebalances may still claim a partition moved
+	// since).
+	owner := map[store.TopicPartition]int{}
+	for i, m := range ms {
+		for _, tp := range m.owned {
+			if j, ok := owner[tp]; !ok || m.generation > ms[j].generation {
+				owner[tp] = i
+			}
+		}
+	}
+	warmElsewhere := func(i int, tp store.TopicPartition) bool {
+		for j, m := range ms {
+			if j != i && m.warm[tp] && m.topics[tp.Topic] {
+				if _, owns := owner[tp]; !owns || owner[tp] != j {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	assigned := map[store.TopicPartition]bool{}
+	for i, m := range ms {
+		var mine []store.TopicPartition
+		for _, tp := range m.owned {
+			if owner[tp] == i && valid[tp] && m.topics[tp.Topic] && !slices.Contains(mine, tp) {
+				mine = append(mine, tp)
+			}
+		}
+		// Kept first: those no other member holds warm.
+		slices.SortStableFunc(mine, func(a, b store.TopicPartition) int {
+			wa, wb := warmElsewhere(i, a), warmElsewhere(i, b)
+			switch {
+			case wa == wb:
+				return compareTP(a, b)
+			case wb:
+				return -1
+			}
+			return 1
+		})
+		for _, tp := range mine {
+			if canTake(i) {
+				take(i, tp)
+				assigned[tp] = true
+			}
+		}
+	}
+	for _, tp := range parts {
+		if assigned[tp] {
+			continue
+		}
+		best := -1
+		for i, m := range ms {
+			if !m.topics[tp.Topic] {
+				continue
+			}
+			if best < 0 {
+				best = i
+				continue
+			}
+			ci, cb := canTake(i), canTake(best)
+			switch {
+			case ci != cb:
+				if ci {
+					best = i
+				}
+			case m.warm[tp] != ms[best].warm[tp]:
+				if m.warm[tp] {
+					best = i
+				}
+			case load[i] < load[best]:
+				best = i
+			}
+		}
+		if best >= 0 {
+			take(best, tp)
+		}
+	}
+	return out
+}
+
+func compareTP(a, b store.TopicPartition) int {
+	if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+		return c
+	}
+	return int(a.Partition) - int(b.Partition)
+}
+
+var _ kgo.GroupBalancer = (*warmBalancer)(nil)
+
+// choosesBalancing reports whether opts choose how the group balances:
+// the consumer protocol (kgo.ServerSideBalancer), or balancers other than
+// franz-go's default (cooperative-sticky alone). It reads them through a
+// client of no group, which joins nothing and is closed at once.
+func choosesBalancing(opts []kgo.Opt) bool {
+	var group []kgo.Opt
+	for _, o := range opts {
+		if _, ok := o.(kgo.GroupOpt); ok {
+			group = append(group, o)
+		}
+	}
+	if len(group) == 0 {
+		return false
+	}
+	cl, err := kgo.NewClient(group...)
+	if err != nil {
+		return true // the member's own client will say what is wrong
+	}
+	defer cl.Close()
+	if v, _ := cl.OptValue(kgo.ServerSideBalancer).(bool); v {
+		return true
+	}
+	bs, _ := cl.OptValue(kgo.Balancers).([]kgo.GroupBalancer)
+	return len(bs) != 1 || bs[0].ProtocolName() != "cooperative-sticky"
+}
