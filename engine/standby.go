@@ -41,9 +41,13 @@ const (
 	standbyInterval = time.Second
 	// standbyRetry is the wait before a failed follower is opened again.
 	standbyRetry = 30 * time.Second
-	// standbyRoundReads bounds the reads of one follower in one round, so
-	// that a follower far behind does not hold the polls back.
+	// standbyRoundReads bounds the reads of one follower in one round, and
+	// standbyRoundTime a round's time (the replicas it did not reach come
+	// first in the next one), so that followers far behind (many of them
+	// after a restart) do not hold the member's own partitions' polls
+	// back.
 	standbyRoundReads = 16
+	standbyRoundTime  = 100 * time.Millisecond
 )
 
 // standbys carries out the scheduler's decisions about the standby
@@ -57,6 +61,9 @@ type standbys[S any] struct {
 	// report of sequence placedSeq.
 	placed    []store.TopicPartition
 	placedSeq int
+	// next is where the next round starts in placed: after the last
+	// replica a round cut short by standbyRoundTime reached.
+	next int
 	parts     map[store.TopicPartition]*replica.Reader
 }
 
@@ -75,7 +82,13 @@ func (sb *standbys[S]) round(ctx context.Context) {
 		return
 	}
 	sb.place()
-	for _, tp := range sb.placed {
+	deadline := now.Add(standbyRoundTime)
+	for i := range sb.placed {
+		if i > 0 && !r.src.Now().Before(deadline) {
+			sb.next = (sb.next + i) % len(sb.placed)
+			break
+		}
+		tp := sb.placed[(sb.next+i)%len(sb.placed)]
 		if r.sched.Holds(tp) {
 			sb.drop(tp) // start released it already; a safeguard
 			continue
@@ -127,7 +140,7 @@ func (sb *standbys[S]) place() {
 			sb.drop(tp)
 		}
 	}
-	sb.placed = placed
+	sb.placed, sb.next = placed, 0
 }
 
 // open opens tp's replica over a new core of the partition (the
