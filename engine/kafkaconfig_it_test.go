@@ -6,7 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,14 +28,25 @@ import (
 // on the integration broker, creating missing snapshot topics.
 func brokerEngine(t *testing.T, brokers []string, prefix string) *engine.Engine[int] {
 	t.Helper()
+	return brokerEngineWith(t, brokers, prefix, nil)
+}
+
+// brokerEngineWith is brokerEngine with its configuration changed by mod
+// (if set).
+func brokerEngineWith(t *testing.T, brokers []string, prefix string, mod func(*engine.Config[int])) *engine.Engine[int] {
+	t.Helper()
 	b, err := kafka.New(context.Background(), kafka.Config{Mode: store.Transactional, SeedBrokers: brokers,
 		TransactionalIDPrefix: prefix, CreateTopics: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	e, err := engine.New(engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b, Dir: t.TempDir(),
-		PersistInterval: 200 * time.Millisecond, CommitInterval: 400 * time.Millisecond})
+	cfg := engine.Config[int]{Fold: balance, Codec: intCodec{}, Store: b, Dir: t.TempDir(),
+		PersistInterval: 200 * time.Millisecond, CommitInterval: 400 * time.Millisecond}
+	if mod != nil {
+		mod(&cfg)
+	}
+	e, err := engine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,4 +216,128 @@ func TestDuplicateInstanceIDOnKafka(t *testing.T) {
 		t.Fatalf("got %v, want a *store.ConfigError naming kafkaio.Config.InstanceID", err)
 	}
 	t.Log(err)
+}
+
+// On Kafka, with nothing configured but a Dir: a member restarted on the
+// same Dir rejoins as the same static member, gets back the partition its
+// cache holds and recovers it from the cache (a delta), while the other
+// member, stepping all along, never takes it over; under the classic
+// protocol (the default balancer) and the consumer protocol (whose
+// temporary leave reserves the partition for it).
+func TestRestartOnItsDirGetsItsPartitionsBackWarmOnKafka(t *testing.T) {
+	for name, protocol := range map[string][]kgo.Opt{"classic": nil, "consumer": {kgo.ServerSideBalancer()}} {
+		t.Run(name, func(t *testing.T) {
+			brokers := kafkatest.Brokers(t)
+			cl, adm := brokerAdmin(t, brokers)
+			topic := fmt.Sprintf("restart-%s-%d", name, time.Now().UnixNano())
+			if err := kafka.CreateTopic(context.Background(), cl, topic, 2, 1, nil); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, kafka.DefaultSnapshotTopic(topic, topic)) })
+			produceTo(t, cl, topic, 0, "alice=10")
+			produceTo(t, cl, topic, 1, "bob=5")
+			group := topic + "-group"
+			in := func(dynamic bool) kafkaio.Config {
+				return kafkaio.Config{SeedBrokers: brokers, Group: group, Topics: []string{topic}, DynamicMembership: dynamic,
+					HeartbeatInterval: 500 * time.Millisecond, ClientOpts: protocol}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			a, err := brokerEngine(t, brokers, topic).Join(in(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close(context.Background())
+			dir := t.TempDir()
+			onDir := func(obs engine.Observer) *engine.Engine[int] {
+				return brokerEngineWith(t, brokers, topic, func(c *engine.Config[int]) { c.Dir, c.Observer = dir, obs })
+			}
+			eb := onDir(nil)
+			b, err := eb.Join(in(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for len(a.Flows()) != 1 || len(b.Flows()) != 1 {
+				for _, r := range []*engine.Member[int]{a, b} {
+					if err := r.Step(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			held := b.Flows()[0]
+			id := b.Source().Identity().InstanceID
+			for !committedAtEnd(adm, group, held) {
+				if err := b.Step(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// a steps from here on; did it ever take held?
+			actx, stopA := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			var aErr error
+			var moved atomic.Bool
+			var movedAt atomic.Int64
+			wg.Go(func() {
+				for actx.Err() == nil {
+					if err := a.Step(actx); err != nil && actx.Err() == nil {
+						aErr = err
+						return
+					}
+					if slices.Contains(a.Flows(), held) && !moved.Swap(true) {
+						movedAt.Store(time.Now().UnixNano())
+					}
+				}
+			})
+			defer func() { stopA(); wg.Wait() }()
+			stopped := time.Now()
+			if err := b.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := eb.Close(); err != nil {
+				t.Fatal(err)
+			}
+			closed := time.Since(stopped)
+			produceTo(t, cl, topic, held.Partition, "carol=7")
+			rec := &recoveryLog{}
+			b2, err := onDir(rec).Join(in(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b2.Close(context.Background())
+			for len(b2.Flows()) != 1 || rec.of(b2.Flows()[0]) == "" {
+				if err := b2.Step(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			back := time.Since(stopped)
+			stopA()
+			wg.Wait()
+			if aErr != nil {
+				t.Fatal(aErr)
+			}
+			t.Logf("b closed in %v; b2 ran %v again %v after b's Close began", closed.Round(time.Millisecond), held, back.Round(time.Millisecond))
+			switch {
+			case moved.Load():
+				t.Fatalf("a took %v over %v after b's Close began, while its static owner restarted", held,
+					time.Unix(0, movedAt.Load()).Sub(stopped).Round(time.Millisecond))
+			case b2.Source().Identity().InstanceID != id:
+				t.Fatalf("restarted with instance id %q, was %q", b2.Source().Identity().InstanceID, id)
+			case b2.Flows()[0] != held:
+				t.Fatalf("the restarted member runs %v, held %v", b2.Flows(), held)
+			case rec.of(held) != "delta/"+engine.RecoveryCheckpoint:
+				t.Fatalf("%v recovered %s, want a delta from the cache", held, rec.of(held))
+			}
+		})
+	}
+}
+
+// produceTo writes events "key=value" to partition p of topic.
+func produceTo(t *testing.T, cl *kgo.Client, topic string, p int32, events ...string) {
+	t.Helper()
+	for _, ev := range events {
+		k, v, _ := strings.Cut(ev, "=")
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Partition: p, Key: []byte(k), Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -63,8 +63,8 @@ type standbys[S any] struct {
 	placedSeq int
 	// next is where the next round starts in placed: after the last
 	// replica a round cut short by standbyRoundTime reached.
-	next int
-	parts     map[store.TopicPartition]*replica.Reader
+	next  int
+	parts map[store.TopicPartition]*replica.Reader
 }
 
 func newStandbys[S any](r *Member[S]) (*standbys[S], error) {

@@ -140,9 +140,14 @@ type Config struct {
 	// ClientOpts are appended to the consumer's options (so they override
 	// the engine's, e.g. kgo.FetchMaxWait, default DefaultFetchMaxWait,
 	// and the fields above): TLS, SASL, a
-	// balancer (default franz-go's cooperative-sticky; kgo.RangeBalancer()
-	// for classic eager), or kgo.ServerSideBalancer... for the consumer
-	// protocol (KIP-848). The input-topic check at start uses them too.
+	// balancer (default the engine's warm balancer, protocol
+	// WarmBalancerName: cooperative and sticky as franz-go's
+	// cooperative-sticky, and a partition that moves goes to a member
+	// whose cache holds it, a standby replica or a returning member's
+	// cache; a group with a member that does not know it falls back to
+	// cooperative-sticky; kgo.RangeBalancer() for classic eager), or
+	// kgo.ServerSideBalancer() for the consumer protocol (KIP-848, where
+	// the broker assigns and no client balancer runs). The input-topic check at start uses them too.
 	// The consumer is two franz-go clients, a group member and a
 	// group-less client that fetches the records: both take ClientOpts,
 	// but the group options (kgo.GroupOpt) go to the member only, and a
@@ -1045,10 +1050,39 @@ func (s *kafkaSource) groupConfigError(err error) error {
 //
 // The member closes first, its revoke callback using the direct client's
 // partitions and the member's identity; then the direct client.
+//
+// Under the consumer protocol a static member's temporary leave must name
+// its instance id, which franz-go's leave does not: Kafka refuses it
+// (INVALID_REQUEST), and the member stays in the group, active, until its
+// session expires; its restart meanwhile is refused
+// (UNRELEASED_INSTANCE_ID) and the group moves its partitions when the
+// session ends. So the direct client sends the leave again, with the
+// instance id, before it closes.
 func (s *kafkaSource) Close(ctx context.Context) error {
+	memberID, _ := s.member.GroupMetadata()
 	s.member.Close()
+	if s.cfg.InstanceID != "" && memberID != "" && s.consumerProtocol() {
+		lctx, cancel := context.WithTimeout(ctx, staticLeaveTimeout)
+		req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		req.Group, req.MemberID, req.InstanceID, req.MemberEpoch = s.group, memberID, kmsg.StringPtr(s.cfg.InstanceID), -2
+		_, _ = req.RequestWith(lctx, s.cl) // best effort: the session ends it anyway
+		cancel()
+	}
 	s.cl.Close()
 	return nil
+}
+
+// staticLeaveTimeout bounds Close's temporary leave of a static member
+// under the consumer protocol.
+const staticLeaveTimeout = 5 * time.Second
+
+// consumerProtocol reports whether the member was asked to run the
+// consumer protocol (KIP-848: kgo.ServerSideBalancer). A member that fell
+// back to the classic protocol (a broker without it) has its leave
+// refused, which changes nothing.
+func (s *kafkaSource) consumerProtocol() bool {
+	v, _ := s.member.OptValue(kgo.ServerSideBalancer).(bool)
+	return v
 }
 
 // Partitions implements PartitionLister: every partition of

@@ -75,6 +75,7 @@ func main() {
 		hb       = flag.Duration("heartbeat", 0, "member: kafkaio.Config.HeartbeatInterval (0: default)")
 		instance = flag.String("instance", "", "member: kafkaio.Config.InstanceID")
 		dynamic  = flag.Bool("dynamic", false, "member: kafkaio.Config.DynamicMembership")
+		sticky   = flag.Bool("sticky", false, "member: franz-go's cooperative-sticky balancer instead of the engine's default (the warm balancer)")
 		proto    = flag.String("protocol", "classic", "member: classic (cooperative-sticky) or consumer (KIP-848)")
 		dir      = flag.String("dir", "", "member: cache directory")
 		standby  = flag.Int("standby", 0, "member: engine.Config.StandbyReplicas")
@@ -94,7 +95,7 @@ func main() {
 	}
 	seeds := strings.Split(*brokers, ",")
 	if *member != "" {
-		if err := runMember(*member, seeds, *topic, *session, *hb, *instance, *dynamic, *proto, *dir, *standby); err != nil {
+		if err := runMember(*member, seeds, *topic, *session, *hb, *instance, *dynamic, *sticky, *proto, *dir, *standby); err != nil {
 			emit(event{Member: *member, Ev: "exit", Err: err.Error()})
 			os.Exit(1)
 		}
@@ -209,7 +210,7 @@ type intCodec struct{}
 func (intCodec) Encode(n int) ([]byte, error) { return []byte(strconv.Itoa(n)), nil }
 func (intCodec) Decode(b []byte) (int, error) { return strconv.Atoi(string(b)) }
 
-func runMember(name string, seeds []string, topic string, session, hb time.Duration, instance string, dynamic bool, proto, dir string, standby int) error {
+func runMember(name string, seeds []string, topic string, session, hb time.Duration, instance string, dynamic, sticky bool, proto, dir string, standby int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -227,8 +228,13 @@ func runMember(name string, seeds []string, topic string, session, hb time.Durat
 	defer e.Close()
 	cfg := kafkaio.Config{SeedBrokers: seeds, Group: topic + "-group", Topics: []string{topic},
 		SessionTimeout: session, HeartbeatInterval: hb, InstanceID: instance, DynamicMembership: dynamic}
-	if proto == "consumer" {
+	switch {
+	case proto == "consumer":
 		cfg.ClientOpts = []kgo.Opt{kgo.ServerSideBalancer()}
+	case sticky:
+		// Range after it only so that the option is a choice of the
+		// user's (a group of these members runs cooperative-sticky).
+		cfg.ClientOpts = []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer(), kgo.RangeBalancer())}
 	}
 	newSource := cfg
 	r, err := e.Join(input.Wrapped(newSource, func(h input.Handler) input.Handler {
@@ -255,6 +261,7 @@ type setting struct {
 	session, hb      time.Duration
 	static, consumer bool
 	dynamic          bool // DynamicMembership: dynamic with a Dir
+	sticky           bool // franz-go's cooperative-sticky, not the warm balancer
 	standby          int
 }
 
@@ -424,6 +431,9 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 		}
 		if s.dynamic {
 			args = append(args, "-dynamic")
+		}
+		if s.sticky {
+			args = append(args, "-sticky")
 		}
 		if s.consumer {
 			args = append(args, "-protocol", "consumer")
