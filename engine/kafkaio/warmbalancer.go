@@ -248,17 +248,18 @@ func compareTP(a, b store.TopicPartition) int {
 var _ kgo.GroupBalancer = (*warmBalancer)(nil)
 
 // choosesBalancing reports whether opts choose how the group balances:
-// the consumer protocol (kgo.ServerSideBalancer), or balancers other than
-// franz-go's default (cooperative-sticky alone). It reads them through a
-// client of no group, which joins nothing and is closed at once.
+// the consumer protocol (kgo.ServerSideBalancer), or balancers of their
+// own (kgo.Balancers, whatever they are). It reads them through a client
+// of no group, which joins nothing and is closed at once, given a
+// sentinel balancer first: one left in place was not chosen.
 func choosesBalancing(opts []kgo.Opt) bool {
-	var group []kgo.Opt
+	group := []kgo.Opt{kgo.Balancers(sentinelBalancer)}
 	for _, o := range opts {
 		if _, ok := o.(kgo.GroupOpt); ok {
 			group = append(group, o)
 		}
 	}
-	if len(group) == 0 {
+	if len(group) == 1 {
 		return false
 	}
 	cl, err := kgo.NewClient(group...)
@@ -270,5 +271,8 @@ func choosesBalancing(opts []kgo.Opt) bool {
 		return true
 	}
 	bs, _ := cl.OptValue(kgo.Balancers).([]kgo.GroupBalancer)
-	return len(bs) != 1 || bs[0].ProtocolName() != "cooperative-sticky"
+	return len(bs) != 1 || bs[0] != sentinelBalancer
 }
+
+// sentinelBalancer marks the balancers no option chose (choosesBalancing).
+var sentinelBalancer kgo.GroupBalancer = &warmBalancer{}

@@ -135,6 +135,7 @@ func TestChoosesBalancing(t *testing.T) {
 		{"other options", []kgo.Opt{kgo.ClientID("x"), kgo.SessionTimeout(time.Minute)}, false},
 		{"the consumer protocol", []kgo.Opt{kgo.ServerSideBalancer()}, true},
 		{"range", []kgo.Opt{kgo.Balancers(kgo.RangeBalancer())}, true},
+		{"cooperative-sticky", []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer())}, true},
 		{"cooperative-sticky and range", []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer(), kgo.RangeBalancer())}, true},
 	} {
 		if got := choosesBalancing(c.opts); got != c.want {

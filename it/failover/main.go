@@ -268,7 +268,8 @@ type setting struct {
 var allSettings = map[string]setting{
 	"old":             {name: "old (45s/3s, franz-go's defaults)", session: 45 * time.Second, hb: 3 * time.Second, dynamic: true},
 	"new":             {name: "new (10s/1s, KafkaConfig's defaults), dynamic", dynamic: true},
-	"dynamic":         {name: "dynamic membership (DynamicMembership)", dynamic: true},
+	"previous":        {name: "dynamic, cooperative-sticky (the previous defaults)", dynamic: true, sticky: true},
+	"dynamic":         {name: "DynamicMembership (the warm balancer)", dynamic: true},
 	"default":         {name: "the defaults (a Dir: static)"},
 	"static":          {name: "static (10s/1s + InstanceID)", static: true},
 	"consumer":        {name: "consumer protocol (KIP-848; the broker's session)", consumer: true},
