@@ -276,12 +276,10 @@ var agreementScenarios = []string{
 // agreement counts, per pair of worlds, the scenarios that agree at each
 // level.
 type agreement struct {
-	n    int
 	rows [4][3]int // sim~Kafka, kfake~Kafka, sim~kfake, Kafka~Kafka; outcome, fences, takeovers
 }
 
 func (a *agreement) add(r worldRuns, again run) {
-	a.n++
 	pairs := [4][2]run{{r.sim, r.kafka}, {r.kfake, r.kafka}, {r.sim, r.kfake}, {r.kafka, again}}
 	for i, p := range pairs {
 		levels := sameLevels(p[0], p[1])

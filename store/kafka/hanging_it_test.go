@@ -488,11 +488,7 @@ func forgetWithOutput(t *testing.T, w *brokerWorld) forgottenWithOutput {
 	}
 	w.txnOffsetCommit(t, cl, txnID, m.Identity(), in, committed+1)
 	w.cutAndRestart(t, txnState, stateEnd)
-	// The restart may have moved the group on (its member's session ran
-	// on while the broker was down): go on once the group is stable and
-	// the member knows its generation, so that its live identity is the
-	// group's.
-	w.settle(t)
+	w.settle(t) // as in forget: the restart may have moved the group on
 	for _, tp := range []store.TopicPartition{snap, out} {
 		s := map[store.TopicPartition]int64{snap: start, out: outStart}[tp]
 		if lso, hw := w.stable(t, tp); lso != s || hw != s+1 {
