@@ -58,8 +58,12 @@ func (p GroupPartition) Lag() int64 {
 	return max(p.LogEndOffset-from, 0)
 }
 
-// UnservedPartition is an input partition that no member of the group is
-// assigned, with its lag, as the last group report read it.
+// UnservedPartition is an input partition that no member of the group
+// folds, with its lag, as the last group reports read it: no member is
+// assigned it, or (Stalled) its member is, but the partition lags and its
+// committed offset has not moved for a while (its member stopped, as a
+// static member in a restart does, holding its partitions; or stuck, or
+// recovering a large state).
 type UnservedPartition struct {
 	Input store.TopicPartition
 	// CommittedOffset is the group's committed offset; -1 if none.
@@ -67,6 +71,13 @@ type UnservedPartition struct {
 	LogEndOffset    int64
 	// Lag is GroupPartition.Lag.
 	Lag int64
+	// Stalled: the partition is assigned to Owner (GroupPartition.Owner),
+	// it lags, and its committed offset has been the same in every report
+	// since Since, at least the larger of GroupReportInterval and three
+	// CommitIntervals ago.
+	Stalled bool
+	Owner   string
+	Since   time.Time
 }
 
 // groupReport reads the group's view of the input into the status and
@@ -118,15 +129,34 @@ func (b *statusBoard) groupReport(parts []GroupPartition, at time.Time, err erro
 	b.groupAt = at
 	b.unserved = b.unserved[:0:0]
 	b.endpoints, b.counts = map[store.TopicPartition]string{}, map[string]int32{}
+	seen := map[store.TopicPartition]seenCommit{}
 	for _, p := range parts {
 		b.counts[p.Input.Topic]++
-		if p.Assigned {
-			b.endpoints[p.Input] = p.Endpoint
-		} else {
+		if !p.Assigned {
 			b.unserved = append(b.unserved, UnservedPartition{Input: p.Input, CommittedOffset: p.CommittedOffset,
 				LogEndOffset: p.LogEndOffset, Lag: p.Lag()})
+			continue
+		}
+		b.endpoints[p.Input] = p.Endpoint
+		c, ok := b.commits[p.Input]
+		if !ok || c.offset != p.CommittedOffset || c.owner != p.Owner {
+			c = seenCommit{offset: p.CommittedOffset, owner: p.Owner, since: at}
+		}
+		seen[p.Input] = c
+		if p.Lag() > 0 && b.stallAfter > 0 && at.Sub(c.since) >= b.stallAfter {
+			b.unserved = append(b.unserved, UnservedPartition{Input: p.Input, CommittedOffset: p.CommittedOffset,
+				LogEndOffset: p.LogEndOffset, Lag: p.Lag(), Stalled: true, Owner: p.Owner, Since: c.since})
 		}
 	}
+	b.commits = seen
 	slices.SortFunc(b.unserved, func(a, c UnservedPartition) int { return compareTP(a.Input, c.Input) })
 	b.o.groupReported(parts, len(b.unserved))
+}
+
+// seenCommit is an assigned partition's committed offset and owner as the
+// group reports first read them together, since.
+type seenCommit struct {
+	offset int64
+	owner  string
+	since  time.Time
 }

@@ -56,15 +56,25 @@ func TestGroupReportShowsUnservedPartitionsOnSim(t *testing.T) {
 		other.Poll(sim.Callbacks{})
 	}
 	theirs := other.Owned()[0]
+	// Both assigned, nothing lagging: nothing unserved.
+	for range 6 {
+		step()
+	}
+	if st := r.Status(); len(st.Unserved) != 0 || st.GroupReport.IsZero() || st.GroupReportErr != nil {
+		t.Fatalf("status %+v: want a group report with nothing unserved while both members are assigned and nothing lags", st)
+	}
 	w.produce("bob=+5", "dave=+6", "alice=+7", "carl=+8")
-	// A report or two later: the other member's partition is assigned
-	// (not unserved), and its lag, which nobody commits, is reported.
+	// A report or two later: the other member's partition is assigned,
+	// but lags with its committed offset still: it is reported stalled,
+	// with its owner, and its lag, which nobody commits.
 	for range 12 {
 		step()
 	}
 	st := r.Status()
-	if len(st.Unserved) != 0 || st.GroupReport.IsZero() || st.GroupReportErr != nil {
-		t.Fatalf("status %+v: want a group report with nothing unserved while both members are assigned", st)
+	if len(st.Unserved) != 1 || !st.Unserved[0].Stalled || st.Unserved[0].Input != theirs ||
+		st.Unserved[0].Owner != other.Identity().MemberID || st.Unserved[0].Lag != 2 {
+		t.Fatalf("status %+v: want the other member's partition unserved, stalled, owned by %s, lag 2",
+			st, other.Identity().MemberID)
 	}
 	_, _, end, _ := w.c.Offsets(theirs)
 	committed, _ := w.c.CommittedOffset("bank", theirs)
@@ -72,7 +82,7 @@ func TestGroupReportShowsUnservedPartitionsOnSim(t *testing.T) {
 		t.Fatalf("the other member's partition: log end %d, committed %d, want the two new records uncommitted", end, committed)
 	}
 	h.wantMetric(`snapfence_group_lag{partition="`+label(theirs)+`",topic="accounts"}`, 2)
-	h.wantMetric(`snapfence_unserved_partitions`, 0)
+	h.wantMetric(`snapfence_unserved_partitions`, 1)
 
 	// A rebalance that the other member holds up (it heartbeats but
 	// does not rejoin): the survivor revoked everything (eager), and

@@ -272,11 +272,14 @@ type standbyJSON struct {
 
 // unservedPartitionJSON is an UnservedPartition in the status document.
 type unservedPartitionJSON struct {
-	Topic           string `json:"topic"`
-	Partition       int32  `json:"partition"`
-	CommittedOffset int64  `json:"committed_offset"`
-	LogEndOffset    int64  `json:"log_end_offset"`
-	Lag             int64  `json:"lag"`
+	Topic           string     `json:"topic"`
+	Partition       int32      `json:"partition"`
+	CommittedOffset int64      `json:"committed_offset"`
+	LogEndOffset    int64      `json:"log_end_offset"`
+	Lag             int64      `json:"lag"`
+	Stalled         bool       `json:"stalled,omitempty"`
+	Owner           string     `json:"owner,omitempty"`
+	Since           *time.Time `json:"since,omitempty"`
 }
 
 // partitionsJSON is never nil: the document always has its partitions,
@@ -310,7 +313,8 @@ func unservedJSON(us []UnservedPartition) []unservedPartitionJSON {
 	out := make([]unservedPartitionJSON, 0, len(us))
 	for _, u := range us {
 		out = append(out, unservedPartitionJSON{Topic: u.Input.Topic, Partition: u.Input.Partition,
-			CommittedOffset: u.CommittedOffset, LogEndOffset: u.LogEndOffset, Lag: u.Lag})
+			CommittedOffset: u.CommittedOffset, LogEndOffset: u.LogEndOffset, Lag: u.Lag,
+			Stalled: u.Stalled, Owner: u.Owner, Since: timeOrNil(u.Since)})
 	}
 	return out
 }
@@ -384,10 +388,14 @@ type statusBoard struct {
 	fatal    error
 	identity store.GroupIdentity
 	standby  []StandbyStatus
-	// The last group report (group.go).
-	unserved []UnservedPartition
-	groupAt  time.Time
-	groupErr error
+	// The last group report (group.go), and each assigned partition's
+	// committed offset as the reports saw it, for stalls (stallAfter; 0:
+	// none reported).
+	unserved   []UnservedPartition
+	commits    map[store.TopicPartition]seenCommit
+	stallAfter time.Duration
+	groupAt    time.Time
+	groupErr   error
 	// endpoints are the assigned partitions' owners' endpoints, and
 	// counts each input topic's partition count, as the last group
 	// report read them (Engine.Locate).
@@ -413,6 +421,7 @@ func newStatusBoard(o Observer, now func() time.Time) *statusBoard {
 // newStatusBoard makes r's board and makes it the engine's.
 func (r *Member[S]) newStatusBoard() *statusBoard {
 	b := newStatusBoard(r.e.cfg.Observer, func() time.Time { return r.src.Now() })
+	b.stallAfter = max(r.e.cfg.GroupReportInterval, 3*r.e.cfg.CommitInterval)
 	r.e.board.Store(b)
 	return b
 }

@@ -75,11 +75,12 @@ func main() {
 	brokers := flag.String("brokers", service.Embedded, `Kafka's "host:port", or "embedded"`)
 	demo := flag.Bool("demo", false, "produce a few customers and orders at start (always on the embedded cluster)")
 	addr := flag.String("http", ":8080", "where to serve /keys/{customer}, /readyz, /metrics")
+	dir := flag.String("dir", "", "a cache directory of this instance's own, kept across restarts (on a broker): a restart gets its partitions back and recovers only what changed")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	cfg := Config()
-	cfg.Logger = slog.Default()
+	cfg.Logger, cfg.Dir = slog.Default(), *dir
 	svc, err := service.New(ctx, service.Config[Totals]{
 		Application:  "order-totals",
 		Brokers:      []string{*brokers},
