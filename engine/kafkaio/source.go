@@ -106,10 +106,13 @@ type Config struct {
 	InstanceID string
 	// DynamicMembership joins as a dynamic member even when the engine's
 	// cache directory gives this instance a stable identity: a clean stop
-	// leaves the group, and its partitions move at once, but a restarted
-	// instance may be given other partitions than those its cache holds
-	// (recovered in full). Default false. It cannot be set with
-	// InstanceID.
+	// leaves the group, and its partitions move at once (to members that
+	// hold them warm, under the default balancer), but a restarted
+	// instance is a new member: it gets back the partitions its cache
+	// holds only as far as the balance moves partitions to it (the
+	// default balancer, classic protocol), or by chance (the consumer
+	// protocol), and recovers the others in full. Default false. It
+	// cannot be set with InstanceID.
 	DynamicMembership bool
 	// Endpoint is the address this instance serves queries at
 	// ("http://10.0.0.5:8080"), advertised to the rest of the group so
