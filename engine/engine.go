@@ -424,13 +424,18 @@ type Config[S any] struct {
 	// snapshots written since. Each member computes the same placement
 	// from the group report (GroupReportInterval, and after every
 	// rebalance): rendezvous hashing of the members' names (their
-	// instance ids, stable with a Dir) with the partition, so a member
-	// joining or leaving moves only the replicas it takes or had. A member
-	// thus holds about StandbyReplicas × partitions ÷ members replicas
-	// besides its own partitions: cache, network and reads grow with the
+	// instance ids, stable with a Dir) with the partition, bounded so that
+	// no member keeps more than its share, so a member joining or leaving
+	// moves few replicas but its own. A member thus holds at most
+	// StandbyReplicas × partitions ÷ members replicas (rounded up) besides
+	// its own partitions: cache, network and reads grow with the
 	// replica count, not the group's size (docs/operations.md, "Standby
 	// replicas", gives the costs). A group of fewer members than
-	// StandbyReplicas+1 keeps a replica on every member but the owner. It
+	// StandbyReplicas+1 keeps a replica on every member but the owner.
+	// Under the classic protocol kafkaio's default balancer hands a
+	// partition that must move (its owner died) to a member that holds
+	// its replica; under the consumer protocol the broker assigns, and a
+	// takeover lands on one by chance. It
 	// needs a Store in Transactional mode that can follow
 	// (store.Backend's CanFollow: store/kafka's and store/sim's can), and
 	// the group report. Status().Standbys shows each replica and its lag.
