@@ -19,11 +19,11 @@ import (
 // StandbyReplicas replicas on members other than its owner, placed by
 // rendezvous hashing of the members' names with bounded loads, from the
 // group report (package placement), so that every member computes the
-// same placement with no coordination. A member follows the partitions placed on it
-// read_committed into the cache, with a checkpoint, so that an assignment
-// of one of them later recovers only the delta. Each followed partition
-// has a replica.Reader (as each partition of a View has): the standbys say
-// when it opens, reads and retries.
+// same placement with no coordination. A member follows the partitions
+// placed on it read_committed into the cache, with a checkpoint, so that
+// an assignment of one of them later recovers only the delta. Each
+// followed partition has a replica.Reader (as each partition of a View
+// has): the standbys say when it opens, reads and retries.
 //
 // The follower runs on the runner's goroutine, between polls (a round at
 // most every standbyInterval, sooner while a follower is behind), so the
