@@ -1,27 +1,28 @@
-// Command failover measures how long the partitions of a failed engine
-// process stand still on a real Kafka broker: two engine processes (this
-// program, run as children with -member) share a group and an input topic
-// that a producer writes to all the time; one of them is SIGKILLed, stopped
-// cleanly (SIGTERM: Close), or SIGKILLed and started again at once; the
-// time from the fault until the survivor (or the restarted process) has
-// the moved partitions assigned, and until it has recovered them and folds
-// their records, is read from the children's event lines.
+// Command failover measures how long the partitions of a failed or
+// restarted engine process stand still on a real Kafka broker: engine
+// processes (this program, run as children with -member; -members of
+// them, each with a Dir of its own) share a group and an input topic of
+// -partitions partitions that a producer writes to all the time; one of
+// them is SIGKILLed, stopped cleanly (SIGTERM: Close), or SIGKILLed and
+// started again at once, or every one in turn is stopped and started
+// again on its Dir after -down (a rolling restart). From the children's
+// event lines it reads the time from the fault until the moved
+// partitions are assigned and folding again, each partition's longest
+// time without a fold, and the recoveries, delta or full.
 //
-// It runs every fault under each consumer setting: "old" (franz-go's
-// defaults, which the engine used before KafkaConfig had the fields:
-// session 45 s, heartbeat 3 s), "new" (KafkaConfig's defaults: 10 s, 1 s),
-// "static" (the new defaults and an InstanceID per process) and, with
-// -consumer-protocol, the consumer protocol (KIP-848), whose session the
-// broker sets.
+// Settings ("old", "new", "static", "consumer", "previous", "dynamic",
+// "default", "standby", "dynamic-standby"; allSettings says what each
+// sets) are measured side by side, each fault under each.
 //
-//	make failover                                   # all of it, on a broker of its own
+//	make failover                                   # the failover table, on a broker of its own
+//	make bench-deploys                              # the deploy tables (docs/benchmarks.md, "Deploys")
 //	it/kafka/broker run go run ./it/failover -runs 3 -settings new,static -faults kill
 //
 // The broker's address comes from -brokers or SNAPFENCE_KAFKA_BROKERS
 // (it/kafka/broker run sets it). Each measurement uses a fresh topic and
-// group. Nothing here waits a fixed time for something to happen: every
-// step waits for the event that shows it, with a deadline that fails the
-// run.
+// group. Nothing here waits a fixed time for something to happen but the
+// rolling restart's downtime, which is the scenario's: every step waits
+// for the event that shows it, with a deadline that fails the run.
 package main
 
 import (
@@ -335,7 +336,7 @@ func (m *measurer) all(settings, faults []string, runs int) error {
 			rows = append(rows, rw)
 		}
 	}
-	fmt.Printf("\nfailover on %v, %d partitions, %d members, %d keys, classic protocol with cooperative-sticky unless named; seconds from the fault (min / median / max of %d)\n",
+	fmt.Printf("\nfailover on %v, %d partitions, %d members, %d keys, classic protocol, the engine's default balancer unless named; seconds from the fault (min / median / max of %d)\n",
 		m.seeds, m.partitions, m.members, m.keys, runs)
 	fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", "setting", "fault", "moved partitions assigned", "recovered and folding",
 		"longest without a fold: worst partition / median partition", "recoveries delta / full")
