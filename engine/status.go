@@ -148,12 +148,13 @@ type Status struct {
 	// replica (Config.Standby), by topic then partition; empty without.
 	Standbys []StandbyStatus
 	// Unserved are the input's partitions that no member of the group
-	// is assigned (a rebalance under way, or no member left for them),
-	// with their lag, by topic then partition, as the last group report
-	// read them (Config.GroupReportInterval). Every live instance
-	// reports the same ones. A partition still assigned to a member that
-	// died is not among them until the coordinator drops the member (its
-	// session timeout); its lag grows meanwhile in snapfence_group_lag.
+	// folds, with their lag, by topic then partition, as the last group
+	// reports read them (Config.GroupReportInterval): those no member is
+	// assigned (a rebalance under way, or no member left for them), and
+	// those assigned but stalled (UnservedPartition.Stalled: lagging with
+	// their committed offset unmoved, as a dead or stopped static member's
+	// are until its session ends or it returns). Every live instance
+	// reports the same ones; lag grows meanwhile in snapfence_group_lag.
 	Unserved []UnservedPartition
 	// GroupReport is when the last group report was read; zero before
 	// the first (or without one: a negative GroupReportInterval). One is
