@@ -18,9 +18,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -132,29 +130,10 @@ func standbyCost(b *testing.B, members, n, parts, keys, stateBytes int) (replica
 		if err := engines[i].Close(); err != nil {
 			b.Fatal(err)
 		}
-		size := dirBytes(b, dirs[i])
+		size := float64(dirSize(b, dirs[i]))
 		meanBytes += size
 		maxBytes = max(maxBytes, size)
 	}
 	m := float64(members)
 	return replicas / m, meanBytes / m, maxBytes, reads / m
-}
-
-// dirBytes is the size of the files under dir.
-func dirBytes(b *testing.B, dir string) float64 {
-	var total int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		info, err := d.Info()
-		if err == nil {
-			total += info.Size()
-		}
-		return err
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return float64(total)
 }
