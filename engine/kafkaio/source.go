@@ -150,7 +150,8 @@ type Config struct {
 	// cache; a group with a member that does not know it falls back to
 	// cooperative-sticky; kgo.RangeBalancer() for classic eager), or
 	// kgo.ServerSideBalancer() for the consumer protocol (KIP-848, where
-	// the broker assigns and no client balancer runs). The input-topic check at start uses them too.
+	// the broker assigns and no client balancer runs). The input-topic
+	// check at start uses them too.
 	// The consumer is two franz-go clients, a group member and a
 	// group-less client that fetches the records: both take ClientOpts,
 	// but the group options (kgo.GroupOpt) go to the member only, and a
@@ -1180,15 +1181,6 @@ type groupView struct {
 	rebalancing bool
 }
 
-// memberName is a described member's name: its instance id if it is
-// static, else its member id (input.MemberName).
-func memberName(memberID string, instanceID *string) string {
-	if instanceID != nil && *instanceID != "" {
-		return *instanceID
-	}
-	return memberID
-}
-
 // describeGroup is the group as its coordinator describes it (names: the
 // input topics' names by id, for a response that names a topic by its id
 // alone). It is read as a consumer-protocol group first
@@ -1204,7 +1196,11 @@ func (s *kafkaSource) describeGroup(ctx context.Context, names map[kadm.TopicID]
 		}
 	}
 	member := func(memberID string, instanceID *string, clientID string) groupOwner {
-		o := groupOwner{memberID: memberID, name: memberName(memberID, instanceID), endpoint: ClientIDEndpoint(clientID)}
+		id := store.GroupIdentity{MemberID: memberID}
+		if instanceID != nil {
+			id.InstanceID = *instanceID
+		}
+		o := groupOwner{memberID: memberID, name: input.MemberName(id), endpoint: ClientIDEndpoint(clientID)}
 		v.members = append(v.members, o.name)
 		return o
 	}

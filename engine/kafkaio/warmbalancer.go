@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -168,15 +167,15 @@ func balanceWarm(ms []warmMember, parts []store.TopicPartition) [][]store.TopicP
 			}
 		}
 	}
-	warmElsewhere := func(i int, tp store.TopicPartition) bool {
-		for j, m := range ms {
-			if j != i && m.warm[tp] && m.topics[tp.Topic] {
-				if _, owns := owner[tp]; !owns || owner[tp] != j {
-					return true
-				}
+	// warmElsewhere: a member other than the partition's owner, and
+	// subscribed to its topic, holds it warm.
+	warmElsewhere := map[store.TopicPartition]bool{}
+	for j, m := range ms {
+		for tp := range m.warm {
+			if o, owned := owner[tp]; m.topics[tp.Topic] && (!owned || o != j) {
+				warmElsewhere[tp] = true
 			}
 		}
-		return false
 	}
 	assigned := map[store.TopicPartition]bool{}
 	for i, m := range ms {
@@ -187,11 +186,11 @@ func balanceWarm(ms []warmMember, parts []store.TopicPartition) [][]store.TopicP
 			}
 		}
 		// Kept first: those no other member holds warm.
-		slices.SortStableFunc(mine, func(a, b store.TopicPartition) int {
-			wa, wb := warmElsewhere(i, a), warmElsewhere(i, b)
+		slices.SortFunc(mine, func(a, b store.TopicPartition) int {
+			wa, wb := warmElsewhere[a], warmElsewhere[b]
 			switch {
 			case wa == wb:
-				return compareTP(a, b)
+				return a.Compare(b)
 			case wb:
 				return -1
 			}
@@ -236,13 +235,6 @@ func balanceWarm(ms []warmMember, parts []store.TopicPartition) [][]store.TopicP
 		}
 	}
 	return out
-}
-
-func compareTP(a, b store.TopicPartition) int {
-	if c := strings.Compare(a.Topic, b.Topic); c != 0 {
-		return c
-	}
-	return int(a.Partition) - int(b.Partition)
 }
 
 var _ kgo.GroupBalancer = (*warmBalancer)(nil)

@@ -444,27 +444,16 @@ func (c *Cluster) GroupMembers(group string) ([]string, map[store.TopicPartition
 	}
 	ids := sortedKeys(g.members)
 	for _, id := range ids {
-		gm := g.members[id]
-		switch {
-		case g.protocol == Consumer:
-			for _, tp := range gm.assigned {
-				owners[tp] = id
-			}
-		case g.state == groupStable:
-			for _, tp := range gm.assignment {
-				owners[tp] = id
-			}
+		for _, tp := range g.described(g.members[id]) {
+			owners[tp] = id
 		}
 	}
 	return ids, owners
 }
 
 // GroupAssigned is every partition the coordinator has assigned to a
-// member of group, as a describe of the group answers: under the classic
-// protocol only while the group is stable (during a rebalance Kafka
-// describes no member's assignment, and none is served), under the
-// consumer protocol each member's current assignment. It changes
-// nothing (time expires sessions: Advance).
+// member of group, as a describe of the group answers (group.described).
+// It changes nothing (time expires sessions: Advance).
 func (c *Cluster) GroupAssigned(group string) []store.TopicPartition {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -474,13 +463,21 @@ func (c *Cluster) GroupAssigned(group string) []store.TopicPartition {
 	}
 	var out []store.TopicPartition
 	for _, id := range sortedKeys(g.members) {
-		gm := g.members[id]
-		switch {
-		case g.protocol == Consumer:
-			out = append(out, gm.assigned...)
-		case g.state == groupStable:
-			out = append(out, gm.assignment...)
-		}
+		out = append(out, g.described(g.members[id])...)
 	}
 	return out
+}
+
+// described is gm's assignment as a describe of the group answers: under
+// the classic protocol only while the group is stable (during a rebalance
+// Kafka describes no member's assignment, and none is served), under the
+// consumer protocol the member's current assignment.
+func (g *group) described(gm *groupMember) []store.TopicPartition {
+	switch {
+	case g.protocol == Consumer:
+		return gm.assigned
+	case g.state == groupStable:
+		return gm.assignment
+	}
+	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/snapfence/snapfence/store"
 )
 
 // instanceKey holds the cache's instance identity: made once, when the
@@ -60,7 +62,7 @@ func newInstance() (string, error) {
 	host, _ := os.Hostname()
 	host = strings.Map(func(c rune) rune {
 		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' {
-			return c
+			return c // a character store.NameProblem allows
 		}
 		return '-'
 	}, host)
@@ -76,13 +78,5 @@ func newInstance() (string, error) {
 // validInstance: id is an identity newInstance could have made (a
 // damaged one is replaced, costing one rebalance).
 func validInstance(id string) bool {
-	if len(id) < 18 || len(id) > maxHostPart+17 {
-		return false
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
+	return len(id) >= 18 && len(id) <= maxHostPart+17 && store.NameProblem(id) == ""
 }

@@ -38,12 +38,7 @@ func Place(parts []Partition, members []string, n int) map[store.TopicPartition]
 		return out
 	}
 	ordered := slices.Clone(parts)
-	slices.SortFunc(ordered, func(a, b Partition) int {
-		if c := strings.Compare(a.TP.Topic, b.TP.Topic); c != 0 {
-			return c
-		}
-		return int(a.TP.Partition) - int(b.TP.Partition)
-	})
+	slices.SortFunc(ordered, func(a, b Partition) int { return a.TP.Compare(b.TP) })
 	total := 0
 	for _, p := range ordered {
 		others := len(ms)
