@@ -763,9 +763,8 @@ func (e *Engine[S]) coreFold() core.FoldFunc[S, Output] {
 	}
 }
 
-// tickInterval is the tick's period; 0: no tick.
 // standbyInterval is the scheduler's standby round interval: 0 without
-// standby replicas.
+// standby replicas (warm-ups start the rounds when they come).
 func (e *Engine[S]) standbyInterval() time.Duration {
 	if e.cfg.StandbyReplicas == 0 {
 		return 0
@@ -773,6 +772,13 @@ func (e *Engine[S]) standbyInterval() time.Duration {
 	return standbyInterval
 }
 
+// canFollow: the engine can follow partitions it does not own (standby
+// replicas, warm-ups), its copies vouched for by the fence.
+func (e *Engine[S]) canFollow() bool {
+	return e.cfg.Store.Mode() == store.Transactional && e.cfg.Store.CanFollow()
+}
+
+// tickInterval is the tick's period; 0: no tick.
 func (e *Engine[S]) tickInterval() time.Duration {
 	if e.cfg.Tick == nil {
 		return 0

@@ -341,3 +341,75 @@ func produceTo(t *testing.T, cl *kgo.Client, topic string, p int32, events ...st
 		}
 	}
 }
+
+// On Kafka, under the classic protocol and the default balancer: when a
+// second member joins, a partition moves to it only once it has warmed
+// the partition up; the first member serves both partitions until then,
+// and the new member's takeover is a delta from its warm-up. (The control,
+// cooperative-sticky taking the partition cold, is the kfake test's.)
+func TestScaleOutMovesAPartitionOnlyOnceWarmedUpOnKafka(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	cl, adm := brokerAdmin(t, brokers)
+	topic := fmt.Sprintf("scaleout-%d", time.Now().UnixNano())
+	if err := kafka.CreateTopic(context.Background(), cl, topic, 2, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, kafka.DefaultSnapshotTopic(topic, topic)) })
+	for p := range int32(2) {
+		var evs []string
+		for k := range 500 {
+			evs = append(evs, fmt.Sprintf("key-%d-%d=%d", p, k, k))
+		}
+		produceTo(t, cl, topic, p, evs...)
+	}
+	group := topic + "-group"
+	in := kafkaio.Config{SeedBrokers: brokers, Group: group, Topics: []string{topic}, HeartbeatInterval: 500 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	step := func(rs ...*engine.Member[int]) {
+		for _, r := range rs {
+			if err := r.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	a, err := brokerEngine(t, brokers, topic).Join(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	parts := []store.TopicPartition{{Topic: topic, Partition: 0}, {Topic: topic, Partition: 1}}
+	for len(a.Flows()) != 2 || !committedAtEnd(adm, group, parts[0]) || !committedAtEnd(adm, group, parts[1]) {
+		step(a)
+	}
+	rec := &recoveryLog{}
+	b, err := brokerEngineWith(t, brokers, topic, func(c *engine.Config[int]) { c.Observer = rec }).Join(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	joined := time.Now()
+	var warmedUp map[store.TopicPartition]bool
+	for len(b.Flows()) != 1 || len(a.Flows()) != 1 || rec.of(b.Flows()[0]) == "" {
+		step(a, b)
+		for _, sb := range b.Status().Standbys {
+			if sb.WarmUp && sb.Vouched && sb.Lag == 0 {
+				if warmedUp == nil {
+					warmedUp = map[store.TopicPartition]bool{}
+				}
+				warmedUp[sb.Input] = true
+			}
+		}
+		if warmedUp == nil && len(a.Flows()) != 2 {
+			t.Fatalf("a gave up a partition (runs %v) before b warmed one up", a.Flows())
+		}
+	}
+	moved := b.Flows()[0]
+	t.Logf("b ran %v %v after it joined, recovered %s", moved, time.Since(joined).Round(time.Millisecond), rec.of(moved))
+	switch {
+	case !warmedUp[moved]:
+		t.Fatalf("b took %v over without warming it up (warmed up: %v)", moved, warmedUp)
+	case rec.of(moved) != "delta/"+engine.RecoveryCheckpoint:
+		t.Fatalf("%v recovered %s on the new member, want a delta from its warm-up", moved, rec.of(moved))
+	}
+}

@@ -539,3 +539,84 @@ func TestWarmBalancerGivesAReturningMemberItsCacheOnKfake(t *testing.T) {
 		}
 	})
 }
+
+// When the group grows, a partition moves to the new member only once
+// the new member has warmed it up: the balancer leaves it with its
+// owner, which keeps serving it, and names it to the new member as a
+// warm-up; the new member follows it as a replica, asks for a rebalance
+// once caught up, and then takes it over from its cache (a delta). The
+// control: under cooperative-sticky the new member takes it cold at once,
+// and recovers it in full.
+func TestScaleOutMovesAPartitionOnlyOnceWarmedUpOnKfake(t *testing.T) {
+	for _, warm := range []bool{true, false} {
+		t.Run(fmt.Sprintf("warm-balancer=%v", warm), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newFakeWorld(t)
+				w.produce("alice=10", "bob=5", "carol=7", "dave=1")
+				in := kafkaio.Config{SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
+					HeartbeatInterval: 200 * time.Millisecond, ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext)}}
+				if !warm {
+					in.ClientOpts = append(in.ClientOpts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
+				}
+				step := func(rs ...*engine.Member[int]) {
+					for _, r := range rs {
+						if err := r.Step(context.Background()); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				a, err := w.engine().Join(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer a.Close(context.Background())
+				for len(a.Flows()) != 2 || !committedAtEnd(w.adm, "bank", a.Flows()[0]) || !committedAtEnd(w.adm, "bank", a.Flows()[1]) {
+					step(a)
+				}
+				rec := &recoveryLog{}
+				b, err := w.engineWith(func(c *engine.Config[int]) { c.Observer = rec }).Join(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Close(context.Background())
+				var warmedUp map[store.TopicPartition]bool
+				for len(b.Flows()) != 1 || len(a.Flows()) != 1 || rec.of(b.Flows()[0]) == "" {
+					step(a, b)
+					for _, sb := range b.Status().Standbys {
+						if sb.WarmUp && sb.Vouched && sb.Lag == 0 {
+							if warmedUp == nil {
+								warmedUp = map[store.TopicPartition]bool{}
+							}
+							warmedUp[sb.Input] = true
+						}
+					}
+					// Until b has caught a partition up, a serves both.
+					if warm && warmedUp == nil && len(a.Flows()) != 2 {
+						t.Fatalf("a gave up a partition (runs %v) before b warmed one up", a.Flows())
+					}
+				}
+				w.produce("alice=1", "bob=2", "carol=3", "dave=4")
+				for !w.caughtUp() {
+					step(a, b)
+				}
+				checkLedger(t, w.want, "accounts", a, b)
+				moved := b.Flows()[0]
+				if !warm {
+					if got := rec.of(moved); got == "delta/"+engine.RecoveryCheckpoint || warmedUp != nil {
+						t.Fatalf("the control: %v recovered %s (warm-ups %v): the test proves nothing", moved, got, warmedUp)
+					}
+					return
+				}
+				if !warmedUp[moved] {
+					t.Fatalf("b took %v over without warming it up (warmed up: %v)", moved, warmedUp)
+				}
+				if got := rec.of(moved); got != "delta/"+engine.RecoveryCheckpoint {
+					t.Fatalf("%v recovered %s on the new member, want a delta from its warm-up", moved, got)
+				}
+				if sbs := b.Status().Standbys; len(sbs) != 0 {
+					t.Fatalf("b still follows %+v after the move", sbs)
+				}
+			})
+		})
+	}
+}

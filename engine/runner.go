@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,9 +51,17 @@ type Member[S any] struct {
 	recoveries map[store.TopicPartition]*recovery[S]
 	life       context.Context
 	endLife    context.CancelFunc
-	// standby is the standby replicas (Config.StandbyReplicas); nil
-	// without.
+	// standby is the standby replicas (Config.StandbyReplicas) and
+	// warm-ups; nil without either.
 	standby *standbys[S]
+	// warmUps are the partitions the member's last assignment names it to
+	// warm up (input.Opening.WarmUp), warmUpSeq counts their changes, and
+	// warmedUp are those caught up (input.Opening.WarmedUp). The group's
+	// goroutine and the runner's share them, under warmUpMu.
+	warmUpMu  sync.Mutex
+	warmUps   []store.TopicPartition
+	warmUpSeq int
+	warmedUp  []store.TopicPartition
 	// logs bounds the rate of the log lines of repeated failures.
 	logs *logLimiter
 	// queries is the partitions open to committed reads (query.go).
@@ -159,8 +168,12 @@ func (e *Engine[S]) Join(in Input) (*Member[S], error) {
 		ReplaysFail:        replaysFail,
 		FoldError:          refusedFoldError,
 	}, time.Time{})
-	src, err := in.Open(input.Opening{Handler: rebalanceHandler[S]{r}, Application: e.cfg.Store.Application(),
-		Instance: e.kv.Instance(), Warm: e.warm})
+	opening := input.Opening{Handler: rebalanceHandler[S]{r}, Application: e.cfg.Store.Application(),
+		Instance: e.kv.Instance(), Warm: e.warm}
+	if e.canFollow() {
+		opening.WarmUp, opening.WarmedUp = r.warmUp, r.warmedUpList
+	}
+	src, err := in.Open(opening)
 	if err != nil {
 		r.endLife()
 		return nil, err
@@ -170,11 +183,7 @@ func (e *Engine[S]) Join(in Input) (*Member[S], error) {
 		e.log.Info("joining the consumer group as a static member", "group", id.Group, "instance", id.InstanceID)
 	}
 	if e.cfg.StandbyReplicas > 0 {
-		if r.standby, err = newStandbys(r); err != nil {
-			_ = src.Close(context.Background())
-			r.endLife()
-			return nil, err
-		}
+		r.standby = newStandbys(r)
 	}
 	now := src.Now()
 	r.sched.StartTimers(now)
@@ -401,6 +410,10 @@ func (r *Member[S]) step(ctx context.Context) error {
 	r.do(ctx, r.sched.Timers(r.src.Now()))
 	// The report first: the standby replicas are placed from it.
 	r.groupReport(ctx)
+	if r.standby == nil && r.hasWarmUps() {
+		r.sched.FollowStandbys(standbyInterval, standbyRetry)
+		r.standby = newStandbys(r)
+	}
 	if r.standby != nil {
 		r.standby.round(ctx)
 	}

@@ -48,6 +48,11 @@ const (
 	// back.
 	standbyRoundReads = 16
 	standbyRoundTime  = 100 * time.Millisecond
+	// warmUpAskInterval is the least time between two rebalances the
+	// member asks for while only some of its warm-ups are caught up (it
+	// asks at once when all are), so that warm-ups catching up one after
+	// another do not rebalance the group each time.
+	warmUpAskInterval = 10 * time.Second
 )
 
 // standbys carries out the scheduler's decisions about the standby
@@ -57,19 +62,27 @@ type standbys[S any] struct {
 	r      *Member[S]
 	sched  *schedule.Replicas
 	follow store.Backend
-	// placed are the partitions placed on this member, from the group
-	// report of sequence placedSeq.
-	placed    []store.TopicPartition
-	placedSeq int
+	// placed are the partitions this member follows: those the group
+	// report of sequence placedSeq places on it (fromReport), and its
+	// warm-ups of sequence warmUpSeq.
+	placed     []store.TopicPartition
+	placedSeq  int
+	fromReport []store.TopicPartition
+	warmUps    []store.TopicPartition
+	warmUpSeq  int
+	// askedWith are the warm-ups caught up when the member last asked for
+	// a rebalance, at asked (or when its warm-ups last changed).
+	askedWith []store.TopicPartition
+	asked     time.Time
 	// next is where the next round starts in placed: after the last
 	// replica a round cut short by standbyRoundTime reached.
 	next  int
 	parts map[store.TopicPartition]*replica.Reader
 }
 
-func newStandbys[S any](r *Member[S]) (*standbys[S], error) {
+func newStandbys[S any](r *Member[S]) *standbys[S] {
 	return &standbys[S]{r: r, sched: r.sched.Standbys(), follow: r.e.cfg.Store,
-		parts: map[store.TopicPartition]*replica.Reader{}}, nil
+		parts: map[store.TopicPartition]*replica.Reader{}}
 }
 
 // round runs a round of the replicas if one is due: places them again if
@@ -105,7 +118,40 @@ func (sb *standbys[S]) round(ctx context.Context) {
 		}
 	}
 	sb.sched.RoundEnded(r.src.Now())
+	sb.warmedUp()
 	r.status.standbys(sb.status())
+}
+
+// warmedUp lists the warm-ups caught up (input.Opening.WarmedUp) and, when
+// that list grew to all of them, or changed and the last ask is
+// warmUpAskInterval old, asks the group to rebalance: its balancer then
+// moves them here.
+func (sb *standbys[S]) warmedUp() {
+	if len(sb.warmUps) == 0 {
+		return
+	}
+	r := sb.r
+	var ready []store.TopicPartition
+	for _, tp := range sb.warmUps {
+		if rd := sb.parts[tp]; rd != nil {
+			if st := rd.Status(); st.Vouched && st.Lag >= 0 && st.Lag <= input.WarmUpLag {
+				ready = append(ready, tp)
+			}
+		}
+	}
+	r.setWarmedUp(ready)
+	now := r.src.Now()
+	due := len(ready) == len(sb.warmUps) || now.Sub(sb.asked) >= warmUpAskInterval
+	if len(ready) == 0 || slices.Equal(ready, sb.askedWith) || !due {
+		return
+	}
+	rb, ok := r.src.(input.Rebalancer)
+	if !ok {
+		return
+	}
+	sb.askedWith, sb.asked = ready, now
+	r.e.log.Info("warm-ups caught up; asking the group to move them here", "ready", len(ready), "warm_ups", len(sb.warmUps))
+	rb.Rebalance()
 }
 
 // place computes, from the last group report, the partitions whose
@@ -113,16 +159,43 @@ func (sb *standbys[S]) round(ctx context.Context) {
 // now. A report of a group that assigns nothing (a classic group
 // rebalancing, or one not joined yet) keeps the last placement: the
 // replicas wait where they are for the owners to be known.
+//
+// The member's warm-ups (those its assignment names) are followed too.
 func (sb *standbys[S]) place() {
 	r := sb.r
-	if sb.placedSeq == r.groupSeq {
+	seq, warmUps := r.warmUpsNow()
+	if sb.placedSeq == r.groupSeq && sb.warmUpSeq == seq {
 		return
 	}
-	sb.placedSeq = r.groupSeq
-	assigned := slices.ContainsFunc(r.group.Partitions, func(p input.GroupPartition) bool { return p.Assigned })
-	if !assigned {
-		return
+	if sb.warmUpSeq != seq {
+		sb.warmUpSeq, sb.warmUps = seq, warmUps
+		sb.askedWith, sb.asked = nil, r.src.Now()
 	}
+	if sb.placedSeq != r.groupSeq {
+		sb.placedSeq = r.groupSeq
+		if r.e.cfg.StandbyReplicas > 0 && slices.ContainsFunc(r.group.Partitions, func(p input.GroupPartition) bool { return p.Assigned }) {
+			sb.fromReport = sb.fromGroupReport()
+		}
+	}
+	placed := slices.Clone(sb.fromReport)
+	for _, tp := range sb.warmUps {
+		if !slices.Contains(placed, tp) {
+			placed = append(placed, tp)
+		}
+	}
+	slices.SortFunc(placed, compareTP)
+	for tp := range sb.sched.All() {
+		if !slices.Contains(placed, tp) {
+			sb.drop(tp)
+		}
+	}
+	sb.placed, sb.next = placed, 0
+}
+
+// fromGroupReport is the partitions the last group report places on this
+// member.
+func (sb *standbys[S]) fromGroupReport() []store.TopicPartition {
+	r := sb.r
 	parts := make([]placement.Partition, len(r.group.Partitions))
 	for i, p := range r.group.Partitions {
 		parts[i] = placement.Partition{TP: p.Input, Owner: p.Owner}
@@ -134,13 +207,51 @@ func (sb *standbys[S]) place() {
 			placed = append(placed, tp)
 		}
 	}
-	slices.SortFunc(placed, compareTP)
-	for tp := range sb.sched.All() {
-		if !slices.Contains(placed, tp) {
-			sb.drop(tp)
-		}
+	return placed
+}
+
+// warmUp records the warm-ups of the member's last assignment
+// (input.Opening.WarmUp), from the group's goroutine; the next standby
+// round follows them.
+func (r *Member[S]) warmUp(parts []store.TopicPartition) {
+	parts = slices.SortedFunc(slices.Values(parts), compareTP)
+	r.warmUpMu.Lock()
+	defer r.warmUpMu.Unlock()
+	if slices.Equal(parts, r.warmUps) {
+		return
 	}
-	sb.placed, sb.next = placed, 0
+	r.warmUps = parts
+	r.warmUpSeq++
+	r.warmedUp = slices.DeleteFunc(r.warmedUp, func(tp store.TopicPartition) bool { return !slices.Contains(parts, tp) })
+}
+
+// warmUpsNow is the member's warm-ups and their sequence number.
+func (r *Member[S]) warmUpsNow() (int, []store.TopicPartition) {
+	r.warmUpMu.Lock()
+	defer r.warmUpMu.Unlock()
+	return r.warmUpSeq, r.warmUps
+}
+
+// hasWarmUps: the member's last assignment names warm-ups.
+func (r *Member[S]) hasWarmUps() bool {
+	r.warmUpMu.Lock()
+	defer r.warmUpMu.Unlock()
+	return len(r.warmUps) > 0
+}
+
+// setWarmedUp records the warm-ups caught up.
+func (r *Member[S]) setWarmedUp(tps []store.TopicPartition) {
+	r.warmUpMu.Lock()
+	defer r.warmUpMu.Unlock()
+	r.warmedUp = tps
+}
+
+// warmedUpList is the warm-ups caught up (input.Opening.WarmedUp), from
+// the group's goroutine.
+func (r *Member[S]) warmedUpList() []store.TopicPartition {
+	r.warmUpMu.Lock()
+	defer r.warmUpMu.Unlock()
+	return slices.Clone(r.warmedUp)
 }
 
 // open opens tp's replica over a new core of the partition (the
@@ -241,7 +352,8 @@ func (sb *standbys[S]) status() []StandbyStatus {
 			continue
 		}
 		st := rd.Status()
-		out = append(out, StandbyStatus{Input: tp, Position: st.Position, LogEnd: st.LogEnd, Lag: st.Lag, Vouched: st.Vouched, Err: rec.Err()})
+		out = append(out, StandbyStatus{Input: tp, Position: st.Position, LogEnd: st.LogEnd, Lag: st.Lag, Vouched: st.Vouched,
+			WarmUp: slices.Contains(sb.warmUps, tp), Err: rec.Err()})
 	}
 	return out
 }
@@ -263,6 +375,11 @@ type StandbyStatus struct {
 	// assignment of the partition recovers only what follows it. A
 	// replica from the log start vouches once it first caught up.
 	Vouched bool
+	// WarmUp: the group's balancer named this replica a warm-up: the
+	// partition moves here from its owner once the replica is caught up
+	// (within 10,000 records of the log end), and its owner serves it
+	// until then.
+	WarmUp bool
 	// Err is why the replica is not following (it is opened again 30 s
 	// after the failure); nil while it follows.
 	Err error

@@ -268,6 +268,7 @@ type standbyJSON struct {
 	LogEnd    int64  `json:"log_end"`
 	Lag       int64  `json:"lag"`
 	Vouched   bool   `json:"vouched"`
+	WarmUp    bool   `json:"warm_up,omitempty"`
 	Error     string `json:"error,omitempty"`
 }
 
@@ -303,7 +304,7 @@ func standbysJSON(sbs []StandbyStatus) []standbyJSON {
 	var out []standbyJSON
 	for _, sb := range sbs {
 		out = append(out, standbyJSON{Topic: sb.Input.Topic, Partition: sb.Input.Partition, Position: sb.Position,
-			LogEnd: sb.LogEnd, Lag: sb.Lag, Vouched: sb.Vouched, Error: errText(sb.Err)})
+			LogEnd: sb.LogEnd, Lag: sb.Lag, Vouched: sb.Vouched, WarmUp: sb.WarmUp, Error: errText(sb.Err)})
 	}
 	return out
 }

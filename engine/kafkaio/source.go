@@ -442,7 +442,7 @@ func (cfg Config) Open(o input.Opening) (input.Source, error) {
 		return nil, fmt.Errorf("kafkaio: consumer: %w", err)
 	}
 	s.cl, s.adm = cl, kadm.NewClient(cl)
-	member, err := kgo.NewClient(s.memberClientOpts(o.Handler, o.Warm)...)
+	member, err := kgo.NewClient(s.memberClientOpts(o)...)
 	if err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("kafkaio: consumer: %w", err)
@@ -479,8 +479,8 @@ func directClientOpts(cfg Config) []kgo.Opt {
 // memberClientOpts are the options of the group member, whose rebalance
 // callbacks hand the partitions to h between two polls; the user's
 // options come last, so they override the engine's.
-func (s *kafkaSource) memberClientOpts(h input.Handler, warm func(group string) []store.TopicPartition) []kgo.Opt {
-	cfg := s.cfg
+func (s *kafkaSource) memberClientOpts(o input.Opening) []kgo.Opt {
+	cfg, h := s.cfg, o.Handler
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.SeedBrokers...),
 		kgo.ConsumerGroup(cfg.Group),
@@ -511,9 +511,9 @@ func (s *kafkaSource) memberClientOpts(h input.Handler, warm func(group string) 
 		opts = append(opts, kgo.ClientID(EndpointClientID(cfg.Endpoint)))
 	}
 	if !choosesBalancing(cfg.ClientOpts) {
-		wb := &warmBalancer{}
-		if warm != nil {
-			wb.warm = func() []store.TopicPartition { return warm(cfg.Group) }
+		wb := &warmBalancer{warmUp: o.WarmUp, ready: o.WarmedUp}
+		if o.Warm != nil {
+			wb.warm = func() []store.TopicPartition { return o.Warm(cfg.Group) }
 		}
 		opts = append(opts, kgo.Balancers(wb, kgo.CooperativeStickyBalancer()))
 	}
@@ -992,6 +992,11 @@ func (s *kafkaSource) Pause(tp store.TopicPartition) {
 }
 
 func (s *kafkaSource) Now() time.Time { return time.Now() }
+
+// Rebalance has the member rejoin its group (input.Rebalancer): under the
+// classic protocol, with join metadata that changed (warm-ups caught up),
+// this rebalances the group.
+func (s *kafkaSource) Rebalance() { s.member.ForceRebalance() }
 
 // Sleep implements Source: d of the wall clock, or until ctx ends.
 func (s *kafkaSource) Sleep(ctx context.Context, d time.Duration) {

@@ -25,15 +25,73 @@ const WarmBalancerName = "snapfence-warm"
 // data; the group's leader balances. The group falls back to
 // cooperative-sticky while a member that does not know this protocol is
 // in it (a rolling upgrade).
+//
+// A partition whose owner is still in the group moves only to a member
+// that has caught it up (a warm-up, as Kafka Streams' warm-up replicas):
+// where the balance wants it on a member that can warm partitions up but
+// has not, it stays with its owner, and the assignment's user data names
+// it to that member as a warm-up. The member follows it as a replica, and
+// once the replica is within input.WarmUpLag of the log end it lists it
+// as ready in its join metadata and rejoins; the next balance moves it.
+// The owner serves the partition until then, so the move costs the new
+// owner a delta, not a full recovery.
 type warmBalancer struct {
 	// warm lists the partitions this member holds warm.
 	warm func() []store.TopicPartition
+	// warmUp receives the warm-ups of each assignment this member syncs
+	// (nil: the member cannot warm partitions up); ready lists the
+	// warm-ups it has caught up.
+	warmUp func([]store.TopicPartition)
+	ready  func() []store.TopicPartition
 }
 
-// warmData is a member's user data: the partitions it holds warm, by
-// topic, sorted.
+// warmData is a member's user data: the partitions it holds warm, whether
+// it can warm partitions up, and the warm-ups it has caught up; by topic,
+// sorted. In a steady group (no warm-ups) it changes only with the
+// caches, so that a static member's restart rejoins with the metadata it
+// left with, and is given its assignment back without a rebalance.
 type warmData struct {
-	Warm map[string][]int32 `json:"warm,omitempty"`
+	Warm   map[string][]int32 `json:"warm,omitempty"`
+	WarmUp bool               `json:"warm_up,omitempty"`
+	Ready  map[string][]int32 `json:"ready,omitempty"`
+}
+
+// warmAssignment is a member's assignment user data: the partitions it is
+// to warm up.
+type warmAssignment struct {
+	WarmUp map[string][]int32 `json:"warm_up,omitempty"`
+}
+
+// byTopic is tps grouped by topic, each topic's partitions sorted, for the
+// topics in interests (nil: all); nil if none.
+func byTopic(tps []store.TopicPartition, interests []string) map[string][]int32 {
+	var out map[string][]int32
+	for _, tp := range tps {
+		if interests != nil && !slices.Contains(interests, tp.Topic) {
+			continue
+		}
+		if out == nil {
+			out = map[string][]int32{}
+		}
+		if !slices.Contains(out[tp.Topic], tp.Partition) {
+			out[tp.Topic] = append(out[tp.Topic], tp.Partition)
+		}
+	}
+	for _, ps := range out {
+		slices.Sort(ps) // a stable encoding: a rejoin with the same caches changes nothing
+	}
+	return out
+}
+
+// fromTopics is the partitions of m, in order.
+func fromTopics(m map[string][]int32) []store.TopicPartition {
+	var out []store.TopicPartition
+	for _, t := range slices.Sorted(maps.Keys(m)) {
+		for _, p := range m[t] {
+			out = append(out, store.TopicPartition{Topic: t, Partition: p})
+		}
+	}
+	return out
 }
 
 func (*warmBalancer) ProtocolName() string { return WarmBalancerName }
@@ -49,26 +107,36 @@ func (b *warmBalancer) JoinGroupMetadata(interests []string, current map[string]
 		owned.Topic, owned.Partitions = topic, slices.Sorted(slices.Values(current[topic]))
 		meta.OwnedPartitions = append(meta.OwnedPartitions, owned)
 	}
-	var data warmData
+	data := warmData{WarmUp: b.warmUp != nil}
 	if b.warm != nil {
-		for _, tp := range b.warm() {
-			if slices.Contains(interests, tp.Topic) {
-				if data.Warm == nil {
-					data.Warm = map[string][]int32{}
-				}
-				data.Warm[tp.Topic] = append(data.Warm[tp.Topic], tp.Partition)
-			}
-		}
+		data.Warm = byTopic(b.warm(), interests)
 	}
-	for _, ps := range data.Warm {
-		slices.Sort(ps) // a stable encoding: a rejoin with the same caches changes nothing
+	if b.ready != nil {
+		data.Ready = byTopic(b.ready(), interests)
 	}
 	meta.UserData, _ = json.Marshal(data) // map keys sorted by encoding/json
 	return meta.AppendTo(nil)
 }
 
-func (*warmBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
-	return kgo.ParseConsumerSyncAssignment(assignment)
+// ParseSyncAssignment parses this member's assignment, and hands its
+// warm-ups on (none clears the last ones).
+func (b *warmBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
+	var a kmsg.ConsumerMemberAssignment
+	if err := a.ReadFrom(assignment); err != nil {
+		return nil, err
+	}
+	assigned := map[string][]int32{}
+	for _, t := range a.Topics {
+		assigned[t.Topic] = t.Partitions
+	}
+	if b.warmUp != nil {
+		var data warmAssignment
+		if len(a.UserData) > 0 {
+			_ = json.Unmarshal(a.UserData, &data) // another balancer's user data: no warm-ups
+		}
+		b.warmUp(fromTopics(data.WarmUp))
+	}
+	return assigned, nil
 }
 
 func (b *warmBalancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.GroupMemberBalancer, map[string]struct{}, error) {
@@ -83,7 +151,8 @@ func (b *warmBalancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (k
 func (b *warmBalancer) Balance(cb *kgo.ConsumerBalancer, topics map[string]int32) kgo.IntoSyncAssignment {
 	var ms []warmMember
 	cb.EachMember(func(m *kmsg.JoinGroupResponseMember, meta *kmsg.ConsumerMemberMetadata) {
-		wm := warmMember{m: m, generation: meta.Generation, topics: map[string]bool{}, warm: map[store.TopicPartition]bool{}}
+		wm := warmMember{m: m, generation: meta.Generation, topics: map[string]bool{}, warm: map[store.TopicPartition]bool{},
+			ready: map[store.TopicPartition]bool{}}
 		for _, t := range meta.Topics {
 			wm.topics[t] = true
 		}
@@ -94,11 +163,13 @@ func (b *warmBalancer) Balance(cb *kgo.ConsumerBalancer, topics map[string]int32
 		}
 		var data warmData
 		if json.Unmarshal(meta.UserData, &data) == nil {
-			for t, ps := range data.Warm {
-				for _, p := range ps {
-					wm.warm[store.TopicPartition{Topic: t, Partition: p}] = true
-				}
+			for _, tp := range fromTopics(data.Warm) {
+				wm.warm[tp] = true
 			}
+			for _, tp := range fromTopics(data.Ready) {
+				wm.ready[tp] = true
+			}
+			wm.canWarmUp = data.WarmUp
 		}
 		ms = append(ms, wm)
 	})
@@ -109,13 +180,44 @@ func (b *warmBalancer) Balance(cb *kgo.ConsumerBalancer, topics map[string]int32
 		}
 	}
 	plan := cb.NewPlan()
-	for i, tps := range balanceWarm(ms, parts) {
+	assigned, warmUps := balanceWarm(ms, parts)
+	for i, tps := range assigned {
 		for _, tp := range tps {
 			plan.AddPartition(ms[i].m, tp.Topic, tp.Partition)
 		}
 	}
 	plan.AdjustCooperative(cb)
-	return plan
+	out := warmPlan{plan: plan, warmUps: map[string][]store.TopicPartition{}}
+	for i, tps := range warmUps {
+		if len(tps) > 0 {
+			out.warmUps[ms[i].m.MemberID] = tps
+		}
+	}
+	return out
+}
+
+// warmPlan is a balance plan with each member's warm-ups in its
+// assignment's user data.
+type warmPlan struct {
+	plan    *kgo.BalancePlan
+	warmUps map[string][]store.TopicPartition
+}
+
+func (p warmPlan) IntoSyncAssignment() []kmsg.SyncGroupRequestGroupAssignment {
+	out := p.plan.IntoSyncAssignment()
+	for i := range out {
+		tps := p.warmUps[out[i].MemberID]
+		if len(tps) == 0 {
+			continue
+		}
+		var a kmsg.ConsumerMemberAssignment
+		if err := a.ReadFrom(out[i].MemberAssignment); err != nil {
+			continue // franz-go's own encoding: cannot fail
+		}
+		a.UserData, _ = json.Marshal(warmAssignment{WarmUp: byTopic(tps, nil)})
+		out[i].MemberAssignment = a.AppendTo(nil)
+	}
+	return out
 }
 
 // warmMember is a member as its join metadata describes it.
@@ -125,6 +227,10 @@ type warmMember struct {
 	topics     map[string]bool
 	owned      []store.TopicPartition
 	warm       map[store.TopicPartition]bool
+	// canWarmUp: the member follows the warm-ups it is given; ready are
+	// those it has caught up.
+	canWarmUp bool
+	ready     map[store.TopicPartition]bool
 }
 
 // balanceWarm assigns parts to ms (in the order franz-go gives them:
@@ -136,10 +242,17 @@ type warmMember struct {
 // warm; and each partition left goes to a member under its share that
 // holds it warm, else to the least loaded. A member takes only
 // partitions of the topics it subscribes to.
-func balanceWarm(ms []warmMember, parts []store.TopicPartition) [][]store.TopicPartition {
-	out := make([][]store.TopicPartition, len(ms))
+//
+// Then a partition bound for a member that can warm partitions up, but
+// has not caught this one up (ready), stays with its owner if the owner
+// is still in the group and subscribed to it: the member is given it as
+// a warm-up instead (warmUps), and the owner stays over its share until
+// the member is ready. A partition whose owner is gone moves at once.
+func balanceWarm(ms []warmMember, parts []store.TopicPartition) (out, warmUps [][]store.TopicPartition) {
+	out = make([][]store.TopicPartition, len(ms))
+	warmUps = make([][]store.TopicPartition, len(ms))
 	if len(ms) == 0 {
-		return out
+		return out, warmUps
 	}
 	floor, extra := len(parts)/len(ms), len(parts)%len(ms)
 	load := make([]int, len(ms))
@@ -234,7 +347,22 @@ func balanceWarm(ms []warmMember, parts []store.TopicPartition) [][]store.TopicP
 			take(best, tp)
 		}
 	}
-	return out
+	for i, m := range ms {
+		if !m.canWarmUp {
+			continue
+		}
+		kept := out[i][:0]
+		for _, tp := range out[i] {
+			if o, owned := owner[tp]; owned && o != i && ms[o].topics[tp.Topic] && !m.ready[tp] {
+				out[o] = append(out[o], tp)
+				warmUps[i] = append(warmUps[i], tp)
+				continue
+			}
+			kept = append(kept, tp)
+		}
+		out[i] = kept
+	}
+	return out, warmUps
 }
 
 var _ kgo.GroupBalancer = (*warmBalancer)(nil)

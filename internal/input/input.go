@@ -149,6 +149,29 @@ type Opening struct {
 	// goroutine: an input whose group balancer can weigh them gives a
 	// partition that moves to a member that holds it warm. Nil: none.
 	Warm func(group string) []store.TopicPartition
+	// WarmUp, if not nil, says that the member can warm partitions up:
+	// an input whose group balancer moves a partition only to a member
+	// that has caught it up calls it with the partitions the member's
+	// assignment names to warm up (after each assignment; none clears
+	// them), from any goroutine. The member follows them as replicas
+	// and, once they are caught up, lists them in WarmedUp and calls the
+	// source's Rebalance (Rebalancer).
+	WarmUp func(parts []store.TopicPartition)
+	// WarmedUp lists the warm-ups the member has caught up (within
+	// WarmUpLag of the log end), safe to call from any goroutine.
+	WarmedUp func() []store.TopicPartition
+}
+
+// WarmUpLag is how far (in snapshot-partition records) behind the log
+// end a warm-up may be to count as caught up: its takeover then recovers
+// at most this many records (Kafka Streams' acceptable.recovery.lag).
+const WarmUpLag = 10_000
+
+// Rebalancer is a Source whose member can ask its group to rebalance: it
+// rejoins with its current metadata (Opening.WarmedUp), and the group's
+// balancer may move partitions to it.
+type Rebalancer interface {
+	Rebalance()
 }
 
 // OpenFunc is an engine.Input made of its Open: for harnesses that wrap

@@ -468,6 +468,17 @@ func (s *Scheduler[F]) Assigned(tps []store.TopicPartition) []Action[F] {
 // standbys follow only the others, and an assignment promotes one.
 func (s *Scheduler[F]) Standbys() *Replicas { return s.standbys }
 
+// FollowStandbys starts scheduling standby replicas, with interval and
+// retry as Config.StandbyInterval and StandbyRetry, if they are not
+// scheduled yet (a member that follows replicas only once its group
+// names it warm-ups), and returns them.
+func (s *Scheduler[F]) FollowStandbys(interval, retry time.Duration) *Replicas {
+	if s.standbys == nil {
+		s.standbys = NewReplicas(ReplicaConfig{Interval: interval, Retry: retry})
+	}
+	return s.standbys
+}
+
 // Revoked: the callback revoked tps. Their records go; a running flow is
 // flushed and committed (with flushOnRevoke), then torn down, before the
 // callback returns.
