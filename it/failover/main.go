@@ -86,7 +86,7 @@ func main() {
 		nparts   = flag.String("partitions", "6", "input partition counts to measure, comma-separated")
 		nmembers = flag.Int("members", 2, "member processes (rolling: at least 3)")
 		down     = flag.Duration("down", 0, "rolling, restart: how long a stopped member stays down before it starts again (a deploy's restart time)")
-		faults   = flag.String("faults", "kill,stop,restart", "faults: kill (SIGKILL), stop (SIGTERM: a clean Close), restart (SIGKILL, then the same member again at once, on its directory), rolling (three members, each stopped cleanly and started again on its directory in turn)")
+		faults   = flag.String("faults", "kill,stop,restart", "faults: kill (SIGKILL), stop (SIGTERM: a clean Close), restart (SIGKILL, then the same member again at once, on its directory), rolling (three members, each stopped cleanly and started again on its directory in turn), scaleout (the last of the members joins a running group)")
 		verbose  = flag.Bool("v", false, "print every member event")
 	)
 	flag.Parse()
@@ -482,7 +482,12 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 		}
 	}()
 	names := []string{"a", "b", "c", "d", "e", "f"}[:max(2, min(m.members, 6))]
-	for _, name := range names {
+	// A scale-out starts the last member only at the fault.
+	running := names
+	if fault == "scaleout" {
+		running = names[:len(names)-1]
+	}
+	for _, name := range running {
 		p, err := start(name, name)
 		if err != nil {
 			return result{}, err
@@ -498,7 +503,7 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 	// partition was assigned to its owner, and first folded by it.
 	ownedAt, foldAt := map[int32]int64{}, map[int32]int64{}
 	live := map[string]bool{}
-	for _, name := range names {
+	for _, name := range running {
 		live[name] = true
 	}
 	// From the fault on (window): each partition's last fold and longest
@@ -576,7 +581,7 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 			}
 			n[owner[p]]++
 		}
-		for _, name := range names {
+		for _, name := range running {
 			if n[name] == 0 {
 				return false
 			}
@@ -613,6 +618,52 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 			}
 		}
 		return res
+	}
+	if fault == "scaleout" {
+		// The last member joins; the window ends once it folds its share
+		// and every partition folded since it started.
+		joined := names[len(names)-1]
+		faultAt := time.Now()
+		startWindow(faultAt)
+		p, err := start(joined, joined)
+		if err != nil {
+			return result{}, err
+		}
+		procs[joined], live[joined] = p, true
+		running = names
+		const deadline = 3 * time.Minute
+		if _, err := waitFor(deadline, "the new member folding its share", func() bool {
+			if !balanced() {
+				return false
+			}
+			for p := range m.partitions {
+				if lastFold[p] <= faultAt.UnixNano() {
+					return false
+				}
+			}
+			return true
+		}); err != nil {
+			return result{}, err
+		}
+		res := result{}
+		var lastOwned, lastFolded int64
+		for p, o := range owner {
+			if o == joined {
+				res.moved = append(res.moved, p)
+				lastOwned, lastFolded = max(lastOwned, ownedAt[p]), max(lastFolded, foldAt[p])
+			}
+		}
+		slices.Sort(res.moved)
+		res.assigned, res.folded = time.Unix(0, lastOwned).Sub(faultAt), time.Unix(0, lastFolded).Sub(faultAt)
+		res = finish(res)
+		stopProducing()
+		producing.Wait()
+		if err := prod.Flush(ctx); err != nil {
+			return res, err
+		}
+		producedMu.Lock()
+		defer producedMu.Unlock()
+		return res, m.verify(ctx, topic, produced)
 	}
 	if fault == "rolling" {
 		startWindow(time.Now())
