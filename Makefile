@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-commit bench-warm bench-failover bench-recovery-pause bench-scale bench-deploys it it-cluster it-secure props-long html-check failover chaos chaos-short probe
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-commit bench-warm bench-failover bench-recovery-pause bench-scale bench-deploys bench-scaleout it it-cluster it-secure props-long html-check failover chaos chaos-short probe
 
 all: lint test
 
@@ -287,6 +287,14 @@ failover:
 bench-deploys:
 	@it/kafka/broker classpath
 	it/kafka/broker run $(GO) run ./it/failover -partitions 8,32 -members 3 -settings previous,default,standby,dynamic-standby -faults rolling,kill -runs 2 -keys 1000000 -down 5s
+
+## bench-scaleout: it/failover's scale-out on a broker of its own: two
+## instances running, a third joins; 8 and 32 input partitions, 1M keys,
+## under the previous defaults, today's (warm-ups) and standby replicas
+## (docs/benchmarks.md, "Scaling out"). ~8 min.
+bench-scaleout:
+	@it/kafka/broker classpath
+	it/kafka/broker run $(GO) run ./it/failover -partitions 8,32 -members 3 -settings previous,default,standby -faults scaleout -runs 2 -keys 1000000
 
 ## chaos: it/chaos on a replicated Kafka 4.3.1 cluster started for the run
 ## (it/kafka/cluster run: three nodes, replication factor 3): three engine

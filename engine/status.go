@@ -145,7 +145,9 @@ type Status struct {
 	// Partitions are the assigned partitions, by topic then partition.
 	Partitions []PartitionStatus
 	// Standbys are the partitions this member follows as a standby
-	// replica (Config.Standby), by topic then partition; empty without.
+	// replica (Config.StandbyReplicas) or warms up before it takes them
+	// over (StandbyStatus.WarmUp), by topic then partition; empty
+	// without.
 	Standbys []StandbyStatus
 	// Unserved are the input's partitions that no member of the group
 	// folds, with their lag, by topic then partition, as the last group

@@ -147,7 +147,9 @@ type Config struct {
 	// WarmBalancerName: cooperative and sticky as franz-go's
 	// cooperative-sticky, and a partition that moves goes to a member
 	// whose cache holds it, a standby replica or a returning member's
-	// cache; a group with a member that does not know it falls back to
+	// cache, and moves away from a live owner only once the member taking
+	// it has warmed it up (engine.StandbyStatus.WarmUp; the owner serves
+	// it meanwhile); a group with a member that does not know it falls back to
 	// cooperative-sticky; kgo.RangeBalancer() for classic eager), or
 	// kgo.ServerSideBalancer() for the consumer protocol (KIP-848, where
 	// the broker assigns and no client balancer runs). The input-topic
