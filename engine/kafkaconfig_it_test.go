@@ -413,3 +413,70 @@ func TestScaleOutMovesAPartitionOnlyOnceWarmedUpOnKafka(t *testing.T) {
 		t.Fatalf("%v recovered %s on the new member, want a delta from its warm-up", moved, rec.of(moved))
 	}
 }
+
+// On Kafka, a static member (a Dir's identity) with LeaveOnClose leaves
+// its group for good at Close, under both protocols: the other member
+// takes its partition over within half the session, not after it. The
+// control: without LeaveOnClose the partition waits for the session.
+func TestLeaveOnCloseMovesAStaticMembersPartitionsAtOnceOnKafka(t *testing.T) {
+	sessions := map[string]time.Duration{"classic": kafkaio.DefaultSessionTimeout, "consumer": 6 * time.Second} // the test broker's group.consumer.session.timeout.ms
+	for name, protocol := range map[string][]kgo.Opt{"classic": nil, "consumer": {kgo.ServerSideBalancer()}} {
+		for _, leave := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/leave=%v", name, leave), func(t *testing.T) {
+				brokers := kafkatest.Brokers(t)
+				cl, adm := brokerAdmin(t, brokers)
+				topic := fmt.Sprintf("leave-%s-%v-%d", name, leave, time.Now().UnixNano())
+				if err := kafka.CreateTopic(context.Background(), cl, topic, 2, 1, nil); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { adm.DeleteTopics(context.Background(), topic, kafka.DefaultSnapshotTopic(topic, topic)) })
+				produceTo(t, cl, topic, 0, "alice=10")
+				produceTo(t, cl, topic, 1, "bob=5")
+				group := topic + "-group"
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				in := kafkaio.Config{SeedBrokers: brokers, Group: group, Topics: []string{topic}, HeartbeatInterval: 500 * time.Millisecond, ClientOpts: protocol}
+				dynamic := in
+				dynamic.DynamicMembership = true
+				a, err := brokerEngine(t, brokers, topic).Join(dynamic)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer a.Close(context.Background())
+				static := in
+				static.LeaveOnClose = leave
+				b, err := brokerEngine(t, brokers, topic).Join(static)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for len(a.Flows()) != 1 || len(b.Flows()) != 1 {
+					for _, r := range []*engine.Member[int]{a, b} {
+						if err := r.Step(ctx); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if b.Source().Identity().InstanceID == "" {
+					t.Fatal("b is not a static member")
+				}
+				closed := time.Now()
+				if err := b.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+				for len(a.Flows()) != 2 {
+					if err := a.Step(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				took, session := time.Since(closed), sessions[name]
+				t.Logf("a took b's partition over %v after b's Close began (session %v)", took.Round(time.Millisecond), session)
+				if leave && took >= session/2 {
+					t.Fatalf("with LeaveOnClose: %v, the session is %v: Close did not leave", took, session)
+				}
+				if !leave && took < session/2 {
+					t.Fatalf("the control: %v: a static member's Close left without LeaveOnClose", took)
+				}
+			})
+		}
+	}
+}

@@ -97,6 +97,7 @@ func TestCreateInputTopicsOnKfake(t *testing.T) {
 type membership struct {
 	instanceID string              // kafkaio.Config.InstanceID
 	dynamic    bool                // kafkaio.Config.DynamicMembership
+	leave      bool                // kafkaio.Config.LeaveOnClose
 	engine     *engine.Engine[int] // nil: w.engine(), on a Dir of its own
 }
 
@@ -106,28 +107,28 @@ type membership struct {
 // partition. It returns them and a stop for b's stepping goroutine.
 func twoMembers(t *testing.T, w *fakeWorld, session time.Duration, m membership, protocol kgo.Opt) (a, b *engine.Member[int], stepB func() error) {
 	t.Helper()
-	newRunner := func(e *engine.Engine[int], id string, dynamic bool) *engine.Member[int] {
+	newRunner := func(e *engine.Engine[int], id string, dynamic, leave bool) *engine.Member[int] {
 		if e == nil {
 			e = w.engine()
 		}
 		r, err := e.Join(kafkaio.Config{
 			SeedBrokers: w.c.ListenAddrs(), Group: "bank", Topics: []string{"accounts"},
 			SessionTimeout: session, HeartbeatInterval: 200 * time.Millisecond, InstanceID: id, DynamicMembership: dynamic,
-			ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext), protocol},
+			LeaveOnClose: leave, ClientOpts: []kgo.Opt{kgo.Dialer(w.net.DialContext), protocol},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	a = newRunner(nil, "", true)
+	a = newRunner(nil, "", true, false)
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	for len(a.Flows()) != 2 {
 		if err := a.Step(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b = newRunner(m.engine, m.instanceID, m.dynamic)
+	b = newRunner(m.engine, m.instanceID, m.dynamic, m.leave)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var bErr error
@@ -151,17 +152,22 @@ func twoMembers(t *testing.T, w *fakeWorld, session time.Duration, m membership,
 // Close leaves the group: the other member takes the partition over at
 // once, well within the session timeout. A static member does not, with
 // an InstanceID or with its Dir's identity (the default with a Dir): the
-// partition moves only when the session expires.
+// partition moves only when the session expires; unless LeaveOnClose,
+// under either protocol.
 func TestCloseLeavesGroupUnlessStatic(t *testing.T) {
 	const session = 10 * time.Second
 	for _, c := range []struct {
-		name   string
-		m      membership
-		static bool
+		name     string
+		m        membership
+		static   bool // joins with an instance id
+		holds    bool // its partition waits for the session
+		protocol string
 	}{
-		{"dynamic", membership{dynamic: true}, false},
-		{"InstanceID", membership{instanceID: "member-b"}, true},
-		{"the Dir's identity", membership{}, true},
+		{"dynamic", membership{dynamic: true}, false, false, "classic-cooperative"},
+		{"InstanceID", membership{instanceID: "member-b"}, true, true, "classic-cooperative"},
+		{"the Dir's identity", membership{}, true, true, "classic-cooperative"},
+		{"the Dir's identity, LeaveOnClose", membership{leave: true}, true, false, "classic-cooperative"},
+		{"consumer: the Dir's identity, LeaveOnClose", membership{leave: true}, true, false, "consumer"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -181,7 +187,7 @@ func TestCloseLeavesGroupUnlessStatic(t *testing.T) {
 					}
 					return nil, nil, false
 				})
-				a, b, stopB := twoMembers(t, w, session, c.m, protocols["classic-cooperative"])
+				a, b, stopB := twoMembers(t, w, session, c.m, protocols[c.protocol])
 				if id := b.Source().Identity().InstanceID; (id != "") != c.static {
 					t.Fatalf("b joined with instance id %q", id)
 				}
@@ -199,15 +205,22 @@ func TestCloseLeavesGroupUnlessStatic(t *testing.T) {
 				}
 				took := time.Since(start)
 				mu.Lock()
-				if c.static && lastHeartbeat.Before(start) {
+				if c.holds && lastHeartbeat.Before(start) {
 					took = time.Since(lastHeartbeat)
 				}
 				mu.Unlock()
 				t.Logf("%s: a took the partition over %v after b's Close (or its last heartbeat before it)", c.name, took)
-				if !c.static && took >= session/2 {
-					t.Fatalf("dynamic: took %v, the session is %v: Close did not leave", took, session)
+				// A leave is news at a's next heartbeat: at once under the
+				// classic protocol, up to the server's heartbeat interval
+				// (5 s) under the consumer protocol; a hold, the session.
+				limit := session / 2
+				if c.protocol == "consumer" {
+					limit = session
 				}
-				if c.static && took < session {
+				if !c.holds && took >= limit {
+					t.Fatalf("%s: took %v, the session is %v: Close did not leave", c.name, took, session)
+				}
+				if c.holds && took < session {
 					t.Fatalf("static: took %v, before the session (%v) expired: Close left the group", took, session)
 				}
 				w.produce("alice=1")

@@ -101,8 +101,8 @@ type Config struct {
 	// partition stands still while the instance is down. Raise
 	// SessionTimeout to cover a restart that takes longer (30 s to a few
 	// minutes); an instance removed for good (a scale-in) leaves its
-	// partitions unserved for SessionTimeout (docs/operations.md,
-	// "Rolling restarts").
+	// partitions unserved for SessionTimeout, unless it runs with
+	// LeaveOnClose (docs/operations.md, "Rolling restarts").
 	InstanceID string
 	// DynamicMembership joins as a dynamic member even when the engine's
 	// cache directory gives this instance a stable identity: a clean stop
@@ -114,6 +114,13 @@ type Config struct {
 	// protocol), and recovers the others in full. Default false. It
 	// cannot be set with InstanceID.
 	DynamicMembership bool
+	// LeaveOnClose makes a static member's Close leave the group for good,
+	// as a dynamic member's does: its partitions move at once instead of
+	// waiting SessionTimeout for a restart. Set it on an instance that
+	// will not come back (a scale-in, a one-off run); a restart with it
+	// recovers its partitions from wherever the balance puts them.
+	// Default false: a static member's partitions wait for its restart.
+	LeaveOnClose bool
 	// Endpoint is the address this instance serves queries at
 	// ("http://10.0.0.5:8080"), advertised to the rest of the group so
 	// that any instance can say which one serves a key
@@ -1072,19 +1079,29 @@ func (s *kafkaSource) groupConfigError(err error) error {
 func (s *kafkaSource) Close(ctx context.Context) error {
 	memberID, _ := s.member.GroupMetadata()
 	s.member.Close()
-	if s.cfg.InstanceID != "" && memberID != "" && s.consumerProtocol() {
+	if s.cfg.InstanceID != "" && memberID != "" {
 		lctx, cancel := context.WithTimeout(ctx, staticLeaveTimeout)
-		req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
-		req.Group, req.MemberID, req.InstanceID, req.MemberEpoch = s.group, memberID, kmsg.StringPtr(s.cfg.InstanceID), -2
-		_, _ = req.RequestWith(lctx, s.cl) // best effort: the session ends it anyway
+		switch {
+		case s.consumerProtocol():
+			// franz-go's leave omits the instance id, which Kafka
+			// refuses: the member would stay until its session ends.
+			req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+			req.Group, req.MemberID, req.InstanceID, req.MemberEpoch = s.group, memberID, kmsg.StringPtr(s.cfg.InstanceID), -2
+			if s.cfg.LeaveOnClose {
+				req.MemberEpoch = -1 // for good
+			}
+			_, _ = req.RequestWith(lctx, s.cl) // best effort: the session ends it anyway
+		case s.cfg.LeaveOnClose:
+			// franz-go does not leave as a static member.
+			_, _ = s.adm.LeaveGroup(lctx, kadm.LeaveGroup(s.group).InstanceIDs(s.cfg.InstanceID))
+		}
 		cancel()
 	}
 	s.cl.Close()
 	return nil
 }
 
-// staticLeaveTimeout bounds Close's temporary leave of a static member
-// under the consumer protocol.
+// staticLeaveTimeout bounds Close's leave of a static member.
 const staticLeaveTimeout = 5 * time.Second
 
 // consumerProtocol reports whether the member was asked to run the

@@ -94,6 +94,13 @@ type Config[S any] struct {
 	// within the session timeout gets back the partitions its cache holds
 	// (kafkaio.Config.InstanceID; docs/operations.md, "Rolling restarts").
 	Engine engine.Config[S]
+	// LeaveOnStop makes the instance leave its group for good when Run
+	// ends, even as a static member (Engine.Dir set), so that its
+	// partitions move at once: for an instance that will not come back
+	// (a scale-in). Default false: a static member's partitions wait
+	// for its restart, up to the session timeout
+	// (kafkaio.Config.LeaveOnClose).
+	LeaveOnStop bool
 }
 
 // embedded reports whether cfg runs on the embedded cluster.

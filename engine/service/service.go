@@ -179,7 +179,7 @@ func (s *Service[S]) emitterConfig() kafkaio.EmitterConfig {
 // inputConfig is the consumer's configuration.
 func (s *Service[S]) inputConfig() kafkaio.Config {
 	return kafkaio.Config{SeedBrokers: s.brokers, Group: s.cfg.Application, Topics: []string{s.cfg.Input},
-		Endpoint: s.endpoint, ClientOpts: s.cfg.clientOpts()}
+		Endpoint: s.endpoint, LeaveOnClose: s.cfg.LeaveOnStop, ClientOpts: s.cfg.clientOpts()}
 }
 
 // Run runs the service until ctx ends or an error stops it: the HTTP
