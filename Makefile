@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-commit bench-warm bench-failover bench-recovery-pause bench-scale bench-deploys bench-scaleout it it-cluster it-secure props-long html-check failover chaos chaos-short probe
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-commit bench-warm bench-failover bench-recovery-pause bench-scale bench-deploys bench-scaleout bench-latency it it-cluster it-secure props-long html-check failover chaos chaos-short probe
 
 all: lint test
 
@@ -287,6 +287,18 @@ failover:
 bench-deploys:
 	@it/kafka/broker classpath
 	it/kafka/broker run $(GO) run ./it/failover -partitions 8,32 -members 3 -settings previous,default,standby,dynamic-standby -faults rolling,kill -runs 2 -keys 1000000 -down 5s
+
+## bench-latency: BenchmarkLatency (build tag it) on a broker of its own:
+## the bare franz-go loop and the engine at least once and exactly once, each
+## fed at 10%, 50% and 90% of its own maximum (measured first, in the same
+## run) for 10 s; p50, p99 and max from an input's produce to its output
+## seen by a consumer (docs/benchmarks.md, "Latency"). About 6 min.
+## LATENCYARGS: its flags, e.g. -latency.max=limit=500000,... to skip the
+## maxima, -latency.rates=0.1,0.5.
+LATENCYARGS ?=
+bench-latency:
+	@it/kafka/broker classpath
+	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench '^BenchmarkLatency$$' -benchtime=1x -count=1 -timeout 60m ./engine -args $(LATENCYARGS)
 
 ## bench-scaleout: it/failover's scale-out on a broker of its own: two
 ## instances running, a third joins; 8 and 32 input partitions, 1M keys,

@@ -210,7 +210,8 @@ type limitRun struct {
 	brokerBeginOK, brokerCPUOK bool
 }
 
-func runLimit(b *testing.B, brokers []string, v limitVariant, round int) {
+// runLimit runs one op of v and returns its records/s.
+func runLimit(b *testing.B, brokers []string, v limitVariant, round int) float64 {
 	b.StopTimer()
 	ctx, cancel := context.WithTimeout(context.Background(), limitDeadline)
 	defer cancel()
@@ -268,7 +269,7 @@ func runLimit(b *testing.B, brokers []string, v limitVariant, round int) {
 	if err := stop(); err != nil {
 		b.Errorf("%s: %v", v.name, err)
 	}
-	lr.report(end)
+	return lr.report(end)
 }
 
 // produceBacklog produces the input (untimed): record i has key i mod
@@ -504,12 +505,13 @@ func committedOf(offs kadm.OffsetResponses, topic string) map[int32]int64 {
 	return out
 }
 
-// report checks the op and reports its metrics.
-func (lr *limitRun) report(end time.Time) {
+// report checks the op and reports its metrics; it returns its records/s.
+func (lr *limitRun) report(end time.Time) float64 {
 	b := lr.b
 	span := end.Sub(lr.beginAt)
 	perM := 1e6 / float64(lr.records)
-	b.ReportMetric(float64(lr.records)/span.Seconds(), "records/s")
+	rate := float64(lr.records) / span.Seconds()
+	b.ReportMetric(rate, "records/s")
 	b.ReportMetric(span.Seconds(), "measured-s")
 	b.ReportMetric(time.Unix(0, lr.consumedAt.Load()).Sub(lr.beginAt).Seconds(), "consumed-s")
 	b.ReportMetric(lr.cpu.Seconds(), "cpu-s")
@@ -546,6 +548,7 @@ func (lr *limitRun) report(end time.Time) {
 	if outs < lr.records {
 		b.Errorf("%s: the output topic's last stable offsets sum to %d, below the %d inputs", lr.variant, outs, lr.records)
 	}
+	return rate
 }
 
 // startLimit runs the bare franz-go program until stopped.
@@ -608,7 +611,7 @@ func (lr *limitRun) limitLoop(ctx context.Context) (err error) {
 		}
 		outs = outs[:0]
 		fs.EachRecord(func(r *kgo.Record) {
-			outs = append(outs, &kgo.Record{Topic: lr.output, Key: r.Key, Value: r.Value})
+			outs = append(outs, &kgo.Record{Topic: lr.output, Key: r.Key, Value: r.Value, Headers: r.Headers})
 			polled[r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
 		})
 		if len(outs) > 0 {
@@ -800,7 +803,7 @@ func (lr *limitRun) fold(key []byte, sum int64, _ bool, rec engine.Record) (engi
 		return engine.Result[int64]{}, fmt.Errorf("bad delta %q: %w", rec.Value, err)
 	}
 	sum += d
-	return engine.Set(sum).With(engine.Output{Topic: lr.output, Key: key, Value: strconv.AppendInt(nil, sum, 10)}), nil
+	return engine.Set(sum).With(engine.Output{Topic: lr.output, Key: key, Value: strconv.AppendInt(nil, sum, 10), Headers: rec.Headers}), nil
 }
 
 // observe counts the store's transactions of the measured part.
