@@ -392,14 +392,7 @@ func TestScaleOutMovesAPartitionOnlyOnceWarmedUpOnKafka(t *testing.T) {
 	var warmedUp map[store.TopicPartition]bool
 	for len(b.Flows()) != 1 || len(a.Flows()) != 1 || rec.of(b.Flows()[0]) == "" {
 		step(a, b)
-		for _, sb := range b.Status().Standbys {
-			if sb.WarmUp && sb.Vouched && sb.Lag == 0 {
-				if warmedUp == nil {
-					warmedUp = map[store.TopicPartition]bool{}
-				}
-				warmedUp[sb.Input] = true
-			}
-		}
+		warmedUp = noteWarmedUp(b, warmedUp)
 		if warmedUp == nil && len(a.Flows()) != 2 {
 			t.Fatalf("a gave up a partition (runs %v) before b warmed one up", a.Flows())
 		}

@@ -595,14 +595,7 @@ func TestScaleOutMovesAPartitionOnlyOnceWarmedUpOnKfake(t *testing.T) {
 				var warmedUp map[store.TopicPartition]bool
 				for len(b.Flows()) != 1 || len(a.Flows()) != 1 || rec.of(b.Flows()[0]) == "" {
 					step(a, b)
-					for _, sb := range b.Status().Standbys {
-						if sb.WarmUp && sb.Vouched && sb.Lag == 0 {
-							if warmedUp == nil {
-								warmedUp = map[store.TopicPartition]bool{}
-							}
-							warmedUp[sb.Input] = true
-						}
-					}
+					warmedUp = noteWarmedUp(b, warmedUp)
 					// Until b has caught a partition up, a serves both.
 					if warm && warmedUp == nil && len(a.Flows()) != 2 {
 						t.Fatalf("a gave up a partition (runs %v) before b warmed one up", a.Flows())
@@ -632,4 +625,18 @@ func TestScaleOutMovesAPartitionOnlyOnceWarmedUpOnKfake(t *testing.T) {
 			})
 		})
 	}
+}
+
+// noteWarmedUp adds to seen (made if nil) the partitions r follows as
+// warm-ups, vouched and caught up.
+func noteWarmedUp(r *engine.Member[int], seen map[store.TopicPartition]bool) map[store.TopicPartition]bool {
+	for _, sb := range r.Status().Standbys {
+		if sb.WarmUp && sb.Vouched && sb.Lag == 0 {
+			if seen == nil {
+				seen = map[store.TopicPartition]bool{}
+			}
+			seen[sb.Input] = true
+		}
+	}
+	return seen
 }

@@ -35,12 +35,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/snapfence/snapfence/engine"
 	"github.com/snapfence/snapfence/internal/kafkatest"
-	"github.com/snapfence/snapfence/store/kafka"
 )
 
 var (
@@ -102,43 +99,9 @@ func runLatency(b *testing.B, brokers []string, v limitVariant, rate float64) {
 	b.StopTimer()
 	ctx, cancel := context.WithTimeout(context.Background(), limitDeadline)
 	defer cancel()
-	id := fmt.Sprintf("latency-%s-%d", v.name, time.Now().UnixNano())
-	lr := &limitRun{b: b, brokers: brokers, variant: v.name, round: 1,
-		input: id, output: id + "-out", snaps: kafka.DefaultSnapshotTopic(id, id), group: id + "-group", txnPrefix: id,
-		records: -1, nudged: make(chan struct{}, 1), allFolded: make(chan struct{})}
-	switch {
-	case v.name == "exactly-once":
-		lr.interval = engine.DefaultExactlyOnceCommitInterval
-	case *limitCommit > 0:
-		lr.interval, lr.commit = *limitCommit, *limitCommit
-	default:
-		lr.interval = engine.DefaultCommitInterval
-	}
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer admCl.Close()
-	lr.adm = kadm.NewClient(admCl)
-	topics := []string{lr.input, lr.output}
-	if v.name != "limit" {
-		topics = append(topics, lr.snaps)
-	}
-	compact := "compact"
-	for _, t := range topics {
-		var cfg map[string]*string
-		if t == lr.snaps {
-			cfg = map[string]*string{"cleanup.policy": &compact}
-		}
-		if err := kafka.CreateTopic(ctx, admCl, t, limitPartitions, 1, cfg); err != nil {
-			b.Fatalf("create topic %s: %v", t, err)
-		}
-	}
-	defer func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
-		defer dcancel()
-		_, _ = lr.adm.DeleteTopics(dctx, topics...)
-	}()
+	lr, cleanup := newLimitRun(ctx, b, brokers, v, "latency", 1)
+	defer cleanup()
+	lr.records = -1 // no backlog: the fold counts no end
 
 	// The output's reader: every partition from the start.
 	isolation := kgo.ReadUncommitted()

@@ -215,7 +215,26 @@ func runLimit(b *testing.B, brokers []string, v limitVariant, round int) float64
 	b.StopTimer()
 	ctx, cancel := context.WithTimeout(context.Background(), limitDeadline)
 	defer cancel()
-	id := fmt.Sprintf("limit-%s-%d", v.name, time.Now().UnixNano())
+	lr, cleanup := newLimitRun(ctx, b, brokers, v, "limit", round)
+	defer cleanup()
+	lr.produceBacklog(ctx)
+
+	b.StartTimer()
+	lr.startedAt = time.Now()
+	stop := sync.OnceValue(v.start(lr))
+	defer func() { _ = stop() }() // on a failed wait
+	end := lr.awaitCommitted(ctx)
+	b.StopTimer()
+	if err := stop(); err != nil {
+		b.Errorf("%s: %v", v.name, err)
+	}
+	return lr.report(end)
+}
+
+// newLimitRun is an op of v (round round) on fresh topics named after
+// prefix, and what deletes them.
+func newLimitRun(ctx context.Context, b *testing.B, brokers []string, v limitVariant, prefix string, round int) (*limitRun, func()) {
+	id := fmt.Sprintf("%s-%s-%d", prefix, v.name, time.Now().UnixNano())
 	lr := &limitRun{b: b, brokers: brokers, variant: v.name, round: round,
 		input: id, output: id + "-out", snaps: kafka.DefaultSnapshotTopic(id, id), group: id + "-group", txnPrefix: id}
 	lr.brokerPID, _ = strconv.Atoi(os.Getenv("SNAPFENCE_KAFKA_PID"))
@@ -237,7 +256,6 @@ func runLimit(b *testing.B, brokers []string, v limitVariant, round int) float64
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer admCl.Close()
 	lr.adm = kadm.NewClient(admCl)
 	topics := []string{lr.input, lr.output}
 	if v.name != "limit" {
@@ -250,26 +268,16 @@ func runLimit(b *testing.B, brokers []string, v limitVariant, round int) float64
 			cfg = map[string]*string{"cleanup.policy": &compact}
 		}
 		if err := kafka.CreateTopic(ctx, admCl, t, limitPartitions, 1, cfg); err != nil {
+			admCl.Close()
 			b.Fatalf("create topic %s: %v", t, err)
 		}
 	}
-	defer func() {
+	return lr, func() {
 		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
 		defer dcancel()
 		_, _ = lr.adm.DeleteTopics(dctx, topics...)
-	}()
-	lr.produceBacklog(ctx)
-
-	b.StartTimer()
-	lr.startedAt = time.Now()
-	stop := sync.OnceValue(v.start(lr))
-	defer func() { _ = stop() }() // on a failed wait
-	end := lr.awaitCommitted(ctx)
-	b.StopTimer()
-	if err := stop(); err != nil {
-		b.Errorf("%s: %v", v.name, err)
+		admCl.Close()
 	}
-	return lr.report(end)
 }
 
 // produceBacklog produces the input (untimed): record i has key i mod

@@ -484,6 +484,18 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 	names := []string{"a", "b", "c", "d", "e", "f"}[:max(2, min(m.members, 6))]
 	// A scale-out starts the last member only at the fault.
 	running := names
+	// verifyAll stops the input and checks the state: correct, not only
+	// fast (every key's committed snapshot is the count of its records).
+	verifyAll := func() error {
+		stopProducing()
+		producing.Wait()
+		if err := prod.Flush(ctx); err != nil {
+			return err
+		}
+		producedMu.Lock()
+		defer producedMu.Unlock()
+		return m.verify(ctx, topic, produced)
+	}
 	if fault == "scaleout" {
 		running = names[:len(names)-1]
 	}
@@ -655,28 +667,11 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 		}
 		slices.Sort(res.moved)
 		res.assigned, res.folded = time.Unix(0, lastOwned).Sub(faultAt), time.Unix(0, lastFolded).Sub(faultAt)
-		res = finish(res)
-		stopProducing()
-		producing.Wait()
-		if err := prod.Flush(ctx); err != nil {
-			return res, err
-		}
-		producedMu.Lock()
-		defer producedMu.Unlock()
-		return res, m.verify(ctx, topic, produced)
+		return finish(res), verifyAll()
 	}
 	if fault == "rolling" {
 		startWindow(time.Now())
-		res, err := m.rolling(names, procs, start, live, owner, folding, ownedAt, waitFor, func() error {
-			stopProducing()
-			producing.Wait()
-			if err := prod.Flush(ctx); err != nil {
-				return err
-			}
-			producedMu.Lock()
-			defer producedMu.Unlock()
-			return m.verify(ctx, topic, produced)
-		})
+		res, err := m.rolling(names, procs, start, live, owner, folding, ownedAt, waitFor, verifyAll)
 		return finish(res), err
 	}
 
@@ -754,16 +749,7 @@ func (m *measurer) one(cl *kgo.Client, s setting, fault string) (result, error) 
 		return res, err
 	}
 	res = finish(res)
-	// Correct, not only fast: with the input stopped and consumed, every
-	// key's committed snapshot is the count of its records.
-	stopProducing()
-	producing.Wait()
-	if err := prod.Flush(ctx); err != nil {
-		return res, err
-	}
-	producedMu.Lock()
-	defer producedMu.Unlock()
-	if err := m.verify(ctx, topic, produced); err != nil {
+	if err := verifyAll(); err != nil {
 		return res, err
 	}
 	return res, nil
