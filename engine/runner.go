@@ -410,7 +410,7 @@ func (r *Member[S]) step(ctx context.Context) error {
 	r.do(ctx, r.sched.Timers(r.src.Now()))
 	// The report first: the standby replicas are placed from it.
 	r.groupReport(ctx)
-	if r.standby == nil && r.hasWarmUps() {
+	if _, warmUps := r.warmUpsNow(); r.standby == nil && len(warmUps) > 0 {
 		r.sched.FollowStandbys(standbyInterval, standbyRetry)
 		r.standby = newStandbys(r)
 	}

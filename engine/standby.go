@@ -232,13 +232,6 @@ func (r *Member[S]) warmUpsNow() (int, []store.TopicPartition) {
 	return r.warmUpSeq, r.warmUps
 }
 
-// hasWarmUps: the member's last assignment names warm-ups.
-func (r *Member[S]) hasWarmUps() bool {
-	r.warmUpMu.Lock()
-	defer r.warmUpMu.Unlock()
-	return len(r.warmUps) > 0
-}
-
 // setWarmedUp records the warm-ups caught up.
 func (r *Member[S]) setWarmedUp(tps []store.TopicPartition) {
 	r.warmUpMu.Lock()

@@ -121,21 +121,16 @@ func (b *warmBalancer) JoinGroupMetadata(interests []string, current map[string]
 // ParseSyncAssignment parses this member's assignment, and hands its
 // warm-ups on (none clears the last ones).
 func (b *warmBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
+	assigned, err := kgo.ParseConsumerSyncAssignment(assignment)
+	if err != nil || b.warmUp == nil {
+		return assigned, err
+	}
 	var a kmsg.ConsumerMemberAssignment
-	if err := a.ReadFrom(assignment); err != nil {
-		return nil, err
+	var data warmAssignment
+	if a.ReadFrom(assignment) == nil && len(a.UserData) > 0 {
+		_ = json.Unmarshal(a.UserData, &data) // another balancer's user data: no warm-ups
 	}
-	assigned := map[string][]int32{}
-	for _, t := range a.Topics {
-		assigned[t.Topic] = t.Partitions
-	}
-	if b.warmUp != nil {
-		var data warmAssignment
-		if len(a.UserData) > 0 {
-			_ = json.Unmarshal(a.UserData, &data) // another balancer's user data: no warm-ups
-		}
-		b.warmUp(fromTopics(data.WarmUp))
-	}
+	b.warmUp(fromTopics(data.WarmUp))
 	return assigned, nil
 }
 
