@@ -6,8 +6,10 @@ package engine_test
 // broker (`make bench-latency` starts one; docs/benchmarks.md, "Latency").
 // A benchmark only: `go test -tags it` without -bench runs none of it.
 //
-// The variants are BenchmarkLimit's (the bare franz-go loop, the engine
-// at least once with StartEmit, the engine exactly once), on its workload
+// The variants are BenchmarkLimit's (-latency.variants; by default the
+// bare franz-go loop, the engine at least once with StartEmit, the engine
+// exactly once, and Kafka Streams at least once and exactly once), on its
+// workload
 // (a per-key sum over limitKeys keys in limitPartitions partitions, one
 // output per input). For each variant it first measures the variant's own
 // maximum, as BenchmarkLimit does (a backlog of -limit.records; or takes
@@ -16,8 +18,9 @@ package engine_test
 // measures each input's latency: from its produce call (the producer's
 // clock, carried in the record's "sent" header, which the variants copy
 // to their output) until a consumer of the output topic received the
-// output, read_committed for exactly once, read_uncommitted otherwise
-// (the at-least-once outputs are visible as soon as they are acked).
+// output, read_committed for exactly once (the engine's and Kafka
+// Streams'), read_uncommitted otherwise (the at-least-once outputs are
+// visible as soon as they are acked).
 // Inputs produced in the first second (the start of the feed) are not
 // counted. Reported per op: p50-ms, p99-ms, max-ms, the achieved
 // input rate (records/s) and the inputs counted.
@@ -41,9 +44,11 @@ import (
 )
 
 var (
-	latencyRates = flag.String("latency.rates", "0.1,0.5,0.9", "BenchmarkLatency: the input rates, as fractions of each variant's own maximum")
-	latencyMax   = flag.String("latency.max", "", "BenchmarkLatency: the variants' maxima in records/s, as variant=rate,... (default: each measured first, in the same run)")
-	latencyFor   = flag.Duration("latency.for", 10*time.Second, "BenchmarkLatency: how long each rate is fed (its first second is not counted)")
+	latencyRates    = flag.String("latency.rates", "0.1,0.5,0.9", "BenchmarkLatency: the input rates, as fractions of each variant's own maximum")
+	latencyMax      = flag.String("latency.max", "", "BenchmarkLatency: the variants' maxima in records/s, as variant=rate,... (default: each measured first, in the same run)")
+	latencyFor      = flag.Duration("latency.for", 10*time.Second, "BenchmarkLatency: how long each rate is fed (its first second is not counted)")
+	latencyVariants = flag.String("latency.variants", "limit,at-least-once,exactly-once,kafka-streams-at-least-once,kafka-streams-exactly-once",
+		"BenchmarkLatency: the variants, in order (BenchmarkLimit's names)")
 )
 
 // latencySentHeader carries an input's produce time (unix ns, big endian)
@@ -73,7 +78,7 @@ func BenchmarkLatency(b *testing.B) {
 		}
 		fractions = append(fractions, r)
 	}
-	for _, v := range limitVariants[:3] { // limit, at-least-once, exactly-once
+	for _, v := range pickVariants(b, "latency.variants", *latencyVariants) {
 		most, ok := given[v.name]
 		if !ok {
 			b.Run("max/"+v.name, func(b *testing.B) {
@@ -105,7 +110,7 @@ func runLatency(b *testing.B, brokers []string, v limitVariant, rate float64) {
 
 	// The output's reader: every partition from the start.
 	isolation := kgo.ReadUncommitted()
-	if v.name == "exactly-once" {
+	if v.committed {
 		isolation = kgo.ReadCommitted()
 	}
 	reader, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(lr.output),

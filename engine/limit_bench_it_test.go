@@ -11,10 +11,10 @@ package engine_test
 // limitKeys (100k) keys in limitPartitions (8) input partitions, produced
 // before the measured part; a per-key running sum (the value is an integer
 // delta); one output per input record to an output topic of 8 partitions.
-// The variants, each op with fresh topics, group and transactional-id
-// prefix, in -limit.rounds interleaved rounds (limit, at-least-once,
-// exactly-once, limit#01, ...; benchtable pairs each engine op with the
-// limit op of its round):
+// The variants (-limit.variants, all by default), each op with fresh
+// topics, group and transactional-id prefix, in -limit.rounds interleaved
+// rounds (limit, at-least-once, exactly-once, ..., limit#01, ...;
+// benchtable pairs each op with the limit op of its round):
 //
 //   - limit: a bare franz-go program, the baseline. A kgo group consumer
 //     (ConsumeTopics, read_committed, auto-commit off, the engine's fetch
@@ -37,6 +37,16 @@ package engine_test
 //   - at-least-once-emit: at-least-once with the kafkaio.Emitter's Emit in
 //     place of StartEmit (the poll loop waits for each poll's acks), for
 //     the difference StartEmit makes, in the same run.
+//   - kafka-streams-at-least-once, kafka-streams-exactly-once: the peer,
+//     Kafka Streams 4.3.1 (it/kstreams: the same sum with the Processor
+//     API, a RocksDB store logged to its changelog topic, one output per
+//     input with the input's headers), run by it/kstreams/app as a
+//     subprocess with application.id the op's group: at_least_once with
+//     commit.interval.ms -limit.commit (as at-least-once), exactly_once_v2
+//     with 100 ms (as exactly-once); -kstreams.threads stream threads
+//     (default 1); Kafka Streams' defaults otherwise (its producer's
+//     linger.ms 100 among them). The app is built before the op (mvn, the
+//     first time); the op's start includes the JVM's.
 //
 // Both engine variants cache in Pebble on disk (Dir), with the engine's
 // defaults otherwise (consumer, HotKeys, FlushBatch, the store's
@@ -44,8 +54,9 @@ package engine_test
 // their own, as a deployment has them.
 //
 // Measured: from the first fetched record (the limit: its first poll that
-// returned records; the engine: its first fold; the group join and the
-// recovery are outside) until the group's committed offsets, read with
+// returned records; the engine: its first fold; Kafka Streams: its
+// first process call, which the app reports on stdout; the group join and
+// the recovery are outside) until the group's committed offsets, read with
 // OffsetFetch (kadm FetchOffsets; see awaitCommitted for when), equal the
 // input's end offsets on every partition. Reported per op (ns/op is not a result:
 // it includes the set-up):
@@ -53,18 +64,20 @@ package engine_test
 //   - records/s, and measured-s, the measured part's seconds;
 //   - consumed-s: from the start of the measured part until the whole
 //     backlog was consumed (the limit: the last poll's outputs acked; the
-//     engine: the last record folded), before the wait for the commit
+//     engine: the last record folded; Kafka Streams: the app's count of
+//     process calls reached the backlog), before the wait for the commit
 //     that ends the measured part (at least once the next commit tick);
 //   - cpu-s: the benchmark process's user+system CPU over the measured
 //     part (getrusage(RUSAGE_SELF) before and after; the process holds the
-//     variant's clients and engine, not the broker);
+//     variant's clients and engine, not the broker); for Kafka Streams,
+//     the app's JVM's, from /proc/PID/stat;
 //   - broker-cpu-s: the broker's CPU over the measured part, from
 //     /proc/PID/stat, when `it/kafka/broker run` gave its process id
 //     (SNAPFENCE_KAFKA_PID); every op has the broker to itself;
 //   - emit-s: the time spent waiting for the outputs' acks (the limit's
 //     ProduceSync calls, the engine's StartEmit calls and their waits,
 //     the loop's time on outputs; 0 under exactly-once,
-//     whose outputs go into its transactions);
+//     whose outputs go into its transactions; not for Kafka Streams);
 //   - engine variants: txns/1M, the store.Observer's TransactionEvents
 //     finished during the measured part, per 1M inputs; snapshots/1M, the
 //     snapshots those transactions committed; txn-s, their durations
@@ -92,6 +105,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,10 +130,13 @@ import (
 )
 
 var (
-	limitRounds  = flag.Int("limit.rounds", 3, "BenchmarkLimit: rounds of the variants (limit, at-least-once, exactly-once, at-least-once-emit), interleaved")
-	limitRecords = flag.Int("limit.records", 1_000_000, "BenchmarkLimit: input records in the backlog; smaller for a quick check")
-	limitCommit  = flag.Duration("limit.commit", time.Second, "BenchmarkLimit: the at-least-once engine's CommitInterval (PersistInterval follows it), and the limit's commit interval; 0: the engine's default")
-	limitCPU     = flag.String("limit.cpuprofile", "", "BenchmarkLimit: write a CPU profile of each op's measured part to this directory, as <variant>-<round>.pprof")
+	limitRounds       = flag.Int("limit.rounds", 3, "BenchmarkLimit: rounds of the variants, interleaved")
+	limitVariantsFlag = flag.String("limit.variants", "limit,at-least-once,exactly-once,at-least-once-emit,kafka-streams-at-least-once,kafka-streams-exactly-once",
+		"BenchmarkLimit: the variants of a round, in order")
+	kstreamsThreads = flag.Int("kstreams.threads", 1, "BenchmarkLimit, BenchmarkLatency: Kafka Streams' num.stream.threads")
+	limitRecords    = flag.Int("limit.records", 1_000_000, "BenchmarkLimit: input records in the backlog; smaller for a quick check")
+	limitCommit     = flag.Duration("limit.commit", time.Second, "BenchmarkLimit: the at-least-once engine's CommitInterval (PersistInterval follows it), and the limit's commit interval; 0: the engine's default")
+	limitCPU        = flag.String("limit.cpuprofile", "", "BenchmarkLimit: write a CPU profile of each op's measured part to this directory, as <variant>-<round>.pprof")
 )
 
 const (
@@ -130,25 +147,48 @@ const (
 	limitDeadline    = 5 * time.Minute        // bounds every wait; never reached in a healthy run
 )
 
-// limitVariant is a sub-benchmark of a round: start starts the consumer
-// or the engine on the run's topics and returns what stops it (and its
-// error, nil after a clean stop). interval, if set, is the engine's
-// CommitInterval (otherwise -limit.commit's at least once, the default
-// exactly once); flushAtEnd has the engine commit (Member.FlushAll) as
-// soon as it has folded the backlog, so that the measured part ends with
-// the work done, not with the wait for the next commit tick.
+// limitVariant is a sub-benchmark of a round: start starts the consumer,
+// the engine or the peer on the run's topics and returns what stops it
+// (and its error, nil after a clean stop). interval, if set, is the
+// engine's CommitInterval (otherwise -limit.commit's at least once, the
+// default exactly once); flushAtEnd has the engine commit
+// (Member.FlushAll) as soon as it has folded the backlog, so that the
+// measured part ends with the work done, not with the wait for the next
+// commit tick. committed: exactly once (the default commit interval is
+// the exactly-once one; BenchmarkLatency reads the outputs
+// read_committed); peer: Kafka Streams, not the engine (no snapshot
+// topic, no store to count).
 type limitVariant struct {
 	name       string
 	start      func(lr *limitRun) (stop func() error)
 	interval   time.Duration
 	flushAtEnd bool
+	committed  bool
+	peer       bool
 }
 
 var limitVariants = []limitVariant{
 	{name: "limit", start: (*limitRun).startLimit},
 	{name: "at-least-once", start: func(lr *limitRun) func() error { return lr.startEngine(false, false) }},
-	{name: "exactly-once", start: func(lr *limitRun) func() error { return lr.startEngine(true, false) }},
+	{name: "exactly-once", committed: true, start: func(lr *limitRun) func() error { return lr.startEngine(true, false) }},
 	{name: "at-least-once-emit", start: func(lr *limitRun) func() error { return lr.startEngine(false, true) }},
+	{name: "kafka-streams-at-least-once", peer: true, start: func(lr *limitRun) func() error { return lr.startStreams(false) }},
+	{name: "kafka-streams-exactly-once", peer: true, committed: true, start: func(lr *limitRun) func() error { return lr.startStreams(true) }},
+}
+
+// pickVariants are the variants named in list (comma-separated), in its
+// order.
+func pickVariants(b *testing.B, flagName, list string) []limitVariant {
+	var out []limitVariant
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		i := slices.IndexFunc(limitVariants, func(v limitVariant) bool { return v.name == name })
+		if i < 0 {
+			b.Fatalf("-%s: no variant %q", flagName, name)
+		}
+		out = append(out, limitVariants[i])
+	}
+	return out
 }
 
 func BenchmarkLimit(b *testing.B) {
@@ -158,8 +198,9 @@ func BenchmarkLimit(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	variants := pickVariants(b, "limit.variants", *limitVariantsFlag)
 	for round := 1; round <= *limitRounds; round++ {
-		for _, v := range limitVariants {
+		for _, v := range variants {
 			b.Run(v.name, func(b *testing.B) {
 				for range b.N {
 					runLimit(b, brokers, v, round)
@@ -180,6 +221,7 @@ type limitRun struct {
 	interval             time.Duration // the variant's commit interval
 	commit               time.Duration // the engine's CommitInterval; 0: its default
 	flushAtEnd           bool          // limitVariant's
+	engine               bool          // the engine (not the limit, not a peer)
 	adm                  *kadm.Client
 	records              int64 // the backlog's records (the sum of ends)
 	ends                 map[int32]int64
@@ -208,6 +250,8 @@ type limitRun struct {
 	brokerPID                  int           // the broker's process (SNAPFENCE_KAFKA_PID), 0 if unknown
 	brokerBegin, brokerCPU     time.Duration // its CPU time at begin, and over the measured part
 	brokerBeginOK, brokerCPUOK bool
+
+	peerPID int // Kafka Streams' process, 0 for the others: its CPU is cpu-s
 }
 
 // runLimit runs one op of v and returns its records/s.
@@ -241,10 +285,16 @@ func newLimitRun(ctx context.Context, b *testing.B, brokers []string, v limitVar
 	lr.nudged = make(chan struct{}, 1)
 	lr.allFolded = make(chan struct{})
 	lr.flushAtEnd = v.flushAtEnd
+	lr.engine = v.name != "limit" && !v.peer
+	if v.peer {
+		if err := buildStreamsApp(); err != nil {
+			b.Fatal(err)
+		}
+	}
 	switch {
 	case v.interval > 0:
 		lr.interval, lr.commit = v.interval, v.interval
-	case v.name == "exactly-once":
+	case v.committed:
 		lr.interval = engine.DefaultExactlyOnceCommitInterval
 	case *limitCommit > 0:
 		lr.interval, lr.commit = *limitCommit, *limitCommit
@@ -258,7 +308,7 @@ func newLimitRun(ctx context.Context, b *testing.B, brokers []string, v limitVar
 	}
 	lr.adm = kadm.NewClient(admCl)
 	topics := []string{lr.input, lr.output}
-	if v.name != "limit" {
+	if lr.engine {
 		topics = append(topics, lr.snaps)
 	}
 	compact := "compact"
@@ -275,7 +325,17 @@ func newLimitRun(ctx context.Context, b *testing.B, brokers []string, v limitVar
 	return lr, func() {
 		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
 		defer dcancel()
-		_, _ = lr.adm.DeleteTopics(dctx, topics...)
+		del := topics
+		if v.peer { // and Kafka Streams' own: application.id-...
+			if listed, err := lr.adm.ListTopics(dctx); err == nil {
+				for _, t := range listed.Names() {
+					if strings.HasPrefix(t, lr.group+"-") {
+						del = append(del, t)
+					}
+				}
+			}
+		}
+		_, _ = lr.adm.DeleteTopics(dctx, del...)
 		admCl.Close()
 	}
 }
@@ -324,7 +384,7 @@ func (lr *limitRun) produceBacklog(ctx context.Context) {
 func (lr *limitRun) begin() {
 	lr.beginOnce.Do(func() {
 		lr.beginAt = time.Now()
-		lr.beginCPU = cpuTime()
+		lr.beginCPU = lr.cpuTime()
 		lr.brokerBegin, lr.brokerBeginOK = procCPUTime(lr.brokerPID)
 		lr.flushBegin = lr.flushSeconds()
 		lr.profile = lr.startProfile()
@@ -353,6 +413,16 @@ func (lr *limitRun) startProfile() func() {
 			lr.b.Error(err)
 		}
 	}
+}
+
+// cpuTime is the variant's CPU time so far: the process's, or the peer's
+// process's.
+func (lr *limitRun) cpuTime() time.Duration {
+	if lr.peerPID > 0 {
+		t, _ := procCPUTime(lr.peerPID)
+		return t
+	}
+	return cpuTime()
 }
 
 // cpuTime is the process's user plus system CPU time so far.
@@ -456,7 +526,7 @@ func (lr *limitRun) awaitCommitted(ctx context.Context) time.Time {
 				last = offs
 				if lr.allCommitted(offs) && lr.begun.Load() {
 					lr.measuring.Store(false)
-					lr.cpu = cpuTime() - lr.beginCPU
+					lr.cpu = lr.cpuTime() - lr.beginCPU
 					if t, ok := procCPUTime(lr.brokerPID); ok && lr.brokerBeginOK {
 						lr.brokerCPU, lr.brokerCPUOK = t-lr.brokerBegin, true
 					}
@@ -526,11 +596,13 @@ func (lr *limitRun) report(end time.Time) float64 {
 	b.ReportMetric(float64(lr.beginAt.Sub(lr.startedAt).Milliseconds()), "start-ms")
 	b.ReportMetric(float64(lr.interval.Milliseconds()), "commit-ms")
 	b.ReportMetric(float64(lr.records), "inputs")
-	b.ReportMetric(time.Duration(lr.emitNs.Load()).Seconds(), "emit-s")
+	if lr.peerPID == 0 {
+		b.ReportMetric(time.Duration(lr.emitNs.Load()).Seconds(), "emit-s")
+	}
 	if lr.brokerCPUOK {
 		b.ReportMetric(lr.brokerCPU.Seconds(), "broker-cpu-s")
 	}
-	if lr.variant != "limit" {
+	if lr.engine {
 		b.ReportMetric(float64(lr.txns.Load())*perM, "txns/1M")
 		b.ReportMetric(time.Duration(lr.txnNs.Load()).Seconds(), "txn-s")
 		b.ReportMetric(lr.flushed, "flush-s")
