@@ -167,19 +167,23 @@ bench-outputs:
 ## committed offsets reach the input's end; a bare franz-go
 ## consume-produce-commit program (the limit) against the engine at least
 ## once (snapshots + kafkaio.Emitter.StartEmit, PersistInterval and
-## CommitInterval 1 s), exactly once (ExactlyOnce, its default 100 ms) and
-## at least once with kafkaio.Emitter.Emit (for comparison), LIMITROUNDS
-## rounds interleaved, then the table with the ratios to the limit and the
+## CommitInterval 1 s), exactly once (ExactlyOnce, its default 100 ms), at
+## least once with kafkaio.Emitter.Emit (for comparison), and Kafka
+## Streams 4.3.1 at least once (commit 1 s) and exactly once (100 ms) as
+## the peer (it/kstreams, built with mvn), LIMITROUNDS rounds
+## interleaved, then the table with the ratios to the limit and the
 ## transactions per 1M inputs against one per partition per commit interval
 ## (docs/benchmarks.md, "End to end against the limit"). About
-## 3 min at 3 rounds. LIMITARGS: the benchmark's own flags, e.g.
+## 5 min at 3 rounds. LIMITARGS: the benchmark's own flags, e.g.
 ## -limit.cpuprofile=DIR (a CPU profile of each op's measured part, as
 ## DIR/<variant>-<round>.pprof), -limit.commit=D (the at-least-once
-## CommitInterval; 0: the engine's default), -limit.records=N.
+## CommitInterval; 0: the engine's default), -limit.records=N,
+## -limit.variants=limit,at-least-once,... (a round's variants).
 LIMITROUNDS ?= 3
 LIMITARGS   ?=
 bench-limit:
 	@it/kafka/broker classpath
+	@it/kstreams/app build
 	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
 	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench '^BenchmarkLimit$$' -benchtime=1x -count=1 -timeout 60m ./engine -args -limit.rounds=$(LIMITROUNDS) $(LIMITARGS) 2>&1 | tee "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
@@ -289,16 +293,22 @@ bench-deploys:
 	it/kafka/broker run $(GO) run ./it/failover -partitions 8,32 -members 3 -settings previous,default,standby,dynamic-standby -faults rolling,kill -runs 2 -keys 1000000 -down 5s
 
 ## bench-latency: BenchmarkLatency (build tag it) on a broker of its own:
-## the bare franz-go loop and the engine at least once and exactly once, each
-## fed at 10%, 50% and 90% of its own maximum (measured first, in the same
-## run) for 10 s; p50, p99 and max from an input's produce to its output
-## seen by a consumer (docs/benchmarks.md, "Latency"). About 6 min.
+## the bare franz-go loop, the engine at least once and exactly once, and
+## Kafka Streams 4.3.1 at least once and exactly once (it/kstreams, built
+## with mvn; the same commit intervals), each fed at 10%, 50% and 90% of
+## its own maximum (measured first, in the same run) for 10 s; p50, p99
+## and max from an input's produce to its output seen by a consumer, then
+## the table with each engine variant's p99 over Kafka Streams' at the
+## same guarantee (docs/benchmarks.md, "Latency"). About 10 min.
 ## LATENCYARGS: its flags, e.g. -latency.max=limit=500000,... to skip the
-## maxima, -latency.rates=0.1,0.5.
+## maxima, -latency.rates=0.1,0.5, -latency.variants=limit,exactly-once.
 LATENCYARGS ?=
 bench-latency:
 	@it/kafka/broker classpath
-	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench '^BenchmarkLatency$$' -benchtime=1x -count=1 -timeout 60m ./engine -args $(LATENCYARGS)
+	@it/kstreams/app build
+	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
+	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench '^BenchmarkLatency$$' -benchtime=1x -count=1 -timeout 60m ./engine -args $(LATENCYARGS) 2>&1 | tee "$$out" && \
+	echo && $(GO) run ./internal/benchtable < "$$out"
 
 ## bench-scaleout: it/failover's scale-out on a broker of its own: two
 ## instances running, a third joins; 8 and 32 input partitions, 1M keys,
