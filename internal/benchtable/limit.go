@@ -3,8 +3,10 @@ package main
 // BenchmarkLimit (engine/limit_bench_it_test.go, build tag `it`, a real
 // broker; `make bench-limit`): the end-to-end benchmark. A bare
 // franz-go consume-produce-commit program (the limit, the baseline)
-// against the engine at least once and exactly once, on a backlog of 1M
-// records, until every input offset is committed. The sub-benchmarks run
+// against the engine at least once and exactly once, and Kafka Streams
+// (the peer, at the same guarantees and commit intervals) when the input
+// has it, on a backlog of 1M records, until every input offset is
+// committed. The sub-benchmarks run
 // in interleaved rounds (limit, at-least-once, exactly-once, limit#01,
 // ...), so the i-th sample of an engine variant pairs with the i-th of the
 // limit: its ratio is the median of those per-round ratios.
@@ -30,12 +32,19 @@ import (
 const limitBench = "BenchmarkLimit"
 
 // limitVariants are the benchmark's sub-benchmarks; the first is the
-// baseline of the others.
-var limitVariants = []struct{ sub, name, label string }{
-	{"limit", "limit", "limit: bare franz-go loop (baseline)"},
-	{"at-least-once", "engine at-least-once", "engine at-least-once (snapshots, kafkaio.Emitter)"},
-	{"exactly-once", "engine exactly-once", "engine exactly-once (ExactlyOnce)"},
-	{"at-least-once-emit", "engine at-least-once, Emit", "engine at-least-once with Emit (the loop waits for the acks)"},
+// baseline of the others. The peers (Kafka Streams) have no store
+// transactions: they are left out of the second table, and out of the
+// first when the input has none of them.
+var limitVariants = []struct {
+	sub, name, label string
+	peer             bool
+}{
+	{"limit", "limit", "limit: bare franz-go loop (baseline)", false},
+	{"at-least-once", "engine at-least-once", "engine at-least-once (snapshots, kafkaio.Emitter)", false},
+	{"exactly-once", "engine exactly-once", "engine exactly-once (ExactlyOnce)", false},
+	{"at-least-once-emit", "engine at-least-once, Emit", "engine at-least-once with Emit (the loop waits for the acks)", false},
+	{"kafka-streams-at-least-once", "Kafka Streams at-least-once", "Kafka Streams at-least-once (RocksDB, the limit's commit interval)", true},
+	{"kafka-streams-exactly-once", "Kafka Streams exactly-once", "Kafka Streams exactly-once (exactly_once_v2, RocksDB)", true},
 }
 
 // limitThroughputTargets are the issue's goals on records/s, as ratios to
@@ -82,6 +91,9 @@ func limitSection(s samples) section {
 	}
 	base := limitBench + "/" + limitVariants[0].sub
 	for i, v := range limitVariants {
+		if _, ok := s[limitBench+"/"+v.sub]; v.peer && !ok {
+			continue
+		}
 		r := row{bench: limitBench + "/" + v.sub, label: v.label, unit: "records/s"}
 		if i > 0 {
 			r.base = base
@@ -111,6 +123,9 @@ func renderLimit(w io.Writer, s samples) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%-*s\t commit ms\t measured s\t txns/1M\t goal txns/1M\t txns / goal\t\n", width, "variant")
 	for _, v := range limitVariants[1:] {
+		if v.peer {
+			continue
+		}
 		name := limitBench + "/" + v.sub
 		if _, ok := s[name]; !ok {
 			fmt.Fprintf(tw, "%-*s\t missing\t\t\t\t\t\n", width, v.label)

@@ -26,7 +26,8 @@
 // So do BenchmarkCommitInterval and BenchmarkCommitIntervalCrash (engine:
 // the commit interval's throughput on a real broker, its crash and
 // freshness on the simulated cluster; `make bench-commit`), commit.go, as
-// one table.
+// one table; and BenchmarkLatency (engine, build tag `it`: end-to-end
+// latency against Kafka Streams; `make bench-latency`), latency.go.
 package main
 
 import (
@@ -354,6 +355,10 @@ func render(w io.Writer, s samples, header []string) {
 		renderCommit(w, s)
 		return
 	}
+	if onlyLatency(s) {
+		renderLatency(w, s)
+		return
+	}
 	if onlyLimit(s) {
 		renderLimit(w, s)
 		fmt.Fprintln(w, "\nTargets")
@@ -436,6 +441,9 @@ func render(w io.Writer, s samples, header []string) {
 	}
 	if slices.ContainsFunc(slices.Collect(maps.Keys(s)), commitBenches) {
 		renderCommit(w, s)
+	}
+	if slices.ContainsFunc(slices.Collect(maps.Keys(s)), latencyBenches) {
+		renderLatency(w, s)
 	}
 	fmt.Fprintln(w, "\nTargets")
 	for _, t := range targets {
