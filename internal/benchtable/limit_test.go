@@ -166,3 +166,51 @@ func TestRenderLimitMixed(t *testing.T) {
 		t.Errorf("limit sections without BenchmarkLimit:\n%s", without)
 	}
 }
+
+// testdata/limit-kstreams.txt is a real run (stdout) of BenchmarkLimit
+// with Kafka Streams (3 rounds, the six default variants, Kafka 4.3.1)
+// on the 2-vCPU VM of docs/benchmarks.md. The peers get rows in the first
+// table, with their ratio to the limit and dashes for what only the
+// engine reports, and none in the transactions' table or the targets.
+func TestRenderLimitPeers(t *testing.T) {
+	b, err := os.ReadFile("testdata/limit-kstreams.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := string(b)
+	s, _, _ := parseString(t, in)
+	out := renderString(t, in)
+	txns := strings.Index(out, "Transactions per 1M inputs")
+	if txns < 0 {
+		t.Fatalf("no transactions' table in\n%s", out)
+	}
+	for _, v := range limitVariants {
+		if !v.peer {
+			continue
+		}
+		name := limitBench + "/" + v.sub
+		if n := len(s[name]["records/s"]); n != 3 {
+			t.Errorf("%s: %d samples of records/s, want 3", name, n)
+		}
+		i := strings.Index(out, v.label)
+		if i < 0 || i > txns {
+			t.Errorf("%s: no row in the first table:\n%s", v.sub, out)
+			continue
+		}
+		if strings.Contains(out[txns:], v.label) {
+			t.Errorf("%s: a row in the transactions' table:\n%s", v.sub, out)
+		}
+		line := out[i : i+strings.IndexByte(out[i:], '\n')]
+		want := formatRatio(pairedRatio(s[name]["records/s"], s[limitBench+"/limit"]["records/s"]))
+		if !strings.Contains(line, " "+want+" ") {
+			t.Errorf("%s: want the ratio %s in %q", v.sub, want, line)
+		}
+		// txns/1M, snapshots/1M, emit s, txn s, flush s.
+		if n := strings.Count(line, "—"); n != 5 {
+			t.Errorf("%s: %d dashes, want 5 (txns/1M, snapshots/1M, emit s, txn s, flush s): %q", v.sub, n, line)
+		}
+	}
+	if n := strings.Count(out[strings.Index(out, "\nTargets\n"):], "\n  "); n != 4 {
+		t.Errorf("%d target lines, want the engine's 4:\n%s", n, out)
+	}
+}
