@@ -133,10 +133,12 @@ var (
 	limitRounds       = flag.Int("limit.rounds", 3, "BenchmarkLimit: rounds of the variants, interleaved")
 	limitVariantsFlag = flag.String("limit.variants", "limit,at-least-once,exactly-once,at-least-once-emit,kafka-streams-at-least-once,kafka-streams-exactly-once",
 		"BenchmarkLimit: the variants of a round, in order")
-	kstreamsThreads = flag.Int("kstreams.threads", 1, "BenchmarkLimit, BenchmarkLatency: Kafka Streams' num.stream.threads")
-	limitRecords    = flag.Int("limit.records", 1_000_000, "BenchmarkLimit: input records in the backlog; smaller for a quick check")
-	limitCommit     = flag.Duration("limit.commit", time.Second, "BenchmarkLimit: the at-least-once engine's CommitInterval (PersistInterval follows it), and the limit's commit interval; 0: the engine's default")
-	limitCPU        = flag.String("limit.cpuprofile", "", "BenchmarkLimit: write a CPU profile of each op's measured part to this directory, as <variant>-<round>.pprof")
+	kstreamsThreads  = flag.Int("kstreams.threads", 1, "BenchmarkLimit, BenchmarkLatency: Kafka Streams' num.stream.threads")
+	limitRecords     = flag.Int("limit.records", 1_000_000, "BenchmarkLimit: input records in the backlog; smaller for a quick check")
+	limitCommit      = flag.Duration("limit.commit", time.Second, "BenchmarkLimit: the at-least-once engine's CommitInterval (PersistInterval follows it), and the limit's commit interval; 0: the engine's default")
+	limitCompression = flag.String("limit.compression", "", "BenchmarkLimit: the store's batch compression (none, gzip, snappy, lz4, zstd); default franz-go's (snappy)")
+	limitFlushAtEnd  = flag.Bool("limit.flushatend", false, "BenchmarkLimit: the limit and the engine commit as soon as they have the backlog's outputs, not at their next commit tick")
+	limitCPU         = flag.String("limit.cpuprofile", "", "BenchmarkLimit: write a CPU profile of each op's measured part to this directory, as <variant>-<round>.pprof")
 )
 
 const (
@@ -235,6 +237,7 @@ type limitRun struct {
 	profile   func()        // stops the CPU profile
 
 	measuring                 atomic.Bool // between begin and the observed end
+	wire                      limitWire   // the variant's requests and produced bytes, while measuring
 	txns, txnFails, snapshots atomic.Int64
 	txnNs, emitNs             atomic.Int64 // in the measured part
 	folds                     atomic.Int64
@@ -283,8 +286,9 @@ func newLimitRun(ctx context.Context, b *testing.B, brokers []string, v limitVar
 		input: id, output: id + "-out", snaps: kafka.DefaultSnapshotTopic(id, id), group: id + "-group", txnPrefix: id}
 	lr.brokerPID, _ = strconv.Atoi(os.Getenv("SNAPFENCE_KAFKA_PID"))
 	lr.nudged = make(chan struct{}, 1)
+	lr.wire.measuring = &lr.measuring
 	lr.allFolded = make(chan struct{})
-	lr.flushAtEnd = v.flushAtEnd
+	lr.flushAtEnd = v.flushAtEnd || *limitFlushAtEnd
 	lr.engine = v.name != "limit" && !v.peer
 	if v.peer {
 		if err := buildStreamsApp(); err != nil {
@@ -602,6 +606,13 @@ func (lr *limitRun) report(end time.Time) float64 {
 	if lr.brokerCPUOK {
 		b.ReportMetric(lr.brokerCPU.Seconds(), "broker-cpu-s")
 	}
+	if lr.engine || lr.variant == "limit" {
+		b.ReportMetric(float64(lr.wire.requests.Load())*perM, "requests/1M")
+		b.ReportMetric(float64(lr.wire.produces.Load())*perM, "produces/1M")
+		b.ReportMetric(float64(lr.wire.txnRequests.Load())*perM, "txn-requests/1M")
+		b.ReportMetric(float64(lr.wire.producedBytes.Load())*perM/1e6, "produced-MB/1M")
+		b.ReportMetric(float64(lr.wire.producedRecords.Load())*perM, "produced/1M")
+	}
 	if lr.engine {
 		b.ReportMetric(float64(lr.txns.Load())*perM, "txns/1M")
 		b.ReportMetric(time.Duration(lr.txnNs.Load()).Seconds(), "txn-s")
@@ -648,7 +659,7 @@ func (lr *limitRun) limitLoop(ctx context.Context) (err error) {
 			lr.failed(err)
 		}
 	}()
-	cons, err := kgo.NewClient(kgo.SeedBrokers(lr.brokers...),
+	cons, err := kgo.NewClient(kgo.SeedBrokers(lr.brokers...), kgo.WithHooks(&lr.wire),
 		kgo.ConsumerGroup(lr.group), kgo.ConsumeTopics(lr.input),
 		kgo.DisableAutoCommit(), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(kafkaio.DefaultFetchMaxWait),
@@ -659,7 +670,8 @@ func (lr *limitRun) limitLoop(ctx context.Context) (err error) {
 	defer cons.Close()
 	// The kafkaio.Emitter's producer, less its manual partitioner (which
 	// picks, by key, the partition franz-go's default one picks).
-	prod, err := kgo.NewClient(kgo.SeedBrokers(lr.brokers...), kgo.RecordDeliveryTimeout(kafkaio.DefaultDeliveryTimeout))
+	prod, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(lr.brokers...), kgo.RecordDeliveryTimeout(kafkaio.DefaultDeliveryTimeout),
+		kgo.WithHooks(&lr.wire)}, limitCompressionOpts(lr.b)...)...)
 	if err != nil {
 		return err
 	}
@@ -707,9 +719,13 @@ func (lr *limitRun) limitLoop(ctx context.Context) (err error) {
 			}
 			maps.Copy(acked, polled)
 			dirty = true
-			if lr.consumed.Add(int64(len(outs))) >= lr.records {
+			all := lr.consumed.Add(int64(len(outs))) >= lr.records
+			if all {
 				lr.consumedAt.CompareAndSwap(0, time.Now().UnixNano())
 				lr.nudge()
+			}
+			if all && lr.flushAtEnd {
+				lastCommit = time.Time{} // commit now: the work is done
 			}
 		}
 		if time.Since(lastCommit) >= lr.interval {
@@ -754,7 +770,7 @@ func commitSync(ctx context.Context, cl *kgo.Client, topic string, offsets map[i
 func (lr *limitRun) startEngine(eos, syncEmit bool) func() error {
 	b := lr.b
 	backend, err := kafka.New(context.Background(), kafka.Config{Mode: store.Transactional, SeedBrokers: lr.brokers,
-		TransactionalIDPrefix: lr.txnPrefix, Observer: store.ObserverFunc(lr.observe)})
+		TransactionalIDPrefix: lr.txnPrefix, Observer: store.ObserverFunc(lr.observe), ClientOpts: lr.clientOpts()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -771,7 +787,7 @@ func (lr *limitRun) startEngine(eos, syncEmit bool) func() error {
 		cfg.ExactlyOnce = true // CommitInterval 0: DefaultExactlyOnceCommitInterval
 		cfg.OutputTopics = []string{lr.output}
 	} else {
-		if em, err = kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: lr.brokers}); err != nil {
+		if em, err = kafkaio.NewEmitter(kafkaio.EmitterConfig{SeedBrokers: lr.brokers, ClientOpts: lr.clientOpts()}); err != nil {
 			_ = backend.Close()
 			b.Fatal(err)
 		}
@@ -810,7 +826,7 @@ func (lr *limitRun) startEngine(eos, syncEmit bool) func() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	in := kafkaio.Config{SeedBrokers: lr.brokers, Group: lr.group, Topics: []string{lr.input}}
+	in := kafkaio.Config{SeedBrokers: lr.brokers, Group: lr.group, Topics: []string{lr.input}, ClientOpts: []kgo.Opt{kgo.WithHooks(&lr.wire)}}
 	// flushing is held by the flush at the end, and by stop: so the flush
 	// never overlaps or follows the member's close.
 	var flushing sync.Mutex
@@ -899,4 +915,67 @@ func (lr *limitRun) observe(e store.TransactionEvent) {
 		return
 	}
 	lr.snapshots.Add(int64(len(e.Writes)))
+}
+
+// clientOpts are the options of the clients that produce the outputs
+// and snapshots: the wire's counters, and the flags' compression.
+func (lr *limitRun) clientOpts() []kgo.Opt {
+	return append([]kgo.Opt{kgo.WithHooks(&lr.wire)}, limitCompressionOpts(lr.b)...)
+}
+
+// limitCompressionOpts is -limit.compression's option, if set.
+func limitCompressionOpts(b *testing.B) []kgo.Opt {
+	var c kgo.CompressionCodec
+	switch *limitCompression {
+	case "":
+		return nil
+	case "none":
+		c = kgo.NoCompression()
+	case "gzip":
+		c = kgo.GzipCompression()
+	case "snappy":
+		c = kgo.SnappyCompression()
+	case "lz4":
+		c = kgo.Lz4Compression()
+	case "zstd":
+		c = kgo.ZstdCompression()
+	default:
+		b.Fatalf("-limit.compression: %q is none of none, gzip, snappy, lz4, zstd", *limitCompression)
+	}
+	return []kgo.Opt{kgo.ProducerBatchCompression(c)}
+}
+
+// limitWire counts, through franz-go's hooks on every client of a
+// variant, the requests it sends and the record bytes it produces (as
+// sent: compressed) while its run is measured. measuring is the run's.
+type limitWire struct {
+	measuring                       *atomic.Bool
+	requests, produces, txnRequests atomic.Int64
+	producedBytes, producedRecords  atomic.Int64
+}
+
+var (
+	_ kgo.HookBrokerWrite         = (*limitWire)(nil)
+	_ kgo.HookProduceBatchWritten = (*limitWire)(nil)
+)
+
+func (w *limitWire) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err != nil || w.measuring == nil || !w.measuring.Load() {
+		return
+	}
+	w.requests.Add(1)
+	switch kmsg.Key(key) {
+	case kmsg.Produce:
+		w.produces.Add(1)
+	case kmsg.AddPartitionsToTxn, kmsg.AddOffsetsToTxn, kmsg.EndTxn, kmsg.TxnOffsetCommit:
+		w.txnRequests.Add(1)
+	}
+}
+
+func (w *limitWire) OnProduceBatchWritten(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.ProduceBatchMetrics) {
+	if w.measuring == nil || !w.measuring.Load() {
+		return
+	}
+	w.producedBytes.Add(int64(m.CompressedBytes))
+	w.producedRecords.Add(int64(m.NumRecords))
 }
