@@ -9,27 +9,29 @@ package engine_test
 // The variants are BenchmarkLimit's (-latency.variants; by default the
 // bare franz-go loop, the engine at least once with StartEmit, the engine
 // exactly once, and Kafka Streams at least once and exactly once), on its
-// workload
-// (a per-key sum over limitKeys keys in limitPartitions partitions, one
-// output per input). For each variant it first measures the variant's own
+// workload (a per-key sum over limitKeys keys in limitPartitions
+// partitions, one output per input). It first measures each variant's
 // maximum, as BenchmarkLimit does (a backlog of -limit.records; or takes
-// it from -latency.max), then, for each fraction of -latency.rates, feeds
-// fresh topics at that fraction of the maximum for -latency.for and
-// measures each input's latency: from its produce call (the producer's
-// clock, carried in the record's "sent" header, which the variants copy
-// to their output) until a consumer of the output topic received the
-// output, read_committed for exactly once (the engine's and Kafka
-// Streams'), read_uncommitted otherwise (the at-least-once outputs are
-// visible as soon as they are acked).
-// Inputs produced in the first second (the start of the feed) are not
-// counted. Reported per op: p50-ms, p99-ms, max-ms, the achieved
-// input rate (records/s) and the inputs counted.
+// it from -latency.max). Then, for each fraction of -latency.rates, it
+// feeds fresh topics at that fraction of the variant's own maximum
+// (latency/<variant>/<pct>%) and, with -latency.same, every variant at
+// that fraction of the smallest maximum (same/<variant>/<pct>%), each
+// for -latency.for, and measures each input's latency: from its produce
+// call (the producer's clock, carried in the record's "sent" header,
+// which the variants copy to their output) until a consumer of the
+// output topic received the output, read_committed for exactly once (the
+// engine's and Kafka Streams'), read_uncommitted otherwise (the
+// at-least-once outputs are visible as soon as they are acked). Inputs
+// produced in the first second (the start of the feed) are not counted.
+// Reported per op: p50-ms, p99-ms, max-ms, the achieved input rate
+// (records/s) and the inputs counted.
 
 import (
 	"context"
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +48,7 @@ import (
 var (
 	latencyRates    = flag.String("latency.rates", "0.1,0.5,0.9", "BenchmarkLatency: the input rates, as fractions of each variant's own maximum")
 	latencyMax      = flag.String("latency.max", "", "BenchmarkLatency: the variants' maxima in records/s, as variant=rate,... (default: each measured first, in the same run)")
+	latencySame     = flag.Bool("latency.same", true, "BenchmarkLatency: also feed every variant at the same rates, the fractions of the smallest maximum (same/<variant>/<pct>%)")
 	latencyFor      = flag.Duration("latency.for", 10*time.Second, "BenchmarkLatency: how long each rate is fed (its first second is not counted)")
 	latencyVariants = flag.String("latency.variants", "limit,at-least-once,exactly-once,kafka-streams-at-least-once,kafka-streams-exactly-once",
 		"BenchmarkLatency: the variants, in order (BenchmarkLimit's names)")
@@ -78,7 +81,10 @@ func BenchmarkLatency(b *testing.B) {
 		}
 		fractions = append(fractions, r)
 	}
-	for _, v := range pickVariants(b, "latency.variants", *latencyVariants) {
+	variants := pickVariants(b, "latency.variants", *latencyVariants)
+	maxima := map[string]float64{}
+	slowest := math.Inf(1)
+	for _, v := range variants {
 		most, ok := given[v.name]
 		if !ok {
 			b.Run("max/"+v.name, func(b *testing.B) {
@@ -87,9 +93,30 @@ func BenchmarkLatency(b *testing.B) {
 				}
 			})
 		}
+		maxima[v.name] = most
+		slowest = min(slowest, most)
+	}
+	// Each at fractions of its own maximum: how it behaves as it nears
+	// its limit.
+	for _, v := range variants {
 		for _, f := range fractions {
-			rate := f * most
+			rate := f * maxima[v.name]
 			b.Run(fmt.Sprintf("latency/%s/%.0f%%", v.name, 100*f), func(b *testing.B) {
+				for range b.N {
+					runLatency(b, brokers, v, rate)
+				}
+			})
+		}
+	}
+	// All at the same rates, fractions of the smallest maximum: which is
+	// faster on the same input.
+	if !*latencySame {
+		return
+	}
+	for _, v := range variants {
+		for _, f := range fractions {
+			rate := f * slowest
+			b.Run(fmt.Sprintf("same/%s/%.0f%%", v.name, 100*f), func(b *testing.B) {
 				for range b.N {
 					runLatency(b, brokers, v, rate)
 				}

@@ -8,6 +8,10 @@ package main
 // (latency/<variant>/<pct>%: p50-ms, p99-ms, max-ms, the achieved
 // records/s, the inputs counted).
 //
+// With -latency.same, every variant is also fed at fractions of the
+// smallest maximum (same/<variant>/<pct>%): the same rates for all, in a
+// second table of the same columns.
+//
 // One table, a row per variant and rate: the variant's maximum and its
 // ratio to the limit's (on its first row), then per rate the latencies
 // and the ratio of the row's p99 to Kafka Streams' p99 at the same
@@ -19,6 +23,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,7 +56,7 @@ func onlyLatency(s samples) bool { return s.only(latencyBenches) }
 // latencyLayout is what the input holds: the variants in the table's
 // order (known ones first, then others by name), and the rates of each
 // (the "<pct>%" of the sub-benchmarks' names, in increasing order).
-func latencyLayout(s samples) (variants []string, rates map[string][]string) {
+func latencyLayout(s samples, kind string) (variants []string, rates map[string][]string) {
 	rates = map[string][]string{}
 	seen := map[string]bool{}
 	var others []string
@@ -64,9 +69,9 @@ func latencyLayout(s samples) (variants []string, rates map[string][]string) {
 		switch {
 		case strings.HasPrefix(rest, "max/"):
 			v = strings.TrimPrefix(rest, "max/")
-		case strings.HasPrefix(rest, "latency/"):
+		case strings.HasPrefix(rest, kind+"/"):
 			i := strings.LastIndexByte(rest, '/')
-			v = rest[len("latency/"):i]
+			v = rest[len(kind)+1 : i]
 			rates[v] = append(rates[v], rest[i+1:])
 		default:
 			continue
@@ -115,9 +120,18 @@ func latencyLabel(v string) (label, peer string) {
 	return v, ""
 }
 
-// renderLatency prints the table.
+// renderLatency prints the table of each kind the input has: latency (at
+// each variant's own maximum) and same (at the smallest).
 func renderLatency(w io.Writer, s samples) {
-	variants, rates := latencyLayout(s)
+	for _, kind := range []string{"latency", "same"} {
+		if kind == "latency" || slices.ContainsFunc(slices.Collect(maps.Keys(s)), func(n string) bool { return strings.HasPrefix(n, latencyBench+"/"+kind+"/") }) {
+			renderLatencyKind(w, s, kind)
+		}
+	}
+}
+
+func renderLatencyKind(w io.Writer, s samples, kind string) {
+	variants, rates := latencyLayout(s, kind)
 	n := 0
 	for name := range s {
 		if latencyBenches(name) {
@@ -130,7 +144,11 @@ func renderLatency(w io.Writer, s samples) {
 			inputs = fmt.Sprintf("%.0f", m)
 		}
 	}
-	fmt.Fprintf(w, "\nLatency: BenchmarkLatency on a real broker, BenchmarkLimit's workload (100k keys, 8 partitions, per-key sum, one output per input); each variant's maximum from a backlog of %s records, then fed at fractions of it; latency from an input's produce to its output seen by a consumer (read_committed for exactly once); samples: %d; max ratio = max records/s / the limit's; p99 ratio = p99 / Kafka Streams' p99 at the same guarantee and rate\n", inputs, n)
+	fed := "then fed at fractions of it"
+	if kind == "same" {
+		fed = "then every variant fed at the same rates, fractions of the smallest maximum"
+	}
+	fmt.Fprintf(w, "\nLatency: BenchmarkLatency on a real broker, BenchmarkLimit's workload (100k keys, 8 partitions, per-key sum, one output per input); each variant's maximum from a backlog of %s records, %s; latency from an input's produce to its output seen by a consumer (read_committed for exactly once); samples: %d; max ratio = max records/s / the limit's; p99 ratio = p99 / Kafka Streams' p99 at the same guarantee and rate\n", inputs, fed, n)
 	width := len("variant")
 	for _, v := range variants {
 		l, _ := latencyLabel(v)
@@ -160,7 +178,7 @@ func renderLatency(w io.Writer, s samples) {
 			if i > 0 {
 				first = fmt.Sprintf("%-*s\t\t\t", width, "")
 			}
-			name := latencyBench + "/latency/" + v + "/" + r
+			name := latencyBench + "/" + kind + "/" + v + "/" + r
 			cell := func(unit, f string) string {
 				m, ok := s.median(name, unit)
 				return format(m, ok, f)
@@ -170,7 +188,7 @@ func renderLatency(w io.Writer, s samples) {
 			case strings.HasPrefix(v, "kafka-streams-"):
 				p99Ratio = "1.00x"
 			case peer != "":
-				p99Ratio = formatRatio(pairedRatio(s[name]["p99-ms"], s[latencyBench+"/latency/"+peer+"/"+r]["p99-ms"]))
+				p99Ratio = formatRatio(pairedRatio(s[name]["p99-ms"], s[latencyBench+"/"+kind+"/"+peer+"/"+r]["p99-ms"]))
 			}
 			fmt.Fprintf(tw, "%s %s\t %s\t %s\t %s\t %s\t %s\t %s\t\n", first, r, cell("records/s", "%.0f"),
 				cell("p50-ms", "%.1f"), cell("p99-ms", "%.1f"), cell("max-ms", "%.1f"), p99Ratio, cell("inputs", "%.0f"))

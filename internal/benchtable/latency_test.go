@@ -24,7 +24,7 @@ func TestLatencyLayout(t *testing.T) {
 	if failed {
 		t.Error("the sample reports a failure")
 	}
-	variants, rates := latencyLayout(s)
+	variants, rates := latencyLayout(s, "latency")
 	want := []string{"limit", "at-least-once", "exactly-once", "kafka-streams-at-least-once", "kafka-streams-exactly-once"}
 	if !slices.Equal(variants, want) {
 		t.Errorf("variants %q, want %q", variants, want)
@@ -144,5 +144,28 @@ func TestRenderLatencyMixed(t *testing.T) {
 	}
 	if strings.Contains(out, "Kafka Streams at-least-once (RocksDB") {
 		t.Errorf("the limit's table has a peer row without the peer's results:\n%s", out)
+	}
+}
+
+// The same-rate feeds make a second table, whose p99 ratios pair the
+// same-rate rows.
+func TestRenderLatencyAtTheSameRates(t *testing.T) {
+	in := `BenchmarkLatency/max/at-least-once-2 1 1 ns/op 500000 records/s 1000000 inputs
+BenchmarkLatency/max/kafka-streams-at-least-once-2 1 1 ns/op 100000 records/s 1000000 inputs
+BenchmarkLatency/latency/at-least-once/10%-2 1 1 ns/op 20 p50-ms 300 p99-ms 400 max-ms 50000 records/s 450000 inputs
+BenchmarkLatency/latency/kafka-streams-at-least-once/10%-2 1 1 ns/op 60 p50-ms 120 p99-ms 130 max-ms 10000 records/s 90000 inputs
+BenchmarkLatency/same/at-least-once/10%-2 1 1 ns/op 10 p50-ms 60 p99-ms 80 max-ms 10000 records/s 90000 inputs
+BenchmarkLatency/same/kafka-streams-at-least-once/10%-2 1 1 ns/op 60 p50-ms 120 p99-ms 130 max-ms 10000 records/s 90000 inputs
+`
+	out := renderString(t, in)
+	own, same, ok := strings.Cut(out, "fractions of the smallest maximum")
+	if !ok {
+		t.Fatalf("no same-rate table in\n%s", out)
+	}
+	if !strings.Contains(own, "2.50x") || strings.Contains(own, "0.50x") {
+		t.Errorf("own-rate table: want the p99 ratio 2.50x (300/120) alone:\n%s", own)
+	}
+	if !strings.Contains(same, "0.50x") || strings.Contains(same, "2.50x") {
+		t.Errorf("same-rate table: want the p99 ratio 0.50x (60/120) alone:\n%s", same)
 	}
 }
