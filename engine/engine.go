@@ -181,8 +181,8 @@ const (
 	// outputs) of one exactly-once transaction: the store's count cap
 	// (store.DefaultMaxWritesPerTransaction), so that a batch is sealed by
 	// CommitInterval on a busy partition, not by the cap (at 4096 the
-	// issue-19 benchmark sealed a batch every ~2000 inputs, a snapshot
-	// for nearly every input).
+	// exactly-once output benchmark sealed a batch every ~2000 inputs, a
+	// snapshot for nearly every input).
 	DefaultMaxTransactionRecords = 16384
 	// DefaultMaxTransactionBytes caps the output bytes (keys plus values)
 	// of one exactly-once transaction: the store's byte cap

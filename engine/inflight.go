@@ -125,7 +125,7 @@ func (r *Member[S]) reapOne(ctx context.Context, f *flow[S]) error {
 				first = errs[i]
 			}
 		}
-		if err := r.durableAt(f, cp, cpOK); err != nil && first == nil {
+		if err := r.settledAt(f, cp, cpOK); err != nil && first == nil {
 			first = err
 		}
 		r.e.cfg.obs().flushed(len(s.snaps), time.Since(s.begin))
@@ -134,7 +134,7 @@ func (r *Member[S]) reapOne(ctx context.Context, f *flow[S]) error {
 		if errs[0] != nil {
 			return errs[0]
 		}
-		if err := r.durableAt(f, cp, cpOK); err != nil { // the commit's marker moved the checkpoint
+		if err := r.settledAt(f, cp, cpOK); err != nil { // the commit's marker moved the checkpoint
 			return err
 		}
 		r.status.committed(f.tp, f.part.CommittedOffset(), f.core.Consumed()-s.offset)

@@ -15,10 +15,13 @@ import (
 // Queries: a running engine's state, read from any goroutine.
 //
 // A committed read (ReadCommitted) reads the local cache alone: it never
-// waits for the poll loop. The cache holds each key's committed state (that
-// of its last durable snapshot) apart from the states being folded, and the
-// runner changes them only in atomic batches, so a read sees a state some
-// snapshot of the key had. It reads only a partition whose flow runs here,
+// waits for the poll loop. The cache holds each key's committed state apart
+// from the states being folded, and the runner changes them only in atomic
+// batches, so a read sees a state some snapshot of the key had. While
+// nobody reads, the runner writes the committed states to the cache at
+// most once a second; a committed read has it write each commit again
+// from the next one (Member.settledAt), so the reads that follow it see
+// each commit. It reads only a partition whose flow runs here,
 // and checks after the read that the same flow still runs: a partition
 // revoked, failed or recovered again meanwhile (its committed states being
 // replaced) answers *NotOwnedError, never a state of another ownership or
@@ -34,7 +37,9 @@ type ReadMode uint8
 const (
 	// ReadCommitted reads each key's committed state: that of its last
 	// durable snapshot, what a crash of this instance leaves (the
-	// default). It never waits for the poll loop.
+	// default). It never waits for the poll loop. The first committed
+	// read after a second or more without one may see a state up to a
+	// second older (the cache defers its writes while nobody reads).
 	ReadCommitted ReadMode = iota
 	// ReadLatest reads each key's latest folded state, changes not yet in
 	// a durable snapshot included (a crash may undo them; the replay
@@ -202,6 +207,7 @@ func (r *Member[S]) Get(ctx context.Context, tp store.TopicPartition, key []byte
 		if h == nil {
 			return none, false, r.notOwned(tp)
 		}
+		r.committedReads.Add(1)
 		e, ok, err := h.rd.Get(r.e.kv.Queries(), key)
 		if r.queries.get(tp) != h {
 			return none, false, r.notOwned(tp)
@@ -270,6 +276,7 @@ func (r *Member[S]) committedPages(tp store.TopicPartition) func(after []byte) (
 		if h == nil || h != h0 {
 			return nil, nil, false, r.notOwned(tp)
 		}
+		r.committedReads.Add(1)
 		page, last, more, err := h.rd.Page(r.e.kv.Queries(), after, queryPage)
 		if r.queries.get(tp) != h {
 			return nil, nil, false, r.notOwned(tp)

@@ -460,3 +460,55 @@ func TestQueriesWhileRunningOnKfake(t *testing.T) {
 		notOwned(t, err, accounts1)
 	})
 }
+
+// Committed states reach the cache at once while committed reads come,
+// and within about a second when nobody reads (the engine defers them
+// otherwise): a committed read sees each commit once it reads, and a
+// partition whose input stopped catches up without a read.
+func TestCommittedReadsSeeCommitsWhileTheyComeAndCatchUpWhenIdleOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	e := w.engineWith(func(c *engine.Config[int]) {
+		c.PersistInterval, c.CommitInterval = 100*time.Millisecond, 100*time.Millisecond
+	})
+	r := w.runner(e)
+	ctx := context.Background()
+	step := func() {
+		t.Helper()
+		if err := r.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w.c.Advance(100 * time.Millisecond)
+	}
+	committed := func() {
+		t.Helper()
+		for range 100 {
+			step()
+			if w.caughtUp() {
+				return
+			}
+		}
+		t.Fatal("the input was not committed to its end in 10 s")
+	}
+	stepAll(t, r)
+
+	// Nobody reads: the commit's states are deferred, then written once
+	// the partition has been idle long enough.
+	w.produce("alice=+10")
+	committed()
+	for range 15 { // 1.5 s, no input
+		step()
+	}
+	if s, ok, off := get(t, e, accounts1, "alice", engine.ReadCommitted); !ok || s != 10 || off != 0 {
+		t.Fatalf("committed alice = %d, %t @%d after 1.5 s idle; want 10 @0", s, ok, off)
+	}
+
+	// Reads come: each commit is in the cache as soon as it is made.
+	for i := range 5 {
+		w.produce("alice=+1")
+		committed()
+		want := 11 + i
+		if s, ok, off := get(t, e, accounts1, "alice", engine.ReadCommitted); !ok || s != want || off != int64(1+i) {
+			t.Fatalf("committed alice = %d, %t @%d right after commit %d; want %d @%d", s, ok, off, i, want, 1+i)
+		}
+	}
+}

@@ -36,6 +36,10 @@ type Member[S any] struct {
 	// published is the identity read after the last poll, once valid: the
 	// store reads it for every transaction.
 	published atomic.Pointer[store.GroupIdentity]
+	// committedReads counts the committed reads of the member's
+	// partitions (Get, a Range's pages): while they come, each batch's
+	// states go to the cache at once (settledAt).
+	committedReads atomic.Uint64
 
 	// ready is closed once src is set: a franz-go client joins its group,
 	// and may call the handler, before its constructor returns.
@@ -97,6 +101,11 @@ type flow[S any] struct {
 	// counts one): see inflight.go.
 	inflight       []started
 	inflightWeight int
+	// cacheWritten is when the core last wrote its committed states to
+	// the cache, and readsSeen the member's committedReads then
+	// (Member.settledAt).
+	cacheWritten time.Time
+	readsSeen    uint64
 }
 
 // Input is what an engine folds: the records of a consumer group's
@@ -783,7 +792,11 @@ func (r *Member[S]) commitNow(ctx context.Context, f *flow[S]) error {
 // commit commits f; on failure the scheduler decides what becomes of it.
 // It reports whether f still runs.
 func (r *Member[S]) commit(ctx context.Context, f *flow[S]) bool {
-	if err := r.mode.commit(ctx, f); err != nil {
+	err := r.mode.commit(ctx, f)
+	if err == nil {
+		err = r.settleIdle(f)
+	}
+	if err != nil {
 		r.failed(ctx, f, err)
 		cur, ok := r.sched.Flow(f.tp)
 		return ok && cur == f
@@ -1010,6 +1023,18 @@ func (r *Member[S]) FlushAll(ctx context.Context) {
 	defer r.mu.Unlock()
 	_ = r.awaitEmit(ctx) // outputs first, as before a timer's commit
 	r.do(ctx, r.sched.FlushRequested(true))
+	r.settleAll(ctx)
+}
+
+// settleAll writes every running flow's deferred committed states to
+// the cache now: after an explicit flush, committed reads show it.
+func (r *Member[S]) settleAll(ctx context.Context) {
+	for _, f := range r.sched.Running() {
+		r.cacheWriting(f)
+		if err := f.core.Durable(nil); err != nil {
+			r.failed(ctx, f, fromCore(err))
+		}
+	}
 }
 
 // Persist flushes every flow's dirty keys now without advancing the
@@ -1024,6 +1049,7 @@ func (r *Member[S]) Persist(ctx context.Context) {
 	defer r.mu.Unlock()
 	_ = r.awaitEmit(ctx) // as FlushAll
 	r.do(ctx, r.sched.FlushRequested(false))
+	r.settleAll(ctx)
 }
 
 // Close leaves the group; the revoke callbacks flush and tear down.

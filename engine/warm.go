@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/snapfence/snapfence/engine/internal/cache"
 	"github.com/snapfence/snapfence/engine/internal/core"
 	"github.com/snapfence/snapfence/store"
@@ -50,7 +52,7 @@ func (r *Member[S]) committedBatchAt(f *flow[S], snaps []store.Snapshot, err err
 		}
 	}
 	if err == nil {
-		err = r.durableAt(f, cp, cpOK)
+		err = r.settledAt(f, cp, cpOK)
 	}
 	return err
 }
@@ -68,11 +70,53 @@ func (r *Member[S]) durable(f *flow[S]) error {
 // (store.Pending.Position), never a later one, which could cover a write
 // still in flight whose states the cache does not hold yet.
 func (r *Member[S]) durableAt(f *flow[S], cp store.Checkpoint, ok bool) error {
-	var enc []byte
-	if ok {
-		enc = cache.EncodeCheckpoint(r.src.Identity().Group, cp)
+	r.cacheWriting(f)
+	return fromCore(f.core.Durable(r.checkpoint(cp, ok)))
+}
+
+// cacheWriting notes a write of f's committed states to the cache.
+func (r *Member[S]) cacheWriting(f *flow[S]) {
+	f.cacheWritten, f.readsSeen = r.src.Now(), r.committedReads.Load()
+}
+
+// cacheWriteInterval is how often a flow's committed states go to the
+// cache while it runs and nobody reads them (settledAt). Written at
+// every commit, a key that changes in each of a 100 ms interval's
+// transactions costs a Pebble write, flush and compaction each time;
+// once a second it costs one, for a delta recovery after a crash up to a
+// second longer. A teardown writes them all.
+const cacheWriteInterval = time.Second
+
+// settledAt is durableAt for the end of a batch or a commit. While
+// committed reads come (one since f's last write), it writes at once, so
+// they see each commit; otherwise once cacheWriteInterval has passed
+// since f's last write, deferring the states and cp until then
+// (core.Core.Defer).
+func (r *Member[S]) settledAt(f *flow[S], cp store.Checkpoint, ok bool) error {
+	now := r.src.Now()
+	if now.Sub(f.cacheWritten) < cacheWriteInterval && r.committedReads.Load() == f.readsSeen {
+		return fromCore(f.core.Defer(r.checkpoint(cp, ok)))
 	}
-	return fromCore(f.core.Durable(enc))
+	return r.durableAt(f, cp, ok)
+}
+
+// settleIdle writes what f's core deferred once cacheWriteInterval has
+// passed, on the commit timer: a partition whose input stopped has no
+// batch left to end, and its committed reads must catch up all the same.
+func (r *Member[S]) settleIdle(f *flow[S]) error {
+	if !f.core.Deferring() || r.src.Now().Sub(f.cacheWritten) < cacheWriteInterval && r.committedReads.Load() == f.readsSeen {
+		return nil
+	}
+	r.cacheWriting(f)
+	return fromCore(f.core.Durable(nil))
+}
+
+// checkpoint is cp as the cache keeps it, nil if not ok.
+func (r *Member[S]) checkpoint(cp store.Checkpoint, ok bool) []byte {
+	if !ok {
+		return nil
+	}
+	return cache.EncodeCheckpoint(r.src.Identity().Group, cp)
 }
 
 // recoveryBase says from where f's partition recovers: the checkpoint in

@@ -234,6 +234,13 @@ type Core[S, O any] struct {
 	// pending: the committed-state writes of WriteDone, applied with the
 	// checkpoint by Durable (or before the next change).
 	pending []Write
+	// pendingState: the index in pending of each key's committed-state
+	// write: a key committed again before they are applied replaces it
+	// (Defer).
+	pendingState map[string]int
+	// deferred: the newest checkpoint Defer was given; it covers the
+	// pending writes, and goes with them.
+	deferred []byte
 	// pendingBuf holds the pending writes' keys; a new one is begun when
 	// it fills.
 	pendingBuf []byte
@@ -324,7 +331,8 @@ func New[S, O any](cfg Config[S, O], kv KV) (*Core[S, O], error) {
 		statePrefix: append([]byte{'s'}, pp...), overlayPrefix: append([]byte{'d'}, pp...), checkpointKey: append([]byte{'c'}, pp...),
 		timerPrefix: append([]byte{'t'}, pp...), tm: newTimers(),
 		hot: map[string]*slot[S]{}, dirty: map[string]int64{}, inflight: map[string]written{}, overlaid: map[string]struct{}{},
-		refused: map[refusedAt]error{},
+		pendingState: map[string]int{},
+		refused:      map[refusedAt]error{},
 	}
 	for _, r := range cfg.Refused {
 		at := refusedAt{offset: r.Offset}
@@ -1035,7 +1043,7 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 	if lerr != nil {
 		return c.stop(lerr)
 	}
-	c.commitWritten(key, w)
+	c.commitWritten(keyString(sl, key), key, w)
 	if !w.stale {
 		delete(c.dirty, string(key))
 		sl.dirty = false
@@ -1063,8 +1071,14 @@ func (c *Core[S, O]) WriteDone(key []byte, err error) error {
 // that checkpoint would find the key in neither the cache nor the delta
 // after it, and replay its later events onto no state. The index of the
 // committed timers changes with the committed state, in the same batch.
-func (c *Core[S, O]) commitWritten(key []byte, w written) {
-	c.pending = append(c.pending, Write{Key: c.pendingKey(c.statePrefix, key), Value: w.entry})
+// A state of k still pending is replaced: only the newest is applied.
+func (c *Core[S, O]) commitWritten(k string, key []byte, w written) {
+	if i, ok := c.pendingState[k]; ok {
+		c.pending[i].Value = w.entry
+	} else {
+		c.pendingState[k] = len(c.pending)
+		c.pending = append(c.pending, Write{Key: c.pendingKey(c.statePrefix, key), Value: w.entry})
+	}
 	if w.timers != nil {
 		c.pending = c.indexWrites(c.pending, key, w.timers.timers)
 		for _, t := range w.timers.unindex {
@@ -1097,32 +1111,59 @@ func (c *Core[S, O]) pendingKey(prefix, k []byte) []byte {
 }
 
 // Durable writes the committed states WriteDone reported, together with
-// checkpoint (the store's, encoded by the caller; nil writes none), in
-// one atomic KV batch: the checkpoint never covers less than the states
-// it is written with. Call it after each batch of WriteDone calls.
+// checkpoint (the store's, encoded by the caller; nil: the one Defer
+// kept, if any), in one atomic KV batch: the checkpoint never covers
+// less than the states it is written with. Call it, or Defer, after each
+// batch of WriteDone calls.
 func (c *Core[S, O]) Durable(checkpoint []byte) error {
 	if c.stopped != nil {
 		return c.stopped
 	}
-	ws := c.pending
 	if checkpoint != nil {
-		ws = append(ws, Write{Key: c.checkpointKey, Value: checkpoint})
+		c.deferred = checkpoint
+	}
+	return c.stop(c.settle())
+}
+
+// MaxDeferred bounds the committed states Defer keeps pending: past it,
+// Defer writes them.
+const MaxDeferred = 1 << 14
+
+// Defer is Durable without the write: the committed states stay pending,
+// with checkpoint, until Durable, a change that needs them in the KV
+// (an eviction, a tick, a teardown), or MaxDeferred of them. A key
+// committed again meanwhile is written once, its newest state. Until
+// then the KV's states and checkpoint lag the store's: a committed read
+// sees an older committed state, a recovery from the checkpoint reads a
+// longer delta.
+func (c *Core[S, O]) Defer(checkpoint []byte) error {
+	if c.stopped != nil {
+		return c.stopped
+	}
+	if checkpoint != nil {
+		c.deferred = checkpoint
+	}
+	if len(c.pendingState) < MaxDeferred {
+		return nil
+	}
+	return c.stop(c.settle())
+}
+
+// Deferring reports whether Defer holds committed states or a
+// checkpoint the KV has not got yet.
+func (c *Core[S, O]) Deferring() bool { return len(c.pending) > 0 || c.deferred != nil }
+
+// settle applies the pending committed-state writes, with the
+// checkpoint Defer kept if there is one (states may run ahead of the
+// checkpoint, never behind it).
+func (c *Core[S, O]) settle() error {
+	ws := c.pending
+	if c.deferred != nil {
+		ws = append(ws, Write{Key: c.checkpointKey, Value: c.deferred})
 	}
 	if len(ws) == 0 {
 		return nil
 	}
-	err := c.kv.Apply(ws)
-	c.applied(ws)
-	return c.stop(err)
-}
-
-// settle applies the pending committed-state writes without a
-// checkpoint (states may run ahead of the checkpoint, never behind it).
-func (c *Core[S, O]) settle() error {
-	if len(c.pending) == 0 {
-		return nil
-	}
-	ws := c.pending
 	err := c.kv.Apply(ws)
 	c.applied(ws)
 	return err
@@ -1139,6 +1180,8 @@ func (c *Core[S, O]) applied(ws []Write) {
 	c.unoverlaid = c.unoverlaid[:0]
 	clear(ws)
 	c.pending = ws[:0]
+	clear(c.pendingState)
+	c.deferred = nil
 	c.pendingBuf = c.pendingBuf[:0] // the last buffer; earlier ones went with their keys
 }
 
@@ -1413,7 +1456,8 @@ func (c *Core[S, O]) forget() {
 	clear(c.dirty)
 	clear(c.inflight)
 	clear(c.overlaid)
-	c.pending, c.pendingBuf, c.unoverlaid = nil, nil, nil
+	c.pending, c.pendingBuf, c.unoverlaid, c.deferred = nil, nil, nil, nil
+	clear(c.pendingState)
 	c.hotOrder, c.flushRound = nil, nil
 	c.tm = newTimers()
 }

@@ -42,6 +42,9 @@ type Output = store.Output
 //	tick                              add 100 to every live key
 //	drop                              drop the partition's cache
 //	durable [cp=C]                    write what is done, with checkpoint C
+//	defer [cp=C]                      Defer: keep what is done, and C, for later
+//	committed key=K                   the key's committed state in the KV, as
+//	                                  a committed read sees it
 //	checkpoint                        the checkpoint in the KV
 //	drop-uncommitted                  drop all but the committed states
 //	keys                              the number of keys the partition holds
@@ -316,6 +319,24 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 			cp = []byte(v)
 		}
 		return errString(s.c.Durable(cp))
+	case "defer":
+		var cp []byte
+		if d.HasArg("cp") {
+			var v string
+			d.ScanArgs(t, "cp", &v)
+			cp = []byte(v)
+		}
+		return errString(s.c.Defer(cp))
+	case "committed":
+		d.ScanArgs(t, "key", &key)
+		e, live, err := s.c.CommittedReader().Get(s.kv, []byte(key))
+		if err != nil {
+			return errString(err)
+		}
+		if e.Offset < 0 {
+			return "none"
+		}
+		return fmt.Sprintf("%s@%d %t", e.State, e.Offset, live)
 	case "checkpoint":
 		cp, ok, err := s.c.Checkpoint()
 		if err != nil || !ok {
@@ -732,4 +753,82 @@ func TestRecoveredStatesStayHotWithinTheRoom(t *testing.T) {
 			t.Fatalf("%s = %q, %v, %v; want %s", key, s, ok, err, want)
 		}
 	}
+}
+
+// Defer holds at most MaxDeferred committed states: a batch that brings
+// the pending ones to it writes them all, with its checkpoint, however
+// soon the next Durable would come.
+func TestDeferWritesOnceMaxDeferredStatesArePending(t *testing.T) {
+	kv := &countingKV{MemKV: NewMemKV()}
+	set := func(key, state []byte, exists bool, rec *Record) (Change[[]byte, Output], error) {
+		return Change[[]byte, Output]{Op: Set, State: rec.Value}, nil
+	}
+	c, err := New(Config[[]byte, Output]{Input: store.TopicPartition{Topic: "t"}, Fold: set, Codec: BytesCodec{}, HotKeys: 2 * MaxDeferred}, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv.writes = 0
+	off := int64(0)
+	commit := func(keys int, cp string) {
+		t.Helper()
+		for k := range keys {
+			if _, err := c.Fold(&Record{Offset: off, Key: fmt.Appendf(nil, "k%06d", k), Value: []byte(cp)}); err != nil {
+				t.Fatal(err)
+			}
+			off++
+		}
+		snaps, err := c.Flush(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range snaps {
+			if err := c.WriteDone(s.Key, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Defer([]byte(cp)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkpoint := func() string {
+		cp, ok, err := c.Checkpoint()
+		if err != nil || !ok {
+			return "none"
+		}
+		return string(cp)
+	}
+	// The same keys again and again stay one pending state each.
+	for i := range 3 {
+		commit(MaxDeferred-1, fmt.Sprintf("C%d", i))
+	}
+	if got := checkpoint(); got != "none" {
+		t.Fatalf("checkpoint %s with %d states pending, want none", got, MaxDeferred-1)
+	}
+	// One more key reaches the bound.
+	commit(MaxDeferred, "C9")
+	if got := checkpoint(); got != "C9" {
+		t.Fatalf("checkpoint %s with %d states pending, want C9", got, MaxDeferred)
+	}
+	e, live, err := c.CommittedReader().Get(kv, fmt.Appendf(nil, "k%06d", MaxDeferred-1))
+	if err != nil || !live || string(e.State) != "C9" {
+		t.Fatalf("committed state of the last key: %q %t %v, want C9", e.State, live, err)
+	}
+	if c.Deferring() {
+		t.Fatal("still deferring after the write")
+	}
+	// Four batches, one write of each key and one of the checkpoint.
+	if kv.writes != MaxDeferred+1 {
+		t.Fatalf("%d KV writes, want %d: each key's newest state and the checkpoint", kv.writes, MaxDeferred+1)
+	}
+}
+
+// countingKV counts the writes applied to a MemKV.
+type countingKV struct {
+	*MemKV
+	writes int
+}
+
+func (k *countingKV) Apply(ws []Write) error {
+	k.writes += len(ws)
+	return k.MemKV.Apply(ws)
 }
