@@ -160,10 +160,12 @@ bench-outputs:
 	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench BenchmarkOutputs -benchtime=1x -count=3 ./engine/ 2>&1 | tee "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
 
-## bench-limit: the end-to-end benchmark (engine's BenchmarkLimit,
-## build tag `it`) on a real Kafka 4.3.1 broker started for the run
-## (it/kafka/broker run): a backlog of 1M input records over 100k keys and
-## 8 partitions, a per-key sum, one output per input, until the group's
+## bench-limit: the end-to-end benchmarks on a real Kafka 4.3.1 broker
+## started for the run (it/kafka/broker run), throughput then latency, and
+## their tables with the ratios (docs/benchmarks.md, "End to end against
+## the limit" and "Latency"). Throughput (engine's BenchmarkLimit, build
+## tag `it`): a backlog of 1M input records over 100k keys and 8
+## partitions, a per-key sum, one output per input, until the group's
 ## committed offsets reach the input's end; a bare franz-go
 ## consume-produce-commit program (the limit) against the engine at least
 ## once (snapshots + kafkaio.Emitter.StartEmit, PersistInterval and
@@ -171,21 +173,26 @@ bench-outputs:
 ## least once with kafkaio.Emitter.Emit (for comparison), and Kafka
 ## Streams 4.3.1 at least once (commit 1 s) and exactly once (100 ms) as
 ## the peer (it/kstreams, built with mvn), LIMITROUNDS rounds
-## interleaved, then the table with the ratios to the limit and the
-## transactions per 1M inputs against one per partition per commit interval
-## (docs/benchmarks.md, "End to end against the limit"). About
-## 5 min at 3 rounds. LIMITARGS: the benchmark's own flags, e.g.
-## -limit.cpuprofile=DIR (a CPU profile of each op's measured part, as
-## DIR/<variant>-<round>.pprof), -limit.commit=D (the at-least-once
-## CommitInterval; 0: the engine's default), -limit.records=N,
-## -limit.variants=limit,at-least-once,... (a round's variants).
+## interleaved; ratios to the limit, and the transactions per 1M inputs
+## against one per partition per commit interval. Latency
+## (BenchmarkLatency): each variant's maximum, then each fed at 10%, 50%
+## and 90% of its own maximum and of the smallest (the same rates for
+## all) for 10 s; p50, p99 and max, and the engine's p99 over Kafka
+## Streams' at the same guarantee. About 15 min at 3 rounds. LIMITARGS:
+## the benchmarks' own flags, e.g. -limit.cpuprofile=DIR (a CPU profile
+## of each throughput op's measured part, as DIR/<variant>-<round>.pprof),
+## -limit.commit=D (the at-least-once CommitInterval; 0: the engine's
+## default), -limit.records=N, -limit.variants=limit,at-least-once,...,
+## -limit.compression=lz4, -latency.rates=0.1,0.5; LIMITBENCH='^BenchmarkLimit$$'
+## for the throughput alone (bench-latency runs the latency alone).
 LIMITROUNDS ?= 3
 LIMITARGS   ?=
+LIMITBENCH  ?= ^(BenchmarkLimit|BenchmarkLatency)$$
 bench-limit:
 	@it/kafka/broker classpath
 	@it/kstreams/app build
 	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
-	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench '^BenchmarkLimit$$' -benchtime=1x -count=1 -timeout 60m ./engine -args -limit.rounds=$(LIMITROUNDS) $(LIMITARGS) 2>&1 | tee "$$out" && \
+	it/kafka/broker run $(GO) test -tags it -run '^$$' -bench '$(LIMITBENCH)' -benchtime=1x -count=1 -timeout 90m ./engine -args -limit.rounds=$(LIMITROUNDS) $(LIMITARGS) 2>&1 | tee "$$out" && \
 	echo && $(GO) run ./internal/benchtable < "$$out"
 
 ## bench-commit: what the commit interval costs and buys, at least once at
@@ -296,10 +303,11 @@ bench-deploys:
 ## the bare franz-go loop, the engine at least once and exactly once, and
 ## Kafka Streams 4.3.1 at least once and exactly once (it/kstreams, built
 ## with mvn; the same commit intervals), each fed at 10%, 50% and 90% of
-## its own maximum (measured first, in the same run) for 10 s; p50, p99
-## and max from an input's produce to its output seen by a consumer, then
-## the table with each engine variant's p99 over Kafka Streams' at the
-## same guarantee (docs/benchmarks.md, "Latency"). About 10 min.
+## its own maximum (measured first, in the same run) and of the smallest
+## (the same rates for all) for 10 s; p50, p99 and max from an input's
+## produce to its output seen by a consumer, then the tables with each
+## engine variant's p99 over Kafka Streams' at the same guarantee
+## (docs/benchmarks.md, "Latency"; bench-limit runs it too). About 10 min.
 ## LATENCYARGS: its flags, e.g. -latency.max=limit=500000,... to skip the
 ## maxima, -latency.rates=0.1,0.5, -latency.variants=limit,exactly-once.
 LATENCYARGS ?=
