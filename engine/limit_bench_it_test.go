@@ -397,8 +397,11 @@ func (lr *limitRun) begin() {
 	})
 }
 
+// startProfile profiles BenchmarkLimit's ops (-limit.cpuprofile), not
+// those of the benchmarks that share its runs (a latency feed never
+// reaches the end that stops a profile).
 func (lr *limitRun) startProfile() func() {
-	if *limitCPU == "" {
+	if *limitCPU == "" || !strings.HasPrefix(lr.b.Name(), "BenchmarkLimit/") {
 		return func() {}
 	}
 	f, err := os.Create(filepath.Join(*limitCPU, fmt.Sprintf("%s-%d.pprof", lr.variant, lr.round)))
