@@ -145,6 +145,16 @@ func TestRenderLatencyMixed(t *testing.T) {
 	if strings.Contains(out, "Kafka Streams at-least-once (RocksDB") {
 		t.Errorf("the limit's table has a peer row without the peer's results:\n%s", out)
 	}
+	// bench-limit's output is these two alone: their tables and the
+	// limit's targets, none of the store's.
+	for _, no := range []string{"Experiment A", "Recovery:", "missing", "not measured"} {
+		if strings.Contains(out, no) {
+			t.Errorf("%q in\n%s", no, out)
+		}
+	}
+	if !strings.Contains(out, "\nTargets\n  engine at-least-once at least 0.85x") {
+		t.Errorf("no limit targets in\n%s", out)
+	}
 }
 
 // The same-rate feeds make a second table, whose p99 ratios pair the

@@ -51,7 +51,7 @@ var limitVariants = []struct {
 // the limit's of the same round; limitTxnGoal is the most transactions
 // per 1M inputs, as a multiple of the goal.
 var limitThroughputTargets = []limitTarget{
-	{"at-least-once", "engine at-least-once at least 0.6x the limit's records/s (ratio >= 0.60)", 0.6},
+	{"at-least-once", "engine at-least-once at least 0.85x the limit's records/s (ratio >= 0.85)", 0.85},
 	{"exactly-once", "engine exactly-once at least 0.5x the limit's records/s (ratio >= 0.50)", 0.5},
 }
 
@@ -72,13 +72,14 @@ func limitSection(s samples) section {
 		inputs = fmt.Sprintf("%.0f", n)
 	}
 	sec := section{
-		title: "End to end against the limit: BenchmarkLimit on a real broker, a backlog of " + inputs + " records over 100k keys, 8 partitions, per-key sum, one output per input, until every input offset is committed; ratio = records/s / the limit's of the same round",
+		title: "End to end against the limit: BenchmarkLimit on a real broker, a backlog of " + inputs + " records over 100k keys, 8 partitions, per-key sum, one output per input, until every input offset is committed; ratio = records/s / the limit's of the same round; work ratio = the limit's consumed s / the row's (the work, without the wait for the commit tick that ends it)",
 		cols: []column{
 			{head: "commit ms", unit: "commit-ms", format: "%.0f"},
 			{head: "measured s", unit: "measured-s", format: "%.2f"},
 			{head: "consumed s", unit: "consumed-s", format: "%.2f"},
 			{head: "records/s", unit: "records/s", format: "%.0f"},
 			{head: "ratio", unit: "records/s", ratio: true},
+			{head: "work ratio", unit: "consumed-s", ratio: true, inverse: true},
 			{head: "txns/1M", unit: "txns/1M", format: "%.0f"},
 			{head: "snapshots/1M", unit: "snapshots/1M", format: "%.0f"},
 			{head: "CPU s", unit: "cpu-s", format: "%.2f"},

@@ -105,7 +105,7 @@ func TestRenderLimitAlone(t *testing.T) {
 		"engine exactly-once (ExactlyOnce)",
 		"Transactions per 1M inputs against the goal",
 		"\nTargets\n",
-		"engine at-least-once at least 0.6x the limit's records/s (ratio >= 0.60): ",
+		"engine at-least-once at least 0.85x the limit's records/s (ratio >= 0.85): ",
 		"engine exactly-once at least 0.5x the limit's records/s (ratio >= 0.50): ",
 		"engine at-least-once transactions within 2x of one per partition per commit interval (txns / goal <= 2): ",
 		"engine exactly-once transactions within 2x of one per partition per commit interval (txns / goal <= 2): ",

@@ -92,6 +92,9 @@ type column struct {
 	scale  float64 // the median is multiplied by it; 0 is 1
 	format string
 	ratio  bool
+	// inverse: the ratio is the base's over the row's (a time, where
+	// less is better).
+	inverse bool
 }
 
 // Experiment A and B rows under a benchmark name prefix.
@@ -359,8 +362,11 @@ func render(w io.Writer, s samples, header []string) {
 		renderLatency(w, s)
 		return
 	}
-	if onlyLimit(s) {
+	if onlyLimit(s) || s.only(func(n string) bool { return limitBenches(n) || latencyBenches(n) }) {
 		renderLimit(w, s)
+		if !onlyLimit(s) {
+			renderLatency(w, s)
+		}
 		fmt.Fprintln(w, "\nTargets")
 		for _, t := range limitTargets(s) {
 			fmt.Fprintln(w, "  "+t)
@@ -521,6 +527,8 @@ func renderColumns(w io.Writer, s samples, sec section) {
 			switch {
 			case c.ratio && r.base == "":
 				cell = "1.00x"
+			case c.ratio && c.inverse:
+				cell = formatRatio(pairedRatio(s[r.base][c.unit], s[r.bench][c.unit]))
 			case c.ratio:
 				cell = formatRatio(ratioOf(s, r, c.unit))
 			default:
