@@ -179,3 +179,25 @@ BenchmarkLatency/same/kafka-streams-at-least-once/10%-2 1 1 ns/op 60 p50-ms 120 
 		t.Errorf("same-rate table: want the p99 ratio 0.50x (60/120) alone:\n%s", same)
 	}
 }
+
+// testdata/limit-latency.txt is a whole `make bench-limit` (BenchmarkLimit
+// then BenchmarkLatency, Kafka 4.3.1, the 2-vCPU VM of
+// docs/benchmarks.md): its three tables, the limit's targets, nothing of
+// the store's.
+func TestRenderBenchLimit(t *testing.T) {
+	b, err := os.ReadFile("testdata/limit-latency.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := renderString(t, string(b))
+	for _, want := range []string{"End to end against the limit", "work ratio", "then fed at fractions of it", "fractions of the smallest maximum", "\nTargets\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	for _, no := range []string{"Experiment A", "missing", "not measured"} {
+		if strings.Contains(out, no) {
+			t.Errorf("%q in\n%s", no, out)
+		}
+	}
+}
