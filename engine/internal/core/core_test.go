@@ -186,6 +186,16 @@ func timersString(ts []store.Timer) string {
 	return "{" + strings.Join(parts, ",") + "}"
 }
 
+// checkpointArg is the directive's cp=C, nil without one.
+func checkpointArg(t *testing.T, d *datadriven.TestData) []byte {
+	if !d.HasArg("cp") {
+		return nil
+	}
+	var v string
+	d.ScanArgs(t, "cp", &v)
+	return []byte(v)
+}
+
 // step runs one directive and returns its answer.
 func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 	if d.Cmd != "assign" && s.c == nil {
@@ -312,21 +322,9 @@ func (s *script) step(t *testing.T, d *datadriven.TestData) string {
 	case "drop":
 		return errString(s.c.Drop())
 	case "durable":
-		var cp []byte
-		if d.HasArg("cp") {
-			var v string
-			d.ScanArgs(t, "cp", &v)
-			cp = []byte(v)
-		}
-		return errString(s.c.Durable(cp))
+		return errString(s.c.Durable(checkpointArg(t, d)))
 	case "defer":
-		var cp []byte
-		if d.HasArg("cp") {
-			var v string
-			d.ScanArgs(t, "cp", &v)
-			cp = []byte(v)
-		}
-		return errString(s.c.Defer(cp))
+		return errString(s.c.Defer(checkpointArg(t, d)))
 	case "committed":
 		d.ScanArgs(t, "key", &key)
 		e, live, err := s.c.CommittedReader().Get(s.kv, []byte(key))
