@@ -448,9 +448,13 @@ func (fx *warmFixture) launch(b *testing.B, dir string, m warmMember) *warmOwner
 	}
 	o.open = time.Since(openAt)
 	o.e = e
+	// The owners take turns: each stop hands the partitions over. A
+	// static member (its Dir makes it one) that stopped without leaving
+	// would hold the next owner's join for a session timeout, the same
+	// for cold and warm, and the ratio would measure that wait.
 	var newSource engine.Input = kafkaio.Config{
 		SeedBrokers: fx.addrs, Group: fx.group, Topics: []string{fx.input},
-		HeartbeatInterval: m.heartbeat,
+		HeartbeatInterval: m.heartbeat, LeaveOnClose: true,
 	}
 	if m.killable {
 		newSource, o.killSwitch = killable(newSource)
