@@ -2,6 +2,7 @@ package kafkaio
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 
@@ -121,16 +122,21 @@ func (b *warmBalancer) JoinGroupMetadata(interests []string, current map[string]
 // ParseSyncAssignment parses this member's assignment, and hands its
 // warm-ups on (none clears the last ones).
 func (b *warmBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
-	assigned, err := kgo.ParseConsumerSyncAssignment(assignment)
-	if err != nil || b.warmUp == nil {
-		return assigned, err
-	}
 	var a kmsg.ConsumerMemberAssignment
-	var data warmAssignment
-	if a.ReadFrom(assignment) == nil && len(a.UserData) > 0 {
-		_ = json.Unmarshal(a.UserData, &data) // another balancer's user data: no warm-ups
+	if err := a.ReadFrom(assignment); err != nil {
+		return nil, fmt.Errorf("sync assignment parse failed: %v", err) // as kgo.ParseConsumerSyncAssignment
 	}
-	b.warmUp(fromTopics(data.WarmUp))
+	assigned := make(map[string][]int32, len(a.Topics))
+	for _, t := range a.Topics {
+		assigned[t.Topic] = t.Partitions
+	}
+	if b.warmUp != nil {
+		var data warmAssignment
+		if len(a.UserData) > 0 {
+			_ = json.Unmarshal(a.UserData, &data) // another balancer's user data: no warm-ups
+		}
+		b.warmUp(fromTopics(data.WarmUp))
+	}
 	return assigned, nil
 }
 
