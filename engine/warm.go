@@ -93,18 +93,24 @@ const cacheWriteInterval = time.Second
 // since f's last write, deferring the states and cp until then
 // (core.Core.Defer).
 func (r *Member[S]) settledAt(f *flow[S], cp store.Checkpoint, ok bool) error {
-	now := r.src.Now()
-	if now.Sub(f.cacheWritten) < cacheWriteInterval && r.committedReads.Load() == f.readsSeen {
+	if !r.cacheWriteDue(f) {
 		return fromCore(f.core.Defer(r.checkpoint(cp, ok)))
 	}
 	return r.durableAt(f, cp, ok)
+}
+
+// cacheWriteDue: f's committed states go to the cache now, as a
+// committed read came since its last write, or cacheWriteInterval has
+// passed.
+func (r *Member[S]) cacheWriteDue(f *flow[S]) bool {
+	return r.committedReads.Load() != f.readsSeen || r.src.Now().Sub(f.cacheWritten) >= cacheWriteInterval
 }
 
 // settleIdle writes what f's core deferred once cacheWriteInterval has
 // passed, on the commit timer: a partition whose input stopped has no
 // batch left to end, and its committed reads must catch up all the same.
 func (r *Member[S]) settleIdle(f *flow[S]) error {
-	if !f.core.Deferring() || r.src.Now().Sub(f.cacheWritten) < cacheWriteInterval && r.committedReads.Load() == f.readsSeen {
+	if !f.core.Deferring() || !r.cacheWriteDue(f) {
 		return nil
 	}
 	r.cacheWriting(f)
