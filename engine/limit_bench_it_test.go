@@ -609,7 +609,7 @@ func (lr *limitRun) report(end time.Time) float64 {
 	if lr.brokerCPUOK {
 		b.ReportMetric(lr.brokerCPU.Seconds(), "broker-cpu-s")
 	}
-	if lr.engine || lr.variant == "limit" {
+	if lr.peerPID == 0 { // the peer's clients are Java's: no hooks
 		b.ReportMetric(float64(lr.wire.requests.Load())*perM, "requests/1M")
 		b.ReportMetric(float64(lr.wire.produces.Load())*perM, "produces/1M")
 		b.ReportMetric(float64(lr.wire.txnRequests.Load())*perM, "txn-requests/1M")
