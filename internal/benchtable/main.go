@@ -362,7 +362,7 @@ func render(w io.Writer, s samples, header []string) {
 		renderLatency(w, s)
 		return
 	}
-	if onlyLimit(s) || s.only(func(n string) bool { return limitBenches(n) || latencyBenches(n) }) {
+	if s.only(func(n string) bool { return limitBenches(n) || latencyBenches(n) }) { // bench-limit's output
 		renderLimit(w, s)
 		if !onlyLimit(s) {
 			renderLatency(w, s)
