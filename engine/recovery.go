@@ -93,38 +93,68 @@ func (r *Member[S]) start(ctx context.Context, tps []store.TopicPartition, disca
 	r.reapRecoveries(ctx)
 }
 
-// takeOver takes rcs' partitions over, in order, then recovers each one
-// taken, each off the polling goroutine. A restart's takeover goes ahead
-// only once the coordinator lists the member, by the identity its
-// transactions will carry, as the partition's owner: a member that slept
-// through its eviction and woke with a restart due has not heard of it
-// at its first poll, and its takeover would fence the new owner's
-// producer. Refused, the restart fails as a fence does, and the next
-// poll brings the news (or, the member being the owner after all, the
-// restart after it goes ahead).
+// takeOver takes rcs' partitions over and recovers each one taken, each
+// takeover and each recovery on a goroutine of its own (Source.Go), with
+// at most maxConcurrentTakeovers takeovers at a time. A takeover is a few
+// round trips to the coordinator (the transactional id's state,
+// InitProducerID, the committed offset), and one may wait long for the
+// abort of a predecessor's transaction: side by side, it holds up no
+// other partition's takeover or recovery. The bound keeps a member
+// assigned hundreds of partitions from opening as many producers at once.
+// On the simulated cluster, whose Source.Go runs f at once, every
+// takeover comes first, in order, then every recovery.
+//
+// A restart's takeover goes ahead only once the coordinator lists the
+// member, by the identity its transactions will carry, as the partition's
+// owner: a member that slept through its eviction and woke with a restart
+// due has not heard of it at its first poll, and its takeover would fence
+// the new owner's producer. Refused, the restart fails as a fence does,
+// and the next poll brings the news (or, the member being the owner
+// after all, the restart after it goes ahead).
 func (r *Member[S]) takeOver(rcs []*recovery[S]) {
+	slots := make(chan struct{}, maxConcurrentTakeovers)
 	parts := make([]store.Partition, len(rcs))
+	acquired := make([]chan struct{}, len(rcs))
 	for i, rc := range rcs {
-		err := context.Cause(rc.ctx)
-		if err == nil && rc.restart {
-			err = r.src.ConfirmOwner(rc.ctx, rc.tp, rc.acquisition.Identity.CurrentIdentity())
-		}
-		if err == nil {
-			parts[i], err = r.e.cfg.Store.Acquire(rc.ctx, rc.acquisition)
-		}
-		if err != nil {
-			rc.out.acquireErr = err
-			close(rc.done)
-		}
+		acquired[i] = make(chan struct{})
+		r.src.Go(func() {
+			defer close(acquired[i])
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			parts[i] = r.acquire(rc)
+		})
 	}
 	for i, rc := range rcs {
-		if parts[i] != nil {
-			r.src.Go(func() {
+		r.src.Go(func() {
+			<-acquired[i]
+			if parts[i] != nil {
 				defer close(rc.done)
 				r.recover(rc, parts[i])
-			})
-		}
+			}
+		})
 	}
+}
+
+// maxConcurrentTakeovers bounds the takeovers a member runs at once.
+const maxConcurrentTakeovers = 16
+
+// acquire is rc's takeover: the owner's confirmation for a restart, then
+// the store's Acquire. A failure ends rc (done) and returns nil.
+func (r *Member[S]) acquire(rc *recovery[S]) store.Partition {
+	err := context.Cause(rc.ctx)
+	if err == nil && rc.restart {
+		err = r.src.ConfirmOwner(rc.ctx, rc.tp, rc.acquisition.Identity.CurrentIdentity())
+	}
+	var part store.Partition
+	if err == nil {
+		part, err = r.e.cfg.Store.Acquire(rc.ctx, rc.acquisition)
+	}
+	if err != nil {
+		rc.out.acquireErr = err
+		close(rc.done)
+		return nil
+	}
+	return part
 }
 
 // recover recovers an acquired partition's state into a new flow, from

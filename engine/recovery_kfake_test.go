@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -131,6 +132,74 @@ func TestRunningPartitionsFoldWhileANewOneRecoversOnKfake(t *testing.T) {
 			t.Fatalf("a's Run: %v", err)
 		}
 	})
+}
+
+// heldTakeover is a store whose takeover of one input partition waits
+// until the test lets it go, or its context ends: a coordinator that
+// takes its time, say, to abort a predecessor's transaction.
+type heldTakeover struct {
+	store.Backend
+	held    int32
+	release chan struct{}
+}
+
+func (s *heldTakeover) Acquire(ctx context.Context, a store.Acquisition) (store.Partition, error) {
+	if a.Input.Partition == s.held {
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.Backend.Acquire(ctx, a)
+}
+
+// The takeovers of a member's new partitions run side by side: one that
+// waits on its coordinator holds up none of the others, which recover,
+// fold and commit meanwhile, whichever partition's takeover waits. The
+// waiting one runs nothing until it is taken over, then catches up, with
+// every key's state exact.
+func TestAWaitingTakeoverHoldsUpNoOtherPartitionOnKfake(t *testing.T) {
+	for _, held := range []int32{0, 1} {
+		t.Run(fmt.Sprintf("partition-%d-waits", held), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newFakeWorld(t)
+				w.produce("alice=+1", "bob=+2", "dave=+3", "erin=+4")
+				st := &heldTakeover{held: held, release: make(chan struct{})}
+				a := w.runner(w.engineWith(func(c *engine.Config[int]) {
+					st.Backend = c.Store
+					c.Store = st
+				}), protocols["classic-cooperative"])
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				done := make(chan error, 1)
+				go func() { done <- a.Run(ctx) }()
+
+				waiting := store.TopicPartition{Topic: "accounts", Partition: held}
+				other := store.TopicPartition{Topic: "accounts", Partition: 1 - held}
+				key := map[int32]string{0: "dave", 1: "alice"}[other.Partition]
+				w.produce(key + "=+10")
+				waitUntil(t, "a folds and commits the other partition while one takeover waits", func() bool {
+					got, ok, err := a.State(other, []byte(key))
+					return err == nil && ok && got == w.want[key] && w.committed(other) == w.endOffset(other)
+				})
+				if got := a.Flows(); !slices.Equal(got, []store.TopicPartition{other}) {
+					t.Fatalf("a runs %v while %s's takeover waits, want only %s", got, waiting, other)
+				}
+				if s := partitionState(a.Status(), waiting); s != engine.StateStarting && s != engine.StateRecovering {
+					t.Fatalf("%s is %q while its takeover waits, want starting or recovering", waiting, s)
+				}
+
+				close(st.release)
+				waitUntil(t, "a runs both partitions", func() bool { return w.caughtUp() && len(a.Flows()) == 2 })
+				w.check(a)
+				cancel()
+				if err := <-done; err != nil {
+					t.Fatalf("a's Run: %v", err)
+				}
+			})
+		})
+	}
 }
 
 // A member that closes while its partitions recover cancels the

@@ -178,7 +178,8 @@ type Backend interface {
 	// Acquire takes ownership of the snapshot store of one input partition.
 	// In Transactional mode it performs the takeover before it returns: the
 	// previous owner's producer is fenced and its unfinished transaction is
-	// aborted (I7). The engine calls it from the partitions-assigned callback.
+	// aborted (I7). The engine calls it for a newly assigned partition, off
+	// its polling goroutine, and concurrently for distinct partitions.
 	Acquire(ctx context.Context, a Acquisition) (Partition, error)
 	// Mode reports the backend's mode.
 	Mode() Mode
