@@ -177,10 +177,10 @@ func forget(t *testing.T, w *brokerWorld, drop int64, offsets bool) forgotten {
 	}
 	w.cutAndRestart(t, txnState, stateEnd-drop)
 	// The restart may have moved the group on (its member's session ran
-	// on while the broker was down): go on once the group is stable and
-	// the member knows its generation, so that its live identity is the
-	// group's.
-	w.settle(t)
+	// on while the broker was down): go on once the restarted coordinator
+	// answered the member's heartbeat and the member knows its
+	// generation, so that its live identity is the group's.
+	w.settleAfterRestart(t)
 	if lso, hw := w.stable(t, snap); lso != start || hw != start+1 {
 		t.Fatalf("after the restart the snapshot partition's last stable offset is %d and its end %d, want %d and %d (the transaction open)", lso, hw, start, start+1)
 	}
@@ -488,7 +488,7 @@ func forgetWithOutput(t *testing.T, w *brokerWorld) forgottenWithOutput {
 	}
 	w.txnOffsetCommit(t, cl, txnID, m.Identity(), in, committed+1)
 	w.cutAndRestart(t, txnState, stateEnd)
-	w.settle(t) // as in forget: the restart may have moved the group on
+	w.settleAfterRestart(t) // as in forget: the restart may have moved the group on
 	for _, tp := range []store.TopicPartition{snap, out} {
 		s := map[store.TopicPartition]int64{snap: start, out: outStart}[tp]
 		if lso, hw := w.stable(t, tp); lso != s || hw != s+1 {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,7 +43,10 @@ type world struct {
 
 	mu      sync.Mutex
 	members []*kgo.Client
-	faults  struct {
+	// heartbeats counts each member's heartbeats the coordinator
+	// answered without an error, in members' order.
+	heartbeats []*heartbeatCount
+	faults     struct {
 		failLogEnd   bool
 		fetchLatency time.Duration
 	}
@@ -213,14 +217,63 @@ func (w *world) settle(t *testing.T) int32 {
 }
 
 func (w *world) Join(t *testing.T) storetest.Member {
+	hb := &heartbeatCount{}
 	cl := w.client(t,
 		kgo.ConsumerGroup(w.group), kgo.ConsumeTopics(w.input),
 		kgo.Balancers(kgo.RangeBalancer()), // eager
 		kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(time.Second),
+		kgo.WithLogger(hb),
 	)
 	w.members = append(w.members, cl)
+	w.heartbeats = append(w.heartbeats, hb)
 	w.settle(t)
 	return member{cl, w.group}
+}
+
+// settleAfterRestart is settle after the coordinator's broker restarted.
+// The group's state (Stable, the members' generation) reads the same
+// before and after a member's session runs out, so settle alone may
+// return while a member's heartbeat, held up by the restart, is still to
+// be answered with an error that moves the group to a new generation.
+// A heartbeat answered without an error after the restart shows the
+// restarted coordinator holds the member in its generation, and its
+// session runs anew.
+func (w *world) settleAfterRestart(t *testing.T) int32 {
+	t.Helper()
+	before := make([]int64, len(w.heartbeats))
+	for i, hb := range w.heartbeats {
+		before[i] = hb.n.Load()
+	}
+	for range 600 {
+		answered := true
+		for i, hb := range w.heartbeats {
+			answered = answered && hb.n.Load() > before[i]
+		}
+		if answered {
+			return w.settle(t)
+		}
+		time.Sleep(100 * time.Millisecond) // polls the members' heartbeat counts
+	}
+	t.Fatal("no heartbeat of every member answered in a minute after the restart")
+	return 0
+}
+
+// heartbeatCount is a member client's logger that counts the heartbeats
+// answered without an error: franz-go tells of a heartbeat's end only in
+// its debug log.
+type heartbeatCount struct{ n atomic.Int64 }
+
+func (h *heartbeatCount) Level() kgo.LogLevel { return kgo.LogLevelDebug }
+
+func (h *heartbeatCount) Log(_ kgo.LogLevel, msg string, keyvals ...any) {
+	if msg != "heartbeat complete" {
+		return
+	}
+	for i := 0; i+1 < len(keyvals); i += 2 {
+		if keyvals[i] == "err" && keyvals[i+1] == nil {
+			h.n.Add(1)
+		}
+	}
 }
 
 func (w *world) Rebalance(t *testing.T) {
