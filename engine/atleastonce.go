@@ -41,6 +41,9 @@ type atLeastOnce[S any] struct {
 	// not reused; growing a fresh one output by output cost ~6% of the
 	// CPU of a 10,000-record poll).
 	lastEmitted int
+	// lastOrigins is how many origins the last emit had: the next
+	// buffer's starts that large, for the same reason.
+	lastOrigins int
 	// inflight are StartEmit's calls in flight, oldest first; at most
 	// Config.MaxEmitsInFlight.
 	inflight []emitCall
@@ -95,6 +98,7 @@ func (m *atLeastOnce[S]) take(f *flow[S], outs []Output, src schedule.Source) {
 	}
 	if m.outs == nil {
 		m.outs = make([]Output, 0, max(m.lastEmitted, len(outs)))
+		m.origins = make(origins, 0, max(m.lastOrigins, 1))
 	}
 	m.outs = append(m.outs, outs...)
 	m.origins = m.origins.add(len(m.outs), f.tp, src)
@@ -128,7 +132,7 @@ func (m *atLeastOnce[S]) emit(ctx context.Context) error {
 	outs, from, letters, origins := m.outs, m.from, m.letters, m.origins
 	m.outs, m.from, m.letters, m.origins = nil, nil, nil, nil
 	if len(outs) > 0 {
-		m.lastEmitted = len(outs)
+		m.lastEmitted, m.lastOrigins = len(outs), len(origins)
 	}
 	if err := m.r.checkNewTopics(ctx, outs); err != nil {
 		return &emitFailure{err: err, from: from}

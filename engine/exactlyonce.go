@@ -96,12 +96,13 @@ func (m *exactlyOnce[S]) commit(ctx context.Context, f *flow[S]) error {
 	}
 	outs, letters, origins := f.batch.outputs, f.batch.letters, f.batch.origins
 	p := f.part.StartCommitBatch(ctx, store.Batch{Snapshots: snaps, Outputs: outs, Offset: offset})
-	// The store keeps outs; the next batch's are sized from them, as
-	// batches of one interval are alike (growing from nil copies each
-	// output about twice).
+	// The store keeps outs; the next batch's outputs and origins are
+	// sized from them, as batches of one interval are alike (growing from
+	// nil copies each output about twice).
 	f.batch = openBatch{}
 	if len(outs) > 0 {
 		f.batch.outputs = make([]store.Output, 0, len(outs))
+		f.batch.origins = make([]origin, 0, len(origins))
 	}
 	return m.r.begin(ctx, f, started{kind: startedBatch, snaps: snaps, offset: offset, pending: p, begin: begin, letters: letters, origins: origins})
 }

@@ -257,6 +257,12 @@ type Core[S, O any] struct {
 	// eviction takes them in this order. An entry whose slot is no longer
 	// the key's hot slot is stale and skipped.
 	hotOrder []hotEntry[S]
+	// onlyHotInKV: every key with an entry in the partition's part of the
+	// KV is hot, so a key that is not hot has no state and its first
+	// touch reads nothing. It holds from a Drop (a partition started
+	// afresh, or a first start) until a key leaves the hot set or an entry
+	// comes from outside the folds (a recovered or replicated snapshot).
+	onlyHotInKV bool
 	// flushRound is what is left of the current flush round: the keys that
 	// were dirty when it began, in key order. Flush hands them out a batch
 	// at a time.
@@ -454,6 +460,9 @@ func (c *Core[S, O]) peek(k []byte) (sl *slot[S], cold bool, err error) {
 
 // peekCold reads a key that is not hot from the KV.
 func (c *Core[S, O]) peekCold(k []byte) (sl *slot[S], cold bool, err error) {
+	if c.onlyHotInKV {
+		return nil, false, nil
+	}
 	key := c.stateKey(k)
 	if c.isOverlaid(k) {
 		key = c.overlayKey(k)
@@ -480,6 +489,12 @@ func (c *Core[S, O]) isOverlaid(k []byte) bool {
 // later one of a key replaces an earlier one. It goes to the KV as it came,
 // encoded: a key is decoded when first touched.
 func (c *Core[S, O]) Recovered(s store.Snapshot) error {
+	c.onlyHotInKV = false
+	return c.recovered(s)
+}
+
+// recovered is Recovered, leaving onlyHotInKV to the caller.
+func (c *Core[S, O]) recovered(s store.Snapshot) error {
 	if err := c.settle(); err != nil {
 		return err
 	}
@@ -515,7 +530,11 @@ func (c *Core[S, O]) RecoveredState(s store.Snapshot, state S) error {
 	s.Timers = sortedTimers(s.Timers)
 	prev, wasHot := c.hot[string(s.Key)]
 	keep := wasHot || len(c.hot) < c.cfg.HotKeys
-	if err := c.Recovered(s); err != nil {
+	if !keep {
+		c.onlyHotInKV = false
+	}
+	if err := c.recovered(s); err != nil {
+		c.onlyHotInKV = false
 		return err
 	}
 	switch {
@@ -535,6 +554,7 @@ func (c *Core[S, O]) RecoveredState(s store.Snapshot, state S) error {
 // of a partition it does not own. The core must hold nothing else of the
 // partition (no fold ran on it).
 func (c *Core[S, O]) Replicated(snaps []store.Snapshot, checkpoint []byte) error {
+	c.onlyHotInKV = false
 	ws := make([]Write, 0, len(snaps)+1)
 	for _, s := range snaps {
 		s.Timers = sortedTimers(s.Timers)
@@ -748,6 +768,7 @@ func (c *Core[S, O]) evict() error {
 			}
 		}
 		delete(c.hot, e.key)
+		c.onlyHotInKV = false
 		over--
 	}
 	if len(busy) > 0 {
@@ -1434,7 +1455,11 @@ func (c *Core[S, O]) Drop() error {
 	if err := c.kv.DeletePrefix(c.timerPrefix); err != nil {
 		return err
 	}
-	return c.kv.DeletePrefix(c.statePrefix)
+	if err := c.kv.DeletePrefix(c.statePrefix); err != nil {
+		return err
+	}
+	c.onlyHotInKV = true
+	return nil
 }
 
 // DropUncommitted removes from memory and the KV everything of the
@@ -1452,6 +1477,7 @@ func (c *Core[S, O]) DropUncommitted() error {
 }
 
 func (c *Core[S, O]) forget() {
+	c.onlyHotInKV = false
 	clear(c.hot)
 	clear(c.dirty)
 	clear(c.inflight)

@@ -830,3 +830,50 @@ func (k *countingKV) Apply(ws []Write) error {
 	k.writes += len(ws)
 	return k.MemKV.Apply(ws)
 }
+
+// A partition started afresh reads nothing from the KV for a key it never
+// had; once a state can be in the KV and not in memory (the uncommitted
+// ones dropped after a revoke, a standby's replicated copy) a key's first
+// touch reads it there again.
+func TestAKeyNotInMemoryIsReadFromTheKVOnceItCanBeThere(t *testing.T) {
+	tp := store.TopicPartition{Topic: "t"}
+	t.Run("dropped-uncommitted", func(t *testing.T) {
+		kv := NewMemKV()
+		c, err := New(Config[[]byte, Output]{Input: tp, Codec: BytesCodec{}, Fold: func(_, _ []byte, _ bool, rec *Record) (Change[[]byte, Output], error) {
+			return Change[[]byte, Output]{Op: Set, State: rec.Value}, nil
+		}}, kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Fold(&Record{Offset: 0, Key: []byte("a"), Value: []byte("committed")}); err != nil {
+			t.Fatal(err)
+		}
+		if snaps, err := c.Flush(1); err != nil || len(snaps) != 1 {
+			t.Fatalf("flush = %v, %v", snaps, err)
+		}
+		if err := c.WriteDone([]byte("a"), nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Fold(&Record{Offset: 1, Key: []byte("a"), Value: []byte("uncommitted")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.DropUncommitted(); err != nil {
+			t.Fatal(err)
+		}
+		if v, ok, err := c.State([]byte("a")); err != nil || !ok || string(v) != "committed" {
+			t.Fatalf("a = %q, %t, %v; want the committed state", v, ok, err)
+		}
+	})
+	t.Run("replicated", func(t *testing.T) {
+		c, err := New(Config[[]byte, Output]{Input: tp, Codec: BytesCodec{}}, NewMemKV())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Replicated([]store.Snapshot{{Key: []byte("a"), Value: []byte("replicated"), Offset: 3}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if v, ok, err := c.State([]byte("a")); err != nil || !ok || string(v) != "replicated" {
+			t.Fatalf("a = %q, %t, %v; want the replicated state", v, ok, err)
+		}
+	})
+}
