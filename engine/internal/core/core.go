@@ -260,8 +260,9 @@ type Core[S, O any] struct {
 	// onlyHotInKV: every key with an entry in the partition's part of the
 	// KV is hot, so a key that is not hot has no state and its first
 	// touch reads nothing. It holds from a Drop (a partition started
-	// afresh, or a first start) until a key leaves the hot set or an entry
-	// comes from outside the folds (a recovered or replicated snapshot).
+	// afresh, or a first start) until a key leaves the hot set, a
+	// recovered snapshot is not kept hot, a replicated one is written, or
+	// the uncommitted states are dropped.
 	onlyHotInKV bool
 	// flushRound is what is left of the current flush round: the keys that
 	// were dirty when it began, in key order. Flush hands them out a batch
