@@ -19,6 +19,7 @@ import (
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/internal/backend"
 	"github.com/snapfence/snapfence/store/internal/readloop"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // Errors of the start-up checks; they wrap what was found. Both are
@@ -53,6 +54,9 @@ type Backend struct {
 	// AddOffsetsToTxn is sent.
 	tv2   bool
 	plain *kgo.Client // the shared producer of Plain mode
+	// commitMetadata goes with every input offset committed
+	// (wire.CommitMetadata).
+	commitMetadata string
 
 	mu sync.Mutex
 	// outputTopics caches the partition counts of exactly-once output
@@ -108,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: admin client: %w", err)
 	}
-	b := &Backend{cfg: cfg, set: set, admin: admin, adm: kadm.NewClient(admin), outputTopics: map[string]int{}, outputLimits: kafkatopic.NewLimits()}
+	b := &Backend{cfg: cfg, set: set, commitMetadata: wire.CommitMetadata(set.Application), admin: admin, adm: kadm.NewClient(admin), outputTopics: map[string]int{}, outputLimits: kafkatopic.NewLimits()}
 	if set.Mode == store.Transactional {
 		if b.tv2, err = transactionVersion2(ctx, admin); err != nil {
 			admin.Close()

@@ -559,6 +559,7 @@ func (p *partition) txnOffsetCommitRequest(txnID string, pid int64, epoch int16,
 	t.Topic, t.TopicID = p.input.Topic, p.inputID
 	pp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
 	pp.Partition, pp.Offset, pp.LeaderEpoch = p.input.Partition, batch.Offset, -1
+	pp.Metadata = &p.b.commitMetadata
 	t.Partitions = append(t.Partitions, pp)
 	req.Topics = append(req.Topics, t)
 	return req

@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/snapfence/snapfence/store"
@@ -375,4 +376,22 @@ func printableKey(k []byte) string {
 		return string(k[:max]) + "..."
 	}
 	return string(k)
+}
+
+// commitMetadataPrefix starts the metadata of every input offset a
+// snapfence application commits.
+const commitMetadataPrefix = "snapfence app="
+
+// CommitMetadata is the metadata a Transactional store (and the operator
+// command) commits with an input offset of the application app: an
+// offset committed by anything else (a consumer-groups reset, another
+// consumer) carries other metadata, so a check from outside can tell an
+// offset moved past the state that covers it.
+func CommitMetadata(app string) string { return commitMetadataPrefix + app }
+
+// CommitApplication returns the application CommitMetadata names in
+// metadata, and false for metadata that is not snapfence's.
+func CommitApplication(metadata string) (string, bool) {
+	app, ok := strings.CutPrefix(metadata, commitMetadataPrefix)
+	return app, ok
 }
