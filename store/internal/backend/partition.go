@@ -250,7 +250,11 @@ func checkTopicBase(ctx context.Context, cfg Config, snap store.TopicPartition, 
 	if err != nil {
 		return err
 	}
-	if start > cp.Offset {
+	// A compacted log starts at 0 unless records were deleted; one that
+	// starts at the checkpoint lost every record below it (a reset
+	// deletes up to the end), and the copy holds states of those: a
+	// delta read would keep them.
+	if start > cp.Offset || start == cp.Offset && start > 0 {
 		return refuse(store.CheckpointBelowLogStart, fmt.Sprintf("the log starts at %d", start))
 	}
 	end, err := src.HighWatermark(ctx)
