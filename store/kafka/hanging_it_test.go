@@ -606,3 +606,53 @@ func TestAForgottenBatchWithOutputsIsReportedWithEveryCommandOnKafka(t *testing.
 		f.replay(t, p)
 	})
 }
+
+// What an operator sees of a hanging transaction (Backend.Transactions)
+// and what aborting it by hand does (Backend.AbortHangingTransactions),
+// on the transaction the coordinator forgot while it held the committed
+// offset: listed on both partitions, hanging, and not proven the
+// partition's own by the coordinator alone (it reports an earlier epoch),
+// so an abort without a takeover refuses; with one, both are aborted,
+// then nothing is open and the committed offset is the one committed
+// before it.
+func TestAnOperatorListsAndAbortsAHangingTransactionOnKafka(t *testing.T) {
+	brokerHarness{}.RunOnOwnCluster(t, func(t *testing.T, sw storetest.World) {
+		f := forget(t, sw.(*brokerWorld), 0, true)
+		w, ctx := f.w, context.Background()
+		group := f.m.Identity().Group
+		b := f.newBackend(false, &lockedBuffer{})
+		ts, err := b.Transactions(ctx, f.in, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ts) != 2 {
+			t.Fatalf("transactions = %+v, want producer %d's on the group's offsets partition and on %s", ts, f.pid, f.snap)
+		}
+		for _, x := range ts {
+			if !x.Hanging || x.Own || x.OwnLineage || x.ProducerID != f.pid || x.TransactionalID != b.TransactionalID(f.in) {
+				t.Fatalf("transaction %v: hanging %v, own %v, own lineage %v; want producer %d's, hanging, not proven",
+					x.OpenTransaction, x.Hanging, x.Own, x.OwnLineage, f.pid)
+			}
+		}
+		if aborted, err := b.AbortHangingTransactions(ctx, f.in, group, false); !errors.Is(err, kafka.ErrNotOwnLineage) || len(aborted) != 0 {
+			t.Fatalf("without a takeover: aborted %+v, err %v; want ErrNotOwnLineage", aborted, err)
+		}
+		if lso, hw := w.stable(t, f.snap); lso == hw {
+			t.Fatal("a refused abort ended the transaction")
+		}
+		aborted, err := b.AbortHangingTransactions(ctx, f.in, group, true)
+		if err != nil || len(aborted) != 2 {
+			t.Fatalf("aborted %+v, err %v; want both", aborted, err)
+		}
+		if lso, hw := w.stable(t, f.snap); lso != hw {
+			t.Fatalf("after the abort the last stable offset is %d, the end %d", lso, hw)
+		}
+		if ts, err := b.Transactions(ctx, f.in, group); err != nil || len(ts) != 0 {
+			t.Fatalf("after the abort: transactions %+v, err %v; want none", ts, err)
+		}
+		a := store.Acquisition{Input: f.in, Identity: store.IdentityFunc(f.m.Identity), ResolveAssignedOffset: w.committedOffset(group, f.in)}
+		if off, err := a.ResolveAssignedOffset(ctx); err != nil || off != f.committed {
+			t.Fatalf("after the abort the committed offset resolves to %d, %v; want %d", off, err, f.committed)
+		}
+	})
+}

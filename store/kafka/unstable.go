@@ -124,6 +124,10 @@ func boolInt(b bool) int {
 	return 0
 }
 
+// errNoOffsetsTopic: the cluster lists no __consumer_offsets (kfake keeps
+// its groups' offsets outside any topic).
+var errNoOffsetsTopic = errors.New("not found")
+
 // groupOffsetsPartition is the partition of __consumer_offsets that holds
 // group's offsets: Java's String.hashCode of the group id, made
 // non-negative (Utils.abs), modulo the topic's partition count, as Kafka's
@@ -135,7 +139,7 @@ func (b *Backend) groupOffsetsPartition(ctx context.Context, group string) (int3
 	}
 	td, ok := details[offsetsTopic]
 	if !ok || td.Err != nil || len(td.Partitions) == 0 {
-		return 0, fmt.Errorf("describing %s: not found (%v)", offsetsTopic, td.Err)
+		return 0, fmt.Errorf("describing %s: %w (%v)", offsetsTopic, errNoOffsetsTopic, td.Err)
 	}
 	return javaGroupPartition(group, len(td.Partitions)), nil
 }
