@@ -13,7 +13,7 @@ BENCHFLAGS  ?= -run '^$$' -bench . -benchtime=3x -count=1
 ENGINEBENCHFLAGS ?= -run '^$$' -bench '^BenchmarkEngineThroughput$$' -benchtime=3x -count=1
 ENGINEMEMFLAGS   ?= -run '^$$' -bench '^BenchmarkEngineMemory$$' -benchtime=1x -count=1
 
-.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-commit bench-warm bench-failover bench-recovery-pause bench-scale bench-deploys bench-scaleout bench-latency it it-cluster it-secure props-long html-check failover chaos chaos-short probe
+.PHONY: all test race lint fmt-check vet staticcheck demo fuzz bench bench-kafka bench-outputs bench-limit bench-commit bench-warm bench-failover bench-recovery-pause bench-scale bench-deploys bench-scaleout bench-latency it it-cluster it-secure props-long html-check status-page-check chromium failover chaos chaos-short probe
 
 all: lint test
 
@@ -87,28 +87,59 @@ demo:
 ## /usr/bin/chromium is missing: apt, as root) and its screenshot checked by
 ## internal/pngcheck: its size, not blank, and the fenced red and the ok
 ## green in it. SCREENSHOT=docs/simulate.png keeps the screenshot there; by
-## default it is thrown away, so the tree is left as it was.
+## default it is thrown away, so the tree is left as it was. Then the same
+## for the engine's status page (status-page-check), whose screenshot
+## STATUSSCREENSHOT=docs/status-page.png keeps.
 CHROMIUM     ?= /usr/bin/chromium
+CHROMIUMFLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+		--disable-background-networking --disable-component-update --disable-sync --hide-scrollbars
 HTMLWIDTH    ?= 1400
 HTMLHEIGHT   ?= 1800
 HTMLCOLORS   ?= -color fenced=d62728:400 -color ok=2e9e44:1500
 SCREENSHOT   ?=
-html-check:
-	@if [ ! -x $(CHROMIUM) ]; then \
-		echo "html-check: installing chromium from the Debian archive"; \
-		export DEBIAN_FRONTEND=noninteractive; \
-		apt-get update && apt-get install -y chromium; \
-	fi
+STATUSSCREENSHOT ?=
+html-check: chromium
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(GO) run ./cmd/simulate -html "$$tmp/simulate.html" > "$$tmp/simulate.txt" || { cat "$$tmp/simulate.txt"; exit 1; }; \
 	echo "html-check: $$(wc -c < "$$tmp/simulate.html") bytes of HTML; screenshot at $(HTMLWIDTH)x$(HTMLHEIGHT)" && \
-	timeout 120 $(CHROMIUM) --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
-		--disable-background-networking --disable-component-update --disable-sync \
-		--user-data-dir="$$tmp/profile" --hide-scrollbars --window-size=$(HTMLWIDTH),$(HTMLHEIGHT) \
+	timeout 120 $(CHROMIUM) $(CHROMIUMFLAGS) \
+		--user-data-dir="$$tmp/profile" --window-size=$(HTMLWIDTH),$(HTMLHEIGHT) \
 		--screenshot="$$tmp/simulate.png" "file://$$tmp/simulate.html" > "$$tmp/chromium.log" 2>&1 && \
 	test -s "$$tmp/simulate.png" || { cat "$$tmp/chromium.log"; echo "html-check: no screenshot"; exit 1; }; \
 	$(GO) run ./internal/pngcheck -size $(HTMLWIDTH)x$(HTMLHEIGHT) $(HTMLCOLORS) "$$tmp/simulate.png" && \
 	if [ -n "$(SCREENSHOT)" ]; then cp "$$tmp/simulate.png" "$(SCREENSHOT)" && echo "html-check: screenshot written to $(SCREENSHOT)"; fi
+	@$(MAKE) --no-print-directory status-page-check SCREENSHOT="$(STATUSSCREENSHOT)"
+
+## status-page-check: the engine's status page (Engine.HealthHandler's
+## /), as internal/statuspagedemo leaves it on the simulated cluster (a
+## member with a partition running with lag, one stopped by a poison
+## record, two standby replicas), rendered by headless Chromium and its
+## screenshot checked by internal/pngcheck: its size, not blank, and the
+## running green and the stopped red in it. Run alone,
+## SCREENSHOT=docs/status-page.png keeps the screenshot there (under
+## html-check, STATUSSCREENSHOT does).
+STATUSWIDTH  ?= 1200
+STATUSHEIGHT ?= 720
+STATUSCOLORS ?= -color running=2e9e44:600 -color stopped=d62728:600
+status-page-check: chromium
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(GO) run ./internal/statuspagedemo -html "$$tmp/status.html" > "$$tmp/status.txt" || { cat "$$tmp/status.txt"; exit 1; }; \
+	echo "status-page-check: $$(wc -c < "$$tmp/status.html") bytes of HTML; screenshot at $(STATUSWIDTH)x$(STATUSHEIGHT)" && \
+	timeout 120 $(CHROMIUM) $(CHROMIUMFLAGS) \
+		--user-data-dir="$$tmp/profile" --window-size=$(STATUSWIDTH),$(STATUSHEIGHT) \
+		--screenshot="$$tmp/status.png" "file://$$tmp/status.html" > "$$tmp/chromium.log" 2>&1 && \
+	test -s "$$tmp/status.png" || { cat "$$tmp/chromium.log"; echo "status-page-check: no screenshot"; exit 1; }; \
+	$(GO) run ./internal/pngcheck -size $(STATUSWIDTH)x$(STATUSHEIGHT) $(STATUSCOLORS) "$$tmp/status.png" && \
+	if [ -n "$(SCREENSHOT)" ]; then cp "$$tmp/status.png" "$(SCREENSHOT)" && echo "status-page-check: screenshot written to $(SCREENSHOT)"; fi
+
+## chromium: Debian's chromium at $(CHROMIUM), installed with apt (as
+## root) when it is missing.
+chromium:
+	@if [ ! -x $(CHROMIUM) ]; then \
+		echo "installing chromium from the Debian archive"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update && apt-get install -y chromium; \
+	fi
 
 ## props-long: the property tests for PROPSDURATION (default 10m) of random
 ## scenarios, with scenarios per minute and the coverage of steps every

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,6 +26,7 @@ import (
 	"github.com/snapfence/snapfence/engine/prom"
 	"github.com/snapfence/snapfence/store"
 	"github.com/snapfence/snapfence/store/sim"
+	"github.com/snapfence/snapfence/store/wire"
 )
 
 // healthClient is a real HTTP client of an engine's HealthHandler.
@@ -543,4 +545,131 @@ func folded(r *engine.Member[int], want ledger) bool {
 		}
 	}
 	return true
+}
+
+// The status page at /, through a real HTTP client, on two members
+// with standby replicas: each partition's row shows its state, lag and
+// offsets as Status has them; a fold failure stops a partition, and its
+// error, which carries the record's value, shows escaped; the replica a
+// member keeps of the other's partition is listed. Other paths stay 404.
+func TestStatusPageOnSim(t *testing.T) {
+	w := newSimWorld(t)
+	var es [2]*engine.Engine[int]
+	var rs [2]*engine.Member[int]
+	for i := range es {
+		es[i] = w.engineWith(func(c *engine.Config[int]) { c.StandbyReplicas = 1 })
+		rs[i] = w.runner(es[i])
+	}
+	w.produce("alice=+1", "bob=+2", "carol=+3", "dave=+4", "erin=+5")
+	w.drain(rs[0], rs[1])
+	in0 := store.TopicPartition{Topic: "accounts", Partition: 0}
+	in1 := store.TopicPartition{Topic: "accounts", Partition: 1}
+	owner := -1 // the member that owns in1, and keeps a replica of in0
+	for i, r := range rs {
+		if slices.Contains(r.Flows(), in1) {
+			owner = i
+		}
+	}
+	if owner < 0 || slices.Contains(rs[owner].Flows(), in0) {
+		t.Fatalf("flows %v and %v, want one partition each", rs[0].Flows(), rs[1].Flows())
+	}
+	const poison = "<script>alert(1)</script>"
+	if _, err := w.c.Produce(in1, wire.Record{Key: []byte("bob"), Value: []byte(poison)}, wire.Record{Key: []byte("bob"), Value: []byte("+1")}); err != nil {
+		t.Fatal(err)
+	}
+	var st engine.Status
+	for i := 0; ; i++ {
+		if i == 60 {
+			t.Fatalf("after 60 s: %+v, want %s stopped and a replica of %s", st, in1, in0)
+		}
+		for _, r := range rs {
+			_ = r.Step(context.Background()) // the fold failure comes back from one step; the status tells the rest
+		}
+		w.c.Advance(time.Second)
+		st = es[owner].Status()
+		if len(st.Partitions) == 1 && st.Partitions[0].State == engine.StateStopped && st.Partitions[0].Lag > 0 &&
+			len(st.Standbys) == 1 && st.Standbys[0].Input == in0 {
+			break
+		}
+	}
+
+	h := serveHealth(t, es[owner], nil)
+	resp, err := h.c.Get(h.base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(body)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/html; charset=utf-8" ||
+		resp.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("/ answered %d, %v, want 200 text/html, not cached", resp.StatusCode, resp.Header)
+	}
+	// Under the default StopOnPoison the fold failure ends the runner
+	// too: the page says so, with the runner's error above the table.
+	for _, want := range []string{`<meta http-equiv="refresh" content="5">`, `class="pill bad">not live<`, ">not ready<",
+		"group <b>bank</b>", `<p class="err">engine: fold of accounts/1 offset 3 key &#34;bob&#34; failed: bad amount &#34;&lt;script&gt;alert(1)&lt;/script&gt;&#34;</p>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q:\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "<script") {
+		t.Errorf("the page has a script element: the error is not escaped:\n%s", page)
+	}
+	p := st.Partitions[0]
+	row := pageRow(t, page, "accounts/1")
+	for _, want := range []string{`>stopped<`, `class="pill state bad"`, `<td class="n lag">` + strconv.FormatInt(p.Lag, 10) + `<`,
+		`<td class="n">` + strconv.FormatInt(p.CommittedOffset, 10) + `<`, `<td class="n">` + strconv.FormatInt(p.LogEndOffset, 10) + `<`,
+		`offset ` + strconv.FormatInt(p.Recovery.Position, 10) + ` of `, `&lt;script&gt;`} {
+		if !strings.Contains(row, want) {
+			t.Errorf("the row of accounts/1 (%+v) lacks %q: %s", p, want, row)
+		}
+	}
+	sb := st.Standbys[0]
+	if row := pageRow(t, page, "accounts/0"); !strings.Contains(row, `<td class="n lag">`+strconv.FormatInt(sb.Lag, 10)+`<`) ||
+		strings.Contains(row, ">vouched<") != sb.Vouched {
+		t.Errorf("the standby row of accounts/0 (%+v): %s", sb, row)
+	}
+
+	// The other member: its partition runs, at the lag its status shows.
+	other := es[1-owner].Status()
+	if len(other.Partitions) != 1 || other.Partitions[0].Input != in0 {
+		t.Fatalf("the other member holds %+v, want %s", other.Partitions, in0)
+	}
+	row = pageRow(t, string(servePage(t, es[1-owner])), "accounts/0")
+	if q := other.Partitions[0]; q.State != engine.StateRunning || !strings.Contains(row, `class="pill state ok">running<`) ||
+		!strings.Contains(row, `<td class="n lag">`+strconv.FormatInt(q.Lag, 10)+`<`) {
+		t.Errorf("the other member's %+v shows as %s", q, row)
+	}
+	for _, path := range []string{"/nothing", "/index.html", "/status"} {
+		if code, _ := h.get(path); code != http.StatusNotFound {
+			t.Errorf("%s answered %d, want 404", path, code)
+		}
+	}
+}
+
+// servePage is e's status page, served as a client gets it.
+func servePage[S any](t *testing.T, e *engine.Engine[S]) []byte {
+	code, body := serveHealth(t, e, nil).get("/")
+	if code != http.StatusOK {
+		t.Fatalf("/ answered %d: %s", code, body)
+	}
+	return body
+}
+
+// pageRow is the first table row of page whose first cell starts with
+// name.
+func pageRow(t *testing.T, page, name string) string {
+	t.Helper()
+	for _, row := range strings.Split(page, "<tr>")[1:] {
+		if strings.HasPrefix(row, "\n<td>"+name) {
+			row, _, _ = strings.Cut(row, "</tr>")
+			return row
+		}
+	}
+	t.Fatalf("no row of %s in the page:\n%s", name, page)
+	return ""
 }

@@ -66,6 +66,7 @@ func (s *Service[S]) Locate(key []byte) (engine.Location, error) {
 // Handler serves, from the root:
 //
 //   - /livez, /readyz: the engine's health (engine.Engine.HealthHandler);
+//   - GET /: the engine's status page, for people (HealthHandler);
 //   - /metrics: the service's Prometheus metrics (Config.Registry);
 //   - GET /keys/{key}: key's committed state as JSON,
 //     {"key":"...","state":...,"offset":N}, the state as encoding/json
@@ -86,6 +87,7 @@ func (s *Service[S]) newHandler() http.Handler {
 	mux.Handle("/livez", health)
 	mux.Handle("/readyz", health)
 	mux.Handle("/metrics", health)
+	mux.Handle("/{$}", health)
 	mux.HandleFunc("GET /keys/{key}", s.serveKey)
 	return mux
 }

@@ -121,6 +121,17 @@ func TestServiceOnTheEmbeddedClusterFoldsAndAnswersQueries(t *testing.T) {
 			t.Fatalf("GET %s: %d, want 200", path, resp.StatusCode)
 		}
 	}
+	// The status page, for people: the input's partitions, running.
+	resp, err = http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
+		!strings.Contains(string(page), "orders/0") || !strings.Contains(string(page), "running") {
+		t.Fatalf("GET /: %d %s, want the status page listing orders/0 running\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), page)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
