@@ -105,7 +105,10 @@ type LiveMembersError struct {
 
 // Member is a member of the group.
 type Member struct {
-	ID         string  `json:"id"`
+	ID string `json:"id"`
+	// InstanceID is a static member's instance id: it stays in the group
+	// after it stops, until its session times out.
+	InstanceID string  `json:"instance_id,omitempty"`
 	ClientID   string  `json:"client_id,omitempty"`
 	Host       string  `json:"host,omitempty"`
 	Partitions []int32 `json:"partitions,omitempty"`
@@ -113,8 +116,13 @@ type Member struct {
 
 func (e *LiveMembersError) Error() string {
 	var ms []string
+	static := false
 	for _, m := range e.Members {
 		s := m.ID
+		if m.InstanceID != "" {
+			s += " (instance " + m.InstanceID + ")"
+			static = true
+		}
 		if m.Host != "" {
 			s += " on " + m.Host
 		}
@@ -123,8 +131,12 @@ func (e *LiveMembersError) Error() string {
 		}
 		ms = append(ms, s)
 	}
-	return fmt.Sprintf("group %q (%s) has %d live members: %s; stop every member of the application first",
+	msg := fmt.Sprintf("group %q (%s) has %d live members: %s; stop every member of the application first",
 		e.Group, e.State, len(e.Members), strings.Join(ms, ", "))
+	if static {
+		msg += " (a static member, one with an instance id, stays in the group after it stops until its session times out)"
+	}
+	return msg
 }
 
 // OpenTransactionsError: a transaction is open where the verb would
@@ -192,7 +204,7 @@ func (tool *Tool) members(ctx context.Context) (string, []Member, error) {
 					ps = append(ps, p)
 				}
 				sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
-				ms = append(ms, Member{ID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, Partitions: ps})
+				ms = append(ms, Member{ID: m.MemberID, InstanceID: deref(m.InstanceID), ClientID: m.ClientID, Host: m.ClientHost, Partitions: ps})
 			}
 			return d.State, ms, nil
 		}
@@ -213,7 +225,7 @@ func (tool *Tool) members(ctx context.Context) (string, []Member, error) {
 	}
 	var ms []Member
 	for _, m := range d.Members {
-		mm := Member{ID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost}
+		mm := Member{ID: m.MemberID, InstanceID: deref(m.InstanceID), ClientID: m.ClientID, Host: m.ClientHost}
 		if ca, ok := m.Assigned.AsConsumer(); ok {
 			for _, tp := range ca.Topics {
 				if tp.Topic == tool.t.Input {
@@ -225,6 +237,13 @@ func (tool *Tool) members(ctx context.Context) (string, []Member, error) {
 		ms = append(ms, mm)
 	}
 	return d.State, ms, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // noMembers returns the group's state, or a *LiveMembersError if it has

@@ -117,7 +117,7 @@ func (tool *Tool) Status(ctx context.Context) (*Status, error) {
 	for p := range n {
 		ps := PartitionStatus{Partition: p, Committed: -1, SnapshotHighWatermark: -1, SnapshotLastStable: -1}
 		if m, ok := g.owners[p]; ok {
-			ps.Member, ps.Host = m.id, m.host
+			ps.Member, ps.Host = m.ID, m.Host
 		}
 		if c, ok := committed[p]; ok {
 			ps.Committed = c.At
@@ -172,59 +172,23 @@ func missing(err error) error {
 	return err
 }
 
-type member struct{ id, host string }
-
 type group struct {
 	state   string
 	members int
-	owners  map[int32]member
+	owners  map[int32]Member
 }
 
 // describeGroup reads the group's state and who is assigned each input
-// partition, under either protocol: the consumer protocol (KIP-848)
-// first, then the classic one.
+// partition (tool.members: under either protocol).
 func (tool *Tool) describeGroup(ctx context.Context) (group, error) {
-	g := group{owners: map[int32]member{}}
-	cgs, err := tool.adm.DescribeConsumerGroups(ctx, tool.t.Group)
-	if err == nil {
-		if d, ok := cgs[tool.t.Group]; ok && d.Err == nil && d.State != "Dead" && d.State != "" {
-			g.state, g.members = d.State, len(d.Members)
-			for _, m := range d.Members {
-				for p := range m.Assignment[tool.t.Input] {
-					g.owners[p] = member{m.MemberID, m.ClientHost}
-				}
-			}
-			return g, nil
-		}
-	}
-	ds, err := tool.adm.DescribeGroups(ctx, tool.t.Group)
+	state, ms, err := tool.members(ctx)
 	if err != nil {
-		return g, fmt.Errorf("describing group %q: %w", tool.t.Group, err)
+		return group{}, err
 	}
-	d, ok := ds[tool.t.Group]
-	if !ok {
-		g.state = "Dead"
-		return g, nil
-	}
-	if errors.Is(d.Err, kerr.GroupIDNotFound) {
-		g.state = "none"
-		return g, nil
-	}
-	if d.Err != nil {
-		return g, fmt.Errorf("describing group %q: %w", tool.t.Group, d.Err)
-	}
-	g.state, g.members = d.State, len(d.Members)
-	for _, m := range d.Members {
-		ca, ok := m.Assigned.AsConsumer()
-		if !ok {
-			continue
-		}
-		for _, tp := range ca.Topics {
-			if tp.Topic == tool.t.Input {
-				for _, p := range tp.Partitions {
-					g.owners[p] = member{m.MemberID, m.ClientHost}
-				}
-			}
+	g := group{state: state, members: len(ms), owners: map[int32]Member{}}
+	for _, m := range ms {
+		for _, p := range m.Partitions {
+			g.owners[p] = m
 		}
 	}
 	return g, nil
