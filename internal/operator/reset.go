@@ -504,11 +504,16 @@ func (p *ResetPlan) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "%d\t%d\t%d\t%d\n", s.Partition, s.Start, s.End, s.Records)
 		}
 	}
+	writeSteps(w, p.Steps, p.Executed)
+}
+
+// writeSteps writes a plan's steps, and whether they were carried out.
+func writeSteps(w io.Writer, steps []string, executed bool) {
 	fmt.Fprintln(w, "\nsteps:")
-	for i, s := range p.Steps {
+	for i, s := range steps {
 		fmt.Fprintf(w, "%d. %s\n", i+1, s)
 	}
-	if p.Executed {
+	if executed {
 		fmt.Fprintln(w, "\ndone.")
 	} else {
 		fmt.Fprintln(w, "\ndry run: nothing changed (run with -dry-run=false to carry it out)")

@@ -231,15 +231,7 @@ func (p *SkipPlan) WriteText(w io.Writer) {
 	r := p.Record
 	fmt.Fprintf(w, "\nrecord skipped:\n  offset\t%d\n  key\t%s\n  timestamp\t%s\n  value\t%d bytes\n  first bytes\t%s\n  headers\t%d\n",
 		r.Offset, r.Key, r.Timestamp.Format(time.RFC3339Nano), r.ValueSize, r.Head, r.Headers)
-	fmt.Fprintln(w, "\nsteps:")
-	for i, s := range p.Steps {
-		fmt.Fprintf(w, "%d. %s\n", i+1, s)
-	}
-	if p.Executed {
-		fmt.Fprintln(w, "\ndone.")
-	} else {
-		fmt.Fprintln(w, "\ndry run: nothing changed (run with -dry-run=false to carry it out)")
-	}
+	writeSteps(w, p.Steps, p.Executed)
 }
 
 func (p *SkipPlan) String() string {
