@@ -57,7 +57,7 @@ it-cluster:
 ## app, intruder; docs/testing.md, "A secured cluster"). SECURENODES: the
 ## node count (default 1; 3 works too). They skip under `make it` and `make
 ## it-cluster`, which give them no secured cluster.
-SECUREPKGS  ?= ./engine
+SECUREPKGS  ?= ./engine ./cmd/snapfence
 SECURENODES ?= 1
 it-secure:
 	it/kafka/cluster classpath

@@ -369,7 +369,7 @@ func TestResetToEarliestRefoldsOnKafka(t *testing.T) {
 	md := wire.CommitMetadata(w.app)
 	for p := range int32(rsPartitions) {
 		s := plan.Snapshots[p]
-		if wantP := fmt.Sprintf("p%d committed 0 %q snapshots [%d,%d) ", p, md, s.End+1, s.End+1); !strings.Contains(after, wantP) {
+		if wantP := fmt.Sprintf("p%d committed 0 %q snapshots [%d,%d) ", p, md, s.End, s.End); !strings.Contains(after, wantP) {
 			t.Fatalf("after the reset: %s; want %s", after, wantP)
 		}
 	}

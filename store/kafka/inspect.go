@@ -31,8 +31,10 @@ type Transaction struct {
 }
 
 // Transactions lists the transactions open on input's snapshot partition
-// and, with group set, on the group's partition of __consumer_offsets
-// (where one holds the committed offset), each told ongoing or hanging
+// and, with group set, those on the group's partition of
+// __consumer_offsets that may hold its committed offset (the
+// application's, and hanging ones of no known transactional.id), each
+// told ongoing or hanging
 // and the application's own or not, with the proof the store uses for
 // Config.AbortHangingTransactions. Unlike the store's own look, which
 // reads an error as "cannot tell" and waits, this one returns it.
@@ -87,6 +89,12 @@ func (b *Backend) transactions(ctx context.Context, input store.TopicPartition, 
 		} else {
 			t.Hanging = true
 			t.Own = t.OwnLineage
+		}
+		// Every group whose offsets share the partition has its
+		// transactions there; only the application's, or a hanging one
+		// no coordinator maps to anyone, may hold its committed offset.
+		if o.Partition.Topic == offsetsTopic && !t.Own && !b.ownTransactionalID(t.TransactionalID) && (!t.Hanging || t.TransactionalID != "") {
+			continue
 		}
 		out = append(out, t)
 	}
