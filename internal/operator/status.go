@@ -149,11 +149,18 @@ func (tool *Tool) Status(ctx context.Context) (*Status, error) {
 			}
 		}
 		if tool.store != nil && snapErr == nil && !st.SnapshotTopicMissing {
-			ts, err := tool.store.Transactions(ctx, store.TopicPartition{Topic: t.Input, Partition: p}, t.Group)
+			input := store.TopicPartition{Topic: t.Input, Partition: p}
+			ts, err := tool.store.Transactions(ctx, input, t.Group)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("open transactions: %w", err))
 			}
 			for _, x := range ts {
+				// The group's offsets partition is every input
+				// partition's: each row shows its own transactional.id's
+				// there (and those of no known id).
+				if x.Partition.Topic != t.SnapshotTopic && x.TransactionalID != "" && x.TransactionalID != tool.store.TransactionalID(input) {
+					continue
+				}
 				ps.Transactions = append(ps.Transactions, txnOf(x, tool.bootstrap))
 			}
 		}
