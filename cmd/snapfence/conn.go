@@ -20,25 +20,31 @@ import (
 // settings are the connection and target settings every verb takes, from
 // flags or from a JSON file (-config); a flag given overrides the file.
 type settings struct {
-	Brokers []string `json:"brokers"`
-	TLS     *struct {
-		CAFile             string `json:"ca_file"`
-		CertFile           string `json:"cert_file"`
-		KeyFile            string `json:"key_file"`
-		ServerName         string `json:"server_name"`
-		InsecureSkipVerify bool   `json:"insecure_skip_verify"`
-	} `json:"tls"`
-	SASL *struct {
-		Mechanism    string `json:"mechanism"`
-		User         string `json:"user"`
-		PasswordFile string `json:"password_file"`
-	} `json:"sasl"`
-	Application           string `json:"application"`
-	Input                 string `json:"input"`
-	Group                 string `json:"group"`
-	SnapshotTopic         string `json:"snapshot_topic"`
-	TransactionalIDPrefix string `json:"transactional_id_prefix"`
-	Plain                 bool   `json:"plain"`
+	Brokers               []string      `json:"brokers"`
+	TLS                   *tlsSettings  `json:"tls"`
+	SASL                  *saslSettings `json:"sasl"`
+	Application           string        `json:"application"`
+	Input                 string        `json:"input"`
+	Group                 string        `json:"group"`
+	SnapshotTopic         string        `json:"snapshot_topic"`
+	TransactionalIDPrefix string        `json:"transactional_id_prefix"`
+	Plain                 bool          `json:"plain"`
+}
+
+// tlsSettings are the TLS settings of -config (and the -tls flags).
+type tlsSettings struct {
+	CAFile             string `json:"ca_file"`
+	CertFile           string `json:"cert_file"`
+	KeyFile            string `json:"key_file"`
+	ServerName         string `json:"server_name"`
+	InsecureSkipVerify bool   `json:"insecure_skip_verify"`
+}
+
+// saslSettings are the SASL settings of -config (and the -sasl flags).
+type saslSettings struct {
+	Mechanism    string `json:"mechanism"`
+	User         string `json:"user"`
+	PasswordFile string `json:"password_file"`
 }
 
 // flags binds the settings' flags to fs; load then reads -config and
@@ -107,13 +113,7 @@ func (f *flags) load(fs *flag.FlagSet) (operator.Conn, operator.Target, error) {
 	}
 	if f.tlsOn || f.caFile != "" || f.certFile != "" || f.serverName != "" {
 		if s.TLS == nil {
-			s.TLS = new(struct {
-				CAFile             string `json:"ca_file"`
-				CertFile           string `json:"cert_file"`
-				KeyFile            string `json:"key_file"`
-				ServerName         string `json:"server_name"`
-				InsecureSkipVerify bool   `json:"insecure_skip_verify"`
-			})
+			s.TLS = new(tlsSettings)
 		}
 		str("tls-ca", f.caFile, &s.TLS.CAFile)
 		str("tls-cert", f.certFile, &s.TLS.CertFile)
@@ -122,11 +122,7 @@ func (f *flags) load(fs *flag.FlagSet) (operator.Conn, operator.Target, error) {
 	}
 	if f.saslMech != "" {
 		if s.SASL == nil {
-			s.SASL = new(struct {
-				Mechanism    string `json:"mechanism"`
-				User         string `json:"user"`
-				PasswordFile string `json:"password_file"`
-			})
+			s.SASL = new(saslSettings)
 		}
 		s.SASL.Mechanism = f.saslMech
 		str("sasl-user", f.saslUser, &s.SASL.User)
